@@ -83,6 +83,7 @@ class ModelSpec(_Strict):
     attn_out_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    embedding_norm: bool = False  # norm right after the word embedding (BLOOM)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     mtp_layers: int = Field(0, ge=0)  # DeepSeek-V3 multi-token-prediction modules
