@@ -1,0 +1,724 @@
+"""The cost model in factor form (docs/design.md): per-layer and per-stage numbers, vectorized.
+
+API summary for the solver (all functions are pure; array arguments broadcast with numpy; `g`
+is a scalar node-group index into `job.cluster.node_groups`; `mode` is 0 none / 1 selective /
+2 full or the string):
+
+- ``layer_factors(job, g, tp, cp, ep, sp, mbs, mode, moe=False, options=None) -> LayerFactors``
+  per layer, per micro-batch: ``act_bytes`` (kept per in-flight micro-batch), ``ckpt_bytes``
+  (kept when the layer is fully recomputed), ``work_bytes`` (transient while this layer runs its
+  backward), ``time_s`` (fwd + bwd incl. exposed TP/CP/EP comm), ``recompute_s`` (extra time when
+  fully recomputed), and the parts ``compute_s``, ``tp_s``, ``cp_s``, ``ep_s``.
+  Use ``mode=2`` rows for the recomputed layers (``ckpt_bytes`` / ``recompute_s``) and the
+  plan's base mode (0 or 1) for the others (``act_bytes``): a plan with ``recompute=full`` and
+  ``recompute_layers=r`` has ``l - r`` layers in mode 0 (none).
+- ``layer_param_counts(job, moe, tp, ep) -> (dense, expert)`` parameters per GPU of one layer.
+- ``state_bytes_per_param(recipe, zero, shard) -> (weights, grads, optimizer)`` bytes per
+  parameter held on a GPU whose ZeRO shard group has ``shard`` members
+  (dense params: ``shard = dp*cp``; expert params: ``shard = dp*cp/ep``).
+- ``edge_factors(job, g, tp, cp, sp, mbs, options) -> EdgeFactors`` first stage (embedding:
+  ``emb_*``) and last stage (final norm + LM head + loss: ``head_*``): params per GPU, bytes per
+  in-flight micro-batch (first stage), transient bytes (last stage), time per micro-batch.
+- ``buffer_bytes_per_param(job, zero)`` transient copies per parameter on the GPU
+  (pytorch-amp autocast weight copies); ``zero3_buffer_bytes(job, tp, ep, zero)``.
+- ``p2p_factor(job, g, tp, cp, sp, mbs, pp, vpp, dp)`` per micro-batch pipeline send/recv time.
+- ``dp_sync_factors(job, g, tp, cp, dp, ep, zero)`` -> (s per dense param on the GPU,
+  s per expert param, zero3 all-gather s per dense param per micro-batch, fixed latency s).
+- ``optimizer_factor(job, g)`` -> s per parameter shard element updated.
+- ``inflight(pp, vpp, m, stage)`` in-flight micro-batches of a stage (1F1B / interleaved).
+- ``OTHER_BYTES``, ``overhead_bytes(peak)``: constant allowances.
+
+The composition (docs/design.md) is implemented once in memory.py / steptime.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from . import comm
+from .efficiency import flash_attention_time, gemm_time, hbm_time
+from .flops import attention_core_flops, attention_dims, head_gemm, layer_gemms
+from .params import count_params, layer_breakdown
+from .specs import GIB, Job, NodeGroup, TrainingRecipe
+
+FloatArray = npt.NDArray[np.float64]
+ArrayLike = npt.ArrayLike
+
+MODE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+# ---------------------------------------------------------------------------------------------
+# Named constants (each justified)
+# ---------------------------------------------------------------------------------------------
+
+#: CUDA context + cuBLAS workspaces + NCCL communicator buffers, outside the caching allocator
+#: (typical `nvidia-smi` minus `memory_reserved` on H100 with NCCL initialised: 0.7-1.2 GiB).
+CUDA_CONTEXT_BYTES = 1.0 * GIB
+#: Caching-allocator fragmentation: reserved / allocated at the peak (H200 rows: 1.02-1.09 for
+#: a fresh shape; torch docs recommend headroom). Applied to the allocated peak.
+ALLOCATOR_FRAGMENTATION = 0.05
+#: Layers whose full (unsharded) bf16 parameters are resident at once under ZeRO-3 / FSDP:
+#: the layer being computed and the prefetched next one (FSDP `forward_prefetch` / FSDP2).
+ZERO3_RESIDENT_LAYERS = 2
+#: Gradient-reduction buckets not aliased to the gradient buffer (PyTorch DDP default
+#: `bucket_cap_mb=25`, two in flight); Megatron's buckets are views of its grad buffer (0).
+DDP_BUCKET_BYTES = 2 * 25 * 2**20
+#: Share of the DP gradient reduction that cannot overlap backward even when overlapped:
+#: the last bucket starts after the last layer's backward (Megatron default bucket 40M params).
+DP_TAIL_FRACTION = 0.1
+#: Bytes of HBM traffic per parameter of one Adam step (fp32 master r/w 8, m r/w 8, v r/w 8,
+#: fp32 grad read 4, bf16 weight write 2): memory-bound (Megatron fused Adam / torch fused AdamW).
+ADAM_BYTES_PER_PARAM = 30.0
+#: Bytes per logits element held at the loss peak (per token per vocab entry):
+#: Megatron vocab-parallel CE keeps bf16 logits 2 + fp32 copy 4 (softmax computed in place);
+#: PyTorch `cross_entropy(logits.float())` holds bf16 logits 2 + fp32 copy 4 + log-softmax 4.
+LOGITS_BYTES = {"megatron": 6.0, "pytorch": 10.0}
+#: HBM passes (read+write) of one elementwise op per byte of its input in backward relative to
+#: forward (grad in + saved input read, grad out write): backward traffic = 2x forward.
+ELEMENTWISE_BWD_FACTOR = 2.0
+#: Extra HBM traffic of unfused eager PyTorch elementwise ops (separate cast, scale, mul kernels)
+#: relative to fused Megatron/compiled kernels; calibrated on the H200 eager rows.
+EAGER_ELEMENTWISE_FACTOR = 2.0
+#: Host (Python + dispatcher + launch) time of one eager PyTorch layer's forward + backward
+#: (~25 forward ops and ~50 autograd nodes at ~30 us each); an unfused, uncompiled layer cannot
+#: run faster than its host issues kernels. Fitted on the H200 tiny1b s=2048 b=1 row
+#: ((48.1 ms - optimizer - head) / 16 layers).
+EAGER_HOST_S_PER_LAYER = 2.5e-3
+#: Extra host time of a `torch.utils.checkpoint` layer (replayed forward + saved-tensor hooks);
+#: fitted on the H200 tiny1b s=2048 b=1 recompute row ((81.6 - 48.1) ms / 16 layers).
+EAGER_HOST_S_RECOMPUTE = 2.1e-3
+
+
+@dataclass(frozen=True)
+class CostOptions:
+    """Framework behaviours that are not plan axes (defaults: the recipe's framework).
+
+    - ``dropout``: GPT-style dropout after attention, MLP and embedding (1-byte masks,
+      Korthikanti §4.1); modern decoders train without it.
+    - ``tp_comm_overlap``: fraction of TP collectives hidden behind GEMMs (Megatron
+      ``--tp-comm-overlap``, torchtitan async TP); 0 = exposed (Megatron default).
+    - ``dp_overlap``: DP gradient reduction overlapped with backward (Megatron
+      ``--overlap-grad-reduce``, FSDP/DDP default).
+    - ``fused``: fused elementwise kernels (Megatron / torch.compile); None = framework default.
+    - ``selective_policy``: what `recompute=selective` means: "attention" (Megatron: recompute
+      the attention core, Korthikanti §5) or "op" (torchtitan op-level SAC: keep the layer
+      input, the attention output and every other matmul output; recompute the rest).
+    """
+
+    dropout: bool = False
+    selective_policy: str = "attention"
+    tp_comm_overlap: float = 0.0
+    dp_overlap: bool = True
+    fused: bool | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+DEFAULT_OPTIONS = CostOptions()
+
+
+def _f(x: ArrayLike) -> FloatArray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def _mode(mode: ArrayLike | str) -> FloatArray:
+    if isinstance(mode, str):
+        return np.asarray(float(MODE_CODES[mode]))
+    m = np.asarray(mode)
+    if m.dtype.kind in "US":
+        return np.vectorize(lambda x: float(MODE_CODES[str(x)]))(m).astype(np.float64)
+    return m.astype(np.float64)
+
+
+def _is_pytorch(recipe: TrainingRecipe) -> bool:
+    return recipe.framework == "pytorch"
+
+
+def _fp32_residual(recipe: TrainingRecipe) -> bool:
+    """PyTorch autocast over fp32 weights: the fp32 embedding output keeps the residual stream
+    (and every norm input) in fp32. FSDP mixed precision (bf16 params, no autocast copies) and
+    Megatron keep it in the activation dtype."""
+    return _is_pytorch(recipe) and recipe.transient_weight_copy_bytes > 0
+
+
+def _fused(recipe: TrainingRecipe, options: CostOptions) -> bool:
+    return (not _is_pytorch(recipe)) if options.fused is None else options.fused
+
+
+def node(job: Job, g: int) -> NodeGroup:
+    return job.cluster.node_groups[int(g)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations (op by op)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActBreakdown:
+    """Bytes per token saved by one layer, split into the parts recompute modes act on."""
+
+    kept: FloatArray  # saved in every mode except full (projections, norms, MLP)
+    core: FloatArray  # attention core intermediates dropped by selective recompute (s² terms)
+    ckpt: FloatArray  # layer input kept under full recompute
+    largest: FloatArray  # largest single saved tensor (sets the backward working set)
+
+
+def layer_activation_per_token(
+    job: Job, moe: bool, tp: ArrayLike, cp: ArrayLike, ep: ArrayLike, sp: ArrayLike,
+    options: CostOptions = DEFAULT_OPTIONS,
+) -> ActBreakdown:
+    """Bytes per token (per rank's tokens) one layer saves for backward, op by op.
+
+    Korthikanti et al. 2022 §4.1 (Eq. 1) generalised: per token and layer
+    - norm 1 input (residual dtype), QKV input (bf16) - replicated over tp unless SP;
+    - Q, K, V (GQA: K,V have kv_heads), attention output, softmax statistics - /tp;
+      without flash attention the softmax output 2·a·s, dropout mask a·s and dropout output
+      2·a·s (Korthikanti's 5as/h term) - /tp, dropped by selective recompute;
+    - output-projection input (flash: the attention output itself for Megatron's sbhd layout;
+      PyTorch bshd makes a contiguous copy), attention dropout mask (1 B) - replicated;
+    - norm 2 input, MLP input - replicated; GELU: fc1 output + GELU output (2·2·ffn);
+      SwiGLU: fc1 output (gate+up, 2·2·ffn) + down-proj input (2·ffn) (+ silu output 2·ffn when
+      unfused); MLP dropout mask - /tp except masks;
+    - MoE: router logits and probabilities in fp32, dispatched tokens (top_k copies of the
+      fc1 input), expert hidden states per routed copy, expert outputs for the weighted combine;
+    - MLA: compressed q / kv latents and their norms (replicated), then Q, K, V per head.
+    PyTorch autocast keeps the residual stream and norm inputs in fp32 (4 B) since the
+    embedding output is fp32; Megatron keeps them in bf16.
+    With context parallelism tokens per rank are s/cp (the caller multiplies by them) and the
+    non-flash s² terms see the full key length s.
+    """
+    model = job.model
+    recipe = job.recipe
+    tp_ = _f(tp)
+    sp_ = _f(sp)
+    cp_ = _f(cp)
+    ep_ = _f(ep)
+    shape = np.broadcast_shapes(tp_.shape, sp_.shape, cp_.shape, ep_.shape)
+    one = np.ones(shape)
+    rep = np.where(sp_ > 0, 1.0 / tp_, 1.0) * one  # replicated parts are sharded by SP
+    ab = float(recipe.activation_bytes)
+    res = 4.0 if _fp32_residual(recipe) else ab
+    h = model.hidden_size
+    drop = 1.0 if options.dropout else 0.0
+    fused = _fused(recipe, options)
+    a, dqk, dv = attention_dims(model)
+    s_kv = float(job.seq_len)
+
+    kept = np.zeros(shape)
+    core = np.zeros(shape)
+    largest = np.zeros(shape)
+    # --- attention block ---
+    kept = kept + (res * h + ab * h) * rep  # norm-1 input, QKV-projection input
+    if model.mla is not None:
+        m = model.mla
+        lat = m.kv_lora_rank + (m.q_lora_rank or 0)
+        kept = kept + 2 * ab * lat * one  # latent norm inputs + up-projection inputs (replicated)
+        q_bytes = ab * a * dqk / tp_
+        k_bytes = ab * a * dqk / tp_
+        v_bytes = ab * a * dv / tp_
+    else:
+        kv = model.kv_heads
+        q_bytes = ab * a * dqk / tp_
+        k_bytes = ab * kv * dqk / tp_
+        v_bytes = ab * kv * dv / tp_
+        if model.qk_norm:
+            kept = kept + q_bytes + k_bytes  # pre-norm q, k
+    out_bytes = ab * a * dv / tp_
+    if recipe.flash_attention:
+        # q, k, v, output (= out-proj input in sbhd layout), fp32 logsumexp per head
+        kept = kept + q_bytes + k_bytes + v_bytes + out_bytes + 4.0 * a / tp_
+        if _is_pytorch(recipe):
+            kept = kept + out_bytes  # transpose(1,2).reshape copy fed to the out projection
+    else:
+        kept = kept + q_bytes + k_bytes + v_bytes + out_bytes
+        core = core + (ab + drop * (1.0 + ab)) * a * s_kv / tp_ * one
+    kept = kept + drop * h * rep  # attention-output dropout mask
+    # --- MLP block ---
+    kept = kept + (res * h + ab * h) * rep  # norm-2 input, MLP / router input
+    swiglu = model.mlp == "swiglu"
+
+    def mlp_bytes(ffn: float) -> tuple[FloatArray, FloatArray]:
+        if swiglu:
+            per = (2 * ab + ab + (0.0 if fused else ab)) * ffn
+            big = 2 * ab * ffn
+        else:
+            per = 2 * ab * ffn
+            big = ab * ffn
+        return per / tp_ * one, big / tp_ * one
+
+    if moe and model.moe is not None:
+        mo = model.moe
+        e = mo.num_experts
+        k = mo.top_k
+        kept = kept + 2 * 4.0 * e * rep  # router logits + probabilities (fp32)
+        kept = kept + ab * h * k * one  # dispatched tokens (expert fc1 input), gathered over tp
+        ex, big = mlp_bytes(mo.expert_ffn_hidden_size)
+        kept = kept + k * ex
+        kept = kept + ab * h * k * rep  # expert outputs kept for the weighted combine
+        largest = np.maximum(largest, k * big)
+        if mo.num_shared_experts:
+            sh, big2 = mlp_bytes(mo.num_shared_experts * mo.shared_ffn)
+            kept = kept + sh
+            largest = np.maximum(largest, big2)
+    else:
+        mb, big = mlp_bytes(model.ffn_hidden_size)
+        kept = kept + mb
+        largest = np.maximum(largest, big)
+    kept = kept + drop * h * rep  # MLP-output dropout mask
+    del cp_, ep_
+    ckpt = res * h * rep  # layer input (sequence-sharded under SP)
+    largest = np.maximum(largest, core)
+    return ActBreakdown(kept=kept, core=core, ckpt=ckpt, largest=largest)
+
+
+def korthikanti_gpt_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
+                                mode: str = "none") -> float:
+    """Korthikanti et al. 2022 Table 2 for a GPT layer, via the op-by-op model above.
+
+    GPT layer = LayerNorm, MHA without flash attention, GELU MLP of width 4h, dropout,
+    bf16 activations (Megatron). Returns bytes per layer for sequence `s`, micro-batch `b`.
+    `mode="full"` returns the checkpoint (2sbh, /t with SP).
+    """
+    from .specs import ClusterSpec, GPUSpec, LinkSpec, ModelSpec
+    from .specs import NodeGroup as _NG
+
+    model = ModelSpec(name="gpt", num_layers=1, hidden_size=h, ffn_hidden_size=4 * h,
+                      num_attention_heads=a, vocab_size=8, mlp="gelu", norm="layernorm",
+                      position_embedding="learned")
+    gpu = GPUSpec(name="x", memory_gib=80, bf16_tflops=312, hbm_gbps=2039)
+    link = LinkSpec(bandwidth_gbps=1)
+    cl = ClusterSpec(name="c", node_groups=[_NG(name="n", gpu=gpu, gpus_per_node=8, num_nodes=1,
+                                                 intra_node=link, inter_node=link)])
+    recipe = TrainingRecipe(name="gpt-nonflash", flash_attention=False)
+    job = Job(model=model, cluster=cl, recipe=recipe, seq_len=s, global_batch=b)
+    br = layer_activation_per_token(job, False, t, 1, 1, 1 if sp else 0, CostOptions(dropout=True))
+    tokens = s * b
+    if mode == "full":
+        return float(br.ckpt) * tokens
+    if mode == "selective":
+        return float(br.kept) * tokens
+    return float(br.kept + br.core) * tokens
+
+
+def _op_sac_per_token(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
+                      br: ActBreakdown) -> FloatArray:
+    """torchtitan op-level selective AC: layer input + attention output and statistics + half
+    of the matmul outputs (its policy saves every second `mm`)."""
+    model = job.model
+    ab = float(job.recipe.activation_bytes)
+    h = model.hidden_size
+    a, dqk, dv = attention_dims(model)
+    kvh = a if model.mla is not None else model.kv_heads
+    rep = np.where(sp > 0, 1.0 / tp, 1.0)
+    if moe and model.moe is not None:
+        ffn = model.moe.top_k * model.moe.expert_ffn_hidden_size + (
+            model.moe.num_shared_experts * model.moe.shared_ffn)
+    else:
+        ffn = model.ffn_hidden_size
+    up = 2 * ffn if model.mlp == "swiglu" else ffn
+    mm_out = ab * ((a * dqk + 2 * kvh * dv + up) / tp + 2 * h * rep)
+    return br.ckpt + ab * a * dv / tp + 4.0 * a / tp + 0.5 * mm_out
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-layer factors
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerFactors:
+    """Per layer, per micro-batch numbers (see module docstring). All arrays broadcast."""
+
+    act_bytes: FloatArray
+    ckpt_bytes: FloatArray
+    work_bytes: FloatArray
+    time_s: FloatArray
+    recompute_s: FloatArray
+    compute_s: FloatArray
+    tp_s: FloatArray
+    cp_s: FloatArray
+    ep_s: FloatArray
+    rc_compute_s: FloatArray  # recompute_s split: replayed forward compute
+    rc_tp_s: FloatArray  # ... its TP collectives
+    rc_cp_s: FloatArray  # ... its CP ring exchange
+    rc_ep_s: FloatArray  # ... its EP all-to-alls
+
+
+def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
+                           options: CostOptions) -> FloatArray:
+    """Forward HBM traffic per token of a layer's memory-bound ops (norms, adds, activation).
+
+    Norm: read input, write output; residual add: read two, write one; SwiGLU read 2·ffn,
+    write ffn (GELU: read, write ffn); rotary embedding on q, k (read + write).
+    """
+    model = job.model
+    recipe = job.recipe
+    ab = float(recipe.activation_bytes)
+    res = 4.0 if _fp32_residual(recipe) else ab
+    h = model.hidden_size
+    rep = np.where(sp > 0, 1.0 / tp, 1.0)
+    a, dqk, _ = attention_dims(model)
+    kvh = a if model.mla is not None else model.kv_heads
+    norms = 2 * (res + ab) * h * rep
+    adds = 2 * 3 * res * h * rep
+    if moe and model.moe is not None:
+        ffn = model.moe.top_k * model.moe.expert_ffn_hidden_size + (
+            model.moe.num_shared_experts * model.moe.shared_ffn)
+        # permute + unpermute copies of the routed tokens
+        adds = adds + 4 * ab * h * model.moe.top_k
+    else:
+        ffn = model.ffn_hidden_size
+    act = (3 if model.mlp == "swiglu" else 2) * ab * ffn / tp
+    rope = 2 * ab * (a + kvh) * dqk / tp if model.position_embedding == "rope" else 0.0 * tp
+    drop = (3 * ab * h * rep) * (3 if options.dropout else 0)
+    total = norms + adds + act + rope + drop
+    if not _fused(recipe, options):
+        total = total * EAGER_ELEMENTWISE_FACTOR
+    return total
+
+
+def layer_factors(
+    job: Job, g: int, tp: ArrayLike, cp: ArrayLike, ep: ArrayLike, sp: ArrayLike,
+    mbs: ArrayLike, mode: ArrayLike | str, moe: bool = False,
+    options: CostOptions | None = None,
+) -> LayerFactors:
+    """Per layer, per micro-batch factors on node group `g` (docs/design.md factor form).
+
+    Time = GEMMs (forward, dgrad, wgrad, each at its shape's efficiency; efficiency.py)
+    + attention core (flash curve, or two batched GEMMs + softmax traffic without flash)
+    + memory-bound elementwise ops at HBM bandwidth + exposed communication:
+    TP: 2 all-reduces forward + 2 backward of b·s·h (Narayanan §3.2), or with SP 2 all-gathers
+    + 2 reduce-scatters each way (Korthikanti §4.2.2, same volume); CP: ring exchange of the
+    K,V chunks, (cp-1) steps forward and 2x in backward (K,V and dK,dV), overlapped with the
+    attention of the chunk in flight (Megatron CP doc); EP: all-to-all dispatch + combine forward
+    and backward of top_k·tokens·h (llm-analysis, nccl-tests (n-1)/n).
+    Full recompute replays the forward (and its TP/CP/EP comm); selective recompute replays the
+    attention core (Korthikanti §5).
+    """
+    opts = options or DEFAULT_OPTIONS
+    model = job.model
+    recipe = job.recipe
+    nd = node(job, g)
+    gpu = nd.gpu
+    tp_, cp_, ep_, sp_, mbs_ = (_f(x) for x in (tp, cp, ep, sp, mbs))
+    md = _mode(mode)
+    tp_, cp_, ep_, sp_, mbs_, md = np.broadcast_arrays(tp_, cp_, ep_, sp_, mbs_, md)
+    if not moe:
+        ep_ = np.ones_like(ep_)
+    s = float(job.seq_len)
+    tokens = mbs_ * s / cp_
+    dtype = recipe.compute_dtype
+
+    # ---- activations ----
+    br = layer_activation_per_token(job, moe, tp_, cp_, ep_, sp_, opts)
+    act_none = (br.kept + br.core) * tokens
+    act_sel = br.kept * tokens
+    if opts.selective_policy == "op":
+        act_sel = _op_sac_per_token(job, moe, tp_, sp_, br) * tokens
+    ckpt = br.ckpt * tokens
+    act = np.select([md == 0, md == 1], [act_none, act_sel], ckpt)
+    grad_ws = 2.0 * br.largest * tokens
+    work = np.where(md == 2, act_none + grad_ws, np.where(md == 1, br.core * tokens, 0.0) + grad_ws)
+    ckpt_bytes = ckpt
+
+    # ---- compute ----
+    gemm_f = np.zeros_like(tokens)
+    gemm_b = np.zeros_like(tokens)
+    for gm in layer_gemms(model, moe, tokens, tp_, ep_):
+        f = gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, dtype)
+        dg = gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, dtype)
+        wg = gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, dtype)
+        gemm_f = gemm_f + f
+        gemm_b = gemm_b + dg + wg
+    a, dqk, dv = attention_dims(model)
+    if recipe.flash_attention:
+        fl = attention_core_flops(model, mbs_, job.seq_len, cp_, tp_, causal=True)
+        att_f, att_b = flash_attention_time(gpu, fl, s, (dqk + dv) / 2.0)
+    else:
+        # two batched GEMMs (QKᵀ, attn·V) over b·a/tp heads, full (masked) s x s, plus softmax
+        # (+dropout) traffic: read/write 2·a·s² bytes fwd (Megatron fused scale-mask-softmax).
+        heads = mbs_ * a / tp_
+        sq = s / cp_
+        qk = gemm_time(gpu, sq, dqk, s, "bf16", batch=heads)
+        av = gemm_time(gpu, sq, s, dv, "bf16", batch=heads)
+        sm_bytes = heads * sq * s * (2 * recipe.activation_bytes + (5.0 if opts.dropout else 0.0))
+        att_f = qk + av + hbm_time(gpu, sm_bytes)
+        att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
+    ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts) * tokens)
+    ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
+    fwd_compute = gemm_f + att_f + ew_f
+    compute = fwd_compute + gemm_b + att_b + ew_b
+    if opts.selective_policy == "op":
+        # op-level SAC replays every other forward GEMM and all elementwise ops
+        compute = compute + np.where(md == 1, 0.5 * gemm_f + ew_f, 0.0)
+    else:
+        compute = compute + np.where(md == 1, att_f, 0.0)  # attention core replayed
+    rc_compute = fwd_compute
+    if not _fused(recipe, opts):
+        # eager PyTorch: the host issues kernels no faster than EAGER_HOST_S_* allows; host and
+        # GPU run asynchronously, so a layer takes max(GPU time, host time) in total.
+        gpu_total = compute + rc_compute
+        compute = np.maximum(compute, EAGER_HOST_S_PER_LAYER)
+        rc_compute = np.maximum(gpu_total, EAGER_HOST_S_PER_LAYER + EAGER_HOST_S_RECOMPUTE) \
+            - compute
+
+    # ---- TP communication ----
+    act_b = float(recipe.activation_bytes)
+    msg = tokens * model.hidden_size * act_b  # one b·s·h tensor
+    ar = comm.all_reduce(nd, tp_, 1, msg)
+    rs_ag = comm.reduce_scatter(nd, tp_, 1, msg) + comm.all_gather(nd, tp_, 1, msg)
+    # forward: attention + MLP each end in an all-reduce (or AG before + RS after with SP)
+    per_pair = np.where(sp_ > 0, 2 * rs_ag, 2 * ar)
+    tp_fwd = per_pair * (1.0 - opts.tp_comm_overlap)
+    tp_total = 2 * tp_fwd
+
+    # ---- CP communication (ring K/V exchange) ----
+    kvh = a if model.mla is not None else model.kv_heads
+    kv_chunk = 2.0 * tokens * kvh * (dqk + dv) / 2.0 * act_b / tp_  # K and V of one chunk
+    intra_cp = 1.0 - comm.crosses_nodes(tp_ * cp_, nd.gpus_per_node)
+    step = comm.p2p(nd, intra_cp, kv_chunk)
+    cp_f = np.where(cp_ > 1, (cp_ - 1) * np.maximum(step - att_f / np.maximum(cp_, 1), 0.0)
+                    + step, 0.0)
+    cp_b = np.where(cp_ > 1, (cp_ - 1) * np.maximum(2 * step - att_b / np.maximum(cp_, 1), 0.0)
+                    + 2 * step, 0.0)
+    cp_total = cp_f + cp_b
+
+    # ---- EP communication ----
+    if moe and model.moe is not None:
+        a2a_bytes = tokens * model.moe.top_k * model.hidden_size * act_b
+        a2a = comm.all_to_all(nd, ep_, tp_, a2a_bytes)
+        ep_f = 2 * a2a
+    else:
+        ep_f = np.zeros_like(tokens)
+    ep_total = 2 * ep_f
+
+    time = compute + tp_total + cp_total + ep_total
+    recompute = rc_compute + tp_fwd + cp_f + ep_f
+    return LayerFactors(
+        act_bytes=act, ckpt_bytes=ckpt_bytes, work_bytes=work, time_s=time,
+        recompute_s=recompute, compute_s=compute, tp_s=tp_total, cp_s=cp_total, ep_s=ep_total,
+        rc_compute_s=rc_compute, rc_tp_s=tp_fwd, rc_cp_s=cp_f, rc_ep_s=ep_f,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters and model states
+# ---------------------------------------------------------------------------------------------
+
+
+def layer_param_counts(job: Job, moe: bool, tp: ArrayLike, ep: ArrayLike
+                       ) -> tuple[FloatArray, FloatArray]:
+    """(dense, expert) parameters of one layer held by one GPU.
+
+    Megatron `theoretical_memory_usage.py`: matrices split over tp, norms replicated, routed
+    experts split over ep (and expert-tp = tp).
+    """
+    model = job.model
+    idx = next((i for i in range(model.num_layers) if model.is_moe_layer(i) == moe), 0)
+    lp = layer_breakdown(model, idx)
+    tp_ = _f(tp)
+    ep_ = _f(ep)
+    dense = (lp.dense - lp.norms) / tp_ + lp.norms
+    expert = lp.expert / (tp_ * ep_)
+    return dense + 0.0 * ep_, expert + 0.0 * tp_
+
+
+def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayLike
+                          ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(weights, grads, optimizer) bytes per parameter with ZeRO stage `zero` over `shard` GPUs.
+
+    ZeRO §5 (Rajbhandari et al. 2019): stage 1 shards optimizer states (master weights + Adam
+    moments), stage 2 also gradients, stage 3 also weights. With megatron-bf16 (2 + 4 + 12):
+    18 unsharded, 6 + 12/d distributed optimizer (Megatron dist_optimizer.md); with the ZeRO
+    paper's fp16 mixed precision (2 + 2 + 12): 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N.
+    """
+    z = _f(zero)
+    d = np.maximum(_f(shard), 1.0)
+    w = recipe.weight_bytes / np.where(z >= 3, d, 1.0)
+    gr = recipe.grad_bytes / np.where(z >= 2, d, 1.0)
+    opt = (recipe.master_weight_bytes + recipe.optimizer_state_bytes) / np.where(z >= 1, d, 1.0)
+    return w, gr, opt
+
+
+def buffer_bytes_per_param(job: Job, zero: ArrayLike) -> FloatArray:
+    """Transient bytes per parameter of the stage held at the peak, outside ZeRO-3.
+
+    PyTorch autocast caches a bf16 copy of every fp32 weight used in forward until the autocast
+    region exits, and autograd keeps them for backward (`transient_weight_copy_bytes`).
+    Under ZeRO-3 the gathered layers replace this (see `zero3_buffer_bytes`).
+    """
+    z = _f(zero)
+    return np.where(z >= 3, 0.0, float(job.recipe.transient_weight_copy_bytes))
+
+
+def zero3_buffer_bytes(job: Job, tp: ArrayLike, ep: ArrayLike, zero: ArrayLike) -> FloatArray:
+    """ZeRO-3 / FSDP gathered parameters: `ZERO3_RESIDENT_LAYERS` full layers in bf16 (+ the
+    gradient of one layer before its reduce-scatter, fp32 for pytorch recipes)."""
+    dense, expert = layer_param_counts(job, job.model.moe is not None, tp, ep)
+    z = _f(zero)
+    per = dense + expert
+    gathered = ZERO3_RESIDENT_LAYERS * per * 2.0 + per * job.recipe.grad_bytes
+    return np.where(z >= 3, gathered, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# First / last stage
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EdgeFactors:
+    """Embedding (first stage) and LM head + loss (last stage) per micro-batch."""
+
+    emb_params: FloatArray  # per GPU
+    emb_act_bytes: FloatArray  # per in-flight micro-batch (input ids, dropout mask)
+    emb_time_s: FloatArray
+    head_params: FloatArray  # final norm + LM head per GPU
+    head_act_bytes: FloatArray  # final-norm input + head input, one micro-batch
+    head_work_bytes: FloatArray  # logits at the loss peak (transient)
+    head_time_s: FloatArray
+    head_compute_s: FloatArray
+
+
+def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
+                 mbs: ArrayLike, options: CostOptions | None = None) -> EdgeFactors:
+    """First/last-stage extras (Korthikanti §4.3): embedding output and ids, final norm, LM head,
+    logits in fp32 for the loss (`LOGITS_BYTES`), vocab-parallel over tp.
+
+    Time: head GEMM fwd + dgrad + wgrad at shape efficiency; cross entropy and embedding
+    gather/scatter as HBM traffic; the tied/untied embedding all-reduce is ignored.
+    """
+    opts = options or DEFAULT_OPTIONS
+    model = job.model
+    recipe = job.recipe
+    nd = node(job, g)
+    gpu = nd.gpu
+    tp_, cp_, sp_, mbs_ = np.broadcast_arrays(_f(tp), _f(cp), _f(sp), _f(mbs))
+    s = float(job.seq_len)
+    tokens = mbs_ * s / cp_
+    h = model.hidden_size
+    v = model.vocab_size
+    pc = count_params(model)
+    ab = float(recipe.activation_bytes)
+    res = 4.0 if _fp32_residual(recipe) else ab
+    rep = np.where(sp_ > 0, 1.0 / tp_, 1.0)
+    emb_params = (pc.embedding + pc.position_embedding) / tp_ + pc.embedding_norm
+    head_params = pc.lm_head / tp_ + pc.final_norm
+    emb_act = tokens * (8.0 + (h * rep if opts.dropout else 0.0))  # int64 ids (+ dropout mask)
+    emb_time = hbm_time(gpu, tokens * h * (res + ab) * 3.0)
+    head_act = tokens * (res + ab) * h * rep + tokens * 8.0  # final norm in, head in, labels
+    lb = LOGITS_BYTES["pytorch" if _is_pytorch(recipe) else "megatron"]
+    head_work = tokens * v / tp_ * lb
+    hg = head_gemm(model, tokens, tp_)
+    dtype = recipe.compute_dtype
+    head_compute = (gemm_time(gpu, hg.m, hg.k, hg.n, dtype)
+                    + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
+                    + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))
+    # fp32 logits: cast, max/exp/sum, grad write, cast back
+    ce_bytes = tokens * v / tp_ * (4.0 * 4)
+    head_compute = head_compute + hbm_time(gpu, ce_bytes)
+    # vocab-parallel CE all-reduces 3 scalars per token over tp (max, sum-exp, target logit)
+    ce_comm = comm.all_reduce(nd, tp_, 1, tokens * 4.0 * 3)
+    head_time = head_compute + ce_comm
+    return EdgeFactors(
+        emb_params=emb_params + 0.0 * tokens, emb_act_bytes=emb_act, emb_time_s=emb_time,
+        head_params=head_params + 0.0 * tokens, head_act_bytes=head_act,
+        head_work_bytes=head_work, head_time_s=head_time, head_compute_s=head_compute,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipeline, data-parallel, optimizer
+# ---------------------------------------------------------------------------------------------
+
+
+def p2p_factor(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike, mbs: ArrayLike,
+               pp: ArrayLike, vpp: ArrayLike, dp: ArrayLike) -> FloatArray:
+    """Pipeline send/recv time per micro-batch on one stage (forward activation + backward grad).
+
+    Narayanan §3.2/§4.1: b·s·h per micro-batch per direction, split over the tp ranks
+    (scatter/gather optimisation: /tp); interleaving multiplies the sends by vpp (§2.2).
+    The stages are `tp·cp·dp` ranks apart: on NVLink only if that span fits in one node.
+    """
+    nd = node(job, g)
+    tp_, cp_, sp_, mbs_, pp_, vpp_, dp_ = (_f(x) for x in (tp, cp, sp, mbs, pp, vpp, dp))
+    tokens = mbs_ * job.seq_len / cp_
+    nbytes = tokens * job.model.hidden_size * job.recipe.activation_bytes / tp_
+    intra = 1.0 - comm.crosses_nodes(tp_ * cp_ * dp_, nd.gpus_per_node)
+    one = comm.p2p(nd, intra, nbytes)
+    return np.where(pp_ > 1, 2.0 * one * vpp_, 0.0)
+
+
+def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
+                    ep: ArrayLike, zero: ArrayLike
+                    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Alpha-beta coefficients of DP gradient synchronisation for the parameters on a GPU.
+
+    Returns (s per dense parameter, s per expert parameter, ZeRO-3 all-gather s per dense
+    parameter per micro-batch, fixed latency s of one synchronisation); the time of a stage
+    is ``fixed + per_dense·dense + per_expert·expert``. Dense gradients reduce over the dp·cp
+    group (Megatron `data_parallel_group_with_cp`), expert gradients over dp·cp/ep; no ZeRO:
+    all-reduce (2(n-1)/n, hierarchical across nodes); ZeRO-1/2: reduce-scatter of gradients +
+    all-gather of updated weights (same volume, ZeRO §7); ZeRO-3: reduce-scatter, plus an
+    all-gather of the weights in forward and in backward per micro-batch (1.5x, ZeRO §7.2.2),
+    overlapped per layer. Gradients travel in fp32 for pytorch recipes (FSDP reduce_dtype) and
+    in bf16 for Megatron (grad_reduce_in_fp32 off by default).
+    """
+    nd = node(job, g)
+    tp_, cp_, dp_, ep_, z = (_f(x) for x in (tp, cp, dp, ep, zero))
+    gb = float(job.recipe.grad_bytes) if _is_pytorch(job.recipe) else 2.0
+    wb = 2.0  # weights gathered in bf16
+    n_dense = dp_ * cp_
+    n_exp = np.maximum(dp_ * cp_ / ep_, 1.0)
+    ref = 1e9  # reference message (bytes) to separate the bandwidth term from the latency
+
+    def sync(n: FloatArray, st: FloatArray, nbytes: float) -> FloatArray:
+        ar = comm.all_reduce(nd, n, st, nbytes * gb)
+        rs = comm.reduce_scatter(nd, n, st, nbytes * gb) + comm.all_gather(nd, n, st,
+                                                                           nbytes * wb)
+        rs3 = comm.reduce_scatter(nd, n, st, nbytes * gb)
+        return np.where(z == 0, ar, np.where(z >= 3, rs3, rs))
+
+    fixed = sync(n_dense, tp_, 0.0)
+    per_dense = (sync(n_dense, tp_, ref) - fixed) / ref
+    per_exp = (sync(n_exp, tp_ * ep_, ref) - sync(n_exp, tp_ * ep_, 0.0)) / ref
+    ag0 = comm.all_gather(nd, n_dense, tp_, 0.0)
+    z3 = np.where(z >= 3, 2.0 * (comm.all_gather(nd, n_dense, tp_, ref * wb) - ag0) / ref, 0.0)
+    return per_dense, per_exp, z3, fixed
+
+
+def optimizer_factor(job: Job, g: int) -> float:
+    """Seconds per locally updated parameter of one fused Adam step (HBM-bound)."""
+    gpu = node(job, g).gpu
+    per = ADAM_BYTES_PER_PARAM - (2.0 if job.recipe.master_weight_bytes == 0 else 0.0)
+    return float(hbm_time(gpu, per))
+
+
+def inflight(pp: ArrayLike, vpp: ArrayLike, m: ArrayLike, stage: ArrayLike) -> FloatArray:
+    """Micro-batches whose activations stage `stage` holds at its peak, in full-stage units.
+
+    1F1B: min(pp - stage, m) (Korthikanti §4.2.3, Galvatron). Interleaved (Megatron
+    `forward_backward_pipelining_with_interleaving` warm-up): (pp - stage - 1)·2 + (vpp - 1)·pp
+    + 1 model chunks, capped at m·vpp, in units of one chunk = 1/vpp of the stage; on the first
+    stage this is pp·(1 + (pp-1)/(pp·vpp)) (Korthikanti §4.2.3).
+    """
+    pp_, vpp_, m_, j = (_f(x) for x in (pp, vpp, m, stage))
+    one_f = np.minimum(pp_ - j, m_)
+    chunks = np.minimum((pp_ - j - 1) * 2 + (vpp_ - 1) * pp_ + 1, m_ * vpp_)
+    return np.where(vpp_ > 1, chunks / vpp_, one_f)
+
+
+#: Constant allocated bytes outside params/activations (comm buckets) by framework.
+OTHER_BYTES = {"megatron": 0.0, "pytorch": float(DDP_BUCKET_BYTES)}
+
+
+def other_bytes(job: Job) -> float:
+    """Allocated bytes not in the breakdown's other fields (PyTorch DDP buckets)."""
+    return OTHER_BYTES["pytorch" if _is_pytorch(job.recipe) else "megatron"]
+
+
+def overhead_bytes(peak: ArrayLike) -> FloatArray:
+    """Memory the GPU needs beyond the allocated peak: CUDA context + allocator fragmentation."""
+    return CUDA_CONTEXT_BYTES + ALLOCATOR_FRAGMENTATION * _f(peak)

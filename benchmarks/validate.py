@@ -1,0 +1,351 @@
+"""Validate the cost model against published training runs and H200 measurements.
+
+    python benchmarks/validate.py [--markdown]
+
+Reads only files under benchmarks/data/ (copied from the calibration set; see its README).
+For every usable row prints predicted vs measured tokens/s/GPU (and memory where measured),
+the error of each row and the MAPE; rows that cannot be evaluated are listed with the reason.
+Defaults used for fields a source leaves empty are the documented defaults of that source,
+and every such row is flagged in the `assumed` column.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from autoparallel_cp.evaluate import evaluate
+from autoparallel_cp.factors import ALLOCATOR_FRAGMENTATION, CostOptions
+from autoparallel_cp.plan import Plan, plan_violations
+from autoparallel_cp.specs import (
+    GIB,
+    RECIPES,
+    ClusterSpec,
+    GPUSpec,
+    Job,
+    LinkSpec,
+    ModelSpec,
+    NodeGroup,
+    TrainingRecipe,
+)
+
+DATA = Path(__file__).resolve().parent / "data"
+
+# --------------------------------------------------------------------------------------------
+# Hardware as stated by the sources (published_runs_train.csv README)
+# --------------------------------------------------------------------------------------------
+
+A100_80 = GPUSpec(name="A100-SXM4-80GB", memory_gib=79.15, bf16_tflops=312.0, hbm_gbps=2039.0,
+                  source="A100 datasheet: 312 TFLOP/s bf16 dense, 2039 GB/s HBM2e")
+H100_SXM = GPUSpec(name="H100-SXM5-80GB", memory_gib=79.1, bf16_tflops=989.0, fp8_tflops=1979.0,
+                   hbm_gbps=3350.0, source="H100 SXM datasheet")
+#: torchtitan's H100: 96 GB HBM2e at a 500 W cap (Grand Teton). Peak between the 700 W SXM (989)
+#: and the 400 W NVL part (835, per the source's note): assumed 835 (power-capped clocks), HBM2e
+#: bandwidth assumed 3000 GB/s; 96 GiB of HBM, 95 usable.
+H100_96_500W = GPUSpec(name="H100-96GB-HBM2e-500W", memory_gib=95.0, bf16_tflops=835.0,
+                       fp8_tflops=1670.0, hbm_gbps=3000.0,
+                       source="assumed: 500 W cap ~ H100 NVL clocks; HBM2e")
+NVLINK3 = LinkSpec(bandwidth_gbps=300.0, latency_us=3.0, source="NVLink3 300 GB/s/dir")
+NVLINK4 = LinkSpec(bandwidth_gbps=450.0, latency_us=3.0, source="NVLink4 450 GB/s/dir")
+HDR_IB = LinkSpec(bandwidth_gbps=25.0, latency_us=8.0, source="8 x 200 Gb/s HDR per DGX A100")
+NDR_IB = LinkSpec(bandwidth_gbps=50.0, latency_us=8.0, source="400 Gb/s per GPU")
+
+
+def cluster(gpu: GPUSpec, intra: LinkSpec, inter: LinkSpec, gpus: int) -> ClusterSpec:
+    nodes = max(gpus // 8, 1)
+    per = 8 if gpus >= 8 else gpus
+    return ClusterSpec(name=gpu.name, node_groups=[NodeGroup(
+        name="n", gpu=gpu, gpus_per_node=per, num_nodes=nodes, intra_node=intra,
+        inter_node=inter)])
+
+
+#: Megatron-LM 2021/2022 (SC21, Korthikanti): fp16/bf16 mixed precision, fused softmax (no flash
+#: attention), no distributed optimizer.
+MEGATRON_2021 = TrainingRecipe(name="megatron-2021", framework="megatron", flash_attention=False)
+#: torchtitan FSDP2: fp32 sharded params, bf16 compute (param_dtype), fp32 reduce, no autocast
+#: copies (FSDP mixed precision casts on all-gather).
+TORCHTITAN = TrainingRecipe(name="torchtitan-fsdp", framework="pytorch", weight_bytes=4,
+                            grad_bytes=4, master_weight_bytes=0, optimizer_state_bytes=8)
+TORCHTITAN_FP8 = TORCHTITAN.model_copy(update={"name": "torchtitan-fsdp-fp8",
+                                               "compute_dtype": "fp8"})
+
+#: Megatron-Core r0.8 README runs use --tp-comm-overlap (userbuffers): TP all-gather /
+#: reduce-scatter pipelined with the GEMM chunks; assumed 80% hidden (first/last chunk exposed).
+MCORE_TP_OVERLAP = 0.8
+#: torchtitan async TP (micro-pipelined collective matmuls): same assumption.
+ASYNC_TP_OVERLAP = 0.8
+
+
+@dataclass
+class Row:
+    idx: int
+    name: str
+    source: str
+    job: Job | None
+    plan: Plan | None
+    options: CostOptions
+    measured_tps: float | None
+    measured_mem_gib: float | None
+    assumed: str
+    skip: str = ""
+
+
+def _i(x: str, default: int | None = None) -> int | None:
+    x = (x or "").strip()
+    if not x:
+        return default
+    try:
+        return int(float(x))
+    except ValueError:
+        return default
+
+
+def _r2_flops_per_token(L: int, h: int, s: int, V: int, ffn: int, g_over_a: float) -> float:
+    """Megatron-Core r0.8 `num_floating_point_operations` per token (as quoted in the csv)."""
+    return 12.0 * L * h * h * ((1 + g_over_a + s / h) + ffn / h + V / (2.0 * L * h))
+
+
+def _sc21_flops_per_token(L: int, h: int, s: int, V: int) -> float:
+    """Narayanan Eq. 3 per token: 96·l·h²·(1 + s/6h + V/16lh) (includes the recompute pass)."""
+    return 96.0 * L * h * h * (1 + s / (6.0 * h) + V / (16.0 * L * h))
+
+
+def published_rows() -> list[Row]:
+    with open(DATA / "published_runs_train.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    out: list[Row] = []
+    for i, r in enumerate(rows):
+        src = r["source"]
+        name = r["model"]
+        L, h, a = _i(r["layers"]), _i(r["hidden"]), _i(r["heads"])
+        assumed: list[str] = []
+        gpus = _i(r["num_gpus"])
+        tp, pp = _i(r["tp"]), _i(r["pp"])
+        if tp is None or pp is None or L is None or h is None or a is None or gpus is None:
+            out.append(Row(i, name, src[:20], None, None, CostOptions(), None, None, "",
+                           skip="parallel plan (tp/pp) not stated by the source"))
+            continue
+        ffn = _i(r["ffn_hidden"]) or 4 * h
+        kv = _i(r["kv_heads"]) or a
+        vocab = _i(r["vocab"])
+        if vocab is None:
+            vocab = 51200
+            assumed.append("vocab=51200 (source's cross-check value)")
+        seq = _i(r["seq_len"])
+        vpp = _i(r["vpp"], 1) or 1
+        cp = _i(r["cp"], 1) or 1
+        dp = _i(r["dp"]) or gpus // (tp * pp * cp)
+        mbs = _i(r["micro_batch"])
+        gb = _i(r["global_batch"])
+        rec_txt = r["recompute"].lower()
+        recompute = "full" if rec_txt.startswith("full") else (
+            "selective" if rec_txt.startswith("selective") else "none")
+        sp = 1 if r["sp"].strip().lower() == "yes" else 0
+        measured = float(r["measured_tokens_per_s_per_gpu"] or 0) or None
+        mem = float(r["measured_memory_gib"] or 0) or None
+        opts = CostOptions()
+        stage_layers: tuple[int, ...] | None = None
+        if src.startswith("Narayanan"):
+            kind = "sc21"
+            gpu, intra, inter = A100_80, NVLINK3, HDR_IB
+            recipe = MEGATRON_2021
+            model = ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
+                              num_attention_heads=a, vocab_size=vocab, mlp="gelu",
+                              norm="layernorm", position_embedding="learned",
+                              tie_embeddings=True, qkv_bias=True, attn_out_bias=True,
+                              mlp_bias=True)
+            opts = CostOptions(dropout=True, dp_overlap=False)
+            assert seq is not None
+            measured = float(r["measured_tflops_per_gpu"]) * 1e12 / _sc21_flops_per_token(
+                L, h, seq, vocab)
+            assumed.append("tok/s derived from TFLOP/s via Eq. 3")
+        elif src.startswith("Korthikanti"):
+            kind = "korthikanti"
+            gpu, intra, inter = A100_80, NVLINK3, HDR_IB
+            recipe = MEGATRON_2021
+            model = ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
+                              num_attention_heads=a, vocab_size=vocab, mlp="gelu",
+                              norm="layernorm", position_embedding="learned",
+                              tie_embeddings=True, qkv_bias=True, attn_out_bias=True,
+                              mlp_bias=True)
+            opts = CostOptions(dropout=True, dp_overlap=False)
+        elif src.startswith("NVIDIA/Megatron-LM"):
+            kind = "mcore"
+            gpu, intra, inter = H100_SXM, NVLINK4, NDR_IB
+            recipe = RECIPES["megatron-bf16"]
+            model = ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
+                              num_attention_heads=a, num_kv_heads=kv, vocab_size=vocab,
+                              mlp="gelu", norm="layernorm", tie_embeddings=False)
+            if mbs is None:
+                mbs = 1
+                assumed.append("mbs=1")
+            if recompute == "none" and not rec_txt:
+                assumed.append("no recompute")
+            sp = 1 if tp > 1 else 0
+            assumed.append("sp, dist-opt, TP/DP overlap from README flags")
+            opts = CostOptions(tp_comm_overlap=MCORE_TP_OVERLAP, dp_overlap=True)
+            assert seq is not None
+            measured = float(r["measured_tflops_per_gpu"]) * 1e12 / _r2_flops_per_token(
+                L, h, seq, vocab, ffn, kv / a)
+            assumed.append("tok/s derived from TFLOP/s via the r0.8 formula")
+        elif src.startswith("pytorch/torchtitan"):
+            kind = "torchtitan"
+            gpu, intra, inter = H100_96_500W, NVLINK4, NDR_IB
+            notes = r["notes"]
+            fp8 = "Float8" in notes
+            compiled = "compile" in notes
+            recipe = TORCHTITAN_FP8 if fp8 else TORCHTITAN
+            model = ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
+                              num_attention_heads=a, num_kv_heads=kv, vocab_size=vocab,
+                              mlp="swiglu", norm="rmsnorm", max_position_embeddings=131072)
+            if seq is None:
+                seq = 8192
+                assumed.append("seq=8192 (torchtitan llama3 config default)")
+            local = _i(notes.split("Local batch size")[1].split(".")[0]) if (
+                "Local batch size" in notes) else None
+            if pp > 1:
+                mbs = 1
+                assumed.append("PP microbatch size 1 (torchtitan default)")
+            else:
+                mbs = local
+            if gb is None and local is not None:
+                gb = local * dp
+            if "Interleaved" in notes:
+                vpp = 2
+                assumed.append("vpp=2 (stages per rank not stated)")
+            if L % (pp * vpp):
+                base = (L // pp + vpp - 1) // vpp * vpp
+                layers = [base] * (pp - 1)
+                layers.append(L - sum(layers))
+                stage_layers = tuple(layers)
+            async_tp = "AsyncTP" in notes
+            sp = 1 if tp > 1 else 0
+            opts = CostOptions(tp_comm_overlap=ASYNC_TP_OVERLAP if async_tp else 0.0,
+                               dp_overlap=True, fused=compiled, selective_policy="op")
+        else:
+            out.append(Row(i, name, src[:20], None, None, CostOptions(), None, None, "",
+                           skip="unknown source"))
+            continue
+        if seq is None or mbs is None or gb is None:
+            out.append(Row(i, name, kind, None, None, opts, measured, mem, "",
+                           skip="seq_len / micro batch / global batch not stated"))
+            continue
+        zero_txt = r["zero_stage"].strip()
+        zero = 3 if zero_txt == "FSDP" else (1 if kind == "mcore" else 0)
+        cl = cluster(gpu, intra, inter, gpus)
+        job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)
+        plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, sp=sp, zero=zero, mbs=mbs,
+                    num_microbatches=gb // (dp * mbs), recompute=recompute,  # type: ignore[arg-type]
+                    stage_layers=stage_layers)
+        bad = plan_violations(job, plan)
+        if bad:
+            out.append(Row(i, name, kind, None, None, opts, measured, mem, "",
+                           skip="plan breaks: " + "; ".join(bad)))
+            continue
+        out.append(Row(i, name, kind, job, plan, opts, measured, mem, "; ".join(assumed)))
+    return out
+
+
+H200 = GPUSpec(name="H200", memory_gib=139.8, bf16_tflops=989.0, fp8_tflops=1979.0,
+               hbm_gbps=4800.0, source="H200 SXM datasheet; 139.8 GiB per torch")
+
+
+def h200_rows() -> list[tuple[dict[str, float], Job, Plan]]:
+    cl = ClusterSpec(name="h200x1", node_groups=[NodeGroup(
+        name="h200", gpu=H200, gpus_per_node=1, num_nodes=1, intra_node=NVLINK4,
+        inter_node=NDR_IB)])
+    out = []
+    with open(DATA / "h200_pytorch_amp_train.jsonl") as fh:
+        lines = fh.readlines()
+    for line in lines:
+        r = json.loads(line)
+        if not r.get("ok"):
+            continue
+        model = ModelSpec(name=r["model"], num_layers=r["L"], hidden_size=r["h"],
+                          ffn_hidden_size=r["ffn"], num_attention_heads=r["nh"],
+                          num_kv_heads=r["nkv"], vocab_size=r["V"])
+        job = Job(model=model, cluster=cl, recipe=RECIPES["pytorch-amp"], seq_len=r["seq"],
+                  global_batch=r["mbs"])
+        plan = Plan(mbs=r["mbs"], num_microbatches=1,
+                    recompute="full" if r["recompute"] else "none")
+        out.append((r, job, plan))
+    return out
+
+
+def main(markdown: bool = False) -> int:
+    sep = " | " if markdown else "  "
+    print("## Published runs (tokens/s/GPU)\n")
+    hdr = ["#", "model", "src", "plan", "pred", "meas", "err%", "mem pred/meas GiB", "fits",
+           "assumed"]
+    if markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "---|" * len(hdr))
+    errs: dict[str, list[float]] = {}
+    mem_errs: list[float] = []
+    skipped = []
+    not_fit = []
+    for row in published_rows():
+        if row.job is None or row.plan is None:
+            skipped.append(row)
+            continue
+        ev = evaluate(row.job, row.plan, row.options)
+        pred = ev.throughput.tokens_per_s_per_gpu
+        err = (pred / row.measured_tps - 1) * 100 if row.measured_tps else float("nan")
+        if row.measured_tps:
+            errs.setdefault(row.source, []).append(abs(err))
+        mem_txt = f"{ev.memory.peak_bytes / GIB:.1f}"
+        if row.measured_mem_gib:
+            reserved = ev.memory.peak_bytes * (1 + ALLOCATOR_FRAGMENTATION) / GIB
+            mem_txt = f"{reserved:.1f}/{row.measured_mem_gib:.1f}"
+            mem_errs.append(abs(reserved / row.measured_mem_gib - 1) * 100)
+        if not ev.fits:
+            not_fit.append(row.idx)
+        p = row.plan
+        plan_txt = (f"tp{p.tp} pp{p.pp} v{p.vpp} cp{p.cp} dp{p.dp} z{p.zero} sp{p.sp} "
+                    f"b{p.mbs} m{p.num_microbatches} {p.recompute}")
+        cells = [str(row.idx), row.name[:28], row.source, plan_txt, f"{pred:.0f}",
+                 f"{row.measured_tps:.0f}" if row.measured_tps else "-", f"{err:+.1f}",
+                 mem_txt, "yes" if ev.fits else "NO", row.assumed]
+        print(("| " if markdown else "") + sep.join(cells) + (" |" if markdown else ""))
+    allerr = [e for v in errs.values() for e in v]
+    print()
+    for k, v in errs.items():
+        print(f"MAPE {k}: {sum(v) / len(v):.1f}% over {len(v)} rows (max {max(v):.1f}%)")
+    print(f"MAPE all published rows: {sum(allerr) / len(allerr):.1f}% over {len(allerr)} rows")
+    if mem_errs:
+        print(f"torchtitan memory (pred peak x {1 + ALLOCATOR_FRAGMENTATION:.2f} vs max reserved):"
+              f" MAPE {sum(mem_errs) / len(mem_errs):.1f}% over {len(mem_errs)} rows")
+    print(f"published runs predicted not to fit: {not_fit or 'none'}")
+    print("\nSkipped rows:")
+    for row in skipped:
+        print(f"  #{row.idx} {row.name}: {row.skip}")
+
+    print("\n## H200 pytorch-amp (single GPU)\n")
+    hdr2 = ["model", "seq", "mbs", "recompute", "peak pred GiB", "peak meas GiB", "err%",
+            "step pred ms", "step meas ms", "err%"]
+    if markdown:
+        print("| " + " | ".join(hdr2) + " |")
+        print("|" + "---|" * len(hdr2))
+    me, te = [], []
+    for r, job, plan in h200_rows():
+        ev = evaluate(job, plan)
+        pm = ev.memory.peak_bytes
+        ts = ev.time.step_s
+        e1 = (pm / r["peak_bytes"] - 1) * 100
+        e2 = (ts / r["step_s"] - 1) * 100
+        me.append(abs(e1))
+        te.append(abs(e2))
+        cells = [r["model"], str(r["seq"]), str(r["mbs"]), str(r["recompute"]),
+                 f"{pm / GIB:.2f}", f"{r['peak_bytes'] / GIB:.2f}", f"{e1:+.1f}",
+                 f"{ts * 1e3:.1f}", f"{r['step_s'] * 1e3:.1f}", f"{e2:+.1f}"]
+        print(("| " if markdown else "") + sep.join(cells) + (" |" if markdown else ""))
+    print(f"\nH200 peak memory MAPE {sum(me) / len(me):.1f}% (max {max(me):.1f}%), "
+          f"step time MAPE {sum(te) / len(te):.1f}% (max {max(te):.1f}%) over {len(me)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main("--markdown" in sys.argv))

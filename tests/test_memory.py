@@ -1,0 +1,90 @@
+"""Memory closed forms (Korthikanti Table 2, ZeRO, Megatron) and the H200 measured peaks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autoparallel_cp.evaluate import evaluate
+from autoparallel_cp.factors import korthikanti_gpt_layer_bytes, state_bytes_per_param
+from autoparallel_cp.plan import Plan
+from autoparallel_cp.specs import (
+    RECIPES,
+    ClusterSpec,
+    GPUSpec,
+    Job,
+    LinkSpec,
+    ModelSpec,
+    NodeGroup,
+    TrainingRecipe,
+)
+
+S, B, H, A = 2048, 4, 6144, 48
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_korthikanti_table2(t: int) -> None:
+    sbh = S * B * H
+    assert korthikanti_gpt_layer_bytes(S, B, H, A, t) == pytest.approx(
+        sbh * (10 + 24 / t + 5 * A * S / (H * t)))
+    assert korthikanti_gpt_layer_bytes(S, B, H, A, t, sp=True) == pytest.approx(
+        sbh * (34 / t + 5 * A * S / (H * t)))
+    assert korthikanti_gpt_layer_bytes(S, B, H, A, t, mode="selective") == pytest.approx(
+        sbh * (10 + 24 / t))
+    assert korthikanti_gpt_layer_bytes(S, B, H, A, t, sp=True, mode="selective") == \
+        pytest.approx(sbh * 34 / t)
+    assert korthikanti_gpt_layer_bytes(S, B, H, A, t, mode="full") == pytest.approx(2 * sbh)
+
+
+def test_korthikanti_eq1() -> None:
+    assert korthikanti_gpt_layer_bytes(S, B, H, A) == pytest.approx(
+        S * B * H * (34 + 5 * A * S / H))
+
+
+ZERO_PAPER = TrainingRecipe(name="zero-fp16", weight_bytes=2, grad_bytes=2)
+
+
+@pytest.mark.parametrize("d", [1, 8, 64])
+def test_zero_stages(d: int) -> None:
+    tot = [sum(float(x) for x in state_bytes_per_param(ZERO_PAPER, z, d)) for z in range(4)]
+    assert tot[0] == pytest.approx(16)
+    assert tot[1] == pytest.approx(4 + 12 / d)
+    assert tot[2] == pytest.approx(2 + 14 / d)
+    assert tot[3] == pytest.approx(16 / d)
+
+
+@pytest.mark.parametrize("d", [1, 4, 32])
+def test_megatron_bytes_per_param(d: int) -> None:
+    r = RECIPES["megatron-bf16"]
+    assert sum(float(x) for x in state_bytes_per_param(r, 0, d)) == pytest.approx(18)
+    assert sum(float(x) for x in state_bytes_per_param(r, 1, d)) == pytest.approx(6 + 12 / d)
+    assert sum(float(x) for x in state_bytes_per_param(RECIPES["pytorch-amp"], 0, d)) == 16
+
+
+def _h200_rows() -> list[tuple[dict, Job, Plan]]:
+    gpu = GPUSpec(name="H200", memory_gib=139.8, bf16_tflops=989, hbm_gbps=4800)
+    link = LinkSpec(bandwidth_gbps=450)
+    cl = ClusterSpec(name="h200", node_groups=[NodeGroup(
+        name="a", gpu=gpu, gpus_per_node=1, num_nodes=1, intra_node=link, inter_node=link)])
+    out = []
+    path = Path(__file__).resolve().parents[1] / "benchmarks/data/h200_pytorch_amp_train.jsonl"
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        m = ModelSpec(name=r["model"], num_layers=r["L"], hidden_size=r["h"],
+                      ffn_hidden_size=r["ffn"], num_attention_heads=r["nh"],
+                      num_kv_heads=r["nkv"], vocab_size=r["V"])
+        job = Job(model=m, cluster=cl, recipe=RECIPES["pytorch-amp"], seq_len=r["seq"],
+                  global_batch=r["mbs"])
+        out.append((r, job, Plan(mbs=r["mbs"], num_microbatches=1,
+                                 recompute="full" if r["recompute"] else "none")))
+    return out
+
+
+def test_h200_peak_memory_within_10pct() -> None:
+    for r, job, plan in _h200_rows():
+        ev = evaluate(job, plan)
+        assert ev.memory.peak_bytes == pytest.approx(r["peak_bytes"], rel=0.10)
+        states = ev.memory.params_bytes + ev.memory.grads_bytes + ev.memory.optimizer_bytes
+        assert states == pytest.approx(r["static_bytes"], rel=0.02)

@@ -1,0 +1,50 @@
+"""Step time: breakdown consistency, pipeline bubble, H200 measured steps."""
+
+from __future__ import annotations
+
+import pytest
+from test_memory import _h200_rows
+
+from autoparallel_cp.evaluate import evaluate
+from autoparallel_cp.plan import Plan
+from autoparallel_cp.specs import RECIPES, ClusterSpec, GPUSpec, Job, LinkSpec, ModelSpec, NodeGroup
+
+
+def _job(gpus: int = 16, inter: float = 50.0) -> Job:
+    gpu = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989, hbm_gbps=3350)
+    cl = ClusterSpec(name="c", node_groups=[NodeGroup(
+        name="n", gpu=gpu, gpus_per_node=8, num_nodes=gpus // 8,
+        intra_node=LinkSpec(bandwidth_gbps=450), inter_node=LinkSpec(bandwidth_gbps=inter))])
+    m = ModelSpec(name="m", num_layers=16, hidden_size=4096, ffn_hidden_size=14336,
+                  num_attention_heads=32, num_kv_heads=8, vocab_size=128256)
+    return Job(model=m, cluster=cl, recipe=RECIPES["megatron-bf16"], seq_len=4096,
+               global_batch=64)
+
+
+def test_breakdown_sums_to_step() -> None:
+    job = _job()
+    p = Plan(dp=2, tp=4, pp=2, sp=1, zero=1, mbs=1, num_microbatches=32, recompute="selective")
+    t = evaluate(job, p).time
+    parts = (t.compute_s + t.bubble_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.pp_comm_s
+             + t.dp_comm_s + t.optimizer_s)
+    assert parts == pytest.approx(t.step_s, rel=1e-9)
+
+
+def test_interleaving_shrinks_bubble() -> None:
+    job = _job()
+    a = evaluate(job, Plan(dp=2, tp=4, pp=2, mbs=1, num_microbatches=32)).time
+    b = evaluate(job, Plan(dp=2, tp=4, pp=2, vpp=2, mbs=1, num_microbatches=32)).time
+    assert b.bubble_s == pytest.approx(a.bubble_s / 2, rel=0.05)
+
+
+def test_h200_step_time() -> None:
+    errs = []
+    for r, job, plan in _h200_rows():
+        errs.append(abs(evaluate(job, plan).time.step_s / r["step_s"] - 1))
+    assert sum(errs) / len(errs) < 0.08
+    assert max(errs) < 0.17  # worst rows: eager launch-bound small steps (RESULTS.md)
+
+
+def test_violations_raise() -> None:
+    with pytest.raises(ValueError, match="GPUs"):
+        evaluate(_job(), Plan(dp=3, tp=4, pp=2, mbs=1, num_microbatches=1))

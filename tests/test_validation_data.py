@@ -1,0 +1,25 @@
+"""The published-run validation (benchmarks/validate.py) stays within its recorded errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from autoparallel_cp.evaluate import evaluate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import validate  # noqa: E402
+
+
+def test_megatron_rows_mape_and_fit() -> None:
+    errs = []
+    for row in validate.published_rows():
+        if row.job is None or row.plan is None:
+            assert row.skip
+            continue
+        ev = evaluate(row.job, row.plan, row.options)
+        assert ev.fits, f"published run #{row.idx} predicted not to fit"
+        if row.source in ("sc21", "korthikanti") and row.measured_tps:
+            errs.append(abs(ev.throughput.tokens_per_s_per_gpu / row.measured_tps - 1))
+    assert len(errs) == 18
+    assert sum(errs) / len(errs) < 0.10
