@@ -65,6 +65,23 @@ ATTN_FWDBWD_S_HALF = 1241.0
 #: Fitted: head dim at which attention rate is half its large-d limit (d=64 runs at 0.70x d=128).
 ATTN_D_HALF = 96.0
 
+#: Attention kernel generations. The curves above were measured with PyTorch 2.11, whose SDPA
+#: dispatches to cuDNN attention on sm90 (cuDNN made opt-in after the 2.5 bugs,
+#: pytorch/pytorch#138522, and preferred again once the bundled cuDNN >= 9.15, i.e. torch 2.11;
+#: huggingface/transformers#48163): the "modern" kernels (cuDNN / FlashAttention-3 class).
+#: PyTorch SDPA between 2.5 and 2.10 uses FlashAttention-2 on H100 unless cuDNN is requested
+#: (pytorch/pytorch#142132: nightly 2.6.0.dev20241204 SDPA 329 vs cuDNN 631 TFLOP/s, "expected").
+#: FlashAttention-2 on H100 SXM5, head dim 128, from the FlashAttention-3 paper (Shah et al.
+#: 2024, Figs. 5/6): causal forward 191/260/298/319/333/335 TFLOP/s and backward
+#: 214/260/291/310/318/322 TFLOP/s at s = 512..16k; fitted with the same curve form
+#: (fit_attention_points): forward 0.357 of the 989 peak with s_half 420, forward+backward
+#: 0.340 with s_half 314 (each point within 4%).
+ATTN_KERNELS: dict[str, tuple[float, float, float, float]] = {
+    # kernel: (fwd fraction, fwd s_half, fwd+bwd fraction, fwd+bwd s_half)
+    "cudnn": (0.6732, 570.0, 0.6099, 1241.0),
+    "fa2": (0.3571, 420.0, 0.3395, 314.0),
+}
+
 #: Fraction of the HBM spec bandwidth reached by streaming kernels (H200 copy test 4174/4800).
 HBM_EFFICIENCY = 0.87
 #: Achieved fraction of the fp8 dense peak relative to the bf16 fraction: fp8 GEMMs of training
@@ -106,18 +123,25 @@ def _attn_rate(gpu: GPUSpec, s: FloatArray, d: FloatArray, frac: float,
 
 
 def flash_attention_time(
-    gpu: GPUSpec, flops_fwd_causal: ArrayLike, seq: ArrayLike, head_dim: ArrayLike
+    gpu: GPUSpec, flops_fwd_causal: ArrayLike, seq: ArrayLike, head_dim: ArrayLike,
+    kernel: str = "cudnn",
 ) -> tuple[FloatArray, FloatArray]:
     """(forward_s, backward_s) of causal flash attention doing `flops_fwd_causal` forward FLOP.
 
     `seq` is the key length each query block sees (sets the curve's position). Backward does
     2.5x the forward FLOP (FlashAttention-2 paper, §3.1 counting) at the fwd+bwd rate.
+    `kernel` selects the kernel generation (`ATTN_KERNELS`; "fa3" is treated as "cudnn").
     """
     f = np.asarray(flops_fwd_causal, dtype=np.float64)
     s = np.asarray(seq, dtype=np.float64)
     d = np.minimum(np.asarray(head_dim, dtype=np.float64), 128.0)
-    fwd = f / _attn_rate(gpu, s, d, ATTN_FWD_FRACTION, ATTN_FWD_S_HALF)
-    both = 3.5 * f / _attn_rate(gpu, s, d, ATTN_FWDBWD_FRACTION, ATTN_FWDBWD_S_HALF)
+    if kernel in ("cudnn", "fa3"):
+        ff, fs, bf, bs = ATTN_FWD_FRACTION, ATTN_FWD_S_HALF, ATTN_FWDBWD_FRACTION, \
+            ATTN_FWDBWD_S_HALF
+    else:
+        ff, fs, bf, bs = ATTN_KERNELS[kernel]
+    fwd = f / _attn_rate(gpu, s, d, ff, fs)
+    both = 3.5 * f / _attn_rate(gpu, s, d, bf, bs)
     return fwd, np.maximum(both - fwd, 0.0)
 
 
@@ -159,3 +183,14 @@ def fit_attention_curve(rows: list[dict[str, float]], key: str) -> tuple[float, 
     c, *_ = np.linalg.lstsq(a, 1.0 / rate, rcond=None)
     r_inf = 1.0 / c[0]
     return r_inf / H200_BF16_PEAK_TFLOPS, c[1] * r_inf
+
+
+def fit_attention_points(seq: list[float], tflops: list[float],
+                         peak_tflops: float) -> tuple[float, float]:
+    """Fit (fraction of `peak_tflops`, s_half) of `rate = R·s/(s+s_half)` on published points."""
+    s = np.asarray(seq, dtype=np.float64)
+    rate = np.asarray(tflops, dtype=np.float64)
+    a = np.stack([np.ones_like(s), 1.0 / s], 1)
+    c, *_ = np.linalg.lstsq(a, 1.0 / rate, rcond=None)
+    r_inf = 1.0 / c[0]
+    return r_inf / peak_tflops, c[1] * r_inf

@@ -105,6 +105,9 @@ class CostOptions:
     - ``selective_policy``: what `recompute=selective` means: "attention" (Megatron: recompute
       the attention core, Korthikanti §5) or "op" (torchtitan op-level SAC: keep the layer
       input, the attention output and every other matmul output; recompute the rest).
+    - ``attention_kernel``: flash-attention kernel generation, "cudnn" (default: cuDNN /
+      FlashAttention-3 class, what the H200 curves measured) or "fa2" (FlashAttention-2, e.g.
+      PyTorch SDPA 2.5-2.10 on H100; efficiency.ATTN_KERNELS).
     """
 
     dropout: bool = False
@@ -112,6 +115,7 @@ class CostOptions:
     tp_comm_overlap: float = 0.0
     dp_overlap: bool = True
     fused: bool | None = None
+    attention_kernel: str = "cudnn"
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -435,7 +439,10 @@ def layer_factors(
     a, dqk, dv = attention_dims(model)
     if recipe.flash_attention:
         fl = attention_core_flops(model, mbs_, job.seq_len, cp_, tp_, causal=True)
-        att_f, att_b = flash_attention_time(gpu, fl, s, (dqk + dv) / 2.0)
+        # context parallelism runs the kernel once per ring step on s/cp-long blocks
+        # (Megatron CP / torch ring attention): the curve sits at key length s/cp
+        att_f, att_b = flash_attention_time(gpu, fl, s / cp_, (dqk + dv) / 2.0,
+                                            opts.attention_kernel)
     else:
         # two batched GEMMs (QKᵀ, attn·V) over b·a/tp heads, full (masked) s x s, plus softmax
         # (+dropout) traffic: read/write 2·a·s² bytes fwd (Megatron fused scale-mask-softmax).

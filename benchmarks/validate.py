@@ -43,11 +43,12 @@ A100_80 = GPUSpec(name="A100-SXM4-80GB", memory_gib=79.15, bf16_tflops=312.0, hb
 H100_SXM = GPUSpec(name="H100-SXM5-80GB", memory_gib=79.1, bf16_tflops=989.0, fp8_tflops=1979.0,
                    hbm_gbps=3350.0, source="H100 SXM datasheet")
 #: torchtitan's H100: 96 GB HBM2e at a 500 W cap (Grand Teton). Peak between the 700 W SXM (989)
-#: and the 400 W NVL part (835, per the source's note): assumed 835 (power-capped clocks), HBM2e
-#: bandwidth assumed 3000 GB/s; 96 GiB of HBM, 95 usable.
+#: and the 400 W NVL part (835, per the source's note): assumed 835 (power-capped clocks).
+#: HBM2e bandwidth 2410 GB/s: the HBM2e H100 (94 GiB usable) measured by Ujeniya et al. 2026,
+#: "power-capping NVIDIA H100 and H200" (arXiv 2604.11391), same 5-stack HBM2e part.
 H100_96_500W = GPUSpec(name="H100-96GB-HBM2e-500W", memory_gib=95.0, bf16_tflops=835.0,
-                       fp8_tflops=1670.0, hbm_gbps=3000.0,
-                       source="assumed: 500 W cap ~ H100 NVL clocks; HBM2e")
+                       fp8_tflops=1670.0, hbm_gbps=2410.0,
+                       source="assumed: 500 W cap ~ H100 NVL clocks; HBM2e 2.41 TB/s")
 NVLINK3 = LinkSpec(bandwidth_gbps=300.0, latency_us=3.0, source="NVLink3 300 GB/s/dir")
 NVLINK4 = LinkSpec(bandwidth_gbps=450.0, latency_us=3.0, source="NVLink4 450 GB/s/dir")
 HDR_IB = LinkSpec(bandwidth_gbps=25.0, latency_us=8.0, source="8 x 200 Gb/s HDR per DGX A100")
@@ -77,6 +78,10 @@ TORCHTITAN_FP8 = TORCHTITAN.model_copy(update={"name": "torchtitan-fsdp-fp8",
 MCORE_TP_OVERLAP = 0.8
 #: torchtitan async TP (micro-pipelined collective matmuls): same assumption.
 ASYNC_TP_OVERLAP = 0.8
+#: torchtitan 2024-12 (torch nightly 1963fc8) calls SDPA, which then dispatched to
+#: FlashAttention-2 on H100 (cuDNN attention opt-in since pytorch/pytorch#138522; #142132 shows
+#: nightly 2.6.0.dev20241204 SDPA at 329 vs cuDNN 631 TFLOP/s on H100, "expected").
+TORCHTITAN_ATTENTION = "fa2"
 
 
 @dataclass
@@ -195,8 +200,11 @@ def published_rows() -> list[Row]:
             kind = "torchtitan"
             gpu, intra, inter = H100_96_500W, NVLINK4, NDR_IB
             notes = r["notes"]
-            fp8 = "Float8" in notes
-            compiled = "compile" in notes
+            # the run's configuration is the notes' first sentence(s) before "Local batch
+            # size"; the boilerplate after it mentions Float8 for every row
+            config = notes.split("Local batch size")[0]
+            fp8 = "Float8" in config
+            compiled = "compile" in config
             recipe = TORCHTITAN_FP8 if fp8 else TORCHTITAN
             model = ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
                               num_attention_heads=a, num_kv_heads=kv, vocab_size=vocab,
@@ -221,10 +229,11 @@ def published_rows() -> list[Row]:
                 layers = [base] * (pp - 1)
                 layers.append(L - sum(layers))
                 stage_layers = tuple(layers)
-            async_tp = "AsyncTP" in notes
+            async_tp = "AsyncTP" in config
             sp = 1 if tp > 1 else 0
             opts = CostOptions(tp_comm_overlap=ASYNC_TP_OVERLAP if async_tp else 0.0,
-                               dp_overlap=True, fused=compiled, selective_policy="op")
+                               dp_overlap=True, fused=compiled, selective_policy="op",
+                               attention_kernel=TORCHTITAN_ATTENTION)
         else:
             out.append(Row(i, name, src[:20], None, None, CostOptions(), None, None, "",
                            skip="unknown source"))
@@ -238,7 +247,7 @@ def published_rows() -> list[Row]:
         cl = cluster(gpu, intra, inter, gpus)
         job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)
         plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, sp=sp, zero=zero, mbs=mbs,
-                    num_microbatches=gb // (dp * mbs), recompute=recompute,  # type: ignore[arg-type]
+                    num_microbatches=gb // (dp * mbs), recompute=recompute,
                     stage_layers=stage_layers)
         bad = plan_violations(job, plan)
         if bad:
@@ -338,7 +347,7 @@ def main(markdown: bool = False) -> int:
         e2 = (ts / r["step_s"] - 1) * 100
         me.append(abs(e1))
         te.append(abs(e2))
-        cells = [r["model"], str(r["seq"]), str(r["mbs"]), str(r["recompute"]),
+        cells = [str(r["model"]), str(r["seq"]), str(r["mbs"]), str(r["recompute"]),
                  f"{pm / GIB:.2f}", f"{r['peak_bytes'] / GIB:.2f}", f"{e1:+.1f}",
                  f"{ts * 1e3:.1f}", f"{r['step_s'] * 1e3:.1f}", f"{e2:+.1f}"]
         print(("| " if markdown else "") + sep.join(cells) + (" |" if markdown else ""))

@@ -50,3 +50,34 @@ def test_model_flops_korthikanti_eq7() -> None:
     eq7 = 72 * L * h * h * (1 + s / (6 * h) + v / (12 * h * L))
     # ours also counts biases-free norms' params (tiny); Eq. 7 ignores them
     assert model_flops_per_token(m, s) == pytest.approx(eq7, rel=2e-3)
+
+
+# FlashAttention-3 paper (Shah et al. 2024) Figs. 5/6, H100 SXM5, head dim 128:
+# FlashAttention-2 causal forward and backward TFLOP/s at s = 512 .. 16k.
+FA2_SEQ = [512, 1024, 2048, 4096, 8192, 16384]
+FA2_FWD = [191, 260, 298, 319, 333, 335]
+FA2_BWD = [214, 260, 291, 310, 318, 322]
+
+
+def test_fa2_constants_match_published_fit() -> None:
+    both = [3.5 / (1 / f + 2.5 / b) for f, b in zip(FA2_FWD, FA2_BWD, strict=True)]
+    ff, fs = E.fit_attention_points(FA2_SEQ, FA2_FWD, 989.0)
+    bf, bs = E.fit_attention_points(FA2_SEQ, both, 989.0)
+    c = E.ATTN_KERNELS["fa2"]
+    assert (ff, fs, bf, bs) == pytest.approx(c, rel=1e-2)
+
+
+def test_fa2_kernel_reproduces_published_h100_rates() -> None:
+    from autoparallel_cp.specs import GPUSpec
+
+    h100 = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989.0, hbm_gbps=3350.0)
+    for s, f_pub, b_pub in zip(FA2_SEQ, FA2_FWD, FA2_BWD, strict=True):
+        flops = 1e12
+        fwd, bwd = E.flash_attention_time(h100, flops, s, 128, kernel="fa2")
+        assert flops / float(fwd) / 1e12 == pytest.approx(f_pub, rel=0.05)
+        assert 2.5 * flops / float(bwd) / 1e12 == pytest.approx(b_pub, rel=0.08)
+        # the default (cuDNN-class) kernel is faster at training lengths
+        fwd_new, bwd_new = E.flash_attention_time(h100, flops, s, 128)
+        assert fwd_new < fwd
+        if s >= 2048:
+            assert fwd_new + bwd_new < fwd + bwd
