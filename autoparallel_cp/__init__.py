@@ -1,2 +1,62 @@
-"""autoparallel_cp: optimal parallel training plans with OR-Tools CP-SAT."""
+"""autoparallel_cp: optimal parallel training plans with OR-Tools CP-SAT.
+
+Public API (imported lazily, so `import autoparallel_cp` stays light)::
+
+    from autoparallel_cp import solve, evaluate, load_model, load_cluster, make_job
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "solve", "evaluate", "enumerate_plans", "load_model", "load_cluster", "make_job",
+    "Job", "Plan", "parse_plan", "RECIPES", "UserError", "InputError", "InfeasibleError",
+    "__version__",
+]
+
+_LAZY: dict[str, str] = {
+    "solve": "autoparallel_cp.api",
+    "evaluate": "autoparallel_cp.api",
+    "enumerate_plans": "autoparallel_cp.api",
+    "load_model": "autoparallel_cp.api",
+    "load_cluster": "autoparallel_cp.api",
+    "make_job": "autoparallel_cp.api",
+    "Job": "autoparallel_cp.specs",
+    "RECIPES": "autoparallel_cp.specs",
+    "Plan": "autoparallel_cp.plan",
+    "parse_plan": "autoparallel_cp.plan",
+    "UserError": "autoparallel_cp.errors",
+    "InputError": "autoparallel_cp.errors",
+    "InfeasibleError": "autoparallel_cp.errors",
+}
+
+if TYPE_CHECKING:
+    from autoparallel_cp.api import (
+        enumerate_plans,
+        evaluate,
+        load_cluster,
+        load_model,
+        make_job,
+        solve,
+    )
+    from autoparallel_cp.errors import InfeasibleError, InputError, UserError
+    from autoparallel_cp.plan import Plan, parse_plan
+    from autoparallel_cp.specs import RECIPES, Job
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'autoparallel_cp' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))

@@ -1,0 +1,478 @@
+"""Readable and portable outputs: rich tables, breakdown reports, CSV and JSON files.
+
+Everything here works on the PLAN dictionaries of INTERFACE.md (`Evaluation.to_json()`), so the
+reports show exactly what `--json` writes. Files are written atomically: the text goes to a
+temporary file in the target's folder, which then replaces the target (`os.replace`); on any
+error the temporary file is removed and the target is left as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from autoparallel_cp.errors import UserError
+
+GIB = 1024**3
+
+PLAN_FIELDS: tuple[str, ...] = (
+    "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches", "recompute",
+)
+TIME_FIELDS: tuple[str, ...] = (
+    "compute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s",
+    "optimizer_s",
+)
+_TIME_LABEL: dict[str, str] = {
+    "compute_s": "compute", "bubble_s": "bubble", "tp_comm_s": "TP comm", "cp_comm_s": "CP comm",
+    "ep_comm_s": "EP comm", "pp_comm_s": "PP comm", "dp_comm_s": "DP comm",
+    "optimizer_s": "optimizer",
+}
+MEMORY_FIELDS: tuple[str, ...] = (
+    "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "other_bytes",
+)
+_MEM_LABEL: dict[str, str] = {
+    "params_bytes": "parameters", "grads_bytes": "gradients", "optimizer_bytes": "optimizer",
+    "activations_bytes": "activations", "other_bytes": "other",
+}
+
+CSV_COLUMNS: tuple[str, ...] = (
+    ("rank",) + PLAN_FIELDS + ("recompute_layers", "stage_layers", "fits", "peak_bytes",
+                                "peak_gib", "capacity_gib", "step_s")
+    + TIME_FIELDS + ("tokens_per_s", "tokens_per_s_per_gpu", "mfu")
+)
+
+
+# --------------------------------------------------------------------------------------------
+# atomic writers
+# --------------------------------------------------------------------------------------------
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` to `path` atomically; `-` writes to stdout.
+
+    Raises UserError (exit 2) naming the file when it cannot be written; the target is then
+    untouched and no temporary file is left behind.
+    """
+    if str(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    tmp_name: str | None = None
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_name, target)
+        tmp_name = None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write file: {exc.strerror or exc}") from exc
+    finally:
+        if tmp_name is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+
+
+def plans_csv(plans: Sequence[Mapping[str, Any]]) -> str:
+    """CSV text, one row per PLAN dict (best first), columns CSV_COLUMNS."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+    w.writeheader()
+    for rank, p in enumerate(plans, start=1):
+        w.writerow(csv_row(p, rank))
+    return buf.getvalue()
+
+
+def csv_row(p: Mapping[str, Any], rank: int) -> dict[str, Any]:
+    """The CSV row of one PLAN dict."""
+    plan = p.get("plan", {})
+    mem = p.get("memory", {})
+    t = p.get("time", {})
+    thr = p.get("throughput", {})
+    row: dict[str, Any] = {"rank": rank}
+    for f in PLAN_FIELDS:
+        row[f] = plan.get(f)
+    row["recompute_layers"] = plan.get("recompute_layers")
+    sl = plan.get("stage_layers")
+    row["stage_layers"] = ":".join(map(str, sl)) if sl else ""
+    row["fits"] = p.get("fits")
+    peak = mem.get("peak_bytes")
+    cap = mem.get("capacity_bytes")
+    row["peak_bytes"] = peak
+    row["peak_gib"] = round(peak / GIB, 3) if peak is not None else None
+    row["capacity_gib"] = round(cap / GIB, 3) if cap is not None else None
+    row["step_s"] = t.get("step_s")
+    for f in TIME_FIELDS:
+        row[f] = t.get(f)
+    row["tokens_per_s"] = thr.get("tokens_per_s")
+    row["tokens_per_s_per_gpu"] = thr.get("tokens_per_s_per_gpu")
+    row["mfu"] = thr.get("mfu")
+    return row
+
+
+def result_json(
+    status: str, solve_time_s: float, space_size: Any, plans: Sequence[Mapping[str, Any]]
+) -> str:
+    """The solve/enumerate JSON document of INTERFACE.md (exactly its four keys)."""
+    doc = {"status": status, "solve_time_s": solve_time_s, "space_size": space_size,
+           "plans": list(plans)}
+    return json.dumps(doc, indent=2, default=_json_default) + "\n"
+
+
+def plan_json(plan: Mapping[str, Any]) -> str:
+    """One PLAN as JSON text (the `evaluate --json` document)."""
+    return json.dumps(plan, indent=2, default=_json_default) + "\n"
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+# --------------------------------------------------------------------------------------------
+# formatting helpers
+# --------------------------------------------------------------------------------------------
+
+
+def gib(n: float | None) -> str:
+    """Bytes as GiB with one decimal."""
+    return "-" if n is None else f"{n / GIB:.1f}"
+
+
+def fmt_time(s: float | None) -> str:
+    """Seconds in a readable unit."""
+    if s is None:
+        return "-"
+    if s >= 100:
+        return f"{s:.0f} s"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.0f} us"
+
+
+def fmt_count(x: float | None) -> str:
+    """A large count (tokens/s) with k/M suffix."""
+    if x is None:
+        return "-"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e4:
+        return f"{x / 1e3:.1f}k"
+    return f"{x:,.0f}"
+
+
+def time_shares(p: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """(label, share of step time) of each time component, largest first."""
+    t = p.get("time", {})
+    step = t.get("step_s") or 0.0
+    if step <= 0:
+        return []
+    parts = [(_TIME_LABEL[f], (t.get(f) or 0.0) / step) for f in TIME_FIELDS]
+    return sorted((x for x in parts if x[1] > 0), key=lambda x: -x[1])
+
+
+def dominant(p: Mapping[str, Any], n: int = 2) -> str:
+    """What dominates the step time, e.g. 'compute 78% · bubble 12%'."""
+    shares = time_shares(p)[:n]
+    return ", ".join(f"{label} {share:.0%}" for label, share in shares) or "-"
+
+
+def plan_label(plan: Mapping[str, Any]) -> str:
+    """Compact plan text: non-trivial degrees and settings."""
+    parts = [f"dp{plan.get('dp')}", f"tp{plan.get('tp')}", f"pp{plan.get('pp')}"]
+    for k in ("vpp", "cp", "ep"):
+        if (plan.get(k) or 1) > 1:
+            parts.append(f"{k}{plan[k]}")
+    if plan.get("sp"):
+        parts.append("sp")
+    parts.append(f"z{plan.get('zero')}")
+    parts.append(f"mbs{plan.get('mbs')}")
+    rc = plan.get("recompute", "none")
+    if rc != "none":
+        rl = plan.get("recompute_layers")
+        parts.append(f"rc:{rc}" + (f"({rl})" if rl is not None else ""))
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------------
+
+
+def plans_table(
+    plans: Sequence[Mapping[str, Any]],
+    *,
+    title: str | None = None,
+    highlight: int | None = None,
+    compare: bool = False,
+) -> Table:
+    """The k-best table: degrees, mbs, recompute, memory, step time, throughput, MFU, what
+    dominates the time; with `compare`, why each plan loses to #1."""
+    table = Table(title=title, header_style="bold", title_justify="left", pad_edge=False)
+    table.add_column("#", justify="right", no_wrap=True)
+    # vpp / cp / ep columns only when some plan uses them (the CSV/JSON always have them)
+    shown = [c for c in ("dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs")
+             if c not in ("vpp", "cp", "ep")
+             or any((p.get("plan", {}).get(c) or 1) > 1 for p in plans)]
+    for col in (*shown, "m"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("recompute", no_wrap=True)
+    table.add_column("mem GiB", justify="right", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("tok/s/GPU", justify="right", no_wrap=True)
+    table.add_column("MFU", justify="right", no_wrap=True)
+    table.add_column("time goes to", no_wrap=True)
+    if compare:
+        table.add_column("vs #1", no_wrap=True)
+    for i, p in enumerate(plans, start=1):
+        plan = p.get("plan", {})
+        mem = p.get("memory", {})
+        t = p.get("time", {})
+        thr = p.get("throughput", {})
+        rc = str(plan.get("recompute", "none"))
+        if rc == "full" and plan.get("recompute_layers") is not None:
+            rc += f" ({plan['recompute_layers']}/stage)"
+        memtxt = Text(f"{gib(needed_bytes(mem))}/{gib(mem.get('capacity_bytes'))}")
+        if p.get("fits") is False:
+            memtxt.stylize("red")
+        mfu = thr.get("mfu")
+        style = "bold green" if highlight == i else None
+        table.add_row(
+            str(i),
+            *(str(plan.get(f, "")) for f in (*shown, "num_microbatches")),
+            rc,
+            memtxt,
+            fmt_time(t.get("step_s")),
+            fmt_count(thr.get("tokens_per_s_per_gpu")),
+            "-" if mfu is None else f"{mfu:.1%}",
+            dominant(p),
+            *((versus(p, plans[0]) if i > 1 else "best",) if compare else ()),
+            style=style,
+        )
+    return table
+
+
+def versus(p: Mapping[str, Any], best: Mapping[str, Any]) -> str:
+    """Why `p` loses to `best`: relative step time and the term that grew most."""
+    t, b = p.get("time", {}), best.get("time", {})
+    step, bstep = t.get("step_s") or 0.0, b.get("step_s") or 0.0
+    if not bstep:
+        return "-"
+    deltas = [(f, (t.get(f) or 0.0) - (b.get(f) or 0.0)) for f in TIME_FIELDS]
+    f, d = max(deltas, key=lambda x: x[1])
+    rel = step / bstep - 1.0
+    if d <= 0 or rel <= 0:
+        return f"{rel:+.1%}"
+    return f"{rel:+.1%}: {_TIME_LABEL[f]} +{fmt_time(d)}"
+
+
+def breakdown_tables(p: Mapping[str, Any]) -> tuple[Table, Table]:
+    """Memory and time breakdown tables of one PLAN dict."""
+    mem = p.get("memory", {})
+    cap = mem.get("capacity_bytes") or 0
+    peak = mem.get("peak_bytes") or 0
+    where = f" (pipeline stage {mem['stage']})" if mem.get("stage") is not None else ""
+    mt = Table(title=f"Memory of the most loaded GPU{where}", title_justify="left",
+               header_style="bold")
+    mt.add_column("part")
+    mt.add_column("GiB", justify="right")
+    mt.add_column("of peak", justify="right")
+    for f in MEMORY_FIELDS:
+        v = mem.get(f)
+        if v is None:
+            continue
+        mt.add_row(_MEM_LABEL[f], gib(v), f"{v / peak:.0%}" if peak else "-")
+    overhead = mem.get("overhead_bytes")
+    if overhead is not None:
+        mt.add_row("CUDA context + fragmentation", gib(overhead), "")
+    fits = p.get("fits")
+    style = "bold" if fits else "bold red"
+    mt.add_row(Text("peak allocated", style="bold"), Text(gib(peak), style="bold"),
+               Text(f"{peak / cap:.0%} of {gib(cap)}" if cap else "-", style="bold"))
+    req = mem.get("required_bytes")
+    if req is not None:
+        mt.add_row(Text("required (vs capacity)", style=style), Text(gib(req), style=style),
+                   Text(f"{req / cap:.0%} of {gib(cap)}" if cap else "-", style=style))
+    t = p.get("time", {})
+    step = t.get("step_s") or 0.0
+    slow = t.get("slowest_stage")
+    tt = Table(title="Step time" + (f" (slowest stage {slow})" if slow is not None else ""),
+               title_justify="left", header_style="bold")
+    tt.add_column("part")
+    tt.add_column("time", justify="right")
+    tt.add_column("share", justify="right")
+    for f in TIME_FIELDS:
+        v = t.get(f)
+        if v is None:
+            continue
+        tt.add_row(_TIME_LABEL[f], fmt_time(v), f"{v / step:.0%}" if step else "-")
+    tt.add_row(Text("step", style="bold"), Text(fmt_time(step), style="bold"), "")
+    return mt, tt
+
+
+def throughput_line(p: Mapping[str, Any]) -> str:
+    """One line: tokens/s, tokens/s/GPU, MFU."""
+    thr = p.get("throughput", {})
+    mfu = thr.get("mfu")
+    return (f"throughput {fmt_count(thr.get('tokens_per_s'))} tokens/s, "
+            f"{fmt_count(thr.get('tokens_per_s_per_gpu'))} tokens/s/GPU, "
+            f"MFU {'-' if mfu is None else f'{mfu:.1%}'}")
+
+
+# --------------------------------------------------------------------------------------------
+# explain: what limits a plan and what would help
+# --------------------------------------------------------------------------------------------
+
+
+def needed_bytes(mem: Mapping[str, Any]) -> Any:
+    """Memory compared with the capacity: `required_bytes` (peak + runtime overhead) when the
+    cost model gives it, else the allocated `peak_bytes`."""
+    req = mem.get("required_bytes")
+    return req if req is not None else mem.get("peak_bytes")
+
+
+def limits(p: Mapping[str, Any]) -> list[str]:
+    """What limits the plan (memory-, bubble-, network-bound ...), most important first."""
+    out: list[str] = []
+    mem = p.get("memory", {})
+    cap = mem.get("capacity_bytes") or 0
+    peak = needed_bytes(mem) or 0
+    t = p.get("time", {})
+    step = t.get("step_s") or 0.0
+    plan = p.get("plan", {})
+    if cap and peak > cap:
+        out.append(f"does not fit: needs {gib(peak)} GiB > {gib(cap)} GiB capacity")
+    elif cap and peak > 0.9 * cap:
+        out.append(f"memory-bound: {peak / cap:.0%} of GPU memory used")
+    if step:
+        bubble = (t.get("bubble_s") or 0.0) / step
+        comm = sum(t.get(f) or 0.0 for f in ("tp_comm_s", "cp_comm_s", "ep_comm_s",
+                                             "pp_comm_s", "dp_comm_s")) / step
+        if bubble >= 0.10:
+            out.append(f"bubble-bound: {bubble:.0%} of the step is pipeline bubble "
+                       f"(pp={plan.get('pp')}, {plan.get('num_microbatches')} micro-batches)")
+        if comm >= 0.15:
+            worst = max(("tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s"),
+                        key=lambda f: t.get(f) or 0.0)
+            out.append(f"network-bound: {comm:.0%} of the step is exposed communication, "
+                       f"mostly {_TIME_LABEL[worst]}")
+        comp = (t.get("compute_s") or 0.0) / step
+        if not out and comp >= 0.5:
+            out.append(f"compute-bound: {comp:.0%} of the step is computation")
+    return out or ["balanced: no single term dominates"]
+
+
+def suggestions(p: Mapping[str, Any], num_layers: int | None = None) -> list[str]:
+    """Changes that would most likely help, derived from the breakdown (heuristic, not solved)."""
+    out: list[str] = []
+    mem = p.get("memory", {})
+    cap = mem.get("capacity_bytes") or 0
+    peak = needed_bytes(mem) or 0
+    t = p.get("time", {})
+    step = t.get("step_s") or 0.0
+    plan = p.get("plan", {})
+    pp, vpp, m = plan.get("pp", 1), plan.get("vpp", 1), plan.get("num_microbatches", 1)
+    if cap and peak > cap:
+        acts = mem.get("activations_bytes") or 0
+        states = sum(mem.get(f) or 0 for f in ("params_bytes", "grads_bytes",
+                                                "optimizer_bytes"))
+        if acts >= states:
+            if plan.get("recompute") != "full":
+                out.append("activations dominate: try recompute=selective or full, a smaller "
+                           "mbs, or sp=1 / cp>1")
+            else:
+                out.append("activations dominate even with full recompute: raise tp or cp")
+        else:
+            if (plan.get("zero") or 0) < 1 and (plan.get("dp") or 1) > 1:
+                out.append("model states dominate: zero=1 (distributed optimizer) shards them "
+                           "over dp")
+            else:
+                out.append("model states dominate: raise tp or pp, or ZeRO-3")
+    if step:
+        bubble = (t.get("bubble_s") or 0.0) / step
+        if bubble >= 0.10 and pp > 1:
+            if num_layers is None or num_layers % (pp * vpp * 2) == 0:
+                out.append(f"shrink the bubble: interleave (vpp={vpp * 2}) or use more "
+                           f"micro-batches (lower mbs / dp; now m={m})")
+            else:
+                out.append(f"shrink the bubble: more micro-batches (now m={m}) or a smaller pp")
+        tpc = (t.get("tp_comm_s") or 0.0) / step
+        dpc = (t.get("dp_comm_s") or 0.0) / step
+        cpc = (t.get("cp_comm_s") or 0.0) / step
+        if tpc >= 0.10:
+            out.append("TP communication is large: a lower tp (with pp or dp instead)"
+                       + ("" if plan.get("sp") else ", or sp=1 (reduce-scatter/all-gather "
+                                                     "instead of all-reduce)"))
+        if dpc >= 0.10:
+            out.append("DP communication is exposed: larger global batch / more micro-batches "
+                       "to overlap it, or a faster inter-node network")
+        if cpc >= 0.10:
+            out.append("CP communication is exposed: lower cp if memory allows")
+    return out
+
+
+def print_plan_report(console: Console, p: Mapping[str, Any], *, title: str,
+                      num_layers: int | None = None, explain: bool = False) -> None:
+    """Breakdown report of one PLAN dict (evaluate); with `explain`, limits and suggestions."""
+    plan = p.get("plan", {})
+    console.print(Text(title, style="bold"))
+    console.print("plan: " + ", ".join(f"{k}={plan[k]}" for k in plan))
+    fits = p.get("fits")
+    console.print(Text("fits in memory" if fits else "DOES NOT FIT in memory",
+                       style="green" if fits else "bold red"))
+    mt, tt = breakdown_tables(p)
+    console.print(mt)
+    console.print(tt)
+    console.print(throughput_line(p))
+    if explain:
+        console.print(Text("What limits it", style="bold"))
+        for line in limits(p):
+            console.print(f"  - {line}")
+        sug = suggestions(p, num_layers)
+        if sug:
+            console.print(Text("Hints", style="bold"))
+            for line in sug:
+                console.print(f"  - {line}")
+
+
+def plans_from(evaluations: Iterable[Any]) -> list[dict[str, Any]]:
+    """PLAN dicts from Evaluation objects (`.to_json()`) or dicts."""
+    out: list[dict[str, Any]] = []
+    for ev in evaluations:
+        if isinstance(ev, Mapping):
+            out.append(dict(ev))
+        else:
+            out.append(ev.to_json())
+    return out
+
+
+def stderr_console(quiet: bool = False) -> Console:
+    """A rich console on stderr (quiet: prints nothing)."""
+    return Console(stderr=True, quiet=quiet, highlight=False)
+
+
+def stdout_console(file: IO[str] | None = None) -> Console:
+    """A rich console on stdout, wide enough for the plan table when not a terminal."""
+    f = file or sys.stdout
+    width = None if f.isatty() else 200
+    return Console(file=f, width=width, highlight=False)

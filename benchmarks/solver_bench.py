@@ -1,0 +1,57 @@
+"""Solver benchmark: case, space size, CP-SAT time, enumerate time (or "refused"), speed-up.
+
+Run: python benchmarks/solver_bench.py [--time-limit S] [--workers W]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from autoparallel_cp.enumerate import SpaceTooLarge
+from autoparallel_cp.loaders import load_cluster, load_model
+from autoparallel_cp.solve import enumerate_plans, solve
+from autoparallel_cp.space import SearchSpace
+from autoparallel_cp.specs import Job
+
+CASES = [
+    ("llama3-8b 16xH100 uniform", "llama3-8b", "dgx-h100", 16, 4096, 64,
+     dict(partition="uniform", partial_recompute=False)),
+    ("llama3-405b 16384xH100", "llama3-405b", "dgx-h100", 16384, 8192, 2048, {}),
+    ("deepseek-v3 2048xH800", "deepseek-v3", "dgx-h800", 2048, 4096, 4096, {}),
+    ("llama3-70b mixed-h100-a100", "llama3-70b", "mixed-h100-a100", None, 4096, 1024, {}),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    print("| case | space size | CP-SAT s (status) | enumerate s | speed-up |")
+    print("|---|---|---|---|---|")
+    for name, model, cluster, gpus, seq, batch, kw in CASES:
+        if a.only and a.only not in name:
+            continue
+        c = load_cluster(cluster)
+        job = Job(model=load_model(model), cluster=c.take_gpus(gpus) if gpus else c,
+                  seq_len=seq, global_batch=batch)
+        space = SearchSpace.for_job(job, **kw)  # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        r = solve(job, space, top_k=a.top_k, time_limit=a.time_limit, workers=a.workers)
+        ts = time.perf_counter() - t0
+        try:
+            t1 = time.perf_counter()
+            enumerate_plans(job, space, top_k=a.top_k)
+            te: float | None = time.perf_counter() - t1
+        except SpaceTooLarge:
+            te = None
+        sp = f"{te / ts:.2f}x" if te else "-"
+        print(f"| {name} | {space.size():.3g} | {ts:.1f} ({r.status}) | "
+              f"{'refused' if te is None else f'{te:.2f}'} | {sp} |")
+
+
+if __name__ == "__main__":
+    main()

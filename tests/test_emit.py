@@ -1,0 +1,142 @@
+"""Launch-settings export: Megatron-LM arguments, torchtitan TOML, DeepSpeed JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autoparallel_cp.api import make_job
+from autoparallel_cp.emit import EMIT_FORMATS, deepspeed_config, emit, megatron_args
+from autoparallel_cp.errors import UserError
+from autoparallel_cp.plan import parse_plan, plan_violations
+from autoparallel_cp.specs import Job
+
+
+@pytest.fixture(scope="module")
+def job() -> Job:
+    return make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=8192, global_batch=64)
+
+
+def _arg(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_megatron_parallel_and_batch_args(job: Job) -> None:
+    plan = parse_plan("tp=4,pp=2,vpp=2,cp=2,sp=1,zero=1,mbs=1,recompute=selective", job)
+    assert plan_violations(job, plan) == []
+    args, notes = megatron_args(job, plan)
+    assert _arg(args, "--tensor-model-parallel-size") == "4"
+    assert _arg(args, "--pipeline-model-parallel-size") == "2"
+    assert _arg(args, "--context-parallel-size") == "2"
+    assert _arg(args, "--num-layers-per-virtual-pipeline-stage") == "8"  # 32 / (2*2)
+    assert "--sequence-parallel" in args
+    assert "--use-distributed-optimizer" in args
+    assert _arg(args, "--micro-batch-size") == "1"
+    assert _arg(args, "--global-batch-size") == "64"
+    assert _arg(args, "--seq-length") == "8192"
+    assert _arg(args, "--recompute-granularity") == "selective"
+    assert "--bf16" in args and "--fp8-format" not in args
+    assert _arg(args, "--num-query-groups") == "8"
+    assert notes == []
+
+
+def test_megatron_full_and_partial_recompute(job: Job) -> None:
+    full = parse_plan("tp=8,pp=4,mbs=1,recompute=full", job)
+    args, _ = megatron_args(job, full)
+    assert _arg(args, "--recompute-method") == "uniform"
+    assert _arg(args, "--recompute-num-layers") == "1"
+    part = parse_plan("tp=8,pp=4,mbs=1,recompute=full,recompute_layers=3", job)
+    args, _ = megatron_args(job, part)
+    assert _arg(args, "--recompute-method") == "block"
+    assert _arg(args, "--recompute-num-layers") == "3"
+
+
+def test_megatron_zero3_fp8_and_uneven_partition() -> None:
+    job = make_job("llama3-8b", "dgx-h100", gpus=16, seq_len=4096, global_batch=32,
+                   recipe="megatron-fp8")
+    plan = parse_plan("tp=4,pp=4,zero=3,mbs=1,stage_layers=7:9:9:7", job)
+    assert plan_violations(job, plan) == []
+    args, notes = megatron_args(job, plan)
+    assert _arg(args, "--data-parallel-sharding-strategy") == "optim_grads_params"
+    assert "--use-megatron-fsdp" in args
+    assert _arg(args, "--fp8-format") == "hybrid"
+    assert _arg(args, "--decoder-first-pipeline-num-layers") == "7"
+    assert _arg(args, "--decoder-last-pipeline-num-layers") == "7"
+    assert notes == []
+
+
+def test_megatron_moe_expert_parallel() -> None:
+    job = make_job("mixtral-8x7b", "dgx-h100", gpus=64, seq_len=4096, global_batch=256)
+    plan = parse_plan("tp=2,pp=4,ep=8,sp=1,zero=1,mbs=1", job)
+    assert plan_violations(job, plan) == []
+    args, _ = megatron_args(job, plan)
+    assert _arg(args, "--expert-model-parallel-size") == "8"
+    assert _arg(args, "--num-experts") == "8"
+    assert _arg(args, "--moe-router-topk") == "2"
+
+
+def test_megatron_text_is_a_bash_array(job: Job) -> None:
+    plan = parse_plan("tp=8,pp=2,mbs=1,zero=1", job)
+    text = emit(job, plan, "megatron").text
+    assert "MEGATRON_ARGS=(" in text and text.rstrip().splitlines()[-2] == ")"
+    assert "    --tensor-model-parallel-size 8" in text
+
+
+def test_torchtitan_toml_parses_with_real_keys(job: Job) -> None:
+    tomllib = pytest.importorskip("tomllib")
+    plan = parse_plan("tp=4,pp=2,vpp=2,cp=2,sp=1,zero=3,mbs=2,recompute=full", job)
+    assert plan_violations(job, plan) == []
+    doc = tomllib.loads(emit(job, plan, "torchtitan").text)
+    par = doc["parallelism"]
+    assert par["tensor_parallel_degree"] == 4
+    assert par["pipeline_parallel_degree"] == 2
+    assert par["context_parallel_degree"] == 2
+    assert par["data_parallel_shard_degree"] == plan.dp
+    assert par["data_parallel_replicate_degree"] == 1
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_microbatch_size"] == 2
+    assert par["pipeline_parallel_layers_per_stage"] == 8
+    assert doc["activation_checkpoint"]["mode"] == "full"
+    assert doc["training"]["global_batch_size"] == 64
+    assert doc["training"]["seq_len"] == 8192
+    # the per-replica batch goes through the pipeline: local = mbs * num_microbatches
+    assert doc["training"]["local_batch_size"] * plan.dp == 64
+
+
+def test_torchtitan_ddp_without_zero(job: Job) -> None:
+    tomllib = pytest.importorskip("tomllib")
+    plan = parse_plan("tp=8,zero=0,mbs=1", job)
+    e = emit(job, plan, "torchtitan")
+    par = tomllib.loads(e.text)["parallelism"]
+    assert par["data_parallel_replicate_degree"] == plan.dp
+    assert par["data_parallel_shard_degree"] == 1
+    assert any("sp=0" in n for n in e.notes)  # torchtitan TP always shards the sequence
+
+
+def test_deepspeed_batch_arithmetic(job: Job) -> None:
+    plan = parse_plan("tp=2,zero=2,mbs=2", job)
+    cfg, notes = deepspeed_config(job, plan)
+    assert cfg["zero_optimization"]["stage"] == 2
+    assert cfg["bf16"]["enabled"] is True
+    assert cfg["tensor_parallel"]["autotp_size"] == 2
+    assert (cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"]
+            * plan.dp == cfg["train_batch_size"] == 64)
+    assert notes == []
+    text = emit(job, plan, "deepspeed").text
+    assert json.loads(text) == cfg
+
+
+def test_deepspeed_notes_what_it_cannot_express(job: Job) -> None:
+    plan = parse_plan("tp=2,pp=2,cp=2,zero=1,mbs=1,recompute=full", job)
+    e = emit(job, plan, "deepspeed")
+    joined = " ".join(e.notes)
+    assert "PipelineModule(num_stages=2)" in joined
+    assert "context parallelism" in joined
+    assert "recompute" in joined
+
+
+def test_unknown_format_is_a_user_error(job: Job) -> None:
+    assert set(EMIT_FORMATS) == {"megatron", "torchtitan", "deepspeed"}
+    with pytest.raises(UserError):
+        emit(job, parse_plan("tp=8", job), "nemo")
