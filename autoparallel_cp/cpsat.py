@@ -479,7 +479,12 @@ def build(t: Tables, *, time_unit: float | None = None, mem_unit: float = 1024.0
     Wb = model.new_int_var(0, hi, "bubble")
     Dv = model.new_int_var(0, hi, "S_minus_T")
     model.add(Dv == S - T)
-    model.add_division_equality(Wb, Dv, vppv)
+    if len(s.vpp) == 1:  # a pinned vpp: floor division as two linear inequalities
+        v1 = s.vpp[0]
+        model.add(v1 * Wb <= Dv)
+        model.add(Dv <= v1 * Wb + v1 - 1)
+    else:
+        model.add_division_equality(Wb, Dv, vppv)
     E = model.new_int_var(0, BD, "E")
     frac_num = int(math.floor(fx.DP_TAIL_FRACTION * 1000))
     bs_num = int(math.ceil(_backward_share() * 1000))

@@ -253,8 +253,9 @@ def simplest_within(
 
 def canonical(plan: Plan, num_layers: int) -> Plan:
     """Drop a `stage_layers` that equals the default uniform split."""
-    if plan.stage_layers is not None and plan.stage_layers == plan.model_copy(
-            update={"stage_layers": None}).layers_per_stage(num_layers):
+    if (plan.stage_layers is not None and num_layers % (plan.pp * plan.vpp) == 0
+            and plan.stage_layers == plan.model_copy(
+                update={"stage_layers": None}).layers_per_stage(num_layers)):
         return plan.model_copy(update={"stage_layers": None})
     return plan
 

@@ -5,14 +5,20 @@ float cost model (ties by `Plan.key()`). Plans are distinct in their *key*: tp, 
 vpp, sp, zero, mbs and the recompute mode; for each key the best layer partition, recompute
 count and stage placement is reported.
 
-Exactness: the CP-SAT objective is a proven lower bound LB(p) <= exact(p) <= LB(p) + error_bound
-for every plan p. The loop solves to optimality, re-scores the optimum exactly, forbids its key
-(no-good over the key literals) and repeats until the next optimum's LB exceeds the k-th best
-exact step time: then no unseen plan can enter the top k.
+Search (two CP-SAT models, neither listing plans):
+1. the master (`cpsat_master.build_master`) over the key axes, whose objective LB(key) is a
+   proven lower bound of the exact step time of every plan of the key;
+2. per key, the partition model (`cpsat.build` on the key's pinned space): layer counts per
+   stage, recomputed layers, node group per stage.
+Best-first with a certificate: the master is minimized, then the keys with LB in a growing
+window (lo, hi] are enumerated by CP-SAT in LB order and scored exactly with model 2; the search
+stops once the k-th best exact step time is <= hi, since every unseen key has LB > hi and so an
+exact step time above the k-th best. Status `optimal` means this proof completed.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -21,6 +27,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from autoparallel_cp import cpsat_blocks as cb
 from autoparallel_cp.errors import InfeasibleError
 from autoparallel_cp.plan import Plan
 from autoparallel_cp.space import SearchSpace
@@ -66,6 +73,64 @@ def _finish(job: Job, ranked: list[tuple[float, Plan]], top_k: int) -> list[Any]
     return [evaluate(job, p) for _, p in ranked[:top_k]]
 
 
+def key_space(space: SearchSpace, key: Any) -> SearchSpace:
+    """The sub-space of one key: every axis pinned, the partition / recompute / placement free."""
+    from autoparallel_cp.plan import RECOMPUTE_MODES
+
+    return space.with_(tp=(key.tp,), cp=(key.cp,), pp=(key.pp,), ep=(key.ep,), vpp=(key.vpp,),
+                       mbs=(key.mbs,), zero=(key.zero,), sp=(key.sp,),
+                       recompute=(RECOMPUTE_MODES[key.mode],),
+                       fixed={**dict(space.fixed), "dp": key.dp})
+
+
+@dataclass(frozen=True)
+class KeyResult:
+    """Best plan of one key: exact step time, the plan, and its solver-vs-exact difference."""
+
+    step_s: float
+    plan: Plan
+    diff_s: float
+    error_bound_s: float
+
+
+def best_for_key(space: SearchSpace, key: Any, *, time_limit: float = 10.0,
+                 seed: int = 0, workers: int = 2) -> KeyResult | None:
+    """Solve one key's partition problem (layer counts per stage, recomputed layers, node group
+    per stage) with the per-stage CP-SAT model (`cpsat.build`) and re-score it exactly.
+
+    None when no partition of the key fits. A plan that passed only by the model's rounding
+    (memory rounded down) is cut off and the model re-solved.
+    """
+    from autoparallel_cp import cpsat
+    from autoparallel_cp.recommend import canonical
+    from autoparallel_cp.tables import build_tables, plan_cost
+
+    ks = key_space(space, key)
+    tk = build_tables(ks)
+    form = cpsat.build(tk)
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    # >= 2 workers: the portfolio's LP-based workers close these small models at once, while a
+    # single fixed-search worker can crawl up the bound for a long time
+    prm.num_workers = max(2, workers)
+    prm.random_seed = seed
+    prm.max_time_in_seconds = time_limit
+    for _ in range(20):
+        st = solver.solve(form.model)
+        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        plan = canonical(form.read_plan(solver, ks), ks.num_layers)
+        pc = plan_cost(tk, plan)
+        if pc.fits:
+            return KeyResult(pc.step_s, plan, pc.step_s - solver.objective_value * form.tu,
+                             form.error_bound_s)
+        form.forbid_exact(form.key_lits(solver), [int(solver.value(v)) for v in form.layers],
+                          int(solver.value(form.r)),
+                          None if form.groups is None
+                          else [int(solver.value(g)) for g in form.groups])
+    return None
+
+
 def solve(
     job: Job,
     space: SearchSpace | None = None,
@@ -79,88 +144,107 @@ def solve(
     fix: str | Mapping[str, Any] | None = None,
     progress: Callable[..., Any] | None = None,
 ) -> SolveResult:
-    """The k best distinct plans by CP-SAT (see the module docstring)."""
-    from autoparallel_cp import cpsat
-    from autoparallel_cp.tables import build_tables, plan_cost
+    """The k best distinct plans by CP-SAT, proven (see the module docstring)."""
+    from autoparallel_cp.cpsat_master import build_master, enumerate_keys
+    from autoparallel_cp.tables import build_tables
 
     del objective  # a fixed cluster: cost per step is proportional to the step time
     cb_ = progress_callback or progress
     t0 = time.perf_counter()
     sp = _space(job, space, fix)
     size = sp.size()
-    tabs = build_tables(sp)
     if sp.num_degree_combinations() == 0:
         _raise_infeasible(job, sp)
-    form = cpsat.build(tabs)
+    tabs = build_tables(sp)
+    master = build_master(tabs)
+    unit = master.unit_s
+
+    def left() -> float | None:
+        return None if time_limit is None else time_limit - (time.perf_counter() - t0)
+
     solver = cp_model.CpSolver()
     prm = solver.parameters
     prm.num_workers = workers or os.cpu_count() or 1
     prm.random_seed = int(seed or 0)
-    found: dict[tuple[Any, ...], tuple[float, Plan, float]] = {}
+    if time_limit is not None:
+        prm.max_time_in_seconds = max(time_limit, 0.05)
+    st = solver.solve(master.model)
+    if st == cp_model.INFEASIBLE:
+        _raise_infeasible(job, sp)
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return SolveResult("feasible", time.perf_counter() - t0, size, [], gap=1.0)
+    lb0 = int(solver.best_objective_bound) if st == cp_model.FEASIBLE else int(
+        solver.objective_value)
+    top_u = cb.bounds(master.model, master.objective)[1]
+    found: dict[Any, KeyResult] = {}
+    evaluated = 0
     proven = True
-    gap = 0.0
-    iters = 0
-    lb_last = 0.0
+    lo: int | None = None
+    hi = lb0 + max(lb0 // 50, 1)
+
+    def kth() -> float:
+        costs = sorted((r.step_s, r.plan.key()) for r in found.values())
+        return costs[top_k - 1][0] if len(costs) >= top_k else float("inf")
+
     while True:
-        left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
-        if left is not None and left <= 0:
+        rem = left()
+        if rem is not None and rem <= 0:
             proven = False
             break
-        if left is not None:
-            prm.max_time_in_seconds = max(left, 0.01)
-        st = solver.solve(form.model)
-        iters += 1
-        if st == cp_model.INFEASIBLE:
-            break
-        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            proven = False
-            break
-        bound = solver.best_objective_bound * form.tu
-        ranked = sorted((v[0], v[1].key()) for v in found.values())
-        kth = ranked[top_k - 1][0] if len(ranked) >= top_k else float("inf")
-        if bound > kth:
-            lb_last = bound
-            break
-        if st != cp_model.OPTIMAL:
-            proven = False
-            gap = (kth - bound) / kth if kth < float("inf") else 1.0
-        plan = form.read_plan(solver, sp)
-        lits = form.key_lits(solver)
-        pc = plan_cost(tabs, plan)
-        obj_s = solver.objective_value * form.tu
-        if not pc.fits:
-            form.forbid_exact(lits, [int(solver.value(v)) for v in form.layers],
-                              int(solver.value(form.r)),
-                              None if form.groups is None
-                              else [int(solver.value(g)) for g in form.groups])
+        keys, capped = enumerate_keys(master, lo, hi, time_limit=rem)
+        if capped:  # too wide a window: narrow it and ask again
+            hi = (lo if lo is not None else lb0) + max((hi - (lo or lb0)) // 4, 1)
             continue
-        found[_key(plan)] = (pc.step_s, plan, pc.step_s - obj_s)
-        form.forbid_key(lits)
-        if cb_ is not None:
-            cb_({"iteration": iters, "plans": len(found), "bound_s": bound,
-                 "best_s": min(v[0] for v in found.values())})
-        if st != cp_model.OPTIMAL:
+        stop = False
+        for lb_u, key in keys:
+            if lb_u * unit >= kth():
+                break
+            rem = left()
+            if rem is not None and rem <= 0:
+                stop = True
+                break
+            res = best_for_key(sp, key, time_limit=rem if rem is not None else 60.0,
+                               seed=int(seed or 0), workers=prm.num_workers)
+            evaluated += 1
+            if res is not None:
+                found[key] = res
+            if cb_ is not None and found:
+                cb_({"iteration": evaluated, "plans": len(found), "bound_s": lb_u * unit,
+                     "best_s": min(r.step_s for r in found.values())})
+        if stop:
+            proven = False
             break
-    ranked_plans = sorted(((v[0], v[1]) for v in found.values()), key=lambda x: (x[0], x[1].key()))
-    if not ranked_plans:
+        k = kth()
+        if k <= hi * unit or hi >= top_u:
+            break  # every key with LB <= hi is scored: nothing unseen can enter the top k
+        lo = hi
+        if k < float("inf"):
+            hi = min(int(math.ceil(k / unit)), top_u)
+        else:
+            hi = min(hi + max(2 * (hi - lb0), lb0 // 20, 1), top_u)
+    ranked = sorted(found.values(), key=lambda r: (r.step_s, r.plan.key()))
+    if not ranked:
         if proven:
             _raise_infeasible(job, sp)
-        return SolveResult("feasible", time.perf_counter() - t0, size, [], iterations=iters,
-                           gap=1.0)
-    diffs = [v[2] for v in found.values()]
-    evs = _finish(job, ranked_plans, top_k)
+        return SolveResult("feasible", time.perf_counter() - t0, size, [], gap=1.0,
+                           iterations=evaluated)
+    best_lb = lb0 * unit
+    kk = ranked[min(top_k, len(ranked)) - 1].step_s
+    gap = 0.0 if proven else max(0.0, (kk - (hi * unit)) / kk)
+    evs = _finish(job, [(r.step_s, r.plan) for r in ranked], top_k)
     return SolveResult(
         status="optimal" if proven else "feasible",
         solve_time_s=time.perf_counter() - t0,
         space_size=size,
         plans=evs,
-        max_objective_diff_s=max(diffs),
-        error_bound_s=form.error_bound_s,
-        gap=0.0 if proven else gap,
-        iterations=iters,
-        stats={"vars": form.num_vars, "constraints": form.num_constraints,
-               "time_unit_s": form.tu, "last_bound_s": lb_last, "keys_seen": len(found),
-               "ranked": [(c, p) for c, p in ranked_plans[:top_k]]},
+        max_objective_diff_s=max(r.diff_s for r in ranked[:top_k]),
+        error_bound_s=max(r.error_bound_s for r in ranked[:top_k]),
+        gap=gap,
+        iterations=evaluated,
+        stats={"master_vars": len(master.model.proto.variables),
+               "master_constraints": len(master.model.proto.constraints),
+               "keys_scored": evaluated, "root_bound_s": best_lb,
+               "ranked": [(r.step_s, r.plan) for r in ranked[:top_k]]},
     )
 
 

@@ -39,3 +39,97 @@ def test_dense_uniform_small(zero: int, mode: str) -> None:
     space = SearchSpace.for_job(job, fix=f"zero={zero},sp=0,recompute={mode},mbs=1",
                                 partition="uniform", partial_recompute=False)
     _compare(job, space, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Free partitions, partial recompute, MoE and heterogeneous clusters on tiny models
+# ---------------------------------------------------------------------------------------------
+
+from autoparallel_cp.specs import ClusterSpec, ModelSpec, MoESpec  # noqa: E402
+
+
+def _mini(moe: bool, layers: int) -> ModelSpec:
+    return ModelSpec(
+        name="mini-moe" if moe else "mini", num_layers=layers, hidden_size=1024,
+        ffn_hidden_size=2816, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
+        moe=MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=1408,
+                    first_k_dense_layers=1) if moe else None)
+
+
+def _mixed_small() -> ClusterSpec:
+    c = load_cluster("mixed-h100-a100")
+    return c.model_copy(update={"node_groups": [g.model_copy(update={"num_nodes": 1})
+                                                for g in c.node_groups]})
+
+
+def _compare_tol(job: Job, space: SearchSpace, k: int) -> None:
+    a = solve(job, space, top_k=k, time_limit=120, workers=2)
+    b = enumerate_plans(job, space, top_k=k)
+    assert a.status == "optimal"
+    ca = [c for c, _ in a.stats["ranked"]]
+    cb = [c for c, _ in b.stats["ranked"]]
+    assert len(ca) == len(cb)
+    # each key's partition is optimal up to the partition model's proven error bound
+    tol = a.error_bound_s + 1e-9
+    for x, y in zip(ca, cb, strict=True):
+        assert x == pytest.approx(y, abs=tol)
+    keys_a = [p.key()[:10] for _, p in a.stats["ranked"]]
+    keys_b = [p.key()[:10] for _, p in b.stats["ranked"]]
+    # same plans, same order, except where exact costs tie within the tolerance
+    for i, (ka, kb) in enumerate(zip(keys_a, keys_b, strict=True)):
+        if ka != kb:
+            assert ca[i] == pytest.approx(cb[i], abs=tol)
+    for ev in a.plans:
+        assert ev.fits
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(moe=st.booleans(), layers=st.sampled_from([4, 6, 8]), gpus=st.sampled_from([4, 8]),
+       batch=st.sampled_from([8, 16]), seq=st.sampled_from([2048, 8192]),
+       zero=st.sampled_from(["0,1", "1,3"]))
+def test_free_partitions_match_enumeration(moe: bool, layers: int, gpus: int, batch: int,
+                                           seq: int, zero: str) -> None:
+    job = Job(model=_mini(moe, layers), cluster=load_cluster("dgx-a100-40g").take_gpus(gpus),
+              seq_len=seq, global_batch=batch)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2,
+                                zero=tuple(int(z) for z in zero.split(",")))
+    if space.num_degree_combinations() == 0:
+        return
+    _compare_tol(job, space, 4)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(layers=st.sampled_from([4, 6]), batch=st.sampled_from([16, 32]))
+def test_heterogeneous_matches_enumeration(layers: int, batch: int) -> None:
+    job = Job(model=_mini(False, layers), cluster=_mixed_small(), seq_len=4096,
+              global_batch=batch)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=1, max_mbs=2, zero=(1,),
+                                fix="tp=8")
+    _compare_tol(job, space, 3)
+
+
+def test_master_bound_is_below_every_key_best() -> None:
+    """LB(key) from the master never exceeds the exact best step time of that key."""
+    from ortools.sat.python import cp_model
+
+    from autoparallel_cp.cpsat_master import Key, build_master
+    from autoparallel_cp.plan import RECOMPUTE_MODES
+    from autoparallel_cp.tables import build_tables
+
+    for moe in (False, True):
+        job = Job(model=_mini(moe, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
+                  seq_len=4096, global_batch=16)
+        space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
+        ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+        master = build_master(build_tables(space))
+        for cost, plan in ranked[::7]:
+            key = Key(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep,
+                      vpp=plan.vpp, sp=plan.sp, zero=plan.zero, mbs=plan.mbs,
+                      m=plan.num_microbatches, mode=RECOMPUTE_MODES.index(plan.recompute))
+            m = master.model.clone()
+            for lit in master.key_lits(key):
+                m.add_bool_or([lit])
+            solver = cp_model.CpSolver()
+            solver.parameters.num_workers = 1
+            assert solver.solve(m) == cp_model.OPTIMAL
+            assert solver.objective_value * master.unit_s <= cost + 1e-9
