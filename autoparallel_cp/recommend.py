@@ -12,8 +12,8 @@ Weights (higher = more to set up, debug and tune):
 - a hand-written (non-uniform) pipeline partition (1).
 Sequence parallelism and the micro-batch size cost nothing.
 
-Second phase (issue 5, `simplest_within`): the solver's own model (`cpsat.build`) with the step
-time bounded by (1 + tolerance) x the optimum and the complexity minimized, every answer
+Second phase (issue 5, `simplest_within`): the solver's key-level master model with the step
+time lower bound bounded by (1 + tolerance) x the optimum and the complexity minimized, every answer
 re-checked by the exact cost model. The partition and partial-recompute weights are applied in
 that re-check (the plan's uniform / whole-stage variant is preferred when it qualifies). Without
 phase two the complexity is minimized over the k best plans (`method` says which).
@@ -174,17 +174,17 @@ def simplest_within(
     time_limit: float | None = 10.0,
     workers: int | None = None,
     seed: int = 0,
-    max_rounds: int = 50,
+    max_rounds: int = 200,
     hint: Plan | None = None,
 ) -> tuple[Plan, float] | None:
     """CP-SAT phase two: the simplest plan whose exact step time is <= `max_step_s`.
 
-    Builds the solver's model (`cpsat.build`), bounds its objective (a proven lower bound of
-    the exact step time, so no plan within the limit is cut off) and minimizes
-    `complexity * (limit + 1) + step` (lexicographic: the simplest, then the fastest). Each
-    answer is re-checked with the exact cost model; a plan that fails (does not fit, or only
-    passed by rounding) is forbidden and the model re-solved. None when nothing qualifies in
-    the time limit.
+    Uses the solver's key-level master (`cpsat_master.build_master`): its objective is a proven
+    lower bound of the exact step time of every plan of a key, so bounding it by `max_step_s`
+    cuts off no qualifying plan. The master then minimizes `complexity * (limit + 1) + LB`
+    (lexicographic: the simplest, then the fastest bound); each key it returns is solved for its
+    best partition (`solve.best_for_key`) and re-checked exactly; a key that does not qualify is
+    forbidden and the master re-solved. None when nothing qualifies in the time limit.
     """
     import math
     import os
@@ -192,20 +192,20 @@ def simplest_within(
 
     from ortools.sat.python import cp_model
 
-    from autoparallel_cp import cpsat
+    from autoparallel_cp.cpsat_master import build_master
     from autoparallel_cp.plan import RECOMPUTE_MODES
+    from autoparallel_cp.solve import best_for_key, key_space
     from autoparallel_cp.space import SearchSpace
     from autoparallel_cp.tables import build_tables, plan_cost
 
     t0 = time.perf_counter()
     space = SearchSpace.for_job(job, fix=fix)
-    tabs = build_tables(space)
-    form = cpsat.build(tabs)
-    model = form.model
-    limit = math.floor(max_step_s / form.tu)
-    model.add(form.objective <= limit)
+    master = build_master(build_tables(space))
+    model = master.model
+    limit = math.floor(max_step_s / master.unit_s)
+    model.add(master.objective <= limit)
     terms: list[Any] = []
-    for name, axis in form.axes.items():
+    for name, axis in master.axes.items():
         key = "recompute" if name == "mode" else name
         if key not in COMPLEXITY_WEIGHTS:
             continue
@@ -214,10 +214,10 @@ def simplest_within(
             if w:
                 terms.append(w * lit)
     model.clear_objective()
-    model.minimize(sum(terms) * (limit + 1) + form.objective)
-    if hint is not None:  # the fastest plan is feasible: start from it
+    model.minimize(sum(terms) * (limit + 1) + master.objective)
+    if hint is not None:  # the fastest plan qualifies: start from it
         values = {"mode": RECOMPUTE_MODES.index(hint.recompute), "m": hint.num_microbatches}
-        for name, axis in form.axes.items():
+        for name, axis in master.axes.items():
             want = values.get(name, getattr(hint, name, None))
             for value, lit in zip(axis.values, axis.lits, strict=True):
                 model.add_hint(lit, value == want)
@@ -226,29 +226,38 @@ def simplest_within(
     prm.num_workers = workers or os.cpu_count() or 1
     prm.random_seed = seed
     for _ in range(max_rounds):
-        if time_limit is not None:
-            left = time_limit - (time.perf_counter() - t0)
+        left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+        if left is not None:
             if left <= 0:
                 return None
             prm.max_time_in_seconds = left
         status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
-        plan = canonical(form.read_plan(solver, space), space.num_layers)
-        best: tuple[int, float, Plan] | None = None
-        for cand in _plain_variants(plan):
-            pc = plan_cost(tabs, cand)
-            if pc.fits and pc.step_s <= max_step_s * (1 + 1e-12):
-                item = (complexity(cand), pc.step_s, cand)
-                if best is None or item[:2] < best[:2]:
-                    best = item
-        if best is not None:
-            return best[2], best[1]
-        form.forbid_exact(form.key_lits(solver),
-                          [int(solver.value(v)) for v in form.layers], int(solver.value(form.r)),
-                          None if form.groups is None
-                          else [int(solver.value(g)) for g in form.groups])
+        k = master.key_of(solver.boolean_value)
+        res = best_for_key(space, k, time_limit=left if left is not None else 60.0, seed=seed,
+                           workers=prm.num_workers)
+        if res is not None:
+            best: tuple[int, float, Plan] | None = None
+            tk = build_tables(key_space(space, k))
+            for cand in _plain_variants(canonical(res.plan, space.num_layers)):
+                if plan_violations_ok(job, cand):
+                    pc = plan_cost(tk, cand)
+                    if pc.fits and pc.step_s <= max_step_s * (1 + 1e-12):
+                        item = (complexity(cand), pc.step_s, cand)
+                        if best is None or item[:2] < best[:2]:
+                            best = item
+            if best is not None:
+                return best[2], best[1]
+        model.add_bool_or([lit.negated() for lit in master.key_lits(k)])
     return None
+
+
+def plan_violations_ok(job: Any, plan: Plan) -> bool:
+    """Whether the plan obeys every divisibility rule (a uniform variant may not)."""
+    from autoparallel_cp.plan import plan_violations
+
+    return not plan_violations(job, plan)
 
 
 def canonical(plan: Plan, num_layers: int) -> Plan:

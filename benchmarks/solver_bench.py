@@ -17,6 +17,10 @@ from autoparallel_cp.specs import Job
 CASES = [
     ("llama3-8b 16xH100 uniform", "llama3-8b", "dgx-h100", 16, 4096, 64,
      dict(partition="uniform", partial_recompute=False)),
+    ("llama3-8b 16xH100 free pp<=4", "llama3-8b", "dgx-h100", 16, 4096, 64,
+     dict(max_pp=4, max_vpp=2)),
+    ("llama3-8b 32xH100 free pp<=8", "llama3-8b", "dgx-h100", 32, 4096, 128,
+     dict(max_pp=8, max_vpp=2)),
     ("llama3-405b 16384xH100", "llama3-405b", "dgx-h100", 16384, 8192, 2048, {}),
     ("deepseek-v3 2048xH800", "deepseek-v3", "dgx-h800", 2048, 4096, 4096, {}),
     ("llama3-70b mixed-h100-a100", "llama3-70b", "mixed-h100-a100", None, 4096, 1024, {}),
@@ -29,8 +33,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--top-k", type=int, default=10)
     ap.add_argument("--only", default="")
+    ap.add_argument("--enum-limit", type=float, default=3e6,
+                    help="largest space the enumerator is allowed to run")
     a = ap.parse_args()
-    print("| case | space size | CP-SAT s (status) | enumerate s | speed-up |")
+    print("| case | space size | CP-SAT s (status, keys scored) | enumerate s | speed-up |")
     print("|---|---|---|---|---|")
     for name, model, cluster, gpus, seq, batch, kw in CASES:
         if a.only and a.only not in name:
@@ -44,13 +50,14 @@ def main() -> None:
         ts = time.perf_counter() - t0
         try:
             t1 = time.perf_counter()
-            enumerate_plans(job, space, top_k=a.top_k)
+            enumerate_plans(job, space, top_k=a.top_k, limit=int(a.enum_limit))
             te: float | None = time.perf_counter() - t1
         except SpaceTooLarge:
             te = None
         sp = f"{te / ts:.2f}x" if te else "-"
-        print(f"| {name} | {space.size():.3g} | {ts:.1f} ({r.status}) | "
-              f"{'refused' if te is None else f'{te:.2f}'} | {sp} |")
+        flush = True
+        print(f"| {name} | {space.size():.3g} | {ts:.2f} ({r.status}, {r.iterations}) | "
+              f"{'refused' if te is None else f'{te:.2f}'} | {sp} |", flush=flush)
 
 
 if __name__ == "__main__":
