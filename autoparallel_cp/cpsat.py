@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -60,7 +60,7 @@ class Formulation:
 
     def key_lits(self, solver: cp_model.CpSolver) -> list[cp_model.IntVar]:
         """The literals of the chosen value of every key axis."""
-        out = []
+        out: list[cp_model.IntVar] = []
         for a in KEY_AXES:
             ax = self.axes[a]
             out.extend(b for b in ax.lits if solver.boolean_value(b))
@@ -129,7 +129,10 @@ def add_axes(model: cp_model.CpModel, t: Tables) -> dict[str, cb.Axis]:
     cb.add_product_equals(model, [ax["dp"], ax["mbs"], ax["m"]], B)
     cb.add_divides(model, [ax["ep"]], [ax["dp"], ax["cp"]])
     one_vpp = ax["vpp"].lit(1)
-    interleaved = [one_vpp.negated()] if one_vpp is not None else []
+    # negated() is a NotBooleanVariable (a Literal, not an IntVar); add_divides only passes
+    # `enforce` on to only_enforce_if, which accepts any literal
+    interleaved = cast(list[cp_model.IntVar],
+                       [one_vpp.negated()] if one_vpp is not None else [])
     if interleaved or one_vpp is None:
         cb.add_divides(model, [ax["pp"]], [ax["m"]], enforce=interleaved)
         pp1 = ax["pp"].lit(1)
@@ -369,6 +372,7 @@ def build(t: Tables, *, time_unit: float | None = None, mem_unit: float = 1024.0
         model.add(rm <= L * has_rm)
         model.add(work >= wf).only_enforce_if(has_rm)
         if zero3_in:
+            assert zero3 is not None  # narrows for mypy; zero3_in == (zero3 is not None)
             z3l = coef(f"z3l{main:d}", [mode_sel(restrict_sp(t.z3l[g, main], 3)) for g in G],
                        idx7, n7, tu, kk)
             z3t = cb.product(model, nm, z3l, f"nmZ{k}")
@@ -422,10 +426,10 @@ def build(t: Tables, *, time_unit: float | None = None, mem_unit: float = 1024.0
                                   (ft_terms, t_terms, "ft"), (fd_terms, d_terms, "fd"),
                                   (fo_terms, o_terms, "fo")):
                 hb = {"fx": BX, "fm": BM, "ft": BT, "fd": BD, "fo": BD}[nm_]
-                v = model.new_int_var(-hb, hb, f"{nm_}{k}")
-                model.add(v == sum(lst)).only_enforce_if(is_first)
-                model.add(v == 0).only_enforce_if(is_first.negated())
-                tgt.append(v)
+                fv = model.new_int_var(-hb, hb, f"{nm_}{k}")
+                model.add(fv == sum(lst)).only_enforce_if(is_first)
+                model.add(fv == 0).only_enforce_if(is_first.negated())
+                tgt.append(fv)
         if k == 0:  # the last stage: LM head
             extra_mem = coef("head_act", edge(t.head_act), idxe, ne, mu, kk)
             mem_terms.append(extra_mem)
@@ -445,14 +449,13 @@ def build(t: Tables, *, time_unit: float | None = None, mem_unit: float = 1024.0
         model.add(sum(x_terms) == X)
         FX = cb.product(model, F_k, X, f"FX{k}")
         z3b = coef("z3buf", [t.z3], idxb, len(t.z3.ravel()), mu)
-        cap = cap_units[0] if not hetero else None
         mem_expr = Q * (sum(mem_terms) + work + z3b + other_u) + FX
         if hetero:
             assert gvars is not None
             capv = cb.lookup(model, gvars[k], cap_units, f"cap{k}")
             model.add(mem_expr <= Q * capv).only_enforce_if(active[k])
         else:
-            model.add(mem_expr <= Q * cap).only_enforce_if(active[k])
+            model.add(mem_expr <= Q * cap_units[0]).only_enforce_if(active[k])
         tk = model.new_int_var(0, BT, f"t{k}")
         model.add(tk == sum(t_terms)).only_enforce_if(active[k])
         model.add(tk == 0).only_enforce_if(active[k].negated())

@@ -125,7 +125,7 @@ def bound_tables(t: Tables) -> BoundTables:
     # activations: cheapest per layer (full mode may keep only the checkpoint)
     ma = []
     for g in G:
-        tot = 0.0
+        tot: float | np.ndarray = 0.0
         for k, c in counts:
             if not c:
                 continue
@@ -159,8 +159,8 @@ def bound_tables(t: Tables) -> BoundTables:
         m5 = B / (dp5[..., None] * mb5)
         zs = []
         for g in G:
-            per = 0.0
-            first = 0.0
+            per: float | np.ndarray = 0.0
+            first: float | np.ndarray = 0.0
             for k, c in counts:
                 if not c:
                     continue
@@ -261,7 +261,8 @@ def _at(t: Tables, arr: np.ndarray, names: Sequence[str], combo: tuple[int, ...]
         elif a == "mode":
             idx.append([RECOMPUTE_MODES.index(x) for x in t.space.recompute].index(v))
         elif a == "sp":
-            idx.append([x for x in (0, 1) if x in t.space.sp].index(v))
+            sp_vals: list[int] = [x for x in (0, 1) if x in t.space.sp]
+            idx.append(sp_vals.index(v))
         else:
             idx.append(getattr(t.space, a).index(v))
     return float(arr[tuple(idx)])
@@ -290,7 +291,7 @@ def build_master(t: Tables, time_unit: float = 1e-6) -> Master:
     s_min = bt.s6.min(axis=(2, 3, 5))
     v_max = bt.v6.max(axis=(2, 3, 5))
     xb = combo_literals(model, ax, NB, reachable_bubble(t))
-    bub = 0
+    bub: int | cp_model.LinearExpr = 0
     for (tp_, cp_, mb_, p_, v_), x in xb.items():
         i = (t.space.tp.index(tp_), t.space.cp.index(cp_), t.space.mbs.index(mb_))
         val = max(0.0, float(s_min[i]) - float(v_max[i]) / p_) / v_

@@ -1,8 +1,9 @@
 """Locate the preset folders (`models/`, `clusters/`) for both editable and regular installs.
 
-A regular `pip install .` ships them as package data under `autoparallel_cp/presets/{models,clusters}`
-(see `[tool.setuptools.package-dir]` in pyproject.toml); an editable install or a source checkout
-reads the repository's top-level folders.
+A regular `pip install .` ships them as package data under
+`autoparallel_cp/presets/{models,clusters}` (see `[tool.setuptools.package-dir]` in
+pyproject.toml); an editable install or a source checkout reads the repository's top-level
+folders.
 """
 
 from __future__ import annotations

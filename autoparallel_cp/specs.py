@@ -283,7 +283,8 @@ RECIPES: dict[str, TrainingRecipe] = {
         master_weight_bytes=4,
         optimizer_state_bytes=8,
         compute_dtype="bf16",
-        source="Megatron-LM dist_optimizer.md: bf16 params, fp32 main grads, fp32 Adam (18 B/param)",
+        source=("Megatron-LM dist_optimizer.md: bf16 params, fp32 main grads, "
+                "fp32 Adam (18 B/param)"),
     ),
     "pytorch-amp": TrainingRecipe(
         name="pytorch-amp",

@@ -114,7 +114,7 @@ def build_tables(space: SearchSpace) -> Tables:
     ax6 = np.ix_(tp, cp, ep, sp, mbs, np.array([0.0, 1.0, 2.0]))
     for g in range(len(job.cluster.node_groups)):
         for kind in kinds:
-            lf = fx.layer_factors(job, g, *ax6, moe=kind)
+            lf = fx.layer_factors(job, g, ax6[0], ax6[1], ax6[2], ax6[3], ax6[4], ax6[5], moe=kind)
             act = np.array(lf.act_bytes, float)
             tim = np.array(lf.time_s, float)
             wrk = np.array(lf.work_bytes, float)
@@ -130,7 +130,8 @@ def build_tables(space: SearchSpace) -> Tables:
             t.work_full[g, kind] = wrk[..., 2].copy()
             wrk[..., 2] = wrk[..., 0]
             t.work[g, kind] = wrk
-        ef = fx.edge_factors(job, g, *np.ix_(tp, cp, sp, mbs))
+        ax4 = np.ix_(tp, cp, sp, mbs)
+        ef = fx.edge_factors(job, g, ax4[0], ax4[1], ax4[2], ax4[3])
         t.emb_act[g] = np.broadcast_to(ef.emb_act_bytes, (len(tp), len(cp), 2, len(mbs))).copy()
         t.emb_time[g] = np.broadcast_to(ef.emb_time_s, t.emb_act[g].shape).copy()
         t.head_act[g] = np.broadcast_to(ef.head_act_bytes, t.emb_act[g].shape).copy()
@@ -239,6 +240,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
         t.i("mbs", plan.mbs)
     iz, idp = t.i("zero", plan.zero), t.i("dp", plan.dp)
     i6 = (itp, icp, iep, plan.sp, imb)
+    i6m = (itp, icp, iep, plan.sp, imb, mode)
     i5 = (itp, iep, iz, idp, icp)
     i4 = (itp, iz, idp, icp)
     ie = (itp, icp, plan.sp, imb)
@@ -259,14 +261,14 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
         for kind, cnt, rc in counts:
             if cnt == 0:
                 continue
-            ttime += cnt * t.time[g, kind][(*i6, mode)] + rc * t.rec[g, kind][i6]
-            act += (cnt - rc) * t.act[g, kind][(*i6, mode)] + rc * t.ckpt[g, kind][i6]
+            ttime += cnt * t.time[g, kind][i6m] + rc * t.rec[g, kind][i6]
+            act += (cnt - rc) * t.act[g, kind][i6m] + rc * t.ckpt[g, kind][i6]
             states += cnt * t.states[kind][i5]
             dsync += cnt * t.dpsync[g, kind][i5]
             opt += cnt * t.opt[g, kind][i5]
-            work = max(work, t.work_full[g, kind][i6] if rc > 0 else t.work[g, kind][(*i6, mode)])
+            work = max(work, t.work_full[g, kind][i6] if rc > 0 else t.work[g, kind][i6m])
             if z3:
-                ttime += cnt * t.z3l[g, kind][(*i6, mode, idp)]
+                ttime += cnt * t.z3l[g, kind][(itp, icp, iep, plan.sp, imb, mode, idp)]
                 z3first = max(z3first, t.z3f[g, kind][itp, icp, iep, idp])
         ttime += z3first
         dsync += t.dps_fixed[g][i4]
@@ -285,7 +287,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
             dsync += t.head_dpsync[g][i4]
             opt += t.head_opt[g][i4]
         if plan.pp > 1:
-            ttime += t.p2p[g][(*ie, t.i("vpp", plan.vpp), idp)]
+            ttime += t.p2p[g][(itp, icp, plan.sp, imb, t.i("vpp", plan.vpp), idp)]
         peak = states + f * act + extra + work + t.z3[itp, iep, iz] + t.other
         times.append(ttime)
         peaks.append(peak)
