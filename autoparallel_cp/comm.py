@@ -63,31 +63,35 @@ def _ring(node: NodeGroup, n: FloatArray, nbytes: FloatArray, factor: FloatArray
     return np.where(n > 1, t, 0.0)
 
 
-def all_reduce(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
-               nbytes: npt.ArrayLike) -> FloatArray:
-    """All-reduce of `nbytes` per rank; hierarchical when the group spans several nodes."""
+def _hierarchical(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
+                  nbytes: npt.ArrayLike, reduce_all: bool) -> FloatArray:
+    """Ring collective over `group` ranks, hierarchical when it spans several nodes.
+
+    All-reduce: intra-node reduce-scatter, inter-node all-reduce of 1/k of the data, intra-node
+    all-gather (nccl-tests bus factors 2(n-1)/n and (n-1)/n). Reduce-scatter / all-gather: the
+    intra-node phase once and the inter-node phase with factor (n-1)/n.
+    """
     n = _arr(group)
     s = _arr(nbytes)
     k = members_per_node(n, stride, node.gpus_per_node)
     nodes = np.maximum(n / k, 1.0)
     one = np.ones_like(n)
-    intra_rs = _ring(node, k, s, (k - 1) / np.maximum(k, 1), 1.0, one)
-    inter_ar = _ring(node, nodes, s / k, 2 * (nodes - 1) / nodes, 2.0, np.zeros_like(n))
-    flat_intra = _ring(node, n, s, 2 * (n - 1) / np.maximum(n, 1), 2.0, one)
-    return np.where(nodes > 1, 2 * intra_rs + inter_ar, flat_intra)
+    mult = 2.0 if reduce_all else 1.0
+    intra = _ring(node, k, s, (k - 1) / np.maximum(k, 1), 1.0, one)
+    inter = _ring(node, nodes, s / k, mult * (nodes - 1) / nodes, mult, np.zeros_like(n))
+    flat = _ring(node, n, s, mult * (n - 1) / np.maximum(n, 1), mult, one)
+    return np.where(nodes > 1, mult * intra + inter, flat)
+
+
+def all_reduce(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
+               nbytes: npt.ArrayLike) -> FloatArray:
+    """All-reduce of `nbytes` per rank; hierarchical when the group spans several nodes."""
+    return _hierarchical(node, group, stride, nbytes, reduce_all=True)
 
 
 def _rs_or_ag(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
               nbytes: npt.ArrayLike) -> FloatArray:
-    n = _arr(group)
-    s = _arr(nbytes)
-    k = members_per_node(n, stride, node.gpus_per_node)
-    nodes = np.maximum(n / k, 1.0)
-    one = np.ones_like(n)
-    intra = _ring(node, k, s, (k - 1) / np.maximum(k, 1), 1.0, one)
-    inter = _ring(node, nodes, s / k, (nodes - 1) / nodes, 1.0, np.zeros_like(n))
-    flat = _ring(node, n, s, (n - 1) / np.maximum(n, 1), 1.0, one)
-    return np.where(nodes > 1, intra + inter, flat)
+    return _hierarchical(node, group, stride, nbytes, reduce_all=False)
 
 
 def reduce_scatter(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,

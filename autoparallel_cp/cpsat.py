@@ -66,10 +66,6 @@ class Formulation:
             out.extend(b for b in ax.lits if solver.boolean_value(b))
         return out
 
-    def forbid_key(self, lits: Sequence[cp_model.IntVar]) -> None:
-        """No-good: at least one key axis takes another value."""
-        self.model.add_bool_or([lit.negated() for lit in lits])
-
     def forbid_exact(self, lits: Sequence[cp_model.IntVar], layers: Sequence[int], r: int,
                      groups: Sequence[int] | None) -> None:
         """No-good on the whole decision tuple (key, layer counts, r, groups)."""

@@ -322,13 +322,12 @@ class _Collector(cp_model.CpSolverSolutionCallback):
             self.stop_search()
 
 
-def enumerate_keys(master: Master, lo_units: int | None, hi_units: int, *,
-                   cap: int = 20000, extra: Sequence[Any] = (),
+def enumerate_keys(master: Master, lo_units: int | None, hi_units: int, *, cap: int = 20000,
                    time_limit: float | None = None) -> tuple[list[tuple[int, Key]], bool]:
     """Every key with lo < LB <= hi (LB in objective units), sorted by (LB, key order).
 
     Runs CP-SAT's solution enumeration on a copy of the master without objective; returns the
-    keys and whether `cap` stopped it early. `extra` are literals forced true (e.g. pins).
+    keys and whether `cap` stopped it early.
     """
     m = master.model.clone()
     m.clear_objective()
@@ -336,8 +335,6 @@ def enumerate_keys(master: Master, lo_units: int | None, hi_units: int, *,
     if lo_units is not None:
         m.add(obj >= lo_units + 1)
     m.add(obj <= hi_units)
-    for lit in extra:
-        m.add_bool_or([lit])
     solver = cp_model.CpSolver()
     solver.parameters.enumerate_all_solutions = True
     solver.parameters.num_workers = 1

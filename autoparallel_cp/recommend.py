@@ -194,7 +194,7 @@ def simplest_within(
 
     from autoparallel_cp.cpsat_master import build_master
     from autoparallel_cp.plan import RECOMPUTE_MODES
-    from autoparallel_cp.solve import best_for_key, key_space
+    from autoparallel_cp.solve import best_for_key
     from autoparallel_cp.space import SearchSpace
     from autoparallel_cp.tables import build_tables, plan_cost
 
@@ -239,10 +239,9 @@ def simplest_within(
                            workers=prm.num_workers)
         if res is not None:
             best: tuple[int, float, Plan] | None = None
-            tk = build_tables(key_space(space, k))
             for cand in _plain_variants(canonical(res.plan, space.num_layers)):
                 if plan_violations_ok(job, cand):
-                    pc = plan_cost(tk, cand)
+                    pc = plan_cost(res.tables, cand)
                     if pc.fits and pc.step_s <= max_step_s * (1 + 1e-12):
                         item = (complexity(cand), pc.step_s, cand)
                         if best is None or item[:2] < best[:2]:

@@ -85,12 +85,14 @@ def key_space(space: SearchSpace, key: Any) -> SearchSpace:
 
 @dataclass(frozen=True)
 class KeyResult:
-    """Best plan of one key: exact step time, the plan, and its solver-vs-exact difference."""
+    """Best plan of one key: exact step time, the plan, its solver-vs-exact difference, and
+    the key's factor tables (to re-score variants of the plan without rebuilding them)."""
 
     step_s: float
     plan: Plan
     diff_s: float
     error_bound_s: float
+    tables: Any = None
 
 
 def best_for_key(space: SearchSpace, key: Any, *, time_limit: float = 10.0,
@@ -123,7 +125,7 @@ def best_for_key(space: SearchSpace, key: Any, *, time_limit: float = 10.0,
         pc = plan_cost(tk, plan)
         if pc.fits:
             return KeyResult(pc.step_s, plan, pc.step_s - solver.objective_value * form.tu,
-                             form.error_bound_s)
+                             form.error_bound_s, tk)
         form.forbid_exact(form.key_lits(solver), [int(solver.value(v)) for v in form.layers],
                           int(solver.value(form.r)),
                           None if form.groups is None

@@ -113,6 +113,15 @@ def _r2_flops_per_token(L: int, h: int, s: int, V: int, ffn: int, g_over_a: floa
     return 12.0 * L * h * h * ((1 + g_over_a + s / h) + ffn / h + V / (2.0 * L * h))
 
 
+def _megatron_gpt(name: str, L: int, h: int, ffn: int, a: int, vocab: int) -> ModelSpec:
+    """The GPT shape of the Megatron 2021/2022 papers: learned positions, LayerNorm, GELU,
+    biases everywhere, tied embeddings."""
+    return ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
+                     num_attention_heads=a, vocab_size=vocab, mlp="gelu", norm="layernorm",
+                     position_embedding="learned", tie_embeddings=True, qkv_bias=True,
+                     attn_out_bias=True, mlp_bias=True)
+
+
 def _sc21_flops_per_token(L: int, h: int, s: int, V: int) -> float:
     """Narayanan Eq. 3 per token: 96·l·h²·(1 + s/6h + V/16lh) (includes the recompute pass)."""
     return 96.0 * L * h * h * (1 + s / (6.0 * h) + V / (16.0 * L * h))
@@ -157,11 +166,7 @@ def published_rows() -> list[Row]:
             kind = "sc21"
             gpu, intra, inter = A100_80, NVLINK3, HDR_IB
             recipe = MEGATRON_2021
-            model = ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
-                              num_attention_heads=a, vocab_size=vocab, mlp="gelu",
-                              norm="layernorm", position_embedding="learned",
-                              tie_embeddings=True, qkv_bias=True, attn_out_bias=True,
-                              mlp_bias=True)
+            model = _megatron_gpt(name, L, h, ffn, a, vocab)
             opts = CostOptions(dropout=True, dp_overlap=False)
             assert seq is not None
             measured = float(r["measured_tflops_per_gpu"]) * 1e12 / _sc21_flops_per_token(
@@ -171,11 +176,7 @@ def published_rows() -> list[Row]:
             kind = "korthikanti"
             gpu, intra, inter = A100_80, NVLINK3, HDR_IB
             recipe = MEGATRON_2021
-            model = ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
-                              num_attention_heads=a, vocab_size=vocab, mlp="gelu",
-                              norm="layernorm", position_embedding="learned",
-                              tie_embeddings=True, qkv_bias=True, attn_out_bias=True,
-                              mlp_bias=True)
+            model = _megatron_gpt(name, L, h, ffn, a, vocab)
             opts = CostOptions(dropout=True, dp_overlap=False)
         elif src.startswith("NVIDIA/Megatron-LM"):
             kind = "mcore"
