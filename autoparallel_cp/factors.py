@@ -75,6 +75,15 @@ ADAM_BYTES_PER_PARAM = 30.0
 #: Megatron vocab-parallel CE keeps bf16 logits 2 + fp32 copy 4 (softmax computed in place);
 #: PyTorch `cross_entropy(logits.float())` holds bf16 logits 2 + fp32 copy 4 + log-softmax 4.
 LOGITS_BYTES = {"megatron": 6.0, "pytorch": 10.0}
+#: HBM bytes moved per logits element by the (unfused) cross entropy, forward + backward, after
+#: the head GEMM wrote the bf16 logits. Megatron `_VocabParallelCrossEntropy`
+#: (megatron/core/tensor_parallel/cross_entropy.py): `.float()` r2 w4, max r4, in-place
+#: subtract r4 w4, in-place exp r4 w4, sum r4, in-place div (softmax) r4 w4 = 38 forward;
+#: backward `grad_input.mul_(grad_output)` r4 w4, cast back to bf16 r4 w2 = 14; total 52.
+#: PyTorch `F.cross_entropy(logits.float(), labels)`: cast r2 w4, log_softmax (max pass r4,
+#: sum-exp pass r4, write pass r4 w4) = 22 forward; backward: nll_loss grad zero-fill w4,
+#: log_softmax backward (sum pass r4, r4 r4 w4), cast back r4 w2 = 26; total 48.
+CE_BYTES_PER_LOGIT = {"megatron": 52.0, "pytorch": 48.0}
 #: HBM passes (read+write) of one elementwise op per byte of its input in backward relative to
 #: forward (grad in + saved input read, grad out write): backward traffic = 2x forward.
 ELEMENTWISE_BWD_FACTOR = 2.0
@@ -623,8 +632,9 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
     head_compute = (gemm_time(gpu, hg.m, hg.k, hg.n, dtype)
                     + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
                     + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))
-    # fp32 logits: cast, max/exp/sum, grad write, cast back
-    ce_bytes = tokens * v / tp_ * (4.0 * 4)
+    # fp32 logits: cast, max/exp/sum, softmax, grad, cast back (CE_BYTES_PER_LOGIT)
+    ce_bytes = tokens * v / tp_ * CE_BYTES_PER_LOGIT["pytorch" if _is_pytorch(recipe)
+                                                     else "megatron"]
     head_compute = head_compute + hbm_time(gpu, ce_bytes)
     # vocab-parallel CE all-reduces 3 scalars per token over tp (max, sum-exp, target logit)
     ce_comm = comm.all_reduce(nd, tp_, 1, tokens * 4.0 * 3)
@@ -670,12 +680,12 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     all-reduce (2(n-1)/n, hierarchical across nodes); ZeRO-1/2: reduce-scatter of gradients +
     all-gather of updated weights (same volume, ZeRO §7); ZeRO-3: reduce-scatter, plus an
     all-gather of the weights in forward and in backward per micro-batch (1.5x, ZeRO §7.2.2),
-    overlapped per layer. Gradients travel in fp32 for pytorch recipes (FSDP reduce_dtype) and
-    in bf16 for Megatron (grad_reduce_in_fp32 off by default).
+    overlapped per layer. Gradients travel in `recipe.grad_reduce_bytes` (fp32 by default: FSDP
+    reduce_dtype, and Megatron bf16 training forces fp32 all-reduce, arguments.py).
     """
     nd = node(job, g)
     tp_, cp_, dp_, ep_, z = (_f(x) for x in (tp, cp, dp, ep, zero))
-    gb = float(job.recipe.grad_bytes) if _is_pytorch(job.recipe) else 2.0
+    gb = float(job.recipe.grad_reduce_bytes)
     wb = 2.0  # weights gathered in bf16
     n_dense = dp_ * cp_
     n_exp = np.maximum(dp_ * cp_ / ep_, 1.0)

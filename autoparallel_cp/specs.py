@@ -256,6 +256,11 @@ class TrainingRecipe(_Strict):
     framework: Literal["megatron", "pytorch"] = "megatron"
     weight_bytes: PositiveInt = 2  # the copy used in forward/backward (bf16=2, fp32=4)
     grad_bytes: PositiveInt = 4  # accumulated (main) gradient
+    #: bytes per gradient element on the wire of the DP reduction. Megatron forces fp32
+    #: accumulation *and* all-reduce for bf16 (`arguments.py`: "bfloat16 requires gradient
+    #: accumulation and all-reduce to be done in fp32") unless --grad-reduce-in-bf16; FSDP2
+    #: `reduce_dtype=float32` (torchtitan default). fp16 Megatron (2021) reduced in fp16 (2).
+    grad_reduce_bytes: PositiveInt = 4
     master_weight_bytes: int = Field(4, ge=0)  # fp32 master copy; 0 when weights are already fp32
     optimizer_state_bytes: int = Field(8, ge=0)  # Adam m and v in fp32
     activation_bytes: PositiveInt = 2  # bf16 activations

@@ -64,8 +64,10 @@ def cluster(gpu: GPUSpec, intra: LinkSpec, inter: LinkSpec, gpus: int) -> Cluste
 
 
 #: Megatron-LM 2021/2022 (SC21, Korthikanti): fp16/bf16 mixed precision, fused softmax (no flash
-#: attention), no distributed optimizer.
-MEGATRON_2021 = TrainingRecipe(name="megatron-2021", framework="megatron", flash_attention=False)
+#: attention), no distributed optimizer. fp16 mixed precision: Megatron of 2021 all-reduced the
+#: fp16 gradients (fp32 accumulation/all-reduce was forced only for bf16), so 2 B on the wire.
+MEGATRON_2021 = TrainingRecipe(name="megatron-2021", framework="megatron", flash_attention=False,
+                               grad_reduce_bytes=2)
 #: torchtitan FSDP2: fp32 sharded params, bf16 compute (param_dtype), fp32 reduce, no autocast
 #: copies (FSDP mixed precision casts on all-gather).
 TORCHTITAN = TrainingRecipe(name="torchtitan-fsdp", framework="pytorch", weight_bytes=4,

@@ -48,3 +48,35 @@ def test_h200_step_time() -> None:
 def test_violations_raise() -> None:
     with pytest.raises(ValueError, match="GPUs"):
         evaluate(_job(), Plan(dp=3, tp=4, pp=2, mbs=1, num_microbatches=1))
+
+
+def test_dp_gradients_travel_in_the_recipes_reduce_dtype() -> None:
+    """Megatron bf16 all-reduces fp32 gradients (arguments.py); a bf16 reduce halves the wire."""
+    from autoparallel_cp.factors import dp_sync_factors
+
+    job = _job(gpus=64)
+    bf16_wire = job.model_copy(update={"recipe": RECIPES["megatron-bf16"].model_copy(
+        update={"grad_reduce_bytes": 2})})
+    for zero in (0, 1):
+        fp32 = dp_sync_factors(job, 0, 8, 1, 8, 1, zero)[0]
+        bf16 = dp_sync_factors(bf16_wire, 0, 8, 1, 8, 1, zero)[0]
+        # all-reduce: all bytes are gradients; ZeRO-1: gradient RS (4 or 2 B) + bf16 weight AG
+        assert float(fp32) / float(bf16) == pytest.approx(2.0 if zero == 0 else 1.5, rel=1e-6)
+
+
+def test_cross_entropy_traffic_scales_with_vocab_over_tp() -> None:
+    """The unfused fp32 cross entropy moves CE_BYTES_PER_LOGIT bytes per logit (op by op)."""
+    from autoparallel_cp import factors as fx
+    from autoparallel_cp.efficiency import hbm_time
+
+    job = _job()
+    big = job.model_copy(update={"model": job.model.model_copy(update={"vocab_size": 256512})})
+    g = job.cluster.node_groups[0].gpu
+    for tp in (1, 4):
+        a = fx.edge_factors(job, 0, tp, 1, 0, 1).head_compute_s
+        b = fx.edge_factors(big, 0, tp, 1, 0, 1).head_compute_s
+        tokens = job.seq_len
+        extra_ce = float(hbm_time(g, tokens * (256512 - 128256) / tp
+                                  * fx.CE_BYTES_PER_LOGIT["megatron"]))
+        assert float(b - a) > extra_ce  # head GEMMs grow too
+        assert float(b - a) < 3 * extra_ce
