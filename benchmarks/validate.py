@@ -194,7 +194,10 @@ def published_rows() -> list[Row]:
                 assumed.append("no recompute")
             sp = 1 if tp > 1 else 0
             assumed.append("sp, dist-opt, TP/DP overlap from README flags")
-            opts = CostOptions(tp_comm_overlap=MCORE_TP_OVERLAP, dp_overlap=True)
+            # dropout not stated: Megatron's defaults (arguments.py --attention-dropout /
+            # --hidden-dropout 0.1; the GPT-3 example script does not override them)
+            assumed.append("dropout 0.1 (Megatron default)")
+            opts = CostOptions(tp_comm_overlap=MCORE_TP_OVERLAP, dp_overlap=True, dropout=True)
             assert seq is not None
             measured = float(r["measured_tflops_per_gpu"]) * 1e12 / _r2_flops_per_token(
                 L, h, seq, vocab, ffn, kv / a)
