@@ -68,6 +68,16 @@ DDP_BUCKET_BYTES = 2 * 25 * 2**20
 #: Share of the DP gradient reduction that cannot overlap backward even when overlapped:
 #: the last bucket starts after the last layer's backward (Megatron default bucket 40M params).
 DP_TAIL_FRACTION = 0.1
+#: Share of the GPU's SMs a collective's kernel occupies while it overlaps compute (one CTA per
+#: NCCL channel): an H100 `ncclAllGather` overlapped with a GEMM runs 24 CTAs on 132 SMs and
+#: the GEMM slows accordingly (NVIDIA developer forum, "Compute-communication overlap causes
+#: severe GEMM performance degradation because of tail effect", nsys trace; DeepSeek-V3 report
+#: §3.2.2 likewise reserves 20 of 132 SMs for communication). See `overlap_exposed`.
+COMM_SM_SHARE = 24.0 / 132.0
+#: Least exposed share of an overlapped DP gradient synchronisation: the last bucket
+#: (DP_TAIL_FRACTION) runs after backward, the rest slows the backward it overlaps by
+#: COMM_SM_SHARE of its duration (`overlap_exposed` applied to the overlapped part).
+DP_EXPOSED_FLOOR = DP_TAIL_FRACTION + COMM_SM_SHARE * (1.0 - DP_TAIL_FRACTION)
 #: Bytes of HBM traffic per parameter of one Adam step (fp32 master r/w 8, m r/w 8, v r/w 8,
 #: fp32 grad read 4, bf16 weight write 2): memory-bound (Megatron fused Adam / torch fused AdamW).
 ADAM_BYTES_PER_PARAM = 30.0
@@ -392,6 +402,17 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     return total
 
 
+def overlap_exposed(comm: ArrayLike, compute: ArrayLike) -> FloatArray:
+    """Time a collective of duration `comm` adds to the `compute` it runs alongside.
+
+    The compute advances at (1 - COMM_SM_SHARE) while the collective holds its SMs: if the
+    collective outlasts the slowed compute, the rest of it is exposed (comm - compute), else the
+    compute is stretched by COMM_SM_SHARE·comm; the larger of the two is exact for this model.
+    """
+    c = _f(comm)
+    return np.maximum(c - _f(compute), COMM_SM_SHARE * c)
+
+
 def layer_factors(
     job: Job, g: int, tp: ArrayLike, cp: ArrayLike, ep: ArrayLike, sp: ArrayLike,
     mbs: ArrayLike, mode: ArrayLike | str, moe: bool = False,
@@ -495,9 +516,9 @@ def layer_factors(
     kv_chunk = 2.0 * tokens * kvh * (dqk + dv) / 2.0 * act_b / tp_  # K and V of one chunk
     intra_cp = 1.0 - comm.crosses_nodes(tp_ * cp_, nd.gpus_per_node)
     step = comm.p2p(nd, intra_cp, kv_chunk)
-    cp_f = np.where(cp_ > 1, (cp_ - 1) * np.maximum(step - att_f / np.maximum(cp_, 1), 0.0)
+    cp_f = np.where(cp_ > 1, (cp_ - 1) * overlap_exposed(step, att_f / np.maximum(cp_, 1))
                     + step, 0.0)
-    cp_b = np.where(cp_ > 1, (cp_ - 1) * np.maximum(2 * step - att_b / np.maximum(cp_, 1), 0.0)
+    cp_b = np.where(cp_ > 1, (cp_ - 1) * overlap_exposed(2 * step, att_b / np.maximum(cp_, 1))
                     + 2 * step, 0.0)
     cp_total = cp_f + cp_b
 
