@@ -164,6 +164,7 @@ def published_rows() -> list[Row]:
         mem = float(r["measured_memory_gib"] or 0) or None
         opts = CostOptions()
         stage_layers: tuple[int, ...] | None = None
+        fsdp_pp = False
         if src.startswith("Narayanan"):
             kind = "sc21"
             gpu, intra, inter = A100_80, NVLINK3, HDR_IB
@@ -220,9 +221,24 @@ def published_rows() -> list[Row]:
                 assumed.append("seq=8192 (torchtitan llama3 config default)")
             local = _i(notes.split("Local batch size")[1].split(".")[0]) if (
                 "Local batch size" in notes) else None
-            if pp > 1:
-                mbs = 1
-                assumed.append("PP microbatch size 1 (torchtitan default)")
+            if pp > 1 and local is not None:
+                # torchtitan 2024-12: --experimental.pipeline_parallel_microbatches defaults to
+                # the pipeline degree (the local batch is split into pp micro-batches)
+                mbs = local // pp
+                assumed.append(f"{pp} PP micro-batches of {mbs} (torchtitan 2024-12 default: "
+                               "microbatches = pp degree)")
+                # FSDP under PP: torch.distributed.pipelining keeps the FSDP parameters
+                # unsharded and skips gradient sync until the last micro-batch
+                # (set_reshard_after_backward / set_requires_gradient_sync(False)), and
+                # torchtitan does not reshard after forward with PP: bf16 params and fp32
+                # gradients are unsharded for the whole step, the fp32 params and Adam
+                # states stay sharded, one all-gather and one reduce-scatter per step. That is
+                # ZeRO-1 with a bf16 working copy and an fp32 master.
+                recipe = recipe.model_copy(update={"weight_bytes": 2,
+                                                   "master_weight_bytes": 4})
+                fsdp_pp = True
+                assumed.append("FSDP under PP = ZeRO-1 (params/grads unsharded during the "
+                               "step)")
             else:
                 mbs = local
             if gb is None and local is not None:
@@ -250,6 +266,8 @@ def published_rows() -> list[Row]:
             continue
         zero_txt = r["zero_stage"].strip()
         zero = 3 if zero_txt == "FSDP" else (1 if kind == "mcore" else 0)
+        if fsdp_pp:
+            zero = 1
         cl = cluster(gpu, intra, inter, gpus)
         job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)
         plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, sp=sp, zero=zero, mbs=mbs,
