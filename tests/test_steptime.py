@@ -80,3 +80,20 @@ def test_cross_entropy_traffic_scales_with_vocab_over_tp() -> None:
                                   * fx.CE_BYTES_PER_LOGIT["megatron"]))
         assert float(b - a) > extra_ce  # head GEMMs grow too
         assert float(b - a) < 3 * extra_ce
+
+
+def test_overlap_exposed_limits() -> None:
+    """A collective either sticks out of the compute it overlaps or slows it by its SM share."""
+    import numpy as np
+
+    from autoparallel_cp.factors import COMM_SM_SHARE, overlap_exposed
+
+    assert float(overlap_exposed(0.0, 5.0)) == 0.0
+    assert float(overlap_exposed(1.0, 5.0)) == pytest.approx(COMM_SM_SHARE)
+    assert float(overlap_exposed(9.0, 5.0)) == pytest.approx(4.0)
+    comm = np.linspace(0.0, 10.0, 101)
+    ex = overlap_exposed(comm, 5.0)
+    assert np.all(np.diff(ex) >= 0)  # more communication never hides better
+    # the compute, slowed to (1 - share) while the collective runs, ends with or after it
+    assert np.all(5.0 + ex >= comm - 1e-12)
+    assert np.all(ex >= COMM_SM_SHARE * comm - 1e-12)
