@@ -65,19 +65,19 @@ ZERO3_RESIDENT_LAYERS = 2
 #: Gradient-reduction buckets not aliased to the gradient buffer (PyTorch DDP default
 #: `bucket_cap_mb=25`, two in flight); Megatron's buckets are views of its grad buffer (0).
 DDP_BUCKET_BYTES = 2 * 25 * 2**20
-#: Share of the DP gradient reduction that cannot overlap backward even when overlapped:
-#: the last bucket starts after the last layer's backward (Megatron default bucket 40M params).
-DP_TAIL_FRACTION = 0.1
+#: Share of the DP gradient reduction that runs after backward even when overlapped: the last
+#: bucket starts after the last layer's backward (Megatron default bucket 40M params).
+DP_LAST_BUCKET_FRACTION = 0.1
 #: Share of the GPU's SMs a collective's kernel occupies while it overlaps compute (one CTA per
 #: NCCL channel): an H100 `ncclAllGather` overlapped with a GEMM runs 24 CTAs on 132 SMs and
 #: the GEMM slows accordingly (NVIDIA developer forum, "Compute-communication overlap causes
 #: severe GEMM performance degradation because of tail effect", nsys trace; DeepSeek-V3 report
 #: §3.2.2 likewise reserves 20 of 132 SMs for communication). See `overlap_exposed`.
 COMM_SM_SHARE = 24.0 / 132.0
-#: Least exposed share of an overlapped DP gradient synchronisation: the last bucket
-#: (DP_TAIL_FRACTION) runs after backward, the rest slows the backward it overlaps by
-#: COMM_SM_SHARE of its duration (`overlap_exposed` applied to the overlapped part).
-DP_EXPOSED_FLOOR = DP_TAIL_FRACTION + COMM_SM_SHARE * (1.0 - DP_TAIL_FRACTION)
+#: Least exposed share of an overlapped DP gradient synchronisation: the last bucket runs after
+#: backward, the rest slows the backward it overlaps by COMM_SM_SHARE of its duration
+#: (`overlap_exposed` on the overlapped part): exposed = max(DP_TAIL_FRACTION·d, d - window).
+DP_TAIL_FRACTION = DP_LAST_BUCKET_FRACTION + COMM_SM_SHARE * (1.0 - DP_LAST_BUCKET_FRACTION)
 #: Bytes of HBM traffic per parameter of one Adam step (fp32 master r/w 8, m r/w 8, v r/w 8,
 #: fp32 grad read 4, bf16 weight write 2): memory-bound (Megatron fused Adam / torch fused AdamW).
 ADAM_BYTES_PER_PARAM = 30.0

@@ -11,9 +11,11 @@ Per stage j (on its node group's GPU), per micro-batch:
   (pp-1)/vpp·t for equal stages (Narayanan §2.2); the slowest stage sets the pace
   (non-uniform partitions, heterogeneous GPUs);
 - z3_j: ZeRO-3 per-layer weight all-gathers (forward and backward) overlapped with the layer's
-  compute: exposed l·max(0, ag - time) + one layer's gather (prologue);
+  compute: exposed l·overlap_exposed(ag, time) (what sticks out, or the SMs the gather takes
+  from the overlapped compute) + one layer's gather (prologue);
 - exposed DP: fully exposed without overlap; overlapped with the last micro-batch's backward
-  (2/3 of t_j) otherwise, never less than DP_TAIL_FRACTION of it (the last bucket);
+  (2/3 of t_j) otherwise, never less than DP_TAIL_FRACTION of it (the last bucket, plus the
+  SMs the overlapped part takes from backward: factors.overlap_exposed);
 - optimizer: fused Adam over the local shard at HBM bandwidth.
 """
 
@@ -103,7 +105,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
             cp += r * float(full.rc_cp_s)
             ep += r * float(full.rc_ep_s)
             ag = z3_per * float(d_)
-            z3 += n * max(0.0, ag - float(base.time_s))
+            z3 += n * float(F.overlap_exposed(ag, float(base.time_s)))
             z3_first = max(z3_first, ag)
         z3 += z3_first
         edge = F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
