@@ -2,10 +2,11 @@
 
 A *key* is the choice of every plan axis (tp, cp, pp, dp, ep, vpp, sp, zero, mbs, micro-batch
 count, recompute mode); the remaining decisions (layer count of each stage, recomputed layers,
-node group of each stage) are the per-key partition problem solved by `cpsat.build`.
+node group of each stage) are the per-key partition problem solved by `cpsat_partition`.
 
-The master has only the one-hot axes, the linear degree rules of `cpsat.add_axes`, a handful of
-element lookups into tables over at most six axes (never over whole plans) and two products.
+The master has only the one-hot axes, the linear degree rules of `cpsat.add_axes` and one
+literal per *reachable* value combination of a few axes (families N7, N5, NB below; each at
+most the number of legal degree choices times |sp| x |mode| or |zero|, never whole plans).
 Its objective LB(key) satisfies LB(key) <= exact step time of *every* plan of that key:
 
 - pipeline = m*T + (S - T)/vpp with T = max_j t_j, S = sum_j t_j (design.md). Since m >= 1/vpp
@@ -17,7 +18,14 @@ Its objective LB(key) satisfies LB(key) <= exact step time of *every* plan of th
   (tp, cp, ep, sp, mbs, mode).
 - tail = max_j dp_exposed_j + max_j opt_j >= mean over stages of DP_TAIL_FRACTION*dsync_j and of
   opt_j: tables over (tp, ep, zero, dp, cp) (pp = N/(tp*cp*dp) there).
-- Dropped terms (all >= 0): pipeline p2p, ZeRO-3 exposed gathers, recompute replays.
+- Dropped terms (all >= 0): pipeline p2p, recompute replays.
+- Second bound (DP overlap; LB = max of the two): exposed DP_j = max(DP_TAIL_FRACTION d_j,
+  d_j - 2/3 t_j)
+  >= d_j - 2/3 t_j, so max_j exposed_j >= D/pp - 2/3 S/pp (D, S: sums over stages); with
+  T >= S/pp, m*T + (S - T)/vpp - 2/3 S/pp grows with T and then with S (its S coefficient
+  (m - 2/3)/pp + (1 - 1/pp)/vpp > 0 for m >= 1), so step >= (m - 2/3) S_lb/pp + bubble
+  + D_lb/pp + mean opt (+ (m - 2/3) x the ZeRO-3 gathers per stage). (m - 2/3)/pp depends on
+  (tp, cp, dp, mbs): the N6 family carries dp (`N7`), so this stays linear in literals.
 Rounding: every positive term is floored and the one subtracted term ceiled, so the integer
 objective stays a lower bound. Memory: the sum over stages of the stage peaks must fit in the
 sum of their capacities (each stage keeps >= 1 in-flight micro-batch of every layer's cheapest
@@ -38,6 +46,7 @@ from autoparallel_cp import cpsat_blocks as cb
 from autoparallel_cp.cpsat import add_axes
 from autoparallel_cp.factors import DP_TAIL_FRACTION
 from autoparallel_cp.plan import RECOMPUTE_MODES
+from autoparallel_cp.steptime import BACKWARD_SHARE
 from autoparallel_cp.tables import Tables
 
 #: Axes whose values make up a key, in the order of `Key` tuples.
@@ -84,6 +93,7 @@ class BoundTables:
     tail5: np.ndarray  # over (tp, ep, zero, dp, cp)
     ms5: np.ndarray  # model states of all layers + edges + pp * ZeRO-3 buffers
     cap_avg: float  # stage-weighted mean capacity minus the constant allocations
+    tail5x: np.ndarray  # (mean DP sync + mean optimizer + (m - 2/3) ZeRO-3 gathers) per stage
 
 
 def _sel(t: Tables) -> tuple[list[int], list[int]]:
@@ -151,6 +161,16 @@ def bound_tables(t: Tables) -> BoundTables:
         opt = sum(c * t.opt[g, k] for k, c in counts if c) + e4(t.emb_opt[g] + t.head_opt[g])
         tails.append((DP_TAIL_FRACTION * dsync + opt) / pp5)
     tail5 = np.minimum.reduce(tails)[..., None]
+
+    def gmin(tab: dict[Any, np.ndarray], k: Any = None) -> np.ndarray:
+        return np.minimum.reduce([tab[g] if k is None else tab[g, k] for g in G])
+
+    # the whole DP sync and optimizer sums (each piece at its cheapest node group), per stage
+    dsync_all = sum(c * gmin(t.dpsync, k) for k, c in counts if c) + e4(
+        gmin(t.emb_dpsync) + gmin(t.head_dpsync)) + pp5 * e4(gmin(t.dps_fixed))
+    opt_all = sum(c * gmin(t.opt, k) for k, c in counts if c) + e4(
+        gmin(t.emb_opt) + gmin(t.head_opt))
+    tail5x = ((dsync_all + opt_all) / pp5)[..., None]
     # ZeRO-3: every micro-batch re-gathers each layer's weights; the part not hidden behind the
     # layer's compute (z3l, least over sp and mode) adds to every stage time, so m*S/pp grows by
     # m*(sum over layers of z3l)/pp + m*(first-layer gather)  -> over (tp, ep, zero, dp, cp, mbs)
@@ -171,15 +191,17 @@ def bound_tables(t: Tables) -> BoundTables:
             per = np.transpose(np.asarray(per), (0, 2, 4, 1, 3))  # (tp, ep, dp, cp, mbs)
             first = np.transpose(np.asarray(first), (0, 2, 3, 1))[..., None]  # (tp, ep, dp, cp, 1)
             zs.append(per[:, :, None] / pp5[..., None] + first[:, :, None])
-        z3 = np.minimum.reduce(zs) * m5
+        zb = np.minimum.reduce(zs)
         is3 = (np.array(s.zero) == 3).reshape(1, 1, -1, 1, 1, 1)
-        tail5 = tail5 + np.where(is3, z3, 0.0)
+        tail5 = tail5 + np.where(is3, zb * m5, 0.0)
+        tail5x = tail5x + np.where(is3, zb * (m5 - BACKWARD_SHARE), 0.0)
     else:
         tail5 = np.broadcast_to(tail5, tail5.shape[:-1] + (len(s.mbs),))
+        tail5x = np.broadcast_to(tail5x, tail5x.shape[:-1] + (len(s.mbs),))
     ms5 = (sum(c * t.states[k] for k, c in counts if c) + e4(t.emb_states + t.head_states)
            + pp5 * t.z3[:, :, :, None, None])[..., None] + np.zeros(len(s.mbs))
     cap_avg = sum(f * c for f, c in zip(fr, t.capacity, strict=True)) - t.other
-    return BoundTables(mt6, s6, v6, ma6, tail5, ms5, cap_avg)
+    return BoundTables(mt6, s6, v6, ma6, tail5, ms5, cap_avg, tail5x)
 
 
 @dataclass
@@ -212,6 +234,7 @@ class Master:
 
 N6 = ("tp", "cp", "ep", "sp", "mbs", "mode")
 N5 = ("tp", "ep", "zero", "dp", "cp", "mbs")
+N7 = N6 + ("dp",)
 NB = ("tp", "cp", "mbs", "pp", "vpp")
 
 
@@ -235,6 +258,18 @@ def reachable(t: Tables) -> tuple[set[tuple[int, ...]], set[tuple[int, ...]]]:
         for z in s.zero:
             r5.add((d.tp, d.ep, z, d.dp, d.cp, d.mbs))
     return r6, r5
+
+
+def reachable7(t: Tables) -> set[tuple[int, ...]]:
+    """(tp, cp, ep, sp, mbs, mode, dp) combinations that some legal degree choice reaches."""
+    s = t.space
+    modes = [RECOMPUTE_MODES.index(x) for x in s.recompute]
+    out: set[tuple[int, ...]] = set()
+    for d in s.degrees():
+        for sp in s.sp:
+            if not (sp and d.tp == 1):
+                out.update((d.tp, d.cp, d.ep, sp, d.mbs, mo, d.dp) for mo in modes)
+    return out
 
 
 def combo_literals(model: cp_model.CpModel, ax: dict[str, cb.Axis], names: Sequence[str],
@@ -275,14 +310,18 @@ def build_master(t: Tables, time_unit: float = 1e-6) -> Master:
     ax = add_axes(model, t)
     tu = time_unit
     mu = 1024.0
-    r6, r5 = reachable(t)
-    x6 = combo_literals(model, ax, N6, r6)
+    _, r5 = reachable(t)
+    # one literal per reachable (tp, cp, ep, sp, mbs, mode, dp): dp fixes pp and m, so the
+    # overlap bound below is linear in these literals (no enforcement, no products)
+    x7 = combo_literals(model, ax, N7, reachable7(t))
+    x6 = {c: x for c, x in x7.items()}  # N6 tables are read at c[:6]
     x5 = combo_literals(model, ax, N5, r5)
 
     def lin(xs: dict[tuple[int, ...], cp_model.IntVar], arr: np.ndarray, names: Sequence[str],
             unit: float, up: bool = False) -> Any:
         rnd = math.ceil if up else math.floor
-        return sum(int(rnd(_at(t, arr, names, c) / unit)) * x for c, x in xs.items())
+        n = len(names)
+        return sum(int(rnd(_at(t, arr, names, c[:n]) / unit)) * x for c, x in xs.items())
 
     mt = lin(x6, bt.mt6, N6, tu)
     tail = lin(x5, bt.tail5, N5, tu)
@@ -296,9 +335,26 @@ def build_master(t: Tables, time_unit: float = 1e-6) -> Master:
         i = (t.space.tp.index(tp_), t.space.cp.index(cp_), t.space.mbs.index(mb_))
         val = max(0.0, float(s_min[i]) - float(v_max[i]) / p_) / v_
         bub = bub + int(math.floor(val / tu)) * x
-    hi = int((float(np.max(bt.mt6)) + float(np.max(s_min)) + float(np.max(bt.tail5))) / tu) + 3
+    hi = int((float(np.max(bt.mt6)) + float(np.max(s_min)) + max(float(np.max(bt.tail5)),
+                                                                   float(np.max(bt.tail5x))))
+             / tu) + 3
     obj = model.new_int_var(0, hi, "LB")
-    model.add(obj == mt + bub + tail)
+    lb1 = model.new_int_var(0, hi, "LB_tail")
+    model.add(lb1 == mt + bub + tail)
+    # second bound, with the DP overlap: E >= mean_j (dsync_j - 2/3 t_j) = D/pp - 2/3 S/pp, and
+    # m*T + (S - T)/vpp - 2/3 S/pp grows with T >= S/pp and then with S, so the step time is
+    # >= (m - 2/3) S_lb/pp + bubble + D/pp + mean opt. (m - 2/3)/pp is fixed by (dp, mbs, tp,
+    # cp): one linear expression over the N6 family per dp value, enforced by its literal
+    lb2 = model.new_int_var(0, hi, "LB_overlap")
+    terms = []
+    for c, x in x7.items():
+        tp_, cp_, _, _, mb_, _, d = c
+        p_ = t.space.job.num_gpus // (tp_ * cp_ * d)
+        m_ = t.space.job.global_batch // (d * mb_)
+        v = (m_ - BACKWARD_SHARE) * _at(t, bt.s6, N6, c[:6]) / p_
+        terms.append(int(math.floor(v / tu)) * x)
+    model.add(lb2 == sum(terms) + bub + lin(x5, bt.tail5x, N5, tu))
+    model.add_max_equality(obj, [lb1, lb2])
     # memory: sum of stage peaks <= sum of stage capacities (necessary condition)
     cap_u = int(math.ceil(bt.cap_avg / mu))
     model.add(lin(x5, bt.ms5, N5, mu) + lin(x6, bt.ma6, N6, mu) <= cap_u * ax["pp"].value)
@@ -339,6 +395,13 @@ def enumerate_keys(master: Master, lo_units: int | None, hi_units: int, *, cap: 
     solver.parameters.enumerate_all_solutions = True
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
+    # no LP while listing: every key in the window is wanted, so bounds do not prune and the LP
+    # only slows each step (about 5x on the benchmark masters)
+    solver.parameters.linearization_level = 0
+    # no presolve either: with it, CP-SAT 9.15 listed 459 of the 467 keys with LB <= 5.6 s on
+    # llama3-405b / 16,384 H100 (each missing key's LB checked by a pinned solve), which would
+    # void the certificate; without it the listing is complete and as fast
+    solver.parameters.cp_model_presolve = False
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = max(time_limit, 0.05)
     col = _Collector(master, cap)

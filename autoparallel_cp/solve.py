@@ -8,12 +8,18 @@ count and stage placement is reported.
 Search (two CP-SAT models, neither listing plans):
 1. the master (`cpsat_master.build_master`) over the key axes, whose objective LB(key) is a
    proven lower bound of the exact step time of every plan of the key;
-2. per key, the partition model (`cpsat.build` on the key's pinned space): layer counts per
-   stage, recomputed layers, node group per stage.
-Best-first with a certificate: the master is minimized, then the keys with LB in a growing
-window (lo, hi] are enumerated by CP-SAT in LB order and scored exactly with model 2; the search
+2. per key, the partition model (`cpsat_partition.build_partition`, a linear model over the
+   key's constant coefficients): layer counts per stage, recomputed layers, node group per
+   stage, with the constraint objective <= the current k-th best exact step time (a key whose
+   best is above it cannot enter the top k, so the model is then infeasible and the key is
+   dropped without being solved to optimality).
+Best-first with a certificate: the master is minimized (capped at MASTER_SECONDS; its best
+bound seeds the first window when cut short), then the keys with LB in a growing window
+(lo, hi] are enumerated by CP-SAT in LB order and scored exactly with model 2; the search
 stops once the k-th best exact step time is <= hi, since every unseen key has LB > hi and so an
-exact step time above the k-th best. Status `optimal` means this proof completed.
+exact step time above the k-th best. Status `optimal` means this proof completed. The top-k
+keys are re-solved without the cutoff at the end, so the reported partitions do not depend on
+the order the keys were scored in.
 """
 
 from __future__ import annotations
@@ -57,6 +63,10 @@ class SolveResult:
         }
 
 
+#: Wall-clock cap on the master minimization (it only seeds the first window, see `solve`).
+MASTER_SECONDS = 30.0
+
+
 def _key(plan: Plan) -> tuple[Any, ...]:
     return (plan.tp, plan.pp, plan.cp, plan.dp, plan.ep, plan.vpp, plan.sp, plan.zero,
             plan.mbs, plan.recompute)
@@ -96,41 +106,26 @@ class KeyResult:
 
 
 def best_for_key(space: SearchSpace, key: Any, *, time_limit: float = 10.0,
-                 seed: int = 0, workers: int = 2) -> KeyResult | None:
+                 seed: int = 0, workers: int = 1, tables: Any = None,
+                 cutoff_s: float | None = None) -> KeyResult | None:
     """Solve one key's partition problem (layer counts per stage, recomputed layers, node group
-    per stage) with the per-stage CP-SAT model (`cpsat.build`) and re-score it exactly.
+    per stage) with the per-key linear CP-SAT model (`cpsat_partition`) and re-score it exactly.
 
-    None when no partition of the key fits. A plan that passed only by the model's rounding
-    (memory rounded down) is cut off and the model re-solved.
+    `tables` may be the whole space's tables (they hold every key's entries); None builds the
+    key's own. None when no partition of the key fits (or none is <= `cutoff_s`). One worker,
+    deterministic-time stages: deterministic.
     """
-    from autoparallel_cp import cpsat
-    from autoparallel_cp.recommend import canonical
-    from autoparallel_cp.tables import build_tables, plan_cost
+    from autoparallel_cp.cpsat_partition import solve_partition
+    from autoparallel_cp.tables import build_tables
 
-    ks = key_space(space, key)
-    tk = build_tables(ks)
-    form = cpsat.build(tk)
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    # >= 2 workers: the portfolio's LP-based workers close these small models at once, while a
-    # single fixed-search worker can crawl up the bound for a long time
-    prm.num_workers = max(2, workers)
-    prm.random_seed = seed
-    prm.max_time_in_seconds = time_limit
-    for _ in range(20):
-        st = solver.solve(form.model)
-        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None
-        plan = canonical(form.read_plan(solver, ks), ks.num_layers)
-        pc = plan_cost(tk, plan)
-        if pc.fits:
-            return KeyResult(pc.step_s, plan, pc.step_s - solver.objective_value * form.tu,
-                             form.error_bound_s, tk)
-        form.forbid_exact(form.key_lits(solver), [int(solver.value(v)) for v in form.layers],
-                          int(solver.value(form.r)),
-                          None if form.groups is None
-                          else [int(solver.value(g)) for g in form.groups])
-    return None
+    del workers  # the per-key model is solved by one deterministic worker
+    tk = tables if tables is not None else build_tables(key_space(space, key))
+    res = solve_partition(tk, key, time_limit=time_limit, seed=seed, workers=1,
+                          cutoff_s=cutoff_s)
+    if res is None:
+        return None
+    step, plan, diff, err = res
+    return KeyResult(step, plan, diff, err, tk)
 
 
 def solve(
@@ -157,8 +152,11 @@ def solve(
     size = sp.size()
     if sp.num_degree_combinations() == 0:
         _raise_infeasible(job, sp)
+    phase: dict[str, float] = {}
+    tp0 = time.perf_counter()
     tabs = build_tables(sp)
     master = build_master(tabs)
+    phase["build_s"] = time.perf_counter() - tp0
     unit = master.unit_s
 
     def left() -> float | None:
@@ -168,15 +166,27 @@ def solve(
     prm = solver.parameters
     prm.num_workers = workers or os.cpu_count() or 1
     prm.random_seed = int(seed or 0)
-    if time_limit is not None:
-        prm.max_time_in_seconds = max(time_limit, 0.05)
+    # the master's minimum only seeds the first bound window: any proven lower bound will do, so
+    # the minimization is capped (MASTER_SECONDS) and its best bound used when it is cut short
+    cap = MASTER_SECONDS if time_limit is None else min(MASTER_SECONDS, 0.5 * time_limit)
+    prm.max_time_in_seconds = max(cap, 0.05)
+    # presolve costs most of the master's time on large spaces (5 s of 6 s for deepseek-v3 on
+    # 2,048 GPUs, for ~20k one-hot literals it only merges) and the search closes without it
+    prm.cp_model_presolve = False
+    tp0 = time.perf_counter()
     st = solver.solve(master.model)
+    phase["master_s"] = time.perf_counter() - tp0
     if st == cp_model.INFEASIBLE:
-        _raise_infeasible(job, sp)
-    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return SolveResult("feasible", time.perf_counter() - t0, size, [], gap=1.0)
-    lb0 = int(solver.best_objective_bound) if st == cp_model.FEASIBLE else int(
-        solver.objective_value)
+        # confirm with presolve (a second, independent proof) before reporting: CP-SAT 9.15's
+        # presolve wrongly reported some feasible masters infeasible during development
+        # (enforced linear equalities, since removed), so one path alone is not trusted
+        prm.cp_model_presolve = True
+        st = solver.solve(master.model)
+        if st == cp_model.INFEASIBLE:
+            _raise_infeasible(job, sp)
+    master_cut = st != cp_model.OPTIMAL
+    lb0 = int(solver.objective_value) if st == cp_model.OPTIMAL else max(
+        int(math.floor(solver.best_objective_bound)), 0)
     top_u = cb.bounds(master.model, master.objective)[1]
     found: dict[Any, KeyResult] = {}
     evaluated = 0
@@ -193,7 +203,10 @@ def solve(
         if rem is not None and rem <= 0:
             proven = False
             break
+        tp0 = time.perf_counter()
         keys, capped = enumerate_keys(master, lo, hi, time_limit=rem)
+        phase["enumerate_keys_s"] = phase.get("enumerate_keys_s", 0.0) + time.perf_counter() - tp0
+        tp0 = time.perf_counter()
         if capped:  # too wide a window: narrow it and ask again
             hi = (lo if lo is not None else lb0) + max((hi - (lo or lb0)) // 4, 1)
             continue
@@ -206,13 +219,14 @@ def solve(
                 stop = True
                 break
             res = best_for_key(sp, key, time_limit=rem if rem is not None else 60.0,
-                               seed=int(seed or 0), workers=prm.num_workers)
+                               seed=int(seed or 0), tables=tabs, cutoff_s=kth())
             evaluated += 1
             if res is not None:
                 found[key] = res
             if cb_ is not None and found:
                 cb_({"iteration": evaluated, "plans": len(found), "bound_s": lb_u * unit,
                      "best_s": min(r.step_s for r in found.values())})
+        phase["partition_s"] = phase.get("partition_s", 0.0) + time.perf_counter() - tp0
         if stop:
             proven = False
             break
@@ -221,10 +235,23 @@ def solve(
             break  # every key with LB <= hi is scored: nothing unseen can enter the top k
         lo = hi
         if k < float("inf"):
-            hi = min(int(math.ceil(k / unit)), top_u)
+            # widen geometrically towards the k-th best: keys are scored in bound order and the
+            # k-th best usually drops while they are, so a window up to the current k-th best at
+            # once would list many keys that the final k-th best rules out
+            hi = min(int(math.ceil(k / unit)), hi + max(hi - lb0, lb0 // 100, 1), top_u)
         else:
             hi = min(hi + max(2 * (hi - lb0), lb0 // 20, 1), top_u)
     ranked = sorted(found.values(), key=lambda r: (r.step_s, r.plan.key()))
+    # the windows, hence the order keys are scored in and the cutoffs their models get, are
+    # fixed by the master's minimum; when its minimization was cut short (wall clock) they are
+    # not, so the reported partitions are then re-solved without a cutoff: same input, same plans
+    for i, r in enumerate(ranked[:top_k] if master_cut else []):
+        key = next(k for k, v in found.items() if v is r)
+        again = best_for_key(sp, key, time_limit=max(left() or 10.0, 1.0), seed=int(seed or 0),
+                             tables=tabs)
+        if again is not None:
+            ranked[i] = again
+    ranked.sort(key=lambda r: (r.step_s, r.plan.key()))
     if not ranked:
         if proven:
             _raise_infeasible(job, sp)
@@ -243,7 +270,7 @@ def solve(
         error_bound_s=max(r.error_bound_s for r in ranked[:top_k]),
         gap=gap,
         iterations=evaluated,
-        stats={"master_vars": len(master.model.proto.variables),
+        stats={"phases": phase, "master_vars": len(master.model.proto.variables),
                "master_constraints": len(master.model.proto.constraints),
                "keys_scored": evaluated, "root_bound_s": best_lb,
                "ranked": [(r.step_s, r.plan) for r in ranked[:top_k]]},

@@ -1,0 +1,152 @@
+"""The per-key linear partition model (cpsat_partition) against exhaustive enumeration: for
+every key of small spaces (dense, MoE with a dense prefix, ZeRO-3, interleaving, two node
+groups) its best exact step time equals the enumerator's best plan of that key, up to the
+model's proven error bound; the cutoff drops exactly the keys whose best is above it; the
+master's bound stays below every key's best (with the DP-overlap bound on)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autoparallel_cp.cpsat_master import Key
+from autoparallel_cp.cpsat_partition import solve_partition
+from autoparallel_cp.loaders import load_cluster
+from autoparallel_cp.plan import RECOMPUTE_MODES, Plan
+from autoparallel_cp.solve import enumerate_plans
+from autoparallel_cp.space import SearchSpace
+from autoparallel_cp.specs import ClusterSpec, Job, ModelSpec, MoESpec
+from autoparallel_cp.tables import build_tables
+
+
+def _mini(moe: bool, layers: int) -> ModelSpec:
+    return ModelSpec(
+        name="mini-moe" if moe else "mini", num_layers=layers, hidden_size=1024,
+        ffn_hidden_size=2816, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
+        moe=MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=1408,
+                    first_k_dense_layers=1) if moe else None)
+
+
+def _mixed_small() -> ClusterSpec:
+    c = load_cluster("mixed-h100-a100")
+    return c.model_copy(update={"node_groups": [g.model_copy(update={"num_nodes": 1})
+                                                for g in c.node_groups]})
+
+
+def _key(p: Plan) -> Key:
+    return Key(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, ep=p.ep, vpp=p.vpp, sp=p.sp, zero=p.zero,
+               mbs=p.mbs, m=p.num_microbatches, mode=RECOMPUTE_MODES.index(p.recompute))
+
+
+def _check_every_key(space: SearchSpace, stride: int = 1) -> int:
+    ranked = enumerate_plans(space.job, space, top_k=10**6).stats["ranked"]
+    t = build_tables(space)
+    n = 0
+    for cost, plan in ranked[::stride]:
+        res = solve_partition(t, _key(plan), time_limit=30)
+        assert res is not None, plan.short()
+        step, got, diff, err = res
+        assert got.key()[:10] == plan.key()[:10]
+        assert step == pytest.approx(cost, abs=err + 1e-9), (plan.short(), got.short())
+        assert step >= cost - 1e-9  # the enumerator's best of the key is the best
+        assert diff + 1e-12 >= 0.0 and diff <= err + 1e-12
+        # cutoff: just below the key's best drops it (up to the bound), at it keeps it
+        assert solve_partition(t, _key(plan), cutoff_s=cost - err - 1e-6) is None
+        kept = solve_partition(t, _key(plan), cutoff_s=cost + 1e-9)
+        assert kept is not None and kept[0] == pytest.approx(cost, abs=err + 1e-9)
+        n += 1
+    return n
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(moe=st.booleans(), layers=st.sampled_from([4, 6, 8]), gpus=st.sampled_from([4, 8]),
+       batch=st.sampled_from([8, 16]), zero=st.sampled_from([(0, 1), (1, 3)]))
+def test_partition_model_equals_enumeration(moe: bool, layers: int, gpus: int, batch: int,
+                                            zero: tuple[int, ...]) -> None:
+    job = Job(model=_mini(moe, layers), cluster=load_cluster("dgx-a100-40g").take_gpus(gpus),
+              seq_len=4096, global_batch=batch)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=zero)
+    if space.num_degree_combinations() == 0:
+        return
+    _check_every_key(space, stride=5)
+
+
+def test_partition_model_heterogeneous_equals_enumeration() -> None:
+    job = Job(model=_mini(False, 6), cluster=_mixed_small(), seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3), fix="tp=8")
+    assert _check_every_key(space, stride=3) > 0
+
+
+def test_partition_model_is_deterministic() -> None:
+    job = Job(model=_mini(True, 8), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
+    t = build_tables(space)
+    key = Key(tp=1, cp=1, pp=4, dp=2, ep=2, vpp=1, sp=0, zero=1, mbs=1, m=8, mode=2)
+    a = solve_partition(t, key)
+    b = solve_partition(t, key)
+    assert a is not None and b is not None
+    assert a[1] == b[1] and a[0] == b[0]
+
+
+def test_master_bound_below_every_key_best_heterogeneous_zero3() -> None:
+    """LB(key) <= the exact best of the key, with ZeRO-3 and two node groups."""
+    from ortools.sat.python import cp_model
+
+    from autoparallel_cp.cpsat_master import build_master
+
+    job = Job(model=_mini(False, 6), cluster=_mixed_small(), seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3), fix="tp=8")
+    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    master = build_master(build_tables(space))
+    for cost, plan in ranked[::3]:
+        m = master.model.clone()
+        for lit in master.key_lits(_key(plan)):
+            m.add_bool_or([lit])
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        assert solver.solve(m) == cp_model.OPTIMAL
+        assert solver.objective_value * master.unit_s <= cost + 1e-9
+
+
+def test_enumerate_keys_lists_every_key_in_the_window() -> None:
+    """Every key whose pinned LB is <= hi is listed (CP-SAT's presolve once dropped some)."""
+    from ortools.sat.python import cp_model
+
+    from autoparallel_cp.cpsat_master import build_master, enumerate_keys
+
+    job = Job(model=_mini(True, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
+    master = build_master(build_tables(space))
+    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    lbs = {}
+    for _, plan in ranked[::4]:
+        m = master.model.clone()
+        for lit in master.key_lits(_key(plan)):
+            m.add_bool_or([lit])
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        assert solver.solve(m) == cp_model.OPTIMAL
+        lbs[_key(plan)] = int(solver.objective_value)
+    hi = sorted(lbs.values())[len(lbs) // 2]
+    listed, capped = enumerate_keys(master, None, hi)
+    assert not capped
+    got = {k: v for v, k in listed}
+    for k, v in lbs.items():
+        if v <= hi:
+            assert got.get(k) == v, k
+
+
+def test_solve_is_deterministic() -> None:
+    """Same input, same answer (plans and step times)."""
+    from autoparallel_cp.solve import solve
+
+    job = Job(model=_mini(True, 8), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
+    a = solve(job, space, top_k=5, time_limit=60, workers=2)
+    b = solve(job, space, top_k=5, time_limit=60, workers=2)
+    assert a.status == b.status == "optimal"
+    assert [(c, p) for c, p in a.stats["ranked"]] == [(c, p) for c, p in b.stats["ranked"]]
