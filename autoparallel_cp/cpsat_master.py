@@ -402,6 +402,12 @@ def enumerate_keys(master: Master, lo_units: int | None, hi_units: int, *, cap: 
     # llama3-405b / 16,384 H100 (each missing key's LB checked by a pinned solve), which would
     # void the certificate; without it the listing is complete and as fast
     solver.parameters.cp_model_presolve = False
+    # listing is propagation-bound: the fixed branching order over the one-hot axes, without
+    # SAT inprocessing and symmetry detection between solutions, lists the same keys about 2.5x
+    # faster on the MoE master (404 keys of deepseek-v3 / 2,048 H800: 1.2 s instead of 2.9-3.7 s)
+    solver.parameters.search_branching = cp_model.FIXED_SEARCH
+    solver.parameters.use_sat_inprocessing = False
+    solver.parameters.symmetry_level = 0
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = max(time_limit, 0.05)
     col = _Collector(master, cap)

@@ -225,6 +225,9 @@ def simplest_within(
     prm = solver.parameters
     prm.num_workers = workers or os.cpu_count() or 1
     prm.random_seed = seed
+    # as in solve.py: CP-SAT 9.15's presolve was seen returning a minimum above a key's pinned
+    # bound and missing solutions on this master; without it the search is also faster
+    prm.cp_model_presolve = False
     for _ in range(max_rounds):
         left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
         if left is not None:

@@ -4,7 +4,8 @@ Every table is indexed by the positions of a few axis values in the space's doma
 whole plans): layer factors over (tp, cp, ep, sp, mbs, mode) per node group and layer kind,
 model-state bytes per layer over (tp, ep, zero, dp, cp), edges over (tp, cp, sp, mbs), and so on.
 `StageCost` / `plan_cost` apply the design.md composition to one plan in exact floats; the
-enumerator vectorizes the same composition and cpsat.py mirrors it with integer variables.
+enumerator vectorizes the same composition and cpsat_partition.py mirrors it with integer
+variables (one key at a time).
 """
 
 from __future__ import annotations

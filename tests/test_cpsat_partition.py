@@ -150,3 +150,49 @@ def test_solve_is_deterministic() -> None:
     b = solve(job, space, top_k=5, time_limit=60, workers=2)
     assert a.status == b.status == "optimal"
     assert [(c, p) for c, p in a.stats["ranked"]] == [(c, p) for c, p in b.stats["ranked"]]
+
+
+def _check_key_bound(space: SearchSpace) -> int:
+    from autoparallel_cp import enumerate as en
+    from autoparallel_cp.cpsat_partition import key_bound
+
+    ranked, _ = en.enumerate_best(space)  # the best plan of every key, by exact step time
+    t = build_tables(space)
+    for cost, plan in ranked:  # the enumerator's best plan of every key
+        assert key_bound(t, _key(plan)) <= cost, plan.short()
+    return len(ranked)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(moe=st.booleans(), layers=st.sampled_from([4, 6, 8]), gpus=st.sampled_from([4, 8]),
+       batch=st.sampled_from([8, 16]), zero=st.sampled_from([(0, 1), (1, 3)]),
+       partial=st.booleans(), uniform=st.booleans(),
+       cluster=st.sampled_from(["dgx-a100-40g", "dgx-h100"]))
+def test_key_bound_below_every_key_best(moe: bool, layers: int, gpus: int, batch: int,
+                                        zero: tuple[int, ...], partial: bool, uniform: bool,
+                                        cluster: str) -> None:
+    """The per-key bound (memory-forced recompute, edges, node-group split) never exceeds the
+    exact best step time of its key: it only skips keys that cannot enter the top k."""
+    job = Job(model=_mini(moe, layers), cluster=load_cluster(cluster).take_gpus(gpus),
+              seq_len=4096, global_batch=batch)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=zero,
+                                partial_recompute=partial,
+                                partition="uniform" if uniform else "free")
+    if space.num_degree_combinations() == 0:
+        return
+    _check_key_bound(space)
+
+
+def test_key_bound_below_every_key_best_heterogeneous() -> None:
+    job = Job(model=_mini(False, 8), cluster=_mixed_small(), seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3), fix="tp=8")
+    assert _check_key_bound(space) > 0
+
+
+def test_key_bound_below_every_key_best_memory_bound() -> None:
+    """Long sequences on 40 GB GPUs: many keys only fit with (partial) full recompute, whose
+    replay time the bound includes."""
+    job = Job(model=_mini(True, 6), cluster=load_cluster("dgx-a100-40g").take_gpus(8),
+              seq_len=32768, global_batch=8)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
+    assert _check_key_bound(space) > 0
