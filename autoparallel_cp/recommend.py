@@ -192,7 +192,8 @@ def simplest_within(
 
     from ortools.sat.python import cp_model
 
-    from autoparallel_cp.cpsat_master import build_master
+    from autoparallel_cp.cpsat_master import build_master, enumerate_keys
+    from autoparallel_cp.cpsat_partition import key_bound
     from autoparallel_cp.plan import RECOMPUTE_MODES
     from autoparallel_cp.solve import best_for_key
     from autoparallel_cp.space import SearchSpace
@@ -200,7 +201,8 @@ def simplest_within(
 
     t0 = time.perf_counter()
     space = SearchSpace.for_job(job, fix=fix)
-    master = build_master(build_tables(space))
+    space_tables = build_tables(space)
+    master = build_master(space_tables)
     model = master.model
     limit = math.floor(max_step_s / master.unit_s)
     model.add(master.objective <= limit)
@@ -221,9 +223,63 @@ def simplest_within(
             want = values.get(name, getattr(hint, name, None))
             for value, lit in zip(axis.values, axis.lits, strict=True):
                 model.add_hint(lit, value == want)
+    workers_ = workers or os.cpu_count() or 1
+
+    def qualify(k: Any, left: float) -> tuple[int, float, Plan] | None:
+        res = best_for_key(space, k, time_limit=left, seed=seed, workers=workers_)
+        if res is None:
+            return None
+        best: tuple[int, float, Plan] | None = None
+        for cand in _plain_variants(canonical(res.plan, space.num_layers)):
+            if plan_violations_ok(job, cand):
+                pc = plan_cost(res.tables, cand)
+                if pc.fits and pc.step_s <= max_step_s * (1 + 1e-12):
+                    item = (complexity(cand), pc.step_s, cand)
+                    if best is None or item[:2] < best[:2]:
+                        best = item
+        return best
+
+    def key_complexity(k: Any) -> int:
+        return sum(axis_weight("recompute" if n == "mode" else n,
+                               RECOMPUTE_MODES[k.mode] if n == "mode" else getattr(k, n))
+                   for n in master.axes if ("recompute" if n == "mode" else n)
+                   in COMPLEXITY_WEIGHTS)
+
+    # 1) list every key whose proven bound fits under the limit (the solver's window listing),
+    #    drop those whose per-key numpy bound already exceeds it, and score the rest in order of
+    #    key complexity (a lower bound of the complexity of its plans), then bound: the first
+    #    complexity level that yields a qualifying plan, fully scanned, is the answer
+    left0 = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+    if left0 is None or left0 > 0:
+        listed, capped = enumerate_keys(master, None, limit, time_limit=left0)
+        if not capped:
+            cands = []
+            for _, k in listed:
+                kb = key_bound(space_tables, k)
+                if kb <= max_step_s * (1 + 1e-12):
+                    cands.append((key_complexity(k), kb, k.order(), k))
+            cands.sort(key=lambda c: c[:3])
+            found: tuple[int, float, Plan] | None = None
+            complete = True
+            for kc, _, _, k in cands:
+                if found is not None and kc > found[0]:
+                    break
+                left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+                if left is not None and left <= 0:
+                    complete = False
+                    break
+                got = qualify(k, left if left is not None else 60.0)
+                if got is not None and (found is None or got[:2] < found[:2]):
+                    found = got
+            if found is not None and complete:
+                return found[2], found[1]
+            if complete:
+                return None
+    # 2) fallback (listing capped or cut by the time limit): the master minimizes complexity,
+    #    keys that do not qualify are forbidden and the master re-solved
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    prm.num_workers = workers or os.cpu_count() or 1
+    prm.num_workers = workers_
     prm.random_seed = seed
     # as in solve.py: CP-SAT 9.15's presolve was seen returning a minimum above a key's pinned
     # bound and missing solutions on this master; without it the search is also faster
@@ -238,19 +294,9 @@ def simplest_within(
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
         k = master.key_of(solver.boolean_value)
-        res = best_for_key(space, k, time_limit=left if left is not None else 60.0, seed=seed,
-                           workers=prm.num_workers)
-        if res is not None:
-            best: tuple[int, float, Plan] | None = None
-            for cand in _plain_variants(canonical(res.plan, space.num_layers)):
-                if plan_violations_ok(job, cand):
-                    pc = plan_cost(res.tables, cand)
-                    if pc.fits and pc.step_s <= max_step_s * (1 + 1e-12):
-                        item = (complexity(cand), pc.step_s, cand)
-                        if best is None or item[:2] < best[:2]:
-                            best = item
-            if best is not None:
-                return best[2], best[1]
+        got = qualify(k, left if left is not None else 60.0)
+        if got is not None:
+            return got[2], got[1]
         model.add_bool_or([lit.negated() for lit in master.key_lits(k)])
     return None
 
