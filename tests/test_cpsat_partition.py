@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_solver_vs_enumerate import _mini, _mixed_small
 
 from autoparallel_cp.cpsat_master import Key
 from autoparallel_cp.cpsat_partition import solve_partition
@@ -16,22 +17,8 @@ from autoparallel_cp.loaders import load_cluster
 from autoparallel_cp.plan import RECOMPUTE_MODES, Plan
 from autoparallel_cp.solve import enumerate_plans
 from autoparallel_cp.space import SearchSpace
-from autoparallel_cp.specs import ClusterSpec, Job, ModelSpec, MoESpec
+from autoparallel_cp.specs import Job
 from autoparallel_cp.tables import build_tables
-
-
-def _mini(moe: bool, layers: int) -> ModelSpec:
-    return ModelSpec(
-        name="mini-moe" if moe else "mini", num_layers=layers, hidden_size=1024,
-        ffn_hidden_size=2816, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
-        moe=MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=1408,
-                    first_k_dense_layers=1) if moe else None)
-
-
-def _mixed_small() -> ClusterSpec:
-    c = load_cluster("mixed-h100-a100")
-    return c.model_copy(update={"node_groups": [g.model_copy(update={"num_nodes": 1})
-                                                for g in c.node_groups]})
 
 
 def _key(p: Plan) -> Key:
