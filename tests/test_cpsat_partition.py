@@ -6,6 +6,8 @@ master's bound stays below every key's best (with the DP-overlap bound on)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,6 +26,19 @@ from autoparallel_cp.tables import build_tables
 def _key(p: Plan) -> Key:
     return Key(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, ep=p.ep, vpp=p.vpp, sp=p.sp, zero=p.zero,
                mbs=p.mbs, m=p.num_microbatches, mode=RECOMPUTE_MODES.index(p.recompute))
+
+
+def _pinned_lb(master: Any, key: Key) -> int:
+    """The master's lower bound of one key (objective units), by a solve with the key pinned."""
+    from ortools.sat.python import cp_model
+
+    m = master.model.clone()
+    for lit in master.key_lits(key):
+        m.add_bool_or([lit])
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.solve(m) == cp_model.OPTIMAL
+    return int(solver.objective_value)
 
 
 def _check_every_key(space: SearchSpace, stride: int = 1) -> int:
@@ -79,7 +94,6 @@ def test_partition_model_is_deterministic() -> None:
 
 def test_master_bound_below_every_key_best_heterogeneous_zero3() -> None:
     """LB(key) <= the exact best of the key, with ZeRO-3 and two node groups."""
-    from ortools.sat.python import cp_model
 
     from autoparallel_cp.cpsat_master import build_master
 
@@ -88,18 +102,11 @@ def test_master_bound_below_every_key_best_heterogeneous_zero3() -> None:
     ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
     master = build_master(build_tables(space))
     for cost, plan in ranked[::3]:
-        m = master.model.clone()
-        for lit in master.key_lits(_key(plan)):
-            m.add_bool_or([lit])
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        assert solver.solve(m) == cp_model.OPTIMAL
-        assert solver.objective_value * master.unit_s <= cost + 1e-9
+        assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
 
 
 def test_enumerate_keys_lists_every_key_in_the_window() -> None:
     """Every key whose pinned LB is <= hi is listed (CP-SAT's presolve once dropped some)."""
-    from ortools.sat.python import cp_model
 
     from autoparallel_cp.cpsat_master import build_master, enumerate_keys
 
@@ -110,13 +117,7 @@ def test_enumerate_keys_lists_every_key_in_the_window() -> None:
     ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
     lbs = {}
     for _, plan in ranked[::4]:
-        m = master.model.clone()
-        for lit in master.key_lits(_key(plan)):
-            m.add_bool_or([lit])
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        assert solver.solve(m) == cp_model.OPTIMAL
-        lbs[_key(plan)] = int(solver.objective_value)
+        lbs[_key(plan)] = _pinned_lb(master, _key(plan))
     hi = sorted(lbs.values())[len(lbs) // 2]
     listed, capped = enumerate_keys(master, None, hi)
     assert not capped
