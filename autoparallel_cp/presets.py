@@ -1,9 +1,9 @@
 """Locate the preset folders (`models/`, `clusters/`) for both editable and regular installs.
 
 A regular `pip install .` ships them as package data under
-`autoparallel_cp/presets/{models,clusters}` (see `[tool.setuptools.package-dir]` in
-pyproject.toml); an editable install or a source checkout reads the repository's top-level
-folders.
+`autoparallel_cp/preset_files/{models,clusters}` (see `[tool.setuptools.package-dir]` in
+pyproject.toml; not `presets/`, which this module's name would shadow); an editable install or a
+source checkout reads the repository's top-level folders.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def preset_dir(kind: str) -> Path:
     if local.is_dir() and any(local.glob("*.yaml")):
         return local
     try:
-        packaged = resources.files(f"autoparallel_cp.presets.{kind}")
+        packaged = resources.files(f"autoparallel_cp.preset_files.{kind}")
         return Path(str(packaged))
     except ModuleNotFoundError:
         return local

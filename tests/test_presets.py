@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autoparallel_cp.errors import InputError
@@ -95,3 +97,19 @@ def test_unknown_preset_lists_available() -> None:
     assert "dgx-h100" in str(ei.value)
     with pytest.raises(InputError, match="no such file"):
         load_cluster("nowhere/cluster.yaml")
+
+
+def test_presets_found_from_outside_the_checkout(tmp_path: Path) -> None:
+    """The installed package finds its presets from any working directory (a regular install
+    ships them as package data; a name clash once hid them behind `presets.py`)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c",
+         "from autoparallel_cp.presets import preset_names as p; "
+         "print(len(p('models')), len(p('clusters')))"],
+        cwd=tmp_path, capture_output=True, text=True, check=True)
+    n_models, n_clusters = (int(x) for x in out.stdout.split())
+    assert n_models == len(preset_names("models")) > 0
+    assert n_clusters == len(preset_names("clusters")) > 0
