@@ -8,7 +8,6 @@ source checkout reads the repository's top-level folders.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -19,13 +18,11 @@ def preset_dir(kind: str) -> Path:
     if kind not in ("models", "clusters"):
         raise ValueError(f"unknown preset kind {kind!r}")
     local = _REPO_ROOT / kind
-    if local.is_dir() and any(local.glob("*.yaml")):
-        return local
-    try:
-        packaged = resources.files(f"autoparallel_cp.preset_files.{kind}")
-        return Path(str(packaged))
-    except ModuleNotFoundError:
-        return local
+    packaged = Path(__file__).resolve().parent / "preset_files" / kind
+    for folder in (local, packaged):
+        if folder.is_dir() and any(folder.glob("*.yaml")):
+            return folder
+    return local
 
 
 def preset_names(kind: str) -> list[str]:
