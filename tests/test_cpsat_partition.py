@@ -6,39 +6,18 @@ master's bound stays below every key's best (with the DP-overlap bound on)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_solver_vs_enumerate import _mini, _mixed_small
+from test_solver_vs_enumerate import _key, _mini, _mixed_small, _pinned_lb
 
 from autoparallel_cp.cpsat_master import Key
 from autoparallel_cp.cpsat_partition import solve_partition
 from autoparallel_cp.loaders import load_cluster
-from autoparallel_cp.plan import RECOMPUTE_MODES, Plan
 from autoparallel_cp.solve import enumerate_plans
 from autoparallel_cp.space import SearchSpace
 from autoparallel_cp.specs import Job
 from autoparallel_cp.tables import build_tables
-
-
-def _key(p: Plan) -> Key:
-    return Key(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, ep=p.ep, vpp=p.vpp, sp=p.sp, zero=p.zero,
-               mbs=p.mbs, m=p.num_microbatches, mode=RECOMPUTE_MODES.index(p.recompute))
-
-
-def _pinned_lb(master: Any, key: Key) -> int:
-    """The master's lower bound of one key (objective units), by a solve with the key pinned."""
-    from ortools.sat.python import cp_model
-
-    m = master.model.clone()
-    for lit in master.key_lits(key):
-        m.add_bool_or([lit])
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    assert solver.solve(m) == cp_model.OPTIMAL
-    return int(solver.objective_value)
 
 
 def _check_every_key(space: SearchSpace, stride: int = 1) -> int:

@@ -31,6 +31,10 @@ def test_dense_uniform_small(zero: int, mode: str) -> None:
 # Free partitions, partial recompute, MoE and heterogeneous clusters on tiny models
 # ---------------------------------------------------------------------------------------------
 
+from typing import Any  # noqa: E402
+
+from autoparallel_cp.cpsat_master import Key  # noqa: E402
+from autoparallel_cp.plan import RECOMPUTE_MODES, Plan  # noqa: E402
 from autoparallel_cp.specs import ClusterSpec, ModelSpec, MoESpec  # noqa: E402
 
 
@@ -46,6 +50,25 @@ def _mixed_small() -> ClusterSpec:
     c = load_cluster("mixed-h100-a100")
     return c.model_copy(update={"node_groups": [g.model_copy(update={"num_nodes": 1})
                                                 for g in c.node_groups]})
+
+def _key(p: Plan) -> Key:
+    """The solver key (every axis but the stage partition) of a plan."""
+    return Key(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, ep=p.ep, vpp=p.vpp, sp=p.sp, zero=p.zero,
+               mbs=p.mbs, m=p.num_microbatches, mode=RECOMPUTE_MODES.index(p.recompute))
+
+
+def _pinned_lb(master: Any, key: Key) -> int:
+    """The master's lower bound of one key (objective units), by a solve with the key pinned."""
+    from ortools.sat.python import cp_model
+
+    m = master.model.clone()
+    for lit in master.key_lits(key):
+        m.add_bool_or([lit])
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.solve(m) == cp_model.OPTIMAL
+    return int(solver.objective_value)
+
 
 
 def _compare_tol(job: Job, space: SearchSpace, k: int) -> None:
@@ -97,10 +120,7 @@ def test_heterogeneous_matches_enumeration(layers: int, batch: int) -> None:
 
 def test_master_bound_is_below_every_key_best() -> None:
     """LB(key) from the master never exceeds the exact best step time of that key."""
-    from ortools.sat.python import cp_model
-
-    from autoparallel_cp.cpsat_master import Key, build_master
-    from autoparallel_cp.plan import RECOMPUTE_MODES
+    from autoparallel_cp.cpsat_master import build_master
     from autoparallel_cp.tables import build_tables
 
     for moe in (False, True):
@@ -110,13 +130,4 @@ def test_master_bound_is_below_every_key_best() -> None:
         ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
         master = build_master(build_tables(space))
         for cost, plan in ranked[::7]:
-            key = Key(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep,
-                      vpp=plan.vpp, sp=plan.sp, zero=plan.zero, mbs=plan.mbs,
-                      m=plan.num_microbatches, mode=RECOMPUTE_MODES.index(plan.recompute))
-            m = master.model.clone()
-            for lit in master.key_lits(key):
-                m.add_bool_or([lit])
-            solver = cp_model.CpSolver()
-            solver.parameters.num_workers = 1
-            assert solver.solve(m) == cp_model.OPTIMAL
-            assert solver.objective_value * master.unit_s <= cost + 1e-9
+            assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
