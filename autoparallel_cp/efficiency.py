@@ -30,6 +30,8 @@ of a 4800 GB/s spec = 0.87).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
@@ -185,7 +187,7 @@ def fit_attention_curve(rows: list[dict[str, float]], key: str) -> tuple[float, 
     return r_inf / H200_BF16_PEAK_TFLOPS, c[1] * r_inf
 
 
-def fit_attention_points(seq: list[float], tflops: list[float],
+def fit_attention_points(seq: Sequence[float], tflops: Sequence[float],
                          peak_tflops: float) -> tuple[float, float]:
     """Fit (fraction of `peak_tflops`, s_half) of `rate = R·s/(s+s_half)` on published points."""
     s = np.asarray(seq, dtype=np.float64)

@@ -42,7 +42,7 @@ from . import comm
 from .efficiency import flash_attention_time, gemm_time, hbm_time
 from .flops import attention_core_flops, attention_dims, head_gemm, layer_gemms
 from .params import count_params, layer_breakdown
-from .specs import GIB, Job, NodeGroup, TrainingRecipe
+from .specs import GIB, GPUSpec, Job, NodeGroup, TrainingRecipe
 
 FloatArray = npt.NDArray[np.float64]
 ArrayLike = npt.ArrayLike
@@ -81,6 +81,22 @@ DP_TAIL_FRACTION = DP_LAST_BUCKET_FRACTION + COMM_SM_SHARE * (1.0 - DP_LAST_BUCK
 #: Bytes of HBM traffic per parameter of one Adam step (fp32 master r/w 8, m r/w 8, v r/w 8,
 #: fp32 grad read 4, bf16 weight write 2): memory-bound (Megatron fused Adam / torch fused AdamW).
 ADAM_BYTES_PER_PARAM = 30.0
+#: HBM traffic per parameter of torch's multi-tensor (foreach) AdamW over fp32 params
+#: (torch/optim/adam.py `_multi_tensor_adam`, decoupled weight decay): param *= (1 - lr·wd)
+#: r4 w4; lerp m toward g r8 w4; v *= b2 r4 w4; v += (1-b2)·g² r8 w4; sqrt(v) r4 w4; / bias
+#: correction r4 w4; + eps r4 w4; param addcdiv r12 w4 = 80 (vs 28 fused).
+ADAM_FOREACH_BYTES_PER_PARAM = 80.0
+#: HBM traffic per parameter of global gradient-norm clipping on fp32 gradients: the norm pass
+#: reads 4, the scaling pass reads and writes 8 (Megatron `clip_grad_norm_fp32`: multi-tensor
+#: l2norm + scale; torch `clip_grad_norm_`: foreach norm + foreach mul).
+GRAD_CLIP_BYTES_PER_PARAM = 12.0
+#: HBM traffic per (tp-local) parameter of one ZeRO-3 layer per micro-batch in PyTorch FSDP2
+#: (torch/distributed/_composable/fsdp/_fsdp_collectives.py): the all-gather output is copied
+#: out into the unsharded parameters in forward and again in backward (`split_with_sizes_copy`,
+#: r2 w2 each), and the bf16 unsharded gradients are packed into the reduce-scatter input in
+#: the reduce dtype (`_chunk_cat`, r2 w grad_reduce_bytes). The shard-sized copy-in is /dp and
+#: ignored. Megatron's buffers are views of the communication buffers (no copies).
+FSDP_COPY_OUT_BYTES_PER_PARAM = 8.0
 #: Bytes per logits element held at the loss peak (per token per vocab entry):
 #: Megatron vocab-parallel CE keeps bf16 logits 2 + fp32 copy 4 (softmax computed in place);
 #: PyTorch `cross_entropy(logits.float())` holds bf16 logits 2 + fp32 copy 4 + log-softmax 4.
@@ -304,7 +320,7 @@ def korthikanti_gpt_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: 
     bf16 activations (Megatron). Returns bytes per layer for sequence `s`, micro-batch `b`.
     `mode="full"` returns the checkpoint (2sbh, /t with SP).
     """
-    from .specs import ClusterSpec, GPUSpec, LinkSpec, ModelSpec
+    from .specs import ClusterSpec, LinkSpec, ModelSpec
     from .specs import NodeGroup as _NG
 
     model = ModelSpec(name="gpt", num_layers=1, hidden_size=h, ffn_hidden_size=4 * h,
@@ -325,14 +341,48 @@ def korthikanti_gpt_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: 
     return float(br.kept + br.core) * tokens
 
 
+def _op_sac_matmuls(job: Job, moe: bool) -> list[tuple[float, float, bool]] | None:
+    """Forward matmuls of a dense layer in the order torchtitan's Llama code issues them, as
+    (in_features, out_features, column_parallel): wq, wk, wv, wo, then w1 (gate), w3 (up), w2
+    (SwiGLU) or fc1, fc2 (GELU). None where the layer has no such fixed sequence (MoE, MLA).
+
+    torchtitan's op-level SAC policy (`parallelize_llama._apply_ac_to_transformer_block`,
+    2024-12) counts `aten.mm` calls within a block and saves the output of every odd one
+    (1st, 3rd, ...), recomputing the even ones (wk, wo, w3 for Llama) in backward.
+    """
+    model = job.model
+    if moe or model.mla is not None:
+        return None
+    h = float(model.hidden_size)
+    a, dqk, dv = attention_dims(model)
+    kv = model.kv_heads
+    ffn = float(model.ffn_hidden_size)
+    mms: list[tuple[float, float, bool]] = [
+        (h, float(a * dqk), True), (h, float(kv * dqk), True), (h, float(kv * dv), True),
+        (float(a * dv), h, False)]
+    if model.mlp == "swiglu":
+        mms += [(h, ffn, True), (h, ffn, True), (ffn, h, False)]
+    else:
+        mms += [(h, ffn, True), (ffn, h, False)]
+    return mms
+
+
 def _op_sac_per_token(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
                       br: ActBreakdown) -> FloatArray:
-    """torchtitan op-level selective AC: layer input + attention output and statistics + half
-    of the matmul outputs (its policy saves every second `mm`)."""
+    """torchtitan op-level selective AC: the layer input, the attention output and its fp32
+    statistics (SDPA is in the save list) and the outputs of the odd-numbered matmuls
+    (`_op_sac_matmuls`); everything else is recomputed. A row-parallel matmul's output is the
+    full-sequence partial sum before the reduce-scatter. MoE/MLA layers: half of the matmul
+    outputs (no fixed matmul order to count)."""
     model = job.model
     ab = float(job.recipe.activation_bytes)
     h = model.hidden_size
     a, dqk, dv = attention_dims(model)
+    base = br.ckpt + ab * a * dv / tp + 4.0 * a / tp
+    mms = _op_sac_matmuls(job, moe)
+    if mms is not None:
+        saved = sum(ab * (o / tp if col else o + 0.0 * tp) for _, o, col in mms[0::2])
+        return base + saved
     kvh = a if model.mla is not None else model.kv_heads
     rep = np.where(sp > 0, 1.0 / tp, 1.0)
     if moe and model.moe is not None:
@@ -342,7 +392,23 @@ def _op_sac_per_token(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
         ffn = model.ffn_hidden_size
     up = 2 * ffn if model.mlp == "swiglu" else ffn
     mm_out = ab * ((a * dqk + 2 * kvh * dv + up) / tp + 2 * h * rep)
-    return br.ckpt + ab * a * dv / tp + 4.0 * a / tp + 0.5 * mm_out
+    return base + 0.5 * mm_out
+
+
+def _op_sac_recompute_s(job: Job, moe: bool, gpu: GPUSpec, tokens: FloatArray, tp: FloatArray,
+                        gemm_fwd: FloatArray) -> FloatArray:
+    """Forward time of the matmuls op-level SAC replays (the even-numbered ones of
+    `_op_sac_matmuls`); half the forward GEMM time where the order is not fixed."""
+    mms = _op_sac_matmuls(job, moe)
+    if mms is None:
+        return 0.5 * gemm_fwd
+    dtype = job.recipe.compute_dtype
+    t = np.zeros_like(tokens)
+    for i, o, col in mms[1::2]:
+        k = i if col else i / tp
+        n = o / tp if col else o + 0.0 * tp
+        t = t + gemm_time(gpu, tokens, k, n, dtype)
+    return t
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,8 +554,9 @@ def layer_factors(
     fwd_compute = gemm_f + att_f + ew_f
     compute = fwd_compute + gemm_b + att_b + ew_b
     if opts.selective_policy == "op":
-        # op-level SAC replays every other forward GEMM and all elementwise ops
-        compute = compute + np.where(md == 1, 0.5 * gemm_f + ew_f, 0.0)
+        # op-level SAC replays every other forward matmul and all elementwise ops
+        sac = _op_sac_recompute_s(job, moe, gpu, tokens, tp_, gemm_f)
+        compute = compute + np.where(md == 1, sac + ew_f, 0.0)
     else:
         compute = compute + np.where(md == 1, att_f, 0.0)  # attention core replayed
     rc_compute = fwd_compute
@@ -730,8 +797,24 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
 def optimizer_factor(job: Job, g: int) -> float:
     """Seconds per locally updated parameter of one fused Adam step (HBM-bound)."""
     gpu = node(job, g).gpu
-    per = ADAM_BYTES_PER_PARAM - (2.0 if job.recipe.master_weight_bytes == 0 else 0.0)
+    recipe = job.recipe
+    if recipe.optimizer_kernel == "foreach":
+        # + the bf16 working copy (r4 w2) when the optimizer updates an fp32 master
+        per = ADAM_FOREACH_BYTES_PER_PARAM + (6.0 if recipe.master_weight_bytes > 0 else 0.0)
+    else:
+        per = ADAM_BYTES_PER_PARAM - (2.0 if recipe.master_weight_bytes == 0 else 0.0)
+    if recipe.grad_clip:
+        per += GRAD_CLIP_BYTES_PER_PARAM
     return float(hbm_time(gpu, per))
+
+
+def zero3_copy_factor(job: Job, g: int) -> float:
+    """Seconds per tp-local dense parameter per micro-batch of ZeRO-3's memory-bound packing
+    (`FSDP_COPY_OUT_BYTES_PER_PARAM` + the reduce-dtype pack); 0 for Megatron."""
+    if not _is_pytorch(job.recipe):
+        return 0.0
+    per = FSDP_COPY_OUT_BYTES_PER_PARAM + 2.0 + float(job.recipe.grad_reduce_bytes)
+    return float(hbm_time(node(job, g).gpu, per))
 
 
 def inflight(pp: ArrayLike, vpp: ArrayLike, m: ArrayLike, stage: ArrayLike) -> FloatArray:

@@ -268,6 +268,13 @@ class TrainingRecipe(_Strict):
     transient_weight_copy_bytes: int = Field(0, ge=0)  # autocast bf16 weight copies (pytorch-amp)
     flash_attention: bool = True
     optimizer: Literal["adam"] = "adam"
+    #: Adam implementation: "fused" (Megatron FusedAdam / torch `fused=True`: one pass over
+    #: param, grad, m, v) or "foreach" (torch multi-tensor AdamW, torchtitan's 2024 default
+    #: `fused=False`: one pass per arithmetic step, factors.ADAM_FOREACH_BYTES_PER_PARAM).
+    optimizer_kernel: Literal["fused", "foreach"] = "fused"
+    #: global gradient-norm clipping every step (Megatron --clip-grad 1.0, torchtitan
+    #: max_norm 1.0 by default): one norm pass and one scaling pass over the local gradients.
+    grad_clip: bool = True
     source: str = ""
 
     @property

@@ -12,7 +12,8 @@ Per stage j (on its node group's GPU), per micro-batch:
   (non-uniform partitions, heterogeneous GPUs);
 - z3_j: ZeRO-3 per-layer weight all-gathers (forward and backward) overlapped with the layer's
   compute: exposed l·overlap_exposed(ag, time) (what sticks out, or the SMs the gather takes
-  from the overlapped compute) + one layer's gather (prologue);
+  from the overlapped compute) + one layer's gather (prologue) + FSDP2's copy-out / reduce
+  packing traffic (factors.zero3_copy_factor);
 - exposed DP: fully exposed without overlap; overlapped with the last micro-batch's backward
   (2/3 of t_j) otherwise, never less than DP_TAIL_FRACTION of it (the last bucket, plus the
   SMs the overlapped part takes from backward: factors.overlap_exposed);
@@ -105,7 +106,8 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
             cp += r * float(full.rc_cp_s)
             ep += r * float(full.rc_ep_s)
             ag = z3_per * float(d_)
-            z3 += n * float(F.overlap_exposed(ag, float(base.time_s)))
+            z3 += n * (float(F.overlap_exposed(ag, float(base.time_s)))
+                       + F.zero3_copy_factor(job, g) * float(d_))
             z3_first = max(z3_first, ag)
         z3 += z3_first
         edge = F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)

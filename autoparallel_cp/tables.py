@@ -149,7 +149,7 @@ def build_tables(space: SearchSpace) -> Tables:
             dl, _ = fx.layer_param_counts(job, kind, ax7[0], ax7[2])
             ag = z3per * dl
             base_t = t.time[g, kind][..., None]
-            t.z3l[g, kind] = fx.overlap_exposed(ag, base_t)
+            t.z3l[g, kind] = fx.overlap_exposed(ag, base_t) + fx.zero3_copy_factor(job, g) * dl
             t.z3f[g, kind] = np.broadcast_to(ag, t.z3l[g, kind].shape)[:, :, :, 0, 0, 0, :].copy()
     # model states per layer: (tp, ep, zero, dp, cp)
     g5 = np.ix_(tp, ep, zero, dp, cp)

@@ -70,8 +70,11 @@ MEGATRON_2021 = TrainingRecipe(name="megatron-2021", framework="megatron", flash
                                grad_reduce_bytes=2)
 #: torchtitan FSDP2: fp32 sharded params, bf16 compute (param_dtype), fp32 reduce, no autocast
 #: copies (FSDP mixed precision casts on all-gather).
+#: torchtitan 2024-12 builds AdamW with fused=False, i.e. the foreach kernels, and clips with
+#: max_norm 1.0.
 TORCHTITAN = TrainingRecipe(name="torchtitan-fsdp", framework="pytorch", weight_bytes=4,
-                            grad_bytes=4, master_weight_bytes=0, optimizer_state_bytes=8)
+                            grad_bytes=4, master_weight_bytes=0, optimizer_state_bytes=8,
+                            optimizer_kernel="foreach")
 TORCHTITAN_FP8 = TORCHTITAN.model_copy(update={"name": "torchtitan-fsdp-fp8",
                                                "compute_dtype": "fp8"})
 
@@ -286,6 +289,10 @@ H200 = GPUSpec(name="H200", memory_gib=139.8, bf16_tflops=989.0, fp8_tflops=1979
                hbm_gbps=4800.0, source="H200 SXM datasheet; 139.8 GiB per torch")
 
 
+#: measure_h200.py: fp32 params under autocast, fused AdamW, no gradient clipping.
+H200_RECIPE = RECIPES["pytorch-amp"].model_copy(update={"grad_clip": False})
+
+
 def h200_rows() -> list[tuple[dict[str, float], Job, Plan]]:
     cl = ClusterSpec(name="h200x1", node_groups=[NodeGroup(
         name="h200", gpu=H200, gpus_per_node=1, num_nodes=1, intra_node=NVLINK4,
@@ -300,7 +307,7 @@ def h200_rows() -> list[tuple[dict[str, float], Job, Plan]]:
         model = ModelSpec(name=r["model"], num_layers=r["L"], hidden_size=r["h"],
                           ffn_hidden_size=r["ffn"], num_attention_heads=r["nh"],
                           num_kv_heads=r["nkv"], vocab_size=r["V"])
-        job = Job(model=model, cluster=cl, recipe=RECIPES["pytorch-amp"], seq_len=r["seq"],
+        job = Job(model=model, cluster=cl, recipe=H200_RECIPE, seq_len=r["seq"],
                   global_batch=r["mbs"])
         plan = Plan(mbs=r["mbs"], num_microbatches=1,
                     recompute="full" if r["recompute"] else "none")

@@ -111,7 +111,7 @@ def test_floor_units_is_lower_bound_with_error() -> None:
 
 @pytest.mark.parametrize("f", [lambda x: 1e3 / (x + 1), lambda x: 0.37 * x * x + 2.0])
 def test_pwl_upper_bound_error(f: object) -> None:
-    fn = f  # type: ignore[assignment]
+    fn = f
     xs = [0, 2, 5, 9, 16]
     fs = [fn(x) for x in xs]  # type: ignore[operator]
     unit = 0.05

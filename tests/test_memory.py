@@ -75,8 +75,9 @@ def _h200_rows() -> list[tuple[dict, Job, Plan]]:
         m = ModelSpec(name=r["model"], num_layers=r["L"], hidden_size=r["h"],
                       ffn_hidden_size=r["ffn"], num_attention_heads=r["nh"],
                       num_kv_heads=r["nkv"], vocab_size=r["V"])
-        job = Job(model=m, cluster=cl, recipe=RECIPES["pytorch-amp"], seq_len=r["seq"],
-                  global_batch=r["mbs"])
+        # measure_h200.py: fused AdamW, no gradient clipping
+        recipe = RECIPES["pytorch-amp"].model_copy(update={"grad_clip": False})
+        job = Job(model=m, cluster=cl, recipe=recipe, seq_len=r["seq"], global_batch=r["mbs"])
         out.append((r, job, Plan(mbs=r["mbs"], num_microbatches=1,
                                  recompute="full" if r["recompute"] else "none")))
     return out

@@ -97,3 +97,69 @@ def test_overlap_exposed_limits() -> None:
     # the compute, slowed to (1 - share) while the collective runs, ends with or after it
     assert np.all(5.0 + ex >= comm - 1e-12)
     assert np.all(ex >= COMM_SM_SHARE * comm - 1e-12)
+
+
+def _llama8b_fsdp(recipe_update: dict | None = None) -> Job:
+    gpu = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989, hbm_gbps=3350)
+    cl = ClusterSpec(name="c", node_groups=[NodeGroup(
+        name="n", gpu=gpu, gpus_per_node=8, num_nodes=1,
+        intra_node=LinkSpec(bandwidth_gbps=450), inter_node=LinkSpec(bandwidth_gbps=50))])
+    m = ModelSpec(name="llama8b", num_layers=32, hidden_size=4096, ffn_hidden_size=14336,
+                  num_attention_heads=32, num_kv_heads=8, vocab_size=128256)
+    recipe = RECIPES["pytorch-amp"].model_copy(update={
+        "name": "fsdp", "transient_weight_copy_bytes": 0, **(recipe_update or {})})
+    return Job(model=m, cluster=cl, recipe=recipe, seq_len=8192, global_batch=16)
+
+
+def test_op_sac_replays_the_even_matmuls() -> None:
+    """torchtitan's op SAC recomputes the 2nd, 4th, 6th matmul of a Llama block (wk, wo, w3)
+    and saves the outputs of wq, wv, w1, w2 (parallelize_llama.py, 2024-12)."""
+    import numpy as np
+
+    from autoparallel_cp import factors as F
+    from autoparallel_cp.efficiency import gemm_time
+
+    job = _llama8b_fsdp()
+    gpu = job.cluster.node_groups[0].gpu
+    t = 2 * 8192.0
+    one = np.float64(1.0)
+    op = F.CostOptions(selective_policy="op")
+    sel = F.layer_factors(job, 0, 1, 1, 1, 0, 2, "selective", options=op)
+    none = F.layer_factors(job, 0, 1, 1, 1, 0, 2, "none", options=op)
+    ew = F.hbm_time(gpu, F._elementwise_bytes_fwd(job, False, one, 0.0 * one, op) * t)
+    replay = (gemm_time(gpu, t, 4096, 1024) + gemm_time(gpu, t, 4096, 4096)
+              + gemm_time(gpu, t, 4096, 14336))
+    assert float(sel.compute_s - none.compute_s) == pytest.approx(float(replay + ew), rel=1e-9)
+    br = F.layer_activation_per_token(job, False, one, one, one, 0.0 * one, op)
+    saved_mm = 2.0 * (4096 + 1024 + 14336 + 4096)  # wq, wv, w1, w2 outputs in bf16
+    expect = float(br.ckpt) + 2.0 * 4096 + 4.0 * 32 + saved_mm
+    assert float(sel.act_bytes) == pytest.approx(expect * t, rel=1e-12)
+
+
+def test_optimizer_kernel_and_clipping_traffic() -> None:
+    """foreach AdamW moves 80 B/param vs 28 fused (fp32 params); clipping adds 12."""
+    from autoparallel_cp import factors as F
+
+    fused = F.optimizer_factor(_llama8b_fsdp({"grad_clip": False}), 0)
+    foreach = F.optimizer_factor(_llama8b_fsdp({"grad_clip": False,
+                                                "optimizer_kernel": "foreach"}), 0)
+    clipped = F.optimizer_factor(_llama8b_fsdp(), 0)
+    assert foreach / fused == pytest.approx(80.0 / 28.0)
+    assert clipped / fused == pytest.approx(40.0 / 28.0)
+
+
+def test_fsdp_copies_cost_pytorch_zero3_only() -> None:
+    from autoparallel_cp import factors as F
+
+    job = _llama8b_fsdp()
+    gpu = job.cluster.node_groups[0].gpu
+    # copy-out r2 w2 in forward and in backward, pack bf16 grads into fp32: r2 w4
+    assert F.zero3_copy_factor(job, 0) == pytest.approx(float(F.hbm_time(gpu, 14.0)))
+    mjob = job.model_copy(update={"recipe": RECIPES["megatron-bf16"]})
+    assert F.zero3_copy_factor(mjob, 0) == 0.0
+    plan = Plan(dp=8, zero=3, mbs=2, num_microbatches=1, recompute="none")
+    z1 = evaluate(job, plan.model_copy(update={"zero": 1})).time
+    z3 = evaluate(job, plan).time
+    # ZeRO-3 pays at least the copies of every layer on top of ZeRO-1's step
+    layer_params = 32 * (4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336)
+    assert z3.step_s - z1.step_s > F.zero3_copy_factor(job, 0) * layer_params
