@@ -98,9 +98,16 @@ GRAD_CLIP_BYTES_PER_PARAM = 12.0
 #: ignored. Megatron's buffers are views of the communication buffers (no copies).
 FSDP_COPY_OUT_BYTES_PER_PARAM = 8.0
 #: Bytes per logits element held at the loss peak (per token per vocab entry):
-#: Megatron vocab-parallel CE keeps bf16 logits 2 + fp32 copy 4 (softmax computed in place);
-#: PyTorch `cross_entropy(logits.float())` holds bf16 logits 2 + fp32 copy 4 + log-softmax 4.
-LOGITS_BYTES = {"megatron": 6.0, "pytorch": 10.0}
+#: Megatron vocab-parallel CE keeps bf16 logits 2 + fp32 copy 4 (softmax computed in place,
+#: backward turns it into the gradient in place, then casts it to bf16: 4 + 2).
+#: PyTorch `cross_entropy(logits.float())`: the forward holds bf16 logits 2 + fp32 copy 4 +
+#: log-softmax output 4 = 10, but the backward is higher: `nll_loss_backward` materialises a
+#: dense fp32 gradient (4) and `_log_softmax_backward_data` writes another (4) while the saved
+#: log-softmax output (4) is still alive = 12 (the bf16 logits are gone by then when the
+#: caller drops them, as torchtitan's `del pred` does). Autocast weight copies (pytorch-amp)
+#: are freed at that moment but stay counted in the buffers: pytorch-amp peaks come out up
+#: to 2 B/param high (+1..5% on the H200 rows), on the safe side.
+LOGITS_BYTES = {"megatron": 6.0, "pytorch": 12.0}
 #: HBM bytes moved per logits element by the (unfused) cross entropy, forward + backward, after
 #: the head GEMM wrote the bf16 logits. Megatron `_VocabParallelCrossEntropy`
 #: (megatron/core/tensor_parallel/cross_entropy.py): `.float()` r2 w4, max r4, in-place
