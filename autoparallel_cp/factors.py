@@ -150,6 +150,9 @@ class CostOptions:
     - ``attention_kernel``: flash-attention kernel generation, "cudnn" (default: cuDNN /
       FlashAttention-3 class, what the H200 curves measured) or "fa2" (FlashAttention-2, e.g.
       PyTorch SDPA 2.5-2.10 on H100; efficiency.ATTN_KERNELS).
+    - ``gqa_repeat_kv``: grouped-query K, V are expanded to all query heads with a copy before
+      the attention kernel (torchtitan 2024 Llama `repeat_kv`; SDPA then saves the expanded
+      K, V), instead of a kernel that reads the shared heads (TE, SDPA `enable_gqa`).
     """
 
     dropout: bool = False
@@ -158,6 +161,7 @@ class CostOptions:
     dp_overlap: bool = True
     fused: bool | None = None
     attention_kernel: str = "cudnn"
+    gqa_repeat_kv: bool = False
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -265,7 +269,7 @@ def layer_activation_per_token(
         k_bytes = ab * a * dqk / tp_
         v_bytes = ab * a * dv / tp_
     else:
-        kv = model.kv_heads
+        kv = a if (options.gqa_repeat_kv and recipe.flash_attention) else model.kv_heads
         q_bytes = ab * a * dqk / tp_
         k_bytes = ab * kv * dqk / tp_
         v_bytes = ab * kv * dv / tp_
@@ -447,7 +451,10 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     """Forward HBM traffic per token of a layer's memory-bound ops (norms, adds, activation).
 
     Norm: read input, write output; residual add: read two, write one; SwiGLU read 2·ffn,
-    write ffn (GELU: read, write ffn); rotary embedding on q, k (read + write).
+    write ffn (GELU: read, write ffn); rotary embedding on q, k (read + write). PyTorch
+    models also copy the bshd attention output to a contiguous tensor and, with
+    `gqa_repeat_kv`, expand K, V to every query head; these plain copies are one kernel each,
+    fused or not.
     """
     model = job.model
     recipe = job.recipe
@@ -469,10 +476,17 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     act = (3 if model.mlp == "swiglu" else 2) * ab * ffn / tp
     rope = 2 * ab * (a + kvh) * dqk / tp if model.position_embedding == "rope" else 0.0 * tp
     drop = (3 * ab * h * rep) * (3 if options.dropout else 0)
+    copies = 0.0 * tp
+    if _is_pytorch(recipe) and recipe.flash_attention:
+        # bshd attention output made contiguous for the out projection (read + write)
+        copies = copies + 2 * ab * a * dqk / tp
+    if options.gqa_repeat_kv and model.mla is None and kvh < a:
+        # repeat_kv: read K, V at kv heads, write them at all heads
+        copies = copies + ab * 2 * (kvh + a) * dqk / tp
     total = norms + adds + act + rope + drop
     if not _fused(recipe, options):
         total = total * EAGER_ELEMENTWISE_FACTOR
-    return total
+    return total + copies  # plain copies: one kernel, fused or not
 
 
 def overlap_exposed(comm: ArrayLike, compute: ArrayLike) -> FloatArray:

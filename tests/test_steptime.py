@@ -163,3 +163,21 @@ def test_fsdp_copies_cost_pytorch_zero3_only() -> None:
     # ZeRO-3 pays at least the copies of every layer on top of ZeRO-1's step
     layer_params = 32 * (4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336)
     assert z3.step_s - z1.step_s > F.zero3_copy_factor(job, 0) * layer_params
+
+
+def test_gqa_repeat_kv_costs_a_copy_and_full_head_kv() -> None:
+    """repeat_kv reads K, V at kv heads and writes them at all heads; SDPA then saves them."""
+    import numpy as np
+
+    from autoparallel_cp import factors as F
+
+    job = _llama8b_fsdp()
+    one = np.float64(1.0)
+    plain = F.CostOptions(fused=True)
+    rep = F.CostOptions(fused=True, gqa_repeat_kv=True)
+    ew0 = F._elementwise_bytes_fwd(job, False, one, 0.0 * one, plain)
+    ew1 = F._elementwise_bytes_fwd(job, False, one, 0.0 * one, rep)
+    assert float(ew1 - ew0) == pytest.approx(2.0 * 2 * (8 + 32) * 128)
+    a0 = F.layer_activation_per_token(job, False, one, one, one, 0.0 * one, plain)
+    a1 = F.layer_activation_per_token(job, False, one, one, one, 0.0 * one, rep)
+    assert float(a1.kept - a0.kept) == pytest.approx(2.0 * 2 * (32 - 8) * 128)
