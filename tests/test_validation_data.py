@@ -26,9 +26,13 @@ def test_megatron_rows_mape_and_fit() -> None:
 
 
 def test_all_published_rows_recorded_error_and_memory_bound() -> None:
-    """All 45 rows with a plan: MAPE at or below the recorded 11.9% (RESULTS.md), and no
-    predicted peak (allocated bytes) above torchtitan's measured max *reserved* memory."""
+    """All 45 rows with a plan: MAPE at or below the recorded 11.3% (RESULTS.md), and no
+    predicted peak (allocated bytes) above torchtitan's measured max *reserved* memory; the
+    predicted reserved memory (x (1 + fragmentation)) within 10% on average of it."""
+    from autoparallel_cp.factors import ALLOCATOR_FRAGMENTATION
+
     errs = []
+    mem_errs = []
     for row in validate.published_rows():
         if row.job is None or row.plan is None or not row.measured_tps:
             continue
@@ -36,5 +40,9 @@ def test_all_published_rows_recorded_error_and_memory_bound() -> None:
         errs.append(abs(ev.throughput.tokens_per_s_per_gpu / row.measured_tps - 1))
         if row.measured_mem_gib:
             assert ev.memory.peak_bytes / 2**30 <= row.measured_mem_gib, row.idx
+            reserved = ev.memory.peak_bytes * (1 + ALLOCATOR_FRAGMENTATION) / 2**30
+            mem_errs.append(abs(reserved / row.measured_mem_gib - 1))
     assert len(errs) == 45
-    assert sum(errs) / len(errs) < 0.12
+    assert sum(errs) / len(errs) < 0.115
+    assert len(mem_errs) == 18
+    assert sum(mem_errs) / len(mem_errs) < 0.10
