@@ -108,6 +108,11 @@ FSDP_COPY_OUT_BYTES_PER_PARAM = 8.0
 #: are freed at that moment but stay counted in the buffers: pytorch-amp peaks come out up
 #: to 2 B/param high (+1..5% on the H200 rows), on the safe side.
 LOGITS_BYTES = {"megatron": 6.0, "pytorch": 12.0}
+#: PyTorch with tensor parallelism computes the loss on vocab-sharded DTensor logits (loss
+#: parallelism, torchtitan's default with TP): `torch.distributed.tensor.parallel.loss.
+#: _log_softmax` keeps the fp32 input, `shifted = x - max` and `exp(shifted)` (or the result)
+#: alive at once, beside the bf16 logits: 2 + 4 + 4 + 4 = 14 B per logit in forward.
+LOSS_PARALLEL_LOGITS_BYTES = 14.0
 #: HBM bytes moved per logits element by the (unfused) cross entropy, forward + backward, after
 #: the head GEMM wrote the bf16 logits. Megatron `_VocabParallelCrossEntropy`
 #: (megatron/core/tensor_parallel/cross_entropy.py): `.float()` r2 w4, max r4, in-place
@@ -734,7 +739,10 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
     emb_act = tokens * (8.0 + (h * rep if opts.dropout else 0.0))  # int64 ids (+ dropout mask)
     emb_time = hbm_time(gpu, tokens * h * (res + ab) * 3.0)
     head_act = tokens * (res + ab) * h * rep + tokens * 8.0  # final norm in, head in, labels
-    lb = LOGITS_BYTES["pytorch" if _is_pytorch(recipe) else "megatron"]
+    if _is_pytorch(recipe):
+        lb = np.where(tp_ > 1, LOSS_PARALLEL_LOGITS_BYTES, LOGITS_BYTES["pytorch"])
+    else:
+        lb = LOGITS_BYTES["megatron"] + 0.0 * tp_
     head_work = tokens * v / tp_ * lb
     hg = head_gemm(model, tokens, tp_)
     dtype = recipe.compute_dtype

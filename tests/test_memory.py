@@ -89,3 +89,20 @@ def test_h200_peak_memory_within_10pct() -> None:
         assert ev.memory.peak_bytes == pytest.approx(r["peak_bytes"], rel=0.10)
         states = ev.memory.params_bytes + ev.memory.grads_bytes + ev.memory.optimizer_bytes
         assert states == pytest.approx(r["static_bytes"], rel=0.02)
+
+
+def test_pytorch_loss_peak_bytes_per_logit() -> None:
+    """PyTorch CE peaks at 12 B per logit (backward); with TP, DTensor loss parallelism's
+    log-softmax holds 14 B per local logit in forward; Megatron's in-place CE 6 B."""
+    from autoparallel_cp import factors as F
+
+    r = _h200_rows()[0][1]
+    tokens = 2.0 * r.seq_len
+    v = r.model.vocab_size
+    e1 = F.edge_factors(r, 0, 1, 1, 0, 2)
+    e2 = F.edge_factors(r, 0, 2, 1, 0, 2)
+    assert float(e1.head_work_bytes) == pytest.approx(tokens * v * 12.0)
+    assert float(e2.head_work_bytes) == pytest.approx(tokens * v / 2 * 14.0)
+    m = r.model_copy(update={"recipe": RECIPES["megatron-bf16"]})
+    assert float(F.edge_factors(m, 0, 2, 1, 0, 2).head_work_bytes) == pytest.approx(
+        tokens * v / 2 * 6.0)
