@@ -128,6 +128,17 @@ ELEMENTWISE_BWD_FACTOR = 2.0
 #: Extra HBM traffic of unfused eager PyTorch elementwise ops (separate cast, scale, mul kernels)
 #: relative to fused Megatron/compiled kernels; calibrated on the H200 eager rows.
 EAGER_ELEMENTWISE_FACTOR = 2.0
+#: Eager HBM bytes per element of the Llama modules as torchtitan (2024) and HF transformers
+#: write them (`CostOptions.eager_ops="llama-upcast"`), one kernel per op on bf16 inputs:
+#: RMSNorm `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * w`: cast r2 w4,
+#: pow r4 w4, mean r4, mul r4 w4, cast back r4 w2, weight mul r2 w2 = 36 (fused: 4).
+EAGER_LLAMA_NORM_BYTES = 36.0
+#: RoPE through fp32 (torchtitan: `view_as_complex(x.float())` times `freqs_cis`, then
+#: `type_as`): cast r2 w4, complex multiply r4 w4, cast back r4 w2 = 20 per q/k element
+#: (fused: 4).
+EAGER_LLAMA_ROPE_BYTES = 20.0
+#: `silu(w1(x)) * w3(x)`: silu r2 w2, mul r4 w2 = 10 per ffn element (fused: 6).
+EAGER_LLAMA_SWIGLU_BYTES = 10.0
 #: Host (Python + dispatcher + launch) time of one eager PyTorch layer's forward + backward
 #: (~25 forward ops and ~50 autograd nodes at ~30 us each); an unfused, uncompiled layer cannot
 #: run faster than its host issues kernels. Fitted on the H200 tiny1b s=2048 b=1 row
@@ -158,6 +169,10 @@ class CostOptions:
     - ``gqa_repeat_kv``: grouped-query K, V are expanded to all query heads with a copy before
       the attention kernel (torchtitan 2024 Llama `repeat_kv`; SDPA then saves the expanded
       K, V), instead of a kernel that reads the shared heads (TE, SDPA `enable_gqa`).
+    - ``eager_ops``: how unfused (eager) elementwise code is costed: "generic" (the fused
+      traffic times EAGER_ELEMENTWISE_FACTOR, calibrated on the H200 script) or
+      "llama-upcast" (op by op for Llama modules written with an fp32-upcast RMSNorm and fp32
+      RoPE, as torchtitan and HF transformers do: EAGER_LLAMA_*).
     """
 
     dropout: bool = False
@@ -167,6 +182,7 @@ class CostOptions:
     fused: bool | None = None
     attention_kernel: str = "cudnn"
     gqa_repeat_kv: bool = False
+    eager_ops: str = "generic"
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -322,6 +338,12 @@ def layer_activation_per_token(
         kept = kept + mb
         largest = np.maximum(largest, big)
     kept = kept + drop * h * rep  # MLP-output dropout mask
+    if not fused and options.eager_ops == "llama-upcast" and model.norm == "rmsnorm":
+        # eager fp32-upcast RMSNorm saves its fp32 input for `pow` (4 B) on top of the two
+        # bf16 tensors counted above; fp32 RoPE saves the fp32 complex q, k for the multiply
+        kept = kept + 2 * 4.0 * h * rep
+        if model.position_embedding == "rope" and model.mla is None:
+            kept = kept + 4.0 * (a + model.kv_heads) * dqk / tp_
     del cp_, ep_
     ckpt = res * h * rep  # layer input (sequence-sharded under SP)
     largest = np.maximum(largest, core)
@@ -490,7 +512,16 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
         copies = copies + ab * 2 * (kvh + a) * dqk / tp
     total = norms + adds + act + rope + drop
     if not _fused(recipe, options):
-        total = total * EAGER_ELEMENTWISE_FACTOR
+        if options.eager_ops == "llama-upcast" and model.norm == "rmsnorm":
+            # op by op (EAGER_LLAMA_* below): fp32-upcast RMSNorm, complex/rotate-half RoPE in
+            # fp32, silu then mul; residual adds and dropout as fused (one kernel each anyway)
+            total = (2 * EAGER_LLAMA_NORM_BYTES * h * rep + adds + drop
+                     + (EAGER_LLAMA_SWIGLU_BYTES if model.mlp == "swiglu"
+                        else EAGER_ELEMENTWISE_FACTOR * 2 * ab) * ffn / tp
+                     + (EAGER_LLAMA_ROPE_BYTES * (a + kvh) * dqk / tp
+                        if model.position_embedding == "rope" else 0.0 * tp))
+        else:
+            total = total * EAGER_ELEMENTWISE_FACTOR
     return total + copies  # plain copies: one kernel, fused or not
 
 

@@ -258,7 +258,8 @@ def published_rows() -> list[Row]:
             sp = 1 if tp > 1 else 0
             opts = CostOptions(tp_comm_overlap=ASYNC_TP_OVERLAP if async_tp else 0.0,
                                dp_overlap=True, fused=compiled, selective_policy="op",
-                               attention_kernel=TORCHTITAN_ATTENTION, gqa_repeat_kv=True)
+                               attention_kernel=TORCHTITAN_ATTENTION, gqa_repeat_kv=True,
+                               eager_ops="llama-upcast")
         else:
             out.append(Row(i, name, src[:20], None, None, CostOptions(), None, None, "",
                            skip="unknown source"))

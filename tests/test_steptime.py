@@ -181,3 +181,22 @@ def test_gqa_repeat_kv_costs_a_copy_and_full_head_kv() -> None:
     a0 = F.layer_activation_per_token(job, False, one, one, one, 0.0 * one, plain)
     a1 = F.layer_activation_per_token(job, False, one, one, one, 0.0 * one, rep)
     assert float(a1.kept - a0.kept) == pytest.approx(2.0 * 2 * (32 - 8) * 128)
+
+
+def test_eager_llama_ops_counted_op_by_op() -> None:
+    """Eager fp32-upcast RMSNorm 36 B, fp32 RoPE 20 B, silu*mul 10 B per element, adds 6 B;
+    the attention-output copy is added once (not multiplied)."""
+    import numpy as np
+
+    from autoparallel_cp import factors as F
+
+    job = _llama8b_fsdp()
+    one = np.float64(1.0)
+    opts = F.CostOptions(fused=False, eager_ops="llama-upcast")
+    got = float(F._elementwise_bytes_fwd(job, False, one, 0.0 * one, opts))
+    h, f, qk = 4096, 14336, (32 + 8) * 128
+    expect = 2 * 36 * h + 2 * 6 * h + 10 * f + 20 * qk + 2 * 2 * 32 * 128
+    assert got == pytest.approx(expect)
+    generic = float(F._elementwise_bytes_fwd(job, False, one, 0.0 * one,
+                                             F.CostOptions(fused=False)))
+    assert got > generic  # the upcasts cost more than the 2x generic eager factor here
