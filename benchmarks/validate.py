@@ -81,7 +81,9 @@ TORCHTITAN_FP8 = TORCHTITAN.model_copy(update={"name": "torchtitan-fsdp-fp8",
 #: Megatron-Core r0.8 README runs use --tp-comm-overlap (userbuffers): TP all-gather /
 #: reduce-scatter pipelined with the GEMM chunks; assumed 80% hidden (first/last chunk exposed).
 MCORE_TP_OVERLAP = 0.8
-#: torchtitan async TP (micro-pipelined collective matmuls): same assumption.
+#: torchtitan async TP (micro-pipelined collective matmuls): same assumption in forward; in
+#: backward none (CostOptions.tp_comm_overlap_bwd: the announcement's 70B numbers, ~20% forward
+#: vs ~8% end-to-end speed-up, are a forward-only effect).
 ASYNC_TP_OVERLAP = 0.8
 #: torchtitan 2024-12 (torch nightly 1963fc8) calls SDPA, which then dispatched to
 #: FlashAttention-2 on H100 (cuDNN attention opt-in since pytorch/pytorch#138522; #142132 shows
@@ -257,6 +259,7 @@ def published_rows() -> list[Row]:
             async_tp = "AsyncTP" in config
             sp = 1 if tp > 1 else 0
             opts = CostOptions(tp_comm_overlap=ASYNC_TP_OVERLAP if async_tp else 0.0,
+                               tp_comm_overlap_bwd=0.0,
                                dp_overlap=True, fused=compiled, selective_policy="op",
                                attention_kernel=TORCHTITAN_ATTENTION, gqa_repeat_kv=True,
                                eager_ops="llama-upcast")

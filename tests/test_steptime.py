@@ -200,3 +200,19 @@ def test_eager_llama_ops_counted_op_by_op() -> None:
     generic = float(F._elementwise_bytes_fwd(job, False, one, 0.0 * one,
                                              F.CostOptions(fused=False)))
     assert got > generic  # the upcasts cost more than the 2x generic eager factor here
+
+
+def test_tp_overlap_forward_only() -> None:
+    """tp_comm_overlap_bwd=0 hides TP collectives in forward (and its replay) only."""
+    from autoparallel_cp import factors as F
+
+    job = _job()
+    exposed = F.layer_factors(job, 0, 4, 1, 1, 1, 1, "full", options=F.CostOptions())
+    both = F.layer_factors(job, 0, 4, 1, 1, 1, 1, "full",
+                           options=F.CostOptions(tp_comm_overlap=0.8))
+    fwd = F.layer_factors(job, 0, 4, 1, 1, 1, 1, "full",
+                          options=F.CostOptions(tp_comm_overlap=0.8, tp_comm_overlap_bwd=0.0))
+    one = float(exposed.tp_s) / 2  # forward collectives of one layer
+    assert float(both.tp_s) == pytest.approx(2 * 0.2 * one)
+    assert float(fwd.tp_s) == pytest.approx(0.2 * one + one)
+    assert float(fwd.rc_tp_s) == pytest.approx(0.2 * one)
