@@ -257,6 +257,15 @@ def torchtitan_settings(job: Job, plan: Plan) -> tuple[dict[str, dict[str, Any]]
     if plan.recompute == "full" and plan.recompute_layers is not None:
         notes.append(f"partial full recompute ({plan.recompute_layers} layers/stage) is not a "
                      "torchtitan option; emitted as full")
+    ac: dict[str, Any] = {"mode": plan.recompute}
+    if plan.recompute == "selective":
+        # torchtitan's `selective` needs an option; "op" is the op-level SAC the
+        # torchtitan-fsdp recipe costs (its default "2" would checkpoint every 2nd layer)
+        ac["selective_ac_option"] = "op"
+        if job.recipe.behaviour.selective_policy != "op":
+            notes.append("torchtitan has no attention-core-only recompute; op-level SAC (which "
+                         "also replays every second matmul) is emitted: evaluate the plan with "
+                         "--recipe torchtitan-fsdp for its cost")
     sections: dict[str, dict[str, Any]] = {
         "training": {
             "local_batch_size": local_batch,
@@ -264,7 +273,7 @@ def torchtitan_settings(job: Job, plan: Plan) -> tuple[dict[str, dict[str, Any]]
             "seq_len": job.seq_len,
         },
         "parallelism": par,
-        "activation_checkpoint": {"mode": plan.recompute},
+        "activation_checkpoint": ac,
     }
     if job.recipe.compute_dtype == "fp8":
         sections["model"] = {"converters": ["float8"]}

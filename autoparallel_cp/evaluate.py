@@ -111,7 +111,7 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
     bad = plan_violations(job, plan)
     if bad:
         raise ValueError("plan breaks: " + "; ".join(bad))
-    opts = options or F.DEFAULT_OPTIONS
+    opts = F.options_for(job, options)
     stages = stage_memory(job, plan, opts)
     worst = peak_stage(stages)
     fits = all(s.required_bytes <= s.capacity_bytes for s in stages)

@@ -195,6 +195,21 @@ class CostOptions:
 DEFAULT_OPTIONS = CostOptions()
 
 
+def recipe_options(recipe: TrainingRecipe) -> CostOptions:
+    """The `CostOptions` a recipe's `behaviour` describes."""
+    b = recipe.behaviour
+    return CostOptions(
+        dropout=b.dropout, selective_policy=b.selective_policy,
+        tp_comm_overlap=b.tp_comm_overlap, tp_comm_overlap_bwd=b.tp_comm_overlap_bwd,
+        dp_overlap=b.dp_overlap, fused=b.fused, attention_kernel=b.attention_kernel,
+        gqa_repeat_kv=b.gqa_repeat_kv, eager_ops=b.eager_ops)
+
+
+def options_for(job: Job, options: CostOptions | None) -> CostOptions:
+    """`options` when given (an explicit override), else the job's recipe behaviour."""
+    return options if options is not None else recipe_options(job.recipe)
+
+
 def _f(x: ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=np.float64)
 
@@ -244,7 +259,7 @@ class ActBreakdown:
 
 def layer_activation_per_token(
     job: Job, moe: bool, tp: ArrayLike, cp: ArrayLike, ep: ArrayLike, sp: ArrayLike,
-    options: CostOptions = DEFAULT_OPTIONS,
+    options: CostOptions | None = None,
 ) -> ActBreakdown:
     """Bytes per token (per rank's tokens) one layer saves for backward, op by op.
 
@@ -266,6 +281,7 @@ def layer_activation_per_token(
     With context parallelism tokens per rank are s/cp (the caller multiplies by them) and the
     non-flash s² terms see the full key length s.
     """
+    options = options_for(job, options)
     model = job.model
     recipe = job.recipe
     tp_ = _f(tp)
@@ -560,7 +576,7 @@ def layer_factors(
     Full recompute replays the forward (and its TP/CP/EP comm); selective recompute replays the
     attention core (Korthikanti §5).
     """
-    opts = options or DEFAULT_OPTIONS
+    opts = options_for(job, options)
     model = job.model
     recipe = job.recipe
     nd = node(job, g)
@@ -759,7 +775,7 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
     Time: head GEMM fwd + dgrad + wgrad at shape efficiency; cross entropy and embedding
     gather/scatter as HBM traffic; the tied/untied embedding all-reduce is ignored.
     """
-    opts = options or DEFAULT_OPTIONS
+    opts = options_for(job, options)
     model = job.model
     recipe = job.recipe
     nd = node(job, g)

@@ -89,7 +89,7 @@ def _base_mode(plan: Plan) -> str:
 def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
                  ) -> list[StageMemory]:
     """Memory of every pipeline stage's GPU (the composition in the module docstring)."""
-    opts = options or F.DEFAULT_OPTIONS
+    opts = F.options_for(job, options)
     groups = stage_groups(job, plan)
     kinds = stage_layer_kinds(job, plan)
     pp, m = plan.pp, plan.num_microbatches

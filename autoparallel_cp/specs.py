@@ -245,6 +245,24 @@ class ClusterSpec(_Strict):
 # --------------------------------------------------------------------------------------------
 
 
+class FrameworkBehaviour(_Strict):
+    """How the training framework runs a layer, where frameworks differ (not a plan axis).
+
+    The cost model reads these through `factors.options_for` (field meanings:
+    `factors.CostOptions`); the defaults describe Megatron-LM with Transformer Engine.
+    """
+
+    selective_policy: Literal["attention", "op"] = "attention"
+    dropout: bool = False
+    tp_comm_overlap: float = Field(0.0, ge=0.0, le=1.0)
+    tp_comm_overlap_bwd: float | None = Field(None, ge=0.0, le=1.0)
+    dp_overlap: bool = True
+    fused: bool | None = None  # None: fused for megatron, eager for pytorch
+    attention_kernel: Literal["cudnn", "fa3", "fa2"] = "cudnn"
+    gqa_repeat_kv: bool = False
+    eager_ops: Literal["generic", "llama-upcast"] = "generic"
+
+
 class TrainingRecipe(_Strict):
     """Precisions and optimizer: how many bytes each parameter costs, and the GEMM precision.
 
@@ -275,6 +293,9 @@ class TrainingRecipe(_Strict):
     #: global gradient-norm clipping every step (Megatron --clip-grad 1.0, torchtitan
     #: max_norm 1.0 by default): one norm pass and one scaling pass over the local gradients.
     grad_clip: bool = True
+    #: framework behaviour the cost model needs (recompute policy, fusion, attention kernel,
+    #: TP overlap...); `evaluate(..., options=...)` overrides it for one call.
+    behaviour: FrameworkBehaviour = Field(default_factory=FrameworkBehaviour)
     source: str = ""
 
     @property
@@ -308,6 +329,21 @@ RECIPES: dict[str, TrainingRecipe] = {
         compute_dtype="bf16",
         transient_weight_copy_bytes=2,
         source="PyTorch autocast(bf16) with fp32 params/grads and fused AdamW (16 B/param)",
+    ),
+    "torchtitan-fsdp": TrainingRecipe(
+        name="torchtitan-fsdp",
+        framework="pytorch",
+        weight_bytes=4,
+        grad_bytes=4,
+        master_weight_bytes=0,
+        optimizer_state_bytes=8,
+        compute_dtype="bf16",
+        optimizer_kernel="foreach",
+        behaviour=FrameworkBehaviour(selective_policy="op", fused=True, attention_kernel="fa2",
+                                     gqa_repeat_kv=True, eager_ops="llama-upcast"),
+        source=("torchtitan 2024-12 Llama: FSDP2 with fp32 sharded params, bf16 compute, fp32 "
+                "reduce; foreach AdamW; torch.compile per block; op-level SAC as `selective`; "
+                "SDPA on FlashAttention-2; repeat_kv for GQA (16 B/param)"),
     ),
     "megatron-fp8": TrainingRecipe(
         name="megatron-fp8",

@@ -73,7 +73,7 @@ class StepTime:
 
 def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> list[StageTime]:
     """Per micro-batch time of every stage (the t_j of the module docstring)."""
-    opts = options or F.DEFAULT_OPTIONS
+    opts = F.options_for(job, options)
     groups = stage_groups(job, plan)
     kinds = stage_layer_kinds(job, plan)
     pp = plan.pp
@@ -139,7 +139,7 @@ def exposed_dp(st: StageTime, overlap: bool) -> float:
 
 def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> StepTime:
     """Step time with the INTERFACE.md breakdown (components sum to `step_s`)."""
-    opts = options or F.DEFAULT_OPTIONS
+    opts = F.options_for(job, options)
     sts = stage_times(job, plan, opts)
     m = plan.num_microbatches
     tmax_stage = max(sts, key=lambda s: s.total_s)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoparallel_cp.evaluate import evaluate
-from autoparallel_cp.factors import ALLOCATOR_FRAGMENTATION, CostOptions
+from autoparallel_cp.factors import ALLOCATOR_FRAGMENTATION, CostOptions, recipe_options
 from autoparallel_cp.plan import Plan, plan_violations
 from autoparallel_cp.specs import (
     GIB,
@@ -70,11 +70,9 @@ MEGATRON_2021 = TrainingRecipe(name="megatron-2021", framework="megatron", flash
                                grad_reduce_bytes=2)
 #: torchtitan FSDP2: fp32 sharded params, bf16 compute (param_dtype), fp32 reduce, no autocast
 #: copies (FSDP mixed precision casts on all-gather).
-#: torchtitan 2024-12 builds AdamW with fused=False, i.e. the foreach kernels, and clips with
-#: max_norm 1.0.
-TORCHTITAN = TrainingRecipe(name="torchtitan-fsdp", framework="pytorch", weight_bytes=4,
-                            grad_bytes=4, master_weight_bytes=0, optimizer_state_bytes=8,
-                            optimizer_kernel="foreach")
+#: The `torchtitan-fsdp` preset (FSDP2 fp32 sharded params, bf16 compute, fp32 reduce; foreach
+#: AdamW, clipping at max_norm 1.0); each row sets the behaviour its notes state.
+TORCHTITAN = RECIPES["torchtitan-fsdp"]
 TORCHTITAN_FP8 = TORCHTITAN.model_copy(update={"name": "torchtitan-fsdp-fp8",
                                                "compute_dtype": "fp8"})
 
@@ -258,11 +256,12 @@ def published_rows() -> list[Row]:
                 stage_layers = tuple(layers)
             async_tp = "AsyncTP" in config
             sp = 1 if tp > 1 else 0
-            opts = CostOptions(tp_comm_overlap=ASYNC_TP_OVERLAP if async_tp else 0.0,
-                               tp_comm_overlap_bwd=0.0,
-                               dp_overlap=True, fused=compiled, selective_policy="op",
-                               attention_kernel=TORCHTITAN_ATTENTION, gqa_repeat_kv=True,
-                               eager_ops="llama-upcast")
+            behaviour = recipe.behaviour.model_copy(update={
+                "tp_comm_overlap": ASYNC_TP_OVERLAP if async_tp else 0.0,
+                "tp_comm_overlap_bwd": 0.0, "fused": compiled,
+                "attention_kernel": TORCHTITAN_ATTENTION})
+            recipe = recipe.model_copy(update={"behaviour": behaviour})
+            opts = recipe_options(recipe)
         else:
             out.append(Row(i, name, src[:20], None, None, CostOptions(), None, None, "",
                            skip="unknown source"))

@@ -246,3 +246,28 @@ def test_explain_reports_limits_and_changes(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "What limits it" in out
     assert "Change that would help most" in out or "locally optimal" in out
+
+
+def test_evaluate_with_the_torchtitan_recipe() -> None:
+    """`--recipe torchtitan-fsdp` carries its framework behaviour: `selective` is op-level SAC
+    (it replays matmuls, so it costs more time than Megatron-style selective recompute)."""
+    args = ("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--seq-len", "8192", "--global-batch", "16", "--plan",
+            "zero=3,mbs=2,recompute=selective", "--json", "-", "--quiet")
+    result, out, _ = run(*args, "--recipe", "torchtitan-fsdp")
+    assert result.exit_code == 0, result.output
+    tt = json.loads(out)
+    assert tt["fits"]
+    from autoparallel_cp.evaluate import evaluate
+    from autoparallel_cp.loaders import load_cluster, load_model
+    from autoparallel_cp.plan import Plan
+    from autoparallel_cp.specs import RECIPES, Job
+
+    recipe = RECIPES["torchtitan-fsdp"]
+    job = Job(model=load_model("llama3-8b"), cluster=load_cluster("dgx-h100").take_gpus(8),
+              recipe=recipe, seq_len=8192, global_batch=16)
+    plan = Plan(dp=8, zero=3, mbs=2, num_microbatches=1, recompute="selective")
+    assert tt["time"]["step_s"] == pytest.approx(evaluate(job, plan).time.step_s)
+    megatron_style = job.model_copy(update={"recipe": recipe.model_copy(update={
+        "behaviour": recipe.behaviour.model_copy(update={"selective_policy": "attention"})})})
+    assert evaluate(megatron_style, plan).time.compute_s < tt["time"]["compute_s"]

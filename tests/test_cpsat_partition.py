@@ -163,3 +163,12 @@ def test_key_bound_below_every_key_best_memory_bound() -> None:
               seq_len=32768, global_batch=8)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
     assert _check_key_bound(space) > 0
+
+
+def test_key_bound_below_every_key_best_torchtitan_recipe() -> None:
+    from autoparallel_cp.specs import RECIPES
+
+    job = Job(model=_mini(False, 6), cluster=load_cluster("dgx-a100-40g").take_gpus(8),
+              recipe=RECIPES["torchtitan-fsdp"], seq_len=8192, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3))
+    assert _check_key_bound(space) > 0

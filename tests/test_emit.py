@@ -140,3 +140,16 @@ def test_unknown_format_is_a_user_error(job: Job) -> None:
     assert set(EMIT_FORMATS) == {"megatron", "torchtitan", "deepspeed"}
     with pytest.raises(UserError):
         emit(job, parse_plan("tp=8", job), "nemo")
+
+
+def test_torchtitan_selective_is_op_sac(job: Job) -> None:
+    tomllib = pytest.importorskip("tomllib")
+    from autoparallel_cp.specs import RECIPES
+
+    plan = parse_plan("tp=8,zero=3,mbs=1,recompute=selective", job)
+    e = emit(job, plan, "torchtitan")
+    ac = tomllib.loads(e.text)["activation_checkpoint"]
+    assert ac == {"mode": "selective", "selective_ac_option": "op"}
+    assert any("attention-core" in n for n in e.notes)  # Megatron-style recipe: say so
+    tt = job.model_copy(update={"recipe": RECIPES["torchtitan-fsdp"]})
+    assert not any("attention-core" in n for n in emit(tt, plan, "torchtitan").notes)

@@ -131,3 +131,31 @@ def test_master_bound_is_below_every_key_best() -> None:
         master = build_master(build_tables(space))
         for cost, plan in ranked[::7]:
             assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(layers=st.sampled_from([4, 6]), gpus=st.sampled_from([4, 8]),
+       seq=st.sampled_from([2048, 8192]))
+def test_torchtitan_recipe_matches_enumeration(layers: int, gpus: int, seq: int) -> None:
+    """The recipe's framework behaviour (op-level SAC as `selective`, FSDP2 copies, foreach
+    AdamW, eager Llama ops off under compile, repeat_kv) reaches the solver's tables."""
+    from autoparallel_cp.specs import RECIPES
+
+    job = Job(model=_mini(False, layers), cluster=load_cluster("dgx-h100").take_gpus(gpus),
+              recipe=RECIPES["torchtitan-fsdp"], seq_len=seq, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=2, max_vpp=2, max_mbs=2, zero=(1, 3))
+    _compare_tol(job, space, 4)
+
+
+def test_master_bound_holds_for_the_torchtitan_recipe() -> None:
+    from autoparallel_cp.cpsat_master import build_master
+    from autoparallel_cp.specs import RECIPES
+    from autoparallel_cp.tables import build_tables
+
+    job = Job(model=_mini(False, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
+              recipe=RECIPES["torchtitan-fsdp"], seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(0, 1, 3))
+    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    master = build_master(build_tables(space))
+    for cost, plan in ranked[::5]:
+        assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
