@@ -33,7 +33,7 @@ The composition (docs/design.md) is implemented once in memory.py / steptime.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +42,7 @@ from . import comm
 from .efficiency import flash_attention_time, gemm_time, hbm_time
 from .flops import attention_core_flops, attention_dims, head_gemm, layer_gemms
 from .params import count_params, layer_breakdown
-from .specs import GIB, GPUSpec, Job, NodeGroup, TrainingRecipe
+from .specs import GIB, FrameworkBehaviour, GPUSpec, Job, NodeGroup, TrainingRecipe
 
 FloatArray = npt.NDArray[np.float64]
 ArrayLike = npt.ArrayLike
@@ -149,60 +149,14 @@ EAGER_HOST_S_PER_LAYER = 2.5e-3
 EAGER_HOST_S_RECOMPUTE = 2.1e-3
 
 
-@dataclass(frozen=True)
-class CostOptions:
-    """Framework behaviours that are not plan axes (defaults: the recipe's framework).
-
-    - ``dropout``: GPT-style dropout after attention, MLP and embedding (1-byte masks,
-      Korthikanti §4.1); modern decoders train without it.
-    - ``tp_comm_overlap``: fraction of TP collectives hidden behind GEMMs (Megatron
-      ``--tp-comm-overlap``, torchtitan async TP); 0 = exposed (Megatron default).
-    - ``tp_comm_overlap_bwd``: the same for the backward pass; None = as forward (Megatron's
-      userbuffer overlap covers dgrad/wgrad). torchtitan's 2024 async TP micro-pipelines the
-      forward all-gather/matmul and matmul/reduce-scatter (the recompute replays them too);
-      its announcement reports "~20% forward pass speedup and ~8% E2E speedup in Llama3 70B",
-      i.e. a forward-only effect: 0.
-    - ``dp_overlap``: DP gradient reduction overlapped with backward (Megatron
-      ``--overlap-grad-reduce``, FSDP/DDP default).
-    - ``fused``: fused elementwise kernels (Megatron / torch.compile); None = framework default.
-    - ``selective_policy``: what `recompute=selective` means: "attention" (Megatron: recompute
-      the attention core, Korthikanti §5) or "op" (torchtitan op-level SAC: keep the layer
-      input, the attention output and every other matmul output; recompute the rest).
-    - ``attention_kernel``: flash-attention kernel generation, "cudnn" (default: cuDNN /
-      FlashAttention-3 class, what the H200 curves measured) or "fa2" (FlashAttention-2, e.g.
-      PyTorch SDPA 2.5-2.10 on H100; efficiency.ATTN_KERNELS).
-    - ``gqa_repeat_kv``: grouped-query K, V are expanded to all query heads with a copy before
-      the attention kernel (torchtitan 2024 Llama `repeat_kv`; SDPA then saves the expanded
-      K, V), instead of a kernel that reads the shared heads (TE, SDPA `enable_gqa`).
-    - ``eager_ops``: how unfused (eager) elementwise code is costed: "generic" (the fused
-      traffic times EAGER_ELEMENTWISE_FACTOR, calibrated on the H200 script) or
-      "llama-upcast" (op by op for Llama modules written with an fp32-upcast RMSNorm and fp32
-      RoPE, as torchtitan and HF transformers do: EAGER_LLAMA_*).
-    """
-
-    dropout: bool = False
-    selective_policy: str = "attention"
-    tp_comm_overlap: float = 0.0
-    tp_comm_overlap_bwd: float | None = None
-    dp_overlap: bool = True
-    fused: bool | None = None
-    attention_kernel: str = "cudnn"
-    gqa_repeat_kv: bool = False
-    eager_ops: str = "generic"
-    extra: dict[str, float] = field(default_factory=dict)
-
-
-DEFAULT_OPTIONS = CostOptions()
+#: Framework behaviours that are not plan axes; one per recipe (`TrainingRecipe.behaviour`),
+#: overridable per call (`evaluate(job, plan, options)`). Field meanings: `FrameworkBehaviour`.
+CostOptions = FrameworkBehaviour
 
 
 def recipe_options(recipe: TrainingRecipe) -> CostOptions:
-    """The `CostOptions` a recipe's `behaviour` describes."""
-    b = recipe.behaviour
-    return CostOptions(
-        dropout=b.dropout, selective_policy=b.selective_policy,
-        tp_comm_overlap=b.tp_comm_overlap, tp_comm_overlap_bwd=b.tp_comm_overlap_bwd,
-        dp_overlap=b.dp_overlap, fused=b.fused, attention_kernel=b.attention_kernel,
-        gqa_repeat_kv=b.gqa_repeat_kv, eager_ops=b.eager_ops)
+    """The cost options a recipe's `behaviour` describes."""
+    return recipe.behaviour
 
 
 def options_for(job: Job, options: CostOptions | None) -> CostOptions:

@@ -248,8 +248,34 @@ class ClusterSpec(_Strict):
 class FrameworkBehaviour(_Strict):
     """How the training framework runs a layer, where frameworks differ (not a plan axis).
 
-    The cost model reads these through `factors.options_for` (field meanings:
-    `factors.CostOptions`); the defaults describe Megatron-LM with Transformer Engine.
+    The cost model reads it as `factors.CostOptions` through `factors.options_for`; the
+    defaults describe Megatron-LM with Transformer Engine.
+
+    - ``dropout``: GPT-style dropout after attention, MLP and embedding (1-byte masks,
+      Korthikanti §4.1); modern decoders train without it.
+    - ``tp_comm_overlap``: fraction of TP collectives hidden behind GEMMs (Megatron
+      ``--tp-comm-overlap``, torchtitan async TP); 0 = exposed (Megatron default).
+    - ``tp_comm_overlap_bwd``: the same for the backward pass; None = as forward (Megatron's
+      userbuffer overlap covers dgrad/wgrad). torchtitan's 2024 async TP micro-pipelines the
+      forward all-gather/matmul and matmul/reduce-scatter (the recompute replays them too);
+      its announcement reports "~20% forward pass speedup and ~8% E2E speedup in Llama3 70B",
+      i.e. a forward-only effect: 0.
+    - ``dp_overlap``: DP gradient reduction overlapped with backward (Megatron
+      ``--overlap-grad-reduce``, FSDP/DDP default).
+    - ``fused``: fused elementwise kernels (Megatron / torch.compile); None = framework default.
+    - ``selective_policy``: what `recompute=selective` means: "attention" (Megatron: recompute
+      the attention core, Korthikanti §5) or "op" (torchtitan op-level SAC: keep the layer
+      input, the attention output and every other matmul output; recompute the rest).
+    - ``attention_kernel``: flash-attention kernel generation, "cudnn" (default: cuDNN /
+      FlashAttention-3 class, what the H200 curves measured) or "fa2" (FlashAttention-2, e.g.
+      PyTorch SDPA 2.5-2.10 on H100; efficiency.ATTN_KERNELS).
+    - ``gqa_repeat_kv``: grouped-query K, V are expanded to all query heads with a copy before
+      the attention kernel (torchtitan 2024 Llama `repeat_kv`; SDPA then saves the expanded
+      K, V), instead of a kernel that reads the shared heads (TE, SDPA `enable_gqa`).
+    - ``eager_ops``: how unfused (eager) elementwise code is costed: "generic" (the fused
+      traffic times EAGER_ELEMENTWISE_FACTOR, calibrated on the H200 script) or
+      "llama-upcast" (op by op for Llama modules written with an fp32-upcast RMSNorm and fp32
+      RoPE, as torchtitan and HF transformers do: EAGER_LLAMA_*).
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
