@@ -24,7 +24,7 @@ from typing import Any
 
 from autoparallel_cp.errors import InputError, UserError
 from autoparallel_cp.plan import Plan, PlanError, parse_assignments, parse_plan
-from autoparallel_cp.specs import RECIPES, ClusterSpec, Job, ModelSpec, TrainingRecipe
+from autoparallel_cp.specs import ClusterSpec, Job, ModelSpec, TrainingRecipe
 
 __all__ = [
     "load_model", "load_cluster", "make_job", "resolve_recipe", "select_gpus", "evaluate",
@@ -47,13 +47,12 @@ def load_cluster(name_or_path: str | Path) -> ClusterSpec:
 
 
 def resolve_recipe(recipe: str | TrainingRecipe) -> TrainingRecipe:
-    """A recipe from its name (RECIPES keys) or the recipe itself."""
+    """A recipe from its name (RECIPES keys), a YAML/JSON file, or the recipe itself."""
     if isinstance(recipe, TrainingRecipe):
         return recipe
-    if recipe not in RECIPES:
-        raise InputError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}",
-                         field="--recipe")
-    return RECIPES[recipe]
+    from autoparallel_cp.loaders import load_recipe
+
+    return load_recipe(recipe)
 
 
 def select_gpus(cluster: ClusterSpec, gpus: int | None = None,

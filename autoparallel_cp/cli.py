@@ -88,8 +88,10 @@ def _job_options(fn: F) -> F:
                      help="Sequence length (tokens)."),
         click.option("--global-batch", type=click.IntRange(min=1), default=512,
                      show_default=True, help="Global batch (sequences per optimizer step)."),
-        click.option("--recipe", type=click.Choice(list(RECIPES)), default="megatron-bf16",
-                     show_default=True, help="Precisions and optimizer."),
+        click.option("--recipe", default="megatron-bf16", metavar="R|FILE",
+                     show_default=True,
+                     help=f"Recipe preset ({', '.join(RECIPES)}) or a YAML/JSON recipe file: "
+                          "precisions, optimizer and framework behaviour."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -498,8 +500,8 @@ def _csv_list(kind: Callable[[str], Any], name: str) -> Callable[..., Any]:
               show_default=True, metavar="S[,S...]", help="Sequence lengths to sweep.")
 @click.option("--global-batch", callback=_csv_list(int, "--global-batch"), default="512",
               show_default=True, metavar="B[,B...]", help="Global batches to sweep.")
-@click.option("--recipe", type=click.Choice(list(RECIPES)), default="megatron-bf16",
-              show_default=True)
+@click.option("--recipe", default="megatron-bf16", metavar="R|FILE", show_default=True,
+              help=f"Recipe preset ({', '.join(RECIPES)}) or a YAML/JSON recipe file.")
 @click.option("--fix", default=None, metavar="K=V,...", help="Pin plan fields at every point.")
 @click.option("--objective", type=click.Choice(["throughput", "cost"]), default="throughput",
               show_default=True, help="What each point optimizes; cost also ranks the points.")

@@ -21,7 +21,7 @@ from .errors import InputError
 from .hf_import import is_hf_config, model_from_hf_config
 from .params import count_params
 from .presets import preset_names, preset_path
-from .specs import ClusterSpec, ModelSpec
+from .specs import RECIPES, ClusterSpec, ModelSpec, TrainingRecipe
 
 _S = TypeVar("_S", bound=BaseModel)
 
@@ -180,6 +180,52 @@ def load_cluster(name_or_path: str | Path) -> ClusterSpec:
     if isinstance(data, Mapping) and "name" not in data:
         data = {"name": path.stem, **data}
     return validate_cluster(data, source)
+
+
+def load_recipe(name_or_path: str | Path) -> TrainingRecipe:
+    """A training recipe from a preset name (`RECIPES`) or a YAML/JSON file.
+
+    A file either spells out every `TrainingRecipe` field, or names a preset in `base` and
+    overrides some fields; `behaviour` is merged field by field, e.g.
+
+        base: megatron-bf16
+        name: megatron-bf16-dropout
+        behaviour: {dropout: true, tp_comm_overlap: 0.8}
+    """
+    text = str(name_or_path)
+    if text in RECIPES:
+        return RECIPES[text]
+    p = Path(text).expanduser()
+    if not p.is_file():
+        close = difflib.get_close_matches(text, list(RECIPES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InputError(f"unknown recipe {text!r}{hint}; available: {', '.join(RECIPES)}; "
+                         "or give a path to a YAML/JSON file", field="--recipe")
+    source = str(p)
+    data = _read(p, source)
+    if not isinstance(data, Mapping):
+        raise InputError("expected a mapping of fields at the top level, got "
+                         f"{type(data).__name__}", source=source)
+    data = dict(data)
+    base = data.pop("base", None)
+    if base is not None:
+        if base not in RECIPES:
+            raise InputError(f"unknown base recipe {base!r}; available: {', '.join(RECIPES)}",
+                             source=source, field="base")
+        merged = RECIPES[base].model_dump()
+        behaviour = data.pop("behaviour", None)
+        if behaviour is not None:
+            if not isinstance(behaviour, Mapping):
+                raise InputError("expected a mapping of behaviour fields", source=source,
+                                 field="behaviour")
+            merged["behaviour"] = {**merged["behaviour"], **behaviour}
+        merged.update(data)
+        if "name" not in data:
+            merged["name"] = p.stem
+        data = merged
+    elif "name" not in data:
+        data["name"] = p.stem
+    return _validate(TrainingRecipe, data, source)
 
 
 # --------------------------------------------------------------------------------------------

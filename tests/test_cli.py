@@ -271,3 +271,38 @@ def test_evaluate_with_the_torchtitan_recipe() -> None:
     megatron_style = job.model_copy(update={"recipe": recipe.model_copy(update={
         "behaviour": recipe.behaviour.model_copy(update={"selective_policy": "attention"})})})
     assert evaluate(megatron_style, plan).time.compute_s < tt["time"]["compute_s"]
+
+
+def test_recipe_file_overrides_a_base_preset(tmp_path: Path) -> None:
+    """--recipe FILE: `base` preset plus overrides; behaviour is merged field by field."""
+    from autoparallel_cp.loaders import load_recipe
+    from autoparallel_cp.specs import RECIPES
+
+    f = tmp_path / "mcore.yaml"
+    f.write_text("base: megatron-bf16\nbehaviour: {dropout: true, tp_comm_overlap: 0.8}\n"
+                 "grad_reduce_bytes: 2\n")
+    r = load_recipe(str(f))
+    assert r.name == "mcore"
+    assert r.behaviour.dropout and r.behaviour.tp_comm_overlap == 0.8
+    assert r.behaviour.attention_kernel == RECIPES["megatron-bf16"].behaviour.attention_kernel
+    assert r.grad_reduce_bytes == 2 and r.weight_bytes == 2
+    args = ("evaluate", *SMALL, "--plan", "tp=2,mbs=1,zero=1", "--json", "-", "--quiet")
+    result, out, _ = run(*args, "--recipe", str(f))
+    assert result.exit_code == 0, result.output
+    custom = json.loads(out)
+    result, out, _ = run(*args)
+    default = json.loads(out)
+    assert custom["time"]["tp_comm_s"] < default["time"]["tp_comm_s"]  # 80% hidden
+
+
+def test_bad_recipe_inputs_are_clear_errors(tmp_path: Path) -> None:
+    assert_user_error(["evaluate", *SMALL, "--plan", "tp=1", "--recipe", "megatron-bf61"],
+                      "unknown recipe", "megatron-bf16")
+    f = tmp_path / "bad.yaml"
+    f.write_text("base: megatron-bf16\nbehaviour: {selective_policy: everything}\n")
+    assert_user_error(["evaluate", *SMALL, "--plan", "tp=1", "--recipe", str(f)],
+                      "selective_policy")
+    g = tmp_path / "bad2.yaml"
+    g.write_text("base: nemo\n")
+    assert_user_error(["evaluate", *SMALL, "--plan", "tp=1", "--recipe", str(g)],
+                      "unknown base recipe")
