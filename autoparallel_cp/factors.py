@@ -614,14 +614,28 @@ def layer_factors(
     tp_total = tp_fwd + per_pair * (1.0 - bwd_overlap)
 
     # ---- CP communication (ring K/V exchange) ----
-    kvh = a if model.mla is not None else model.kv_heads
+    # the ring runs inside the attention call: after a repeat_kv expansion it carries K, V at
+    # every query head
+    kvh = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
     kv_chunk = 2.0 * tokens * kvh * (dqk + dv) / 2.0 * act_b / tp_  # K and V of one chunk
     intra_cp = 1.0 - comm.crosses_nodes(tp_ * cp_, nd.gpus_per_node)
     step = comm.p2p(nd, intra_cp, kv_chunk)
-    cp_f = np.where(cp_ > 1, (cp_ - 1) * overlap_exposed(step, att_f / np.maximum(cp_, 1))
-                    + step, 0.0)
-    cp_b = np.where(cp_ > 1, (cp_ - 1) * overlap_exposed(2 * step, att_b / np.maximum(cp_, 1))
-                    + 2 * step, 0.0)
+    att_step_f = att_f / np.maximum(cp_, 1)
+    att_step_b = att_b / np.maximum(cp_, 1)
+    if opts.cp_ring == "torch-allgather":
+        # torch ring attention with torchtitan's default rotate method "allgather": the K, V
+        # of all cp ranks are gathered at the first step and waited for at the second (one
+        # step of compute to hide cp-1 transfers), in forward and again in backward; dK, dV
+        # accumulate in fp32 (`_cp_options.convert_to_f32`) and travel every step (all-to-all
+        # shift, twice the bf16 K, V bytes), the last one after the loop
+        gather = (cp_ - 1) * step
+        cp_f = np.where(cp_ > 1, overlap_exposed(gather, att_step_f), 0.0)
+        cp_b = np.where(cp_ > 1, overlap_exposed(gather, att_step_b)
+                        + (cp_ - 1) * overlap_exposed(2 * step, att_step_b) + 2 * step, 0.0)
+    else:
+        cp_f = np.where(cp_ > 1, (cp_ - 1) * overlap_exposed(step, att_step_f) + step, 0.0)
+        cp_b = np.where(cp_ > 1, (cp_ - 1) * overlap_exposed(2 * step, att_step_b)
+                        + 2 * step, 0.0)
     cp_total = cp_f + cp_b
 
     # ---- EP communication ----

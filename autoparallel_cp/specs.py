@@ -276,6 +276,11 @@ class FrameworkBehaviour(_Strict):
       traffic times EAGER_ELEMENTWISE_FACTOR, calibrated on the H200 script) or
       "llama-upcast" (op by op for Llama modules written with an fp32-upcast RMSNorm and fp32
       RoPE, as torchtitan and HF transformers do: EAGER_LLAMA_*).
+    - ``cp_ring``: how context parallelism exchanges K, V: "p2p" (Megatron / Transformer
+      Engine: one send/recv per ring step, each hidden behind that step's attention; dK, dV
+      in bf16) or "torch-allgather" (PyTorch ring attention with torchtitan's default
+      `context_parallel_rotate_method="allgather"`: all K, V gathered behind the first step
+      only, fp32 dK, dV shifted every step).
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -287,6 +292,7 @@ class FrameworkBehaviour(_Strict):
     attention_kernel: Literal["cudnn", "fa3", "fa2"] = "cudnn"
     gqa_repeat_kv: bool = False
     eager_ops: Literal["generic", "llama-upcast"] = "generic"
+    cp_ring: Literal["p2p", "torch-allgather"] = "p2p"
 
 
 class TrainingRecipe(_Strict):
@@ -366,10 +372,12 @@ RECIPES: dict[str, TrainingRecipe] = {
         compute_dtype="bf16",
         optimizer_kernel="foreach",
         behaviour=FrameworkBehaviour(selective_policy="op", fused=True, attention_kernel="fa2",
-                                     gqa_repeat_kv=True, eager_ops="llama-upcast"),
+                                     gqa_repeat_kv=True, eager_ops="llama-upcast",
+                                     cp_ring="torch-allgather"),
         source=("torchtitan 2024-12 Llama: FSDP2 with fp32 sharded params, bf16 compute, fp32 "
                 "reduce; foreach AdamW; torch.compile per block; op-level SAC as `selective`; "
-                "SDPA on FlashAttention-2; repeat_kv for GQA (16 B/param)"),
+                "SDPA on FlashAttention-2; repeat_kv for GQA; all-gather ring attention "
+                "(16 B/param)"),
     ),
     "megatron-fp8": TrainingRecipe(
         name="megatron-fp8",

@@ -216,3 +216,22 @@ def test_tp_overlap_forward_only() -> None:
     assert float(both.tp_s) == pytest.approx(2 * 0.2 * one)
     assert float(fwd.tp_s) == pytest.approx(0.2 * one + one)
     assert float(fwd.rc_tp_s) == pytest.approx(0.2 * one)
+
+
+def test_torch_allgather_ring_hides_behind_one_step_only() -> None:
+    """cp_ring='torch-allgather': the cp-1 K, V transfers overlap one ring step of attention;
+    the per-step p2p ring overlaps each transfer with its own step."""
+    from autoparallel_cp import factors as F
+
+    job = _llama8b_fsdp().model_copy(update={"seq_len": 131072})
+    # cp over nodes (tp=8 fills a node): transfers on the 50 GB/s network
+    cl = job.cluster.model_copy(update={"node_groups": [job.cluster.node_groups[0].model_copy(
+        update={"num_nodes": 4})]})
+    job = job.model_copy(update={"cluster": cl})
+    p2p = F.layer_factors(job, 0, 8, 4, 1, 1, 1, "none",
+                          options=F.CostOptions(fused=True, gqa_repeat_kv=True))
+    ag = F.layer_factors(job, 0, 8, 4, 1, 1, 1, "none",
+                         options=F.CostOptions(fused=True, gqa_repeat_kv=True,
+                                               cp_ring="torch-allgather"))
+    assert float(ag.cp_s) > float(p2p.cp_s) > 0
+    assert float(ag.compute_s) == pytest.approx(float(p2p.compute_s))
