@@ -207,6 +207,7 @@ def load_recipe(name_or_path: str | Path) -> TrainingRecipe:
         raise InputError("expected a mapping of fields at the top level, got "
                          f"{type(data).__name__}", source=source)
     data = dict(data)
+    named = "name" in data
     base = data.pop("base", None)
     if base is not None:
         if base not in RECIPES:
@@ -219,11 +220,8 @@ def load_recipe(name_or_path: str | Path) -> TrainingRecipe:
                 raise InputError("expected a mapping of behaviour fields", source=source,
                                  field="behaviour")
             merged["behaviour"] = {**merged["behaviour"], **behaviour}
-        merged.update(data)
-        if "name" not in data:
-            merged["name"] = p.stem
-        data = merged
-    elif "name" not in data:
+        data = {**merged, **data}
+    if not named:
         data["name"] = p.stem
     return _validate(TrainingRecipe, data, source)
 
