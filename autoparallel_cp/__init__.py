@@ -2,7 +2,9 @@
 
 Public API (imported lazily, so `import autoparallel_cp` stays light)::
 
-    from autoparallel_cp import solve, evaluate, load_model, load_cluster, make_job
+    from autoparallel_cp import load_model, load_cluster, make_job
+    from autoparallel_cp.search import solve
+    from autoparallel_cp.cost import evaluate
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ _LAZY: dict[str, str] = {
     "load_model": "autoparallel_cp.api",
     "load_cluster": "autoparallel_cp.api",
     "make_job": "autoparallel_cp.api",
-    "Job": "autoparallel_cp.specs",
-    "RECIPES": "autoparallel_cp.specs",
-    "Plan": "autoparallel_cp.plan",
-    "parse_plan": "autoparallel_cp.plan",
+    "Job": "autoparallel_cp.spec",
+    "RECIPES": "autoparallel_cp.spec",
+    "Plan": "autoparallel_cp.spec.plan",
+    "parse_plan": "autoparallel_cp.spec.plan",
     "UserError": "autoparallel_cp.errors",
     "InputError": "autoparallel_cp.errors",
     "InfeasibleError": "autoparallel_cp.errors",
@@ -43,8 +45,8 @@ if TYPE_CHECKING:
         solve,
     )
     from autoparallel_cp.errors import InfeasibleError, InputError, UserError
-    from autoparallel_cp.plan import Plan, parse_plan
-    from autoparallel_cp.specs import RECIPES, Job
+    from autoparallel_cp.spec import RECIPES, Job
+    from autoparallel_cp.spec.plan import Plan, parse_plan
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,9 @@
 
 Example::
 
-    from autoparallel_cp import load_model, load_cluster, make_job, solve, evaluate
+    from autoparallel_cp import load_model, load_cluster, make_job
+    from autoparallel_cp.search import solve
+    from autoparallel_cp.cost import evaluate
 
     job = make_job("llama3-70b", "dgx-h100", gpus=512, seq_len=8192, global_batch=512)
     result = solve(job, top_k=5, time_limit=10)
@@ -16,15 +18,13 @@ The cost model (`evaluate.py`) and the solver (`solve.py`) are imported on first
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from autoparallel_cp.errors import InputError, UserError
-from autoparallel_cp.plan import Plan, PlanError, parse_assignments, parse_plan
-from autoparallel_cp.specs import ClusterSpec, Job, ModelSpec, TrainingRecipe
+from autoparallel_cp.errors import InputError
+from autoparallel_cp.spec import ClusterSpec, Job, ModelSpec, TrainingRecipe
+from autoparallel_cp.spec.plan import Plan, PlanError, parse_assignments, parse_plan
 
 __all__ = [
     "load_model", "load_cluster", "make_job", "resolve_recipe", "select_gpus", "evaluate",
@@ -34,14 +34,14 @@ __all__ = [
 
 def load_model(name_or_path: str | Path) -> ModelSpec:
     """A ModelSpec from a preset name, a YAML/JSON spec or a Hugging Face config.json."""
-    from autoparallel_cp.loaders import load_model as _load
+    from autoparallel_cp.spec.loaders import load_model as _load
 
     return _load(name_or_path)
 
 
 def load_cluster(name_or_path: str | Path) -> ClusterSpec:
     """A ClusterSpec from a preset name or a YAML/JSON file."""
-    from autoparallel_cp.loaders import load_cluster as _load
+    from autoparallel_cp.spec.loaders import load_cluster as _load
 
     return _load(name_or_path)
 
@@ -50,7 +50,7 @@ def resolve_recipe(recipe: str | TrainingRecipe) -> TrainingRecipe:
     """A recipe from its name (RECIPES keys), a YAML/JSON file, or the recipe itself."""
     if isinstance(recipe, TrainingRecipe):
         return recipe
-    from autoparallel_cp.loaders import load_recipe
+    from autoparallel_cp.spec.loaders import load_recipe
 
     return load_recipe(recipe)
 
@@ -119,41 +119,20 @@ def evaluate(job: Job, plan: str | Plan | Mapping[str, Any]) -> Any:
     Plans that break a divisibility rule raise PlanError listing every broken rule; plans that
     do not fit are evaluated (`fits: false`).
     """
-    from autoparallel_cp.plan import plan_violations
+    from autoparallel_cp.spec.plan import plan_violations
 
     p = as_plan(job, plan)
     bad = plan_violations(job, p)
     if bad:
         raise PlanError("plan breaks: " + "; ".join(bad))
-    mod = _module("evaluate", "the cost model")
-    return mod.evaluate(job, p)
+    from autoparallel_cp.cost.evaluate import evaluate as exact
+
+    return exact(job, p)
 
 
-def _module(name: str, what: str) -> Any:
-    try:
-        return importlib.import_module(f"autoparallel_cp.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"autoparallel_cp.{name}":
-            raise UserError(f"{what} (autoparallel_cp/{name}.py) is not installed in this "
-                            "checkout yet") from None
-        raise
-
-
-def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call `fn`, passing only the keyword arguments its signature accepts (None = default)."""
-    try:
-        params = inspect.signature(fn).parameters
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            kwargs = {k: v for k, v in kwargs.items() if k in params and v is not None}
-    except (TypeError, ValueError):
-        pass
-    try:
-        return fn(*args, **kwargs)
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("autoparallel_cp."):
-            raise UserError(f"{exc.name.replace('.', '/')}.py is not installed in this "
-                            "checkout yet") from None
-        raise
+def _given(**kwargs: Any) -> dict[str, Any]:
+    """The keyword arguments that were given (None means the callee's default)."""
+    return {k: v for k, v in kwargs.items() if v is not None}
 
 
 def solve(
@@ -174,9 +153,11 @@ def solve(
     if top_k < 1:
         raise InputError(f"must be >= 1, got {top_k}", field="--top-k")
     pins = parse_fix(fix)
-    mod = _module("solve", "the solver")
-    return _call(mod.solve, job, top_k=top_k, time_limit=time_limit, workers=workers,
-                 objective=objective, fix=pins, progress=progress, seed=seed)
+    from autoparallel_cp.search.solve import solve as cpsat_solve
+
+    return cpsat_solve(job, **_given(top_k=top_k, time_limit=time_limit, workers=workers,
+                                     objective=objective, fix=pins, progress=progress,
+                                     seed=seed))
 
 
 def enumerate_plans(
@@ -190,8 +171,9 @@ def enumerate_plans(
     if top_k < 1:
         raise InputError(f"must be >= 1, got {top_k}", field="--top-k")
     pins = parse_fix(fix)
-    mod = _module("solve", "the solver")
-    return _call(mod.enumerate_plans, job, top_k=top_k, objective=objective, fix=pins)
+    from autoparallel_cp.search.solve import enumerate_plans as reference
+
+    return reference(job, **_given(top_k=top_k, objective=objective, fix=pins))
 
 
 def with_inter_node_bandwidth(cluster: ClusterSpec, gbps: float) -> ClusterSpec:

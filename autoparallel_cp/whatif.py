@@ -21,7 +21,7 @@ from rich.table import Table
 
 from autoparallel_cp import api, report
 from autoparallel_cp.errors import InfeasibleError, UserError
-from autoparallel_cp.specs import Job
+from autoparallel_cp.spec import Job
 
 SWEEP_KEYS: tuple[str, ...] = ("cluster", "gpus", "inter_node_gbps", "seq_len", "global_batch")
 ROW_COLUMNS: tuple[str, ...] = SWEEP_KEYS + (

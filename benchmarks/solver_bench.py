@@ -11,11 +11,11 @@ import argparse
 import time
 from typing import Any
 
-from autoparallel_cp.enumerate import SpaceTooLarge
-from autoparallel_cp.loaders import load_cluster, load_model
-from autoparallel_cp.solve import enumerate_plans, solve
-from autoparallel_cp.space import SearchSpace
-from autoparallel_cp.specs import Job
+from autoparallel_cp.search.enumerate import SpaceTooLarge
+from autoparallel_cp.search.solve import enumerate_plans, solve
+from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.loaders import load_cluster, load_model
 
 CASES = [
     ("llama3-8b 16xH100 uniform", "llama3-8b", "dgx-h100", 16, 4096, 64,

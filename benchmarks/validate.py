@@ -17,10 +17,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoparallel_cp.evaluate import evaluate
-from autoparallel_cp.factors import ALLOCATOR_FRAGMENTATION, CostOptions, recipe_options
-from autoparallel_cp.plan import Plan, plan_violations
-from autoparallel_cp.specs import (
+from autoparallel_cp.cost.evaluate import evaluate
+from autoparallel_cp.cost.factors import ALLOCATOR_FRAGMENTATION, CostOptions, recipe_options
+from autoparallel_cp.spec import (
     GIB,
     RECIPES,
     ClusterSpec,
@@ -31,6 +30,7 @@ from autoparallel_cp.specs import (
     NodeGroup,
     TrainingRecipe,
 )
+from autoparallel_cp.spec.plan import Plan, plan_violations
 
 DATA = Path(__file__).resolve().parent / "data"
 

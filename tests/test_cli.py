@@ -258,10 +258,10 @@ def test_evaluate_with_the_torchtitan_recipe() -> None:
     assert result.exit_code == 0, result.output
     tt = json.loads(out)
     assert tt["fits"]
-    from autoparallel_cp.evaluate import evaluate
-    from autoparallel_cp.loaders import load_cluster, load_model
-    from autoparallel_cp.plan import Plan
-    from autoparallel_cp.specs import RECIPES, Job
+    from autoparallel_cp.cost.evaluate import evaluate
+    from autoparallel_cp.spec import RECIPES, Job
+    from autoparallel_cp.spec.loaders import load_cluster, load_model
+    from autoparallel_cp.spec.plan import Plan
 
     recipe = RECIPES["torchtitan-fsdp"]
     job = Job(model=load_model("llama3-8b"), cluster=load_cluster("dgx-h100").take_gpus(8),
@@ -275,8 +275,8 @@ def test_evaluate_with_the_torchtitan_recipe() -> None:
 
 def test_recipe_file_overrides_a_base_preset(tmp_path: Path) -> None:
     """--recipe FILE: `base` preset plus overrides; behaviour is merged field by field."""
-    from autoparallel_cp.loaders import load_recipe
-    from autoparallel_cp.specs import RECIPES
+    from autoparallel_cp.spec import RECIPES
+    from autoparallel_cp.spec.loaders import load_recipe
 
     f = tmp_path / "mcore.yaml"
     f.write_text("base: megatron-bf16\nbehaviour: {dropout: true, tp_comm_overlap: 0.8}\n"

@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_steptime import _job
 
-from autoparallel_cp.evaluate import evaluate
-from autoparallel_cp.factors import layer_param_counts
-from autoparallel_cp.plan import Plan
-from autoparallel_cp.specs import RECIPES, Job
+from autoparallel_cp.cost.evaluate import evaluate
+from autoparallel_cp.cost.factors import layer_param_counts
+from autoparallel_cp.spec import RECIPES, Job
+from autoparallel_cp.spec.plan import Plan
 
 FAST = settings(max_examples=15, deadline=None)
 modes = st.sampled_from(["none", "selective", "full"])

@@ -7,7 +7,7 @@ import itertools
 import pytest
 from ortools.sat.python import cp_model
 
-from autoparallel_cp import cpsat_blocks as cb
+from autoparallel_cp.search import cpsat_blocks as cb
 
 
 class _Collect(cp_model.CpSolverSolutionCallback):

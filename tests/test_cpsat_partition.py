@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_solver_vs_enumerate import _key, _mini, _mixed_small, _pinned_lb
 
-from autoparallel_cp.cpsat_master import Key
-from autoparallel_cp.cpsat_partition import solve_partition
-from autoparallel_cp.loaders import load_cluster
-from autoparallel_cp.solve import enumerate_plans
-from autoparallel_cp.space import SearchSpace
-from autoparallel_cp.specs import Job
-from autoparallel_cp.tables import build_tables
+from autoparallel_cp.search.cpsat_master import Key
+from autoparallel_cp.search.cpsat_partition import solve_partition
+from autoparallel_cp.search.solve import enumerate_plans
+from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.search.tables import build_tables
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.loaders import load_cluster
 
 
 def _check_every_key(space: SearchSpace, stride: int = 1) -> int:
@@ -74,7 +74,7 @@ def test_partition_model_is_deterministic() -> None:
 def test_master_bound_below_every_key_best_heterogeneous_zero3() -> None:
     """LB(key) <= the exact best of the key, with ZeRO-3 and two node groups."""
 
-    from autoparallel_cp.cpsat_master import build_master
+    from autoparallel_cp.search.cpsat_master import build_master
 
     job = Job(model=_mini(False, 6), cluster=_mixed_small(), seq_len=4096, global_batch=16)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3), fix="tp=8")
@@ -87,7 +87,7 @@ def test_master_bound_below_every_key_best_heterogeneous_zero3() -> None:
 def test_enumerate_keys_lists_every_key_in_the_window() -> None:
     """Every key whose pinned LB is <= hi is listed (CP-SAT's presolve once dropped some)."""
 
-    from autoparallel_cp.cpsat_master import build_master, enumerate_keys
+    from autoparallel_cp.search.cpsat_master import build_master, enumerate_keys
 
     job = Job(model=_mini(True, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
               seq_len=4096, global_batch=16)
@@ -108,7 +108,7 @@ def test_enumerate_keys_lists_every_key_in_the_window() -> None:
 
 def test_solve_is_deterministic() -> None:
     """Same input, same answer (plans and step times)."""
-    from autoparallel_cp.solve import solve
+    from autoparallel_cp.search.solve import solve
 
     job = Job(model=_mini(True, 8), cluster=load_cluster("dgx-h100").take_gpus(8),
               seq_len=4096, global_batch=16)
@@ -120,8 +120,8 @@ def test_solve_is_deterministic() -> None:
 
 
 def _check_key_bound(space: SearchSpace) -> int:
-    from autoparallel_cp import enumerate as en
-    from autoparallel_cp.cpsat_partition import key_bound
+    from autoparallel_cp.search import enumerate as en
+    from autoparallel_cp.search.cpsat_partition import key_bound
 
     ranked, _ = en.enumerate_best(space)  # the best plan of every key, by exact step time
     t = build_tables(space)
@@ -166,7 +166,7 @@ def test_key_bound_below_every_key_best_memory_bound() -> None:
 
 
 def test_key_bound_below_every_key_best_torchtitan_recipe() -> None:
-    from autoparallel_cp.specs import RECIPES
+    from autoparallel_cp.spec import RECIPES
 
     job = Job(model=_mini(False, 6), cluster=load_cluster("dgx-a100-40g").take_gpus(8),
               recipe=RECIPES["torchtitan-fsdp"], seq_len=8192, global_batch=16)

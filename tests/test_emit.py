@@ -9,8 +9,8 @@ import pytest
 from autoparallel_cp.api import make_job
 from autoparallel_cp.emit import EMIT_FORMATS, deepspeed_config, emit, megatron_args
 from autoparallel_cp.errors import UserError
-from autoparallel_cp.plan import parse_plan, plan_violations
-from autoparallel_cp.specs import Job
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import parse_plan, plan_violations
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +144,7 @@ def test_unknown_format_is_a_user_error(job: Job) -> None:
 
 def test_torchtitan_selective_is_op_sac(job: Job) -> None:
     tomllib = pytest.importorskip("tomllib")
-    from autoparallel_cp.specs import RECIPES
+    from autoparallel_cp.spec import RECIPES
 
     plan = parse_plan("tp=8,zero=3,mbs=1,recompute=selective", job)
     e = emit(job, plan, "torchtitan")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoparallel_cp.enumerate import (
+from autoparallel_cp.search.enumerate import (
     SpaceTooLarge,
     enumerate_best,
     partition_array,
@@ -18,11 +18,11 @@ from autoparallel_cp.enumerate import (
     placements,
     recompute_options,
 )
-from autoparallel_cp.loaders import load_cluster, load_model
-from autoparallel_cp.plan import Plan
-from autoparallel_cp.space import SearchSpace
-from autoparallel_cp.specs import ClusterSpec, Job, ModelSpec
-from autoparallel_cp.tables import build_tables, plan_cost
+from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.search.tables import build_tables, plan_cost
+from autoparallel_cp.spec import ClusterSpec, Job, ModelSpec
+from autoparallel_cp.spec.loaders import load_cluster, load_model
+from autoparallel_cp.spec.plan import Plan
 
 
 def _enumerate_loop(space: SearchSpace) -> list[tuple[float, Plan]]:

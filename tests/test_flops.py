@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autoparallel_cp import efficiency as E
-from autoparallel_cp.flops import model_flops_per_token
-from autoparallel_cp.specs import ModelSpec
+from autoparallel_cp.cost import efficiency as E
+from autoparallel_cp.cost.flops import model_flops_per_token
+from autoparallel_cp.spec import ModelSpec
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks/data/h200_microbench.jsonl"
 
@@ -34,7 +34,7 @@ def test_attention_constants_match_fit() -> None:
 
 
 def test_gemm_curve_reproduces_microbench() -> None:
-    from autoparallel_cp.specs import GPUSpec
+    from autoparallel_cp.spec import GPUSpec
     gpu = GPUSpec(name="H200", memory_gib=141, bf16_tflops=E.H200_BF16_PEAK_TFLOPS, hbm_gbps=4800)
     errs = [abs(float(E.gemm_time(gpu, r["M"], r["K"], r["N"])) / r["s"] - 1)
             for r in _rows() if r["kind"] == "gemm"]
@@ -68,7 +68,7 @@ def test_fa2_constants_match_published_fit() -> None:
 
 
 def test_fa2_kernel_reproduces_published_h100_rates() -> None:
-    from autoparallel_cp.specs import GPUSpec
+    from autoparallel_cp.spec import GPUSpec
 
     h100 = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989.0, hbm_gbps=3350.0)
     for s, f_pub, b_pub in zip(FA2_SEQ, FA2_FWD, FA2_BWD, strict=True):

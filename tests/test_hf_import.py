@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.hf_import import SUPPORTED_ARCHITECTURES, model_from_hf_config
-from autoparallel_cp.loaders import load_model
-from autoparallel_cp.params import count_params
+from autoparallel_cp.spec.hf_import import SUPPORTED_ARCHITECTURES, model_from_hf_config
+from autoparallel_cp.spec.loaders import load_model
+from autoparallel_cp.spec.params import count_params
 
 # Values of the published config.json files (only the fields the importer reads, plus a few
 # it must ignore).

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autoparallel_cp.evaluate import evaluate
-from autoparallel_cp.factors import korthikanti_gpt_layer_bytes, state_bytes_per_param
-from autoparallel_cp.plan import Plan
-from autoparallel_cp.specs import (
+from autoparallel_cp.cost.evaluate import evaluate
+from autoparallel_cp.cost.factors import korthikanti_gpt_layer_bytes, state_bytes_per_param
+from autoparallel_cp.spec import (
     RECIPES,
     ClusterSpec,
     GPUSpec,
@@ -20,6 +19,7 @@ from autoparallel_cp.specs import (
     NodeGroup,
     TrainingRecipe,
 )
+from autoparallel_cp.spec.plan import Plan
 
 S, B, H, A = 2048, 4, 6144, 48
 
@@ -94,7 +94,7 @@ def test_h200_peak_memory_within_10pct() -> None:
 def test_pytorch_loss_peak_bytes_per_logit() -> None:
     """PyTorch CE peaks at 12 B per logit (backward); with TP, DTensor loss parallelism's
     log-softmax holds 14 B per local logit in forward; Megatron's in-place CE 6 B."""
-    from autoparallel_cp import factors as F
+    from autoparallel_cp.cost import factors as F
 
     r = _h200_rows()[0][1]
     tokens = 2.0 * r.seq_len

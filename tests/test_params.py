@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoparallel_cp.loaders import load_model
-from autoparallel_cp.params import count_params, layer_params, stage_params
+from autoparallel_cp.spec.loaders import load_model
+from autoparallel_cp.spec.params import count_params, layer_params, stage_params
 
 # Published exact totals: HF safetensors parameter counts of the official checkpoints, the
 # Llama 3 paper (405B), BLOOM model card; DeepSeek-V3 671B main model excluding MTP.

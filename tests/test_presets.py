@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.loaders import cluster_catalog, load_cluster, load_model, model_catalog
-from autoparallel_cp.presets import preset_names
+from autoparallel_cp.spec.loaders import cluster_catalog, load_cluster, load_model, model_catalog
+from autoparallel_cp.spec.presets import preset_names
 
 REQUIRED_MODELS = {
     "gpt3-1.3b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b",
@@ -107,7 +107,7 @@ def test_presets_found_from_outside_the_checkout(tmp_path: Path) -> None:
 
     out = subprocess.run(
         [sys.executable, "-c",
-         "from autoparallel_cp.presets import preset_names as p; "
+         "from autoparallel_cp.spec.presets import preset_names as p; "
          "print(len(p('models')), len(p('clusters')))"],
         cwd=tmp_path, capture_output=True, text=True, check=True)
     n_models, n_clusters = (int(x) for x in out.stdout.split())

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoparallel_cp import api
-from autoparallel_cp.plan import Plan, plan_violations
-from autoparallel_cp.recommend import (
+from autoparallel_cp.search.recommend import (
     COMPLEXITY_WEIGHTS,
     axis_weight,
     complexity,
@@ -17,7 +16,8 @@ from autoparallel_cp.recommend import (
     single_changes,
     weight_table,
 )
-from autoparallel_cp.specs import Job
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import Plan, plan_violations
 
 NARROW = "pp=1,cp=1,vpp=1"
 

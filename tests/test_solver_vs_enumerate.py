@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoparallel_cp.loaders import load_cluster, load_model
-from autoparallel_cp.solve import enumerate_plans, solve
-from autoparallel_cp.space import SearchSpace
-from autoparallel_cp.specs import Job
+from autoparallel_cp.search.solve import enumerate_plans, solve
+from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.loaders import load_cluster, load_model
 
 
 def _small_job(gpus: int, batch: int, model: str = "llama3-8b") -> Job:
@@ -33,9 +33,9 @@ def test_dense_uniform_small(zero: int, mode: str) -> None:
 
 from typing import Any  # noqa: E402
 
-from autoparallel_cp.cpsat_master import Key  # noqa: E402
-from autoparallel_cp.plan import RECOMPUTE_MODES, Plan  # noqa: E402
-from autoparallel_cp.specs import ClusterSpec, ModelSpec, MoESpec  # noqa: E402
+from autoparallel_cp.search.cpsat_master import Key  # noqa: E402
+from autoparallel_cp.spec import ClusterSpec, ModelSpec, MoESpec  # noqa: E402
+from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan  # noqa: E402
 
 
 def _mini(moe: bool, layers: int) -> ModelSpec:
@@ -120,8 +120,8 @@ def test_heterogeneous_matches_enumeration(layers: int, batch: int) -> None:
 
 def test_master_bound_is_below_every_key_best() -> None:
     """LB(key) from the master never exceeds the exact best step time of that key."""
-    from autoparallel_cp.cpsat_master import build_master
-    from autoparallel_cp.tables import build_tables
+    from autoparallel_cp.search.cpsat_master import build_master
+    from autoparallel_cp.search.tables import build_tables
 
     for moe in (False, True):
         job = Job(model=_mini(moe, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
@@ -139,7 +139,7 @@ def test_master_bound_is_below_every_key_best() -> None:
 def test_torchtitan_recipe_matches_enumeration(layers: int, gpus: int, seq: int) -> None:
     """The recipe's framework behaviour (op-level SAC as `selective`, FSDP2 copies, foreach
     AdamW, eager Llama ops off under compile, repeat_kv) reaches the solver's tables."""
-    from autoparallel_cp.specs import RECIPES
+    from autoparallel_cp.spec import RECIPES
 
     job = Job(model=_mini(False, layers), cluster=load_cluster("dgx-h100").take_gpus(gpus),
               recipe=RECIPES["torchtitan-fsdp"], seq_len=seq, global_batch=16)
@@ -148,9 +148,9 @@ def test_torchtitan_recipe_matches_enumeration(layers: int, gpus: int, seq: int)
 
 
 def test_master_bound_holds_for_the_torchtitan_recipe() -> None:
-    from autoparallel_cp.cpsat_master import build_master
-    from autoparallel_cp.specs import RECIPES
-    from autoparallel_cp.tables import build_tables
+    from autoparallel_cp.search.cpsat_master import build_master
+    from autoparallel_cp.search.tables import build_tables
+    from autoparallel_cp.spec import RECIPES
 
     job = Job(model=_mini(False, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
               recipe=RECIPES["torchtitan-fsdp"], seq_len=4096, global_batch=16)

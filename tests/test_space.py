@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.loaders import load_cluster, load_model
-from autoparallel_cp.plan import PlanError
-from autoparallel_cp.space import SearchSpace, divisors
-from autoparallel_cp.specs import Job
+from autoparallel_cp.search.space import SearchSpace, divisors
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.loaders import load_cluster, load_model
+from autoparallel_cp.spec.plan import PlanError
 
 
 def _job(model: str = "llama3-8b", gpus: int = 16, batch: int = 64) -> Job:

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.loaders import load_cluster, load_model
-from autoparallel_cp.presets import preset_path
+from autoparallel_cp.spec.loaders import load_cluster, load_model
+from autoparallel_cp.spec.presets import preset_path
 
 
 def _preset(kind: str, name: str) -> dict[str, Any]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from test_memory import _h200_rows
 
-from autoparallel_cp.evaluate import evaluate
-from autoparallel_cp.plan import Plan
-from autoparallel_cp.specs import RECIPES, ClusterSpec, GPUSpec, Job, LinkSpec, ModelSpec, NodeGroup
+from autoparallel_cp.cost.evaluate import evaluate
+from autoparallel_cp.spec import RECIPES, ClusterSpec, GPUSpec, Job, LinkSpec, ModelSpec, NodeGroup
+from autoparallel_cp.spec.plan import Plan
 
 
 def _job(gpus: int = 16, inter: float = 50.0) -> Job:
@@ -52,7 +52,7 @@ def test_violations_raise() -> None:
 
 def test_dp_gradients_travel_in_the_recipes_reduce_dtype() -> None:
     """Megatron bf16 all-reduces fp32 gradients (arguments.py); a bf16 reduce halves the wire."""
-    from autoparallel_cp.factors import dp_sync_factors
+    from autoparallel_cp.cost.factors import dp_sync_factors
 
     job = _job(gpus=64)
     bf16_wire = job.model_copy(update={"recipe": RECIPES["megatron-bf16"].model_copy(
@@ -66,8 +66,8 @@ def test_dp_gradients_travel_in_the_recipes_reduce_dtype() -> None:
 
 def test_cross_entropy_traffic_scales_with_vocab_over_tp() -> None:
     """The unfused fp32 cross entropy moves CE_BYTES_PER_LOGIT bytes per logit (op by op)."""
-    from autoparallel_cp import factors as fx
-    from autoparallel_cp.efficiency import hbm_time
+    from autoparallel_cp.cost import factors as fx
+    from autoparallel_cp.cost.efficiency import hbm_time
 
     job = _job()
     big = job.model_copy(update={"model": job.model.model_copy(update={"vocab_size": 256512})})
@@ -86,7 +86,7 @@ def test_overlap_exposed_limits() -> None:
     """A collective either sticks out of the compute it overlaps or slows it by its SM share."""
     import numpy as np
 
-    from autoparallel_cp.factors import COMM_SM_SHARE, overlap_exposed
+    from autoparallel_cp.cost.factors import COMM_SM_SHARE, overlap_exposed
 
     assert float(overlap_exposed(0.0, 5.0)) == 0.0
     assert float(overlap_exposed(1.0, 5.0)) == pytest.approx(COMM_SM_SHARE)
@@ -116,8 +116,9 @@ def test_op_sac_replays_the_even_matmuls() -> None:
     and saves the outputs of wq, wv, w1, w2 (parallelize_llama.py, 2024-12)."""
     import numpy as np
 
-    from autoparallel_cp import factors as F
-    from autoparallel_cp.efficiency import gemm_time
+    from autoparallel_cp.cost import factors as F
+    from autoparallel_cp.cost import layer_factors as LF
+    from autoparallel_cp.cost.efficiency import gemm_time
 
     job = _llama8b_fsdp()
     gpu = job.cluster.node_groups[0].gpu
@@ -126,7 +127,7 @@ def test_op_sac_replays_the_even_matmuls() -> None:
     op = F.CostOptions(selective_policy="op")
     sel = F.layer_factors(job, 0, 1, 1, 1, 0, 2, "selective", options=op)
     none = F.layer_factors(job, 0, 1, 1, 1, 0, 2, "none", options=op)
-    ew = F.hbm_time(gpu, F._elementwise_bytes_fwd(job, False, one, 0.0 * one, op) * t)
+    ew = LF.hbm_time(gpu, LF._elementwise_bytes_fwd(job, False, one, 0.0 * one, op) * t)
     replay = (gemm_time(gpu, t, 4096, 1024) + gemm_time(gpu, t, 4096, 4096)
               + gemm_time(gpu, t, 4096, 14336))
     assert float(sel.compute_s - none.compute_s) == pytest.approx(float(replay + ew), rel=1e-9)
@@ -138,7 +139,7 @@ def test_op_sac_replays_the_even_matmuls() -> None:
 
 def test_optimizer_kernel_and_clipping_traffic() -> None:
     """foreach AdamW moves 80 B/param vs 28 fused (fp32 params); clipping adds 12."""
-    from autoparallel_cp import factors as F
+    from autoparallel_cp.cost import factors as F
 
     fused = F.optimizer_factor(_llama8b_fsdp({"grad_clip": False}), 0)
     foreach = F.optimizer_factor(_llama8b_fsdp({"grad_clip": False,
@@ -149,12 +150,13 @@ def test_optimizer_kernel_and_clipping_traffic() -> None:
 
 
 def test_fsdp_copies_cost_pytorch_zero3_only() -> None:
-    from autoparallel_cp import factors as F
+    from autoparallel_cp.cost import factors as F
+    from autoparallel_cp.cost import layer_factors as LF
 
     job = _llama8b_fsdp()
     gpu = job.cluster.node_groups[0].gpu
     # copy-out r2 w2 in forward and in backward, pack bf16 grads into fp32: r2 w4
-    assert F.zero3_copy_factor(job, 0) == pytest.approx(float(F.hbm_time(gpu, 14.0)))
+    assert F.zero3_copy_factor(job, 0) == pytest.approx(float(LF.hbm_time(gpu, 14.0)))
     mjob = job.model_copy(update={"recipe": RECIPES["megatron-bf16"]})
     assert F.zero3_copy_factor(mjob, 0) == 0.0
     plan = Plan(dp=8, zero=3, mbs=2, num_microbatches=1, recompute="none")
@@ -169,14 +171,15 @@ def test_gqa_repeat_kv_costs_a_copy_and_full_head_kv() -> None:
     """repeat_kv reads K, V at kv heads and writes them at all heads; SDPA then saves them."""
     import numpy as np
 
-    from autoparallel_cp import factors as F
+    from autoparallel_cp.cost import factors as F
+    from autoparallel_cp.cost import layer_factors as LF
 
     job = _llama8b_fsdp()
     one = np.float64(1.0)
     plain = F.CostOptions(fused=True)
     rep = F.CostOptions(fused=True, gqa_repeat_kv=True)
-    ew0 = F._elementwise_bytes_fwd(job, False, one, 0.0 * one, plain)
-    ew1 = F._elementwise_bytes_fwd(job, False, one, 0.0 * one, rep)
+    ew0 = LF._elementwise_bytes_fwd(job, False, one, 0.0 * one, plain)
+    ew1 = LF._elementwise_bytes_fwd(job, False, one, 0.0 * one, rep)
     assert float(ew1 - ew0) == pytest.approx(2.0 * 2 * (8 + 32) * 128)
     a0 = F.layer_activation_per_token(job, False, one, one, one, 0.0 * one, plain)
     a1 = F.layer_activation_per_token(job, False, one, one, one, 0.0 * one, rep)
@@ -188,23 +191,24 @@ def test_eager_llama_ops_counted_op_by_op() -> None:
     the attention-output copy is added once (not multiplied)."""
     import numpy as np
 
-    from autoparallel_cp import factors as F
+    from autoparallel_cp.cost import factors as F
+    from autoparallel_cp.cost import layer_factors as LF
 
     job = _llama8b_fsdp()
     one = np.float64(1.0)
     opts = F.CostOptions(fused=False, eager_ops="llama-upcast")
-    got = float(F._elementwise_bytes_fwd(job, False, one, 0.0 * one, opts))
+    got = float(LF._elementwise_bytes_fwd(job, False, one, 0.0 * one, opts))
     h, f, qk = 4096, 14336, (32 + 8) * 128
     expect = 2 * 36 * h + 2 * 6 * h + 10 * f + 20 * qk + 2 * 2 * 32 * 128
     assert got == pytest.approx(expect)
-    generic = float(F._elementwise_bytes_fwd(job, False, one, 0.0 * one,
+    generic = float(LF._elementwise_bytes_fwd(job, False, one, 0.0 * one,
                                              F.CostOptions(fused=False)))
     assert got > generic  # the upcasts cost more than the 2x generic eager factor here
 
 
 def test_tp_overlap_forward_only() -> None:
     """tp_comm_overlap_bwd=0 hides TP collectives in forward (and its replay) only."""
-    from autoparallel_cp import factors as F
+    from autoparallel_cp.cost import factors as F
 
     job = _job()
     exposed = F.layer_factors(job, 0, 4, 1, 1, 1, 1, "full", options=F.CostOptions())
@@ -221,7 +225,7 @@ def test_tp_overlap_forward_only() -> None:
 def test_torch_allgather_ring_hides_behind_one_step_only() -> None:
     """cp_ring='torch-allgather': the cp-1 K, V transfers overlap one ring step of attention;
     the per-step p2p ring overlaps each transfer with its own step."""
-    from autoparallel_cp import factors as F
+    from autoparallel_cp.cost import factors as F
 
     job = _llama8b_fsdp().model_copy(update={"seq_len": 131072})
     # cp over nodes (tp=8 fills a node): transfers on the 50 GB/s network

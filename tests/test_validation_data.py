@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from autoparallel_cp.evaluate import evaluate
+from autoparallel_cp.cost.evaluate import evaluate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import validate  # noqa: E402
@@ -29,7 +29,7 @@ def test_all_published_rows_recorded_error_and_memory_bound() -> None:
     """All 45 rows with a plan: MAPE at or below the recorded 9.9% (RESULTS.md), and no
     predicted peak (allocated bytes) above torchtitan's measured max *reserved* memory; the
     predicted reserved memory (x (1 + fragmentation)) within 9% of it on average (8.2%)."""
-    from autoparallel_cp.factors import ALLOCATOR_FRAGMENTATION
+    from autoparallel_cp.cost.factors import ALLOCATOR_FRAGMENTATION
 
     errs = []
     mem_errs = []

@@ -1,0 +1,254 @@
+"""Activation memory per token of one layer, op by op (Korthikanti et al. 2022 §4; op-level SAC)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoparallel_cp.cost.common import (
+    ArrayLike,
+    CostOptions,
+    FloatArray,
+    _f,
+    _fp32_residual,
+    _fused,
+    _is_pytorch,
+    options_for,
+)
+from autoparallel_cp.cost.efficiency import gemm_time
+from autoparallel_cp.cost.flops import attention_dims
+from autoparallel_cp.spec import (
+    ClusterSpec,
+    GPUSpec,
+    Job,
+    LinkSpec,
+    ModelSpec,
+    NodeGroup,
+    TrainingRecipe,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Activations (op by op)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActBreakdown:
+    """Bytes per token saved by one layer, split into the parts recompute modes act on."""
+
+    kept: FloatArray  # saved in every mode except full (projections, norms, MLP)
+    core: FloatArray  # attention core intermediates dropped by selective recompute (s² terms)
+    ckpt: FloatArray  # layer input kept under full recompute
+    largest: FloatArray  # largest single saved tensor (sets the backward working set)
+
+
+def layer_activation_per_token(
+    job: Job, moe: bool, tp: ArrayLike, cp: ArrayLike, ep: ArrayLike, sp: ArrayLike,
+    options: CostOptions | None = None,
+) -> ActBreakdown:
+    """Bytes per token (per rank's tokens) one layer saves for backward, op by op.
+
+    Korthikanti et al. 2022 §4.1 (Eq. 1) generalised: per token and layer
+    - norm 1 input (residual dtype), QKV input (bf16) - replicated over tp unless SP;
+    - Q, K, V (GQA: K,V have kv_heads), attention output, softmax statistics - /tp;
+      without flash attention the softmax output 2·a·s, dropout mask a·s and dropout output
+      2·a·s (Korthikanti's 5as/h term) - /tp, dropped by selective recompute;
+    - output-projection input (flash: the attention output itself for Megatron's sbhd layout;
+      PyTorch bshd makes a contiguous copy), attention dropout mask (1 B) - replicated;
+    - norm 2 input, MLP input - replicated; GELU: fc1 output + GELU output (2·2·ffn);
+      SwiGLU: fc1 output (gate+up, 2·2·ffn) + down-proj input (2·ffn) (+ silu output 2·ffn when
+      unfused); MLP dropout mask - /tp except masks;
+    - MoE: router logits and probabilities in fp32, dispatched tokens (top_k copies of the
+      fc1 input), expert hidden states per routed copy, expert outputs for the weighted combine;
+    - MLA: compressed q / kv latents and their norms (replicated), then Q, K, V per head.
+    PyTorch autocast keeps the residual stream and norm inputs in fp32 (4 B) since the
+    embedding output is fp32; Megatron keeps them in bf16.
+    With context parallelism tokens per rank are s/cp (the caller multiplies by them) and the
+    non-flash s² terms see the full key length s.
+    """
+    options = options_for(job, options)
+    model = job.model
+    recipe = job.recipe
+    tp_ = _f(tp)
+    sp_ = _f(sp)
+    cp_ = _f(cp)
+    ep_ = _f(ep)
+    shape = np.broadcast_shapes(tp_.shape, sp_.shape, cp_.shape, ep_.shape)
+    one = np.ones(shape)
+    rep = np.where(sp_ > 0, 1.0 / tp_, 1.0) * one  # replicated parts are sharded by SP
+    ab = float(recipe.activation_bytes)
+    res = 4.0 if _fp32_residual(recipe) else ab
+    h = model.hidden_size
+    drop = 1.0 if options.dropout else 0.0
+    fused = _fused(recipe, options)
+    a, dqk, dv = attention_dims(model)
+    s_kv = float(job.seq_len)
+
+    kept = np.zeros(shape)
+    core = np.zeros(shape)
+    largest = np.zeros(shape)
+    # --- attention block ---
+    kept = kept + (res * h + ab * h) * rep  # norm-1 input, QKV-projection input
+    if model.mla is not None:
+        m = model.mla
+        lat = m.kv_lora_rank + (m.q_lora_rank or 0)
+        kept = kept + 2 * ab * lat * one  # latent norm inputs + up-projection inputs (replicated)
+        q_bytes = ab * a * dqk / tp_
+        k_bytes = ab * a * dqk / tp_
+        v_bytes = ab * a * dv / tp_
+    else:
+        kv = a if (options.gqa_repeat_kv and recipe.flash_attention) else model.kv_heads
+        q_bytes = ab * a * dqk / tp_
+        k_bytes = ab * kv * dqk / tp_
+        v_bytes = ab * kv * dv / tp_
+        if model.qk_norm:
+            kept = kept + q_bytes + k_bytes  # pre-norm q, k
+    out_bytes = ab * a * dv / tp_
+    if recipe.flash_attention:
+        # q, k, v, output (= out-proj input in sbhd layout), fp32 logsumexp per head
+        kept = kept + q_bytes + k_bytes + v_bytes + out_bytes + 4.0 * a / tp_
+        if _is_pytorch(recipe):
+            kept = kept + out_bytes  # transpose(1,2).reshape copy fed to the out projection
+    else:
+        kept = kept + q_bytes + k_bytes + v_bytes + out_bytes
+        core = core + (ab + drop * (1.0 + ab)) * a * s_kv / tp_ * one
+    kept = kept + drop * h * rep  # attention-output dropout mask
+    # --- MLP block ---
+    kept = kept + (res * h + ab * h) * rep  # norm-2 input, MLP / router input
+    swiglu = model.mlp == "swiglu"
+
+    def mlp_bytes(ffn: float) -> tuple[FloatArray, FloatArray]:
+        if swiglu:
+            per = (2 * ab + ab + (0.0 if fused else ab)) * ffn
+            big = 2 * ab * ffn
+        else:
+            per = 2 * ab * ffn
+            big = ab * ffn
+        return per / tp_ * one, big / tp_ * one
+
+    if moe and model.moe is not None:
+        mo = model.moe
+        e = mo.num_experts
+        k = mo.top_k
+        kept = kept + 2 * 4.0 * e * rep  # router logits + probabilities (fp32)
+        kept = kept + ab * h * k * one  # dispatched tokens (expert fc1 input), gathered over tp
+        ex, big = mlp_bytes(mo.expert_ffn_hidden_size)
+        kept = kept + k * ex
+        kept = kept + ab * h * k * rep  # expert outputs kept for the weighted combine
+        largest = np.maximum(largest, k * big)
+        if mo.num_shared_experts:
+            sh, big2 = mlp_bytes(mo.num_shared_experts * mo.shared_ffn)
+            kept = kept + sh
+            largest = np.maximum(largest, big2)
+    else:
+        mb, big = mlp_bytes(model.ffn_hidden_size)
+        kept = kept + mb
+        largest = np.maximum(largest, big)
+    kept = kept + drop * h * rep  # MLP-output dropout mask
+    if not fused and options.eager_ops == "llama-upcast" and model.norm == "rmsnorm":
+        # eager fp32-upcast RMSNorm saves its fp32 input for `pow` (4 B) on top of the two
+        # bf16 tensors counted above; fp32 RoPE saves the fp32 complex q, k for the multiply
+        kept = kept + 2 * 4.0 * h * rep
+        if model.position_embedding == "rope" and model.mla is None:
+            kept = kept + 4.0 * (a + model.kv_heads) * dqk / tp_
+    del cp_, ep_
+    ckpt = res * h * rep  # layer input (sequence-sharded under SP)
+    largest = np.maximum(largest, core)
+    return ActBreakdown(kept=kept, core=core, ckpt=ckpt, largest=largest)
+
+
+def korthikanti_gpt_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
+                                mode: str = "none") -> float:
+    """Korthikanti et al. 2022 Table 2 for a GPT layer, via the op-by-op model above.
+
+    GPT layer = LayerNorm, MHA without flash attention, GELU MLP of width 4h, dropout,
+    bf16 activations (Megatron). Returns bytes per layer for sequence `s`, micro-batch `b`.
+    `mode="full"` returns the checkpoint (2sbh, /t with SP).
+    """
+    model = ModelSpec(name="gpt", num_layers=1, hidden_size=h, ffn_hidden_size=4 * h,
+                      num_attention_heads=a, vocab_size=8, mlp="gelu", norm="layernorm",
+                      position_embedding="learned")
+    gpu = GPUSpec(name="x", memory_gib=80, bf16_tflops=312, hbm_gbps=2039)
+    link = LinkSpec(bandwidth_gbps=1)
+    cl = ClusterSpec(name="c", node_groups=[NodeGroup(name="n", gpu=gpu, gpus_per_node=8, num_nodes=1,
+                                                 intra_node=link, inter_node=link)])
+    recipe = TrainingRecipe(name="gpt-nonflash", flash_attention=False)
+    job = Job(model=model, cluster=cl, recipe=recipe, seq_len=s, global_batch=b)
+    br = layer_activation_per_token(job, False, t, 1, 1, 1 if sp else 0, CostOptions(dropout=True))
+    tokens = s * b
+    if mode == "full":
+        return float(br.ckpt) * tokens
+    if mode == "selective":
+        return float(br.kept) * tokens
+    return float(br.kept + br.core) * tokens
+
+
+def _op_sac_matmuls(job: Job, moe: bool) -> list[tuple[float, float, bool]] | None:
+    """Forward matmuls of a dense layer in the order torchtitan's Llama code issues them, as
+    (in_features, out_features, column_parallel): wq, wk, wv, wo, then w1 (gate), w3 (up), w2
+    (SwiGLU) or fc1, fc2 (GELU). None where the layer has no such fixed sequence (MoE, MLA).
+
+    torchtitan's op-level SAC policy (`parallelize_llama._apply_ac_to_transformer_block`,
+    2024-12) counts `aten.mm` calls within a block and saves the output of every odd one
+    (1st, 3rd, ...), recomputing the even ones (wk, wo, w3 for Llama) in backward.
+    """
+    model = job.model
+    if moe or model.mla is not None:
+        return None
+    h = float(model.hidden_size)
+    a, dqk, dv = attention_dims(model)
+    kv = model.kv_heads
+    ffn = float(model.ffn_hidden_size)
+    mms: list[tuple[float, float, bool]] = [
+        (h, float(a * dqk), True), (h, float(kv * dqk), True), (h, float(kv * dv), True),
+        (float(a * dv), h, False)]
+    if model.mlp == "swiglu":
+        mms += [(h, ffn, True), (h, ffn, True), (ffn, h, False)]
+    else:
+        mms += [(h, ffn, True), (ffn, h, False)]
+    return mms
+
+
+def _op_sac_per_token(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
+                      br: ActBreakdown) -> FloatArray:
+    """torchtitan op-level selective AC: the layer input, the attention output and its fp32
+    statistics (SDPA is in the save list) and the outputs of the odd-numbered matmuls
+    (`_op_sac_matmuls`); everything else is recomputed. A row-parallel matmul's output is the
+    full-sequence partial sum before the reduce-scatter. MoE/MLA layers: half of the matmul
+    outputs (no fixed matmul order to count)."""
+    model = job.model
+    ab = float(job.recipe.activation_bytes)
+    h = model.hidden_size
+    a, dqk, dv = attention_dims(model)
+    base = br.ckpt + ab * a * dv / tp + 4.0 * a / tp
+    mms = _op_sac_matmuls(job, moe)
+    if mms is not None:
+        saved = sum(ab * (o / tp if col else o + 0.0 * tp) for _, o, col in mms[0::2])
+        return base + saved
+    kvh = a if model.mla is not None else model.kv_heads
+    rep = np.where(sp > 0, 1.0 / tp, 1.0)
+    if moe and model.moe is not None:
+        ffn = model.moe.top_k * model.moe.expert_ffn_hidden_size + (
+            model.moe.num_shared_experts * model.moe.shared_ffn)
+    else:
+        ffn = model.ffn_hidden_size
+    up = 2 * ffn if model.mlp == "swiglu" else ffn
+    mm_out = ab * ((a * dqk + 2 * kvh * dv + up) / tp + 2 * h * rep)
+    return base + 0.5 * mm_out
+
+
+def _op_sac_recompute_s(job: Job, moe: bool, gpu: GPUSpec, tokens: FloatArray, tp: FloatArray,
+                        gemm_fwd: FloatArray) -> FloatArray:
+    """Forward time of the matmuls op-level SAC replays (the even-numbered ones of
+    `_op_sac_matmuls`); half the forward GEMM time where the order is not fixed."""
+    mms = _op_sac_matmuls(job, moe)
+    if mms is None:
+        return 0.5 * gemm_fwd
+    dtype = job.recipe.compute_dtype
+    t = np.zeros_like(tokens)
+    for i, o, col in mms[1::2]:
+        k = i if col else i / tp
+        n = o / tp if col else o + 0.0 * tp
+        t = t + gemm_time(gpu, tokens, k, n, dtype)
+    return t

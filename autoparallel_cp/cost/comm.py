@@ -1,0 +1,137 @@
+"""Alpha-beta collectives on the device mesh: which link each parallel group crosses.
+
+Mesh order (Megatron-LM `RankGenerator` default "tp-cp-ep-dp-pp"): tp is innermost (consecutive
+ranks), then cp, then ep (carved out of dp·cp for the MoE layers), then dp, then pp outermost.
+A group whose members lie within `gpus_per_node` consecutive ranks stays on NVLink; otherwise
+it crosses the network, where each GPU drives its own NIC (`inter_node.bandwidth_gbps` is per
+GPU per direction).
+
+Bus-bandwidth factors are those of nccl-tests `doc/PERFORMANCE.md`: all-reduce 2(n-1)/n,
+reduce-scatter and all-gather (n-1)/n, all-to-all (n-1)/n; ring latency (n-1)·alpha per phase
+(Thakur, Rabenseifner & Gropp 2005). Hierarchical all-reduce for a group spread over nodes with
+`k` members per node: intra-node reduce-scatter, inter-node all-reduce of S/k on each of the k
+rails, intra-node all-gather.
+
+All functions are vectorized over numpy arrays of the group sizes / strides.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from autoparallel_cp.spec import NodeGroup
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Achieved fraction of the NVLink/NVSwitch spec bandwidth by NCCL collectives at large messages
+#: (nccl-tests on DGX A100/H100 report ~230/300 and ~360-480/450 GB/s bus bandwidth; calculon's
+#: a100_80g.json uses 0.65-0.8 for NVLink).
+NVLINK_EFFICIENCY = 0.80
+#: Achieved fraction of the per-GPU network bandwidth (calculon a100_80g.json IB efficiency 0.9;
+#: nccl-tests all-reduce over 8x HDR reaches ~85-90% of line rate).
+NETWORK_EFFICIENCY = 0.85
+
+
+def _arr(x: npt.ArrayLike) -> FloatArray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def members_per_node(group: npt.ArrayLike, stride: npt.ArrayLike, gpus_per_node: int) -> FloatArray:
+    """How many members of a group of size `group` and rank stride `stride` share one node."""
+    g = _arr(group)
+    st = _arr(stride)
+    per = np.maximum(np.floor(gpus_per_node / np.maximum(st, 1.0)), 1.0)
+    return np.minimum(g, per)
+
+
+def _link(node: NodeGroup, intra: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(bytes/s, latency s) for members on NVLink (intra=1) or on the network (intra=0)."""
+    bw = np.where(
+        intra > 0,
+        node.intra_node.bandwidth_gbps * 1e9 * NVLINK_EFFICIENCY,
+        node.inter_node.bandwidth_gbps * 1e9 * NETWORK_EFFICIENCY,
+    )
+    lat = np.where(intra > 0, node.intra_node.latency_us, node.inter_node.latency_us) * 1e-6
+    return bw, lat
+
+
+def _ring(node: NodeGroup, n: FloatArray, nbytes: FloatArray, factor: FloatArray,
+          phases: float, intra: FloatArray) -> FloatArray:
+    bw, lat = _link(node, intra)
+    t = phases * (n - 1.0) * lat + factor * nbytes / bw
+    return np.where(n > 1, t, 0.0)
+
+
+def _hierarchical(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
+                  nbytes: npt.ArrayLike, reduce_all: bool) -> FloatArray:
+    """Ring collective over `group` ranks, hierarchical when it spans several nodes.
+
+    All-reduce: intra-node reduce-scatter, inter-node all-reduce of 1/k of the data, intra-node
+    all-gather (nccl-tests bus factors 2(n-1)/n and (n-1)/n). Reduce-scatter / all-gather: the
+    intra-node phase once and the inter-node phase with factor (n-1)/n.
+    """
+    n = _arr(group)
+    s = _arr(nbytes)
+    k = members_per_node(n, stride, node.gpus_per_node)
+    nodes = np.maximum(n / k, 1.0)
+    one = np.ones_like(n)
+    mult = 2.0 if reduce_all else 1.0
+    intra = _ring(node, k, s, (k - 1) / np.maximum(k, 1), 1.0, one)
+    inter = _ring(node, nodes, s / k, mult * (nodes - 1) / nodes, mult, np.zeros_like(n))
+    flat = _ring(node, n, s, mult * (n - 1) / np.maximum(n, 1), mult, one)
+    return np.where(nodes > 1, mult * intra + inter, flat)
+
+
+def all_reduce(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
+               nbytes: npt.ArrayLike) -> FloatArray:
+    """All-reduce of `nbytes` per rank; hierarchical when the group spans several nodes."""
+    return _hierarchical(node, group, stride, nbytes, reduce_all=True)
+
+
+def _rs_or_ag(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
+              nbytes: npt.ArrayLike) -> FloatArray:
+    return _hierarchical(node, group, stride, nbytes, reduce_all=False)
+
+
+def reduce_scatter(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
+                   nbytes: npt.ArrayLike) -> FloatArray:
+    """Reduce-scatter of an `nbytes` buffer (unsharded size) over the group."""
+    return _rs_or_ag(node, group, stride, nbytes)
+
+
+def all_gather(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
+               nbytes: npt.ArrayLike) -> FloatArray:
+    """All-gather producing an `nbytes` buffer (unsharded size) on every member."""
+    return _rs_or_ag(node, group, stride, nbytes)
+
+
+def all_to_all(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
+               nbytes: npt.ArrayLike) -> FloatArray:
+    """All-to-all where each rank sends `nbytes` in total ((n-1)/n of it leaves the rank).
+
+    When the group spans nodes the off-node share (n-k)/n goes over the network.
+    """
+    n = _arr(group)
+    s = _arr(nbytes)
+    k = members_per_node(n, stride, node.gpus_per_node)
+    one = np.ones_like(n)
+    bw_in, lat_in = _link(node, one)
+    bw_out, lat_out = _link(node, np.zeros_like(n))
+    t_in = (k - 1) / np.maximum(n, 1) * s / bw_in + lat_in
+    t_out = (n - k) / np.maximum(n, 1) * s / bw_out + lat_out
+    t = np.where(n > k, np.maximum(t_in, t_out), t_in)
+    return np.where(n > 1, t, 0.0)
+
+
+def p2p(node: NodeGroup, intra: npt.ArrayLike, nbytes: npt.ArrayLike) -> FloatArray:
+    """One point-to-point send of `nbytes` (alpha + bytes/bandwidth)."""
+    i = _arr(intra)
+    bw, lat = _link(node, i)
+    s = _arr(nbytes)
+    return np.where(s > 0, lat + s / bw, 0.0)
+
+
+def crosses_nodes(span: npt.ArrayLike, gpus_per_node: int) -> FloatArray:
+    """1.0 where a group of consecutive-rank span `span` does not fit in one node."""
+    return (_arr(span) > gpus_per_node).astype(np.float64)

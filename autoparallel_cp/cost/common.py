@@ -1,0 +1,58 @@
+"""Shared helpers of the cost functions: array coercion, recompute-mode codes, framework tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from autoparallel_cp.cost.constants import MODE_CODES
+from autoparallel_cp.spec import FrameworkBehaviour, Job, NodeGroup, TrainingRecipe
+
+FloatArray = npt.NDArray[np.float64]
+ArrayLike = npt.ArrayLike
+
+#: Framework behaviours that are not plan axes; one per recipe (`TrainingRecipe.behaviour`),
+#: overridable per call (`evaluate(job, plan, options)`). Field meanings: `FrameworkBehaviour`.
+CostOptions = FrameworkBehaviour
+
+
+def recipe_options(recipe: TrainingRecipe) -> CostOptions:
+    """The cost options a recipe's `behaviour` describes."""
+    return recipe.behaviour
+
+
+def options_for(job: Job, options: CostOptions | None) -> CostOptions:
+    """`options` when given (an explicit override), else the job's recipe behaviour."""
+    return options if options is not None else recipe_options(job.recipe)
+
+
+def _f(x: ArrayLike) -> FloatArray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def _mode(mode: ArrayLike | str) -> FloatArray:
+    if isinstance(mode, str):
+        return np.asarray(float(MODE_CODES[mode]))
+    m = np.asarray(mode)
+    if m.dtype.kind in "US":
+        return np.vectorize(lambda x: float(MODE_CODES[str(x)]))(m).astype(np.float64)
+    return m.astype(np.float64)
+
+
+def _is_pytorch(recipe: TrainingRecipe) -> bool:
+    return recipe.framework == "pytorch"
+
+
+def _fp32_residual(recipe: TrainingRecipe) -> bool:
+    """PyTorch autocast over fp32 weights: the fp32 embedding output keeps the residual stream
+    (and every norm input) in fp32. FSDP mixed precision (bf16 params, no autocast copies) and
+    Megatron keep it in the activation dtype."""
+    return _is_pytorch(recipe) and recipe.transient_weight_copy_bytes > 0
+
+
+def _fused(recipe: TrainingRecipe, options: CostOptions) -> bool:
+    return (not _is_pytorch(recipe)) if options.fused is None else options.fused
+
+
+def node(job: Job, g: int) -> NodeGroup:
+    return job.cluster.node_groups[int(g)]

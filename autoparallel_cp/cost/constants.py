@@ -1,0 +1,106 @@
+"""Named constants of the cost model, each with its source or the measurement it was fitted on."""
+
+from __future__ import annotations
+
+from autoparallel_cp.spec import GIB
+
+MODE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+# ---------------------------------------------------------------------------------------------
+# Named constants (each justified)
+# ---------------------------------------------------------------------------------------------
+
+#: CUDA context + cuBLAS workspaces + NCCL communicator buffers, outside the caching allocator
+#: (typical `nvidia-smi` minus `memory_reserved` on H100 with NCCL initialised: 0.7-1.2 GiB).
+CUDA_CONTEXT_BYTES = 1.0 * GIB
+#: Caching-allocator fragmentation: reserved / allocated at the peak (H200 rows: 1.02-1.09 for
+#: a fresh shape; torch docs recommend headroom). Applied to the allocated peak.
+ALLOCATOR_FRAGMENTATION = 0.05
+#: Layers whose full (unsharded) bf16 parameters are resident at once under ZeRO-3 / FSDP:
+#: the layer being computed and the prefetched next one (FSDP `forward_prefetch` / FSDP2).
+ZERO3_RESIDENT_LAYERS = 2
+#: Gradient-reduction buckets not aliased to the gradient buffer (PyTorch DDP default
+#: `bucket_cap_mb=25`, two in flight); Megatron's buckets are views of its grad buffer (0).
+DDP_BUCKET_BYTES = 2 * 25 * 2**20
+#: Share of the DP gradient reduction that runs after backward even when overlapped: the last
+#: bucket starts after the last layer's backward (Megatron default bucket 40M params).
+DP_LAST_BUCKET_FRACTION = 0.1
+#: Share of the GPU's SMs a collective's kernel occupies while it overlaps compute (one CTA per
+#: NCCL channel): an H100 `ncclAllGather` overlapped with a GEMM runs 24 CTAs on 132 SMs and
+#: the GEMM slows accordingly (NVIDIA developer forum, "Compute-communication overlap causes
+#: severe GEMM performance degradation because of tail effect", nsys trace; DeepSeek-V3 report
+#: §3.2.2 likewise reserves 20 of 132 SMs for communication). See `overlap_exposed`.
+COMM_SM_SHARE = 24.0 / 132.0
+#: Least exposed share of an overlapped DP gradient synchronisation: the last bucket runs after
+#: backward, the rest slows the backward it overlaps by COMM_SM_SHARE of its duration
+#: (`overlap_exposed` on the overlapped part): exposed = max(DP_TAIL_FRACTION·d, d - window).
+DP_TAIL_FRACTION = DP_LAST_BUCKET_FRACTION + COMM_SM_SHARE * (1.0 - DP_LAST_BUCKET_FRACTION)
+#: Bytes of HBM traffic per parameter of one Adam step (fp32 master r/w 8, m r/w 8, v r/w 8,
+#: fp32 grad read 4, bf16 weight write 2): memory-bound (Megatron fused Adam / torch fused AdamW).
+ADAM_BYTES_PER_PARAM = 30.0
+#: HBM traffic per parameter of torch's multi-tensor (foreach) AdamW over fp32 params
+#: (torch/optim/adam.py `_multi_tensor_adam`, decoupled weight decay): param *= (1 - lr·wd)
+#: r4 w4; lerp m toward g r8 w4; v *= b2 r4 w4; v += (1-b2)·g² r8 w4; sqrt(v) r4 w4; / bias
+#: correction r4 w4; + eps r4 w4; param addcdiv r12 w4 = 80 (vs 28 fused).
+ADAM_FOREACH_BYTES_PER_PARAM = 80.0
+#: HBM traffic per parameter of global gradient-norm clipping on fp32 gradients: the norm pass
+#: reads 4, the scaling pass reads and writes 8 (Megatron `clip_grad_norm_fp32`: multi-tensor
+#: l2norm + scale; torch `clip_grad_norm_`: foreach norm + foreach mul).
+GRAD_CLIP_BYTES_PER_PARAM = 12.0
+#: HBM traffic per (tp-local) parameter of one ZeRO-3 layer per micro-batch in PyTorch FSDP2
+#: (torch/distributed/_composable/fsdp/_fsdp_collectives.py): the all-gather output is copied
+#: out into the unsharded parameters in forward and again in backward (`split_with_sizes_copy`,
+#: r2 w2 each), and the bf16 unsharded gradients are packed into the reduce-scatter input in
+#: the reduce dtype (`_chunk_cat`, r2 w grad_reduce_bytes). The shard-sized copy-in is /dp and
+#: ignored. Megatron's buffers are views of the communication buffers (no copies).
+FSDP_COPY_OUT_BYTES_PER_PARAM = 8.0
+#: Bytes per logits element held at the loss peak (per token per vocab entry):
+#: Megatron vocab-parallel CE keeps bf16 logits 2 + fp32 copy 4 (softmax computed in place,
+#: backward turns it into the gradient in place, then casts it to bf16: 4 + 2).
+#: PyTorch `cross_entropy(logits.float())`: the forward holds bf16 logits 2 + fp32 copy 4 +
+#: log-softmax output 4 = 10, but the backward is higher: `nll_loss_backward` materialises a
+#: dense fp32 gradient (4) and `_log_softmax_backward_data` writes another (4) while the saved
+#: log-softmax output (4) is still alive = 12 (the bf16 logits are gone by then when the
+#: caller drops them, as torchtitan's `del pred` does). Autocast weight copies (pytorch-amp)
+#: are freed at that moment but stay counted in the buffers: pytorch-amp peaks come out up
+#: to 2 B/param high (+1..5% on the H200 rows), on the safe side.
+LOGITS_BYTES = {"megatron": 6.0, "pytorch": 12.0}
+#: PyTorch with tensor parallelism computes the loss on vocab-sharded DTensor logits (loss
+#: parallelism, torchtitan's default with TP): `torch.distributed.tensor.parallel.loss.
+#: _log_softmax` keeps the fp32 input, `shifted = x - max` and `exp(shifted)` (or the result)
+#: alive at once, beside the bf16 logits: 2 + 4 + 4 + 4 = 14 B per logit in forward.
+LOSS_PARALLEL_LOGITS_BYTES = 14.0
+#: HBM bytes moved per logits element by the (unfused) cross entropy, forward + backward, after
+#: the head GEMM wrote the bf16 logits. Megatron `_VocabParallelCrossEntropy`
+#: (megatron/core/tensor_parallel/cross_entropy.py): `.float()` r2 w4, max r4, in-place
+#: subtract r4 w4, in-place exp r4 w4, sum r4, in-place div (softmax) r4 w4 = 38 forward;
+#: backward `grad_input.mul_(grad_output)` r4 w4, cast back to bf16 r4 w2 = 14; total 52.
+#: PyTorch `F.cross_entropy(logits.float(), labels)`: cast r2 w4, log_softmax (max pass r4,
+#: sum-exp pass r4, write pass r4 w4) = 22 forward; backward: nll_loss grad zero-fill w4,
+#: log_softmax backward (sum pass r4, r4 r4 w4), cast back r4 w2 = 26; total 48.
+CE_BYTES_PER_LOGIT = {"megatron": 52.0, "pytorch": 48.0}
+#: HBM passes (read+write) of one elementwise op per byte of its input in backward relative to
+#: forward (grad in + saved input read, grad out write): backward traffic = 2x forward.
+ELEMENTWISE_BWD_FACTOR = 2.0
+#: Extra HBM traffic of unfused eager PyTorch elementwise ops (separate cast, scale, mul kernels)
+#: relative to fused Megatron/compiled kernels; calibrated on the H200 eager rows.
+EAGER_ELEMENTWISE_FACTOR = 2.0
+#: Eager HBM bytes per element of the Llama modules as torchtitan (2024) and HF transformers
+#: write them (`CostOptions.eager_ops="llama-upcast"`), one kernel per op on bf16 inputs:
+#: RMSNorm `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * w`: cast r2 w4,
+#: pow r4 w4, mean r4, mul r4 w4, cast back r4 w2, weight mul r2 w2 = 36 (fused: 4).
+EAGER_LLAMA_NORM_BYTES = 36.0
+#: RoPE through fp32 (torchtitan: `view_as_complex(x.float())` times `freqs_cis`, then
+#: `type_as`): cast r2 w4, complex multiply r4 w4, cast back r4 w2 = 20 per q/k element
+#: (fused: 4).
+EAGER_LLAMA_ROPE_BYTES = 20.0
+#: `silu(w1(x)) * w3(x)`: silu r2 w2, mul r4 w2 = 10 per ffn element (fused: 6).
+EAGER_LLAMA_SWIGLU_BYTES = 10.0
+#: Host (Python + dispatcher + launch) time of one eager PyTorch layer's forward + backward
+#: (~25 forward ops and ~50 autograd nodes at ~30 us each); an unfused, uncompiled layer cannot
+#: run faster than its host issues kernels. Fitted on the H200 tiny1b s=2048 b=1 row
+#: ((48.1 ms - optimizer - head) / 16 layers).
+EAGER_HOST_S_PER_LAYER = 2.5e-3
+#: Extra host time of a `torch.utils.checkpoint` layer (replayed forward + saved-tensor hooks);
+#: fitted on the H200 tiny1b s=2048 b=1 recompute row ((81.6 - 48.1) ms / 16 layers).
+EAGER_HOST_S_RECOMPUTE = 2.1e-3

@@ -1,0 +1,198 @@
+"""Achieved compute and memory rates: GEMM-shape and attention efficiency curves.
+
+All curves were fitted once on one NVIDIA H200 SXM (`benchmarks/data/h200_microbench.jsonl`,
+PyTorch 2.11 / CUDA 13.0, see benchmarks/data/README.md) and are expressed as *fractions of the
+dense peak*, so that another GPU gets `fraction x its own peak` (same kernels, same tiling
+behaviour; Calculon's `gflops_efficiency` tables make the same assumption). The fit functions
+below reproduce the constants from the data (`tests/test_flops.py` re-fits and compares).
+
+GEMM (`A[M,K] @ B[K,N]`, 2MKN FLOP), least squares on relative error, 45 shapes, MAPE 2.9%:
+
+    t = GEMM_FIXED_S + 2MKN / (GEMM_PEAK_FRACTION * peak)
+        * (1 + GEMM_K_HALF / K + GEMM_M_DERATE * M / (M + GEMM_M_HALF))
+
+`GEMM_FIXED_S` is the per-call floor seen in eager PyTorch (launch + tail of one kernel);
+`GEMM_K_HALF` is the reduction length at which the main loop's prologue/epilogue costs as much
+as the loop itself (short K = low arithmetic intensity per output tile); the M term is the
+sustained-clock derate of long-running GEMMs (at M = 16384 every shape ran ~8% slower than at
+M = 4096: the GPU drops from boost clock under its power limit), saturating in M.
+
+Flash attention (causal SDPA; forward FLOP counted 4·b·heads·s²·d/2, backward 2.5x forward):
+
+    rate(s, d) = peak * ATTN_FRACTION * d/(d + ATTN_D_HALF) * (128 + ATTN_D_HALF)/128
+                 * s / (s + s_half)
+
+with its own `s_half` for forward and forward+backward.
+
+Memory-bound ops run at `HBM_EFFICIENCY x` the GPU's HBM bandwidth (H200 copy test: 4174 GB/s
+of a 4800 GB/s spec = 0.87).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from autoparallel_cp.spec import GPUSpec
+
+ArrayLike = npt.ArrayLike
+FloatArray = npt.NDArray[np.float64]
+
+#: Dense bf16 peak of the calibration GPU (H200 SXM datasheet, TFLOP/s).
+H200_BF16_PEAK_TFLOPS = 989.0
+#: HBM bandwidth of the calibration GPU (H200 SXM datasheet, GB/s).
+H200_HBM_GBPS = 4800.0
+
+#: Fitted (fit_gemm_curve): boost-clock GEMM rate as a fraction of the dense peak (857/989).
+GEMM_PEAK_FRACTION = 0.8667
+#: Fitted: reduction length K at which the per-tile prologue doubles the time.
+GEMM_K_HALF = 49.5
+#: Fitted: relative slow-down of long GEMMs at sustained clock (M -> infinity).
+GEMM_M_DERATE = 0.3206
+#: Chosen (not fitted): M at which half the sustained-clock derate applies (best of 2k-16k grid).
+GEMM_M_HALF = 8192.0
+#: Fitted: fixed time per GEMM call in seconds (eager launch floor).
+GEMM_FIXED_S = 19.76e-6
+
+#: Fitted (fit_attention_curve): forward flash-attention asymptote, d=128, fraction of peak.
+ATTN_FWD_FRACTION = 0.6732
+#: Fitted: forward+backward flash-attention asymptote at head_dim 128, fraction of peak.
+ATTN_FWDBWD_FRACTION = 0.6099
+#: Fitted: sequence length at which forward attention reaches half its asymptote.
+ATTN_FWD_S_HALF = 570.0
+#: Fitted: sequence length at which forward+backward attention reaches half its asymptote.
+ATTN_FWDBWD_S_HALF = 1241.0
+#: Fitted: head dim at which attention rate is half its large-d limit (d=64 runs at 0.70x d=128).
+ATTN_D_HALF = 96.0
+
+#: Attention kernel generations. The curves above were measured with PyTorch 2.11, whose SDPA
+#: dispatches to cuDNN attention on sm90 (cuDNN made opt-in after the 2.5 bugs,
+#: pytorch/pytorch#138522, and preferred again once the bundled cuDNN >= 9.15, i.e. torch 2.11;
+#: huggingface/transformers#48163): the "modern" kernels (cuDNN / FlashAttention-3 class).
+#: PyTorch SDPA between 2.5 and 2.10 uses FlashAttention-2 on H100 unless cuDNN is requested
+#: (pytorch/pytorch#142132: nightly 2.6.0.dev20241204 SDPA 329 vs cuDNN 631 TFLOP/s, "expected").
+#: FlashAttention-2 on H100 SXM5, head dim 128, from the FlashAttention-3 paper (Shah et al.
+#: 2024, Figs. 5/6): causal forward 191/260/298/319/333/335 TFLOP/s and backward
+#: 214/260/291/310/318/322 TFLOP/s at s = 512..16k; fitted with the same curve form
+#: (fit_attention_points): forward 0.357 of the 989 peak with s_half 420, forward+backward
+#: 0.340 with s_half 314 (each point within 4%).
+ATTN_KERNELS: dict[str, tuple[float, float, float, float]] = {
+    # kernel: (fwd fraction, fwd s_half, fwd+bwd fraction, fwd+bwd s_half)
+    "cudnn": (0.6732, 570.0, 0.6099, 1241.0),
+    "fa2": (0.3571, 420.0, 0.3395, 314.0),
+}
+
+#: Fraction of the HBM spec bandwidth reached by streaming kernels (H200 copy test 4174/4800).
+HBM_EFFICIENCY = 0.87
+#: Achieved fraction of the fp8 dense peak relative to the bf16 fraction: fp8 GEMMs of training
+#: shapes reach a lower share of their (2x) peak; Transformer-Engine / torchao report 1.3-1.6x
+#: end-to-end GEMM speed-ups over bf16, i.e. ~0.75 of the bf16 fraction at twice the peak.
+FP8_FRACTION_SCALE = 0.75
+
+
+def peak_flops(gpu: GPUSpec, dtype: str = "bf16") -> float:
+    """Dense peak FLOP/s of `gpu` for `dtype` ('bf16' or 'fp8'; fp8 falls back to bf16)."""
+    if dtype == "fp8" and gpu.fp8_tflops:
+        return gpu.fp8_tflops * 1e12
+    return gpu.bf16_tflops * 1e12
+
+
+def gemm_time(
+    gpu: GPUSpec, m: ArrayLike, k: ArrayLike, n: ArrayLike, dtype: str = "bf16",
+    fixed_s: float = GEMM_FIXED_S, batch: ArrayLike = 1.0,
+) -> FloatArray:
+    """Seconds for one (batched: `batch` x) `[m,k] @ [k,n]` GEMM call on `gpu` (vectorized).
+
+    A batched call pays the fixed per-call time once (one kernel launch)."""
+    m_ = np.asarray(m, dtype=np.float64)
+    k_ = np.asarray(k, dtype=np.float64)
+    n_ = np.asarray(n, dtype=np.float64)
+    frac = GEMM_PEAK_FRACTION
+    if dtype == "fp8" and gpu.fp8_tflops:
+        frac *= FP8_FRACTION_SCALE
+    rate = frac * peak_flops(gpu, dtype)
+    flops = 2.0 * m_ * k_ * n_ * np.asarray(batch, dtype=np.float64)
+    slow = 1.0 + GEMM_K_HALF / np.maximum(k_, 1.0) + GEMM_M_DERATE * m_ / (m_ + GEMM_M_HALF)
+    return np.where(flops > 0, fixed_s + flops / rate * slow, 0.0)
+
+
+def _attn_rate(gpu: GPUSpec, s: FloatArray, d: FloatArray, frac: float,
+               s_half: float) -> FloatArray:
+    dfac = d / (d + ATTN_D_HALF) * (128.0 + ATTN_D_HALF) / 128.0
+    return peak_flops(gpu, "bf16") * frac * dfac * s / (s + s_half)
+
+
+def flash_attention_time(
+    gpu: GPUSpec, flops_fwd_causal: ArrayLike, seq: ArrayLike, head_dim: ArrayLike,
+    kernel: str = "cudnn",
+) -> tuple[FloatArray, FloatArray]:
+    """(forward_s, backward_s) of causal flash attention doing `flops_fwd_causal` forward FLOP.
+
+    `seq` is the key length each query block sees (sets the curve's position). Backward does
+    2.5x the forward FLOP (FlashAttention-2 paper, §3.1 counting) at the fwd+bwd rate.
+    `kernel` selects the kernel generation (`ATTN_KERNELS`; "fa3" is treated as "cudnn").
+    """
+    f = np.asarray(flops_fwd_causal, dtype=np.float64)
+    s = np.asarray(seq, dtype=np.float64)
+    d = np.minimum(np.asarray(head_dim, dtype=np.float64), 128.0)
+    if kernel in ("cudnn", "fa3"):
+        ff, fs, bf, bs = ATTN_FWD_FRACTION, ATTN_FWD_S_HALF, ATTN_FWDBWD_FRACTION, \
+            ATTN_FWDBWD_S_HALF
+    else:
+        ff, fs, bf, bs = ATTN_KERNELS[kernel]
+    fwd = f / _attn_rate(gpu, s, d, ff, fs)
+    both = 3.5 * f / _attn_rate(gpu, s, d, bf, bs)
+    return fwd, np.maximum(both - fwd, 0.0)
+
+
+def hbm_time(gpu: GPUSpec, nbytes: ArrayLike) -> FloatArray:
+    """Seconds to stream `nbytes` (read + write) through HBM at the achieved bandwidth."""
+    return np.asarray(nbytes, dtype=np.float64) / (gpu.hbm_gbps * 1e9 * HBM_EFFICIENCY)
+
+
+# ----------------------------------------------------------------------------------------------
+# Fitting (run offline; tests check the constants above against the data)
+# ----------------------------------------------------------------------------------------------
+
+
+def fit_gemm_curve(rows: list[dict[str, float]]) -> tuple[float, float, float, float]:
+    """Fit (peak_fraction, k_half, m_derate, fixed_s) on H200 `gemm` rows by least squares.
+
+    Model t = c0 + c1·F + c2·F/K + c3·F·M/(M + GEMM_M_HALF) (F = 2MKN), rows weighted by 1/t.
+    """
+    m = np.array([r["M"] for r in rows], float)
+    k = np.array([r["K"] for r in rows], float)
+    n = np.array([r["N"] for r in rows], float)
+    t = np.array([r["s"] for r in rows], float)
+    f = 2 * m * k * n
+    a = np.stack([np.ones_like(f), f, f / k, f * m / (m + GEMM_M_HALF)], 1) / t[:, None]
+    c, *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    rate = 1.0 / c[1]
+    return rate / (H200_BF16_PEAK_TFLOPS * 1e12), c[2] / c[1], c[3] / c[1], c[0]
+
+
+def fit_attention_curve(rows: list[dict[str, float]], key: str) -> tuple[float, float]:
+    """Fit (fraction_at_d128, s_half) of `rate = R·s/(s+s_half)` on head_dim-128 `attn` rows.
+
+    `key` is 'fwd_tflops' or 'fwdbwd_tflops'. Linear in 1/rate = 1/R + (s_half/R)·(1/s).
+    """
+    sel = [r for r in rows if r["head_dim"] == 128]
+    s = np.array([r["seq"] for r in sel], float)
+    rate = np.array([r[key] for r in sel], float)
+    a = np.stack([np.ones_like(s), 1.0 / s], 1)
+    c, *_ = np.linalg.lstsq(a, 1.0 / rate, rcond=None)
+    r_inf = 1.0 / c[0]
+    return r_inf / H200_BF16_PEAK_TFLOPS, c[1] * r_inf
+
+
+def fit_attention_points(seq: Sequence[float], tflops: Sequence[float],
+                         peak_tflops: float) -> tuple[float, float]:
+    """Fit (fraction of `peak_tflops`, s_half) of `rate = R·s/(s+s_half)` on published points."""
+    s = np.asarray(seq, dtype=np.float64)
+    rate = np.asarray(tflops, dtype=np.float64)
+    a = np.stack([np.ones_like(s), 1.0 / s], 1)
+    c, *_ = np.linalg.lstsq(a, 1.0 / rate, rcond=None)
+    r_inf = 1.0 / c[0]
+    return r_inf / peak_tflops, c[1] * r_inf

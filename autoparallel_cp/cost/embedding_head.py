@@ -1,0 +1,97 @@
+"""First and last pipeline stage extras: embedding, final norm, LM head and loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoparallel_cp.cost import comm
+from autoparallel_cp.cost.common import (
+    ArrayLike,
+    CostOptions,
+    FloatArray,
+    _f,
+    _fp32_residual,
+    _is_pytorch,
+    node,
+    options_for,
+)
+from autoparallel_cp.cost.constants import (
+    CE_BYTES_PER_LOGIT,
+    LOGITS_BYTES,
+    LOSS_PARALLEL_LOGITS_BYTES,
+)
+from autoparallel_cp.cost.efficiency import gemm_time, hbm_time
+from autoparallel_cp.cost.flops import head_gemm
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.params import count_params
+
+# ---------------------------------------------------------------------------------------------
+# First / last stage
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EdgeFactors:
+    """Embedding (first stage) and LM head + loss (last stage) per micro-batch."""
+
+    emb_params: FloatArray  # per GPU
+    emb_act_bytes: FloatArray  # per in-flight micro-batch (input ids, dropout mask)
+    emb_time_s: FloatArray
+    head_params: FloatArray  # final norm + LM head per GPU
+    head_act_bytes: FloatArray  # final-norm input + head input, one micro-batch
+    head_work_bytes: FloatArray  # logits at the loss peak (transient)
+    head_time_s: FloatArray
+    head_compute_s: FloatArray
+
+
+def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
+                 mbs: ArrayLike, options: CostOptions | None = None) -> EdgeFactors:
+    """First/last-stage extras (Korthikanti §4.3): embedding output and ids, final norm, LM head,
+    logits in fp32 for the loss (`LOGITS_BYTES`), vocab-parallel over tp.
+
+    Time: head GEMM fwd + dgrad + wgrad at shape efficiency; cross entropy and embedding
+    gather/scatter as HBM traffic; the tied/untied embedding all-reduce is ignored.
+    """
+    opts = options_for(job, options)
+    model = job.model
+    recipe = job.recipe
+    nd = node(job, g)
+    gpu = nd.gpu
+    tp_, cp_, sp_, mbs_ = np.broadcast_arrays(_f(tp), _f(cp), _f(sp), _f(mbs))
+    s = float(job.seq_len)
+    tokens = mbs_ * s / cp_
+    h = model.hidden_size
+    v = model.vocab_size
+    pc = count_params(model)
+    ab = float(recipe.activation_bytes)
+    res = 4.0 if _fp32_residual(recipe) else ab
+    rep = np.where(sp_ > 0, 1.0 / tp_, 1.0)
+    emb_params = (pc.embedding + pc.position_embedding) / tp_ + pc.embedding_norm
+    head_params = pc.lm_head / tp_ + pc.final_norm
+    emb_act = tokens * (8.0 + (h * rep if opts.dropout else 0.0))  # int64 ids (+ dropout mask)
+    emb_time = hbm_time(gpu, tokens * h * (res + ab) * 3.0)
+    head_act = tokens * (res + ab) * h * rep + tokens * 8.0  # final norm in, head in, labels
+    if _is_pytorch(recipe):
+        lb = np.where(tp_ > 1, LOSS_PARALLEL_LOGITS_BYTES, LOGITS_BYTES["pytorch"])
+    else:
+        lb = LOGITS_BYTES["megatron"] + 0.0 * tp_
+    head_work = tokens * v / tp_ * lb
+    hg = head_gemm(model, tokens, tp_)
+    dtype = recipe.compute_dtype
+    head_compute = (gemm_time(gpu, hg.m, hg.k, hg.n, dtype)
+                    + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
+                    + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))
+    # fp32 logits: cast, max/exp/sum, softmax, grad, cast back (CE_BYTES_PER_LOGIT)
+    ce_bytes = tokens * v / tp_ * CE_BYTES_PER_LOGIT["pytorch" if _is_pytorch(recipe)
+                                                     else "megatron"]
+    head_compute = head_compute + hbm_time(gpu, ce_bytes)
+    # vocab-parallel CE all-reduces 3 scalars per token over tp (max, sum-exp, target logit)
+    ce_comm = comm.all_reduce(nd, tp_, 1, tokens * 4.0 * 3)
+    head_time = head_compute + ce_comm
+    return EdgeFactors(
+        emb_params=emb_params + 0.0 * tokens, emb_act_bytes=emb_act, emb_time_s=emb_time,
+        head_params=head_params + 0.0 * tokens, head_act_bytes=head_act,
+        head_work_bytes=head_work, head_time_s=head_time, head_compute_s=head_compute,
+    )

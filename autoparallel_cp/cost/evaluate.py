@@ -1,0 +1,144 @@
+"""`evaluate(job, plan) -> Evaluation`: the exact memory / time / throughput of one plan.
+
+`Evaluation.to_json()` is the INTERFACE.md `PLAN` object (plan, fits, memory, time,
+throughput), extended with `stages`, `overhead_bytes`, `required_bytes` and
+`model_flops_per_token`. Plans that break a rule of `plan.plan_violations` raise ValueError
+listing every broken rule; plans that do not fit are evaluated (`fits: false`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from autoparallel_cp.cost import factors as F
+from autoparallel_cp.cost.efficiency import peak_flops
+from autoparallel_cp.cost.flops import model_flops_per_token
+from autoparallel_cp.cost.memory import peak_stage, stage_memory
+from autoparallel_cp.cost.steptime import step_time
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import Plan, plan_violations
+
+
+class MemoryBreakdown(BaseModel):
+    """Bytes on the most loaded GPU (INTERFACE.md `memory`), plus overheads."""
+
+    model_config = ConfigDict(frozen=True)
+
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+    peak_bytes: float  # allocated peak = sum of the five above
+    capacity_bytes: float
+    overhead_bytes: float  # CUDA context + allocator fragmentation (not allocated tensors)
+    required_bytes: float  # peak + overhead, compared with capacity
+    stage: int  # which pipeline stage is the most loaded
+
+
+class TimeBreakdown(BaseModel):
+    """Seconds per optimizer step (INTERFACE.md `time`); the parts sum to `step_s`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step_s: float
+    compute_s: float
+    bubble_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    ep_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    slowest_stage: int
+
+
+class Throughput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+
+
+class Evaluation(BaseModel):
+    """One evaluated plan."""
+
+    model_config = ConfigDict(frozen=True)
+
+    plan: Plan
+    fits: bool
+    memory: MemoryBreakdown
+    time: TimeBreakdown
+    throughput: Throughput
+    stage_peak_bytes: list[float]
+    stage_time_s: list[float]
+    model_flops_per_token: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The INTERFACE.md PLAN object (extra fields added, none renamed)."""
+        p = self.plan
+        plan_d: dict[str, Any] = {
+            "dp": p.dp, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "cp": p.cp, "ep": p.ep,
+            "sp": p.sp, "zero": p.zero, "mbs": p.mbs, "num_microbatches": p.num_microbatches,
+            "recompute": p.recompute,
+        }
+        if p.recompute_layers is not None:
+            plan_d["recompute_layers"] = p.recompute_layers
+        if p.stage_layers is not None:
+            plan_d["stage_layers"] = list(p.stage_layers)
+        if p.stage_groups is not None:
+            plan_d["stage_groups"] = list(p.stage_groups)
+        return {
+            "plan": plan_d,
+            "fits": self.fits,
+            "memory": self.memory.model_dump(),
+            "time": self.time.model_dump(),
+            "throughput": self.throughput.model_dump(),
+            "stages": [
+                {"stage": j, "peak_bytes": m, "time_per_microbatch_s": t}
+                for j, (m, t) in enumerate(
+                    zip(self.stage_peak_bytes, self.stage_time_s, strict=True))
+            ],
+            "model_flops_per_token": self.model_flops_per_token,
+        }
+
+
+def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Evaluation:
+    """Memory and step time of `plan` for `job`. Raises ValueError listing broken rules."""
+    bad = plan_violations(job, plan)
+    if bad:
+        raise ValueError("plan breaks: " + "; ".join(bad))
+    opts = F.options_for(job, options)
+    stages = stage_memory(job, plan, opts)
+    worst = peak_stage(stages)
+    fits = all(s.required_bytes <= s.capacity_bytes for s in stages)
+    st = step_time(job, plan, opts)
+    tokens = job.tokens_per_step
+    tps = tokens / st.step_s
+    mf = model_flops_per_token(job.model, job.seq_len)
+    peak = sum(g.num_gpus * peak_flops(g.gpu, job.recipe.compute_dtype)
+               for g in job.cluster.node_groups)
+    mem = MemoryBreakdown(
+        params_bytes=worst.params_bytes, grads_bytes=worst.grads_bytes,
+        optimizer_bytes=worst.optimizer_bytes, activations_bytes=worst.activations_bytes,
+        other_bytes=worst.other_bytes, peak_bytes=worst.peak_bytes,
+        capacity_bytes=worst.capacity_bytes, overhead_bytes=worst.overhead_bytes,
+        required_bytes=worst.required_bytes, stage=worst.stage,
+    )
+    tb = TimeBreakdown(
+        step_s=st.step_s, compute_s=st.compute_s, bubble_s=st.bubble_s,
+        tp_comm_s=st.tp_comm_s, cp_comm_s=st.cp_comm_s, ep_comm_s=st.ep_comm_s,
+        pp_comm_s=st.pp_comm_s, dp_comm_s=st.dp_comm_s, optimizer_s=st.optimizer_s,
+        slowest_stage=st.slowest_stage,
+    )
+    thr = Throughput(tokens_per_s=tps, tokens_per_s_per_gpu=tps / job.num_gpus,
+                     mfu=mf * tps / peak)
+    return Evaluation(
+        plan=plan, fits=fits, memory=mem, time=tb, throughput=thr,
+        stage_peak_bytes=[s.peak_bytes for s in stages],
+        stage_time_s=[s.total_s for s in st.stages],
+        model_flops_per_token=mf,
+    )

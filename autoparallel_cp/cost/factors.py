@@ -1,0 +1,79 @@
+"""The cost model in factor form (docs/design.md): per-layer and per-stage numbers, vectorized.
+
+API summary for the solver (all functions are pure; array arguments broadcast with numpy; `g`
+is a scalar node-group index into `job.cluster.node_groups`; `mode` is 0 none / 1 selective /
+2 full or the string):
+
+- ``layer_factors(job, g, tp, cp, ep, sp, mbs, mode, moe=False, options=None) -> LayerFactors``
+  per layer, per micro-batch: ``act_bytes`` (kept per in-flight micro-batch), ``ckpt_bytes``
+  (kept when the layer is fully recomputed), ``work_bytes`` (transient while this layer runs its
+  backward), ``time_s`` (fwd + bwd incl. exposed TP/CP/EP comm), ``recompute_s`` (extra time when
+  fully recomputed), and the parts ``compute_s``, ``tp_s``, ``cp_s``, ``ep_s``.
+  Use ``mode=2`` rows for the recomputed layers (``ckpt_bytes`` / ``recompute_s``) and the
+  plan's base mode (0 or 1) for the others (``act_bytes``): a plan with ``recompute=full`` and
+  ``recompute_layers=r`` has ``l - r`` layers in mode 0 (none).
+- ``layer_param_counts(job, moe, tp, ep) -> (dense, expert)`` parameters per GPU of one layer.
+- ``state_bytes_per_param(recipe, zero, shard) -> (weights, grads, optimizer)`` bytes per
+  parameter held on a GPU whose ZeRO shard group has ``shard`` members
+  (dense params: ``shard = dp*cp``; expert params: ``shard = dp*cp/ep``).
+- ``edge_factors(job, g, tp, cp, sp, mbs, options) -> EdgeFactors`` first stage (embedding:
+  ``emb_*``) and last stage (final norm + LM head + loss: ``head_*``): params per GPU, bytes per
+  in-flight micro-batch (first stage), transient bytes (last stage), time per micro-batch.
+- ``buffer_bytes_per_param(job, zero)`` transient copies per parameter on the GPU
+  (pytorch-amp autocast weight copies); ``zero3_buffer_bytes(job, tp, ep, zero)``.
+- ``p2p_factor(job, g, tp, cp, sp, mbs, pp, vpp, dp)`` per micro-batch pipeline send/recv time.
+- ``dp_sync_factors(job, g, tp, cp, dp, ep, zero)`` -> (s per dense param on the GPU,
+  s per expert param, zero3 all-gather s per dense param per micro-batch, fixed latency s).
+- ``optimizer_factor(job, g)`` -> s per parameter shard element updated.
+- ``inflight(pp, vpp, m, stage)`` in-flight micro-batches of a stage (1F1B / interleaved).
+- ``OTHER_BYTES``, ``overhead_bytes(peak)``: constant allowances.
+
+This module is the contract between the cost model and the search: it gathers the factor
+functions, which live one concern per module in this package. The composition (docs/design.md)
+is implemented once in memory.py / steptime.py.
+"""
+
+from __future__ import annotations
+
+from autoparallel_cp.cost.activations import (
+    ActBreakdown,
+    korthikanti_gpt_layer_bytes,
+    layer_activation_per_token,
+)
+from autoparallel_cp.cost.common import CostOptions, options_for, recipe_options
+from autoparallel_cp.cost.constants import (
+    ALLOCATOR_FRAGMENTATION,
+    CE_BYTES_PER_LOGIT,
+    COMM_SM_SHARE,
+    CUDA_CONTEXT_BYTES,
+    DP_TAIL_FRACTION,
+    MODE_CODES,
+)
+from autoparallel_cp.cost.embedding_head import EdgeFactors, edge_factors
+from autoparallel_cp.cost.layer_factors import LayerFactors, layer_factors, overlap_exposed
+from autoparallel_cp.cost.model_state import (
+    OTHER_BYTES,
+    buffer_bytes_per_param,
+    layer_param_counts,
+    other_bytes,
+    overhead_bytes,
+    state_bytes_per_param,
+    zero3_buffer_bytes,
+)
+from autoparallel_cp.cost.sync import (
+    dp_sync_factors,
+    inflight,
+    optimizer_factor,
+    p2p_factor,
+    zero3_copy_factor,
+)
+
+__all__ = [
+    "ActBreakdown", "korthikanti_gpt_layer_bytes", "layer_activation_per_token", "CostOptions",
+    "options_for", "recipe_options", "ALLOCATOR_FRAGMENTATION", "CE_BYTES_PER_LOGIT",
+    "COMM_SM_SHARE", "CUDA_CONTEXT_BYTES", "DP_TAIL_FRACTION", "MODE_CODES", "EdgeFactors",
+    "edge_factors", "LayerFactors", "layer_factors", "overlap_exposed", "OTHER_BYTES",
+    "buffer_bytes_per_param", "layer_param_counts", "other_bytes", "overhead_bytes",
+    "state_bytes_per_param", "zero3_buffer_bytes", "dp_sync_factors", "inflight",
+    "optimizer_factor", "p2p_factor", "zero3_copy_factor",
+]

@@ -1,0 +1,165 @@
+"""FLOPs per op of a transformer layer (forward; backward = dgrad + wgrad = 2x forward GEMMs).
+
+Sources: Narayanan et al. 2021 appendix (per layer forward 24Bsh² + 4Bs²h, logits 2BshV),
+Korthikanti et al. 2022 App. A (model FLOPs 72BLsh²(1 + s/6h + V/12hL)), Megatron-LM
+`training.py::num_floating_point_operations` (GQA / SwiGLU generalisation), torchtitan
+`get_dense_model_nparams_and_flops` (6·N + 12·L·H·Q·T per token, causal attention not halved).
+
+Every GEMM is given per rank as (name, M, K, N, count): the rank multiplies an `[M,K]` by a
+`[K,N]` matrix `count` times per micro-batch forward. `tokens` is the number of tokens a rank
+processes in one micro-batch (mbs·seq/cp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from autoparallel_cp.spec import ModelSpec
+from autoparallel_cp.spec.params import count_params
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One forward GEMM of a layer on one rank: `count` x `[m,k] @ [k,n]`."""
+
+    name: str
+    m: FloatArray
+    k: FloatArray
+    n: FloatArray
+    count: FloatArray
+
+    @property
+    def flops(self) -> FloatArray:
+        return 2.0 * self.m * self.k * self.n * self.count
+
+
+def _f(x: npt.ArrayLike) -> FloatArray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def attention_dims(model: ModelSpec) -> tuple[int, int, int]:
+    """(query heads, qk head dim, v head dim), MLA-aware (DeepSeek-V2 §2.1)."""
+    if model.mla is not None:
+        m = model.mla
+        return model.num_attention_heads, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+    return model.num_attention_heads, model.head_size, model.head_size
+
+
+def attention_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike) -> list[Gemm]:
+    """QKV (or MLA down/up projections) and output projection, sharded over `tp` heads."""
+    t = _f(tokens)
+    tp_ = _f(tp)
+    h = model.hidden_size
+    one = np.ones_like(t * tp_)
+    a, dqk, dv = attention_dims(model)
+    if model.mla is not None:
+        m = model.mla
+        out: list[Gemm] = []
+        # Down projections are replicated over tp in Megatron's MLA (every rank computes them).
+        if m.q_lora_rank is not None:
+            out.append(Gemm("q_down", t * one, h * one, m.q_lora_rank * one, one))
+            out.append(Gemm("q_up", t * one, m.q_lora_rank * one, a * dqk / tp_ * one, one))
+        else:
+            out.append(Gemm("q_proj", t * one, h * one, a * dqk / tp_ * one, one))
+        out.append(Gemm("kv_down", t * one, h * one, (m.kv_lora_rank + m.qk_rope_head_dim) * one,
+                        one))
+        out.append(Gemm("kv_up", t * one, m.kv_lora_rank * one,
+                        a * (m.qk_nope_head_dim + dv) / tp_ * one, one))
+        out.append(Gemm("out_proj", t * one, a * dv / tp_ * one, h * one, one))
+        return out
+    kv = model.kv_heads
+    d = model.head_size
+    return [
+        Gemm("qkv", t * one, h * one, (a + 2 * kv) * d / tp_ * one, one),
+        Gemm("out_proj", t * one, a * d / tp_ * one, h * one, one),
+    ]
+
+
+def mlp_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike, ffn: int,
+              name: str = "mlp") -> list[Gemm]:
+    """One (dense or shared-expert) MLP of width `ffn`, column/row-parallel over `tp`."""
+    t = _f(tokens)
+    tp_ = _f(tp)
+    one = np.ones_like(t * tp_)
+    h = model.hidden_size
+    up = 2 * ffn if model.mlp == "swiglu" else ffn
+    return [
+        Gemm(f"{name}_fc1", t * one, h * one, up / tp_ * one, one),
+        Gemm(f"{name}_fc2", t * one, ffn / tp_ * one, h * one, one),
+    ]
+
+
+def moe_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike,
+              ep: npt.ArrayLike) -> list[Gemm]:
+    """Router, routed experts (E/ep local experts, balanced routing) and shared experts.
+
+    Each rank's experts receive on average tokens·top_k·ep/E tokens each (balanced top-k routing
+    over the ep group); expert tensor parallelism equals tp.
+    """
+    moe = model.moe
+    assert moe is not None
+    t = _f(tokens)
+    tp_ = _f(tp)
+    ep_ = _f(ep)
+    one = np.ones_like(t * tp_ * ep_)
+    h = model.hidden_size
+    up = 2 * moe.expert_ffn_hidden_size if model.mlp == "swiglu" else moe.expert_ffn_hidden_size
+    per_expert = t * moe.top_k * ep_ / moe.num_experts
+    local = moe.num_experts / ep_
+    out = [
+        Gemm("router", t * one, h * one, moe.num_experts * one, one),
+        Gemm("expert_fc1", per_expert * one, h * one, up / tp_ * one, local * one),
+        Gemm("expert_fc2", per_expert * one, moe.expert_ffn_hidden_size / tp_ * one, h * one,
+             local * one),
+    ]
+    if moe.num_shared_experts:
+        out += mlp_gemms(model, t, tp_, moe.num_shared_experts * moe.shared_ffn, "shared")
+    return out
+
+
+def layer_gemms(model: ModelSpec, moe: bool, tokens: npt.ArrayLike, tp: npt.ArrayLike,
+                ep: npt.ArrayLike) -> list[Gemm]:
+    """All forward GEMMs of one layer on one rank (attention projections + MLP or MoE)."""
+    g = attention_gemms(model, tokens, tp)
+    if moe:
+        return g + moe_gemms(model, tokens, tp, ep)
+    return g + mlp_gemms(model, tokens, tp, model.ffn_hidden_size)
+
+
+def attention_core_flops(model: ModelSpec, mbs: npt.ArrayLike, seq: int, cp: npt.ArrayLike,
+                         tp: npt.ArrayLike, causal: bool) -> FloatArray:
+    """Forward FLOPs of QKᵀ and attn·V on one rank: 2·b·(s/cp)·s·(a/tp)·(d_qk + d_v).
+
+    `causal=True` halves it (what a causal flash kernel executes); MFU uses `causal=False`
+    (Korthikanti Eq. 7, torchtitan; not halved).
+    """
+    a, dqk, dv = attention_dims(model)
+    f = 2.0 * _f(mbs) * (seq / _f(cp)) * seq * (a / _f(tp)) * (dqk + dv)
+    return f / 2.0 if causal else f
+
+
+def head_gemm(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike) -> Gemm:
+    """The LM head `[tokens, h] @ [h, V/tp]` (vocab-parallel)."""
+    t = _f(tokens)
+    tp_ = _f(tp)
+    one = np.ones_like(t * tp_)
+    return Gemm("lm_head", t * one, model.hidden_size * one, model.vocab_size / tp_ * one, one)
+
+
+def model_flops_per_token(model: ModelSpec, seq: int) -> float:
+    """Model FLOPs per trained token (forward + backward, no recompute, attention not halved).
+
+    6 x (matmul parameters active per token: layers + LM head, embedding lookup excluded)
+    + 6 x layers x heads x (d_qk + d_v) x seq (Korthikanti Eq. 7; torchtitan/nanoGPT convention).
+    """
+    pc = count_params(model)
+    matmul = pc.active_per_token - pc.embedding - pc.position_embedding - pc.embedding_norm
+    if model.tie_embeddings:
+        matmul += pc.embedding  # the tied head still does the V x h GEMM
+    a, dqk, dv = attention_dims(model)
+    return 6.0 * matmul + 6.0 * model.num_layers * a * (dqk + dv) * seq

@@ -1,0 +1,270 @@
+"""Per-layer, per-micro-batch factors: saved bytes and time of forward, backward and recompute,
+with the TP / CP / EP collectives each layer runs and how much of them compute hides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoparallel_cp.cost import comm
+from autoparallel_cp.cost.activations import (
+    _op_sac_per_token,
+    _op_sac_recompute_s,
+    layer_activation_per_token,
+)
+from autoparallel_cp.cost.common import (
+    ArrayLike,
+    CostOptions,
+    FloatArray,
+    _f,
+    _fp32_residual,
+    _fused,
+    _is_pytorch,
+    _mode,
+    node,
+    options_for,
+)
+from autoparallel_cp.cost.constants import (
+    COMM_SM_SHARE,
+    EAGER_ELEMENTWISE_FACTOR,
+    EAGER_HOST_S_PER_LAYER,
+    EAGER_HOST_S_RECOMPUTE,
+    EAGER_LLAMA_NORM_BYTES,
+    EAGER_LLAMA_ROPE_BYTES,
+    EAGER_LLAMA_SWIGLU_BYTES,
+    ELEMENTWISE_BWD_FACTOR,
+)
+from autoparallel_cp.cost.efficiency import flash_attention_time, gemm_time, hbm_time
+from autoparallel_cp.cost.flops import attention_core_flops, attention_dims, layer_gemms
+from autoparallel_cp.spec import Job
+
+# ---------------------------------------------------------------------------------------------
+# Per-layer factors
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerFactors:
+    """Per layer, per micro-batch numbers (see module docstring). All arrays broadcast."""
+
+    act_bytes: FloatArray
+    ckpt_bytes: FloatArray
+    work_bytes: FloatArray
+    time_s: FloatArray
+    recompute_s: FloatArray
+    compute_s: FloatArray
+    tp_s: FloatArray
+    cp_s: FloatArray
+    ep_s: FloatArray
+    rc_compute_s: FloatArray  # recompute_s split: replayed forward compute
+    rc_tp_s: FloatArray  # ... its TP collectives
+    rc_cp_s: FloatArray  # ... its CP ring exchange
+    rc_ep_s: FloatArray  # ... its EP all-to-alls
+
+
+def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
+                           options: CostOptions) -> FloatArray:
+    """Forward HBM traffic per token of a layer's memory-bound ops (norms, adds, activation).
+
+    Norm: read input, write output; residual add: read two, write one; SwiGLU read 2·ffn,
+    write ffn (GELU: read, write ffn); rotary embedding on q, k (read + write). PyTorch
+    models also copy the bshd attention output to a contiguous tensor and, with
+    `gqa_repeat_kv`, expand K, V to every query head; these plain copies are one kernel each,
+    fused or not.
+    """
+    model = job.model
+    recipe = job.recipe
+    ab = float(recipe.activation_bytes)
+    res = 4.0 if _fp32_residual(recipe) else ab
+    h = model.hidden_size
+    rep = np.where(sp > 0, 1.0 / tp, 1.0)
+    a, dqk, _ = attention_dims(model)
+    kvh = a if model.mla is not None else model.kv_heads
+    norms = 2 * (res + ab) * h * rep
+    adds = 2 * 3 * res * h * rep
+    if moe and model.moe is not None:
+        ffn = model.moe.top_k * model.moe.expert_ffn_hidden_size + (
+            model.moe.num_shared_experts * model.moe.shared_ffn)
+        # permute + unpermute copies of the routed tokens
+        adds = adds + 4 * ab * h * model.moe.top_k
+    else:
+        ffn = model.ffn_hidden_size
+    act = (3 if model.mlp == "swiglu" else 2) * ab * ffn / tp
+    rope = 2 * ab * (a + kvh) * dqk / tp if model.position_embedding == "rope" else 0.0 * tp
+    drop = (3 * ab * h * rep) * (3 if options.dropout else 0)
+    copies = 0.0 * tp
+    if _is_pytorch(recipe) and recipe.flash_attention:
+        # bshd attention output made contiguous for the out projection (read + write)
+        copies = copies + 2 * ab * a * dqk / tp
+    if options.gqa_repeat_kv and model.mla is None and kvh < a:
+        # repeat_kv: read K, V at kv heads, write them at all heads
+        copies = copies + ab * 2 * (kvh + a) * dqk / tp
+    total = norms + adds + act + rope + drop
+    if not _fused(recipe, options):
+        if options.eager_ops == "llama-upcast" and model.norm == "rmsnorm":
+            # op by op (EAGER_LLAMA_* below): fp32-upcast RMSNorm, complex/rotate-half RoPE in
+            # fp32, silu then mul; residual adds and dropout as fused (one kernel each anyway)
+            total = (2 * EAGER_LLAMA_NORM_BYTES * h * rep + adds + drop
+                     + (EAGER_LLAMA_SWIGLU_BYTES if model.mlp == "swiglu"
+                        else EAGER_ELEMENTWISE_FACTOR * 2 * ab) * ffn / tp
+                     + (EAGER_LLAMA_ROPE_BYTES * (a + kvh) * dqk / tp
+                        if model.position_embedding == "rope" else 0.0 * tp))
+        else:
+            total = total * EAGER_ELEMENTWISE_FACTOR
+    return total + copies  # plain copies: one kernel, fused or not
+
+
+def overlap_exposed(comm: ArrayLike, compute: ArrayLike) -> FloatArray:
+    """Time a collective of duration `comm` adds to the `compute` it runs alongside.
+
+    The compute advances at (1 - COMM_SM_SHARE) while the collective holds its SMs: if the
+    collective outlasts the slowed compute, the rest of it is exposed (comm - compute), else the
+    compute is stretched by COMM_SM_SHARE·comm; the larger of the two is exact for this model.
+    """
+    c = _f(comm)
+    return np.maximum(c - _f(compute), COMM_SM_SHARE * c)
+
+
+def layer_factors(
+    job: Job, g: int, tp: ArrayLike, cp: ArrayLike, ep: ArrayLike, sp: ArrayLike,
+    mbs: ArrayLike, mode: ArrayLike | str, moe: bool = False,
+    options: CostOptions | None = None,
+) -> LayerFactors:
+    """Per layer, per micro-batch factors on node group `g` (docs/design.md factor form).
+
+    Time = GEMMs (forward, dgrad, wgrad, each at its shape's efficiency; efficiency.py)
+    + attention core (flash curve, or two batched GEMMs + softmax traffic without flash)
+    + memory-bound elementwise ops at HBM bandwidth + exposed communication:
+    TP: 2 all-reduces forward + 2 backward of b·s·h (Narayanan §3.2), or with SP 2 all-gathers
+    + 2 reduce-scatters each way (Korthikanti §4.2.2, same volume); CP: ring exchange of the
+    K,V chunks, (cp-1) steps forward and 2x in backward (K,V and dK,dV), overlapped with the
+    attention of the chunk in flight (Megatron CP doc); EP: all-to-all dispatch + combine forward
+    and backward of top_k·tokens·h (llm-analysis, nccl-tests (n-1)/n).
+    Full recompute replays the forward (and its TP/CP/EP comm); selective recompute replays the
+    attention core (Korthikanti §5).
+    """
+    opts = options_for(job, options)
+    model = job.model
+    recipe = job.recipe
+    nd = node(job, g)
+    gpu = nd.gpu
+    tp_, cp_, ep_, sp_, mbs_ = (_f(x) for x in (tp, cp, ep, sp, mbs))
+    md = _mode(mode)
+    tp_, cp_, ep_, sp_, mbs_, md = np.broadcast_arrays(tp_, cp_, ep_, sp_, mbs_, md)
+    if not moe:
+        ep_ = np.ones_like(ep_)
+    s = float(job.seq_len)
+    tokens = mbs_ * s / cp_
+    dtype = recipe.compute_dtype
+
+    # ---- activations ----
+    br = layer_activation_per_token(job, moe, tp_, cp_, ep_, sp_, opts)
+    act_none = (br.kept + br.core) * tokens
+    act_sel = br.kept * tokens
+    if opts.selective_policy == "op":
+        act_sel = _op_sac_per_token(job, moe, tp_, sp_, br) * tokens
+    ckpt = br.ckpt * tokens
+    act = np.select([md == 0, md == 1], [act_none, act_sel], ckpt)
+    grad_ws = 2.0 * br.largest * tokens
+    work = np.where(md == 2, act_none + grad_ws, np.where(md == 1, br.core * tokens, 0.0) + grad_ws)
+    ckpt_bytes = ckpt
+
+    # ---- compute ----
+    gemm_f = np.zeros_like(tokens)
+    gemm_b = np.zeros_like(tokens)
+    for gm in layer_gemms(model, moe, tokens, tp_, ep_):
+        f = gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, dtype)
+        dg = gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, dtype)
+        wg = gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, dtype)
+        gemm_f = gemm_f + f
+        gemm_b = gemm_b + dg + wg
+    a, dqk, dv = attention_dims(model)
+    if recipe.flash_attention:
+        fl = attention_core_flops(model, mbs_, job.seq_len, cp_, tp_, causal=True)
+        # context parallelism runs the kernel once per ring step on s/cp-long blocks
+        # (Megatron CP / torch ring attention): the curve sits at key length s/cp
+        att_f, att_b = flash_attention_time(gpu, fl, s / cp_, (dqk + dv) / 2.0,
+                                            opts.attention_kernel)
+    else:
+        # two batched GEMMs (QKᵀ, attn·V) over b·a/tp heads, full (masked) s x s, plus softmax
+        # (+dropout) traffic: read/write 2·a·s² bytes fwd (Megatron fused scale-mask-softmax).
+        heads = mbs_ * a / tp_
+        sq = s / cp_
+        qk = gemm_time(gpu, sq, dqk, s, "bf16", batch=heads)
+        av = gemm_time(gpu, sq, s, dv, "bf16", batch=heads)
+        sm_bytes = heads * sq * s * (2 * recipe.activation_bytes + (5.0 if opts.dropout else 0.0))
+        att_f = qk + av + hbm_time(gpu, sm_bytes)
+        att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
+    ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts) * tokens)
+    ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
+    fwd_compute = gemm_f + att_f + ew_f
+    compute = fwd_compute + gemm_b + att_b + ew_b
+    if opts.selective_policy == "op":
+        # op-level SAC replays every other forward matmul and all elementwise ops
+        sac = _op_sac_recompute_s(job, moe, gpu, tokens, tp_, gemm_f)
+        compute = compute + np.where(md == 1, sac + ew_f, 0.0)
+    else:
+        compute = compute + np.where(md == 1, att_f, 0.0)  # attention core replayed
+    rc_compute = fwd_compute
+    if not _fused(recipe, opts):
+        # eager PyTorch: the host issues kernels no faster than EAGER_HOST_S_* allows; host and
+        # GPU run asynchronously, so a layer takes max(GPU time, host time) in total.
+        gpu_total = compute + rc_compute
+        compute = np.maximum(compute, EAGER_HOST_S_PER_LAYER)
+        rc_compute = np.maximum(gpu_total, EAGER_HOST_S_PER_LAYER + EAGER_HOST_S_RECOMPUTE) \
+            - compute
+
+    # ---- TP communication ----
+    act_b = float(recipe.activation_bytes)
+    msg = tokens * model.hidden_size * act_b  # one b·s·h tensor
+    ar = comm.all_reduce(nd, tp_, 1, msg)
+    rs_ag = comm.reduce_scatter(nd, tp_, 1, msg) + comm.all_gather(nd, tp_, 1, msg)
+    # forward: attention + MLP each end in an all-reduce (or AG before + RS after with SP)
+    per_pair = np.where(sp_ > 0, 2 * rs_ag, 2 * ar)
+    tp_fwd = per_pair * (1.0 - opts.tp_comm_overlap)
+    bwd_overlap = opts.tp_comm_overlap if opts.tp_comm_overlap_bwd is None \
+        else opts.tp_comm_overlap_bwd
+    tp_total = tp_fwd + per_pair * (1.0 - bwd_overlap)
+
+    # ---- CP communication (ring K/V exchange) ----
+    # the ring runs inside the attention call: after a repeat_kv expansion it carries K, V at
+    # every query head
+    kvh = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
+    kv_chunk = 2.0 * tokens * kvh * (dqk + dv) / 2.0 * act_b / tp_  # K and V of one chunk
+    intra_cp = 1.0 - comm.crosses_nodes(tp_ * cp_, nd.gpus_per_node)
+    step = comm.p2p(nd, intra_cp, kv_chunk)
+    att_step_f = att_f / np.maximum(cp_, 1)
+    att_step_b = att_b / np.maximum(cp_, 1)
+    if opts.cp_ring == "torch-allgather":
+        # torch ring attention with torchtitan's default rotate method "allgather": the K, V
+        # of all cp ranks are gathered at the first step and waited for at the second (one
+        # step of compute to hide cp-1 transfers), in forward and again in backward; dK, dV
+        # accumulate in fp32 (`_cp_options.convert_to_f32`) and travel every step (all-to-all
+        # shift, twice the bf16 K, V bytes), the last one after the loop
+        gather = (cp_ - 1) * step
+        cp_f = np.where(cp_ > 1, overlap_exposed(gather, att_step_f), 0.0)
+        cp_b = np.where(cp_ > 1, overlap_exposed(gather, att_step_b)
+                        + (cp_ - 1) * overlap_exposed(2 * step, att_step_b) + 2 * step, 0.0)
+    else:
+        cp_f = np.where(cp_ > 1, (cp_ - 1) * overlap_exposed(step, att_step_f) + step, 0.0)
+        cp_b = np.where(cp_ > 1, (cp_ - 1) * overlap_exposed(2 * step, att_step_b)
+                        + 2 * step, 0.0)
+    cp_total = cp_f + cp_b
+
+    # ---- EP communication ----
+    if moe and model.moe is not None:
+        a2a_bytes = tokens * model.moe.top_k * model.hidden_size * act_b
+        a2a = comm.all_to_all(nd, ep_, tp_, a2a_bytes)
+        ep_f = 2 * a2a
+    else:
+        ep_f = np.zeros_like(tokens)
+    ep_total = 2 * ep_f
+
+    time = compute + tp_total + cp_total + ep_total
+    recompute = rc_compute + tp_fwd + cp_f + ep_f
+    return LayerFactors(
+        act_bytes=act, ckpt_bytes=ckpt_bytes, work_bytes=work, time_s=time,
+        recompute_s=recompute, compute_s=compute, tp_s=tp_total, cp_s=cp_total, ep_s=ep_total,
+        rc_compute_s=rc_compute, rc_tp_s=tp_fwd, rc_cp_s=cp_f, rc_ep_s=ep_f,
+    )

@@ -1,0 +1,147 @@
+"""Per-GPU memory of a plan: the composition of factors.py (docs/design.md), stage by stage.
+
+For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chunks):
+
+    mem_j = states_j + f_j·Σ_kind((n_k - r_k)·act_k + r_k·ckpt_k) + f_j·[j=0]·emb_act
+            + [j=last]·head_act + max(work_k, [j=last]·head_work) + buffers_j + other
+
+- states_j: parameters of the stage per GPU (layers, + embedding on the first stage, + final
+  norm and LM head on the last) x (weights, grads, optimizer) bytes per parameter by ZeRO stage,
+  dense params sharded over dp·cp, expert params over dp·cp/ep (factors.state_bytes_per_param);
+- f_j: in-flight micro-batches (factors.inflight: 1F1B / interleaved);
+- n_k / r_k: layers of each kind (dense, MoE) on the stage / of them fully recomputed
+  (Megatron `--recompute-method block`: the first r layers of the stage);
+- work: transient working set of one layer's backward (the recomputed layer's activations
+  under full recompute) or, on the last stage, the fp32 logits at the loss, whichever is larger;
+- buffers_j: autocast weight copies (pytorch-amp), ZeRO-3 gathered layers;
+- other: framework buckets (factors.other_bytes).
+`fits` compares peak + factors.overhead_bytes(peak) (CUDA context, fragmentation) to capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoparallel_cp.cost import factors as F
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import Plan
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Memory of one pipeline stage's GPU (bytes)."""
+
+    stage: int
+    group: int
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+    capacity_bytes: float
+
+    @property
+    def peak_bytes(self) -> float:
+        return (self.params_bytes + self.grads_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.other_bytes)
+
+    @property
+    def overhead_bytes(self) -> float:
+        return float(F.overhead_bytes(self.peak_bytes))
+
+    @property
+    def required_bytes(self) -> float:
+        return self.peak_bytes + self.overhead_bytes
+
+
+def stage_groups(job: Job, plan: Plan) -> tuple[int, ...]:
+    """Node group of each pipeline stage: `plan.stage_groups`, else by rank ranges (pp is the
+    outermost mesh dimension, so stage j owns ranks [j·N/pp, (j+1)·N/pp))."""
+    if plan.stage_groups is not None:
+        return plan.stage_groups
+    n = job.num_gpus // plan.pp
+    bounds = np.cumsum([g.num_gpus for g in job.cluster.node_groups])
+    return tuple(int(np.searchsorted(bounds, j * n, side="right")) for j in range(plan.pp))
+
+
+def stage_layer_kinds(job: Job, plan: Plan) -> list[tuple[int, int, int, int]]:
+    """Per stage: (dense layers, MoE layers, recomputed dense, recomputed MoE)."""
+    model = job.model
+    out = []
+    start = 0
+    for n in plan.layers_per_stage(model.num_layers):
+        idx = list(range(start, start + n))
+        r = plan.recomputed_layers(n)
+        kinds = [model.is_moe_layer(i) for i in idx]
+        n_moe = sum(kinds)
+        r_moe = sum(kinds[:r])
+        out.append((n - n_moe, n_moe, r - r_moe, r_moe))
+        start += n
+    return out
+
+
+def _base_mode(plan: Plan) -> str:
+    return "selective" if plan.recompute == "selective" else "none"
+
+
+def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
+                 ) -> list[StageMemory]:
+    """Memory of every pipeline stage's GPU (the composition in the module docstring)."""
+    opts = F.options_for(job, options)
+    groups = stage_groups(job, plan)
+    kinds = stage_layer_kinds(job, plan)
+    pp, m = plan.pp, plan.num_microbatches
+    shard_dense = plan.dp * plan.cp
+    shard_exp = max(plan.dp * plan.cp // plan.ep, 1)
+    wd, gd, od = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_dense))
+    we, ge, oe = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_exp))
+    buf_pp = float(F.buffer_bytes_per_param(job, plan.zero))
+    z3 = float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero))
+    other = F.other_bytes(job)
+    out: list[StageMemory] = []
+    for j, (nd, nm, rd, rm) in enumerate(kinds):
+        g = groups[j]
+        edge = F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
+        dense_p = 0.0
+        exp_p = 0.0
+        act = 0.0
+        work = 0.0
+        for moe, n, r in ((False, nd, rd), (True, nm, rm)):
+            if n == 0:
+                continue
+            dp_, ep_ = F.layer_param_counts(job, moe, plan.tp, plan.ep)
+            dense_p += n * float(dp_)
+            exp_p += n * float(ep_)
+            base = F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs,
+                                   _base_mode(plan), moe, opts)
+            full = F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs,
+                                   "full", moe, opts)
+            act += (n - r) * float(base.act_bytes) + r * float(full.ckpt_bytes)
+            work = max(work, float(full.work_bytes if r > 0 else base.work_bytes))
+        f = float(F.inflight(pp, plan.vpp, m, j))
+        act *= f
+        if j == 0:
+            dense_p += float(edge.emb_params)
+            act += f * float(edge.emb_act_bytes)
+        if j == pp - 1:
+            dense_p += float(edge.head_params)
+            act += float(edge.head_act_bytes)
+            work = max(work, float(edge.head_work_bytes))
+        buffers = buf_pp * (dense_p + exp_p) + z3 + other
+        out.append(StageMemory(
+            stage=j, group=g,
+            params_bytes=wd * dense_p + we * exp_p,
+            grads_bytes=gd * dense_p + ge * exp_p,
+            optimizer_bytes=od * dense_p + oe * exp_p,
+            activations_bytes=act + work,
+            other_bytes=buffers,
+            capacity_bytes=float(job.cluster.node_groups[g].gpu.memory_bytes),
+        ))
+    return out
+
+
+def peak_stage(stages: list[StageMemory]) -> StageMemory:
+    """The stage closest to (or furthest over) its GPU's capacity; ties: the largest peak."""
+    return max(stages, key=lambda s: (s.required_bytes / s.capacity_bytes, s.peak_bytes))

@@ -1,0 +1,94 @@
+"""Parameters and model states per GPU (weights, gradients, optimizer; ZeRO sharding), transient
+weight copies and the constant allowances outside the breakdown."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoparallel_cp.cost.common import (
+    ArrayLike,
+    FloatArray,
+    _f,
+    _is_pytorch,
+)
+from autoparallel_cp.cost.constants import (
+    ALLOCATOR_FRAGMENTATION,
+    CUDA_CONTEXT_BYTES,
+    DDP_BUCKET_BYTES,
+    ZERO3_RESIDENT_LAYERS,
+)
+from autoparallel_cp.spec import Job, TrainingRecipe
+from autoparallel_cp.spec.params import layer_breakdown
+
+# ---------------------------------------------------------------------------------------------
+# Parameters and model states
+# ---------------------------------------------------------------------------------------------
+
+
+def layer_param_counts(job: Job, moe: bool, tp: ArrayLike, ep: ArrayLike
+                       ) -> tuple[FloatArray, FloatArray]:
+    """(dense, expert) parameters of one layer held by one GPU.
+
+    Megatron `theoretical_memory_usage.py`: matrices split over tp, norms replicated, routed
+    experts split over ep (and expert-tp = tp).
+    """
+    model = job.model
+    idx = next((i for i in range(model.num_layers) if model.is_moe_layer(i) == moe), 0)
+    lp = layer_breakdown(model, idx)
+    tp_ = _f(tp)
+    ep_ = _f(ep)
+    dense = (lp.dense - lp.norms) / tp_ + lp.norms
+    expert = lp.expert / (tp_ * ep_)
+    return dense + 0.0 * ep_, expert + 0.0 * tp_
+
+
+def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayLike
+                          ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(weights, grads, optimizer) bytes per parameter with ZeRO stage `zero` over `shard` GPUs.
+
+    ZeRO §5 (Rajbhandari et al. 2019): stage 1 shards optimizer states (master weights + Adam
+    moments), stage 2 also gradients, stage 3 also weights. With megatron-bf16 (2 + 4 + 12):
+    18 unsharded, 6 + 12/d distributed optimizer (Megatron dist_optimizer.md); with the ZeRO
+    paper's fp16 mixed precision (2 + 2 + 12): 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N.
+    """
+    z = _f(zero)
+    d = np.maximum(_f(shard), 1.0)
+    w = recipe.weight_bytes / np.where(z >= 3, d, 1.0)
+    gr = recipe.grad_bytes / np.where(z >= 2, d, 1.0)
+    opt = (recipe.master_weight_bytes + recipe.optimizer_state_bytes) / np.where(z >= 1, d, 1.0)
+    return w, gr, opt
+
+
+def buffer_bytes_per_param(job: Job, zero: ArrayLike) -> FloatArray:
+    """Transient bytes per parameter of the stage held at the peak, outside ZeRO-3.
+
+    PyTorch autocast caches a bf16 copy of every fp32 weight used in forward until the autocast
+    region exits, and autograd keeps them for backward (`transient_weight_copy_bytes`).
+    Under ZeRO-3 the gathered layers replace this (see `zero3_buffer_bytes`).
+    """
+    z = _f(zero)
+    return np.where(z >= 3, 0.0, float(job.recipe.transient_weight_copy_bytes))
+
+
+def zero3_buffer_bytes(job: Job, tp: ArrayLike, ep: ArrayLike, zero: ArrayLike) -> FloatArray:
+    """ZeRO-3 / FSDP gathered parameters: `ZERO3_RESIDENT_LAYERS` full layers in bf16 (+ the
+    gradient of one layer before its reduce-scatter, fp32 for pytorch recipes)."""
+    dense, expert = layer_param_counts(job, job.model.moe is not None, tp, ep)
+    z = _f(zero)
+    per = dense + expert
+    gathered = ZERO3_RESIDENT_LAYERS * per * 2.0 + per * job.recipe.grad_bytes
+    return np.where(z >= 3, gathered, 0.0)
+
+
+#: Constant allocated bytes outside params/activations (comm buckets) by framework.
+OTHER_BYTES = {"megatron": 0.0, "pytorch": float(DDP_BUCKET_BYTES)}
+
+
+def other_bytes(job: Job) -> float:
+    """Allocated bytes not in the breakdown's other fields (PyTorch DDP buckets)."""
+    return OTHER_BYTES["pytorch" if _is_pytorch(job.recipe) else "megatron"]
+
+
+def overhead_bytes(peak: ArrayLike) -> FloatArray:
+    """Memory the GPU needs beyond the allocated peak: CUDA context + allocator fragmentation."""
+    return CUDA_CONTEXT_BYTES + ALLOCATOR_FRAGMENTATION * _f(peak)

@@ -1,0 +1,165 @@
+"""Step time of a plan: the composition of factors.py (docs/design.md), with a breakdown.
+
+Per stage j (on its node group's GPU), per micro-batch:
+
+    t_j = Σ_kind((n_k - r_k)·time_k + r_k·(time_k + recompute_k)) + [j=0]·emb_time
+          + [j=last]·head_time + p2p + z3_j
+    pipeline = m·T_max + (Σ_j t_j - T_max)/vpp,   T_max = max_j t_j
+    step = pipeline + max_j exposed_dp_j + max_j optimizer_j
+
+- the pipeline term is 1F1B's (m-1)·T_max + Σ t_j for vpp = 1 and the interleaved bubble
+  (pp-1)/vpp·t for equal stages (Narayanan §2.2); the slowest stage sets the pace
+  (non-uniform partitions, heterogeneous GPUs);
+- z3_j: ZeRO-3 per-layer weight all-gathers (forward and backward) overlapped with the layer's
+  compute: exposed l·overlap_exposed(ag, time) (what sticks out, or the SMs the gather takes
+  from the overlapped compute) + one layer's gather (prologue) + FSDP2's copy-out / reduce
+  packing traffic (factors.zero3_copy_factor);
+- exposed DP: fully exposed without overlap; overlapped with the last micro-batch's backward
+  (2/3 of t_j) otherwise, never less than DP_TAIL_FRACTION of it (the last bucket, plus the
+  SMs the overlapped part takes from backward: factors.overlap_exposed);
+- optimizer: fused Adam over the local shard at HBM bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoparallel_cp.cost import factors as F
+from autoparallel_cp.cost.memory import _base_mode, stage_groups, stage_layer_kinds
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import Plan
+
+#: Share of a micro-batch's fwd+bwd time that is backward (2 of 3 GEMM passes): the window the
+#: DP gradient reduction of the last micro-batch can hide behind.
+BACKWARD_SHARE = 2.0 / 3.0
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Per micro-batch time of one stage, split by cause (seconds)."""
+
+    stage: int
+    group: int
+    compute_s: float
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    pp_s: float
+    zero3_s: float
+    dp_sync_s: float  # raw DP synchronisation of the stage (before overlap)
+    optimizer_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s + self.zero3_s
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Step time and its breakdown (INTERFACE.md `time`)."""
+
+    step_s: float
+    compute_s: float
+    bubble_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    ep_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    stages: tuple[StageTime, ...]
+    slowest_stage: int
+
+
+def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> list[StageTime]:
+    """Per micro-batch time of every stage (the t_j of the module docstring)."""
+    opts = F.options_for(job, options)
+    groups = stage_groups(job, plan)
+    kinds = stage_layer_kinds(job, plan)
+    pp = plan.pp
+    out: list[StageTime] = []
+    for j, (nd, nm, rd, rm) in enumerate(kinds):
+        g = groups[j]
+        per_dense, per_exp, z3_per, fixed = (float(x) for x in F.dp_sync_factors(
+            job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero))
+        comp = tp = cp = ep = z3 = 0.0
+        dense_p = exp_p = 0.0
+        z3_first = 0.0
+        for moe, n, r in ((False, nd, rd), (True, nm, rm)):
+            if n == 0:
+                continue
+            base = F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs,
+                                   _base_mode(plan), moe, opts)
+            full = F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs,
+                                   "full", moe, opts)
+            d_, e_ = F.layer_param_counts(job, moe, plan.tp, plan.ep)
+            dense_p += n * float(d_)
+            exp_p += n * float(e_)
+            # layers kept: base mode; recomputed layers: full-mode time + replayed forward
+            for lf, cnt in ((base, n - r), (full, r)):
+                comp += cnt * float(lf.compute_s)
+                tp += cnt * float(lf.tp_s)
+                cp += cnt * float(lf.cp_s)
+                ep += cnt * float(lf.ep_s)
+            comp += r * float(full.rc_compute_s)
+            tp += r * float(full.rc_tp_s)
+            cp += r * float(full.rc_cp_s)
+            ep += r * float(full.rc_ep_s)
+            ag = z3_per * float(d_)
+            z3 += n * (float(F.overlap_exposed(ag, float(base.time_s)))
+                       + F.zero3_copy_factor(job, g) * float(d_))
+            z3_first = max(z3_first, ag)
+        z3 += z3_first
+        edge = F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
+        if j == 0:
+            comp += float(edge.emb_time_s)
+            dense_p += float(edge.emb_params)
+        if j == pp - 1:
+            comp += float(edge.head_compute_s)
+            tp += float(edge.head_time_s - edge.head_compute_s)
+            dense_p += float(edge.head_params)
+        p2p = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp, plan.vpp,
+                                 plan.dp))
+        dp_sync = (fixed + per_dense * dense_p + per_exp * exp_p) if plan.dp * plan.cp > 1 else 0.0
+        shard_d = plan.dp * plan.cp if plan.zero >= 1 else 1
+        shard_e = max(plan.dp * plan.cp // plan.ep, 1) if plan.zero >= 1 else 1
+        opt = F.optimizer_factor(job, g) * (dense_p / shard_d + exp_p / shard_e)
+        out.append(StageTime(stage=j, group=g, compute_s=comp, tp_s=tp, cp_s=cp, ep_s=ep,
+                             pp_s=p2p, zero3_s=z3 if plan.zero >= 3 else 0.0,
+                             dp_sync_s=dp_sync, optimizer_s=opt))
+    return out
+
+
+def exposed_dp(st: StageTime, overlap: bool) -> float:
+    """DP synchronisation left after the last micro-batch's backward (see module docstring)."""
+    if not overlap:
+        return st.dp_sync_s
+    return max(F.DP_TAIL_FRACTION * st.dp_sync_s, st.dp_sync_s - BACKWARD_SHARE * st.total_s)
+
+
+def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> StepTime:
+    """Step time with the INTERFACE.md breakdown (components sum to `step_s`)."""
+    opts = F.options_for(job, options)
+    sts = stage_times(job, plan, opts)
+    m = plan.num_microbatches
+    tmax_stage = max(sts, key=lambda s: s.total_s)
+    tmax = tmax_stage.total_s
+    total = sum(s.total_s for s in sts)
+    bubble = (total - tmax) / plan.vpp
+    dp_exp = max(exposed_dp(s, opts.dp_overlap) for s in sts)
+    opt = max(s.optimizer_s for s in sts)
+    t = tmax_stage
+    step = m * tmax + bubble + dp_exp + opt
+    return StepTime(
+        step_s=step,
+        compute_s=m * t.compute_s,
+        bubble_s=bubble,
+        tp_comm_s=m * t.tp_s,
+        cp_comm_s=m * t.cp_s,
+        ep_comm_s=m * t.ep_s,
+        pp_comm_s=m * t.pp_s,
+        dp_comm_s=dp_exp + m * t.zero3_s,
+        optimizer_s=opt,
+        stages=tuple(sts),
+        slowest_stage=t.stage,
+    )

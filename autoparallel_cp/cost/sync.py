@@ -1,0 +1,119 @@
+"""Communication and update costs outside the layers: pipeline send/recv, data-parallel gradient
+synchronisation (ZeRO stages), the optimizer step, FSDP copies, and in-flight micro-batches."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoparallel_cp.cost import comm
+from autoparallel_cp.cost.common import (
+    ArrayLike,
+    FloatArray,
+    _f,
+    _is_pytorch,
+    node,
+)
+from autoparallel_cp.cost.constants import (
+    ADAM_BYTES_PER_PARAM,
+    ADAM_FOREACH_BYTES_PER_PARAM,
+    FSDP_COPY_OUT_BYTES_PER_PARAM,
+    GRAD_CLIP_BYTES_PER_PARAM,
+)
+from autoparallel_cp.cost.efficiency import hbm_time
+from autoparallel_cp.spec import Job
+
+# ---------------------------------------------------------------------------------------------
+# Pipeline, data-parallel, optimizer
+# ---------------------------------------------------------------------------------------------
+
+
+def p2p_factor(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike, mbs: ArrayLike,
+               pp: ArrayLike, vpp: ArrayLike, dp: ArrayLike) -> FloatArray:
+    """Pipeline send/recv time per micro-batch on one stage (forward activation + backward grad).
+
+    Narayanan §3.2/§4.1: b·s·h per micro-batch per direction, split over the tp ranks
+    (scatter/gather optimisation: /tp); interleaving multiplies the sends by vpp (§2.2).
+    The stages are `tp·cp·dp` ranks apart: on NVLink only if that span fits in one node.
+    """
+    nd = node(job, g)
+    tp_, cp_, sp_, mbs_, pp_, vpp_, dp_ = (_f(x) for x in (tp, cp, sp, mbs, pp, vpp, dp))
+    tokens = mbs_ * job.seq_len / cp_
+    nbytes = tokens * job.model.hidden_size * job.recipe.activation_bytes / tp_
+    intra = 1.0 - comm.crosses_nodes(tp_ * cp_ * dp_, nd.gpus_per_node)
+    one = comm.p2p(nd, intra, nbytes)
+    return np.where(pp_ > 1, 2.0 * one * vpp_, 0.0)
+
+
+def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
+                    ep: ArrayLike, zero: ArrayLike
+                    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Alpha-beta coefficients of DP gradient synchronisation for the parameters on a GPU.
+
+    Returns (s per dense parameter, s per expert parameter, ZeRO-3 all-gather s per dense
+    parameter per micro-batch, fixed latency s of one synchronisation); the time of a stage
+    is ``fixed + per_dense·dense + per_expert·expert``. Dense gradients reduce over the dp·cp
+    group (Megatron `data_parallel_group_with_cp`), expert gradients over dp·cp/ep; no ZeRO:
+    all-reduce (2(n-1)/n, hierarchical across nodes); ZeRO-1/2: reduce-scatter of gradients +
+    all-gather of updated weights (same volume, ZeRO §7); ZeRO-3: reduce-scatter, plus an
+    all-gather of the weights in forward and in backward per micro-batch (1.5x, ZeRO §7.2.2),
+    overlapped per layer. Gradients travel in `recipe.grad_reduce_bytes` (fp32 by default: FSDP
+    reduce_dtype, and Megatron bf16 training forces fp32 all-reduce, arguments.py).
+    """
+    nd = node(job, g)
+    tp_, cp_, dp_, ep_, z = (_f(x) for x in (tp, cp, dp, ep, zero))
+    gb = float(job.recipe.grad_reduce_bytes)
+    wb = 2.0  # weights gathered in bf16
+    n_dense = dp_ * cp_
+    n_exp = np.maximum(dp_ * cp_ / ep_, 1.0)
+    ref = 1e9  # reference message (bytes) to separate the bandwidth term from the latency
+
+    def sync(n: FloatArray, st: FloatArray, nbytes: float) -> FloatArray:
+        ar = comm.all_reduce(nd, n, st, nbytes * gb)
+        rs = comm.reduce_scatter(nd, n, st, nbytes * gb) + comm.all_gather(nd, n, st,
+                                                                           nbytes * wb)
+        rs3 = comm.reduce_scatter(nd, n, st, nbytes * gb)
+        return np.where(z == 0, ar, np.where(z >= 3, rs3, rs))
+
+    fixed = sync(n_dense, tp_, 0.0)
+    per_dense = (sync(n_dense, tp_, ref) - fixed) / ref
+    per_exp = (sync(n_exp, tp_ * ep_, ref) - sync(n_exp, tp_ * ep_, 0.0)) / ref
+    ag0 = comm.all_gather(nd, n_dense, tp_, 0.0)
+    z3 = np.where(z >= 3, 2.0 * (comm.all_gather(nd, n_dense, tp_, ref * wb) - ag0) / ref, 0.0)
+    return per_dense, per_exp, z3, fixed
+
+
+def optimizer_factor(job: Job, g: int) -> float:
+    """Seconds per locally updated parameter of one fused Adam step (HBM-bound)."""
+    gpu = node(job, g).gpu
+    recipe = job.recipe
+    if recipe.optimizer_kernel == "foreach":
+        # + the bf16 working copy (r4 w2) when the optimizer updates an fp32 master
+        per = ADAM_FOREACH_BYTES_PER_PARAM + (6.0 if recipe.master_weight_bytes > 0 else 0.0)
+    else:
+        per = ADAM_BYTES_PER_PARAM - (2.0 if recipe.master_weight_bytes == 0 else 0.0)
+    if recipe.grad_clip:
+        per += GRAD_CLIP_BYTES_PER_PARAM
+    return float(hbm_time(gpu, per))
+
+
+def zero3_copy_factor(job: Job, g: int) -> float:
+    """Seconds per tp-local dense parameter per micro-batch of ZeRO-3's memory-bound packing
+    (`FSDP_COPY_OUT_BYTES_PER_PARAM` + the reduce-dtype pack); 0 for Megatron."""
+    if not _is_pytorch(job.recipe):
+        return 0.0
+    per = FSDP_COPY_OUT_BYTES_PER_PARAM + 2.0 + float(job.recipe.grad_reduce_bytes)
+    return float(hbm_time(node(job, g).gpu, per))
+
+
+def inflight(pp: ArrayLike, vpp: ArrayLike, m: ArrayLike, stage: ArrayLike) -> FloatArray:
+    """Micro-batches whose activations stage `stage` holds at its peak, in full-stage units.
+
+    1F1B: min(pp - stage, m) (Korthikanti §4.2.3, Galvatron). Interleaved (Megatron
+    `forward_backward_pipelining_with_interleaving` warm-up): (pp - stage - 1)·2 + (vpp - 1)·pp
+    + 1 model chunks, capped at m·vpp, in units of one chunk = 1/vpp of the stage; on the first
+    stage this is pp·(1 + (pp-1)/(pp·vpp)) (Korthikanti §4.2.3).
+    """
+    pp_, vpp_, m_, j = (_f(x) for x in (pp, vpp, m, stage))
+    one_f = np.minimum(pp_ - j, m_)
+    chunks = np.minimum((pp_ - j - 1) * 2 + (vpp_ - 1) * pp_ + 1, m_ * vpp_)
+    return np.where(vpp_ > 1, chunks / vpp_, one_f)

@@ -1,0 +1,430 @@
+"""Exhaustive reference search: every plan of a SearchSpace, scored by the tabulated cost model.
+
+The factor tables are built once (numpy, vectorized over the axis domains). For each legal degree
+combination (`SearchSpace.degrees()`) and recompute mode, every (sp, zero, recompute_layers,
+layer partition, stage placement) combination is then scored at once with numpy:
+
+1. the distinct stages of those plans, (stage index, node group, layers, recomputed layers), are
+   composed over the (sp, zero) grid exactly as `tables.plan_cost` composes one stage (same
+   float operations in the same order, so the same bits);
+2. the plans gather their stages and apply the pipeline / tail composition (sum of stage times
+   in stage order, maxima, fits = every stage peak within its group's capacity);
+3. the best fitting plan of every key (tp, pp, cp, dp, ep, vpp, sp, zero, mbs, recompute mode)
+   is kept, exact ties going to the smallest `Plan.key()`.
+
+Plans are processed in chunks of partitions so memory stays bounded. It refuses spaces larger
+than `DEFAULT_LIMIT` plans with an InputError saying so: restrict the space
+(`partition="uniform"`, `partial_recompute=False`, or `--fix`) or use the CP-SAT solver.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from math import comb
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from autoparallel_cp.cost import factors as fx
+from autoparallel_cp.cost.steptime import BACKWARD_SHARE
+from autoparallel_cp.errors import UserError
+from autoparallel_cp.search.space import Degrees, SearchSpace
+from autoparallel_cp.search.tables import MODES, Tables, build_tables, stage_groups_of
+from autoparallel_cp.spec.plan import Plan, RecomputeMode
+
+F = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+DEFAULT_LIMIT = 3_000_000
+
+# float elements (plans x (sp, zero) columns) scored per numpy pass
+_CHUNK_ELEMENTS = 1 << 19
+
+
+class SpaceTooLarge(UserError):
+    """The space has more plans than the enumerator is allowed to visit."""
+
+
+# --------------------------------------------------------------------------------------------
+# The plan axes of one degree combination (reference generators and their array forms)
+# --------------------------------------------------------------------------------------------
+
+
+def partitions(space: SearchSpace, pp: int, vpp: int) -> Iterator[tuple[int, ...] | None]:
+    """Layer partitions (front to back) of the space for (pp, vpp); None = uniform."""
+    if "stage_layers" in space.fixed:
+        yield tuple(space.fixed["stage_layers"])
+        return
+    if space.partition == "uniform":
+        yield None
+        return
+    step = space.layer_step(vpp)
+    units = space.num_layers // step
+    first_min = space.first_stage_min_units(vpp)
+    for cuts in itertools.combinations(range(1, units), pp - 1):
+        parts = [b - a for a, b in zip((0, *cuts), (*cuts, units), strict=True)]
+        if parts[0] < first_min:
+            continue
+        yield tuple(p * step for p in parts)
+
+
+def placements(space: SearchSpace, d: Degrees) -> Iterator[tuple[int, ...] | None]:
+    """Node-group orders over the stages (None on a homogeneous cluster)."""
+    if not space.heterogeneous:
+        yield None
+        return
+    if "stage_groups" in space.fixed:
+        yield tuple(space.fixed["stage_groups"])
+        return
+    counts = space.stage_group_counts(d.tp, d.cp, d.dp)
+    assert counts is not None
+    base = [g for g, c in enumerate(counts) for _ in range(c)]
+    seen: set[tuple[int, ...]] = set()
+    for perm in itertools.permutations(base):
+        if perm not in seen:
+            seen.add(perm)
+            yield perm
+
+
+def recompute_options(space: SearchSpace, mode: RecomputeMode, biggest: int
+                      ) -> Iterator[int | None]:
+    """recompute_layers values for a partition whose largest stage has `biggest` layers."""
+    if mode != "full":
+        yield None
+        return
+    if "recompute_layers" in space.fixed:
+        r = int(space.fixed["recompute_layers"])
+        yield r if r < biggest else None
+        return
+    if space.partial_recompute:
+        yield from range(1, biggest)
+    yield None
+
+
+def partition_array(space: SearchSpace, pp: int, vpp: int
+                    ) -> tuple[Ints, list[tuple[int, ...] | None]]:
+    """Layers per stage of every partition, (P, pp) sorted lexicographically, and the Plan
+    `stage_layers` value of each row (None for the uniform split)."""
+    if "stage_layers" in space.fixed or space.partition == "uniform":
+        part = next(partitions(space, pp, vpp))
+        ls = part if part is not None else Plan(pp=pp).layers_per_stage(space.num_layers)
+        return np.array([ls], np.int64).reshape(1, pp), [part]
+    step = space.layer_step(vpp)
+    units = space.num_layers // step
+    first_min = space.first_stage_min_units(vpp)
+    if pp == 1:
+        out = np.array([[units]], np.int64) if units >= first_min else np.zeros((0, 1), np.int64)
+    else:
+        n = comb(units - 1, pp - 1)
+        flat = np.fromiter(
+            itertools.chain.from_iterable(itertools.combinations(range(1, units), pp - 1)),
+            dtype=np.int64, count=n * (pp - 1))
+        cuts = flat.reshape(n, pp - 1)
+        cuts = cuts[cuts[:, 0] >= first_min]
+        edges = np.concatenate(
+            [np.zeros((len(cuts), 1), np.int64), cuts, np.full((len(cuts), 1), units, np.int64)],
+            axis=1)
+        out = np.diff(edges, axis=1)
+    # combinations come in lexicographic order of the cuts = lexicographic order of the parts
+    out = out * step
+    return out, [None] * len(out)  # the winners' stage_layers tuples are read off the rows
+
+
+def placement_array(space: SearchSpace, t: Tables, d: Degrees
+                    ) -> tuple[Ints, list[tuple[int, ...] | None]]:
+    """Node group of every stage for every placement, (Q, pp) sorted lexicographically, and
+    the Plan `stage_groups` value of each row (None: the default order of `stage_groups_of`)."""
+    objs = sorted(placements(space, d), key=lambda x: x or ())
+    rows = []
+    for sg in objs:
+        if sg is None:
+            sg = stage_groups_of(t, Plan(dp=d.dp, tp=d.tp, pp=d.pp, cp=d.cp))
+        rows.append(sg)
+    return np.array(rows, np.int64).reshape(len(rows), d.pp), objs
+
+
+# --------------------------------------------------------------------------------------------
+# Table slices of one degree combination
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Slices:
+    """Factor values of one degree combination: [g, kind, sp, mode] / [kind, zero] / ..."""
+
+    time: F  # (G, K, 2, 3)
+    act: F
+    work: F
+    z3l: F
+    rec: F  # (G, K, 2)
+    ckpt: F
+    work_full: F
+    z3f: F  # (G, K)
+    states: F  # (K, Z)
+    dpsync: F  # (G, K, Z)
+    opt: F
+    dps_fixed: F  # (G, Z)
+    emb_dpsync: F
+    emb_opt: F
+    head_dpsync: F
+    head_opt: F
+    emb_states: F  # (Z,)
+    head_states: F
+    z3: F
+    emb_act: F  # (G, 2)
+    emb_time: F
+    head_act: F
+    head_work: F
+    head_time: F
+    p2p: F
+
+
+def _slices(t: Tables, d: Degrees) -> _Slices:
+    itp, icp, iep, imb = t.i("tp", d.tp), t.i("cp", d.cp), t.i("ep", d.ep), t.i("mbs", d.mbs)
+    idp, ivpp = t.i("dp", d.dp), t.i("vpp", d.vpp)
+    gs = range(t.groups)
+
+    def gk(tab: dict[tuple[int, bool], F], idx: tuple[Any, ...]) -> F:
+        return np.array([[tab[g, k][idx] for k in t.kinds] for g in gs], float)
+
+    def g1(tab: dict[int, F], idx: tuple[Any, ...]) -> F:
+        return np.array([tab[g][idx] for g in gs], float)
+
+    a6 = (itp, icp, iep, slice(None), imb)
+    i5 = (itp, iep, slice(None), idp, icp)
+    i4 = (itp, slice(None), idp, icp)
+    ie = (itp, icp, slice(None), imb)
+    return _Slices(
+        time=gk(t.time, a6), act=gk(t.act, a6), work=gk(t.work, a6),
+        z3l=gk(t.z3l, (*a6, slice(None), idp)),
+        rec=gk(t.rec, a6), ckpt=gk(t.ckpt, a6), work_full=gk(t.work_full, a6),
+        z3f=gk(t.z3f, (itp, icp, iep, idp)),
+        states=np.array([t.states[k][i5] for k in t.kinds], float),
+        dpsync=gk(t.dpsync, i5), opt=gk(t.opt, i5),
+        dps_fixed=g1(t.dps_fixed, i4), emb_dpsync=g1(t.emb_dpsync, i4),
+        emb_opt=g1(t.emb_opt, i4), head_dpsync=g1(t.head_dpsync, i4),
+        head_opt=g1(t.head_opt, i4),
+        emb_states=np.array(t.emb_states[i4], float),
+        head_states=np.array(t.head_states[i4], float),
+        z3=np.array(t.z3[itp, iep, :], float),
+        emb_act=g1(t.emb_act, ie), emb_time=g1(t.emb_time, ie), head_act=g1(t.head_act, ie),
+        head_work=g1(t.head_work, ie), head_time=g1(t.head_time, ie),
+        p2p=g1(t.p2p, (*ie, ivpp, idp)),
+    )
+
+
+def _later(x: F, cur: F) -> F:
+    """Python's `max(cur, x)`: x only when strictly larger."""
+    return np.where(x > cur, x, cur)
+
+
+def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
+                 j: Ints, g: Ints, n: Ints, rr: Ints) -> tuple[F, F, F, B]:
+    """Stage time, DP-sync tail term, optimizer time and fits of distinct stages (rows) over the
+    (sp, zero) grid: the per-stage part of `plan_cost`, operation for operation."""
+    zeros = np.array(t.space.zero)
+    col = (slice(None), None, None)
+    jr, gr, nr, rrr = (np.asarray(a)[col] for a in (j, g, n, rr))  # (U, 1, 1)
+    spc = sps[None, :, None]  # (1, S, 1)
+    z3 = (zeros >= 3)[None, None, :]  # (1, 1, Z)
+    zi = np.arange(len(zeros))[None, None, :]
+    first, last = jr == 0, jr == d.pp - 1
+    k_dense = t.dense_prefix
+    kpos = {k: i for i, k in enumerate(t.kinds)}
+    main = kpos[t.main_kind]
+    split = first & bool(t.main_kind and k_dense)
+    rd = np.minimum(rrr, k_dense)
+    slots = [
+        (np.where(split, kpos.get(False, 0), main), np.where(split, k_dense, nr),
+         np.where(split, rd, rrr), np.ones_like(split)),
+        (np.full_like(nr, main), nr - k_dense, rrr - rd, split),
+    ]
+    shp = (len(jr), len(sps), len(zeros))
+    ttime = np.zeros(shp)
+    act = np.zeros(shp)
+    states = np.zeros(shp)
+    dsync = np.zeros(shp)
+    opt = np.zeros(shp)
+    work = np.zeros(shp)
+    z3first = np.zeros(shp)
+    for kk, cnt, rc, used in slots:
+        on = used & (cnt != 0)
+        if not on.any():
+            continue
+        c, r = cnt.astype(float), rc.astype(float)
+        ttime = np.where(on, ttime + (c * s.time[gr, kk, spc, mode] + r * s.rec[gr, kk, spc]),
+                         ttime)
+        act = np.where(on, act + ((c - r) * s.act[gr, kk, spc, mode] + r * s.ckpt[gr, kk, spc]),
+                       act)
+        states = np.where(on, states + c * s.states[kk, zi], states)
+        dsync = np.where(on, dsync + c * s.dpsync[gr, kk, zi], dsync)
+        opt = np.where(on, opt + c * s.opt[gr, kk, zi], opt)
+        w = np.where(rc > 0, s.work_full[gr, kk, spc], s.work[gr, kk, spc, mode])
+        work = np.where(on, _later(w, work), work)
+        on3 = on & z3
+        ttime = np.where(on3, ttime + c * s.z3l[gr, kk, spc, mode], ttime)
+        z3first = np.where(on3, _later(s.z3f[gr, kk] + 0.0 * zi, z3first), z3first)
+    ttime = ttime + z3first
+    dsync = dsync + s.dps_fixed[gr, zi]
+    act = np.where(first, act + s.emb_act[gr, spc], act)
+    ttime = np.where(first, ttime + s.emb_time[gr, spc], ttime)
+    states = np.where(first, states + s.emb_states[zi], states)
+    dsync = np.where(first, dsync + s.emb_dpsync[gr, zi], dsync)
+    opt = np.where(first, opt + s.emb_opt[gr, zi], opt)
+    extra = np.where(last, s.head_act[gr, spc], 0.0)
+    work = np.where(last, _later(s.head_work[gr, spc], work), work)
+    ttime = np.where(last, ttime + s.head_time[gr, spc], ttime)
+    states = np.where(last, states + s.head_states[zi], states)
+    dsync = np.where(last, dsync + s.head_dpsync[gr, zi], dsync)
+    opt = np.where(last, opt + s.head_opt[gr, zi], opt)
+    if d.pp > 1:
+        ttime = ttime + s.p2p[gr, spc]
+    f = fx.inflight(d.pp, d.vpp, d.num_microbatches, jr)
+    peak = states + f * act + extra + work + s.z3[zi] + t.other
+    cap = np.array(t.capacity, float)[gr]
+    fits = peak <= cap
+    a, b = fx.DP_TAIL_FRACTION * dsync, dsync - BACKWARD_SHARE * ttime
+    dps = np.where(b > a, b, a)
+    return ttime, dps, opt, fits
+
+
+# --------------------------------------------------------------------------------------------
+# The search
+# --------------------------------------------------------------------------------------------
+
+
+def _r_options(space: SearchSpace, mode: RecomputeMode, max_biggest: int
+               ) -> list[int | None]:
+    """Every recompute_layers value some partition may take, in Plan.key() order."""
+    if mode != "full":
+        return [None]
+    if "recompute_layers" in space.fixed:
+        return [None, int(space.fixed["recompute_layers"])]
+    if space.partial_recompute:
+        return [None, *range(1, max_biggest)]
+    return [None]
+
+
+def _r_valid(space: SearchSpace, mode: RecomputeMode, r: int | None, biggest: Ints) -> B:
+    """Partitions (by their largest stage) for which `recompute_options` yields `r`."""
+    if mode == "full" and "recompute_layers" in space.fixed:
+        rf = int(space.fixed["recompute_layers"])
+        return biggest > rf if r is not None else biggest <= rf
+    if r is None:
+        return np.ones(biggest.shape, bool)
+    return biggest > r
+
+
+def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode,
+                     sps: Ints, parts: Ints, places: Ints
+                     ) -> tuple[F, Ints, Ints, Ints, list[int | None]]:
+    """Best fitting cost per (sp, zero) column and its (r option, partition, placement)."""
+    space = t.space
+    mode = MODES.index(mode_name)
+    full = mode_name == "full"
+    pp, L = d.pp, space.num_layers
+    P, Q = len(parts), len(places)
+    ncol = len(sps) * len(space.zero)
+    biggest = parts.max(axis=1) if P else np.zeros(0, np.int64)
+    ropts = _r_options(space, mode_name, int(biggest.max()) if P else 0)
+    R = len(ropts)
+    rvals = np.array([-1 if r is None else r for r in ropts], np.int64)
+    best = np.full(ncol, np.inf)
+    best_rank = np.full(ncol, -1, np.int64)
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, R * Q * ncol))
+    jj = np.arange(pp)
+    for p0 in range(0, P, chunk):
+        pc = parts[p0:p0 + chunk]
+        valid = np.stack([_r_valid(space, mode_name, r, biggest[p0:p0 + chunk]) for r in ropts])
+        ri, pi = np.nonzero(valid)  # r-major: Plan.key() order within the chunk
+        if len(ri) == 0:
+            continue
+        ri = np.repeat(ri, Q)
+        pi = np.repeat(pi, Q)
+        qi = np.tile(np.arange(Q), len(ri) // Q)
+        ls = pc[pi]  # (K, pp)
+        gs = places[qi]
+        if full:
+            rv = rvals[ri][:, None]
+            rr = np.where(rv < 0, ls, np.minimum(rv, ls))
+        else:
+            rr = np.zeros_like(ls)
+        code = ((jj[None, :] * t.groups + gs) * (L + 1) + ls) * (L + 1) + rr
+        uniq, inv = np.unique(code, return_inverse=True)
+        inv = inv.reshape(code.shape)
+        urr = uniq % (L + 1)
+        un = (uniq // (L + 1)) % (L + 1)
+        ug = (uniq // (L + 1) ** 2) % t.groups
+        uj = uniq // ((L + 1) ** 2 * t.groups)
+        tt3, dps3, opt3, fits3 = _stage_terms(t, s, d, mode, sps, uj, ug, un, urr)
+        shape3 = (len(uniq), len(sps), len(space.zero))
+        tt = tt3.reshape(len(uniq), ncol)
+        dps = dps3.reshape(len(uniq), ncol)
+        fits = fits3.reshape(len(uniq), ncol)
+        opt = np.broadcast_to(opt3, shape3).reshape(len(uniq), ncol)
+        tsum = tt[inv[:, 0]]
+        tmax, dmax, omax, ok = tsum, dps[inv[:, 0]], opt[inv[:, 0]], fits[inv[:, 0]]
+        for j in range(1, pp):
+            u = inv[:, j]
+            x = tt[u]
+            tsum = tsum + x
+            tmax = _later(x, tmax)
+            dmax = _later(dps[u], dmax)
+            omax = _later(opt[u], omax)
+            ok = ok & fits[u]
+        pipeline = d.num_microbatches * tmax + (tsum - tmax) / d.vpp
+        cost = np.where(ok, pipeline + (dmax + omax), np.inf)
+        k = np.argmin(cost, axis=0)
+        c = cost[k, np.arange(ncol)]
+        rank = (ri[k] * P + (p0 + pi[k])) * Q + qi[k]
+        better = (c < best) | ((c == best) & (c < np.inf) & (rank < best_rank))
+        best = np.where(better, c, best)
+        best_rank = np.where(better, rank, best_rank)
+    return best, best_rank // (P * Q), (best_rank // Q) % P, best_rank % Q, ropts
+
+
+def enumerate_best(space: SearchSpace, limit: int | None = None
+                   ) -> tuple[list[tuple[float, Plan]], int]:
+    """Best plan per key (the key of solve.py), ranked by exact step time; and the space size."""
+    size = space.size()
+    lim = DEFAULT_LIMIT if limit is None else limit
+    if size > lim:
+        raise SpaceTooLarge(
+            f"enumerate refuses a space of {size:,} plans (limit {lim:,}); use `solve`, "
+            "or narrow the space (--fix, uniform partitions, no partial recompute)"
+        )
+    tabs = build_tables(space)
+    out: list[tuple[float, tuple[Any, ...], Plan]] = []
+    part_cache: dict[tuple[int, int], tuple[Ints, list[tuple[int, ...] | None]]] = {}
+    for d in space.degrees():
+        sps = np.array([v for v in space.sp if not (v and d.tp == 1)], np.int64)
+        if len(sps) == 0 or len(space.zero) == 0:
+            continue
+        if (d.pp, d.vpp) not in part_cache:
+            part_cache[d.pp, d.vpp] = partition_array(space, d.pp, d.vpp)
+        parts, part_objs = part_cache[d.pp, d.vpp]
+        places, place_objs = placement_array(space, tabs, d)
+        if len(parts) == 0 or len(places) == 0:
+            continue
+        sl = _slices(tabs, d)
+        free_parts = "stage_layers" not in space.fixed and space.partition != "uniform"
+        for mode_name in space.recompute:
+            cost, ri, pi, qi, ropts = _best_of_degrees(tabs, d, sl, mode_name, sps, parts,
+                                                       places)
+            for col in np.nonzero(np.isfinite(cost))[0]:
+                sp_ = int(sps[col // len(space.zero)])
+                zero = space.zero[col % len(space.zero)]
+                p = int(pi[col])
+                part = tuple(int(x) for x in parts[p]) if free_parts else part_objs[p]
+                plan = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,
+                            sp=sp_, zero=zero, mbs=d.mbs, num_microbatches=d.num_microbatches,
+                            recompute=mode_name, recompute_layers=ropts[int(ri[col])],
+                            stage_layers=part, stage_groups=place_objs[int(qi[col])])
+                out.append((float(cost[col]), plan.key(), plan))
+    out.sort(key=lambda x: (x[0], x[1]))
+    return [(c, p) for c, _, p in out], size
+

@@ -1,0 +1,468 @@
+"""Pragmatic advice: the simplest plan whose step time is within a tolerance of the fastest.
+
+The complexity of a plan is a sum of small integer weights, one per axis value, so a CP-SAT model
+that has a 0/1 literal per axis value can use it as a linear objective:
+`complexity = sum(weight[axis][v] * is[axis == v])`.
+
+Weights (higher = more to set up, debug and tune):
+- a parallel dimension in use: tp > 1, pp > 1, ep > 1 (2 each); context parallelism cp > 1 (4);
+- interleaved pipeline, vpp > 1 (3);
+- ZeRO-2 (1) and ZeRO-3 (4); ZeRO-0/1 are free (the distributed optimizer is standard);
+- recompute: selective 1, full 3, plus 1 for partial full recompute (a per-stage layer count);
+- a hand-written (non-uniform) pipeline partition (1).
+Sequence parallelism and the micro-batch size cost nothing.
+
+Second phase (issue 5, `simplest_within`): the solver's key-level master model with the step
+time lower bound bounded by (1 + tolerance) x the optimum and the complexity minimized, every answer
+re-checked by the exact cost model. The partition and partial-recompute weights are applied in
+that re-check (the plan's uniform / whole-stage variant is preferred when it qualifies). Without
+phase two the complexity is minimized over the k best plans (`method` says which).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autoparallel_cp.spec.plan import Plan, canonical
+
+# axis -> {value: weight}; values not listed weigh `_DEFAULT_WEIGHT[axis]`.
+COMPLEXITY_WEIGHTS: dict[str, dict[Any, int]] = {
+    "tp": {1: 0},
+    "pp": {1: 0},
+    "vpp": {1: 0},
+    "cp": {1: 0},
+    "ep": {1: 0},
+    "sp": {0: 0, 1: 0},
+    "zero": {0: 0, 1: 0, 2: 1, 3: 4},
+    "recompute": {"none": 0, "selective": 1, "full": 3},
+}
+_DEFAULT_WEIGHT: dict[str, int] = {"tp": 2, "pp": 2, "vpp": 3, "cp": 4, "ep": 2, "sp": 0,
+                                   "zero": 0, "recompute": 0}
+PARTIAL_RECOMPUTE_WEIGHT = 1
+_REL_EPS = 1e-6  # step times closer than this are equal
+CUSTOM_PARTITION_WEIGHT = 1
+
+_REASONS: dict[str, str] = {
+    "tp": "tensor parallelism",
+    "pp": "pipeline parallelism",
+    "vpp": "interleaved pipeline",
+    "cp": "context parallelism",
+    "ep": "expert parallelism",
+    "zero": "ZeRO-{v}",
+    "recompute": "{v} recompute",
+}
+
+
+def axis_weight(axis: str, value: Any) -> int:
+    """Complexity weight of `axis == value` (0 for axes without a weight)."""
+    table = COMPLEXITY_WEIGHTS.get(axis)
+    if table is None:
+        return 0
+    return table.get(value, _DEFAULT_WEIGHT.get(axis, 0))
+
+
+def weight_table(axis: str, domain: Sequence[Any]) -> list[int]:
+    """Weights of every value of an axis domain, in domain order (for a linear CP-SAT term)."""
+    return [axis_weight(axis, v) for v in domain]
+
+
+def _uniform(plan: Plan) -> bool:
+    return plan.stage_layers is None or len(set(plan.stage_layers)) <= 1
+
+
+def complexity(plan: Plan) -> int:
+    """Integer complexity score of a plan (0 = plain data parallelism)."""
+    score = sum(axis_weight(a, getattr(plan, a)) for a in COMPLEXITY_WEIGHTS)
+    if plan.recompute == "full" and plan.recompute_layers is not None:
+        score += PARTIAL_RECOMPUTE_WEIGHT
+    if not _uniform(plan):
+        score += CUSTOM_PARTITION_WEIGHT
+    return score
+
+
+def complexity_terms(plan: Plan) -> list[str]:
+    """What makes the plan complex, most costly first, e.g. ['context parallelism (cp=2)']."""
+    terms: list[tuple[int, str]] = []
+    for axis in COMPLEXITY_WEIGHTS:
+        v = getattr(plan, axis)
+        w = axis_weight(axis, v)
+        if w:
+            label = _REASONS[axis].format(v=v)
+            if axis in ("tp", "pp", "vpp", "cp", "ep"):
+                label += f" ({axis}={v})"
+            terms.append((w, label))
+    if plan.recompute == "full" and plan.recompute_layers is not None:
+        terms.append((PARTIAL_RECOMPUTE_WEIGHT, f"partial recompute ({plan.recompute_layers}"
+                                                " layers/stage)"))
+    if not _uniform(plan):
+        terms.append((CUSTOM_PARTITION_WEIGHT, "non-uniform pipeline partition"))
+    terms.sort(key=lambda t: -t[0])
+    return [t[1] for t in terms]
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The recommended plan against the fastest one."""
+
+    plan: Plan
+    step_s: float
+    fastest: Plan
+    fastest_step_s: float
+    tolerance: float
+    complexity: int
+    fastest_complexity: int
+    method: str  # "cp-sat phase 2" or "top-k"
+    evaluation: Any = None  # the recommended plan's Evaluation, when known
+
+    @property
+    def slowdown(self) -> float:
+        """Relative step-time cost of the recommendation (0.02 = 2 % slower)."""
+        return self.step_s / self.fastest_step_s - 1.0 if self.fastest_step_s > 0 else 0.0
+
+    @property
+    def same_as_fastest(self) -> bool:
+        return self.plan.key() == self.fastest.key() or (
+            self.plan.model_copy(update={"stage_layers": None}).key()
+            == self.fastest.model_copy(update={"stage_layers": None}).key()
+            and _uniform(self.plan) and _uniform(self.fastest))
+
+    def why(self) -> str:
+        """One or two sentences on why this plan is recommended."""
+        if self.same_as_fastest:
+            return (f"The fastest plan is also the simplest within {self.tolerance:.0%} "
+                    f"(complexity {self.complexity}).")
+        if self.step_s < self.fastest_step_s * (1 - _REL_EPS):
+            return (f"{-self.slowdown:.1%} faster than #1 and no more complex (complexity "
+                    f"{self.complexity} vs {self.fastest_complexity}): the first phase stopped "
+                    "at its time limit before reaching it; raise --time-limit for a proof.")
+        dropped = []
+        for axis in COMPLEXITY_WEIGHTS:
+            fv, rv = getattr(self.fastest, axis), getattr(self.plan, axis)
+            fw, rw = axis_weight(axis, fv), axis_weight(axis, rv)
+            if fw > rw:
+                label = _REASONS[axis].format(v=fv)
+                if axis in ("tp", "pp", "vpp", "cp", "ep"):
+                    label += f" ({axis}={fv})"
+                dropped.append(("" if rw == 0 else "less ") + label)
+        what = ", ".join(dropped) if dropped else "fewer moving parts"
+        return (f"{self.slowdown:+.1%} step time for a simpler set-up (complexity "
+                f"{self.complexity} vs {self.fastest_complexity}): avoids {what}.")
+
+
+def pick_simplest(
+    candidates: Sequence[tuple[Plan, float]], tolerance: float
+) -> tuple[Plan, float]:
+    """Among (plan, step_s) pairs, the simplest one within `tolerance` of the fastest.
+
+    Ties go to the faster plan, then to the plan's deterministic key.
+    """
+    if not candidates:
+        raise ValueError("no candidate plans")
+    best_t = min(t for _, t in candidates)
+    limit = best_t * (1.0 + tolerance)
+    ok = [(p, t) for p, t in candidates if t <= limit * (1 + 1e-12)]
+    return min(ok, key=lambda pt: (complexity(pt[0]), pt[1], pt[0].key()))
+
+
+def simplest_within(
+    job: Any,
+    max_step_s: float,
+    *,
+    fix: Any = None,
+    time_limit: float | None = 10.0,
+    workers: int | None = None,
+    seed: int = 0,
+    max_rounds: int = 200,
+    hint: Plan | None = None,
+) -> tuple[Plan, float] | None:
+    """CP-SAT phase two: the simplest plan whose exact step time is <= `max_step_s`.
+
+    Uses the solver's key-level master (`cpsat_master.build_master`): its objective is a proven
+    lower bound of the exact step time of every plan of a key, so bounding it by `max_step_s`
+    cuts off no qualifying plan. The master then minimizes `complexity * (limit + 1) + LB`
+    (lexicographic: the simplest, then the fastest bound); each key it returns is solved for its
+    best partition (`solve.best_for_key`) and re-checked exactly; a key that does not qualify is
+    forbidden and the master re-solved. None when nothing qualifies in the time limit.
+    """
+    import math
+    import os
+    import time
+
+    from ortools.sat.python import cp_model
+
+    from autoparallel_cp.search.cpsat_master import build_master, enumerate_keys
+    from autoparallel_cp.search.cpsat_partition import key_bound
+    from autoparallel_cp.search.solve import best_for_key
+    from autoparallel_cp.search.space import SearchSpace
+    from autoparallel_cp.search.tables import build_tables, plan_cost
+    from autoparallel_cp.spec.plan import RECOMPUTE_MODES
+
+    t0 = time.perf_counter()
+    space = SearchSpace.for_job(job, fix=fix)
+    space_tables = build_tables(space)
+    master = build_master(space_tables)
+    model = master.model
+    limit = math.floor(max_step_s / master.unit_s)
+    model.add(master.objective <= limit)
+    terms: list[Any] = []
+    for name, axis in master.axes.items():
+        key = "recompute" if name == "mode" else name
+        if key not in COMPLEXITY_WEIGHTS:
+            continue
+        for v, lit in zip(axis.values, axis.lits, strict=True):
+            w = axis_weight(key, RECOMPUTE_MODES[v] if name == "mode" else v)
+            if w:
+                terms.append(w * lit)
+    model.clear_objective()
+    model.minimize(sum(terms) * (limit + 1) + master.objective)
+    if hint is not None:  # the fastest plan qualifies: start from it
+        values = {"mode": RECOMPUTE_MODES.index(hint.recompute), "m": hint.num_microbatches}
+        for name, axis in master.axes.items():
+            want = values.get(name, getattr(hint, name, None))
+            for value, lit in zip(axis.values, axis.lits, strict=True):
+                model.add_hint(lit, value == want)
+    workers_ = workers or os.cpu_count() or 1
+
+    def qualify(k: Any, left: float) -> tuple[int, float, Plan] | None:
+        res = best_for_key(space, k, time_limit=left, seed=seed, workers=workers_)
+        if res is None:
+            return None
+        best: tuple[int, float, Plan] | None = None
+        for cand in _plain_variants(canonical(res.plan, space.num_layers)):
+            if plan_violations_ok(job, cand):
+                pc = plan_cost(res.tables, cand)
+                if pc.fits and pc.step_s <= max_step_s * (1 + 1e-12):
+                    item = (complexity(cand), pc.step_s, cand)
+                    if best is None or item[:2] < best[:2]:
+                        best = item
+        return best
+
+    def key_complexity(k: Any) -> int:
+        return sum(axis_weight("recompute" if n == "mode" else n,
+                               RECOMPUTE_MODES[k.mode] if n == "mode" else getattr(k, n))
+                   for n in master.axes if ("recompute" if n == "mode" else n)
+                   in COMPLEXITY_WEIGHTS)
+
+    # 1) list every key whose proven bound fits under the limit (the solver's window listing),
+    #    drop those whose per-key numpy bound already exceeds it, and score the rest in order of
+    #    key complexity (a lower bound of the complexity of its plans), then bound: the first
+    #    complexity level that yields a qualifying plan, fully scanned, is the answer
+    left0 = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+    if left0 is None or left0 > 0:
+        listed, capped = enumerate_keys(master, None, limit, time_limit=left0)
+        if not capped:
+            cands = []
+            for _, k in listed:
+                kb = key_bound(space_tables, k)
+                if kb <= max_step_s * (1 + 1e-12):
+                    cands.append((key_complexity(k), kb, k.order(), k))
+            cands.sort(key=lambda c: c[:3])
+            found: tuple[int, float, Plan] | None = None
+            complete = True
+            for kc, _, _, k in cands:
+                if found is not None and kc > found[0]:
+                    break
+                left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+                if left is not None and left <= 0:
+                    complete = False
+                    break
+                got = qualify(k, left if left is not None else 60.0)
+                if got is not None and (found is None or got[:2] < found[:2]):
+                    found = got
+            if found is not None and complete:
+                return found[2], found[1]
+            if complete:
+                return None
+    # 2) fallback (listing capped or cut by the time limit): the master minimizes complexity,
+    #    keys that do not qualify are forbidden and the master re-solved
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.num_workers = workers_
+    prm.random_seed = seed
+    # as in solve.py: CP-SAT 9.15's presolve was seen returning a minimum above a key's pinned
+    # bound and missing solutions on this master; without it the search is also faster
+    prm.cp_model_presolve = False
+    for _ in range(max_rounds):
+        left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+        if left is not None:
+            if left <= 0:
+                return None
+            prm.max_time_in_seconds = left
+        status = solver.solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        k = master.key_of(solver.boolean_value)
+        got = qualify(k, left if left is not None else 60.0)
+        if got is not None:
+            return got[2], got[1]
+        model.add_bool_or([lit.negated() for lit in master.key_lits(k)])
+    return None
+
+
+def plan_violations_ok(job: Any, plan: Plan) -> bool:
+    """Whether the plan obeys every divisibility rule (a uniform variant may not)."""
+    from autoparallel_cp.spec.plan import plan_violations
+
+    return not plan_violations(job, plan)
+
+
+def _plain_variants(plan: Plan) -> list[Plan]:
+    """The plan, and the same plan with a uniform split / whole-stage recompute (simpler)."""
+    out = [plan]
+    if plan.stage_layers is not None and plan.stage_groups is None:
+        out.append(plan.model_copy(update={"stage_layers": None}))
+    if plan.recompute_layers is not None:
+        out += [p.model_copy(update={"recompute_layers": None}) for p in list(out)]
+    return out
+
+
+def recommend(
+    job: Any,
+    ranked: Sequence[tuple[Plan, float]],
+    tolerance: float = 0.03,
+    *,
+    evaluations: Sequence[Any] | None = None,
+    phase_two: bool = True,
+    fix: Any = None,
+    time_limit: float | None = 10.0,
+    workers: int | None = None,
+) -> Recommendation:
+    """Recommend the simplest plan within `tolerance` of the fastest of `ranked` (best first).
+
+    With `phase_two` the complexity is minimized by CP-SAT over the whole space under
+    `step <= (1 + tolerance) * best` (`simplest_within`); otherwise, or when that phase finds
+    nothing in its time limit, over `ranked` (the k best plans).
+    """
+    if tolerance < 0:
+        raise ValueError("tolerance must be >= 0")
+    fastest, fastest_t = min(ranked, key=lambda pt: pt[1])
+    method = "top-k"
+    plan, step = pick_simplest(ranked, tolerance)
+    evaluation = None
+    if evaluations is not None:
+        for (p, _), ev in zip(ranked, evaluations, strict=False):
+            if p.key() == plan.key():
+                evaluation = ev
+    if phase_two:
+        out = simplest_within(job, fastest_t * (1.0 + tolerance), fix=fix,
+                              time_limit=time_limit, workers=workers, hint=fastest)
+        if out is not None:
+            method = "cp-sat phase 2"
+            p2, t2 = out
+            # strictly simpler, or as simple and really faster (not float noise between the
+            # solver's tables and evaluate)
+            if complexity(p2) < complexity(plan) or (
+                    complexity(p2) == complexity(plan) and t2 < step * (1 - _REL_EPS)):
+                plan, step, evaluation = p2, t2, None
+    return Recommendation(
+        plan=plan, step_s=step, fastest=fastest, fastest_step_s=fastest_t,
+        tolerance=tolerance, complexity=complexity(plan),
+        fastest_complexity=complexity(fastest), method=method, evaluation=evaluation,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# explain: the best single-axis changes of a plan, scored by the exact cost model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One single-axis change of a plan and its exact evaluation."""
+
+    change: str
+    plan: Plan
+    step_s: float
+    delta: float  # relative step-time change vs the original (-0.1 = 10 % faster)
+    fits: bool
+    peak_bytes: float  # memory compared with the capacity (required, else peak allocated)
+    capacity_bytes: float
+
+
+def neighbours(job: Any, plan: Plan) -> list[tuple[str, Plan]]:
+    """Legal plans one axis step away from `plan` (dp and micro-batch count re-derived)."""
+    from autoparallel_cp.spec.plan import RECOMPUTE_MODES, plan_violations
+
+    base: dict[str, Any] = plan.model_dump()
+    moe = getattr(job.model, "moe", None) is not None
+    edits: list[tuple[str, dict[str, Any]]] = []
+    for axis in ("tp", "pp", "cp", "mbs", "vpp") + (("ep",) if moe else ()):
+        v = base[axis]
+        for nv in (v * 2, v // 2):
+            if nv >= 1 and nv != v:
+                edits.append((f"{axis} {v} -> {nv}", {axis: nv}))
+    for mode in RECOMPUTE_MODES:
+        if mode != plan.recompute:
+            edits.append((f"recompute {plan.recompute} -> {mode}",
+                          {"recompute": mode, "recompute_layers": None}))
+    for z in range(4):
+        if z != plan.zero:
+            edits.append((f"zero {plan.zero} -> {z}", {"zero": z}))
+    if plan.tp > 1:
+        edits.append((f"sp {plan.sp} -> {1 - plan.sp}", {"sp": 1 - plan.sp}))
+    domains = _domains(job)
+    out: list[tuple[str, Plan]] = []
+    seen = {plan.key()}
+    for label, upd in edits:
+        if any(k in domains and v not in domains[k] for k, v in upd.items()):
+            continue
+        f = {**base, **upd}
+        if "pp" in upd or "vpp" in upd:
+            f["stage_layers"] = None
+            f["stage_groups"] = None
+            if f["pp"] == 1:
+                f["vpp"] = 1
+        if "tp" in upd and f["tp"] == 1:
+            f["sp"] = 0
+        denom = f["tp"] * f["pp"] * f["cp"]
+        if job.num_gpus % denom:
+            continue
+        f["dp"] = job.num_gpus // denom
+        if job.global_batch % (f["dp"] * f["mbs"]):
+            continue
+        f["num_microbatches"] = job.global_batch // (f["dp"] * f["mbs"])
+        try:
+            p = Plan(**f)
+        except ValueError:
+            continue
+        if p.key() in seen or plan_violations(job, p):
+            continue
+        seen.add(p.key())
+        out.append((label, p))
+    return out
+
+
+def _domains(job: Any) -> dict[str, tuple[Any, ...]]:
+    """The search space's axis domains (empty when space.py is not available)."""
+    try:
+        from autoparallel_cp.search.space import SearchSpace
+    except ImportError:
+        return {}
+    sp = SearchSpace.for_job(job)
+    return {a: tuple(getattr(sp, a)) for a in ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero")}
+
+
+def single_changes(job: Any, plan: Plan, current: dict[str, Any] | None = None) -> list[Change]:
+    """Single-axis changes that fit and beat the plan's step time (or, when the plan does not
+    fit, every change that fits), fastest first; each scored by the exact cost model."""
+    from autoparallel_cp.cost.evaluate import evaluate
+
+    if current is None:
+        current = evaluate(job, plan).to_json()
+    cur_step = float(current["time"]["step_s"])
+    cur_fits = bool(current.get("fits"))
+    out: list[Change] = []
+    for label, p in neighbours(job, plan):
+        d = evaluate(job, p).to_json()
+        step = float(d["time"]["step_s"])
+        fits = bool(d.get("fits"))
+        if not fits or (cur_fits and step >= cur_step):
+            continue
+        mem = d.get("memory", {})
+        need = mem.get("required_bytes", mem.get("peak_bytes"))  # what is compared to capacity
+        out.append(Change(label, p, step, step / cur_step - 1.0, fits,
+                          float(need or 0), float(mem.get("capacity_bytes") or 0)))
+    out.sort(key=lambda c: (c.step_s, complexity(c.plan), c.plan.key()))
+    return out

@@ -1,0 +1,316 @@
+"""The search space of a job: the domain of every plan axis, `--fix` pins, and its size.
+
+Axes and their default domains (every value is also checked against the job):
+- `tp`: divisors of the attention heads, at most the GPUs per node of the smallest node group,
+  compatible with the KV heads and the FFN width (Megatron's argument checks);
+- `cp`: divisors of the GPU count with `seq % (2 cp) == 0` (load-balanced ring attention),
+  at most `max_cp`;
+- `pp`: divisors of the GPU count, at most the number of layers (uniform partitions: dividing
+  the layers), at most `max_pp`;
+- `dp`: derived, `N / (tp pp cp)`;
+- `ep`: divisors of the routed experts (1 for dense models) dividing `dp cp`;
+- `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches % pp == 0`);
+- `mbs`: powers of two up to `max_mbs` dividing the global batch;
+- `zero`: 0-3, `sp`: 0/1 (1 only with tp > 1), `recompute`: none / selective / full;
+- partial recompute (`recompute_layers` with `recompute=full`, Megatron's
+  `--recompute-num-layers`: the first r layers of each stage recompute);
+- the layer partition: `uniform` (Megatron's default split, pp*vpp | layers) or `free`
+  (any per-stage counts, multiples of vpp, every stage at least vpp layers);
+- on a heterogeneous cluster, the node group of every stage (a stage's dp*tp*cp GPUs sit in one
+  group; each group holds exactly `gpus_in_group / (dp tp cp)` stages).
+
+`size()` counts complete plans (every field that changes the plan) without listing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from math import comb, factorial
+from typing import Any, Literal
+
+from autoparallel_cp.errors import InputError
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import RECOMPUTE_MODES, RecomputeMode, parse_assignments
+
+PartitionKind = Literal["uniform", "free"]
+
+# Keys accepted by --fix; `dp` and `num_microbatches` restrict derived values.
+FIXABLE = (
+    "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
+    "recompute", "recompute_layers", "stage_layers", "stage_groups",
+)
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of `n`, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass(frozen=True)
+class Degrees:
+    """One legal combination of the parallel degrees, mbs and the derived micro-batch count."""
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    ep: int
+    vpp: int
+    mbs: int
+    num_microbatches: int
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Domains of all plan axes for one job (see the module docstring)."""
+
+    job: Job
+    tp: tuple[int, ...]
+    pp: tuple[int, ...]
+    cp: tuple[int, ...]
+    ep: tuple[int, ...]
+    vpp: tuple[int, ...]
+    mbs: tuple[int, ...]
+    zero: tuple[int, ...]
+    sp: tuple[int, ...]
+    recompute: tuple[RecomputeMode, ...]
+    partition: PartitionKind = "free"
+    partial_recompute: bool = True
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def for_job(
+        cls,
+        job: Job,
+        *,
+        fix: str | Mapping[str, Any] | None = None,
+        partition: PartitionKind = "free",
+        partial_recompute: bool = True,
+        max_tp: int | None = None,
+        max_pp: int = 64,
+        max_cp: int = 16,
+        max_vpp: int = 4,
+        max_mbs: int = 8,
+        max_ep: int | None = None,
+        zero: tuple[int, ...] = (0, 1, 2, 3),
+    ) -> SearchSpace:
+        """The default space of `job`, narrowed by `fix` (text `k=v,...` or a mapping)."""
+        pins: dict[str, Any] = dict(parse_assignments(fix) if isinstance(fix, str) else fix or {})
+        for k in pins:
+            if k not in FIXABLE:
+                raise InputError(f"cannot fix {k!r}; fixable: {', '.join(FIXABLE)}", field=k)
+        m, n = job.model, job.num_gpus
+        gpn = min(g.gpus_per_node for g in job.cluster.node_groups)
+        kv = m.kv_heads if m.mla is None else m.num_attention_heads
+        tps = [
+            t for t in divisors(m.num_attention_heads)
+            if t <= (max_tp or gpn) and n % t == 0 and m.ffn_hidden_size % t == 0
+            and (kv % t == 0 or t % kv == 0)
+        ]
+        cps = [c for c in divisors(n) if c <= max_cp and (c == 1 or job.seq_len % (2 * c) == 0)]
+        pps = [p for p in divisors(n) if p <= min(max_pp, m.num_layers)]
+        if partition == "uniform":
+            pps = [p for p in pps if m.num_layers % p == 0]
+        if m.moe is not None:
+            eps = [e for e in divisors(m.moe.num_experts) if e <= (max_ep or n) and n % e == 0]
+        else:
+            eps = [1]
+        vpps = list(range(1, max_vpp + 1))
+        mbss = [b for b in (2**i for i in range(12)) if b <= max_mbs and job.global_batch % b == 0]
+        zeros = list(zero)
+        sps = [0, 1]
+        modes: list[RecomputeMode] = list(RECOMPUTE_MODES)
+        if m.moe is not None and m.moe.moe_layer_freq > 1:
+            partition = "uniform"  # interleaved dense/MoE layers: per-stage mix needs uniform
+
+        def pin(name: str, dom: list[Any]) -> list[Any]:
+            if name not in pins:
+                return dom
+            v = pins[name]
+            if v not in dom:
+                raise InputError(
+                    f"--fix {name}={v} is outside its domain {dom} for this job", field=name
+                )
+            return [v]
+
+        # pins outside the default caps are honoured when they are legal for the job
+        if "tp" in pins and pins["tp"] not in tps and m.num_attention_heads % pins["tp"] == 0:
+            tps = [pins["tp"]]
+        if "pp" in pins and pins["pp"] not in pps and n % pins["pp"] == 0:
+            pps = [pins["pp"]]
+        if "cp" in pins and pins["cp"] not in cps and n % pins["cp"] == 0:
+            cps = [pins["cp"]]
+        if "vpp" in pins and pins["vpp"] not in vpps:
+            vpps = [pins["vpp"]]
+        if "mbs" in pins and pins["mbs"] not in mbss and job.global_batch % pins["mbs"] == 0:
+            mbss = [pins["mbs"]]
+        if "stage_layers" in pins:
+            partition = "free"
+            pps = [p for p in pps if p == len(pins["stage_layers"])]
+        if "recompute_layers" in pins and "recompute" not in pins:
+            pins["recompute"] = "full"
+        space = cls(
+            job=job,
+            tp=tuple(pin("tp", tps)),
+            pp=tuple(pin("pp", pps)),
+            cp=tuple(pin("cp", cps)),
+            ep=tuple(pin("ep", eps)),
+            vpp=tuple(pin("vpp", vpps)),
+            mbs=tuple(pin("mbs", mbss)),
+            zero=tuple(pin("zero", zeros)),
+            sp=tuple(pin("sp", sps)),
+            recompute=tuple(pin("recompute", modes)),
+            partition=partition,
+            partial_recompute=partial_recompute,
+            fixed=pins,
+        )
+        return space
+
+    def with_(self, **changes: Any) -> SearchSpace:
+        """A copy with some fields replaced."""
+        return replace(self, **changes)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def num_layers(self) -> int:
+        return self.job.model.num_layers
+
+    @property
+    def heterogeneous(self) -> bool:
+        return self.job.cluster.heterogeneous
+
+    @property
+    def dp_domain(self) -> tuple[int, ...]:
+        """dp values some legal degree combination reaches."""
+        return tuple(sorted({d.dp for d in self.degrees()}))
+
+    def stage_group_counts(self, tp: int, cp: int, dp: int) -> tuple[int, ...] | None:
+        """Stages each node group holds when a stage has dp*tp*cp GPUs; None if not whole."""
+        per_stage = dp * tp * cp
+        out = []
+        for g in self.job.cluster.node_groups:
+            if g.num_gpus % per_stage:
+                return None
+            out.append(g.num_gpus // per_stage)
+        return tuple(out)
+
+    def degrees(self) -> Iterator[Degrees]:
+        """Legal degree combinations (tp, pp, cp, dp, ep, vpp, mbs); the other axes are free."""
+        job, m, n = self.job, self.job.model, self.job.num_gpus
+        for tp in self.tp:
+            for cp in self.cp:
+                for pp in self.pp:
+                    if n % (tp * cp * pp):
+                        continue
+                    dp = n // (tp * cp * pp)
+                    if "dp" in self.fixed and self.fixed["dp"] != dp:
+                        continue
+                    if self.heterogeneous and self.stage_group_counts(tp, cp, dp) is None:
+                        continue
+                    for ep in self.ep:
+                        if (dp * cp) % ep:
+                            continue
+                        for mbs in self.mbs:
+                            if job.global_batch % (dp * mbs):
+                                continue
+                            nmb = job.global_batch // (dp * mbs)
+                            if self.fixed.get("num_microbatches", nmb) != nmb:
+                                continue
+                            for vpp in self.vpp:
+                                if vpp > 1 and (pp == 1 or nmb % pp):
+                                    continue
+                                if self.partition == "uniform":
+                                    if m.num_layers % (pp * vpp):
+                                        continue
+                                elif m.num_layers < pp * vpp or m.num_layers % vpp:
+                                    continue
+                                if not self._moe_partition_ok(pp, vpp):
+                                    continue
+                                yield Degrees(tp, pp, cp, dp, ep, vpp, mbs, nmb)
+
+    def _moe_partition_ok(self, pp: int, vpp: int) -> bool:
+        """Free partitions: the first stage must be able to hold the dense prefix layers."""
+        if self.partition == "uniform":
+            return True
+        units = self.num_layers // self.layer_step(vpp)
+        return units - self.first_stage_min_units(vpp) + 1 >= pp
+
+    def layer_step(self, vpp: int) -> int:
+        """Granularity of a stage's layer count in a free partition (multiples of vpp)."""
+        return vpp
+
+    def first_stage_min_units(self, vpp: int) -> int:
+        """Least layer units (of `layer_step`) on the first stage: it holds the dense prefix."""
+        moe = self.job.model.moe
+        k = moe.first_k_dense_layers if moe is not None else 0
+        step = self.layer_step(vpp)
+        return max(1, -(-k // step))
+
+    # ------------------------------------------------------------------ counting
+    def num_partitions(self, pp: int, vpp: int) -> int:
+        """Layer partitions over `pp` stages (compositions in steps of vpp*freq)."""
+        if "stage_layers" in self.fixed:
+            return 1
+        if self.partition == "uniform":
+            return 1
+        step = self.layer_step(vpp)
+        if self.num_layers % step:
+            return 0
+        units = self.num_layers // step - (self.first_stage_min_units(vpp) - 1)
+        return comb(units - 1, pp - 1) if units >= pp else 0
+
+    def num_placements(self, tp: int, cp: int, dp: int, pp: int) -> int:
+        """Orders of node groups over the stages (1 on a homogeneous cluster)."""
+        if not self.heterogeneous or "stage_groups" in self.fixed:
+            return 1
+        counts = self.stage_group_counts(tp, cp, dp)
+        if counts is None or sum(counts) != pp:
+            return 0
+        out = factorial(pp)
+        for c in counts:
+            out //= factorial(c)
+        return out
+
+    def recompute_choices(self, pp: int, vpp: int) -> int:
+        """Distinct (mode, recompute_layers) settings per partition, summed over the modes."""
+        total = 0
+        for mode in self.recompute:
+            if mode == "full" and self.partial_recompute and "recompute_layers" not in self.fixed:
+                # r = 1 .. (largest possible stage) - 1, plus "all layers"
+                biggest = self.num_layers - (pp - 1) * self.layer_step(vpp)
+                if self.partition == "uniform":
+                    biggest = self.num_layers // pp
+                total += max(1, biggest)
+            else:
+                total += 1
+        return total
+
+    def size(self) -> int:
+        """Number of complete plans in the space (counted, not listed)."""
+        per_rest = len(self.zero)
+        total = 0
+        for d in self.degrees():
+            sps = sum(1 for s in self.sp if s == 0 or d.tp > 1)
+            total += (
+                sps * per_rest * self.recompute_choices(d.pp, d.vpp)
+                * self.num_partitions(d.pp, d.vpp)
+                * self.num_placements(d.tp, d.cp, d.dp, d.pp)
+            )
+        return total
+
+    def num_degree_combinations(self) -> int:
+        """Legal (tp, pp, cp, dp, ep, vpp, mbs) combinations."""
+        return sum(1 for _ in self.degrees())
+
+    def describe(self) -> str:
+        """One line per axis with its domain."""
+        rows = [
+            f"tp {list(self.tp)}", f"pp {list(self.pp)}", f"cp {list(self.cp)}",
+            f"ep {list(self.ep)}", f"vpp {list(self.vpp)}", f"mbs {list(self.mbs)}",
+            f"zero {list(self.zero)}", f"sp {list(self.sp)}", f"recompute {list(self.recompute)}",
+            f"partition {self.partition}", f"partial_recompute {self.partial_recompute}",
+        ]
+        return "\n".join(rows)

@@ -1,0 +1,306 @@
+"""The cost model's factors tabulated over the search space's axis domains (solver input).
+
+Every table is indexed by the positions of a few axis values in the space's domains (never by
+whole plans): layer factors over (tp, cp, ep, sp, mbs, mode) per node group and layer kind,
+model-state bytes per layer over (tp, ep, zero, dp, cp), edges over (tp, cp, sp, mbs), and so on.
+`StageCost` / `plan_cost` apply the design.md composition to one plan in exact floats; the
+enumerator vectorizes the same composition and cpsat_partition.py mirrors it with integer
+variables (one key at a time).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from autoparallel_cp.cost import factors as fx
+from autoparallel_cp.cost.steptime import BACKWARD_SHARE
+from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.spec.plan import Plan
+
+F = npt.NDArray[np.float64]
+
+MODES = ("none", "selective", "full")
+
+
+@dataclass
+class Tables:
+    """Factor tables of one search space (see the module docstring)."""
+
+    space: SearchSpace
+    dp: tuple[int, ...]
+    m: tuple[int, ...]
+    kinds: tuple[bool, ...]  # layer kinds present: False dense, True MoE
+    # [g][kind] -> array over (tp, cp, ep, sp, mbs, mode)
+    act: dict[tuple[int, bool], F] = field(default_factory=dict)
+    time: dict[tuple[int, bool], F] = field(default_factory=dict)
+    work: dict[tuple[int, bool], F] = field(default_factory=dict)
+    # [g][kind] -> array over (tp, cp, ep, sp, mbs) (mode 2 rows)
+    ckpt: dict[tuple[int, bool], F] = field(default_factory=dict)
+    rec: dict[tuple[int, bool], F] = field(default_factory=dict)
+    work_full: dict[tuple[int, bool], F] = field(default_factory=dict)
+    # [kind] -> (tp, ep, zero, dp, cp): model-state (+ buffer) bytes of one layer on a GPU
+    states: dict[bool, F] = field(default_factory=dict)
+    # [g][kind] -> (tp, ep, zero, dp, cp): DP sync / optimizer seconds of one layer's params
+    dpsync: dict[tuple[int, bool], F] = field(default_factory=dict)
+    opt: dict[tuple[int, bool], F] = field(default_factory=dict)
+    # ZeRO-3 gathers [g][kind]: per layer (tp,cp,ep,sp,mbs,mode,dp); one layer (tp,cp,ep,dp)
+    z3l: dict[tuple[int, bool], F] = field(default_factory=dict)
+    z3f: dict[tuple[int, bool], F] = field(default_factory=dict)
+    # edges [g] -> (tp, cp, sp, mbs) ; edge states (tp, zero, dp, cp)
+    emb_act: dict[int, F] = field(default_factory=dict)
+    emb_time: dict[int, F] = field(default_factory=dict)
+    head_act: dict[int, F] = field(default_factory=dict)
+    head_work: dict[int, F] = field(default_factory=dict)
+    head_time: dict[int, F] = field(default_factory=dict)
+    emb_states: F = field(default_factory=lambda: np.zeros(0))
+    head_states: F = field(default_factory=lambda: np.zeros(0))
+    emb_dpsync: dict[int, F] = field(default_factory=dict)  # (tp, zero, dp, cp)
+    head_dpsync: dict[int, F] = field(default_factory=dict)
+    emb_opt: dict[int, F] = field(default_factory=dict)
+    dps_fixed: dict[int, F] = field(default_factory=dict)  # (tp, zero, dp, cp), per stage
+    head_opt: dict[int, F] = field(default_factory=dict)
+    z3: F = field(default_factory=lambda: np.zeros(0))  # (tp, ep, zero)
+    # p2p [g] -> (tp, cp, sp, mbs, vpp, dp), used when pp > 1
+    p2p: dict[int, F] = field(default_factory=dict)
+    capacity: tuple[float, ...] = ()  # per group: bytes the allocated peak may reach
+    other: float = 0.0
+
+    # ------------------------------------------------------------------ index helpers
+    def i(self, axis: str, v: int) -> int:
+        dom = {"dp": self.dp, "m": self.m}.get(axis) or getattr(self.space, axis)
+        return dom.index(v)
+
+    @cached_property
+    def groups(self) -> int:
+        return len(self.space.job.cluster.node_groups)
+
+    @cached_property
+    def dense_prefix(self) -> int:
+        """Dense layers before the MoE layers (held by the first stage); 0 for dense models."""
+        moe = self.space.job.model.moe
+        return moe.first_k_dense_layers if moe is not None else 0
+
+    @property
+    def main_kind(self) -> bool:
+        return self.space.job.model.moe is not None
+
+
+def capacity_bytes(total: float) -> float:
+    """Largest allocated peak that fits a GPU of `total` bytes (context + fragmentation)."""
+    return (total - fx.CUDA_CONTEXT_BYTES) / (1.0 + fx.ALLOCATOR_FRAGMENTATION)
+
+
+def build_tables(space: SearchSpace) -> Tables:
+    """Tabulate every factor over the space's domains (numpy broadcasting, no plan lists)."""
+    job = space.job
+    dps = space.dp_domain or (1,)
+    ms = tuple(sorted({d.num_microbatches for d in space.degrees()})) or (1,)
+    model = job.model
+    kinds: tuple[bool, ...] = (False,) if model.moe is None else (
+        (False, True) if model.moe.first_k_dense_layers else (True,))
+    t = Tables(space=space, dp=tuple(dps), m=ms, kinds=kinds)
+    tp = np.array(space.tp, float)
+    cp = np.array(space.cp, float)
+    ep = np.array(space.ep, float)
+    sp = np.array([0.0, 1.0])
+    mbs = np.array(space.mbs, float)
+    zero = np.array(space.zero, float)
+    dp = np.array(dps, float)
+    vpp = np.array(space.vpp, float)
+    ax6 = np.ix_(tp, cp, ep, sp, mbs, np.array([0.0, 1.0, 2.0]))
+    for g in range(len(job.cluster.node_groups)):
+        for kind in kinds:
+            lf = fx.layer_factors(job, g, ax6[0], ax6[1], ax6[2], ax6[3], ax6[4], ax6[5], moe=kind)
+            act = np.array(lf.act_bytes, float)
+            tim = np.array(lf.time_s, float)
+            wrk = np.array(lf.work_bytes, float)
+            # base mode of a `full` plan is none (its non-recomputed layers)
+            act[..., 2] = act[..., 0]
+            tim[..., 2] = tim[..., 0]
+            t.act[g, kind] = act
+            t.time[g, kind] = tim
+            t.ckpt[g, kind] = np.array(lf.ckpt_bytes, float)[..., 2]
+            # extra time of a recomputed layer over a kept one (base mode none)
+            full_t = np.array(lf.time_s, float)[..., 2] + np.array(lf.recompute_s, float)[..., 2]
+            t.rec[g, kind] = full_t - tim[..., 0]
+            t.work_full[g, kind] = wrk[..., 2].copy()
+            wrk[..., 2] = wrk[..., 0]
+            t.work[g, kind] = wrk
+        ax4 = np.ix_(tp, cp, sp, mbs)
+        ef = fx.edge_factors(job, g, ax4[0], ax4[1], ax4[2], ax4[3])
+        t.emb_act[g] = np.broadcast_to(ef.emb_act_bytes, (len(tp), len(cp), 2, len(mbs))).copy()
+        t.emb_time[g] = np.broadcast_to(ef.emb_time_s, t.emb_act[g].shape).copy()
+        t.head_act[g] = np.broadcast_to(ef.head_act_bytes, t.emb_act[g].shape).copy()
+        t.head_work[g] = np.broadcast_to(ef.head_work_bytes, t.emb_act[g].shape).copy()
+        t.head_time[g] = np.broadcast_to(ef.head_time_s, t.emb_act[g].shape).copy()
+        ax_p = np.ix_(tp, cp, sp, mbs, vpp, dp)
+        p2p = fx.p2p_factor(job, g, ax_p[0], ax_p[1], ax_p[2], ax_p[3], 2, ax_p[4], ax_p[5])
+        t.p2p[g] = np.broadcast_to(
+            p2p, (len(tp), len(cp), 2, len(mbs), len(vpp), len(dp))).copy()
+        # ZeRO-3 per-layer exposed all-gather (used when zero == 3): (tp,cp,ep,sp,mbs,mode,dp)
+        ax7 = np.ix_(tp, cp, ep, sp, mbs, np.array([0.0, 1.0, 2.0]), dp)
+        for kind in kinds:
+            _, _, z3per, _ = fx.dp_sync_factors(job, g, ax7[0], ax7[1], ax7[6], ax7[2], 3)
+            dl, _ = fx.layer_param_counts(job, kind, ax7[0], ax7[2])
+            ag = z3per * dl
+            base_t = t.time[g, kind][..., None]
+            t.z3l[g, kind] = fx.overlap_exposed(ag, base_t) + fx.zero3_copy_factor(job, g) * dl
+            t.z3f[g, kind] = np.broadcast_to(ag, t.z3l[g, kind].shape)[:, :, :, 0, 0, 0, :].copy()
+    # model states per layer: (tp, ep, zero, dp, cp)
+    g5 = np.ix_(tp, ep, zero, dp, cp)
+    tp5, ep5, z5, dp5, cp5 = g5
+    shard_d = dp5 * cp5
+    shard_e = np.maximum(dp5 * cp5 / ep5, 1.0)
+    wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d)
+    we, ge, oe = fx.state_bytes_per_param(job.recipe, z5, shard_e)
+    buf = fx.buffer_bytes_per_param(job, z5)
+    loc_d = np.where(z5 >= 1, 1.0 / shard_d, 1.0)
+    loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(dp5 * cp5 / ep5), 1.0), 1.0)
+    shape5 = (len(tp), len(ep), len(zero), len(dp), len(cp))
+    for kind in kinds:
+        pd, pe = fx.layer_param_counts(job, kind, tp5, ep5)
+        t.states[kind] = np.broadcast_to(
+            pd * (wd + gd + od + buf) + pe * (we + ge + oe + buf), shape5).copy()
+        for g in range(len(job.cluster.node_groups)):
+            sd, se, _z3, _fixed = fx.dp_sync_factors(job, g, tp5, cp5, dp5, ep5, z5)
+            opt = fx.optimizer_factor(job, g)
+            on = (dp5 * cp5 > 1).astype(float)
+            t.dpsync[g, kind] = np.broadcast_to(on * (sd * pd + se * pe), shape5).copy()
+            t.opt[g, kind] = np.broadcast_to(opt * (pd * loc_d + pe * loc_e), shape5).copy()
+    ef0 = fx.edge_factors(job, 0, tp, 1, 0, 1)
+    emb_p = np.asarray(ef0.emb_params, float).reshape(-1, 1, 1, 1)
+    head_p = np.asarray(ef0.head_params, float).reshape(-1, 1, 1, 1)
+    g4 = np.ix_(tp, zero, dp, cp)
+    _, z4, dp4, cp4 = g4
+    w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4)
+    per4 = w4 + g4b + o4 + fx.buffer_bytes_per_param(job, z4)
+    shape4 = (len(tp), len(zero), len(dp), len(cp))
+    t.emb_states = np.broadcast_to(emb_p * per4, shape4).copy()
+    t.head_states = np.broadcast_to(head_p * per4, shape4).copy()
+    loc4 = np.where(z4 >= 1, 1.0 / (dp4 * cp4), 1.0)
+    for g in range(len(job.cluster.node_groups)):
+        sd, _, _, fixed = fx.dp_sync_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
+        on4 = (dp4 * cp4 > 1).astype(float)
+        sd = sd * on4
+        t.dps_fixed[g] = np.broadcast_to(fixed * on4, shape4).copy()
+        opt = fx.optimizer_factor(job, g)
+        t.emb_dpsync[g] = np.broadcast_to(emb_p * sd, shape4).copy()
+        t.head_dpsync[g] = np.broadcast_to(head_p * sd, shape4).copy()
+        t.emb_opt[g] = np.broadcast_to(emb_p * opt * loc4, shape4).copy()
+        t.head_opt[g] = np.broadcast_to(head_p * opt * loc4, shape4).copy()
+    t.z3 = np.broadcast_to(fx.zero3_buffer_bytes(job, *np.ix_(tp, ep, zero)),
+                           (len(tp), len(ep), len(zero))).copy()
+    t.capacity = tuple(capacity_bytes(g.gpu.memory_bytes) for g in job.cluster.node_groups)
+    t.other = fx.other_bytes(job)
+    return t
+
+
+# --------------------------------------------------------------------------------------------
+# Exact composition of one plan (floats)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """Exact (float) step time and per-stage peaks of one plan under the tables."""
+
+    step_s: float
+    pipeline_s: float
+    tail_s: float
+    stage_time_s: tuple[float, ...]
+    stage_peak: tuple[float, ...]
+    fits: bool
+
+
+def stage_groups_of(t: Tables, plan: Plan) -> tuple[int, ...]:
+    """Node group of every stage (in file order when the plan does not say)."""
+    if plan.stage_groups is not None:
+        return plan.stage_groups
+    if t.groups == 1:
+        return (0,) * plan.pp
+    per = plan.dp * plan.tp * plan.cp
+    out: list[int] = []
+    for gi, g in enumerate(t.space.job.cluster.node_groups):
+        out += [gi] * (g.num_gpus // per)
+    return tuple(out[: plan.pp])
+
+
+def plan_cost(t: Tables, plan: Plan) -> PlanCost:
+    """The memory.py / steptime.py composition for one plan, in exact floats."""
+    sp_ = t.space
+    L = sp_.num_layers
+    ls = plan.layers_per_stage(L)
+    groups = stage_groups_of(t, plan)
+    mode = MODES.index(plan.recompute)
+    itp, icp, iep, imb = t.i("tp", plan.tp), t.i("cp", plan.cp), t.i("ep", plan.ep), \
+        t.i("mbs", plan.mbs)
+    iz, idp = t.i("zero", plan.zero), t.i("dp", plan.dp)
+    i6 = (itp, icp, iep, plan.sp, imb)
+    i6m = (itp, icp, iep, plan.sp, imb, mode)
+    i5 = (itp, iep, iz, idp, icp)
+    i4 = (itp, iz, idp, icp)
+    ie = (itp, icp, plan.sp, imb)
+    m = plan.num_microbatches
+    k_dense = t.dense_prefix
+    z3 = plan.zero >= 3
+    times, peaks, dps, opts = [], [], [], []
+    for j, (n, g) in enumerate(zip(ls, groups, strict=True)):
+        first, last = j == 0, j == plan.pp - 1
+        r = plan.recomputed_layers(n)
+        if t.main_kind and first and k_dense:
+            rd = min(r, k_dense)
+            counts = [(False, k_dense, rd), (True, n - k_dense, r - rd)]
+        else:
+            counts = [(t.main_kind, n, r)]
+        f = float(fx.inflight(plan.pp, plan.vpp, m, j))
+        ttime = act = states = dsync = opt = work = z3first = 0.0
+        for kind, cnt, rc in counts:
+            if cnt == 0:
+                continue
+            ttime += cnt * t.time[g, kind][i6m] + rc * t.rec[g, kind][i6]
+            act += (cnt - rc) * t.act[g, kind][i6m] + rc * t.ckpt[g, kind][i6]
+            states += cnt * t.states[kind][i5]
+            dsync += cnt * t.dpsync[g, kind][i5]
+            opt += cnt * t.opt[g, kind][i5]
+            work = max(work, t.work_full[g, kind][i6] if rc > 0 else t.work[g, kind][i6m])
+            if z3:
+                ttime += cnt * t.z3l[g, kind][(itp, icp, iep, plan.sp, imb, mode, idp)]
+                z3first = max(z3first, t.z3f[g, kind][itp, icp, iep, idp])
+        ttime += z3first
+        dsync += t.dps_fixed[g][i4]
+        extra = 0.0
+        if first:
+            act += t.emb_act[g][ie]
+            ttime += t.emb_time[g][ie]
+            states += t.emb_states[i4]
+            dsync += t.emb_dpsync[g][i4]
+            opt += t.emb_opt[g][i4]
+        if last:
+            extra += t.head_act[g][ie]
+            work = max(work, t.head_work[g][ie])
+            ttime += t.head_time[g][ie]
+            states += t.head_states[i4]
+            dsync += t.head_dpsync[g][i4]
+            opt += t.head_opt[g][i4]
+        if plan.pp > 1:
+            ttime += t.p2p[g][(itp, icp, plan.sp, imb, t.i("vpp", plan.vpp), idp)]
+        peak = states + f * act + extra + work + t.z3[itp, iep, iz] + t.other
+        times.append(ttime)
+        peaks.append(peak)
+        dps.append(max(fx.DP_TAIL_FRACTION * dsync, dsync - BACKWARD_SHARE * ttime))
+        opts.append(opt)
+    tmax = max(times)
+    pipeline = m * tmax + (sum(times) - tmax) / plan.vpp
+    tail = max(dps) + max(opts)
+    fits = all(p <= t.capacity[g] for p, g in zip(peaks, groups, strict=True))
+    return PlanCost(pipeline + tail, pipeline, tail, tuple(times), tuple(peaks), fits)
+
+
+def all_index_tuples(*sizes: int) -> list[tuple[int, ...]]:
+    """Cartesian index tuples of small domains (for tests)."""
+    return list(itertools.product(*(range(s) for s in sizes)))

@@ -1,0 +1,113 @@
+"""Cluster spec: GPU types, links, node groups (heterogeneous clusters; units: base.py)."""
+
+from __future__ import annotations
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from .base import GIB, Strict
+
+
+class GPUSpec(Strict):
+    """One accelerator type. `memory_gib` is the usable HBM size in GiB (2^30 bytes)."""
+
+    name: str
+    memory_gib: PositiveFloat
+    bf16_tflops: PositiveFloat  # dense peak
+    fp8_tflops: PositiveFloat | None = None  # dense peak; None: no fp8 tensor cores
+    fp32_tflops: PositiveFloat | None = None  # non-tensor-core fp32 (for memory-bound estimates)
+    hbm_gbps: PositiveFloat  # HBM bandwidth, GB/s
+    source: str = ""
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * GIB)
+
+
+class LinkSpec(Strict):
+    """A link class seen from one GPU: bandwidth per GPU per direction (GB/s), latency (us)."""
+
+    bandwidth_gbps: PositiveFloat
+    latency_us: float = Field(5.0, ge=0)
+    source: str = ""
+
+
+class NodeGroup(Strict):
+    """A homogeneous set of nodes: same GPU, same node fabric."""
+
+    name: str
+    gpu: GPUSpec
+    gpus_per_node: PositiveInt
+    num_nodes: PositiveInt
+    intra_node: LinkSpec  # NVLink/NVSwitch
+    inter_node: LinkSpec  # network bandwidth per GPU (e.g. 8 x 400 Gb/s NICs -> 50 GB/s/GPU)
+    price_per_gpu_hour: PositiveFloat | None = None  # USD
+
+    @property
+    def num_gpus(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+
+class ClusterSpec(Strict):
+    """One or more node groups on one fabric. Several groups = a heterogeneous cluster."""
+
+    name: str
+    node_groups: list[NodeGroup] = Field(min_length=1)
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        names = [g.name for g in self.node_groups]
+        if len(set(names)) != len(names):
+            raise ValueError(f"node_groups names must be unique, got {names}")
+        return self
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(g.num_gpus for g in self.node_groups)
+
+    @property
+    def heterogeneous(self) -> bool:
+        return len(self.node_groups) > 1
+
+    def take_gpus(self, n: int) -> ClusterSpec:
+        """The sub-cluster of the first `n` GPUs, whole nodes, groups in file order.
+
+        Raises ValueError when `n` is not a whole number of nodes of the groups it spans.
+        """
+        if n <= 0:
+            raise ValueError(f"gpus must be positive, got {n}")
+        if n > self.num_gpus:
+            raise ValueError(f"gpus ({n}) exceeds the cluster's {self.num_gpus} GPUs")
+        left = n
+        groups: list[NodeGroup] = []
+        for g in self.node_groups:
+            if left == 0:
+                break
+            take = min(left, g.num_gpus)
+            if take % g.gpus_per_node != 0 and take > g.gpus_per_node:
+                raise ValueError(
+                    f"gpus ({n}) is not a whole number of {g.gpus_per_node}-GPU nodes "
+                    f"in node group {g.name!r}"
+                )
+            if take < g.gpus_per_node:
+                # a partial single node (e.g. --gpus 4 on 8-GPU nodes)
+                groups.append(g.model_copy(update={"num_nodes": 1, "gpus_per_node": take}))
+            else:
+                groups.append(g.model_copy(update={"num_nodes": take // g.gpus_per_node}))
+            left -= take
+        return self.model_copy(update={"node_groups": groups})
+
+    def take_nodes(self, n: int) -> ClusterSpec:
+        """The sub-cluster of the first `n` nodes, groups in file order."""
+        total = sum(g.num_nodes for g in self.node_groups)
+        if n <= 0 or n > total:
+            raise ValueError(f"nodes must be in 1..{total}, got {n}")
+        left = n
+        groups = []
+        for g in self.node_groups:
+            if left == 0:
+                break
+            take = min(left, g.num_nodes)
+            groups.append(g.model_copy(update={"num_nodes": take}))
+            left -= take
+        return self.model_copy(update={"node_groups": groups})

@@ -1,0 +1,224 @@
+"""A parallel training plan and the rules that make it legal for a job.
+
+Field names are the stable surface of INTERFACE.md: dp, tp, pp, vpp, cp, ep, sp, zero, mbs,
+num_microbatches, recompute, recompute_layers, plus the optional layer partition
+(`stage_layers`) and, on heterogeneous clusters, the node group of each stage (`stage_groups`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+
+from autoparallel_cp.spec import Job
+
+RecomputeMode = Literal["none", "selective", "full"]
+RECOMPUTE_MODES: tuple[RecomputeMode, ...] = ("none", "selective", "full")
+
+
+class Plan(BaseModel):
+    """One point of the plan space. `num_microbatches` is per pipeline per step."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dp: PositiveInt = 1
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    vpp: PositiveInt = 1  # model chunks per pipeline rank (interleaved 1F1B when > 1)
+    cp: PositiveInt = 1
+    ep: PositiveInt = 1
+    sp: int = Field(0, ge=0, le=1)  # Megatron sequence parallelism (needs tp > 1 to matter)
+    zero: int = Field(0, ge=0, le=3)
+    mbs: PositiveInt = 1
+    num_microbatches: PositiveInt = 1
+    recompute: RecomputeMode = "none"
+    # Partial full recompute: layers per stage that checkpoint their input and recompute.
+    # None means "all layers of the stage" when recompute == "full", and 0 otherwise.
+    recompute_layers: int | None = Field(None, ge=0)
+    stage_layers: tuple[int, ...] | None = None  # per pipeline stage; None = uniform
+    stage_groups: tuple[int, ...] | None = None  # node-group index per stage; None = in order
+
+    def key(self) -> tuple[Any, ...]:
+        """A hashable identity used to de-duplicate and tie-break plans deterministically."""
+        return (
+            self.tp, self.pp, self.cp, self.dp, self.ep, self.vpp, self.sp, self.zero,
+            self.mbs, RECOMPUTE_MODES.index(self.recompute), self.recompute_layers or 0,
+            self.stage_layers or (), self.stage_groups or (),
+        )
+
+    def short(self) -> str:
+        """Compact `key=value` text, accepted back by `parse_plan`."""
+        parts = [
+            f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}", f"vpp={self.vpp}",
+            f"cp={self.cp}", f"ep={self.ep}", f"sp={self.sp}", f"zero={self.zero}",
+            f"mbs={self.mbs}", f"recompute={self.recompute}",
+        ]
+        if self.recompute_layers is not None:
+            parts.append(f"recompute_layers={self.recompute_layers}")
+        if self.stage_layers is not None:
+            parts.append("stage_layers=" + ":".join(map(str, self.stage_layers)))
+        if self.stage_groups is not None:
+            parts.append("stage_groups=" + ":".join(map(str, self.stage_groups)))
+        return ",".join(parts)
+
+    def layers_per_stage(self, num_layers: int) -> tuple[int, ...]:
+        """Transformer layers held by each pipeline stage (uniform split when not given)."""
+        if self.stage_layers is not None:
+            return self.stage_layers
+        base, extra = divmod(num_layers, self.pp)
+        return tuple(base + (1 if i < extra else 0) for i in range(self.pp))
+
+    def recomputed_layers(self, stage_layer_count: int) -> int:
+        """Layers of a stage with `stage_layer_count` layers that use full recompute."""
+        if self.recompute != "full":
+            return 0
+        if self.recompute_layers is None:
+            return stage_layer_count
+        return min(self.recompute_layers, stage_layer_count)
+
+
+class PlanError(ValueError):
+    """A plan string or plan that cannot be used; the message names the field."""
+
+
+_INT_FIELDS = {"dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
+               "recompute_layers"}
+_TUPLE_FIELDS = {"stage_layers", "stage_groups"}
+
+
+def parse_assignments(text: str) -> dict[str, Any]:
+    """Parse `key=value[,key=value...]` (as in `--plan` and `--fix`) into typed values."""
+    out: dict[str, Any] = {}
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        if "=" not in item:
+            raise PlanError(f"expected KEY=VALUE, got {item!r}")
+        k, v = (s.strip() for s in item.split("=", 1))
+        if k in _INT_FIELDS:
+            try:
+                out[k] = int(v)
+            except ValueError as exc:
+                raise PlanError(f"field {k!r}: expected an integer, got {v!r}") from exc
+        elif k in _TUPLE_FIELDS:
+            try:
+                out[k] = tuple(int(x) for x in v.replace("/", ":").split(":") if x)
+            except ValueError as exc:
+                raise PlanError(
+                    f"field {k!r}: expected integers separated by ':', got {v!r}"
+                ) from exc
+        elif k == "recompute":
+            if v not in RECOMPUTE_MODES:
+                raise PlanError(f"field 'recompute': expected one of {RECOMPUTE_MODES}, got {v!r}")
+            out[k] = v
+        else:
+            raise PlanError(
+                f"unknown plan field {k!r}; known: "
+                + ", ".join(sorted(_INT_FIELDS | _TUPLE_FIELDS | {"recompute"}))
+            )
+    return out
+
+
+def parse_plan(text: str, job: Job | None = None) -> Plan:
+    """Build a Plan from `key=value` text; missing dp / num_microbatches are derived from `job`."""
+    fields = parse_assignments(text)
+    if job is not None:
+        tp, pp, cp = fields.get("tp", 1), fields.get("pp", 1), fields.get("cp", 1)
+        if "dp" not in fields and job.num_gpus % (tp * pp * cp) == 0:
+            fields["dp"] = job.num_gpus // (tp * pp * cp)
+        dp, mbs = fields.get("dp", 1), fields.get("mbs", 1)
+        if "num_microbatches" not in fields and job.global_batch % (dp * mbs) == 0:
+            fields["num_microbatches"] = job.global_batch // (dp * mbs)
+    try:
+        return Plan(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise PlanError(f"plan field {loc!r}: {err['msg']}") from exc
+
+
+def plan_violations(job: Job, plan: Plan) -> list[str]:
+    """Every rule the plan breaks for `job`, each message showing the factors involved.
+
+    Rules follow Megatron-LM's argument checks (arguments.py) and Narayanan et al. §2.2
+    (interleaving needs num_microbatches % pp == 0).
+    """
+    m = job.model
+    out: list[str] = []
+    n = job.num_gpus
+    if plan.dp * plan.tp * plan.pp * plan.cp != n:
+        out.append(
+            f"dp*tp*pp*cp = {plan.dp}*{plan.tp}*{plan.pp}*{plan.cp} = "
+            f"{plan.dp * plan.tp * plan.pp * plan.cp} != {n} GPUs"
+        )
+    if m.num_attention_heads % plan.tp:
+        out.append(f"heads % tp: {m.num_attention_heads} % {plan.tp} != 0")
+    kv = m.kv_heads if m.mla is None else m.num_attention_heads
+    if kv % plan.tp and plan.tp % kv:
+        out.append(f"KV heads vs tp: {kv} KV heads neither divisible by nor dividing tp={plan.tp}")
+    if m.ffn_hidden_size % plan.tp:
+        out.append(f"ffn_hidden % tp: {m.ffn_hidden_size} % {plan.tp} != 0")
+    if plan.cp > 1 and job.seq_len % (2 * plan.cp):
+        out.append(
+            f"seq % (2*cp): {job.seq_len} % {2 * plan.cp} != 0 (load-balanced ring attention)"
+        )
+    if plan.ep > 1:
+        if m.moe is None:
+            out.append(f"ep={plan.ep} needs an MoE model")
+        elif m.moe.num_experts % plan.ep:
+            out.append(f"experts % ep: {m.moe.num_experts} % {plan.ep} != 0")
+        if (plan.dp * plan.cp) % plan.ep:
+            out.append(f"(dp*cp) % ep: {plan.dp * plan.cp} % {plan.ep} != 0")
+    if plan.sp and plan.tp == 1:
+        out.append("sp=1 needs tp > 1")
+    if plan.stage_layers is None:
+        if m.num_layers % (plan.pp * plan.vpp):
+            out.append(
+                f"layers % (pp*vpp): {m.num_layers} % ({plan.pp}*{plan.vpp}) != 0 "
+                "(uniform partition)"
+            )
+    else:
+        if len(plan.stage_layers) != plan.pp:
+            out.append(f"stage_layers has {len(plan.stage_layers)} entries for pp={plan.pp}")
+        if sum(plan.stage_layers) != m.num_layers:
+            out.append(f"sum(stage_layers) = {sum(plan.stage_layers)} != {m.num_layers} layers")
+        if any(x < plan.vpp for x in plan.stage_layers):
+            out.append(f"every stage needs at least vpp={plan.vpp} layers")
+        if plan.vpp > 1 and any(x % plan.vpp for x in plan.stage_layers):
+            out.append(f"stage_layers must be multiples of vpp={plan.vpp}")
+    if plan.stage_groups is not None:
+        if len(plan.stage_groups) != plan.pp:
+            out.append(f"stage_groups has {len(plan.stage_groups)} entries for pp={plan.pp}")
+        if any(g < 0 or g >= len(job.cluster.node_groups) for g in plan.stage_groups):
+            out.append(
+                f"stage_groups refers to a node group outside 0..{len(job.cluster.node_groups) - 1}"
+            )
+    if plan.vpp > 1 and plan.pp == 1:
+        out.append("vpp > 1 needs pp > 1")
+    if job.global_batch % (plan.dp * plan.mbs):
+        out.append(
+            f"global_batch % (dp*mbs): {job.global_batch} % ({plan.dp}*{plan.mbs}) != 0"
+        )
+    elif plan.num_microbatches != job.global_batch // (plan.dp * plan.mbs):
+        out.append(
+            f"num_microbatches = {plan.num_microbatches} but global_batch/(dp*mbs) = "
+            f"{job.global_batch // (plan.dp * plan.mbs)}"
+        )
+    if plan.vpp > 1 and plan.num_microbatches % plan.pp:
+        out.append(
+            f"interleaving needs num_microbatches % pp == 0: {plan.num_microbatches} % {plan.pp}"
+        )
+    if plan.recompute_layers is not None and plan.recompute != "full":
+        out.append("recompute_layers is only meaningful with recompute=full")
+    return out
+
+
+def canonical(plan: Plan, num_layers: int) -> Plan:
+    """Drop a `stage_layers` that equals the default uniform split."""
+    if (plan.stage_layers is not None and num_layers % (plan.pp * plan.vpp) == 0
+            and plan.stage_layers == plan.model_copy(
+                update={"stage_layers": None}).layers_per_stage(num_layers)):
+        return plan.model_copy(update={"stage_layers": None})
+    return plan

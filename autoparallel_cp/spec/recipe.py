@@ -1,0 +1,156 @@
+"""Training recipe spec: precision, optimizer state, framework behaviour, and the presets."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt
+
+from .base import Strict
+
+
+class FrameworkBehaviour(Strict):
+    """How the training framework runs a layer, where frameworks differ (not a plan axis).
+
+    The cost model reads it as `factors.CostOptions` through `factors.options_for`; the
+    defaults describe Megatron-LM with Transformer Engine.
+
+    - ``dropout``: GPT-style dropout after attention, MLP and embedding (1-byte masks,
+      Korthikanti §4.1); modern decoders train without it.
+    - ``tp_comm_overlap``: fraction of TP collectives hidden behind GEMMs (Megatron
+      ``--tp-comm-overlap``, torchtitan async TP); 0 = exposed (Megatron default).
+    - ``tp_comm_overlap_bwd``: the same for the backward pass; None = as forward (Megatron's
+      userbuffer overlap covers dgrad/wgrad). torchtitan's 2024 async TP micro-pipelines the
+      forward all-gather/matmul and matmul/reduce-scatter (the recompute replays them too);
+      its announcement reports "~20% forward pass speedup and ~8% E2E speedup in Llama3 70B",
+      i.e. a forward-only effect: 0.
+    - ``dp_overlap``: DP gradient reduction overlapped with backward (Megatron
+      ``--overlap-grad-reduce``, FSDP/DDP default).
+    - ``fused``: fused elementwise kernels (Megatron / torch.compile); None = framework default.
+    - ``selective_policy``: what `recompute=selective` means: "attention" (Megatron: recompute
+      the attention core, Korthikanti §5) or "op" (torchtitan op-level SAC: keep the layer
+      input, the attention output and every other matmul output; recompute the rest).
+    - ``attention_kernel``: flash-attention kernel generation, "cudnn" (default: cuDNN /
+      FlashAttention-3 class, what the H200 curves measured) or "fa2" (FlashAttention-2, e.g.
+      PyTorch SDPA 2.5-2.10 on H100; efficiency.ATTN_KERNELS).
+    - ``gqa_repeat_kv``: grouped-query K, V are expanded to all query heads with a copy before
+      the attention kernel (torchtitan 2024 Llama `repeat_kv`; SDPA then saves the expanded
+      K, V), instead of a kernel that reads the shared heads (TE, SDPA `enable_gqa`).
+    - ``eager_ops``: how unfused (eager) elementwise code is costed: "generic" (the fused
+      traffic times EAGER_ELEMENTWISE_FACTOR, calibrated on the H200 script) or
+      "llama-upcast" (op by op for Llama modules written with an fp32-upcast RMSNorm and fp32
+      RoPE, as torchtitan and HF transformers do: EAGER_LLAMA_*).
+    - ``cp_ring``: how context parallelism exchanges K, V: "p2p" (Megatron / Transformer
+      Engine: one send/recv per ring step, each hidden behind that step's attention; dK, dV
+      in bf16) or "torch-allgather" (PyTorch ring attention with torchtitan's default
+      `context_parallel_rotate_method="allgather"`: all K, V gathered behind the first step
+      only, fp32 dK, dV shifted every step).
+    """
+
+    selective_policy: Literal["attention", "op"] = "attention"
+    dropout: bool = False
+    tp_comm_overlap: float = Field(0.0, ge=0.0, le=1.0)
+    tp_comm_overlap_bwd: float | None = Field(None, ge=0.0, le=1.0)
+    dp_overlap: bool = True
+    fused: bool | None = None  # None: fused for megatron, eager for pytorch
+    attention_kernel: Literal["cudnn", "fa3", "fa2"] = "cudnn"
+    gqa_repeat_kv: bool = False
+    eager_ops: Literal["generic", "llama-upcast"] = "generic"
+    cp_ring: Literal["p2p", "torch-allgather"] = "p2p"
+
+
+class TrainingRecipe(Strict):
+    """Precisions and optimizer: how many bytes each parameter costs, and the GEMM precision.
+
+    Bytes per parameter follow Megatron's distributed-optimizer table
+    (docs/user-guide/features/dist_optimizer.md): bf16 params + fp32 main grads = 6 + 12/d.
+    """
+
+    name: str
+    framework: Literal["megatron", "pytorch"] = "megatron"
+    weight_bytes: PositiveInt = 2  # the copy used in forward/backward (bf16=2, fp32=4)
+    grad_bytes: PositiveInt = 4  # accumulated (main) gradient
+    #: bytes per gradient element on the wire of the DP reduction. Megatron forces fp32
+    #: accumulation *and* all-reduce for bf16 (`arguments.py`: "bfloat16 requires gradient
+    #: accumulation and all-reduce to be done in fp32") unless --grad-reduce-in-bf16; FSDP2
+    #: `reduce_dtype=float32` (torchtitan default). fp16 Megatron (2021) reduced in fp16 (2).
+    grad_reduce_bytes: PositiveInt = 4
+    master_weight_bytes: int = Field(4, ge=0)  # fp32 master copy; 0 when weights are already fp32
+    optimizer_state_bytes: int = Field(8, ge=0)  # Adam m and v in fp32
+    activation_bytes: PositiveInt = 2  # bf16 activations
+    compute_dtype: Literal["bf16", "fp8"] = "bf16"
+    transient_weight_copy_bytes: int = Field(0, ge=0)  # autocast bf16 weight copies (pytorch-amp)
+    flash_attention: bool = True
+    optimizer: Literal["adam"] = "adam"
+    #: Adam implementation: "fused" (Megatron FusedAdam / torch `fused=True`: one pass over
+    #: param, grad, m, v) or "foreach" (torch multi-tensor AdamW, torchtitan's 2024 default
+    #: `fused=False`: one pass per arithmetic step, factors.ADAM_FOREACH_BYTES_PER_PARAM).
+    optimizer_kernel: Literal["fused", "foreach"] = "fused"
+    #: global gradient-norm clipping every step (Megatron --clip-grad 1.0, torchtitan
+    #: max_norm 1.0 by default): one norm pass and one scaling pass over the local gradients.
+    grad_clip: bool = True
+    #: framework behaviour the cost model needs (recompute policy, fusion, attention kernel,
+    #: TP overlap...); `evaluate(..., options=...)` overrides it for one call.
+    behaviour: FrameworkBehaviour = Field(default_factory=FrameworkBehaviour)
+    source: str = ""
+
+    @property
+    def state_bytes_per_param(self) -> int:
+        """Unsharded model-state bytes per parameter (18 for megatron-bf16, 16 for pytorch-amp)."""
+        return (
+            self.weight_bytes + self.grad_bytes + self.master_weight_bytes
+            + self.optimizer_state_bytes
+        )
+
+
+RECIPES: dict[str, TrainingRecipe] = {
+    "megatron-bf16": TrainingRecipe(
+        name="megatron-bf16",
+        framework="megatron",
+        weight_bytes=2,
+        grad_bytes=4,
+        master_weight_bytes=4,
+        optimizer_state_bytes=8,
+        compute_dtype="bf16",
+        source=("Megatron-LM dist_optimizer.md: bf16 params, fp32 main grads, "
+                "fp32 Adam (18 B/param)"),
+    ),
+    "pytorch-amp": TrainingRecipe(
+        name="pytorch-amp",
+        framework="pytorch",
+        weight_bytes=4,
+        grad_bytes=4,
+        master_weight_bytes=0,
+        optimizer_state_bytes=8,
+        compute_dtype="bf16",
+        transient_weight_copy_bytes=2,
+        source="PyTorch autocast(bf16) with fp32 params/grads and fused AdamW (16 B/param)",
+    ),
+    "torchtitan-fsdp": TrainingRecipe(
+        name="torchtitan-fsdp",
+        framework="pytorch",
+        weight_bytes=4,
+        grad_bytes=4,
+        master_weight_bytes=0,
+        optimizer_state_bytes=8,
+        compute_dtype="bf16",
+        optimizer_kernel="foreach",
+        behaviour=FrameworkBehaviour(selective_policy="op", fused=True, attention_kernel="fa2",
+                                     gqa_repeat_kv=True, eager_ops="llama-upcast",
+                                     cp_ring="torch-allgather"),
+        source=("torchtitan 2024-12 Llama: FSDP2 with fp32 sharded params, bf16 compute, fp32 "
+                "reduce; foreach AdamW; torch.compile per block; op-level SAC as `selective`; "
+                "SDPA on FlashAttention-2; repeat_kv for GQA; all-gather ring attention "
+                "(16 B/param)"),
+    ),
+    "megatron-fp8": TrainingRecipe(
+        name="megatron-fp8",
+        framework="megatron",
+        weight_bytes=2,
+        grad_bytes=4,
+        master_weight_bytes=4,
+        optimizer_state_bytes=8,
+        compute_dtype="fp8",
+        source="megatron-bf16 with Transformer Engine fp8 GEMMs (delayed scaling)",
+    ),
+}
