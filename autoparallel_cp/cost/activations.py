@@ -171,8 +171,9 @@ def korthikanti_gpt_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: 
                       position_embedding="learned")
     gpu = GPUSpec(name="x", memory_gib=80, bf16_tflops=312, hbm_gbps=2039)
     link = LinkSpec(bandwidth_gbps=1)
-    cl = ClusterSpec(name="c", node_groups=[NodeGroup(name="n", gpu=gpu, gpus_per_node=8, num_nodes=1,
-                                                 intra_node=link, inter_node=link)])
+    group = NodeGroup(name="n", gpu=gpu, gpus_per_node=8, num_nodes=1, intra_node=link,
+                      inter_node=link)
+    cl = ClusterSpec(name="c", node_groups=[group])
     recipe = TrainingRecipe(name="gpt-nonflash", flash_attention=False)
     job = Job(model=model, cluster=cl, recipe=recipe, seq_len=s, global_batch=b)
     br = layer_activation_per_token(job, False, t, 1, 1, 1 if sp else 0, CostOptions(dropout=True))

@@ -1,0 +1,264 @@
+"""What every `ap-solve` command shares: errors to exit codes, the job and search options,
+the progress line, and writing outputs and launch settings."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn, TypeVar
+
+import click
+from pydantic import ValidationError
+from rich.console import Console
+from rich.text import Text
+
+from autoparallel_cp import api, report
+from autoparallel_cp.emit import EMIT_FORMATS, emit
+from autoparallel_cp.errors import InfeasibleError, UserError
+from autoparallel_cp.spec import RECIPES, Job
+from autoparallel_cp.spec.plan import Plan, PlanError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_TOLERANCE = 0.03
+
+
+# --------------------------------------------------------------------------------------------
+# errors -> exit codes
+# --------------------------------------------------------------------------------------------
+
+
+def fail(message: str, code: int) -> NoReturn:
+    click.echo(f"ap-solve: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err.get("loc", ()))
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"field {loc!r}: {msg}" if loc else msg
+
+
+def guarded(fn: F) -> F:
+    """Map user errors to INTERFACE.md exit codes: 2 bad input, 1 infeasible; no traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InfeasibleError as exc:
+            click.echo("ap-solve: no feasible plan.", err=True)
+            click.echo(exc.explanation.rstrip(), err=True)
+            sys.exit(1)
+        except (UserError, PlanError) as exc:
+            fail(" ".join(str(exc).split("\n")), 2)
+        except ValidationError as exc:
+            fail(_one_line(exc), 2)
+        except KeyboardInterrupt:
+            click.echo("ap-solve: interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------
+# shared options
+# --------------------------------------------------------------------------------------------
+
+
+def job_options(fn: F) -> F:
+    opts = [
+        click.option("--model", "-m", required=True, metavar="M",
+                     help="Model preset (`ap-solve models`), spec YAML/JSON, or HF config.json."),
+        click.option("--cluster", "-c", required=True, metavar="C",
+                     help="Cluster preset (see `ap-solve clusters`) or a cluster YAML."),
+        click.option("--gpus", type=click.IntRange(min=1), default=None,
+                     help="Use the first N GPUs of the cluster (default: all)."),
+        click.option("--nodes", type=click.IntRange(min=1), default=None,
+                     help="Use the first N nodes of the cluster."),
+        click.option("--seq-len", type=click.IntRange(min=1), default=4096, show_default=True,
+                     help="Sequence length (tokens)."),
+        click.option("--global-batch", type=click.IntRange(min=1), default=512,
+                     show_default=True, help="Global batch (sequences per optimizer step)."),
+        click.option("--recipe", default="megatron-bf16", metavar="R|FILE",
+                     show_default=True,
+                     help=f"Recipe preset ({', '.join(RECIPES)}) or a YAML/JSON recipe file: "
+                          "precisions, optimizer and framework behaviour."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def search_options(fn: F) -> F:
+    opts = [
+        click.option("--fix", default=None, metavar="K=V,...",
+                     help="Pin plan fields, e.g. --fix tp=8,sp=1."),
+        click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True,
+                     help="Number of best distinct plans."),
+        click.option("--objective", type=click.Choice(["throughput", "cost"]),
+                     default="throughput", show_default=True),
+        click.option("--tolerance", type=click.FloatRange(min=0.0), default=DEFAULT_TOLERANCE,
+                     show_default=True,
+                     help="Recommend the simplest plan within this fraction of the best step "
+                          "time."),
+        click.option("--csv", "csv_path", default=None, metavar="FILE",
+                     help="Write the plans as CSV (atomically)."),
+        click.option("--json", "json_path", default=None, metavar="FILE|-",
+                     help="Write the INTERFACE.md JSON; '-' for stdout."),
+        click.option("--emit", "emit_fmt", type=click.Choice(EMIT_FORMATS), default=None,
+                     help="Print launch settings of the recommended plan."),
+        click.option("--emit-rank", type=click.IntRange(min=1), default=None,
+                     help="With --emit: export plan #N of the table instead."),
+        click.option("--emit-out", default=None, metavar="FILE",
+                     help="With --emit: write the settings to FILE (atomically)."),
+        click.option("--quiet", "-q", is_flag=True,
+                     help="No progress line or notes on stderr."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def build_job(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
+               global_batch: int, recipe: str) -> Job:
+    return api.make_job(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
+                        global_batch=global_batch, recipe=recipe)
+
+
+def job_header(job: Job) -> str:
+    groups = " + ".join(
+        f"{g.num_nodes}x{g.gpus_per_node} {g.gpu.name}" for g in job.cluster.node_groups)
+    return (f"{job.model.name} on {job.num_gpus} GPUs ({groups}), seq {job.seq_len}, "
+            f"global batch {job.global_batch}, {job.recipe.name}")
+
+
+# --------------------------------------------------------------------------------------------
+# progress line
+# --------------------------------------------------------------------------------------------
+
+
+class ProgressLine:
+    """A live line on stderr while CP-SAT improves its incumbent (only on a terminal)."""
+
+    def __init__(self, enabled: bool, what: str = "solving") -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.what = what
+        self._status: Any = None
+        self._t0 = time.monotonic()
+        self._n = 0
+
+    def __enter__(self) -> ProgressLine:
+        if self.enabled:
+            self._status = Console(stderr=True).status(f"{self.what} ...")
+            self._status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        """Solver callback: accepts an objective value, a step time, or keyword fields."""
+        self._n += 1
+        if self._status is None:
+            return
+        detail = _progress_text(args, kwargs)
+        self._status.update(f"{self.what} {time.monotonic() - self._t0:.1f} s, "
+                            f"incumbent #{self._n}{': ' + detail if detail else ''}")
+
+
+def _progress_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    parts = []
+    fields = dict(kwargs)
+    if args and isinstance(args[0], Mapping):
+        fields.update(args[0])
+    elif args:
+        obj = args[0]
+        for name in ("step_s", "objective", "best_bound", "gap", "plan"):
+            if hasattr(obj, name):
+                fields.setdefault(name, getattr(obj, name))
+        if isinstance(obj, (int, float)):
+            fields.setdefault("objective", obj)
+    if fields.get("best_s") is not None:
+        parts.append(f"best step {report.fmt_time(float(fields['best_s']))}")
+    if fields.get("bound_s") is not None:
+        parts.append(f"bound {report.fmt_time(float(fields['bound_s']))}")
+    if fields.get("plans") is not None:
+        parts.append(f"{fields['plans']} plans kept")
+    if "step_s" in fields and fields["step_s"] is not None:
+        parts.append(f"step {report.fmt_time(float(fields['step_s']))}")
+    elif "objective" in fields and fields["objective"] is not None:
+        parts.append(f"objective {fields['objective']}")
+    if fields.get("gap") is not None:
+        parts.append(f"gap {float(fields['gap']):.1%}")
+    if isinstance(fields.get("plan"), Plan):
+        parts.append(fields["plan"].short())
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# result helpers
+# --------------------------------------------------------------------------------------------
+
+
+def result_parts(result: Any) -> tuple[str, float, Any, list[Any]]:
+    """(status, solve_time_s, space_size, evaluations) of a SolveResult."""
+    status = str(getattr(result, "status", "feasible"))
+    solve_time = float(getattr(result, "solve_time_s", 0.0) or 0.0)
+    space = getattr(result, "space_size", None)
+    plans = list(getattr(result, "plans", []) or [])
+    return status, solve_time, space, plans
+
+
+def plan_of(ev: Any) -> Plan:
+    """The Plan of an Evaluation (or PLAN dict)."""
+    p = getattr(ev, "plan", None)
+    if isinstance(p, Plan):
+        return p
+    d = ev if isinstance(ev, Mapping) else ev.to_json()
+    fields = {k: v for k, v in d["plan"].items() if v is not None}
+    for k in ("stage_layers", "stage_groups"):
+        if k in fields:
+            fields[k] = tuple(fields[k])
+    return Plan(**fields)
+
+
+def step_of(d: Mapping[str, Any]) -> float:
+    return float(d["time"]["step_s"])
+
+
+def write_outputs(status: str, solve_time: float, space: Any, dicts: list[dict[str, Any]],
+                   csv_path: str | None, json_path: str | None, note: Console) -> None:
+    if csv_path:
+        report.write_atomic(csv_path, report.plans_csv(dicts))
+        if csv_path != "-":
+            note.print(f"wrote {csv_path}")
+    if json_path:
+        report.write_atomic(json_path, report.result_json(status, solve_time, space, dicts))
+        if json_path != "-":
+            note.print(f"wrote {json_path}")
+
+
+def emit_settings(job: Job, plan: Plan, fmt: str, out_path: str | None, out: Console,
+          note: Console, label: str) -> None:
+    e = emit(job, plan, fmt)
+    if out_path:
+        report.write_atomic(out_path, e.text)
+        note.print(f"wrote {fmt} settings of {label} to {out_path}")
+    else:
+        out.print(Text(f"\n{fmt} settings of {label}:", style="bold"))
+        out.print(e.text, markup=False, highlight=False, soft_wrap=True)
+    for n in e.notes:
+        note.print(f"note ({fmt}): {n}")
+
+
+def consoles(json_path: str | None, quiet: bool) -> tuple[Console, Console]:
+    """(report console, notes console): the report leaves stdout when JSON goes there."""
+    if json_path == "-":
+        return report.stderr_console(quiet), report.stderr_console(quiet)
+    return report.stdout_console(), report.stderr_console(quiet)

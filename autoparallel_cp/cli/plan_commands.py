@@ -1,0 +1,103 @@
+"""`ap-solve evaluate` and `ap-solve explain`: one plan's breakdown, limits and best changes."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from autoparallel_cp import api, report
+from autoparallel_cp.cli.common import (
+    F,
+    build_job,
+    consoles,
+    emit_settings,
+    guarded,
+    job_header,
+    job_options,
+    plan_of,
+    step_of,
+)
+from autoparallel_cp.emit import EMIT_FORMATS
+from autoparallel_cp.spec import Job
+
+
+def _plan_options(fn: F) -> F:
+    opts = [
+        click.option("--plan", "-p", "plan_text", required=True, metavar="K=V,...",
+                     help='e.g. "tp=8,pp=4,mbs=1,recompute=selective,zero=1" (dp and '
+                          "num_microbatches are derived)."),
+        click.option("--json", "json_path", default=None, metavar="FILE|-",
+                     help="Write the PLAN JSON; '-' for stdout."),
+        click.option("--emit", "emit_fmt", type=click.Choice(EMIT_FORMATS), default=None,
+                     help="Print launch settings of this plan."),
+        click.option("--emit-out", default=None, metavar="FILE",
+                     help="With --emit: write the settings to FILE (atomically)."),
+        click.option("--quiet", "-q", is_flag=True, help="No notes on stderr."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
+                         emit_fmt: str | None, emit_out: str | None, quiet: bool,
+                         explain: bool) -> None:
+    out, note = consoles(json_path, quiet)
+    ev = api.evaluate(job, plan_text)
+    d = report.plans_from([ev])[0]
+    if json_path:
+        report.write_atomic(json_path, report.plan_json(d))
+        if json_path != "-":
+            note.print(f"wrote {json_path}")
+    out.print(Text(job_header(job), style="bold"))
+    report.print_plan_report(out, d, title="Plan breakdown" if not explain else "Explanation",
+                             num_layers=job.model.num_layers, explain=explain)
+    if explain:
+        from autoparallel_cp.search.recommend import single_changes
+
+        changes = single_changes(job, plan_of(ev), d)
+        if changes:
+            top = changes[0]
+            out.print(Text("Change that would help most: ", style="bold") + Text(
+                f"{top.change}: step {report.fmt_time(step_of(d))} -> "
+                f"{report.fmt_time(top.step_s)} ({top.delta:+.1%}), needs "
+                f"{report.gib(top.peak_bytes)} of {report.gib(top.capacity_bytes)} GiB"))
+            table = Table(title="Best single changes (exact cost model)", title_justify="left",
+                          header_style="bold")
+            table.add_column("change")
+            table.add_column("step", justify="right")
+            table.add_column("vs now", justify="right")
+            table.add_column("mem GiB", justify="right")
+            for ch in changes[:5]:
+                table.add_row(ch.change, report.fmt_time(ch.step_s), f"{ch.delta:+.1%}",
+                              f"{report.gib(ch.peak_bytes)}/{report.gib(ch.capacity_bytes)}")
+            out.print(table)
+        elif d.get("fits"):
+            out.print("No single-axis change fits and is faster: the plan is locally optimal.")
+    if emit_fmt:
+        emit_settings(job, plan_of(ev), emit_fmt, emit_out, out, note, "this plan")
+
+
+@click.command()
+@job_options
+@_plan_options
+@guarded
+def evaluate(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
+             global_batch: int, recipe: str, plan_text: str, json_path: str | None,
+             emit_fmt: str | None, emit_out: str | None, quiet: bool) -> None:
+    """The memory and time breakdown of one given plan (also when it does not fit)."""
+    job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
+    _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=False)
+
+
+@click.command()
+@job_options
+@_plan_options
+@guarded
+def explain(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
+            global_batch: int, recipe: str, plan_text: str, json_path: str | None,
+            emit_fmt: str | None, emit_out: str | None, quiet: bool) -> None:
+    """Explain one plan: breakdown, what limits it, and the changes that would help most."""
+    job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
+    _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=True)

@@ -1,0 +1,133 @@
+"""`ap-solve solve` and `ap-solve enumerate`: the k best plans and the recommendation."""
+
+from __future__ import annotations
+
+import click
+from rich.text import Text
+
+from autoparallel_cp import api, report
+from autoparallel_cp.cli.common import (
+    ProgressLine,
+    build_job,
+    consoles,
+    emit_settings,
+    guarded,
+    job_header,
+    job_options,
+    plan_of,
+    result_parts,
+    search_options,
+    step_of,
+    write_outputs,
+)
+from autoparallel_cp.errors import InfeasibleError, UserError
+from autoparallel_cp.spec import Job
+
+
+def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: str,
+                 tolerance: float, csv_path: str | None, json_path: str | None,
+                 emit_fmt: str | None, emit_rank: int | None, emit_out: str | None,
+                 quiet: bool, time_limit: float | None = None,
+                 workers: int | None = None) -> None:
+    out, note = consoles(json_path, quiet)
+    if kind == "solve":
+        with ProgressLine(not quiet, "CP-SAT") as progress:
+            result = api.solve(job, top_k=top_k, time_limit=time_limit, workers=workers,
+                               objective=objective, fix=fix, progress=progress)
+    else:
+        result = api.enumerate_plans(job, top_k=top_k, objective=objective, fix=fix)
+    status, solve_time, space, evs = result_parts(result)
+    dicts = report.plans_from(evs)
+    write_outputs(status, solve_time, space, dicts, csv_path, json_path, note)
+    if not dicts:
+        raise InfeasibleError(
+            f"no plan found within the time limit ({solve_time:.1f} s; status {status}, not "
+            "proven infeasible): raise --time-limit, or narrow the space with --fix")
+
+    ranked = [(plan_of(ev), step_of(d)) for ev, d in zip(evs, dicts, strict=True)]
+    from autoparallel_cp.search.recommend import recommend
+    from autoparallel_cp.spec.plan import canonical
+
+    with ProgressLine(not quiet, f"CP-SAT phase 2 (simplest within {tolerance:.0%})"):
+        rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix,
+                        time_limit=time_limit if time_limit is not None else 10.0,
+                        workers=workers)
+    rec_key = canonical(rec.plan, job.model.num_layers).key()
+    rec_rank = next((i for i, (p, _) in enumerate(ranked, 1)
+                     if canonical(p, job.model.num_layers).key() == rec_key), None)
+
+    out.print(Text(job_header(job), style="bold"))
+    space_txt = (f"{space:.2g}" if isinstance(space, int) and space >= 10**9 else
+                 f"{space:,}" if isinstance(space, int) else str(space))
+    gap = getattr(result, "gap", None)
+    if status == "optimal":
+        proof = " (proven)"
+    elif isinstance(gap, float) and gap > 0:
+        proof = f" (time limit hit, gap {gap:.2%}: raise --time-limit)"
+    else:
+        proof = " (time limit hit before the proof: raise --time-limit)"
+    out.print(f"{kind}: status {status}{proof}, {solve_time:.2f} s, space {space_txt} plans, "
+              f"objective {objective}")
+    out.print(report.plans_table(dicts, highlight=rec_rank, compare=True))
+    best = dicts[0]
+    out.print(Text("fastest:     ", style="bold") + Text(
+        f"#1 {report.plan_label(best['plan'])}  step {report.fmt_time(step_of(best))}, "
+        f"{report.fmt_count(best['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU"))
+    if rec_rank is not None:
+        rd = dicts[rec_rank - 1]
+        rec_text = f"#{rec_rank} {report.plan_label(rd['plan'])}"
+    else:
+        rd = report.plans_from([api.evaluate(job, rec.plan)])[0]
+        rec_text = report.plan_label(rd["plan"])
+    out.print(Text("recommended: ", style="bold green") + Text(
+        f"{rec_text}  step {report.fmt_time(step_of(rd))}, "
+        f"{report.fmt_count(rd['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU, "
+        f"mem {report.gib(report.needed_bytes(rd['memory']))} GiB "
+        f"(simplest within {tolerance:.0%}, {rec.method})"))
+    out.print("  " + rec.why())
+
+    if emit_fmt:
+        if emit_rank is not None:
+            if emit_rank > len(ranked):
+                raise UserError(f"--emit-rank {emit_rank}: only {len(ranked)} plans")
+            chosen, label = ranked[emit_rank - 1][0], f"plan #{emit_rank}"
+        else:
+            chosen, label = rec.plan, "the recommended plan"
+        emit_settings(job, chosen, emit_fmt, emit_out, out, note, label)
+
+
+@click.command()
+@job_options
+@search_options
+@click.option("--time-limit", type=click.FloatRange(min=0.0, min_open=True), default=10.0,
+              show_default=True, help="CP-SAT time limit in seconds.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="CP-SAT workers (default: CPU count).")
+@guarded
+def solve(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
+          global_batch: int, recipe: str, fix: str | None, top_k: int, objective: str,
+          tolerance: float, csv_path: str | None, json_path: str | None,
+          emit_fmt: str | None, emit_rank: int | None, emit_out: str | None, quiet: bool,
+          time_limit: float, workers: int | None) -> None:
+    """The optimal and k best distinct plans, found by CP-SAT."""
+    job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
+    _run_search("solve", job, fix=fix, top_k=top_k, objective=objective, tolerance=tolerance,
+                csv_path=csv_path, json_path=json_path, emit_fmt=emit_fmt,
+                emit_rank=emit_rank, emit_out=emit_out, quiet=quiet, time_limit=time_limit,
+                workers=workers)
+
+
+@click.command("enumerate")
+@job_options
+@search_options
+@guarded
+def enumerate_cmd(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
+                  global_batch: int, recipe: str, fix: str | None, top_k: int, objective: str,
+                  tolerance: float, csv_path: str | None, json_path: str | None,
+                  emit_fmt: str | None, emit_rank: int | None, emit_out: str | None,
+                  quiet: bool) -> None:
+    """The exhaustive reference search over the same space (for checking the solver)."""
+    job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
+    _run_search("enumerate", job, fix=fix, top_k=top_k, objective=objective,
+                tolerance=tolerance, csv_path=csv_path, json_path=json_path,
+                emit_fmt=emit_fmt, emit_rank=emit_rank, emit_out=emit_out, quiet=quiet)

@@ -1,0 +1,100 @@
+"""`ap-solve whatif`: sweeps over GPU count, type, network, sequence length and batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+from rich.text import Text
+
+from autoparallel_cp import api, report
+from autoparallel_cp.cli.common import (
+    ProgressLine,
+    consoles,
+    guarded,
+)
+from autoparallel_cp.errors import UserError
+from autoparallel_cp.spec import RECIPES
+
+
+def _csv_list(kind: Callable[[str], Any], name: str) -> Callable[..., Any]:
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        if value is None:
+            return None
+        try:
+            return [kind(v.strip()) for v in value.split(",") if v.strip()]
+        except ValueError:
+            raise click.BadParameter(f"expected a comma-separated list, got {value!r}",
+                                     param_hint=name) from None
+    return convert
+
+
+@click.command()
+@click.option("--model", "-m", required=True, metavar="M", help="Model preset or file.")
+@click.option("--cluster", "-c", required=True, metavar="C[,C...]",
+              help="Cluster preset(s) or file(s); several = a GPU-type sweep.")
+@click.option("--gpus", callback=_csv_list(int, "--gpus"), default=None, metavar="N[,N...]",
+              help="GPU counts to sweep.")
+@click.option("--nodes", callback=_csv_list(int, "--nodes"), default=None, metavar="N[,N...]",
+              help="Node counts to sweep.")
+@click.option("--inter-node-gbps", callback=_csv_list(float, "--inter-node-gbps"), default=None,
+              metavar="BW[,BW...]", help="Inter-node bandwidths (GB/s per GPU) to sweep.")
+@click.option("--seq-len", callback=_csv_list(int, "--seq-len"), default="4096",
+              show_default=True, metavar="S[,S...]", help="Sequence lengths to sweep.")
+@click.option("--global-batch", callback=_csv_list(int, "--global-batch"), default="512",
+              show_default=True, metavar="B[,B...]", help="Global batches to sweep.")
+@click.option("--recipe", default="megatron-bf16", metavar="R|FILE", show_default=True,
+              help=f"Recipe preset ({', '.join(RECIPES)}) or a YAML/JSON recipe file.")
+@click.option("--fix", default=None, metavar="K=V,...", help="Pin plan fields at every point.")
+@click.option("--objective", type=click.Choice(["throughput", "cost"]), default="throughput",
+              show_default=True, help="What each point optimizes; cost also ranks the points.")
+@click.option("--tokens", type=float, default=None, metavar="N",
+              help="Tokens to train (e.g. 15e12): days to train and, with prices, cost.")
+@click.option("--time-limit", type=click.FloatRange(min=0.0, min_open=True), default=10.0,
+              show_default=True, help="CP-SAT time limit per point.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Points solved in parallel processes (default: CPU count).")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png",
+              help="Write a PNG plot (needs matplotlib: the `plot` extra).")
+@click.option("--csv", "csv_path", default=None, metavar="FILE", help="Write the sweep as CSV.")
+@click.option("--json", "json_path", default=None, metavar="FILE|-",
+              help="Write the sweep as JSON; '-' for stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr.")
+@guarded
+def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | None,
+           inter_node_gbps: list[float] | None, seq_len: list[int], global_batch: list[int],
+           recipe: str, fix: str | None, objective: str, tokens: float | None,
+           time_limit: float, jobs: int | None, plot_path: str | None, csv_path: str | None,
+           json_path: str | None, quiet: bool) -> None:
+    """Hardware and job planning: sweep GPUs, GPU type, network, sequence length, batch."""
+    from autoparallel_cp import whatif as wi
+
+    out, note = consoles(json_path, quiet)
+    if plot_path:
+        wi.require_matplotlib()
+    if tokens is not None and tokens <= 0:
+        raise UserError("--tokens must be positive")
+    points = wi.build_points(
+        model=model, clusters=[c.strip() for c in cluster.split(",") if c.strip()],
+        gpus=gpus, nodes=nodes, inter_node_gbps=inter_node_gbps, seq_lens=seq_len,
+        global_batches=global_batch, recipe=recipe)
+    api.parse_fix(fix)  # validate once, before spawning workers
+    with ProgressLine(not quiet, f"what-if, {len(points)} points"):
+        rows = wi.run_sweep(points, fix=fix, objective=objective, time_limit=time_limit,
+                            jobs=jobs, tokens=tokens)
+    if csv_path:
+        report.write_atomic(csv_path, wi.rows_csv(rows))
+        note.print(f"wrote {csv_path}")
+    if json_path:
+        report.write_atomic(json_path, wi.rows_json(rows))
+        if json_path != "-":
+            note.print(f"wrote {json_path}")
+    out.print(Text(f"what-if: {model}, {len(rows)} points, objective {objective}",
+                   style="bold"))
+    out.print(wi.rows_table(rows, tokens=tokens, objective=objective))
+    for line in wi.summary_lines(rows, tokens=tokens, objective=objective):
+        out.print(line)
+    if plot_path:
+        wi.plot(rows, plot_path, tokens=tokens)
+        note.print(f"wrote {plot_path}")
