@@ -121,7 +121,7 @@ def test_solve_is_deterministic() -> None:
 
 def _check_key_bound(space: SearchSpace) -> int:
     from autoparallel_cp.search import enumerate as en
-    from autoparallel_cp.search.cpsat_partition import key_bound
+    from autoparallel_cp.search.key_bounds import key_bound
 
     ranked, _ = en.enumerate_best(space)  # the best plan of every key, by exact step time
     t = build_tables(space)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoparallel_cp import api
+from autoparallel_cp.search.neighbours import single_changes
 from autoparallel_cp.search.recommend import (
     COMPLEXITY_WEIGHTS,
     axis_weight,
@@ -13,7 +14,6 @@ from autoparallel_cp.search.recommend import (
     pick_simplest,
     recommend,
     simplest_within,
-    single_changes,
     weight_table,
 )
 from autoparallel_cp.spec import Job

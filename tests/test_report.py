@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from autoparallel_cp import report
+from autoparallel_cp import outputs, report
 from autoparallel_cp.errors import UserError
 
 GIB = 1024**3
@@ -39,7 +39,7 @@ def _plan_dict(step: float = 10.0, bubble: float = 1.0, fits: bool = True,
 
 def test_csv_has_one_row_per_plan_with_interface_columns() -> None:
     plans = [_plan_dict(10.0), _plan_dict(11.0, bubble=2.0)]
-    rows = list(csv.DictReader(io.StringIO(report.plans_csv(plans))))
+    rows = list(csv.DictReader(io.StringIO(outputs.plans_csv(plans))))
     assert [r["rank"] for r in rows] == ["1", "2"]
     for col in ("dp", "tp", "pp", "peak_bytes", "peak_gib", "step_s", "tokens_per_s_per_gpu",
                 "mfu", "rank", "recompute"):
@@ -49,7 +49,7 @@ def test_csv_has_one_row_per_plan_with_interface_columns() -> None:
 
 
 def test_result_json_has_exactly_the_interface_keys() -> None:
-    doc = json.loads(report.result_json("optimal", 1.5, 1234, [_plan_dict()]))
+    doc = json.loads(outputs.result_json("optimal", 1.5, 1234, [_plan_dict()]))
     assert set(doc) == {"status", "solve_time_s", "space_size", "plans"}
     assert doc["plans"][0]["plan"]["tp"] == 8
 
@@ -57,7 +57,7 @@ def test_result_json_has_exactly_the_interface_keys() -> None:
 def test_write_atomic_replaces_whole_file(tmp_path: Path) -> None:
     target = tmp_path / "out.csv"
     target.write_text("old contents\n")
-    report.write_atomic(target, "new\n")
+    outputs.write_atomic(target, "new\n")
     assert target.read_text() == "new\n"
     assert sorted(os.listdir(tmp_path)) == ["out.csv"]
 
@@ -70,9 +70,9 @@ def test_failing_write_leaves_target_untouched_and_no_temp_file(
     def boom(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(report.os, "fsync", boom)
+    monkeypatch.setattr(outputs.os, "fsync", boom)
     with pytest.raises(UserError, match="plans.json"):
-        report.write_atomic(target, "x" * 100_000)
+        outputs.write_atomic(target, "x" * 100_000)
     assert target.read_text() == "previous\n"
     assert sorted(os.listdir(tmp_path)) == ["plans.json"]
 
@@ -82,19 +82,19 @@ def test_failing_write_of_new_file_creates_nothing(
     def boom(src: str, dst: str) -> None:
         raise OSError(13, "Permission denied")
 
-    monkeypatch.setattr(report.os, "replace", boom)
+    monkeypatch.setattr(outputs.os, "replace", boom)
     with pytest.raises(UserError):
-        report.write_atomic(tmp_path / "new.csv", "a,b\n1,2\n")
+        outputs.write_atomic(tmp_path / "new.csv", "a,b\n1,2\n")
     assert os.listdir(tmp_path) == []
 
 
 def test_write_into_missing_folder_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no-such-dir"):
-        report.write_atomic(tmp_path / "no-such-dir" / "x.csv", "a\n")
+        outputs.write_atomic(tmp_path / "no-such-dir" / "x.csv", "a\n")
 
 
 def test_dash_writes_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
-    report.write_atomic("-", "hello\n")
+    outputs.write_atomic("-", "hello\n")
     assert capsys.readouterr().out == "hello\n"
 
 

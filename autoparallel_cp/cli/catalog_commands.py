@@ -7,7 +7,7 @@ import sys
 import click
 from rich.table import Table
 
-from autoparallel_cp import report
+from autoparallel_cp import outputs, report
 from autoparallel_cp.cli.common import (
     guarded,
 )
@@ -26,7 +26,7 @@ def models(json_path: str | None) -> None:
     if json_path:
         import json
 
-        report.write_atomic(json_path, json.dumps(rows, indent=2) + "\n")
+        outputs.write_atomic(json_path, json.dumps(rows, indent=2) + "\n")
         if json_path == "-":
             return
     table = Table(title="Model presets (--model NAME)", title_justify="left",
@@ -55,7 +55,7 @@ def clusters(json_path: str | None) -> None:
     if json_path:
         import json
 
-        report.write_atomic(json_path, json.dumps(rows, indent=2) + "\n")
+        outputs.write_atomic(json_path, json.dumps(rows, indent=2) + "\n")
         if json_path == "-":
             return
     table = Table(title="Cluster presets (--cluster NAME; --gpus/--nodes select a part)",

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from autoparallel_cp import api, report
+from autoparallel_cp import api, outputs, report
 from autoparallel_cp.emit import EMIT_FORMATS, emit
 from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.spec import RECIPES, Job
@@ -235,11 +235,11 @@ def step_of(d: Mapping[str, Any]) -> float:
 def write_outputs(status: str, solve_time: float, space: Any, dicts: list[dict[str, Any]],
                    csv_path: str | None, json_path: str | None, note: Console) -> None:
     if csv_path:
-        report.write_atomic(csv_path, report.plans_csv(dicts))
+        outputs.write_atomic(csv_path, outputs.plans_csv(dicts))
         if csv_path != "-":
             note.print(f"wrote {csv_path}")
     if json_path:
-        report.write_atomic(json_path, report.result_json(status, solve_time, space, dicts))
+        outputs.write_atomic(json_path, outputs.result_json(status, solve_time, space, dicts))
         if json_path != "-":
             note.print(f"wrote {json_path}")
 
@@ -248,7 +248,7 @@ def emit_settings(job: Job, plan: Plan, fmt: str, out_path: str | None, out: Con
           note: Console, label: str) -> None:
     e = emit(job, plan, fmt)
     if out_path:
-        report.write_atomic(out_path, e.text)
+        outputs.write_atomic(out_path, e.text)
         note.print(f"wrote {fmt} settings of {label} to {out_path}")
     else:
         out.print(Text(f"\n{fmt} settings of {label}:", style="bold"))

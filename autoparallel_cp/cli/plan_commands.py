@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from autoparallel_cp import api, report
+from autoparallel_cp import api, outputs, report
 from autoparallel_cp.cli.common import (
     F,
     build_job,
@@ -47,14 +47,14 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
     ev = api.evaluate(job, plan_text)
     d = report.plans_from([ev])[0]
     if json_path:
-        report.write_atomic(json_path, report.plan_json(d))
+        outputs.write_atomic(json_path, outputs.plan_json(d))
         if json_path != "-":
             note.print(f"wrote {json_path}")
     out.print(Text(job_header(job), style="bold"))
     report.print_plan_report(out, d, title="Plan breakdown" if not explain else "Explanation",
                              num_layers=job.model.num_layers, explain=explain)
     if explain:
-        from autoparallel_cp.search.recommend import single_changes
+        from autoparallel_cp.search.neighbours import single_changes
 
         changes = single_changes(job, plan_of(ev), d)
         if changes:

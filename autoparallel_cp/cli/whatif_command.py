@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.text import Text
 
-from autoparallel_cp import api, report
+from autoparallel_cp import api, outputs
 from autoparallel_cp.cli.common import (
     ProgressLine,
     consoles,
@@ -84,10 +84,10 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
         rows = wi.run_sweep(points, fix=fix, objective=objective, time_limit=time_limit,
                             jobs=jobs, tokens=tokens)
     if csv_path:
-        report.write_atomic(csv_path, wi.rows_csv(rows))
+        outputs.write_atomic(csv_path, wi.rows_csv(rows))
         note.print(f"wrote {csv_path}")
     if json_path:
-        report.write_atomic(json_path, wi.rows_json(rows))
+        outputs.write_atomic(json_path, wi.rows_json(rows))
         if json_path != "-":
             note.print(f"wrote {json_path}")
     out.print(Text(f"what-if: {model}, {len(rows)} points, objective {objective}",

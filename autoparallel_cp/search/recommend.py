@@ -193,7 +193,7 @@ def simplest_within(
     from ortools.sat.python import cp_model
 
     from autoparallel_cp.search.cpsat_master import build_master, enumerate_keys
-    from autoparallel_cp.search.cpsat_partition import key_bound
+    from autoparallel_cp.search.key_bounds import key_bound
     from autoparallel_cp.search.solve import best_for_key
     from autoparallel_cp.search.space import SearchSpace
     from autoparallel_cp.search.tables import build_tables, plan_cost
@@ -361,108 +361,3 @@ def recommend(
         tolerance=tolerance, complexity=complexity(plan),
         fastest_complexity=complexity(fastest), method=method, evaluation=evaluation,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# explain: the best single-axis changes of a plan, scored by the exact cost model
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Change:
-    """One single-axis change of a plan and its exact evaluation."""
-
-    change: str
-    plan: Plan
-    step_s: float
-    delta: float  # relative step-time change vs the original (-0.1 = 10 % faster)
-    fits: bool
-    peak_bytes: float  # memory compared with the capacity (required, else peak allocated)
-    capacity_bytes: float
-
-
-def neighbours(job: Any, plan: Plan) -> list[tuple[str, Plan]]:
-    """Legal plans one axis step away from `plan` (dp and micro-batch count re-derived)."""
-    from autoparallel_cp.spec.plan import RECOMPUTE_MODES, plan_violations
-
-    base: dict[str, Any] = plan.model_dump()
-    moe = getattr(job.model, "moe", None) is not None
-    edits: list[tuple[str, dict[str, Any]]] = []
-    for axis in ("tp", "pp", "cp", "mbs", "vpp") + (("ep",) if moe else ()):
-        v = base[axis]
-        for nv in (v * 2, v // 2):
-            if nv >= 1 and nv != v:
-                edits.append((f"{axis} {v} -> {nv}", {axis: nv}))
-    for mode in RECOMPUTE_MODES:
-        if mode != plan.recompute:
-            edits.append((f"recompute {plan.recompute} -> {mode}",
-                          {"recompute": mode, "recompute_layers": None}))
-    for z in range(4):
-        if z != plan.zero:
-            edits.append((f"zero {plan.zero} -> {z}", {"zero": z}))
-    if plan.tp > 1:
-        edits.append((f"sp {plan.sp} -> {1 - plan.sp}", {"sp": 1 - plan.sp}))
-    domains = _domains(job)
-    out: list[tuple[str, Plan]] = []
-    seen = {plan.key()}
-    for label, upd in edits:
-        if any(k in domains and v not in domains[k] for k, v in upd.items()):
-            continue
-        f = {**base, **upd}
-        if "pp" in upd or "vpp" in upd:
-            f["stage_layers"] = None
-            f["stage_groups"] = None
-            if f["pp"] == 1:
-                f["vpp"] = 1
-        if "tp" in upd and f["tp"] == 1:
-            f["sp"] = 0
-        denom = f["tp"] * f["pp"] * f["cp"]
-        if job.num_gpus % denom:
-            continue
-        f["dp"] = job.num_gpus // denom
-        if job.global_batch % (f["dp"] * f["mbs"]):
-            continue
-        f["num_microbatches"] = job.global_batch // (f["dp"] * f["mbs"])
-        try:
-            p = Plan(**f)
-        except ValueError:
-            continue
-        if p.key() in seen or plan_violations(job, p):
-            continue
-        seen.add(p.key())
-        out.append((label, p))
-    return out
-
-
-def _domains(job: Any) -> dict[str, tuple[Any, ...]]:
-    """The search space's axis domains (empty when space.py is not available)."""
-    try:
-        from autoparallel_cp.search.space import SearchSpace
-    except ImportError:
-        return {}
-    sp = SearchSpace.for_job(job)
-    return {a: tuple(getattr(sp, a)) for a in ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero")}
-
-
-def single_changes(job: Any, plan: Plan, current: dict[str, Any] | None = None) -> list[Change]:
-    """Single-axis changes that fit and beat the plan's step time (or, when the plan does not
-    fit, every change that fits), fastest first; each scored by the exact cost model."""
-    from autoparallel_cp.cost.evaluate import evaluate
-
-    if current is None:
-        current = evaluate(job, plan).to_json()
-    cur_step = float(current["time"]["step_s"])
-    cur_fits = bool(current.get("fits"))
-    out: list[Change] = []
-    for label, p in neighbours(job, plan):
-        d = evaluate(job, p).to_json()
-        step = float(d["time"]["step_s"])
-        fits = bool(d.get("fits"))
-        if not fits or (cur_fits and step >= cur_step):
-            continue
-        mem = d.get("memory", {})
-        need = mem.get("required_bytes", mem.get("peak_bytes"))  # what is compared to capacity
-        out.append(Change(label, p, step, step / cur_step - 1.0, fits,
-                          float(need or 0), float(mem.get("capacity_bytes") or 0)))
-    out.sort(key=lambda c: (c.step_s, complexity(c.plan), c.plan.key()))
-    return out

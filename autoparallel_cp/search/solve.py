@@ -146,7 +146,7 @@ def solve(
 ) -> SolveResult:
     """The k best distinct plans by CP-SAT, proven (see the module docstring)."""
     from autoparallel_cp.search.cpsat_master import build_master, enumerate_keys
-    from autoparallel_cp.search.cpsat_partition import key_bound
+    from autoparallel_cp.search.key_bounds import key_bound
     from autoparallel_cp.search.tables import build_tables
 
     del objective  # a fixed cluster: cost per step is proportional to the step time

@@ -1,0 +1,282 @@
+"""Per-key coefficients read from the tables, and the numpy lower bound of a key's step time.
+
+`KeyCoefs` holds the constants of one key (every key axis pinned) that the per-key CP-SAT model
+(`cpsat_partition`) is linear in; `key_bound` bounds every plan of the key from below without
+CP-SAT, so the master can skip keys that cannot enter the top k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autoparallel_cp.cost import factors as fx
+from autoparallel_cp.cost.steptime import BACKWARD_SHARE
+from autoparallel_cp.search.tables import Tables
+from autoparallel_cp.spec.plan import RECOMPUTE_MODES
+
+
+@dataclass
+class KeyCoefs:
+    """The key's factors per node group (seconds / bytes), read from the tables."""
+
+    tau: list[float]  # main-kind layer time (base mode)
+    rho: list[float]  # extra time of a recomputed main-kind layer
+    act: list[float]
+    ckpt: list[float]
+    sigma: float  # model-state bytes of one main-kind layer (group independent)
+    dsync: list[float]
+    opt: list[float]
+    work: list[float]
+    work_full: list[float]
+    z3l: list[float]
+    z3f: list[float]
+    # dense prefix (first stage, MoE models with first_k_dense_layers)
+    tau_d: list[float]
+    rho_d: list[float]
+    act_d: list[float]
+    ckpt_d: list[float]
+    sigma_d: float
+    dsync_d: list[float]
+    opt_d: list[float]
+    work_d: list[float]
+    work_full_d: list[float]
+    z3l_d: list[float]
+    z3f_d: list[float]
+    # edges
+    emb_time: list[float]
+    emb_act: list[float]
+    emb_states: float
+    emb_dps: list[float]
+    emb_opt: list[float]
+    head_time: list[float]
+    head_act: list[float]
+    head_work: list[float]
+    head_states: float
+    head_dps: list[float]
+    head_opt: list[float]
+    dps_fixed: list[float]
+    p2p: list[float]
+    const_mem: float  # ZeRO-3 buffers + other allocations
+    capacity: list[float]
+
+
+def key_coefs(t: Tables, key: Any) -> KeyCoefs:
+    """Read one key's factor values from the tables (the indexing of `tables.plan_cost`)."""
+    mode = key.mode
+    itp, icp, iep, imb = t.i("tp", key.tp), t.i("cp", key.cp), t.i("ep", key.ep), \
+        t.i("mbs", key.mbs)
+    iz, idp = t.i("zero", key.zero), t.i("dp", key.dp)
+    i6 = (itp, icp, iep, key.sp, imb)
+    i6m = i6 + (mode,)
+    i7 = i6m + (idp,)
+    iz4 = (itp, icp, iep, idp)
+    i5 = (itp, iep, iz, idp, icp)
+    i4 = (itp, iz, idp, icp)
+    ie = (itp, icp, key.sp, imb)
+    G = range(t.groups)
+    main = t.main_kind
+    z3 = key.zero >= 3
+    dense = bool(t.dense_prefix and main)
+
+    def per(kind: bool, tab: dict[tuple[int, bool], Any], idx: tuple[int, ...]) -> list[float]:
+        return [float(tab[g, kind][idx]) for g in G]
+
+    def zero_l() -> list[float]:
+        return [0.0 for _ in G]
+
+    def kind_vals(kind: bool) -> dict[str, Any]:
+        return dict(
+            tau=per(kind, t.time, i6m), rho=per(kind, t.rec, i6), act=per(kind, t.act, i6m),
+            ckpt=per(kind, t.ckpt, i6), sigma=float(t.states[kind][i5]),
+            dsync=per(kind, t.dpsync, i5), opt=per(kind, t.opt, i5),
+            work=per(kind, t.work, i6m), work_full=per(kind, t.work_full, i6),
+            z3l=per(kind, t.z3l, i7) if z3 else zero_l(),
+            z3f=per(kind, t.z3f, iz4) if z3 else zero_l())
+
+    mv: dict[str, Any] = kind_vals(main)
+    dv: dict[str, Any] = kind_vals(False) if dense else {
+        k: (0.0 if k.startswith("sigma") else zero_l()) for k in mv}
+    p2p = ([float(t.p2p[g][ie + (t.i("vpp", key.vpp), idp)]) for g in G] if key.pp > 1
+           else zero_l())
+    return KeyCoefs(
+        **mv, **{k + "_d": v for k, v in dv.items()},
+        emb_time=[float(t.emb_time[g][ie]) for g in G],
+        emb_act=[float(t.emb_act[g][ie]) for g in G],
+        emb_states=float(t.emb_states[i4]),
+        emb_dps=[float(t.emb_dpsync[g][i4]) for g in G],
+        emb_opt=[float(t.emb_opt[g][i4]) for g in G],
+        head_time=[float(t.head_time[g][ie]) for g in G],
+        head_act=[float(t.head_act[g][ie]) for g in G],
+        head_work=[float(t.head_work[g][ie]) for g in G],
+        head_states=float(t.head_states[i4]),
+        head_dps=[float(t.head_dpsync[g][i4]) for g in G],
+        head_opt=[float(t.head_opt[g][i4]) for g in G],
+        dps_fixed=[float(t.dps_fixed[g][i4]) for g in G],
+        p2p=p2p,
+        const_mem=float(t.z3[itp, iep, iz]) + float(t.other),
+        capacity=list(t.capacity),
+    )
+
+
+def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
+    """A proven lower bound of the exact step time of every plan of `key` (numpy, no CP-SAT),
+    used only to skip keys whose best cannot enter the top k before their model is built.
+
+    Per stage position j, node group g and layer count l (a multiple of vpp), `tmin[j, g, l]`
+    is the least stage time over the recompute counts r_j = min(r, l) whose memory peak fits
+    (the `tables.plan_cost` composition with the key's constants; inf when none fits): memory
+    that forces recompute adds its replay time here, and the embedding / LM head / dense prefix
+    sit at their positions. Then, with T = max_j t_j and S = sum_j t_j:
+
+    - T >= T_lb, the least T at which the stages can hold L layers: stage j on group g holds at
+      most cap_g(j, T) = max{l : tmin[j, g, l] <= T} layers and group g holds n_g stages, so
+      L <= sum_g (sum of the n_g largest cap_g(j, T) over j);
+    - S >= S_lb = lambda*L + sum_g (sum of the n_g least h[j, g] over j), h[j, g] =
+      min_l (tmin[j, g, l] - lambda*l), for any lambda (Lagrangian of sum_j l_j = L; each group
+      picks its n_g positions on its own, a relaxation of the assignment);
+    - tail = max_j dp_exposed_j + max_j opt_j >= max(a, b - 2/3 S/pp) + o with D, O the least
+      DP-sync and optimizer sums (a = DP_TAIL_FRACTION*D/pp, b = D/pp, o = O/pp);
+    - step = (m - 1/vpp) T + S/vpp + tail, nondecreasing in T (m >= 1): the least value over
+      S >= max(S_lb, T_lb) with T = max(T_lb, S/pp), a convex piecewise-linear function of S
+      whose minimum is at a breakpoint.
+    Dropped terms (>= 0): the coupling of r across stages and of positions across groups.
+    """
+
+    s = t.space
+    job = s.job
+    L = s.num_layers
+    N = job.num_gpus
+    pp, vpp, m = key.pp, key.vpp, key.m
+    K = t.dense_prefix if t.main_kind else 0
+    c = c if c is not None else key_coefs(t, key)
+    G = t.groups
+    ng = []
+    for grp in job.cluster.node_groups:
+        if (grp.num_gpus * pp) % N:
+            return math.inf
+        ng.append(grp.num_gpus * pp // N)
+    full = RECOMPUTE_MODES[key.mode] == "full"
+    z3 = key.zero >= 3
+    if not full:
+        rs = np.zeros(1)
+    elif "recompute_layers" in s.fixed:
+        rs = np.array([float(s.fixed["recompute_layers"])])
+    elif not s.partial_recompute:
+        rs = np.array([float(L)])
+    else:
+        rs = np.arange(1, L + 1, dtype=float)
+    ls = np.arange(vpp, L + 1, vpp, dtype=float)
+    if ls.size == 0:
+        return math.inf
+    def A(xs: list[float]) -> Any:  # per node group, broadcast over (j, g, l, r)
+        return np.asarray(xs, float).reshape(1, G, 1, 1)
+
+    capx = A(c.capacity) * (1 + 1e-9) + 1.0  # fits up to float rounding of a reordered sum
+    lv = ls.reshape(1, 1, -1, 1)
+
+    def grid(j: Any, rs: Any) -> Any:
+        """tmin over stage positions j, every allowed r (the plan_cost composition)."""
+        f = np.asarray(fx.inflight(pp, vpp, m, j), float).reshape(-1, 1, 1, 1)
+        first = (j == 0).astype(float).reshape(-1, 1, 1, 1)
+        last = (j == pp - 1).astype(float).reshape(-1, 1, 1, 1)
+        nd = first * K
+        rv = rs.reshape(1, 1, 1, -1)
+        ok_l = lv >= nd  # the first stage holds the dense prefix
+        nm = np.maximum(lv - nd, 0.0)
+        rk = np.minimum(rv, lv)
+        rd = np.minimum(rk, nd)
+        rm = rk - rd
+        time_ = nm * A(c.tau) + nd * A(c.tau_d) + rm * A(c.rho) + rd * A(c.rho_d) \
+            + first * A(c.emb_time) + last * A(c.head_time)
+        if pp > 1:
+            time_ = time_ + A(c.p2p)
+        if z3:
+            time_ = time_ + nm * A(c.z3l) + nd * A(c.z3l_d) + np.maximum(
+                np.where(nm > 0, A(c.z3f), 0.0), np.where(nd > 0, A(c.z3f_d), 0.0))
+        states = nm * c.sigma + nd * c.sigma_d + first * c.emb_states + last * c.head_states
+        acts = (nm - rm) * A(c.act) + rm * A(c.ckpt) + (nd - rd) * A(c.act_d) \
+            + rd * A(c.ckpt_d) + first * A(c.emb_act)
+        work = np.maximum(
+            np.where(nm > 0, np.where(rm > 0, A(c.work_full), A(c.work)), 0.0),
+            np.where(nd > 0, np.where(rd > 0, A(c.work_full_d), A(c.work_d)), 0.0))
+        work = np.maximum(work, last * A(c.head_work))
+        peak = states + f * acts + last * A(c.head_act) + work + c.const_mem
+        fits = (peak <= capx) & ok_l
+        return np.where(fits, time_, np.inf).min(axis=3)
+
+    def closed(j: Any) -> Any:
+        """tmin over positions j >= 1 with partial full recompute (r_j in [1, l]): the stage time
+        grows with r_j (rho >= 0) and its peak is linear in r_j >= 1 (work_full), so the least
+        fitting r_j has a closed form (rounded down: a smaller r_j only lowers the bound)."""
+        f = np.asarray(fx.inflight(pp, vpp, m, j), float).reshape(-1, 1, 1, 1)
+        last = (j == pp - 1).astype(float).reshape(-1, 1, 1, 1)
+        p0 = lv * c.sigma + last * c.head_states + f * lv * A(c.act) + last * A(c.head_act) \
+            + np.maximum(A(c.work_full), last * A(c.head_work)) + c.const_mem
+        d = f * (A(c.act) - A(c.ckpt))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need = np.ceil((p0 - capx) / d - 1e-6)
+        r1 = np.where(d > 0, np.maximum(need, 1.0), 1.0)
+        ok = np.where(d > 0, r1 <= lv, p0 - d <= capx)
+        r1 = np.minimum(r1, lv)
+        time_ = lv * A(c.tau) + r1 * A(c.rho) + last * A(c.head_time)
+        if pp > 1:
+            time_ = time_ + A(c.p2p)
+        if z3:
+            time_ = time_ + lv * A(c.z3l) + A(c.z3f)
+        return np.where(ok, time_, np.inf)[..., 0]
+
+    jall = np.arange(pp)
+    if full and s.partial_recompute and "recompute_layers" not in s.fixed and pp > 1 \
+            and min(c.rho) >= 0.0:
+        tmin = np.concatenate([grid(jall[:1], rs), closed(jall[1:])], axis=0)
+    else:
+        tmin = grid(jall, rs)
+    tmin = tmin * (1 - 1e-9)  # (pp, G, nl)
+    finite = np.isfinite(tmin)
+    if not finite.any(axis=(1, 2)).all():
+        return math.inf  # some stage position fits no layer count on any group
+    cands = np.unique(tmin[finite])
+
+    def holds(T: float) -> bool:
+        capl = np.where(tmin <= T, ls.reshape(1, 1, -1), 0.0).max(axis=2)  # (pp, G)
+        tot = 0.0
+        for g in range(G):
+            col = np.sort(capl[:, g])[::-1]
+            tot += float(col[:ng[g]].sum())
+        return tot >= L
+
+    if not holds(float(cands[-1])):
+        return math.inf
+    lo_i, hi_i = 0, len(cands) - 1
+    while lo_i < hi_i:
+        mid = (lo_i + hi_i) // 2
+        if holds(float(cands[mid])):
+            hi_i = mid
+        else:
+            lo_i = mid + 1
+    T_lb = float(cands[lo_i])
+    per = tmin[finite] / np.broadcast_to(ls.reshape(1, 1, -1), tmin.shape)[finite]
+    S_lb = 0.0
+    for lam in np.linspace(float(per.min()), float(per.max()), 9):
+        h = np.where(finite, tmin - lam * ls.reshape(1, 1, -1), np.inf).min(axis=2)  # (pp, G)
+        # group g holds n_g positions: at least the sum of its n_g least h (assignment relaxed)
+        v = lam * L + sum(float(np.sort(h[:, g])[:ng[g]].sum()) for g in range(G))
+        S_lb = max(S_lb, v)
+    D = (L - K) * min(c.dsync) + K * min(c.dsync_d) + pp * min(c.dps_fixed) \
+        + min(c.emb_dps) + min(c.head_dps)
+    opt_sum = (L - K) * min(c.opt) + K * min(c.opt_d) + min(c.emb_opt) + min(c.head_opt)
+    a = fx.DP_TAIL_FRACTION * D / pp
+    b = D / pp
+    o = opt_sum / pp
+
+    def step(S: float) -> float:
+        T = max(T_lb, S / pp)
+        return (m - 1.0 / vpp) * T + S / vpp + max(a, b - BACKWARD_SHARE * S / pp) + o
+
+    S0 = max(S_lb, T_lb)
+    best = min(step(max(S0, x)) for x in (S0, pp * T_lb, (b - a) * pp / BACKWARD_SHARE))
+    return best * (1 - 1e-9) - 1e-12
