@@ -30,6 +30,9 @@ Rounding: every positive term is floored and the one subtracted term ceiled, so 
 objective stays a lower bound. Memory: the sum over stages of the stage peaks must fit in the
 sum of their capacities (each stage keeps >= 1 in-flight micro-batch of every layer's cheapest
 activation choice) - a necessary condition, linear in tables over <= 6 axes.
+
+Kept whole (about 420 lines): the master's literals, its two lower bounds and the key listing
+read the same marginal tables; the bounds' proofs refer to the literals defined here.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ layer partition, stage placement) combination is then scored at once with numpy:
 Plans are processed in chunks of partitions so memory stays bounded. It refuses spaces larger
 than `DEFAULT_LIMIT` plans with an InputError saying so: restrict the space
 (`partition="uniform"`, `partial_recompute=False`, or `--fix`) or use the CP-SAT solver.
+
+Kept whole (about 430 lines): the partition and placement generators, the vectorized stage
+terms and the per-degree best are one pass over the same arrays; split, each part would need
+the others' slices.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from autoparallel_cp.cost import efficiency as E
 from autoparallel_cp.cost.flops import model_flops_per_token
 from autoparallel_cp.spec import ModelSpec
 
-DATA = Path(__file__).resolve().parents[1] / "benchmarks/data/h200_microbench.jsonl"
+DATA = Path(__file__).resolve().parents[2] / "benchmarks/data/h200_microbench.jsonl"
 
 
 def _rows() -> list[dict]:

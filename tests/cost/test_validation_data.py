@@ -7,7 +7,7 @@ from pathlib import Path
 
 from autoparallel_cp.cost.evaluate import evaluate
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import validate  # noqa: E402
 
 

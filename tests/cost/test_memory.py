@@ -69,7 +69,7 @@ def _h200_rows() -> list[tuple[dict, Job, Plan]]:
     cl = ClusterSpec(name="h200", node_groups=[NodeGroup(
         name="a", gpu=gpu, gpus_per_node=1, num_nodes=1, intra_node=link, inter_node=link)])
     out = []
-    path = Path(__file__).resolve().parents[1] / "benchmarks/data/h200_pytorch_amp_train.jsonl"
+    path = Path(__file__).resolve().parents[2] / "benchmarks/data/h200_pytorch_amp_train.jsonl"
     for line in path.read_text().splitlines():
         r = json.loads(line)
         m = ModelSpec(name=r["model"], num_layers=r["L"], hidden_size=r["h"],

@@ -1,0 +1,173 @@
+"""The package's layers and their one-way flow (docs/design.md, "Map").
+
+errors -> spec -> cost -> search / emit -> outputs / api -> report -> whatif -> cli: a module
+imports only from its own layer package or from a layer below it, and no two modules import each
+other, directly or through others (function-level imports included).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "autoparallel_cp"
+
+#: Rank of each layer: imports may only go to a strictly lower rank or within one layer.
+LAYERS: dict[str, int] = {
+    "errors": 0,
+    "spec": 1,
+    "cost": 2,
+    "search": 3,
+    "emit": 3,
+    "calibrate": 3,
+    "outputs": 4,
+    "api": 4,
+    "report": 5,
+    "whatif": 6,
+    "cli": 7,
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Modules of the package that `name` imports anywhere (top level or inside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_pkg = path.name == "__init__.py"
+    here = name.split(".") if is_pkg else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        else:
+            continue
+        for t in targets:
+            if t in known and t != name:
+                found.add(t)
+    return found
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+GRAPH = {name: _imports(name, path, set(_modules())) for name, path in _modules().items()}
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    missing = sorted(m for m in GRAPH if _layer(m) is not None and _layer(m) not in LAYERS)
+    assert missing == [], f"modules outside the layer map (add them to LAYERS): {missing}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _layer(m) is not None))
+def test_imports_go_down_only(module: str) -> None:
+    mine = _layer(module)
+    assert mine is not None
+    bad = []
+    for target in sorted(GRAPH[module]):
+        theirs = _layer(target)
+        if theirs is None or theirs == mine:
+            continue  # the package root (lazy public names) or the same layer
+        if LAYERS[theirs] >= LAYERS[mine]:
+            bad.append(f"{module} ({mine}) imports {target} ({theirs})")
+    assert bad == []
+
+
+def test_cost_never_imports_search_and_spec_imports_neither() -> None:
+    for module, targets in GRAPH.items():
+        layer = _layer(module)
+        for t in targets:
+            if layer == "cost":
+                assert _layer(t) != "search", f"{module} imports {t}"
+            if layer == "spec":
+                assert _layer(t) not in ("cost", "search"), f"{module} imports {t}"
+
+
+def test_no_import_cycles() -> None:
+    """Tarjan's strongly connected components over the module graph: all of size one."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_the_checker_sees_a_planted_upward_import(tmp_path: Path) -> None:
+    """The import reader finds function-level and relative imports (else the tests above pass
+    vacuously)."""
+    f = tmp_path / "x.py"
+    f.write_text("def g():\n    from autoparallel_cp.search import solve\n"
+                 "from .. import api\n")
+    known = {"autoparallel_cp.search.solve", "autoparallel_cp.search", "autoparallel_cp.api"}
+    got = _imports("autoparallel_cp.cost.x", f, known)
+    assert got == {"autoparallel_cp.search", "autoparallel_cp.search.solve", "autoparallel_cp.api"}
+
+
+#: A module over this many lines must say in its docstring why it is kept whole.
+MAX_LINES = 400
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_modules_are_small_or_say_why(module: str) -> None:
+    path = _modules()[module]
+    text = path.read_text(encoding="utf-8")
+    n = text.count("\n")
+    doc = ast.get_docstring(ast.parse(text)) or ""
+    assert n <= MAX_LINES or "Kept whole" in doc, f"{path.name}: {n} lines, no reason given"
+
+
+def test_every_subpackage_is_shipped() -> None:
+    """pyproject.toml lists packages explicitly (the presets are mapped into the package): a new
+    subpackage missing there would be absent from a regular install."""
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+    subs = sorted(p.parent.relative_to(PACKAGE.parent).as_posix().replace("/", ".")
+                  for p in PACKAGE.rglob("__init__.py"))
+    missing = [s for s in subs if f'"{s}"' not in pyproject]
+    assert missing == []
