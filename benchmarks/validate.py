@@ -1,6 +1,10 @@
 """Validate the cost model against published training runs and H200 measurements.
 
-    python benchmarks/validate.py [--markdown]
+    python benchmarks/validate.py [--markdown] [--cv] [--sensitivity] [--write-snapshot]
+
+`--cv` adds the leave-one-source-out table over all published sources (crossval.py), the
+headline number; `--write-snapshot` records every row's signed error for the two-sided
+regression guard (tests/cost/test_validation_data.py).
 
 Reads only files under benchmarks/data/ (copied from the calibration set; see its README).
 For every usable row prints predicted vs measured tokens/s/GPU (and memory where measured),
@@ -14,8 +18,11 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from tuned import flag, knob
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.factors import ALLOCATOR_FRAGMENTATION, CostOptions, recipe_options
@@ -76,13 +83,6 @@ TORCHTITAN = RECIPES["torchtitan-fsdp"]
 TORCHTITAN_FP8 = TORCHTITAN.model_copy(update={"name": "torchtitan-fsdp-fp8",
                                                "compute_dtype": "fp8"})
 
-#: Megatron-Core r0.8 README runs use --tp-comm-overlap (userbuffers): TP all-gather /
-#: reduce-scatter pipelined with the GEMM chunks; assumed 80% hidden (first/last chunk exposed).
-MCORE_TP_OVERLAP = 0.8
-#: torchtitan async TP (micro-pipelined collective matmuls): same assumption in forward; in
-#: backward none (CostOptions.tp_comm_overlap_bwd: the announcement's 70B numbers, ~20% forward
-#: vs ~8% end-to-end speed-up, are a forward-only effect).
-ASYNC_TP_OVERLAP = 0.8
 #: torchtitan 2024-12 (torch nightly 1963fc8) calls SDPA, which then dispatched to
 #: FlashAttention-2 on H100 (cuDNN attention opt-in since pytorch/pytorch#138522; #142132 shows
 #: nightly 2.6.0.dev20241204 SDPA at 329 vs cuDNN 631 TFLOP/s on H100, "expected").
@@ -101,6 +101,7 @@ class Row:
     measured_mem_gib: float | None
     assumed: str
     skip: str = ""
+    knobs: tuple[str, ...] = ()  # the TUNED constants this row's prediction depends on
 
 
 def _i(x: str, default: int | None = None) -> int | None:
@@ -132,7 +133,7 @@ def _sc21_flops_per_token(L: int, h: int, s: int, V: int) -> float:
     return 96.0 * L * h * h * (1 + s / (6.0 * h) + V / (16.0 * L * h))
 
 
-def published_rows() -> list[Row]:
+def published_rows(knobs: Mapping[str, float] | None = None) -> list[Row]:
     with open(DATA / "published_runs_train.csv") as fh:
         rows = list(csv.DictReader(fh))
     out: list[Row] = []
@@ -168,6 +169,7 @@ def published_rows() -> list[Row]:
         opts = CostOptions()
         stage_layers: tuple[int, ...] | None = None
         fsdp_pp = False
+        tags: tuple[str, ...] = ()
         if src.startswith("Narayanan"):
             kind = "sc21"
             gpu, intra, inter = A100_80, NVLINK3, HDR_IB
@@ -201,14 +203,21 @@ def published_rows() -> list[Row]:
             # dropout not stated: Megatron's defaults (arguments.py --attention-dropout /
             # --hidden-dropout 0.1; the GPT-3 example script does not override them)
             assumed.append("dropout 0.1 (Megatron default)")
-            opts = CostOptions(tp_comm_overlap=MCORE_TP_OVERLAP, dp_overlap=True, dropout=True)
+            opts = CostOptions(tp_comm_overlap=knob(knobs, "megatron_tp_overlap"),
+                               dp_overlap=True, dropout=True)
+            tags = ("megatron_tp_overlap",)
+            assumed.append(flag("megatron_tp_overlap", knobs))
             assert seq is not None
             measured = float(r["measured_tflops_per_gpu"]) * 1e12 / _r2_flops_per_token(
                 L, h, seq, vocab, ffn, kv / a)
             assumed.append("tok/s derived from TFLOP/s via the r0.8 formula")
         elif src.startswith("pytorch/torchtitan"):
             kind = "torchtitan"
-            gpu, intra, inter = H100_96_500W, NVLINK4, NDR_IB
+            peak = knob(knobs, "h100_96_peak")
+            gpu, intra, inter = H100_96_500W.model_copy(update={
+                "bf16_tflops": peak, "fp8_tflops": 2 * peak}), NVLINK4, NDR_IB
+            tags = ("h100_96_peak",)
+            assumed.append(flag("h100_96_peak", knobs))
             notes = r["notes"]
             # the run's configuration is the notes' first sentence(s) before "Local batch
             # size"; the boilerplate after it mentions Float8 for every row
@@ -249,15 +258,30 @@ def published_rows() -> list[Row]:
             if "Interleaved" in notes:
                 vpp = 2
                 assumed.append("vpp=2 (stages per rank not stated)")
-            if L % (pp * vpp):
+            if L % (pp * vpp) and vpp == 1:
+                # torchtitan at the cited commit (`generate_split_points`) counts the
+                # embedding and the output as one layer each: L + 2 slots over pp stages,
+                # so the first and last stage hold one layer less (126 on 8: 15, 16x6, 15)
+                per = (L + 2) // pp
+                stage_layers = (per - 1, *([per] * (pp - 2)), L - (per - 1) - per * (pp - 2))
+                assumed.append("torchtitan default split " + "/".join(
+                    str(x) for x in sorted(set(stage_layers))))
+            elif L % (pp * vpp):
+                # interleaved: the per-stage counts must be multiples of vpp here, which
+                # torchtitan's embedding-as-a-layer split is not; nearest expressible split
                 base = (L // pp + vpp - 1) // vpp * vpp
                 layers = [base] * (pp - 1)
                 layers.append(L - sum(layers))
                 stage_layers = tuple(layers)
+                assumed.append(f"split {base}x{pp - 1}+{layers[-1]} (torchtitan's is not a "
+                               "multiple of vpp)")
             async_tp = "AsyncTP" in config
+            if async_tp:
+                tags = (*tags, "torchtitan_async_tp")
+                assumed.append(flag("torchtitan_async_tp", knobs))
             sp = 1 if tp > 1 else 0
             behaviour = recipe.behaviour.model_copy(update={
-                "tp_comm_overlap": ASYNC_TP_OVERLAP if async_tp else 0.0,
+                "tp_comm_overlap": knob(knobs, "torchtitan_async_tp") if async_tp else 0.0,
                 "tp_comm_overlap_bwd": 0.0, "fused": compiled,
                 "attention_kernel": TORCHTITAN_ATTENTION})
             recipe = recipe.model_copy(update={"behaviour": behaviour})
@@ -284,7 +308,8 @@ def published_rows() -> list[Row]:
             out.append(Row(i, name, kind, None, None, opts, measured, mem, "",
                            skip="plan breaks: " + "; ".join(bad)))
             continue
-        out.append(Row(i, name, kind, job, plan, opts, measured, mem, "; ".join(assumed)))
+        out.append(Row(i, name, kind, job, plan, opts, measured, mem, "; ".join(assumed),
+                       knobs=tags))
     return out
 
 
@@ -390,5 +415,127 @@ def main(markdown: bool = False) -> int:
     return 0
 
 
+def heldout_section(markdown: bool) -> None:
+    """Held-out runs (never looked at while the model was built), at the TUNED values."""
+    from heldout import heldout_rows
+
+    sep = " | " if markdown else "  "
+    print("\n## Held-out published runs (tokens/s/GPU)\n")
+    hdr = ["#", "source", "model", "GPUs", "plan", "pred", "meas", "err%", "fits", "assumed"]
+    if markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "---|" * len(hdr))
+    skipped = []
+    for row in heldout_rows():
+        if row.job is None or row.plan is None or not row.measured_tps:
+            skipped.append(row)
+            continue
+        ev = evaluate(row.job, row.plan, row.options)
+        pred = ev.throughput.tokens_per_s_per_gpu
+        err = (pred / row.measured_tps - 1) * 100
+        p = row.plan
+        plan_txt = (f"tp{p.tp} pp{p.pp} v{p.vpp} cp{p.cp} ep{p.ep} dp{p.dp} z{p.zero} sp{p.sp} "
+                    f"b{p.mbs} m{p.num_microbatches} {p.recompute}")
+        cells = [str(row.idx), row.source, row.name[:24], str(row.job.num_gpus), plan_txt,
+                 f"{pred:.0f}", f"{row.measured_tps:.0f}", f"{err:+.1f}",
+                 "yes" if ev.fits else "NO", "; ".join(row.assumed)]
+        print(("| " if markdown else "") + sep.join(cells) + (" |" if markdown else ""))
+    print("\nSkipped held-out rows:")
+    for row in skipped:
+        print(f"  #{row.idx} {row.source} {row.name}: {row.skip}")
+
+
+def error_tables(cv: bool, markdown: bool) -> None:
+    """Per-source error (in-sample, and leave-one-source-out with `cv`) and ranking."""
+    import crossval as X
+
+    base = X.cases()
+    insample = {c.key: X.predict(c) for c in base}
+    preds_cv: dict[tuple[str, int], float] = {}
+    fitted: dict[str, dict[str, float]] = {}
+    if cv:
+        _, table = X.grid_predictions()
+        preds_cv, fitted = X.loso(base, table)
+    print("\n## Error per source (tokens/s/GPU, percent)\n")
+    hdr = ["source", "split", "rows", "MAPE", "signed", "worst", "slope/2x GPUs"]
+    if cv:
+        hdr += ["CV MAPE", "CV signed", "CV worst"]
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + "---|" * len(hdr))
+    ins = {s.source: s for s in X.source_stats(base, insample)}
+    cvs = {s.source: s for s in X.source_stats(base, preds_cv)} if cv else {}
+    for src, st in ins.items():
+        cells = [src, st.split, str(st.n), X.fmt(st.mape, False), X.fmt(st.signed),
+                 X.fmt(st.worst), X.fmt(st.slope_log2_gpus)]
+        if cv:
+            c = cvs[src]
+            cells += [X.fmt(c.mape, False), X.fmt(c.signed), X.fmt(c.worst)]
+        print("| " + " | ".join(cells) + " |")
+    print()
+    for label, group in (("all", base), ("development", [c for c in base if c.split == "dev"]),
+                         ("held-out", [c for c in base if c.split == "heldout"])):
+        m, sgn = X.mape(group, insample)
+        line = f"{label}: {len(group)} rows, in-sample MAPE {m:.1f}%, signed {sgn:+.1f}%"
+        if cv:
+            m2, s2 = X.mape(group, preds_cv)
+            line += f"; leave-one-source-out MAPE {m2:.1f}%, signed {s2:+.1f}%"
+        print(line)
+    a, t = X.ranking_agreement(base, insample)
+    line = f"ranking agreement (same model shape, measured > 10% apart): {a}/{t}"
+    if cv:
+        a2, t2 = X.ranking_agreement(base, preds_cv)
+        line += f" in-sample, {a2}/{t2} leave-one-source-out"
+    print(line)
+    if cv:
+        print("\nTuned constants re-fitted per held-out source:")
+        for src, vals in fitted.items():
+            print(f"  {src}: " + ", ".join(f"{k}={v:g}" for k, v in vals.items()))
+
+
+#: Other plausible values of each tuned constant (sources' ranges: the NVL part's 835 and the
+#: SXM part's 989 TFLOP/s; no overlap to full overlap).
+SENSITIVITY: dict[str, tuple[float, ...]] = {
+    "h100_96_peak": (835.0, 912.0, 989.0),
+    "megatron_tp_overlap": (0.0, 0.5, 0.8, 1.0),
+    "torchtitan_async_tp": (0.0, 0.5, 0.8, 1.0),
+}
+
+
+def sensitivity() -> None:
+    """How the headline moves when each unstated choice takes its other plausible values."""
+    import crossval as X
+
+    print("\n## Sensitivity of the headline to the tuned constants\n")
+    print("| constant | value | dev MAPE | dev signed | held-out MAPE | held-out signed |")
+    print("|---|---|---|---|---|---|")
+    for name, values in SENSITIVITY.items():
+        for v in values:
+            cs = X.cases({name: v})
+            preds = {c.key: X.predict(c) for c in cs}
+            dev = [c for c in cs if c.split == "dev"]
+            held = [c for c in cs if c.split == "heldout"]
+            (m1, s1), (m2, s2) = X.mape(dev, preds), X.mape(held, preds)
+            print(f"| {name} | {v:g} | {m1:.1f} | {s1:+.1f} | {m2:.1f} | {s2:+.1f} |")
+
+
+def write_snapshot(path: Path) -> None:
+    """Every evaluable row's signed error (percent) at the TUNED values, for the guard."""
+    import crossval as X
+
+    rows = {f"{c.split}:{c.key[1]}": round((X.predict(c) / c.measured - 1) * 100, 2)
+            for c in X.cases()}
+    path.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {path} ({len(rows)} rows)")
+
+
 if __name__ == "__main__":
-    sys.exit(main("--markdown" in sys.argv))
+    if "--write-snapshot" in sys.argv:
+        write_snapshot(DATA / "validation_snapshot.json")
+        sys.exit(0)
+    md = "--markdown" in sys.argv
+    rc = main(md)
+    heldout_section(md)
+    error_tables("--cv" in sys.argv, md)
+    if "--sensitivity" in sys.argv:
+        sensitivity()
+    sys.exit(rc)

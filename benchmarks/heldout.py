@@ -1,0 +1,354 @@
+"""Held-out published runs (`data/published_runs_heldout.csv`): rows to (job, plan, options).
+
+The 152 rows of 14 sources (`data/heldout_sources.md`) were collected after the cost model was
+developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
+them. Each row becomes a job and a plan by rules per framework family, written once here and
+cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written
+as a plan are skipped with the reason (the plan-space gaps of issue 15: uneven interleaved
+splits, expert parallelism folded over tensor ranks, MLA variants).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuned import flag, knob
+
+from autoparallel_cp.cost.factors import CostOptions, recipe_options
+from autoparallel_cp.spec import (
+    RECIPES,
+    ClusterSpec,
+    GPUSpec,
+    Job,
+    LinkSpec,
+    ModelSpec,
+    MoESpec,
+    NodeGroup,
+    TrainingRecipe,
+)
+from autoparallel_cp.spec.loaders import load_cluster, load_model
+from autoparallel_cp.spec.plan import Plan, plan_violations
+
+DATA = Path(__file__).resolve().parent / "data"
+
+#: NVIDIA A800 SXM4 80GB: the A100 with NVLink cut to 400 GB/s total = 200 GB/s per direction
+#: (NVIDIA A800 datasheet); compute and HBM as the A100 80GB.
+A800_NVLINK = LinkSpec(bandwidth_gbps=200.0, latency_us=3.0,
+                       source="A800 datasheet: NVLink 400 GB/s (200 per direction)")
+#: torchtitan's Grand Teton H100 96 GB HBM2e at a 500 W cap (same part as validate.H100_96_500W).
+H100_96 = GPUSpec(name="H100-96GB-HBM2e-500W", memory_gib=95.0, bf16_tflops=835.0,
+                  fp8_tflops=1670.0, hbm_gbps=2410.0,
+                  source="assumed: 500 W cap ~ H100 NVL clocks; HBM2e 2.41 TB/s")
+NDR = LinkSpec(bandwidth_gbps=50.0, latency_us=8.0, source="400 Gb/s RDMA per GPU")
+NVLINK4 = LinkSpec(bandwidth_gbps=450.0, latency_us=3.0, source="NVLink4 450 GB/s/dir")
+
+
+@dataclass
+class HeldOutRow:
+    """One held-out run as the cost model sees it (job is None when skipped)."""
+
+    idx: int
+    name: str
+    source: str  # the source_id (one independent source)
+    family: str
+    job: Job | None
+    plan: Plan | None
+    options: CostOptions
+    measured_tps: float | None
+    measured_mem_gib: float | None
+    assumed: list[str] = field(default_factory=list)
+    skip: str = ""
+    #: which tuned constants (validate.TUNED) this row's prediction depends on
+    knobs: tuple[str, ...] = ()
+
+
+def _int(x: str) -> int | None:
+    x = (x or "").strip()
+    if not x:
+        return None
+    try:
+        return int(float(x))
+    except ValueError:
+        return None
+
+
+def _node_group(gpu_text: str, n: int) -> tuple[NodeGroup, str] | None:
+    """The node group a source's GPU cell names (hardware from the cluster presets)."""
+    g = gpu_text.lower()
+    if "b200" in g:
+        preset = "dgx-b200"
+    elif "h200" in g:
+        preset = "dgx-h200"
+    elif "h800" in g:
+        preset = "dgx-h800"
+    elif "h100" in g and "96gb" in g:
+        grp = NodeGroup(name="gt", gpu=H100_96, gpus_per_node=8, num_nodes=max(n // 8, 1),
+                        intra_node=NVLINK4, inter_node=NDR)
+        return grp, "H100-96GB"
+    elif "h100" in g:
+        preset = "dgx-h100"
+    elif "a100 40gb" in g:
+        preset = "dgx-a100-40g"
+    elif "a800" in g or "a100" in g or "ampere" in g:
+        preset = "dgx-a100"
+    else:
+        return None
+    base = load_cluster(preset).node_groups[0]
+    grp = base.model_copy(update={"num_nodes": max(n // base.gpus_per_node, 1)})
+    if "a800" in g:
+        grp = grp.model_copy(update={"intra_node": A800_NVLINK})
+    return grp, preset
+
+
+def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
+    name = r["model"]
+    low = name.lower()
+    if "deepseek" in low:
+        return load_model("deepseek-v3")
+    L, h, a = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"])
+    if L is None or h is None or a is None:
+        return None
+    ffn = _int(r["ffn_hidden"])
+    if ffn is None:
+        ffn = 4 * h
+        assumed.append("ffn=4h")
+    kv = _int(r["kv_heads"]) or a
+    vocab = _int(r["vocab"])
+    if vocab is None:
+        vocab = 51200
+        assumed.append("vocab=51200 (Megatron's padded GPT-2 vocab)")
+    gated = any(k in low for k in ("llama", "mixtral", "qwen", "grok", "gpt oss"))
+    pos = "alibi" if ("mpt" in low or "bloom" in low) else (
+        "learned" if ("gpt" in low and "oss" not in low) or "opt" in low else "rope")
+    moe = None
+    experts, topk = _int(r["moe_experts"]), _int(r["moe_topk"])
+    if experts and topk:
+        moe = MoESpec(num_experts=experts, top_k=topk, expert_ffn_hidden_size=ffn)
+    return ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
+                     num_attention_heads=a, num_kv_heads=kv, vocab_size=vocab,
+                     max_position_embeddings=max(_int(r["seq_len"]) or 4096, 4096),
+                     position_embedding=pos, mlp="swiglu" if gated else "gelu",
+                     norm="rmsnorm" if gated else "layernorm",
+                     embedding_norm="bloom" in low, moe=moe)
+
+
+def _recompute(text: str) -> str | None:
+    t = text.strip().lower()
+    if not t:
+        return None
+    for mode in ("full", "selective", "none"):
+        if t.startswith(mode):
+            return mode
+    return None
+
+
+def _zero(text: str) -> int | None:
+    t = text.strip().upper()
+    if not t:
+        return None
+    if "SHARD_GRAD_OP" in t or "ZERO-2" in t:
+        return 2
+    if t.startswith("FSDP") or t == "3":
+        return 3
+    return int(t) if t.isdigit() else None
+
+
+def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
+            assumed: list[str]) -> tuple[TrainingRecipe, str, tuple[str, ...]] | None:
+    """(recipe, plan sp default, tuned knobs used) of a framework family."""
+    fp8 = precision == "fp8"
+    extra = r["extra_config"].lower()
+    if family == "megatron-core":
+        recipe = RECIPES["megatron-fp8" if fp8 else "megatron-bf16"]
+        knobs: tuple[str, ...] = ()
+        nemo = r["framework"] == "nemo"
+        if nemo and tp > 1:
+            # NeMo's performance recipes enable TP communication overlap (userbuffers) with
+            # TP > 1 (nemo/collections/llm/recipes/tp_overlap_configs); not in each table.
+            assumed.append("TP overlap on (NeMo perf recipes enable it with TP)")
+            knobs = ("megatron_tp_overlap",)
+        return recipe, "tp>1", knobs
+    if family == "megatron-deepspeed":
+        # BLOOM / Megatron-DeepSpeed 2022: fused softmax without flash attention; flagperf's
+        # run states flash attention 2.
+        flash = "flash" in extra
+        recipe = RECIPES["megatron-bf16"].model_copy(update={
+            "name": "megatron-deepspeed", "flash_attention": flash})
+        if not flash:
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"attention_kernel": "fa2"})})
+        return recipe, "tp>1", ()
+    if family == "pytorch-fsdp":
+        # llm-foundry / Composer FSDP1: fp32 sharded flat params, bf16 compute
+        # (mixed_precision DEFAULT: bf16 params/compute, fp32 reduce), eager (no compile),
+        # FlashAttention-2 (attn_impl: flash), foreach-style Decoupled AdamW (assumed).
+        base = RECIPES["torchtitan-fsdp"]
+        behaviour = base.behaviour.model_copy(update={
+            "fused": False, "gqa_repeat_kv": False, "eager_ops": "generic",
+            "selective_policy": "attention"})
+        recipe = base.model_copy(update={"name": "llm-foundry-fsdp", "behaviour": behaviour,
+                                         "compute_dtype": "fp8" if fp8 else "bf16"})
+        assumed.append("Composer eager, foreach AdamW, FA2")
+        return recipe, "0", ()
+    if family == "torchtitan":
+        base = RECIPES["torchtitan-fsdp"]
+        async_tp = "async tp" in extra
+        behaviour = base.behaviour.model_copy(update={
+            "fused": "compile" in extra,
+            "tp_comm_overlap": 0.0, "tp_comm_overlap_bwd": 0.0})
+        knobs = ("torchtitan_async_tp",) if async_tp else ()
+        recipe = base.model_copy(update={"behaviour": behaviour,
+                                         "compute_dtype": "fp8" if fp8 else "bf16"})
+        if "96gb" in r["gpu"].lower():
+            knobs = (*knobs, "h100_96_peak")
+        return recipe, "tp>1", knobs
+    if family == "maxtext":
+        # MaxText (JAX/XLA): whole-graph fused, cuDNN flash attention on GPU, ZeRO-3-like FSDP
+        # in bf16 with fp32 optimizer states (MaxText defaults; not stated per row).
+        base = RECIPES["torchtitan-fsdp"]
+        behaviour = base.behaviour.model_copy(update={
+            "fused": True, "attention_kernel": "cudnn", "gqa_repeat_kv": False,
+            "eager_ops": "generic", "selective_policy": "attention"})
+        recipe = base.model_copy(update={"name": "maxtext", "behaviour": behaviour,
+                                         "optimizer_kernel": "fused",
+                                         "compute_dtype": "fp8" if fp8 else "bf16"})
+        assumed.append("MaxText: fused XLA, cuDNN attention, fused Adam")
+        return recipe, "0", ()
+    return None
+
+
+def _family(r: dict[str, str]) -> str | None:
+    fw = r["framework"]
+    if fw in ("nemo", "megatron"):
+        return "megatron-core"
+    if fw in ("pytorch-fsdp", "torchtitan", "megatron-deepspeed"):
+        return fw
+    if fw == "other" and "maxtext" in r["model"].lower():
+        return "maxtext"
+    return None
+
+
+def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
+    """Every held-out row; the ones that cannot be evaluated carry `skip`. `knobs` overrides
+    the tuned constants (validate.TUNED) for the rows that use them."""
+    with open(DATA / "published_runs_heldout.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    out: list[HeldOutRow] = []
+    for i, r in enumerate(rows):
+        assumed: list[str] = []
+        src = r["source_id"]
+        name = r["model"]
+        measured = float(r["measured_tokens_per_s_per_gpu"] or 0) or None
+        mem = float(r["measured_memory_gib"] or 0) or None
+
+        def skip(why: str, fam: str = "", _i: int = i, _n: str = name, _s: str = src,
+                 _m: float | None = measured) -> None:
+            out.append(HeldOutRow(_i, _n, _s, fam, None, None, CostOptions(), _m, None,
+                                  skip=why))
+
+        family = _family(r)
+        if family is None:
+            skip(f"framework {r['framework']!r} ({r['framework_version'][:40]}) has no recipe")
+            continue
+        if measured is None:
+            skip("no tokens/s/GPU measured", family)
+            continue
+        gpus = _int(r["num_gpus"])
+        tp, pp = _int(r["tp"]), _int(r["pp"])
+        seq, gb = _int(r["seq_len"]), _int(r["global_batch"])
+        if gpus is None or tp is None or pp is None or seq is None or gb is None:
+            skip("plan, sequence or batch not stated", family)
+            continue
+        cp = _int(r["cp"]) or 1
+        vpp = _int(r["vpp"]) or 1
+        ep = _int(r["ep"]) or 1
+        dp = _int(r["dp"])
+        if dp is None:
+            if gpus % (tp * pp * cp):
+                skip("gpus not a multiple of tp*pp*cp", family)
+                continue
+            dp = gpus // (tp * pp * cp)
+        if dp * tp * pp * cp != gpus:
+            skip(f"tp*pp*cp*dp = {dp * tp * pp * cp} != {gpus} GPUs", family)
+            continue
+        mbs = _int(r["micro_batch"])
+        if mbs is None:
+            mbs = 1
+            assumed.append("mbs=1")
+        if gb % (dp * mbs):
+            skip(f"global batch {gb} not a multiple of dp*mbs = {dp * mbs}", family)
+            continue
+        model = _model(r, assumed)
+        if model is None:
+            skip("model shape not stated", family)
+            continue
+        ng = _node_group(r["gpu"], gpus)
+        if ng is None:
+            skip(f"GPU {r['gpu']!r} not modelled", family)
+            continue
+        group, _ = ng
+        precision = r["precision"].strip()
+        if not precision:
+            precision = "bf16"
+            assumed.append("bf16 (precision not stated)")
+        got = _recipe(family, precision, r, tp, assumed)
+        if got is None:
+            skip("no recipe", family)
+            continue
+        recipe, sp_rule, tags = got
+        if "megatron_tp_overlap" in tags or "torchtitan_async_tp" in tags:
+            name_k = tags[0]
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"tp_comm_overlap": knob(knobs, name_k)})})
+            assumed.append(flag(name_k, knobs))
+        if "h100_96_peak" in tags:
+            peak = knob(knobs, "h100_96_peak")
+            group = group.model_copy(update={"gpu": group.gpu.model_copy(update={
+                "bf16_tflops": peak, "fp8_tflops": 2 * peak})})
+            assumed.append(flag("h100_96_peak", knobs))
+        if recipe.compute_dtype == "fp8" and group.gpu.fp8_tflops is None:
+            skip("fp8 on a GPU without fp8", family)
+            continue
+        recompute = _recompute(r["recompute"])
+        if recompute is None:
+            recompute = "none"
+            assumed.append("no recompute (not stated)")
+        zero = _zero(r["zero_stage"])
+        if zero is None:
+            zero = 1 if family in ("megatron-core", "megatron-deepspeed") else 0
+            assumed.append(f"zero={zero} (distributed optimizer)" if zero else "zero=0")
+        sp = 1 if (r["sp"].strip().lower() == "yes" or (sp_rule == "tp>1" and tp > 1)) else 0
+        if sp and r["sp"].strip().lower() != "yes":
+            assumed.append("sp with tp")
+        L = model.num_layers
+        stage_layers: tuple[int, ...] | None = None
+        if L % (pp * vpp):
+            if vpp > 1:
+                skip(f"{L} layers on pp {pp} x vpp {vpp}: uneven interleaved split "
+                     "(not in the plan space)", family)
+                continue
+            # first and last stages hold the remainder less (Megatron-DeepSpeed
+            # 'type:transformer|embedding', Llama 3's one fewer layer on the edge stages)
+            base = -(-L // pp)
+            edge = (L - base * (pp - 2)) // 2 if pp > 2 else L // 2
+            stage_layers = tuple([edge] + [base] * (pp - 2) + [L - edge - base * (pp - 2)])
+            assumed.append(f"stage layers {stage_layers[0]}/{base}/{stage_layers[-1]}")
+        cl = ClusterSpec(name=group.name, node_groups=[group])
+        try:
+            job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)
+            plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
+                        num_microbatches=gb // (dp * mbs), recompute=recompute,
+                        stage_layers=stage_layers)
+        except ValueError as exc:
+            skip(f"not expressible: {str(exc).splitlines()[0][:80]}", family)
+            continue
+        bad = plan_violations(job, plan)
+        if bad:
+            skip("plan breaks: " + "; ".join(bad), family)
+            continue
+        out.append(HeldOutRow(i, name, src, family, job, plan, recipe_options(recipe),
+                              measured, mem, assumed, knobs=tags))
+    return out
