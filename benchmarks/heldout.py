@@ -172,26 +172,17 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             knobs = ("megatron_tp_overlap",)
         return recipe, "tp>1", knobs
     if family == "megatron-deepspeed":
-        # BLOOM / Megatron-DeepSpeed 2022: fused softmax without flash attention; flagperf's
-        # run states flash attention 2.
-        flash = "flash" in extra
-        recipe = RECIPES["megatron-bf16"].model_copy(update={
-            "name": "megatron-deepspeed", "flash_attention": flash})
-        if not flash:
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"attention_kernel": "fa2"})})
+        # the `deepspeed` preset; BLOOM (2022) ran Megatron's fused softmax without flash
+        # attention, FlagPerf's run states FlashAttention-2
+        recipe = RECIPES["deepspeed"]
+        if "flash" not in extra:
+            recipe = recipe.model_copy(update={"flash_attention": False})
         return recipe, "tp>1", ()
     if family == "pytorch-fsdp":
-        # llm-foundry / Composer FSDP1: fp32 sharded flat params, bf16 compute
-        # (mixed_precision DEFAULT: bf16 params/compute, fp32 reduce), eager (no compile),
-        # FlashAttention-2 (attn_impl: flash), foreach-style Decoupled AdamW (assumed).
-        base = RECIPES["torchtitan-fsdp"]
-        behaviour = base.behaviour.model_copy(update={
-            "fused": False, "gqa_repeat_kv": False, "eager_ops": "generic",
-            "selective_policy": "attention"})
-        recipe = base.model_copy(update={"name": "llm-foundry-fsdp", "behaviour": behaviour,
-                                         "compute_dtype": "fp8" if fp8 else "bf16"})
-        assumed.append("Composer eager, foreach AdamW, FA2")
+        # the `pytorch-fsdp` preset (FSDP1 as llm-foundry / Composer run it); MPT's modules
+        # are not HF Llama code, so no repeat_kv (MHA anyway) and generic eager ops
+        recipe = RECIPES["pytorch-fsdp"].model_copy(update={
+            "compute_dtype": "fp8" if fp8 else "bf16"})
         return recipe, "0", ()
     if family == "torchtitan":
         base = RECIPES["torchtitan-fsdp"]

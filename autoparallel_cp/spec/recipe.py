@@ -45,6 +45,11 @@ class FrameworkBehaviour(Strict):
       in bf16) or "torch-allgather" (PyTorch ring attention with torchtitan's default
       `context_parallel_rotate_method="allgather"`: all K, V gathered behind the first step
       only, fp32 dK, dV shifted every step).
+    - ``fsdp_copy_out``: ZeRO-3 in PyTorch copies the all-gathered parameters out of the
+      communication buffer in forward and again in backward (FSDP2 `split_with_sizes_copy`,
+      torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py); FSDP1 gathers straight into
+      its flat parameter and hands out views (torch/distributed/fsdp/_flat_param.py), so no
+      copy: False. PyTorch recipes only (Megatron's buffers are views).
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -57,6 +62,7 @@ class FrameworkBehaviour(Strict):
     gqa_repeat_kv: bool = False
     eager_ops: Literal["generic", "llama-upcast"] = "generic"
     cp_ring: Literal["p2p", "torch-allgather"] = "p2p"
+    fsdp_copy_out: bool = True
 
 
 class TrainingRecipe(Strict):
@@ -142,6 +148,39 @@ RECIPES: dict[str, TrainingRecipe] = {
                 "reduce; foreach AdamW; torch.compile per block; op-level SAC as `selective`; "
                 "SDPA on FlashAttention-2; repeat_kv for GQA; all-gather ring attention "
                 "(16 B/param)"),
+    ),
+    "pytorch-fsdp": TrainingRecipe(
+        name="pytorch-fsdp",
+        framework="pytorch",
+        weight_bytes=4,
+        grad_bytes=4,
+        master_weight_bytes=0,
+        optimizer_state_bytes=8,
+        compute_dtype="bf16",
+        optimizer_kernel="foreach",
+        behaviour=FrameworkBehaviour(fused=False, attention_kernel="fa2", gqa_repeat_kv=True,
+                                     fsdp_copy_out=False),
+        source=("PyTorch FSDP1 as llm-foundry / Composer and HF Accelerate run it: fp32 flat "
+                "parameters sharded by FULL_SHARD (zero=3) or SHARD_GRAD_OP (zero=2), "
+                "MixedPrecision(param_dtype=bf16, reduce_dtype=fp32) (Composer 'DEFAULT'), "
+                "eager modules (no torch.compile), FlashAttention-2, HF-style repeat_kv for "
+                "GQA, foreach AdamW (torch's default when fused is not set), clipping; 16 "
+                "B/param"),
+    ),
+    "deepspeed": TrainingRecipe(
+        name="deepspeed",
+        framework="megatron",
+        weight_bytes=2,
+        grad_bytes=4,
+        master_weight_bytes=4,
+        optimizer_state_bytes=8,
+        compute_dtype="bf16",
+        behaviour=FrameworkBehaviour(dp_overlap=False),
+        source=("DeepSpeed engine with Megatron-DeepSpeed's fused Megatron layers: bf16 "
+                "weights, fp32 gradient accumulation and master weights (BF16_Optimizer / "
+                "ZeRO bf16), fp32 Adam, ZeRO-1/2/3 as zero=1/2/3; gradient reduction not "
+                "overlapped with backward (`zero_optimization.overlap_comm` defaults to "
+                "false, DeepSpeed config docs); 18 B/param"),
     ),
     "megatron-fp8": TrainingRecipe(
         name="megatron-fp8",
