@@ -304,7 +304,11 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             skip("fp8 on a GPU without fp8", family)
             continue
         recompute = _recompute(r["recompute"])
-        if recompute is None:
+        if recompute is None and family == "maxtext":
+            # MaxText's configs/base.yml default `remat_policy: 'full'`
+            recompute = "full"
+            assumed.append("full remat (MaxText default remat_policy)")
+        elif recompute is None:
             recompute = "none"
             assumed.append("no recompute (not stated)")
         zero = _zero(r["zero_stage"])
