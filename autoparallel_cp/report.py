@@ -6,6 +6,7 @@ reports show exactly what `--json` writes.
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
@@ -347,13 +348,62 @@ def plans_from(evaluations: Iterable[Any]) -> list[dict[str, Any]]:
     return out
 
 
+#: Plain-ASCII stand-ins for the characters the reports use, for a stream that cannot encode
+#: them (e.g. PYTHONIOENCODING=ascii or a C locale); anything else becomes "?".
+_ASCII = str.maketrans({"\u2264": "<=", "\u2265": ">=", "\u2192": "->", "\u00d7": "x",
+                        "\u00b7": "*", "\u2013": "-", "\u2014": "-", "\u2026": "...",
+                        "\u2248": "~", "\u00b1": "+/-", "\u2212": "-", "\u2018": "'",
+                        "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2502": "|",
+                        "\u2500": "-"})
+
+
+class SafeText(io.TextIOBase):
+    """A text stream that never raises UnicodeEncodeError: characters the underlying stream's
+    encoding lacks are written as plain ASCII (`_ASCII`, else "?")."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._s = stream
+        self._enc = getattr(stream, "encoding", None) or "utf-8"
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._enc
+
+    def write(self, text: str) -> int:
+        try:
+            text.encode(self._enc)
+        except UnicodeEncodeError:
+            text = text.translate(_ASCII).encode(self._enc, "replace").decode(self._enc)
+        except LookupError:
+            pass
+        return self._s.write(text)
+
+    def flush(self) -> None:
+        self._s.flush()
+
+    def isatty(self) -> bool:
+        return self._s.isatty()
+
+    def fileno(self) -> int:
+        return self._s.fileno()
+
+
+def safe_stream(stream: IO[str]) -> IO[str]:
+    """`stream`, wrapped in SafeText unless its encoding is a UTF one."""
+    enc = (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-")
+    if enc.startswith("utf"):
+        return stream
+    return SafeText(stream)  # type: ignore[return-value]
+
+
 def stderr_console(quiet: bool = False) -> Console:
     """A rich console on stderr (quiet: prints nothing)."""
-    return Console(stderr=True, quiet=quiet, highlight=False)
+    return Console(file=safe_stream(sys.stderr), quiet=quiet, highlight=False)
 
 
 def stdout_console(file: IO[str] | None = None) -> Console:
-    """A rich console on stdout, wide enough for the plan table when not a terminal."""
+    """A rich console on stdout, wide enough for the plan table when not a terminal; plain
+    ASCII where stdout cannot encode the table's characters."""
     f = file or sys.stdout
     width = None if f.isatty() else 200
-    return Console(file=f, width=width, highlight=False)
+    return Console(file=safe_stream(f), width=width, highlight=False)

@@ -10,6 +10,7 @@ from autoparallel_cp import api, outputs, report
 from autoparallel_cp.cli.common import (
     F,
     build_job,
+    check_outputs,
     consoles,
     emit_settings,
     guarded,
@@ -87,6 +88,7 @@ def evaluate(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_
              global_batch: int, recipe: str, plan_text: str, json_path: str | None,
              emit_fmt: str | None, emit_out: str | None, quiet: bool) -> None:
     """The memory and time breakdown of one given plan (also when it does not fit)."""
+    check_outputs(json_path=json_path, emit_out=emit_out)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=False)
 
@@ -99,5 +101,6 @@ def explain(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_l
             global_batch: int, recipe: str, plan_text: str, json_path: str | None,
             emit_fmt: str | None, emit_out: str | None, quiet: bool) -> None:
     """Explain one plan: breakdown, what limits it, and the changes that would help most."""
+    check_outputs(json_path=json_path, emit_out=emit_out)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=True)
