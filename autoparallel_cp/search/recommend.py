@@ -230,7 +230,7 @@ def simplest_within(
         if res is None:
             return None
         best: tuple[int, float, Plan] | None = None
-        for cand in _plain_variants(canonical(res.plan, space.num_layers)):
+        for cand in _plain_variants(canonical(res.plan, space.num_layers), space.fixed):
             if plan_violations_ok(job, cand):
                 pc = plan_cost(res.tables, cand)
                 if pc.fits and pc.step_s <= max_step_s * (1 + 1e-12):
@@ -308,12 +308,14 @@ def plan_violations_ok(job: Any, plan: Plan) -> bool:
     return not plan_violations(job, plan)
 
 
-def _plain_variants(plan: Plan) -> list[Plan]:
-    """The plan, and the same plan with a uniform split / whole-stage recompute (simpler)."""
+def _plain_variants(plan: Plan, pinned: Any = ()) -> list[Plan]:
+    """The plan, and the same plan with a uniform split / whole-stage recompute (simpler);
+    never a variant that drops a field the user pinned (`pinned`: the --fix field names)."""
     out = [plan]
-    if plan.stage_layers is not None and plan.stage_groups is None:
+    if (plan.stage_layers is not None and plan.stage_groups is None
+            and "stage_layers" not in pinned):
         out.append(plan.model_copy(update={"stage_layers": None}))
-    if plan.recompute_layers is not None:
+    if plan.recompute_layers is not None and "recompute_layers" not in pinned:
         out += [p.model_copy(update={"recompute_layers": None}) for p in list(out)]
     return out
 
