@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from autoparallel_cp.errors import UserError
 
@@ -181,6 +181,54 @@ def write_all(items: Sequence[tuple[str, str]]) -> None:
         _kind(path)
     for path, text in items:
         write_atomic(path, text)
+
+
+#: Plain-ASCII stand-ins for the characters the reports use, for a stream that cannot encode
+#: them (e.g. PYTHONIOENCODING=ascii or a C locale); anything else becomes "?".
+_ASCII = str.maketrans({"\u2264": "<=", "\u2265": ">=", "\u2192": "->", "\u00d7": "x",
+                        "\u00b7": "*", "\u2013": "-", "\u2014": "-", "\u2026": "...",
+                        "\u2248": "~", "\u00b1": "+/-", "\u2212": "-", "\u2018": "'",
+                        "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2502": "|",
+                        "\u2500": "-"})
+
+
+class SafeText(io.TextIOBase):
+    """A text stream that never raises UnicodeEncodeError: characters the underlying stream's
+    encoding lacks are written as plain ASCII (`_ASCII`, else "?")."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._s = stream
+        self._enc = getattr(stream, "encoding", None) or "utf-8"
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._enc
+
+    def write(self, text: str) -> int:
+        try:
+            text.encode(self._enc)
+        except UnicodeEncodeError:
+            text = text.translate(_ASCII).encode(self._enc, "replace").decode(self._enc)
+        except LookupError:
+            pass
+        return self._s.write(text)
+
+    def flush(self) -> None:
+        self._s.flush()
+
+    def isatty(self) -> bool:
+        return self._s.isatty()
+
+    def fileno(self) -> int:
+        return self._s.fileno()
+
+
+def safe_stream(stream: IO[str]) -> IO[str]:
+    """`stream`, wrapped in SafeText unless its encoding is a UTF one."""
+    enc = (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-")
+    if enc.startswith("utf"):
+        return stream
+    return SafeText(stream)  # type: ignore[return-value]
 
 
 def plans_csv(plans: Sequence[Mapping[str, Any]]) -> str:

@@ -6,7 +6,6 @@ reports show exactly what `--json` writes.
 
 from __future__ import annotations
 
-import io
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
@@ -15,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from autoparallel_cp.outputs import GIB, MEMORY_FIELDS, TIME_FIELDS
+from autoparallel_cp.outputs import GIB, MEMORY_FIELDS, TIME_FIELDS, safe_stream
 
 _TIME_LABEL: dict[str, str] = {
     "compute_s": "compute", "bubble_s": "bubble", "tp_comm_s": "TP comm", "cp_comm_s": "CP comm",
@@ -346,54 +345,6 @@ def plans_from(evaluations: Iterable[Any]) -> list[dict[str, Any]]:
         else:
             out.append(ev.to_json())
     return out
-
-
-#: Plain-ASCII stand-ins for the characters the reports use, for a stream that cannot encode
-#: them (e.g. PYTHONIOENCODING=ascii or a C locale); anything else becomes "?".
-_ASCII = str.maketrans({"\u2264": "<=", "\u2265": ">=", "\u2192": "->", "\u00d7": "x",
-                        "\u00b7": "*", "\u2013": "-", "\u2014": "-", "\u2026": "...",
-                        "\u2248": "~", "\u00b1": "+/-", "\u2212": "-", "\u2018": "'",
-                        "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2502": "|",
-                        "\u2500": "-"})
-
-
-class SafeText(io.TextIOBase):
-    """A text stream that never raises UnicodeEncodeError: characters the underlying stream's
-    encoding lacks are written as plain ASCII (`_ASCII`, else "?")."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._s = stream
-        self._enc = getattr(stream, "encoding", None) or "utf-8"
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return self._enc
-
-    def write(self, text: str) -> int:
-        try:
-            text.encode(self._enc)
-        except UnicodeEncodeError:
-            text = text.translate(_ASCII).encode(self._enc, "replace").decode(self._enc)
-        except LookupError:
-            pass
-        return self._s.write(text)
-
-    def flush(self) -> None:
-        self._s.flush()
-
-    def isatty(self) -> bool:
-        return self._s.isatty()
-
-    def fileno(self) -> int:
-        return self._s.fileno()
-
-
-def safe_stream(stream: IO[str]) -> IO[str]:
-    """`stream`, wrapped in SafeText unless its encoding is a UTF one."""
-    enc = (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-")
-    if enc.startswith("utf"):
-        return stream
-    return SafeText(stream)  # type: ignore[return-value]
 
 
 def stderr_console(quiet: bool = False) -> Console:

@@ -39,7 +39,7 @@ EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1,
 
 def say(message: str) -> None:
     """One line on stderr, whatever characters stderr can encode."""
-    report.safe_stream(sys.stderr).write(message.rstrip("\n") + "\n")
+    outputs.safe_stream(sys.stderr).write(message.rstrip("\n") + "\n")
     sys.stderr.flush()
 
 
