@@ -1,7 +1,9 @@
 """`ap-solve`: the command line of INTERFACE.md.
 
-Exit codes: 0 success; 1 no feasible plan (explanation on stderr); 2 bad input (one line naming
-the file / field on stderr). A user's mistake never shows a Python traceback.
+Exit codes: 0 success; 1 no feasible plan, proven (explanation on stderr); 2 bad input (one line
+naming the file / field on stderr); 3 no plan within the time limit, not proven infeasible (JSON
+status `timeout`); 130 interrupted (outputs untouched). A user's mistake never shows a Python
+traceback. See docs/user-guide.md, "Exit codes, statuses and errors".
 """
 
 from __future__ import annotations
