@@ -19,7 +19,7 @@ from autoparallel_cp.cli.common import (
     plan_of,
     step_of,
 )
-from autoparallel_cp.emit import EMIT_FORMATS
+from autoparallel_cp.emit import EMIT_FORMATS, emit
 from autoparallel_cp.spec import Job
 
 
@@ -47,10 +47,13 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
     out, note = consoles(json_path, quiet)
     ev = api.evaluate(job, plan_text)
     d = report.plans_from([ev])[0]
-    if json_path:
-        outputs.write_atomic(json_path, outputs.plan_json(d))
-        if json_path != "-":
-            note.print(f"wrote {json_path}")
+    emitted = emit(job, plan_of(ev), emit_fmt) if emit_fmt else None
+    items = [(json_path, outputs.plan_json(d))] if json_path else []
+    if emitted is not None and emit_out:
+        items.append((emit_out, emitted.text))
+    outputs.write_all(items)  # together, once nothing can fail any more
+    if json_path and json_path != "-":
+        note.print(f"wrote {json_path}")
     out.print(Text(job_header(job), style="bold"))
     report.print_plan_report(out, d, title="Plan breakdown" if not explain else "Explanation",
                              num_layers=job.model.num_layers, explain=explain)
@@ -77,7 +80,8 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
         elif d.get("fits"):
             out.print("No single-axis change fits and is faster: the plan is locally optimal.")
     if emit_fmt:
-        emit_settings(job, plan_of(ev), emit_fmt, emit_out, out, note, "this plan")
+        emit_settings(job, plan_of(ev), emit_fmt, emit_out, out, note, "this plan",
+                      written=emitted)
 
 
 @click.command()

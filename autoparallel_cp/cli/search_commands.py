@@ -73,10 +73,9 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
             chosen, label = ranked[emit_rank - 1][0], f"plan #{emit_rank}"
         else:
             chosen, label = rec.plan, "the recommended plan"
-        if emit_out:
-            from autoparallel_cp.emit import emit
+        from autoparallel_cp.emit import emit
 
-            emitted = emit(job, chosen, emit_fmt)
+        emitted = emit(job, chosen, emit_fmt)  # before any file is written: it may refuse
     # every search phase is done: write the outputs together (an interrupt before this line
     # leaves every existing output file as it was)
     write_outputs(status, solve_time, space, dicts, csv_path, json_path, note,

@@ -244,17 +244,35 @@ def test_ascii_terminal_gets_tables_without_traceback() -> None:
     assert b"recommended" in p.stdout
 
 
+def test_wall_clock_net_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoparallel_cp.search import limits
+
+    monkeypatch.setattr(limits, "WALL_FACTOR", 0.0)
+    monkeypatch.setattr(limits, "WALL_SLACK_S", 0.0)
+    r = invoke("solve", *SMALL, "--quiet")
+    assert r.exit_code in (0, 3), r.output
+    assert "wall-clock safety net" in r.output
+
+
 # ------------------------------------------------------------------------------- Ctrl-C
 
 
-def test_ctrl_c_stops_the_solve_and_leaves_outputs(tmp_path: Path) -> None:
-    """SIGINT 3 s into a large solve: exit 130 promptly, "interrupted", files untouched."""
+CTRL_C = {
+    "solve": ["solve", "-m", "llama3-405b", "-c", "dgx-h100", "--gpus", "16384", "--seq-len",
+              "8192", "--global-batch", "2048", "--time-limit", "300"],
+    "whatif": ["whatif", "-m", "llama3-405b", "-c", "dgx-h100", "--gpus", "8192,16384",
+               "--seq-len", "8192", "--global-batch", "2048", "--time-limit", "300", "-j", "2"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(CTRL_C))
+def test_ctrl_c_stops_and_leaves_outputs(tmp_path: Path, command: str) -> None:
+    """SIGINT 3 s into a long search: exit 130 promptly, "interrupted", files untouched."""
     old_json = tmp_path / "old.json"
     old_json.write_text('{"old": true}\n')
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "autoparallel_cp.cli", "solve", "-m", "llama3-405b",
-           "-c", "dgx-h100", "--gpus", "16384", "--seq-len", "8192", "--global-batch", "2048",
-           "--time-limit", "300", "--json", str(old_json), "--csv", str(tmp_path / "new.csv")]
+    cmd = [sys.executable, "-m", "autoparallel_cp.cli", *CTRL_C[command],
+           "--json", str(old_json), "--csv", str(tmp_path / "new.csv")]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
     time.sleep(3.0)
     sent = time.monotonic()
