@@ -31,6 +31,10 @@ MAX_GBPS = 1e5
 MAX_TOKENS = 1e16
 
 
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def _csv_list(kind: Callable[[str], Any], name: str, lo: float, hi: float
               ) -> Callable[..., Any]:
     """A comma-separated list of `kind` values, each finite and in [lo, hi] (exit 2 if not)."""
@@ -46,8 +50,9 @@ def _csv_list(kind: Callable[[str], Any], name: str, lo: float, hi: float
             raise click.BadParameter("expected at least one value", param_hint=name)
         for v in vals:
             if not math.isfinite(v) or not lo <= v <= hi:
-                raise click.BadParameter(f"{v!r} is out of range: must be in [{lo:g}, {hi:g}]",
-                                         param_hint=name)
+                raise click.BadParameter(
+                    f"{v!r} is out of range: must be in [{_num(lo)}, {_num(hi)}]",
+                    param_hint=name)
         return vals
     return convert
 

@@ -379,3 +379,44 @@ def test_fuzz_cli_options(playground: Path, data: Any) -> None:
     for name, text in (("out.json", '{"keep": 1}\n'), ("out.csv", "keep\n"),
                        ("target", "target\n")):
         (tmp / name).write_text(text)
+
+
+WHATIF_OPTIONS = {
+    "--gpus": HOSTILE_NUMBERS + ["8,16", "8,8", "8,,16", "16,8,0"],
+    "--seq-len": HOSTILE_NUMBERS + ["2048,4096"],
+    "--global-batch": HOSTILE_NUMBERS + ["32,64"],
+    "--inter-node-gbps": HOSTILE_NUMBERS + ["25,50", "1e-9", "50,nan"],
+    "--tokens": HOSTILE_NUMBERS + ["15e12"], "--time-limit": HOSTILE_NUMBERS,
+    "--objective": HOSTILE_TEXT + ["cost"],
+    "--fix": HOSTILE_TEXT, "--cluster": HOSTILE_TEXT + ["dgx-h100,dgx-h100", "dgx-h100,"],
+}
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_whatif_options(playground: Path, data: Any) -> None:
+    tmp = playground
+    args = {"--model": "gpt3-1.3b", "--cluster": "dgx-h100", "--gpus": "8",
+            "--seq-len": "2048", "--global-batch": "32", "--fix": "pp=1,cp=1,vpp=1",
+            "--jobs": "1"}  # the sweep stays in this process: bounded and fast
+    for opt in data.draw(st.lists(st.sampled_from(sorted(WHATIF_OPTIONS)), max_size=3,
+                                  unique=True), label="hostile"):
+        args[opt] = data.draw(st.sampled_from(WHATIF_OPTIONS[opt]), label=opt)
+    for opt in data.draw(st.lists(st.sampled_from(["--json", "--csv"]), max_size=2,
+                                  unique=True), label="outputs"):
+        args[opt] = data.draw(st.sampled_from(_path_choices(tmp)), label=opt)
+    argv = ["whatif"] + [x for kv in args.items() for x in kv] + ["--quiet"]
+    before = snapshot(tmp)
+    t0 = time.monotonic()
+    r = invoke(*argv)
+    assert time.monotonic() - t0 < 60, argv
+    after = snapshot(tmp)
+    for name in ("link", "pipe", "d"):
+        assert after[name] == before[name], (name, argv)
+    if r.exit_code in (1, 2, 130):
+        assert after == before, argv
+    (tmp / "new.json").unlink(missing_ok=True)
+    for name, text in (("out.json", '{"keep": 1}\n'), ("out.csv", "keep\n"),
+                       ("target", "target\n")):
+        (tmp / name).write_text(text)
