@@ -198,9 +198,11 @@ def solve(
         if st == cp_model.INFEASIBLE:
             _raise_infeasible(job, sp)
     master_cut = st != cp_model.OPTIMAL
-    lb0 = int(solver.objective_value) if st == cp_model.OPTIMAL else max(
-        int(math.floor(solver.best_objective_bound)), 0)
     top_u = cb.bounds(master.model, master.objective)[1]
+    bound = solver.best_objective_bound  # +-inf when a cut-short master has no bound yet
+    lb0 = int(solver.objective_value) if st == cp_model.OPTIMAL else (
+        max(int(math.floor(bound)), 0) if math.isfinite(bound) else 0)
+    lb0 = min(lb0, top_u)
     found: dict[Any, KeyResult] = {}
     evaluated = 0
     proven = True
