@@ -1,8 +1,9 @@
 """Output files: the CSV columns and JSON documents of INTERFACE.md, written atomically.
 
-Files are written atomically: the text goes to a temporary file in the target's folder, which
-then replaces the target (`os.replace`); on any error the temporary file is removed and the
-target is left as it was.
+Regular files are written atomically: the text goes to a temporary file in the target's folder,
+which then replaces the target (`os.replace`); on any error the temporary file is removed and
+the target is left as it was. `-`, FIFOs and character devices are streamed to; symlinks are
+followed; other special files are refused (`write_atomic`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import csv
 import io
 import json
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from autoparallel_cp.errors import UserError
 
@@ -41,25 +43,127 @@ CSV_COLUMNS: tuple[str, ...] = (
 )
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` to `path` atomically; `-` writes to stdout.
+def _identity(path: str) -> tuple[Any, ...]:
+    """What a path writes to: (device, inode) when it exists (so `-`, /dev/stdout, hard links
+    and symlinks to one file compare equal), else its resolved absolute path."""
+    if path == "-":
+        try:
+            st = os.fstat(sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            return ("stdout",)
+        return ("inode", st.st_dev, st.st_ino)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    return ("inode", st.st_dev, st.st_ino)
 
-    Raises UserError (exit 2) naming the file when it cannot be written; the target is then
-    untouched and no temporary file is left behind.
+
+def is_stdout(path: str | None) -> bool:
+    """Whether `path` is `-` or the same file as stdout (e.g. /dev/stdout)."""
+    return path is not None and (path == "-" or _identity(path) == _identity("-"))
+
+
+def check_output_paths(paths: Mapping[str, str | None]) -> None:
+    """Check every output path before any work (INTERFACE.md "Output paths"): each must be
+    writable as `write_atomic` writes it, and no two options may name the same file (also via
+    another spelling, a symlink or a hard link). UserError (exit 2) naming the options."""
+    seen: dict[tuple[Any, ...], str] = {}
+    for option, path in paths.items():
+        if not path:
+            continue
+        _kind(path)
+        ident = _identity(path)
+        if ident in seen:
+            raise UserError(f"{option} {path}: the same file as {seen[ident]}; give each "
+                            "output its own file")
+        seen[ident] = f"{option} {path}"
+
+
+#: Folders whose entries are never replaced, only written through (devices, /proc/self/fd/N).
+_SYSTEM = ("/dev/", "/proc/")
+
+
+def _kind(path: str) -> str:
+    """How `path` is written: "stream" (`-`, FIFO, character device: written to in place),
+    "replace" (a regular file or a new path: replaced atomically; symlinks are followed).
+    UserError (exit 2) for anything else (a folder, socket, block device, missing folder)."""
+    if path == "-":
+        return "stream"
+    if path == "":
+        raise UserError("an output path is empty")
+    try:
+        st = os.stat(path)  # follows symlinks
+    except FileNotFoundError:
+        real = os.path.realpath(path)  # a new file, or a dangling symlink's target
+        folder = os.path.dirname(real) or "."
+        if not os.path.isdir(folder):
+            raise UserError(f"{path}: cannot write file: folder {folder} does not exist"
+                            ) from None
+        return "replace"
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write file: {exc.strerror or exc}") from None
+    if os.path.abspath(path).startswith(_SYSTEM) or os.path.realpath(path).startswith(_SYSTEM):
+        # /dev/stdout, /dev/fd/N, /proc/self/fd/N: write through them, never replace them
+        if stat.S_ISDIR(st.st_mode):
+            raise UserError(f"{path}: cannot write file: it is a folder")
+        return "stream"
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return "replace"
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+        return "stream"
+    what = ("a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "not a regular file")
+    raise UserError(f"{path}: cannot write file: it is {what}")
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` to `path` (INTERFACE.md "Output paths").
+
+    `-` writes to stdout; FIFOs and character devices (/dev/null, /dev/stdout) are written to
+    in place, never replaced; a regular file or a new path is replaced atomically (the text goes
+    to a temporary file in the target's folder, which then replaces it with `os.replace`,
+    keeping the old file's permission bits); a symlink is followed, so its target is replaced
+    and the link stays a link. Anything else is refused. Raises UserError (exit 2) naming the
+    file when it cannot be written; the target is then untouched and no temporary file is left.
     """
-    if str(path) == "-":
+    name = os.fspath(path)
+    kind = _kind(name)
+    if name == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
+    if kind == "stream":
+        try:
+            with open(name, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UserError(f"{name}: cannot write file: {exc.strerror or exc}") from exc
+        return
+    replace_atomic(name, text)
+
+
+def replace_atomic(path: str, text: str) -> None:
+    """Replace the regular file (or new path) `path`, following symlinks, atomically."""
+    target = Path(os.path.realpath(path))
     tmp_name: str | None = None
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        try:
+            old_mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+        except FileNotFoundError:
+            old_mode = None
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                        dir=target.parent)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        if old_mode is None:  # a new file gets the usual 0666 & ~umask, not mkstemp's 0600
+            umask = os.umask(0)
+            os.umask(umask)
+            old_mode = 0o666 & ~umask
+        os.chmod(tmp_name, old_mode)
         os.replace(tmp_name, target)
         tmp_name = None
     except OSError as exc:
@@ -68,6 +172,63 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
         if tmp_name is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_name)
+
+
+def write_all(items: Sequence[tuple[str, str]]) -> None:
+    """Write several outputs as one step: every path is checked first, so a bad one leaves
+    all of them untouched."""
+    for path, _ in items:
+        _kind(path)
+    for path, text in items:
+        write_atomic(path, text)
+
+
+#: Plain-ASCII stand-ins for the characters the reports use, for a stream that cannot encode
+#: them (e.g. PYTHONIOENCODING=ascii or a C locale); anything else becomes "?".
+_ASCII = str.maketrans({"\u2264": "<=", "\u2265": ">=", "\u2192": "->", "\u00d7": "x",
+                        "\u00b7": "*", "\u2013": "-", "\u2014": "-", "\u2026": "...",
+                        "\u2248": "~", "\u00b1": "+/-", "\u2212": "-", "\u2018": "'",
+                        "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2502": "|",
+                        "\u2500": "-"})
+
+
+class SafeText(io.TextIOBase):
+    """A text stream that never raises UnicodeEncodeError: characters the underlying stream's
+    encoding lacks are written as plain ASCII (`_ASCII`, else "?")."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._s = stream
+        self._enc = getattr(stream, "encoding", None) or "utf-8"
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._enc
+
+    def write(self, text: str) -> int:
+        try:
+            text.encode(self._enc)
+        except UnicodeEncodeError:
+            text = text.translate(_ASCII).encode(self._enc, "replace").decode(self._enc)
+        except LookupError:
+            pass
+        return self._s.write(text)
+
+    def flush(self) -> None:
+        self._s.flush()
+
+    def isatty(self) -> bool:
+        return self._s.isatty()
+
+    def fileno(self) -> int:
+        return self._s.fileno()
+
+
+def safe_stream(stream: IO[str]) -> IO[str]:
+    """`stream`, wrapped in SafeText unless its encoding is a UTF one."""
+    enc = (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-")
+    if enc.startswith("utf"):
+        return stream
+    return SafeText(stream)  # type: ignore[return-value]
 
 
 def plans_csv(plans: Sequence[Mapping[str, Any]]) -> str:

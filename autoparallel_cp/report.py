@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from autoparallel_cp.outputs import GIB, MEMORY_FIELDS, TIME_FIELDS
+from autoparallel_cp.outputs import GIB, MEMORY_FIELDS, TIME_FIELDS, safe_stream
 
 _TIME_LABEL: dict[str, str] = {
     "compute_s": "compute", "bubble_s": "bubble", "tp_comm_s": "TP comm", "cp_comm_s": "CP comm",
@@ -349,11 +349,12 @@ def plans_from(evaluations: Iterable[Any]) -> list[dict[str, Any]]:
 
 def stderr_console(quiet: bool = False) -> Console:
     """A rich console on stderr (quiet: prints nothing)."""
-    return Console(stderr=True, quiet=quiet, highlight=False)
+    return Console(file=safe_stream(sys.stderr), quiet=quiet, highlight=False)
 
 
 def stdout_console(file: IO[str] | None = None) -> Console:
-    """A rich console on stdout, wide enough for the plan table when not a terminal."""
+    """A rich console on stdout, wide enough for the plan table when not a terminal; plain
+    ASCII where stdout cannot encode the table's characters."""
     f = file or sys.stdout
     width = None if f.isatty() else 200
-    return Console(file=f, width=width, highlight=False)
+    return Console(file=safe_stream(f), width=width, highlight=False)

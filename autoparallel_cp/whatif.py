@@ -11,9 +11,9 @@ import csv
 import io
 import itertools
 import json
+import multiprocessing
 import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,13 +111,24 @@ def run_sweep(points: Sequence[Point], *, fix: str | None = None, objective: str
     """Solve every point (in `jobs` parallel processes) and return one row per point."""
     cpus = os.cpu_count() or 1
     jobs = max(1, min(jobs or cpus, len(points)))
-    workers = max(1, cpus // jobs)
-    args = [(p.job, fix, objective, time_limit, workers) for p in points]
+    # one CP-SAT worker per point: the deterministic budget then gives the same answer however
+    # many points run at once and however loaded the machine is (search/limits.py)
+    args = [(p.job, fix, objective, time_limit, 1) for p in points]
     if jobs == 1:
         outs = [_solve_point(*a) for a in args]
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            outs = list(pool.map(_solve_point, *zip(*args, strict=True)))
+        # multiprocessing.Pool, not ProcessPoolExecutor: on Ctrl-C `terminate` stops the point
+        # processes at once (the executor's shutdown waits for the running points)
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+        try:
+            outs = pool.starmap(_solve_point, args, chunksize=1)
+        except BaseException:
+            pool.terminate()
+            raise
+        else:
+            pool.close()
+        finally:
+            pool.join()
     return [_row(p, o, tokens) for p, o in zip(points, outs, strict=True)]
 
 

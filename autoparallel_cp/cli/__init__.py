@@ -1,21 +1,47 @@
 """`ap-solve`: the command line of INTERFACE.md.
 
-Exit codes: 0 success; 1 no feasible plan (explanation on stderr); 2 bad input (one line naming
-the file / field on stderr). A user's mistake never shows a Python traceback.
+Exit codes: 0 success; 1 no feasible plan, proven (explanation on stderr); 2 bad input (one line
+naming the file / field on stderr); 3 no plan within the time limit, not proven infeasible (JSON
+status `timeout`); 130 interrupted (outputs untouched). A user's mistake never shows a Python
+traceback. See docs/user-guide.md, "Exit codes, statuses and errors".
 """
 
 from __future__ import annotations
+
+import sys
+from typing import Any
 
 import click
 
 from autoparallel_cp import __version__
 from autoparallel_cp.cli.catalog_commands import clusters, models, validate
+from autoparallel_cp.cli.common import EXIT_INTERRUPTED, say
 from autoparallel_cp.cli.plan_commands import evaluate, explain
 from autoparallel_cp.cli.search_commands import enumerate_cmd, solve
 from autoparallel_cp.cli.whatif_command import whatif
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Main(click.Group):
+    """The command group; a Ctrl-C while click parses the options is exit 130 too (click itself
+    would say "Aborted!" and exit 1)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            say("ap-solve: interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            say("ap-solve: interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Main,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="ap-solve")
 def main() -> None:
     """Find the fastest (and the simplest good) way to train a transformer on your GPUs.

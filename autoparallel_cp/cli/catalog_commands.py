@@ -8,9 +8,7 @@ import click
 from rich.table import Table
 
 from autoparallel_cp import outputs, report
-from autoparallel_cp.cli.common import (
-    guarded,
-)
+from autoparallel_cp.cli.common import check_outputs, guarded
 from autoparallel_cp.errors import UserError
 
 
@@ -22,12 +20,13 @@ def models(json_path: str | None) -> None:
     """List the model presets."""
     from autoparallel_cp.spec.loaders import model_catalog
 
+    check_outputs(json_path=json_path)
     rows = model_catalog()
     if json_path:
         import json
 
         outputs.write_atomic(json_path, json.dumps(rows, indent=2) + "\n")
-        if json_path == "-":
+        if outputs.is_stdout(json_path):
             return
     table = Table(title="Model presets (--model NAME)", title_justify="left",
                   header_style="bold")
@@ -51,12 +50,13 @@ def clusters(json_path: str | None) -> None:
     """List the cluster presets."""
     from autoparallel_cp.spec.loaders import cluster_catalog
 
+    check_outputs(json_path=json_path)
     rows = cluster_catalog()
     if json_path:
         import json
 
         outputs.write_atomic(json_path, json.dumps(rows, indent=2) + "\n")
-        if json_path == "-":
+        if outputs.is_stdout(json_path):
             return
     table = Table(title="Cluster presets (--cluster NAME; --gpus/--nodes select a part)",
                   title_justify="left", header_style="bold")

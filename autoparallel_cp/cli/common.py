@@ -4,6 +4,7 @@ the progress line, and writing outputs and launch settings."""
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,6 +18,8 @@ from rich.text import Text
 from autoparallel_cp import api, outputs, report
 from autoparallel_cp.emit import EMIT_FORMATS, emit
 from autoparallel_cp.errors import InfeasibleError, UserError
+from autoparallel_cp.search.limits import check as check_interrupt
+from autoparallel_cp.search.limits import sigint_watcher
 from autoparallel_cp.spec import RECIPES, Job
 from autoparallel_cp.spec.plan import Plan, PlanError
 
@@ -30,9 +33,23 @@ DEFAULT_TOLERANCE = 0.03
 # --------------------------------------------------------------------------------------------
 
 
+#: INTERFACE.md exit codes.
+EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def say(message: str) -> None:
+    """One line on stderr, whatever characters stderr can encode."""
+    outputs.safe_stream(sys.stderr).write(message.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
 def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"ap-solve: error: {message}", err=True)
+    say(f"ap-solve: error: {message}")
     sys.exit(code)
+
+
+class Timeout(Exception):
+    """No plan within the limit, infeasibility not proven: exit 3 (JSON status `timeout`)."""
 
 
 def _one_line(exc: ValidationError) -> str:
@@ -43,23 +60,28 @@ def _one_line(exc: ValidationError) -> str:
 
 
 def guarded(fn: F) -> F:
-    """Map user errors to INTERFACE.md exit codes: 2 bad input, 1 infeasible; no traceback."""
+    """Map user errors to INTERFACE.md exit codes: 2 bad input, 1 infeasible (proven), 3 time-out
+    (no plan, not proven infeasible), 130 interrupted; no traceback. While the command runs a
+    Ctrl-C stops CP-SAT at once (`limits.sigint_watcher`)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with sigint_watcher():
+                return fn(*args, **kwargs)
         except InfeasibleError as exc:
-            click.echo("ap-solve: no feasible plan.", err=True)
-            click.echo(exc.explanation.rstrip(), err=True)
-            sys.exit(1)
+            say("ap-solve: no feasible plan.")
+            say(exc.explanation.rstrip())
+            sys.exit(EXIT_INFEASIBLE)
+        except Timeout as exc:
+            fail(str(exc), EXIT_TIMEOUT)
         except (UserError, PlanError) as exc:
-            fail(" ".join(str(exc).split("\n")), 2)
+            fail(" ".join(str(exc).split("\n")), EXIT_BAD_INPUT)
         except ValidationError as exc:
-            fail(_one_line(exc), 2)
+            fail(_one_line(exc), EXIT_BAD_INPUT)
         except KeyboardInterrupt:
-            click.echo("ap-solve: interrupted", err=True)
-            sys.exit(130)
+            say("ap-solve: interrupted (no output file written)")
+            sys.exit(EXIT_INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]
 
@@ -69,19 +91,69 @@ def guarded(fn: F) -> F:
 # --------------------------------------------------------------------------------------------
 
 
+class FiniteFloat(click.ParamType):
+    """A finite float in [lo, hi] (`lo_open`: > lo): NaN and infinity are refused (exit 2)."""
+
+    name = "float"
+
+    def __init__(self, lo: float, hi: float, *, lo_open: bool = False) -> None:
+        self.lo, self.hi, self.lo_open = lo, hi, lo_open
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        if isinstance(value, float) and math.isfinite(value):
+            x = value
+        else:
+            try:
+                x = float(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if x < self.lo or (self.lo_open and x == self.lo) or x > self.hi:
+            lo = f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
+            self.fail(f"{x:g} is out of range: must be {lo} and <= {self.hi:g}", param, ctx)
+        return x
+
+
+#: Bounds of the float options (physically meaningful ranges, so nothing overflows the solver's
+#: integer models downstream): a tolerance of 1000% of the best step time; a day of solving.
+MAX_TOLERANCE = 10.0
+MAX_TIME_LIMIT_S = 86400.0
+
+#: Upper bounds of the integer job options: far above any real training job, low enough that
+#: every product the solver models form stays within int64 (the spec loaders bound the rest).
+MAX_GPUS = 10**7
+MAX_SEQ_LEN = 2**24
+MAX_GLOBAL_BATCH = 2**24
+MAX_TOP_K = 1000
+MAX_WORKERS = 1024
+
+
+def time_limit_option(fn: F) -> F:
+    return click.option(
+        "--time-limit", type=FiniteFloat(0.0, MAX_TIME_LIMIT_S, lo_open=True), default=10.0,
+        show_default=True,
+        help="Search budget in seconds, as CP-SAT deterministic time (2 deterministic s per "
+             "second: the same answer on an idle or a busy machine); a wall-clock safety net "
+             "of 3x + 30 s stops pathological runs, with a note.")(fn)
+
+
 def job_options(fn: F) -> F:
     opts = [
         click.option("--model", "-m", required=True, metavar="M",
                      help="Model preset (`ap-solve models`), spec YAML/JSON, or HF config.json."),
         click.option("--cluster", "-c", required=True, metavar="C",
                      help="Cluster preset (see `ap-solve clusters`) or a cluster YAML."),
-        click.option("--gpus", type=click.IntRange(min=1), default=None,
+        click.option("--gpus", type=click.IntRange(min=1, max=MAX_GPUS), default=None,
                      help="Use the first N GPUs of the cluster (default: all)."),
-        click.option("--nodes", type=click.IntRange(min=1), default=None,
+        click.option("--nodes", type=click.IntRange(min=1, max=MAX_GPUS), default=None,
                      help="Use the first N nodes of the cluster."),
-        click.option("--seq-len", type=click.IntRange(min=1), default=4096, show_default=True,
+        click.option("--seq-len", type=click.IntRange(min=1, max=MAX_SEQ_LEN), default=4096,
+                     show_default=True,
                      help="Sequence length (tokens)."),
-        click.option("--global-batch", type=click.IntRange(min=1), default=512,
+        click.option("--global-batch", type=click.IntRange(min=1, max=MAX_GLOBAL_BATCH),
+                     default=512,
                      show_default=True, help="Global batch (sequences per optimizer step)."),
         click.option("--recipe", default="megatron-bf16", metavar="R|FILE",
                      show_default=True,
@@ -97,11 +169,13 @@ def search_options(fn: F) -> F:
     opts = [
         click.option("--fix", default=None, metavar="K=V,...",
                      help="Pin plan fields, e.g. --fix tp=8,sp=1."),
-        click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True,
+        click.option("--top-k", type=click.IntRange(min=1, max=MAX_TOP_K), default=5,
+                     show_default=True,
                      help="Number of best distinct plans."),
         click.option("--objective", type=click.Choice(["throughput", "cost"]),
                      default="throughput", show_default=True),
-        click.option("--tolerance", type=click.FloatRange(min=0.0), default=DEFAULT_TOLERANCE,
+        click.option("--tolerance", type=FiniteFloat(0.0, MAX_TOLERANCE),
+                     default=DEFAULT_TOLERANCE,
                      show_default=True,
                      help="Recommend the simplest plan within this fraction of the best step "
                           "time."),
@@ -233,22 +307,35 @@ def step_of(d: Mapping[str, Any]) -> float:
 
 
 def write_outputs(status: str, solve_time: float, space: Any, dicts: list[dict[str, Any]],
-                   csv_path: str | None, json_path: str | None, note: Console) -> None:
+                   csv_path: str | None, json_path: str | None, note: Console,
+                   extra: Sequence[tuple[str, str]] = ()) -> None:
+    """Write the CSV, the JSON and `extra` (path, text) together, after every search phase."""
+    items: list[tuple[str, str]] = []
     if csv_path:
-        outputs.write_atomic(csv_path, outputs.plans_csv(dicts))
-        if csv_path != "-":
-            note.print(f"wrote {csv_path}")
+        items.append((csv_path, outputs.plans_csv(dicts)))
     if json_path:
-        outputs.write_atomic(json_path, outputs.result_json(status, solve_time, space, dicts))
-        if json_path != "-":
-            note.print(f"wrote {json_path}")
+        items.append((json_path, outputs.result_json(status, solve_time, space, dicts)))
+    check_interrupt()  # a Ctrl-C that came while the solver returned: write nothing
+    outputs.write_all(items + list(extra))
+    for path, _ in items:
+        if path != "-":
+            note.print(f"wrote {path}")
+
+
+def check_outputs(**paths: str | None) -> None:
+    """Refuse bad or colliding output paths before any work (exit 2); options by name."""
+    outputs.check_output_paths(
+        {"--" + k.removesuffix("_path").replace("_", "-"): v for k, v in paths.items()})
 
 
 def emit_settings(job: Job, plan: Plan, fmt: str, out_path: str | None, out: Console,
-          note: Console, label: str) -> None:
-    e = emit(job, plan, fmt)
+          note: Console, label: str, *, written: Any = None) -> None:
+    """Print (or write to `out_path`) the launch settings; `written`: an `emit` result whose
+    file the caller already wrote with its other outputs."""
+    e = written if written is not None else emit(job, plan, fmt)
     if out_path:
-        outputs.write_atomic(out_path, e.text)
+        if written is None:
+            outputs.write_atomic(out_path, e.text)
         note.print(f"wrote {fmt} settings of {label} to {out_path}")
     else:
         out.print(Text(f"\n{fmt} settings of {label}:", style="bold"))
@@ -259,6 +346,6 @@ def emit_settings(job: Job, plan: Plan, fmt: str, out_path: str | None, out: Con
 
 def consoles(json_path: str | None, quiet: bool) -> tuple[Console, Console]:
     """(report console, notes console): the report leaves stdout when JSON goes there."""
-    if json_path == "-":
+    if outputs.is_stdout(json_path):
         return report.stderr_console(quiet), report.stderr_console(quiet)
     return report.stdout_console(), report.stderr_console(quiet)

@@ -10,6 +10,7 @@ from autoparallel_cp import api, outputs, report
 from autoparallel_cp.cli.common import (
     F,
     build_job,
+    check_outputs,
     consoles,
     emit_settings,
     guarded,
@@ -18,7 +19,7 @@ from autoparallel_cp.cli.common import (
     plan_of,
     step_of,
 )
-from autoparallel_cp.emit import EMIT_FORMATS
+from autoparallel_cp.emit import EMIT_FORMATS, emit
 from autoparallel_cp.spec import Job
 
 
@@ -46,10 +47,13 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
     out, note = consoles(json_path, quiet)
     ev = api.evaluate(job, plan_text)
     d = report.plans_from([ev])[0]
-    if json_path:
-        outputs.write_atomic(json_path, outputs.plan_json(d))
-        if json_path != "-":
-            note.print(f"wrote {json_path}")
+    emitted = emit(job, plan_of(ev), emit_fmt) if emit_fmt else None
+    items = [(json_path, outputs.plan_json(d))] if json_path else []
+    if emitted is not None and emit_out:
+        items.append((emit_out, emitted.text))
+    outputs.write_all(items)  # together, once nothing can fail any more
+    if json_path and json_path != "-":
+        note.print(f"wrote {json_path}")
     out.print(Text(job_header(job), style="bold"))
     report.print_plan_report(out, d, title="Plan breakdown" if not explain else "Explanation",
                              num_layers=job.model.num_layers, explain=explain)
@@ -76,7 +80,8 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
         elif d.get("fits"):
             out.print("No single-axis change fits and is faster: the plan is locally optimal.")
     if emit_fmt:
-        emit_settings(job, plan_of(ev), emit_fmt, emit_out, out, note, "this plan")
+        emit_settings(job, plan_of(ev), emit_fmt, emit_out, out, note, "this plan",
+                      written=emitted)
 
 
 @click.command()
@@ -87,6 +92,7 @@ def evaluate(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_
              global_batch: int, recipe: str, plan_text: str, json_path: str | None,
              emit_fmt: str | None, emit_out: str | None, quiet: bool) -> None:
     """The memory and time breakdown of one given plan (also when it does not fit)."""
+    check_outputs(json_path=json_path, emit_out=emit_out)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=False)
 
@@ -99,5 +105,6 @@ def explain(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_l
             global_batch: int, recipe: str, plan_text: str, json_path: str | None,
             emit_fmt: str | None, emit_out: str | None, quiet: bool) -> None:
     """Explain one plan: breakdown, what limits it, and the changes that would help most."""
+    check_outputs(json_path=json_path, emit_out=emit_out)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=True)

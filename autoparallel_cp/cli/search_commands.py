@@ -7,8 +7,11 @@ from rich.text import Text
 
 from autoparallel_cp import api, report
 from autoparallel_cp.cli.common import (
+    MAX_WORKERS,
     ProgressLine,
+    Timeout,
     build_job,
+    check_outputs,
     consoles,
     emit_settings,
     guarded,
@@ -18,9 +21,10 @@ from autoparallel_cp.cli.common import (
     result_parts,
     search_options,
     step_of,
+    time_limit_option,
     write_outputs,
 )
-from autoparallel_cp.errors import InfeasibleError, UserError
+from autoparallel_cp.errors import UserError
 from autoparallel_cp.spec import Job
 
 
@@ -37,12 +41,17 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     else:
         result = api.enumerate_plans(job, top_k=top_k, objective=objective, fix=fix)
     status, solve_time, space, evs = result_parts(result)
+    stats = getattr(result, "stats", {}) or {}
+    wall_net = bool(stats.get("wall_clock_net_hit"))
     dicts = report.plans_from(evs)
-    write_outputs(status, solve_time, space, dicts, csv_path, json_path, note)
     if not dicts:
-        raise InfeasibleError(
-            f"no plan found within the time limit ({solve_time:.1f} s; status {status}, not "
-            "proven infeasible): raise --time-limit, or narrow the space with --fix")
+        # a time-out, not an infeasibility proof (INTERFACE.md: exit 3, JSON status timeout)
+        write_outputs("timeout", solve_time, space, [], csv_path, json_path, note)
+        budget = (f"--time-limit {time_limit:g} s" if time_limit is not None else "the limit")
+        why = (f"the wall-clock safety net stopped the search after {solve_time:.1f} s"
+               if wall_net else f"{budget} ran out after {solve_time:.1f} s")
+        raise Timeout(f"no plan found within the time limit ({why}); infeasibility is not "
+                      "proven: raise --time-limit, or narrow the space with --fix")
 
     ranked = [(plan_of(ev), step_of(d)) for ev, d in zip(evs, dicts, strict=True)]
     from autoparallel_cp.search.recommend import recommend
@@ -56,6 +65,22 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     rec_rank = next((i for i, (p, _) in enumerate(ranked, 1)
                      if canonical(p, job.model.num_layers).key() == rec_key), None)
 
+    chosen, label, emitted = None, "", None
+    if emit_fmt:
+        if emit_rank is not None:
+            if emit_rank > len(ranked):
+                raise UserError(f"--emit-rank {emit_rank}: only {len(ranked)} plans")
+            chosen, label = ranked[emit_rank - 1][0], f"plan #{emit_rank}"
+        else:
+            chosen, label = rec.plan, "the recommended plan"
+        from autoparallel_cp.emit import emit
+
+        emitted = emit(job, chosen, emit_fmt)  # before any file is written: it may refuse
+    # every search phase is done: write the outputs together (an interrupt before this line
+    # leaves every existing output file as it was)
+    write_outputs(status, solve_time, space, dicts, csv_path, json_path, note,
+                  extra=[(emit_out, emitted.text)] if emitted is not None and emit_out else [])
+
     out.print(Text(job_header(job), style="bold"))
     space_txt = (f"{space:.2g}" if isinstance(space, int) and space >= 10**9 else
                  f"{space:,}" if isinstance(space, int) else str(space))
@@ -68,6 +93,10 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         proof = " (time limit hit before the proof: raise --time-limit)"
     out.print(f"{kind}: status {status}{proof}, {solve_time:.2f} s, space {space_txt} plans, "
               f"objective {objective}")
+    if wall_net:
+        note.print("note: the wall-clock safety net (3x --time-limit + 30 s) stopped the "
+                   "search, not its deterministic budget: on a less loaded machine the answer "
+                   "may differ")
     out.print(report.plans_table(dicts, highlight=rec_rank, compare=True))
     best = dicts[0]
     out.print(Text("fastest:     ", style="bold") + Text(
@@ -86,23 +115,17 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         f"(simplest within {tolerance:.0%}, {rec.method})"))
     out.print("  " + rec.why())
 
-    if emit_fmt:
-        if emit_rank is not None:
-            if emit_rank > len(ranked):
-                raise UserError(f"--emit-rank {emit_rank}: only {len(ranked)} plans")
-            chosen, label = ranked[emit_rank - 1][0], f"plan #{emit_rank}"
-        else:
-            chosen, label = rec.plan, "the recommended plan"
-        emit_settings(job, chosen, emit_fmt, emit_out, out, note, label)
+    if emit_fmt and chosen is not None:
+        emit_settings(job, chosen, emit_fmt, emit_out, out, note, label, written=emitted)
 
 
 @click.command()
 @job_options
 @search_options
-@click.option("--time-limit", type=click.FloatRange(min=0.0, min_open=True), default=10.0,
-              show_default=True, help="CP-SAT time limit in seconds.")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="CP-SAT workers (default: CPU count).")
+@time_limit_option
+@click.option("--workers", type=click.IntRange(min=1, max=MAX_WORKERS), default=None,
+              help="CP-SAT workers for the master model (default 1: deterministic; more can "
+                   "be faster, but a cut-short answer may then depend on the machine's load).")
 @guarded
 def solve(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
           global_batch: int, recipe: str, fix: str | None, top_k: int, objective: str,
@@ -110,6 +133,7 @@ def solve(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len
           emit_fmt: str | None, emit_rank: int | None, emit_out: str | None, quiet: bool,
           time_limit: float, workers: int | None) -> None:
     """The optimal and k best distinct plans, found by CP-SAT."""
+    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _run_search("solve", job, fix=fix, top_k=top_k, objective=objective, tolerance=tolerance,
                 csv_path=csv_path, json_path=json_path, emit_fmt=emit_fmt,
@@ -127,6 +151,7 @@ def enumerate_cmd(model: str, cluster: str, gpus: int | None, nodes: int | None,
                   emit_fmt: str | None, emit_rank: int | None, emit_out: str | None,
                   quiet: bool) -> None:
     """The exhaustive reference search over the same space (for checking the solver)."""
+    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _run_search("enumerate", job, fix=fix, top_k=top_k, objective=objective,
                 tolerance=tolerance, csv_path=csv_path, json_path=json_path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -10,23 +11,49 @@ from rich.text import Text
 
 from autoparallel_cp import api, outputs
 from autoparallel_cp.cli.common import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_SEQ_LEN,
+    MAX_WORKERS,
+    FiniteFloat,
     ProgressLine,
+    check_interrupt,
+    check_outputs,
     consoles,
     guarded,
+    time_limit_option,
 )
-from autoparallel_cp.errors import UserError
 from autoparallel_cp.spec import RECIPES
 
+#: Bounds of whatif's own options: 100 TB/s per GPU of network; 10^16 tokens (1000x the largest
+#: published pre-training runs, ~15e12 tokens for Llama 3).
+MAX_GBPS = 1e5
+MAX_TOKENS = 1e16
 
-def _csv_list(kind: Callable[[str], Any], name: str) -> Callable[..., Any]:
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _csv_list(kind: Callable[[str], Any], name: str, lo: float, hi: float
+              ) -> Callable[..., Any]:
+    """A comma-separated list of `kind` values, each finite and in [lo, hi] (exit 2 if not)."""
     def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
         if value is None:
             return None
         try:
-            return [kind(v.strip()) for v in value.split(",") if v.strip()]
+            vals = [kind(v.strip()) for v in value.split(",") if v.strip()]
         except ValueError:
             raise click.BadParameter(f"expected a comma-separated list, got {value!r}",
                                      param_hint=name) from None
+        if not vals:
+            raise click.BadParameter("expected at least one value", param_hint=name)
+        for v in vals:
+            if not math.isfinite(v) or not lo <= v <= hi:
+                raise click.BadParameter(
+                    f"{v!r} is out of range: must be in [{_num(lo)}, {_num(hi)}]",
+                    param_hint=name)
+        return vals
     return convert
 
 
@@ -34,26 +61,30 @@ def _csv_list(kind: Callable[[str], Any], name: str) -> Callable[..., Any]:
 @click.option("--model", "-m", required=True, metavar="M", help="Model preset or file.")
 @click.option("--cluster", "-c", required=True, metavar="C[,C...]",
               help="Cluster preset(s) or file(s); several = a GPU-type sweep.")
-@click.option("--gpus", callback=_csv_list(int, "--gpus"), default=None, metavar="N[,N...]",
+@click.option("--gpus", callback=_csv_list(int, "--gpus", 1, MAX_GPUS),
+              default=None, metavar="N[,N...]",
               help="GPU counts to sweep.")
-@click.option("--nodes", callback=_csv_list(int, "--nodes"), default=None, metavar="N[,N...]",
+@click.option("--nodes", callback=_csv_list(int, "--nodes", 1, MAX_GPUS),
+              default=None, metavar="N[,N...]",
               help="Node counts to sweep.")
-@click.option("--inter-node-gbps", callback=_csv_list(float, "--inter-node-gbps"), default=None,
+@click.option("--inter-node-gbps", callback=_csv_list(float, "--inter-node-gbps", 1e-3, MAX_GBPS),
+              default=None,
               metavar="BW[,BW...]", help="Inter-node bandwidths (GB/s per GPU) to sweep.")
-@click.option("--seq-len", callback=_csv_list(int, "--seq-len"), default="4096",
+@click.option("--seq-len", callback=_csv_list(int, "--seq-len", 1, MAX_SEQ_LEN), default="4096",
               show_default=True, metavar="S[,S...]", help="Sequence lengths to sweep.")
-@click.option("--global-batch", callback=_csv_list(int, "--global-batch"), default="512",
+@click.option("--global-batch", callback=_csv_list(int, "--global-batch", 1, MAX_GLOBAL_BATCH),
+              default="512",
               show_default=True, metavar="B[,B...]", help="Global batches to sweep.")
 @click.option("--recipe", default="megatron-bf16", metavar="R|FILE", show_default=True,
               help=f"Recipe preset ({', '.join(RECIPES)}) or a YAML/JSON recipe file.")
 @click.option("--fix", default=None, metavar="K=V,...", help="Pin plan fields at every point.")
 @click.option("--objective", type=click.Choice(["throughput", "cost"]), default="throughput",
               show_default=True, help="What each point optimizes; cost also ranks the points.")
-@click.option("--tokens", type=float, default=None, metavar="N",
+@click.option("--tokens", type=FiniteFloat(0.0, MAX_TOKENS, lo_open=True), default=None,
+              metavar="N",
               help="Tokens to train (e.g. 15e12): days to train and, with prices, cost.")
-@click.option("--time-limit", type=click.FloatRange(min=0.0, min_open=True), default=10.0,
-              show_default=True, help="CP-SAT time limit per point.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+@time_limit_option
+@click.option("--jobs", "-j", type=click.IntRange(min=1, max=MAX_WORKERS), default=None,
               help="Points solved in parallel processes (default: CPU count).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Write a PNG plot (needs matplotlib: the `plot` extra).")
@@ -70,11 +101,10 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
     """Hardware and job planning: sweep GPUs, GPU type, network, sequence length, batch."""
     from autoparallel_cp import whatif as wi
 
+    check_outputs(csv_path=csv_path, json_path=json_path, plot_path=plot_path)
     out, note = consoles(json_path, quiet)
     if plot_path:
         wi.require_matplotlib()
-    if tokens is not None and tokens <= 0:
-        raise UserError("--tokens must be positive")
     points = wi.build_points(
         model=model, clusters=[c.strip() for c in cluster.split(",") if c.strip()],
         gpus=gpus, nodes=nodes, inter_node_gbps=inter_node_gbps, seq_lens=seq_len,
@@ -83,13 +113,13 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
     with ProgressLine(not quiet, f"what-if, {len(points)} points"):
         rows = wi.run_sweep(points, fix=fix, objective=objective, time_limit=time_limit,
                             jobs=jobs, tokens=tokens)
-    if csv_path:
-        outputs.write_atomic(csv_path, wi.rows_csv(rows))
-        note.print(f"wrote {csv_path}")
-    if json_path:
-        outputs.write_atomic(json_path, wi.rows_json(rows))
-        if json_path != "-":
-            note.print(f"wrote {json_path}")
+    items = ([(csv_path, wi.rows_csv(rows))] if csv_path else []) + (
+        [(json_path, wi.rows_json(rows))] if json_path else [])
+    check_interrupt()
+    outputs.write_all(items)
+    for path, _ in items:
+        if path != "-":
+            note.print(f"wrote {path}")
     out.print(Text(f"what-if: {model}, {len(rows)} points, objective {objective}",
                    style="bold"))
     out.print(wi.rows_table(rows, tokens=tokens, objective=objective))

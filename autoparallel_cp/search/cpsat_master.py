@@ -49,6 +49,7 @@ from autoparallel_cp.cost.factors import DP_TAIL_FRACTION
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search import cpsat_blocks as cb
 from autoparallel_cp.search.cpsat_axes import add_axes
+from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
@@ -365,6 +366,10 @@ def build_master(t: Tables, time_unit: float = 1e-6) -> Master:
     return Master(model, ax, obj, tu, bt)
 
 
+class ListingCut(Exception):
+    """The key listing ran out of budget before it was complete."""
+
+
 class _Collector(cp_model.CpSolverSolutionCallback):
     def __init__(self, master: Master, cap: int):
         super().__init__()
@@ -382,11 +387,14 @@ class _Collector(cp_model.CpSolverSolutionCallback):
 
 
 def enumerate_keys(master: Master, lo_units: int | None, hi_units: int, *, cap: int = 20000,
-                   time_limit: float | None = None) -> tuple[list[tuple[int, Key]], bool]:
+                   time_limit: float | None = None, budget: Budget | None = None
+                   ) -> tuple[list[tuple[int, Key]], bool]:
     """Every key with lo < LB <= hi (LB in objective units), sorted by (LB, key order).
 
-    Runs CP-SAT's solution enumeration on a copy of the master without objective; returns the
-    keys and whether `cap` stopped it early.
+    Runs CP-SAT's solution enumeration on a copy of the master without objective, within
+    `budget` (deterministic time; default `Budget(time_limit)`); returns the keys and whether
+    `cap` stopped it early. Raises `ListingCut` when the budget ran out before the listing was
+    complete (a partial list must not be taken for the whole window).
     """
     m = master.model.clone()
     m.clear_objective()
@@ -411,9 +419,9 @@ def enumerate_keys(master: Master, lo_units: int | None, hi_units: int, *, cap: 
     solver.parameters.search_branching = cp_model.FIXED_SEARCH
     solver.parameters.use_sat_inprocessing = False
     solver.parameters.symmetry_level = 0
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = max(time_limit, 0.05)
     col = _Collector(master, cap)
-    solver.solve(m, col)
+    st = (budget or Budget(time_limit)).solve(solver, m, col)
+    if not col.hit_cap and st not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        raise ListingCut(len(col.found))
     out = sorted(((v, k) for k, v in col.found.items()), key=lambda x: (x[0], x[1].order()))
     return out, col.hit_cap

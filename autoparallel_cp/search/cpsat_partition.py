@@ -28,7 +28,6 @@ proof that the objective is a lower bound spans the whole build.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +36,7 @@ from ortools.sat.python import cp_model
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search.key_bounds import KeyCoefs, key_coefs
+from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, canonical
 
@@ -327,18 +327,19 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
 
 
 def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int = 0,
-                    workers: int = 1, max_rounds: int = 20, cutoff_s: float | None = None
-                    ) -> tuple[float, Plan, float, float] | None:
+                    workers: int = 1, max_rounds: int = 20, cutoff_s: float | None = None,
+                    budget: Budget | None = None) -> tuple[float, Plan, float, float] | None:
     """Best partition of one key: (exact step s, plan, exact - model objective, error bound).
 
     The model is solved, the plan re-scored with `tables.plan_cost`; a plan that fits only by
     the model's memory rounding is cut off and the model re-solved. None when nothing fits, or
     when `cutoff_s` is given and no partition has an exact step time <= cutoff_s (the model's
     objective is a lower bound of the exact time, so `objective <= cutoff` drops no such plan).
+    CP-SAT draws on `budget` (deterministic time; default `Budget(time_limit)`).
     """
     from autoparallel_cp.search.tables import plan_cost
 
-    t0 = time.perf_counter()
+    budget = budget or Budget(time_limit)
     pm = build_partition(t, key)
     if pm is None:
         return None
@@ -346,8 +347,7 @@ def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int 
         pm.model.add(pm.objective <= int(math.floor(cutoff_s / pm.scale_s)))
     uniform = t.space.partition == "uniform"
     for _ in range(max_rounds):
-        left = time_limit - (time.perf_counter() - t0)
-        solver, st = _portfolio(pm.model, max(left, 0.05), seed, workers)
+        solver, st = _portfolio(pm.model, budget, seed, workers)
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
         plan = canonical(pm.read_plan(solver, uniform), t.space.num_layers)
@@ -374,27 +374,23 @@ PORTFOLIO: tuple[tuple[dict[str, Any], float], ...] = (
 )
 
 
-def _portfolio(model: cp_model.CpModel, time_limit: float, seed: int, workers: int,
+def _portfolio(model: cp_model.CpModel, budget: Budget, seed: int, workers: int,
                presolve: bool = True) -> tuple[cp_model.CpSolver, Any]:
     """Solve with each PORTFOLIO stage in turn until one proves optimality (or infeasibility);
-    each later stage starts from the best solution so far (hint)."""
-    t0 = time.perf_counter()
+    each later stage starts from the best solution so far (hint). Every stage draws on
+    `budget`; the last one has no cap of its own."""
     best: tuple[cp_model.CpSolver, Any] | None = None
     for params, dtime in PORTFOLIO:
-        left = time_limit - (time.perf_counter() - t0)
-        if left <= 0:
+        if budget.exhausted():
             break
         solver = cp_model.CpSolver()
         prm = solver.parameters
         prm.num_workers = workers
         prm.random_seed = seed
-        prm.max_time_in_seconds = left
         prm.cp_model_presolve = presolve
-        if dtime != float("inf"):
-            prm.max_deterministic_time = dtime
         for k, v in params.items():
             setattr(prm, k, v)
-        st = solver.solve(model)
+        st = budget.solve(solver, model, cap=None if dtime == float("inf") else dtime)
         if st in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
             model.clear_hints()
             return solver, st

@@ -34,6 +34,18 @@ def explain(job: Job, space: SearchSpace) -> str:
     if best is None:
         return "no plan with a uniform layer partition exists in this space"
     ratio, p, w = best
+    if ratio <= 1.0:
+        need_fit = w.required_bytes / GIB  # type: ignore[attr-defined]
+        cap_fit = w.capacity_bytes / GIB  # type: ignore[attr-defined]
+        # memory is not what rules every plan out (a uniform split fits): say what does
+        pins = ",".join(f"{k}={':'.join(map(str, v)) if isinstance(v, tuple) else v}"
+                        for k, v in space.fixed.items())
+        why = (f"the pins --fix {pins} leave no plan that fits" if pins else
+               "no layer partition / placement of the legal degrees fits")
+        return (f"no plan fits, although memory is not the limit: {p.short()} with a uniform "
+                f"layer split needs {need_fit:.1f} of {cap_fit:.1f} GiB; {why}. Relax or drop "
+                "the pins, or "
+                "check them with `ap-solve evaluate --plan`")
     terms = {"parameters": w.params_bytes, "gradients": w.grads_bytes,  # type: ignore[attr-defined]
              "optimizer states": w.optimizer_bytes,  # type: ignore[attr-defined]
              "activations": w.activations_bytes,  # type: ignore[attr-defined]

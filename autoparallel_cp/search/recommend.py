@@ -184,22 +184,22 @@ def simplest_within(
     cuts off no qualifying plan. The master then minimizes `complexity * (limit + 1) + LB`
     (lexicographic: the simplest, then the fastest bound); each key it returns is solved for its
     best partition (`solve.best_for_key`) and re-checked exactly; a key that does not qualify is
-    forbidden and the master re-solved. None when nothing qualifies in the time limit.
+    forbidden and the master re-solved. None when nothing qualifies in the time limit, a
+    deterministic-time budget (`limits.Budget`) shared by every CP-SAT call of the phase.
     """
     import math
-    import os
-    import time
 
     from ortools.sat.python import cp_model
 
-    from autoparallel_cp.search.cpsat_master import build_master, enumerate_keys
+    from autoparallel_cp.search.cpsat_master import ListingCut, build_master, enumerate_keys
     from autoparallel_cp.search.key_bounds import key_bound
+    from autoparallel_cp.search.limits import Budget
     from autoparallel_cp.search.solve import best_for_key
     from autoparallel_cp.search.space import SearchSpace
     from autoparallel_cp.search.tables import build_tables, plan_cost
     from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
-    t0 = time.perf_counter()
+    budget = Budget(time_limit)
     space = SearchSpace.for_job(job, fix=fix)
     space_tables = build_tables(space)
     master = build_master(space_tables)
@@ -223,14 +223,14 @@ def simplest_within(
             want = values.get(name, getattr(hint, name, None))
             for value, lit in zip(axis.values, axis.lits, strict=True):
                 model.add_hint(lit, value == want)
-    workers_ = workers or os.cpu_count() or 1
+    workers_ = workers or 1
 
-    def qualify(k: Any, left: float) -> tuple[int, float, Plan] | None:
-        res = best_for_key(space, k, time_limit=left, seed=seed, workers=workers_)
+    def qualify(k: Any) -> tuple[int, float, Plan] | None:
+        res = best_for_key(space, k, seed=seed, budget=budget)
         if res is None:
             return None
         best: tuple[int, float, Plan] | None = None
-        for cand in _plain_variants(canonical(res.plan, space.num_layers)):
+        for cand in _plain_variants(canonical(res.plan, space.num_layers), space.fixed):
             if plan_violations_ok(job, cand):
                 pc = plan_cost(res.tables, cand)
                 if pc.fits and pc.step_s <= max_step_s * (1 + 1e-12):
@@ -249,9 +249,13 @@ def simplest_within(
     #    drop those whose per-key numpy bound already exceeds it, and score the rest in order of
     #    key complexity (a lower bound of the complexity of its plans), then bound: the first
     #    complexity level that yields a qualifying plan, fully scanned, is the answer
-    left0 = None if time_limit is None else time_limit - (time.perf_counter() - t0)
-    if left0 is None or left0 > 0:
-        listed, capped = enumerate_keys(master, None, limit, time_limit=left0)
+    listed: list[Any] = []
+    capped = True
+    if not budget.exhausted():
+        try:
+            listed, capped = enumerate_keys(master, None, limit, budget=budget)
+        except ListingCut:
+            capped = True
         if not capped:
             cands = []
             for _, k in listed:
@@ -264,11 +268,10 @@ def simplest_within(
             for kc, _, _, k in cands:
                 if found is not None and kc > found[0]:
                     break
-                left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
-                if left is not None and left <= 0:
+                if budget.exhausted():
                     complete = False
                     break
-                got = qualify(k, left if left is not None else 60.0)
+                got = qualify(k)
                 if got is not None and (found is None or got[:2] < found[:2]):
                     found = got
             if found is not None and complete:
@@ -285,16 +288,13 @@ def simplest_within(
     # bound and missing solutions on this master; without it the search is also faster
     prm.cp_model_presolve = False
     for _ in range(max_rounds):
-        left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
-        if left is not None:
-            if left <= 0:
-                return None
-            prm.max_time_in_seconds = left
-        status = solver.solve(model)
+        if budget.exhausted():
+            return None
+        status = budget.solve(solver, model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
         k = master.key_of(solver.boolean_value)
-        got = qualify(k, left if left is not None else 60.0)
+        got = qualify(k)
         if got is not None:
             return got[2], got[1]
         model.add_bool_or([lit.negated() for lit in master.key_lits(k)])
@@ -308,12 +308,14 @@ def plan_violations_ok(job: Any, plan: Plan) -> bool:
     return not plan_violations(job, plan)
 
 
-def _plain_variants(plan: Plan) -> list[Plan]:
-    """The plan, and the same plan with a uniform split / whole-stage recompute (simpler)."""
+def _plain_variants(plan: Plan, pinned: Any = ()) -> list[Plan]:
+    """The plan, and the same plan with a uniform split / whole-stage recompute (simpler);
+    never a variant that drops a field the user pinned (`pinned`: the --fix field names)."""
     out = [plan]
-    if plan.stage_layers is not None and plan.stage_groups is None:
+    if (plan.stage_layers is not None and plan.stage_groups is None
+            and "stage_layers" not in pinned):
         out.append(plan.model_copy(update={"stage_layers": None}))
-    if plan.recompute_layers is not None:
+    if plan.recompute_layers is not None and "recompute_layers" not in pinned:
         out += [p.model_copy(update={"recompute_layers": None}) for p in list(out)]
     return out
 

@@ -13,22 +13,22 @@ Search (two CP-SAT models, neither listing plans):
    stage, with the constraint objective <= the current k-th best exact step time (a key whose
    best is above it cannot enter the top k, so the model is then infeasible and the key is
    dropped without being solved to optimality).
-Best-first with a certificate: the master is minimized (capped at MASTER_SECONDS; its best
+Best-first with a certificate: the master is minimized (capped at MASTER_DTIME; its best
 bound seeds the first window when cut short), then the keys with LB in a growing window
 (lo, hi] are enumerated by CP-SAT and scored exactly with model 2 in the order of the per-key
 bound `cpsat_partition.key_bound` (numpy, proven <= the key's exact best); a key whose bound
 is above the current k-th best is skipped without a model (and so are the window's later
 keys). The search stops once the k-th best exact step time is <= hi, since every unseen key
 has LB > hi and every skipped key a bound above the k-th best, so an exact step time above it.
-Status `optimal` means this proof completed. When the master's minimization was cut short (wall
-clock) the top-k keys are re-solved without the cutoff at the end, so the reported partitions
-do not depend on the order the keys were scored in.
+Status `optimal` means this proof completed. When a parallel master's minimization was cut
+short the top-k keys are re-solved without the cutoff at the end, so the reported partitions
+do not depend on the order the keys were scored in. All limits are deterministic time
+(`limits.Budget`), so the answer does not depend on the machine's load.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +38,7 @@ from ortools.sat.python import cp_model
 
 from autoparallel_cp.errors import InfeasibleError
 from autoparallel_cp.search import cpsat_blocks as cb
+from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
@@ -47,7 +48,7 @@ from autoparallel_cp.spec.plan import Plan
 class SolveResult:
     """Outcome of a search (INTERFACE.md JSON: status, solve_time_s, space_size, plans)."""
 
-    status: str  # optimal | feasible | infeasible
+    status: str  # optimal | feasible | timeout (no plan in the limit, not proven infeasible)
     solve_time_s: float
     space_size: int
     plans: list[Any]  # evaluate.Evaluation, best first
@@ -66,8 +67,9 @@ class SolveResult:
         }
 
 
-#: Wall-clock cap on the master minimization (it only seeds the first window, see `solve`).
-MASTER_SECONDS = 30.0
+#: Deterministic-time cap on the master minimization (it only seeds the first window, see
+#: `solve`); at most half the search's budget.
+MASTER_DTIME = 60.0
 
 
 def _key(plan: Plan) -> tuple[Any, ...]:
@@ -110,7 +112,8 @@ class KeyResult:
 
 def best_for_key(space: SearchSpace, key: Any, *, time_limit: float = 10.0,
                  seed: int = 0, workers: int = 1, tables: Any = None,
-                 cutoff_s: float | None = None) -> KeyResult | None:
+                 cutoff_s: float | None = None, budget: Budget | None = None
+                 ) -> KeyResult | None:
     """Solve one key's partition problem (layer counts per stage, recomputed layers, node group
     per stage) with the per-key linear CP-SAT model (`cpsat_partition`) and re-score it exactly.
 
@@ -124,7 +127,7 @@ def best_for_key(space: SearchSpace, key: Any, *, time_limit: float = 10.0,
     del workers  # the per-key model is solved by one deterministic worker
     tk = tables if tables is not None else build_tables(key_space(space, key))
     res = solve_partition(tk, key, time_limit=time_limit, seed=seed, workers=1,
-                          cutoff_s=cutoff_s)
+                          cutoff_s=cutoff_s, budget=budget)
     if res is None:
         return None
     step, plan, diff, err = res
@@ -144,8 +147,14 @@ def solve(
     fix: str | Mapping[str, Any] | None = None,
     progress: Callable[..., Any] | None = None,
 ) -> SolveResult:
-    """The k best distinct plans by CP-SAT, proven (see the module docstring)."""
-    from autoparallel_cp.search.cpsat_master import build_master, enumerate_keys
+    """The k best distinct plans by CP-SAT, proven (see the module docstring).
+
+    `time_limit` (seconds) is a deterministic-time budget (`limits.Budget`): the same input
+    gives the same plans and status on an idle or a busy machine. Status `timeout` (no plan,
+    not proven infeasible) when it runs out before any plan is found. `workers` > 1 solves the
+    master in parallel (faster on large machines; its cut-short bound then depends on the load).
+    """
+    from autoparallel_cp.search.cpsat_master import ListingCut, build_master, enumerate_keys
     from autoparallel_cp.search.key_bounds import key_bound
     from autoparallel_cp.search.tables import build_tables
 
@@ -163,35 +172,37 @@ def solve(
     phase["build_s"] = time.perf_counter() - tp0
     unit = master.unit_s
 
-    def left() -> float | None:
-        return None if time_limit is None else time_limit - (time.perf_counter() - t0)
-
+    budget = Budget(time_limit)
+    master_workers = workers or 1
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    prm.num_workers = workers or os.cpu_count() or 1
+    prm.num_workers = master_workers
     prm.random_seed = int(seed or 0)
     # the master's minimum only seeds the first bound window: any proven lower bound will do, so
-    # the minimization is capped (MASTER_SECONDS) and its best bound used when it is cut short
-    cap = MASTER_SECONDS if time_limit is None else min(MASTER_SECONDS, 0.5 * time_limit)
-    prm.max_time_in_seconds = max(cap, 0.05)
+    # the minimization is capped (MASTER_DTIME, at most half the budget) and its best bound used
+    # when it is cut short
+    left0 = budget.left()
+    cap = MASTER_DTIME if left0 is None else min(MASTER_DTIME, 0.5 * left0)
     # presolve costs most of the master's time on large spaces (5 s of 6 s for deepseek-v3 on
     # 2,048 GPUs, for ~20k one-hot literals it only merges) and the search closes without it
     prm.cp_model_presolve = False
     tp0 = time.perf_counter()
-    st = solver.solve(master.model)
+    st = budget.solve(solver, master.model, cap=cap)
     phase["master_s"] = time.perf_counter() - tp0
     if st == cp_model.INFEASIBLE:
         # confirm with presolve (a second, independent proof) before reporting: CP-SAT 9.15's
         # presolve wrongly reported some feasible masters infeasible during development
         # (enforced linear equalities, since removed), so one path alone is not trusted
         prm.cp_model_presolve = True
-        st = solver.solve(master.model)
+        st = budget.solve(solver, master.model, cap=cap)
         if st == cp_model.INFEASIBLE:
             _raise_infeasible(job, sp)
     master_cut = st != cp_model.OPTIMAL
-    lb0 = int(solver.objective_value) if st == cp_model.OPTIMAL else max(
-        int(math.floor(solver.best_objective_bound)), 0)
     top_u = cb.bounds(master.model, master.objective)[1]
+    bound = solver.best_objective_bound  # +-inf when a cut-short master has no bound yet
+    lb0 = int(solver.objective_value) if st == cp_model.OPTIMAL else (
+        max(int(math.floor(bound)), 0) if math.isfinite(bound) else 0)
+    lb0 = min(lb0, top_u)
     found: dict[Any, KeyResult] = {}
     evaluated = 0
     proven = True
@@ -204,12 +215,15 @@ def solve(
         return costs[top_k - 1][0] if len(costs) >= top_k else float("inf")
 
     while True:
-        rem = left()
-        if rem is not None and rem <= 0:
+        if budget.exhausted():
             proven = False
             break
         tp0 = time.perf_counter()
-        keys, capped = enumerate_keys(master, lo, hi, time_limit=rem)
+        try:
+            keys, capped = enumerate_keys(master, lo, hi, budget=budget)
+        except ListingCut:
+            proven = False
+            break
         phase["enumerate_keys_s"] = phase.get("enumerate_keys_s", 0.0) + time.perf_counter() - tp0
         tp0 = time.perf_counter()
         if capped:  # too wide a window: narrow it and ask again
@@ -232,12 +246,11 @@ def solve(
                 break
             if lb_u * unit >= cut:
                 continue
-            rem = left()
-            if rem is not None and rem <= 0:
+            if budget.exhausted():
                 stop = True
                 break
-            res = best_for_key(sp, key, time_limit=rem if rem is not None else 60.0,
-                               seed=int(seed or 0), tables=tabs, cutoff_s=cut)
+            res = best_for_key(sp, key, seed=int(seed or 0), tables=tabs, cutoff_s=cut,
+                               budget=budget)
             evaluated += 1
             if res is not None:
                 found[key] = res
@@ -261,20 +274,21 @@ def solve(
             hi = min(hi + max(2 * (hi - lb0), lb0 // 20, 1), top_u)
     ranked = sorted(found.values(), key=lambda r: (r.step_s, r.plan.key()))
     # the windows, hence the order keys are scored in and the cutoffs their models get, are
-    # fixed by the master's minimum; when its minimization was cut short (wall clock) they are
-    # not, so the reported partitions are then re-solved without a cutoff: same input, same plans
-    for i, r in enumerate(ranked[:top_k] if master_cut else []):
+    # fixed by the master's minimum; when a parallel master was cut short they are not (its
+    # bound depends on the load), so the reported partitions are then re-solved without a
+    # cutoff: same input, same plans
+    for i, r in enumerate(ranked[:top_k] if master_cut and master_workers > 1 else []):
         key = next(k for k, v in found.items() if v is r)
-        again = best_for_key(sp, key, time_limit=max(left() or 10.0, 1.0), seed=int(seed or 0),
-                             tables=tabs)
+        again = best_for_key(sp, key, seed=int(seed or 0), tables=tabs,
+                             budget=Budget(max(time_limit or 10.0, 1.0)))
         if again is not None:
             ranked[i] = again
     ranked.sort(key=lambda r: (r.step_s, r.plan.key()))
     if not ranked:
         if proven:
             _raise_infeasible(job, sp)
-        return SolveResult("feasible", time.perf_counter() - t0, size, [], gap=1.0,
-                           iterations=evaluated)
+        return SolveResult("timeout", time.perf_counter() - t0, size, [], gap=1.0,
+                           iterations=evaluated, stats=_limit_stats(budget))
     best_lb = lb0 * unit
     kk = ranked[min(top_k, len(ranked)) - 1].step_s
     gap = 0.0 if proven else max(0.0, (kk - (hi * unit)) / kk)
@@ -292,8 +306,15 @@ def solve(
                "master_constraints": len(master.model.proto.constraints),
                "keys_scored": evaluated, "keys_skipped": listed - evaluated,
                "root_bound_s": best_lb,
-               "ranked": [(r.step_s, r.plan) for r in ranked[:top_k]]},
+               "ranked": [(r.step_s, r.plan) for r in ranked[:top_k]],
+               **_limit_stats(budget)},
     )
+
+
+def _limit_stats(budget: Budget) -> dict[str, Any]:
+    """What the budget says about the run: deterministic seconds used, and whether the
+    wall-clock safety net (not the deterministic budget) stopped it."""
+    return {"deterministic_time": budget.used, "wall_clock_net_hit": budget.wall_hit}
 
 
 def enumerate_plans(

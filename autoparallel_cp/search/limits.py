@@ -1,0 +1,169 @@
+"""Limits on a search that give the same answer on an idle or a busy machine, and Ctrl-C.
+
+`Budget`: every CP-SAT call of one search draws on a single budget of CP-SAT *deterministic
+time* (`max_deterministic_time`, OR-Tools sat_parameters.proto: "deterministic time ...
+should be correlated with the wall time but is reproducible"; with one worker and a fixed seed
+the search path, hence the answer, does not depend on the machine's load). `--time-limit S` maps
+to `DTIME_PER_SECOND * S` deterministic seconds. A wall-clock limit of `WALL_FACTOR * S +
+WALL_SLACK_S` stays as an outer safety net only; when it cuts a solve short, `wall_hit` is set
+and the caller reports it (the answer may then depend on the load).
+
+Interrupts: CP-SAT catches SIGINT itself by default (`catch_sigint_signal`) and then returns
+normally, so a Ctrl-C was swallowed. Every solve here turns that off and registers its solver;
+`request_stop` (called by `sigint_watcher`'s thread as soon as SIGINT arrives, while the main
+thread is inside CP-SAT's C++ code) stops the registered solvers (`CpSolver.stop_search`) and
+makes the next `check` raise KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+#: Deterministic seconds per second of --time-limit. Measured on the solver benchmark
+#: (benchmarks/solver_bench.py; 2-core machine, one worker): CP-SAT's deterministic clock runs
+#: 2.3-3.4x faster than the wall clock on these models (llama3-70b / 512 H100: 5.4 det. s in
+#: 2.0 s), so 2 det. s per second finishes within the limit on such a machine.
+DTIME_PER_SECOND = 2.0
+#: The wall-clock safety net: WALL_FACTOR * time limit + WALL_SLACK_S (a loaded machine runs the
+#: deterministic budget slower; the net is only for pathological cases).
+WALL_FACTOR = 3.0
+WALL_SLACK_S = 30.0
+
+_DONE = (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
+
+
+class Budget:
+    """One search's deterministic-time budget (None: unlimited) and its wall-clock net."""
+
+    def __init__(self, time_limit: float | None) -> None:
+        self.time_limit = time_limit
+        self.dtime = None if time_limit is None else DTIME_PER_SECOND * time_limit
+        self.used = 0.0
+        self.deadline = (None if time_limit is None
+                         else time.monotonic() + WALL_FACTOR * time_limit + WALL_SLACK_S)
+        self.wall_hit = False
+
+    def left(self) -> float | None:
+        """Deterministic seconds left (None: unlimited)."""
+        return None if self.dtime is None else self.dtime - self.used
+
+    def exhausted(self) -> bool:
+        """Whether the budget (or the wall-clock net) is spent; also raises on Ctrl-C."""
+        check()
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.wall_hit = True
+        left = self.left()
+        return self.wall_hit or (left is not None and left <= 0)
+
+    def solve(self, solver: cp_model.CpSolver, model: cp_model.CpModel,
+              callback: cp_model.CpSolverSolutionCallback | None = None, *,
+              cap: float | None = None) -> Any:
+        """`solver.solve(model)` within the budget (and `cap` det. seconds), charging it."""
+        prm = solver.parameters
+        limit = [x for x in (self.left(), cap) if x is not None]
+        if limit:
+            prm.max_deterministic_time = max(min(limit), 1e-3)
+        if self.deadline is not None:
+            prm.max_time_in_seconds = max(self.deadline - time.monotonic(), 0.01)
+        st = run(solver, model, callback)
+        self.used += solver.deterministic_time
+        if (self.deadline is not None and st not in _DONE
+                and time.monotonic() >= self.deadline):
+            self.wall_hit = True
+        return st
+
+
+# --------------------------------------------------------------------------------------------
+# interrupts
+# --------------------------------------------------------------------------------------------
+
+_STOP = threading.Event()
+_LOCK = threading.Lock()
+_ACTIVE: set[cp_model.CpSolver] = set()
+
+
+def request_stop() -> None:
+    """Stop every running solve; the next `check` raises KeyboardInterrupt."""
+    with _LOCK:
+        _STOP.set()
+        for s in _ACTIVE:
+            s.stop_search()
+
+
+def reset() -> None:
+    _STOP.clear()
+
+
+def check() -> None:
+    """Raise KeyboardInterrupt when a stop was requested."""
+    if _STOP.is_set():
+        raise KeyboardInterrupt
+
+
+def run(solver: cp_model.CpSolver, model: cp_model.CpModel,
+        callback: cp_model.CpSolverSolutionCallback | None = None) -> Any:
+    """`solver.solve` that a Ctrl-C (`request_stop`) stops, then raising KeyboardInterrupt."""
+    solver.parameters.catch_sigint_signal = False
+    with _LOCK:
+        check()
+        _ACTIVE.add(solver)
+    try:
+        st = solver.solve(model, callback)
+    finally:
+        with _LOCK:
+            _ACTIVE.discard(solver)
+    check()
+    return st
+
+
+@contextlib.contextmanager
+def sigint_watcher() -> Iterator[None]:
+    """While active, SIGINT stops running CP-SAT solves at once (not only when they return).
+
+    Python runs signal handlers only in the main thread between bytecodes, never while it waits
+    in CP-SAT's C++ search; the handler's wakeup fd (`signal.set_wakeup_fd`) is written at once,
+    so a thread reading it calls `request_stop`. The Python handler itself is left as it is
+    (KeyboardInterrupt in the main thread). A no-op off the main thread.
+    """
+    reset()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        old = signal.set_wakeup_fd(w)
+    except ValueError:
+        os.close(r)
+        os.close(w)
+        yield
+        return
+
+    def watch() -> None:
+        while True:
+            try:
+                data = os.read(r, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGINT in data:
+                request_stop()
+
+    thread = threading.Thread(target=watch, name="ap-solve-sigint", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(old)
+        os.close(w)
+        thread.join(timeout=1.0)
+        os.close(r)
