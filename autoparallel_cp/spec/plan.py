@@ -146,7 +146,11 @@ def check_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     for k, v in fields.items():
         if not isinstance(k, str):
             raise PlanError(f"plan field names are strings, got {k!r}")
-        if v is not None:
+        if isinstance(v, str) and k != "recompute":  # as in the text form: {"tp": "8"}
+            if "," in v or "=" in v:
+                raise PlanError(f"field {k!r}: expected one value, got {v!r}")
+            out.update(parse_assignments(f"{k}={v}"))
+        elif v is not None:
             out[k] = check_field(k, v)
     return out
 
