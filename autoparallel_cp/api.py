@@ -52,11 +52,12 @@ def _check_type(value: Any, types: type | tuple[type, ...], field: str, what: st
                          field=field)
 
 
-def check_int(value: Any, field: str, lo: int, hi: int) -> int:
-    """`value` as an int in [lo, hi], or InputError naming `field` and the bound."""
+def check_int(value: Any, field: str, lo: int, hi: int, why: str = "") -> int:
+    """`value` as an int in [lo, hi], or InputError naming `field`, the bound and why."""
     _check_type(value, int, field, "an integer")
     if not lo <= value <= hi:
-        raise InputError(f"must be in {lo}..{hi}, got {value}", field=field)
+        because = f" ({why})" if why and value > hi else ""
+        raise InputError(f"must be in {lo}..{hi}{because}, got {value}", field=field)
     return int(value)
 
 
@@ -109,9 +110,9 @@ def select_gpus(cluster: ClusterSpec, gpus: int | None = None,
     if gpus is not None and nodes is not None:
         raise InputError("give --gpus or --nodes, not both", field="--gpus")
     if gpus is not None:
-        check_int(gpus, "--gpus", 1, MAX_GPUS)
+        check_int(gpus, "--gpus", 1, MAX_GPUS, "~20x the largest published cluster")
     if nodes is not None:
-        check_int(nodes, "--nodes", 1, MAX_GPUS)
+        check_int(nodes, "--nodes", 1, MAX_GPUS, "~20x the largest published cluster")
     try:
         if gpus is not None:
             return cluster.take_gpus(gpus)
@@ -136,8 +137,9 @@ def make_job(
     """Build a Job from names/paths or specs; `gpus`/`nodes` select part of the cluster.
 
     Bad arguments raise InputError naming the argument (as its CLI option)."""
-    check_int(seq_len, "--seq-len", 1, MAX_SEQ_LEN)
-    check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
+    check_int(seq_len, "--seq-len", 1, MAX_SEQ_LEN, "3x the longest published context")
+    check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH,
+              "~1000x the largest published batch, in sequences")
     m = model if isinstance(model, ModelSpec) else load_model(model)
     c = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     part = select_gpus(c, gpus, nodes)
