@@ -41,6 +41,8 @@ __all__ = [
 MAX_TOP_K = 10_000
 #: Most CP-SAT workers (threads) of one solve.
 MAX_WORKERS = 1024
+#: Longest time limit, seconds (11.6 days; proven optima of the presets take seconds).
+MAX_TIME_LIMIT_S = 1e6
 
 
 def _check_type(value: Any, types: type | tuple[type, ...], field: str, what: str) -> None:
@@ -61,14 +63,18 @@ def check_int(value: Any, field: str, lo: int, hi: int, why: str = "") -> int:
     return int(value)
 
 
-def check_number(value: Any, field: str, *, positive: bool = True) -> float:
-    """`value` as a finite float (> 0 when `positive`), or InputError naming `field`."""
+def check_number(value: Any, field: str, *, positive: bool = True,
+                 hi: float = math.inf) -> float:
+    """`value` as a finite float (> 0 when `positive`, <= `hi`), or InputError naming
+    `field`."""
     _check_type(value, (int, float), field, "a number")
     x = float(value)
     if not math.isfinite(x):
         raise InputError(f"must be a finite number, got {value}", field=field)
     if positive and x <= 0:
         raise InputError(f"must be positive, got {value}", field=field)
+    if x > hi:
+        raise InputError(f"must be <= {hi:g}, got {value}", field=field)
     return x
 
 
@@ -228,7 +234,7 @@ def solve(
     space_size, plans best first). Raises InfeasibleError when no plan fits."""
     _check_search_args(job, top_k, objective)
     if time_limit is not None:
-        check_number(time_limit, "--time-limit")
+        check_number(time_limit, "--time-limit", hi=MAX_TIME_LIMIT_S)
     if workers is not None:
         check_int(workers, "--workers", 1, MAX_WORKERS)
     if seed is not None:

@@ -221,7 +221,7 @@ def _group(**change: Any) -> dict[str, Any]:
     return {**data, "node_groups": [g]}
 
 
-CLUSTER_VALUES = [
+CLUSTER_VALUES: list[tuple[dict[str, Any], str, str]] = [
     ({"gpu.memory_gib": float("inf")}, "node_groups.0.gpu.memory_gib", "finite"),
     ({"gpu.memory_gib": float("nan")}, "node_groups.0.gpu.memory_gib", "finite"),
     ({"gpu.memory_gib": float("-inf")}, "node_groups.0.gpu.memory_gib", "finite"),
