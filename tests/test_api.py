@@ -94,6 +94,9 @@ CALLS: list[tuple[str, Callable[[Job], Any], str]] = [
     ("evaluate dict tp bool", lambda j: AP.evaluate(j, {"tp": True}), "tp"),
     ("evaluate dict stage_layers", lambda j: AP.evaluate(j, {"stage_layers": 8}),
      "stage_layers"),
+    ("Plan tp=0", lambda j: AP.Plan(tp=0), "tp"),
+    ("Plan unknown field", lambda j: AP.Plan(tq=2), "tq"),
+    ("Plan recompute", lambda j: AP.Plan(recompute="some"), "recompute"),
     ("evaluate broken rule", lambda j: AP.evaluate(j, "tp=3"), "heads % tp"),
     ("solve job None", lambda j: AP.solve(None), "job"),
     ("solve time_limit -1", lambda j: AP.solve(j, time_limit=-1), "--time-limit"),
@@ -165,3 +168,21 @@ def test_a_bounded_corner_job_still_solves() -> None:
     assert j.step_time_scale_s() < 1e6
     r = ap.solve(j, top_k=1, time_limit=20, fix="tp=8,pp=1")
     assert r.plans
+
+
+def test_activation_scale_bound() -> None:
+    """A job within every other bound (a wide model, the fastest cluster allowed, the largest
+    step) is refused when a step's activations pass 2^70 bytes (the solver's KiB integers)."""
+    from autoparallel_cp.spec import ClusterSpec, ModelSpec
+
+    model = ModelSpec(name="wide", num_layers=4096, hidden_size=2**17, ffn_hidden_size=1,
+                      num_attention_heads=128, vocab_size=2)
+    link = {"bandwidth_gbps": 1e5, "latency_us": 0.0}
+    cluster = ClusterSpec.model_validate({"name": "fast", "node_groups": [{
+        "name": "g", "gpus_per_node": 8, "num_nodes": 2**19, "intra_node": link,
+        "inter_node": link, "gpu": {"name": "W", "memory_gib": 2.0**16, "bf16_tflops": 1e6,
+                                    "hbm_gbps": 1e8}}]})
+    with pytest.raises(InputError) as ei:
+        ap.make_job(model, cluster, seq_len=4096, global_batch=2**24)
+    assert "2^70" in str(ei.value)
+    assert ap.make_job(model, cluster, seq_len=4096, global_batch=2**12).num_gpus == 2**22

@@ -130,6 +130,11 @@ MAX_LATENCY_US = 1e6
 MAX_PRICE = 1e4
 #: bytes per element of a recipe's state (fp64 = 8; Adam m and v in fp64 = 16).
 MAX_BYTES = 64
+#: activation bytes of a whole step held at once (`Job`): tokens x hidden x layers x 34 bytes
+#: (Korthikanti et al. 2022, eq. 1 without the attention-score term), at most 1 ZiB = 2^70
+#: (~1000x DeepSeek-V3's 63M-token step): no single memory coefficient of the solver (KiB)
+#: then exceeds 2^60.
+MAX_ACTIVATION_SCALE_BYTES = 2.0**70
 #: one optimizer step's time scale (`Job`), seconds: 11.6 days per step at peak throughput.
 #: Real jobs are below 100 s; 1e6 s x 1e6 us/s keeps the solver's coefficients below 2^63 / 1e6.
 MAX_STEP_ESTIMATE_S = 1e6

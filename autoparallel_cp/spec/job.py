@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import model_validator
 
 from .base import (
+    MAX_ACTIVATION_SCALE_BYTES,
     MAX_GLOBAL_BATCH,
     MAX_SEQ_LEN,
     MAX_STEP_ESTIMATE_S,
@@ -47,6 +48,13 @@ class Job(Strict):
                         f"(node group {g.name!r}) has no fp8_tflops: use a bf16 recipe, or "
                         "give the GPU's fp8_tflops"
                     )
+        act = 34.0 * self.tokens_per_step * self.model.hidden_size * self.model.num_layers
+        if act > MAX_ACTIVATION_SCALE_BYTES:
+            raise ValueError(
+                f"global_batch x seq_len x hidden_size x num_layers x 34 bytes = {act:.3g} "
+                f"bytes of activations per step, more than 2^70 (~1000x the largest published "
+                "step): lower global_batch or seq_len"
+            )
         est = self.step_time_scale_s()
         if est > MAX_STEP_ESTIMATE_S:
             raise ValueError(

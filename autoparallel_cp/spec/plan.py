@@ -58,6 +58,16 @@ class Plan(BaseModel):
     stage_layers: tuple[StageLayers, ...] | None = None  # per pipeline stage; None = uniform
     stage_groups: tuple[GroupIndex, ...] | None = None  # node group of each stage; None: in order
 
+    def __init__(self, **fields: Any) -> None:
+        """Validate the fields; a bad one is a PlanError (a UserError) naming the field."""
+        try:
+            super().__init__(**fields)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"])
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            raise PlanError(f"plan field {loc!r}: {msg}") from None
+
     def key(self) -> tuple[Any, ...]:
         """A hashable identity used to de-duplicate and tie-break plans deterministically."""
         return (
@@ -200,12 +210,7 @@ def parse_plan(text: str, job: Job | None = None) -> Plan:
         dp, mbs = fields.get("dp", 1), fields.get("mbs", 1)
         if "num_microbatches" not in fields and job.global_batch % (dp * mbs) == 0:
             fields["num_microbatches"] = job.global_batch // (dp * mbs)
-    try:
-        return Plan(**fields)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise PlanError(f"plan field {loc!r}: {err['msg']}") from exc
+    return Plan(**fields)
 
 
 def plan_violations(job: Job, plan: Plan) -> list[str]:
