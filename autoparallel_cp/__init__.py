@@ -1,6 +1,7 @@
 """autoparallel_cp: optimal parallel training plans with OR-Tools CP-SAT.
 
-Public API (imported lazily, so `import autoparallel_cp` stays light)::
+Public API (imported lazily, so `import autoparallel_cp` stays light; every bad argument or
+input raises a `UserError`: `InputError` for specs and options, `PlanError` for plans)::
 
     from autoparallel_cp import load_model, load_cluster, make_job
     from autoparallel_cp.search import solve
@@ -15,8 +16,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "solve", "evaluate", "enumerate_plans", "load_model", "load_cluster", "make_job",
-    "Job", "Plan", "parse_plan", "RECIPES", "UserError", "InputError", "InfeasibleError",
-    "__version__",
+    "Job", "Plan", "parse_plan", "RECIPES", "UserError", "InputError", "PlanError",
+    "InfeasibleError", "__version__",
 ]
 
 _LAZY: dict[str, str] = {
@@ -30,6 +31,7 @@ _LAZY: dict[str, str] = {
     "RECIPES": "autoparallel_cp.spec",
     "Plan": "autoparallel_cp.spec.plan",
     "parse_plan": "autoparallel_cp.spec.plan",
+    "PlanError": "autoparallel_cp.spec.plan",
     "UserError": "autoparallel_cp.errors",
     "InputError": "autoparallel_cp.errors",
     "InfeasibleError": "autoparallel_cp.errors",
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
     )
     from autoparallel_cp.errors import InfeasibleError, InputError, UserError
     from autoparallel_cp.spec import RECIPES, Job
-    from autoparallel_cp.spec.plan import Plan, parse_plan
+    from autoparallel_cp.spec.plan import Plan, PlanError, parse_plan
 
 
 def __getattr__(name: str) -> Any:

@@ -18,13 +18,18 @@ The cost model (`evaluate.py`) and the solver (`solve.py`) are imported on first
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec import ClusterSpec, Job, ModelSpec, TrainingRecipe
-from autoparallel_cp.spec.plan import Plan, PlanError, parse_assignments, parse_plan
+from autoparallel_cp.spec.base import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
+from autoparallel_cp.spec.plan import Plan, PlanError, check_fields, parse_assignments, parse_plan
+from autoparallel_cp.spec.validation import validation_error
 
 __all__ = [
     "load_model", "load_cluster", "make_job", "resolve_recipe", "select_gpus", "evaluate",
@@ -32,10 +37,56 @@ __all__ = [
 ]
 
 
+#: Most plans `solve` / `enumerate_plans` may be asked for (the table of a run).
+MAX_TOP_K = 10_000
+#: Most CP-SAT workers (threads) of one solve.
+MAX_WORKERS = 1024
+#: Longest time limit, seconds (11.6 days; proven optima of the presets take seconds).
+MAX_TIME_LIMIT_S = 1e6
+
+
+def _check_type(value: Any, types: type | tuple[type, ...], field: str, what: str) -> None:
+    """InputError naming `field` unless `value` is one of `types` (bool is never a number)."""
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise InputError(f"expected {what}, got a boolean ({value})", field=field)
+    if not isinstance(value, types):
+        raise InputError(f"expected {what}, got {type(value).__name__} {value!r:.80}",
+                         field=field)
+
+
+def check_int(value: Any, field: str, lo: int, hi: int, why: str = "") -> int:
+    """`value` as an int in [lo, hi], or InputError naming `field`, the bound and why."""
+    _check_type(value, int, field, "an integer")
+    if not lo <= value <= hi:
+        because = f" ({why})" if why and value > hi else ""
+        raise InputError(f"must be in {lo}..{hi}{because}, got {value}", field=field)
+    return int(value)
+
+
+def check_number(value: Any, field: str, *, positive: bool = True,
+                 hi: float = math.inf) -> float:
+    """`value` as a finite float (> 0 when `positive`, <= `hi`), or InputError naming
+    `field`."""
+    _check_type(value, (int, float), field, "a number")
+    x = float(value)
+    if not math.isfinite(x):
+        raise InputError(f"must be a finite number, got {value}", field=field)
+    if positive and x <= 0:
+        raise InputError(f"must be positive, got {value}", field=field)
+    if x > hi:
+        raise InputError(f"must be <= {hi:g}, got {value}", field=field)
+    return x
+
+
+def _check_path(name_or_path: Any, what: str) -> None:
+    _check_type(name_or_path, (str, Path), what, "a preset name or a file path")
+
+
 def load_model(name_or_path: str | Path) -> ModelSpec:
     """A ModelSpec from a preset name, a YAML/JSON spec or a Hugging Face config.json."""
     from autoparallel_cp.spec.loaders import load_model as _load
 
+    _check_path(name_or_path, "model")
     return _load(name_or_path)
 
 
@@ -43,6 +94,7 @@ def load_cluster(name_or_path: str | Path) -> ClusterSpec:
     """A ClusterSpec from a preset name or a YAML/JSON file."""
     from autoparallel_cp.spec.loaders import load_cluster as _load
 
+    _check_path(name_or_path, "cluster")
     return _load(name_or_path)
 
 
@@ -52,14 +104,21 @@ def resolve_recipe(recipe: str | TrainingRecipe) -> TrainingRecipe:
         return recipe
     from autoparallel_cp.spec.loaders import load_recipe
 
+    _check_type(recipe, (str, Path), "--recipe", "a recipe name, a file path or a TrainingRecipe")
+
     return load_recipe(recipe)
 
 
 def select_gpus(cluster: ClusterSpec, gpus: int | None = None,
                 nodes: int | None = None) -> ClusterSpec:
     """The part of `cluster` used: the first `gpus` GPUs or `nodes` nodes (default: all)."""
+    _check_type(cluster, ClusterSpec, "cluster", "a ClusterSpec")
     if gpus is not None and nodes is not None:
         raise InputError("give --gpus or --nodes, not both", field="--gpus")
+    if gpus is not None:
+        check_int(gpus, "--gpus", 1, MAX_GPUS, "~20x the largest published cluster")
+    if nodes is not None:
+        check_int(nodes, "--nodes", 1, MAX_GPUS, "~20x the largest published cluster")
     try:
         if gpus is not None:
             return cluster.take_gpus(gpus)
@@ -81,15 +140,25 @@ def make_job(
     global_batch: int = 512,
     recipe: str | TrainingRecipe = "megatron-bf16",
 ) -> Job:
-    """Build a Job from names/paths or specs; `gpus`/`nodes` select part of the cluster."""
+    """Build a Job from names/paths or specs; `gpus`/`nodes` select part of the cluster.
+
+    Bad arguments raise InputError naming the argument (as its CLI option)."""
+    check_int(seq_len, "--seq-len", 1, MAX_SEQ_LEN, "3x the longest published context")
+    check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH,
+              "~1000x the largest published batch, in sequences")
     m = model if isinstance(model, ModelSpec) else load_model(model)
     c = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
-    if seq_len <= 0:
-        raise InputError(f"must be positive, got {seq_len}", field="--seq-len")
-    if global_batch <= 0:
-        raise InputError(f"must be positive, got {global_batch}", field="--global-batch")
-    return Job(model=m, cluster=select_gpus(c, gpus, nodes), recipe=resolve_recipe(recipe),
-               seq_len=seq_len, global_batch=global_batch)
+    part = select_gpus(c, gpus, nodes)
+    r = resolve_recipe(recipe)
+    try:
+        return Job(model=m, cluster=part, recipe=r, seq_len=seq_len, global_batch=global_batch)
+    except ValidationError as exc:
+        raise validation_error(exc, Job, "job") from None
+
+
+def _check_job(job: Any) -> Job:
+    _check_type(job, Job, "job", "a Job (see make_job)")
+    return job
 
 
 def parse_fix(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -97,7 +166,10 @@ def parse_fix(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
     if fix is None:
         return {}
     if isinstance(fix, Mapping):
-        return dict(fix)
+        return check_fields(fix)
+    if not isinstance(fix, str):
+        raise PlanError(f"--fix: expected 'key=value,...' text or a mapping, got "
+                        f"{type(fix).__name__}")
     return parse_assignments(fix)
 
 
@@ -106,10 +178,14 @@ def as_plan(job: Job, plan: str | Plan | Mapping[str, Any]) -> Plan:
     if isinstance(plan, Plan):
         return plan
     if isinstance(plan, Mapping):
+        fields = check_fields(plan)
         text = ",".join(
             f"{k}={':'.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
-            for k, v in plan.items() if v is not None)
+            for k, v in fields.items())
         return parse_plan(text, job)
+    if not isinstance(plan, str):
+        raise PlanError(f"expected a plan as 'key=value,...' text, a mapping or a Plan, got "
+                        f"{type(plan).__name__}")
     return parse_plan(plan, job)
 
 
@@ -121,6 +197,7 @@ def evaluate(job: Job, plan: str | Plan | Mapping[str, Any]) -> Any:
     """
     from autoparallel_cp.spec.plan import plan_violations
 
+    _check_job(job)
     p = as_plan(job, plan)
     bad = plan_violations(job, p)
     if bad:
@@ -128,6 +205,13 @@ def evaluate(job: Job, plan: str | Plan | Mapping[str, Any]) -> Any:
     from autoparallel_cp.cost.evaluate import evaluate as exact
 
     return exact(job, p)
+
+
+def _check_search_args(job: Any, top_k: Any, objective: Any) -> None:
+    _check_job(job)
+    check_int(top_k, "--top-k", 1, MAX_TOP_K)
+    if objective not in ("throughput", "cost"):
+        raise InputError(f"must be throughput or cost, got {objective!r}", field="--objective")
 
 
 def _given(**kwargs: Any) -> dict[str, Any]:
@@ -148,10 +232,16 @@ def solve(
 ) -> Any:
     """Optimal and k best plans found by CP-SAT: a SolveResult (status, solve_time_s,
     space_size, plans best first). Raises InfeasibleError when no plan fits."""
-    if objective not in ("throughput", "cost"):
-        raise InputError(f"must be throughput or cost, got {objective!r}", field="--objective")
-    if top_k < 1:
-        raise InputError(f"must be >= 1, got {top_k}", field="--top-k")
+    _check_search_args(job, top_k, objective)
+    if time_limit is not None:
+        check_number(time_limit, "--time-limit", hi=MAX_TIME_LIMIT_S)
+    if workers is not None:
+        check_int(workers, "--workers", 1, MAX_WORKERS)
+    if seed is not None:
+        check_int(seed, "seed", -(2**31), 2**31 - 1)  # CP-SAT random_seed is an int32
+    if progress is not None and not callable(progress):
+        raise InputError(f"expected a callable or None, got {type(progress).__name__}",
+                         field="progress")
     pins = parse_fix(fix)
     from autoparallel_cp.search.solve import solve as cpsat_solve
 
@@ -168,8 +258,7 @@ def enumerate_plans(
     fix: str | Mapping[str, Any] | None = None,
 ) -> Any:
     """The exhaustive reference over the same space as `solve` (a SolveResult)."""
-    if top_k < 1:
-        raise InputError(f"must be >= 1, got {top_k}", field="--top-k")
+    _check_search_args(job, top_k, objective)
     pins = parse_fix(fix)
     from autoparallel_cp.search.solve import enumerate_plans as reference
 
@@ -178,11 +267,15 @@ def enumerate_plans(
 
 def with_inter_node_bandwidth(cluster: ClusterSpec, gbps: float) -> ClusterSpec:
     """The cluster with every node group's inter-node bandwidth set to `gbps` (GB/s per GPU)."""
-    if gbps <= 0:
-        raise InputError(f"must be positive, got {gbps}", field="--inter-node-gbps")
-    groups = [g.model_copy(update={"inter_node": g.inter_node.model_copy(
-        update={"bandwidth_gbps": float(gbps)})}) for g in cluster.node_groups]
-    return cluster.model_copy(update={"node_groups": groups})
+    check_number(gbps, "--inter-node-gbps")
+    _check_type(cluster, ClusterSpec, "cluster", "a ClusterSpec")
+    data = cluster.model_dump()
+    for g in data["node_groups"]:
+        g["inter_node"]["bandwidth_gbps"] = float(gbps)
+    try:  # validated again: the bandwidth's bounds (spec.base)
+        return ClusterSpec.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, ClusterSpec, "--inter-node-gbps") from None
 
 
 def cluster_price_per_hour(cluster: ClusterSpec) -> float | None:

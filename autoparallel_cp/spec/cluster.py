@@ -2,20 +2,53 @@
 
 from __future__ import annotations
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from typing import Annotated
 
-from .base import GIB, Strict
+from pydantic import Field, model_validator
+
+from .base import (
+    GIB,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_HBM_GBPS,
+    MAX_LATENCY_US,
+    MAX_LINK_GBPS,
+    MAX_MEMORY_GIB,
+    MAX_NODE_GROUPS,
+    MAX_PRICE,
+    MAX_TFLOPS,
+    MIN_HBM_GBPS,
+    MIN_LINK_GBPS,
+    MIN_MEMORY_GIB,
+    MIN_TFLOPS,
+    Bounded,
+    Strict,
+)
+
+MemoryGiB = Annotated[float, Bounded(MIN_MEMORY_GIB, MAX_MEMORY_GIB, "64 TiB, ~230x B300",
+                                          low_open=False)]
+Tflops = Annotated[float, Bounded(MIN_TFLOPS, MAX_TFLOPS, "8x a Cerebras WSE-3 wafer",
+                                        low_open=False)]
+HbmGBps = Annotated[float, Bounded(MIN_HBM_GBPS, MAX_HBM_GBPS, "5x WSE-3's on-wafer SRAM",
+                                         low_open=False)]
+LinkGBps = Annotated[float, Bounded(MIN_LINK_GBPS, MAX_LINK_GBPS, "~100x NVLink 5",
+                                          low_open=False)]
+LatencyUs = Annotated[float, Bounded(0.0, MAX_LATENCY_US, "1 s, 3x a round trip around "
+                                           "the world", low_open=False)]
+GpusPerNode = Annotated[int, Bounded(1, MAX_GPUS_PER_NODE, "~7x NVIDIA NVL576")]
+Nodes = Annotated[int, Bounded(1, MAX_GPUS, "~20x the largest published cluster")]
+Price = Annotated[float, Bounded(0.0, MAX_PRICE, "~1000x on-demand H100 prices", low_open=True)]
 
 
 class GPUSpec(Strict):
     """One accelerator type. `memory_gib` is the usable HBM size in GiB (2^30 bytes)."""
 
     name: str
-    memory_gib: PositiveFloat
-    bf16_tflops: PositiveFloat  # dense peak
-    fp8_tflops: PositiveFloat | None = None  # dense peak; None: no fp8 tensor cores
-    fp32_tflops: PositiveFloat | None = None  # non-tensor-core fp32 (for memory-bound estimates)
-    hbm_gbps: PositiveFloat  # HBM bandwidth, GB/s
+    memory_gib: MemoryGiB
+    bf16_tflops: Tflops  # dense peak
+    fp8_tflops: Tflops | None = None  # dense peak; None: no fp8 tensor cores
+    fp32_tflops: Tflops | None = None  # non-tensor-core fp32 (for memory-bound estimates)
+    hbm_gbps: HbmGBps  # HBM bandwidth, GB/s
     source: str = ""
 
     @property
@@ -26,8 +59,8 @@ class GPUSpec(Strict):
 class LinkSpec(Strict):
     """A link class seen from one GPU: bandwidth per GPU per direction (GB/s), latency (us)."""
 
-    bandwidth_gbps: PositiveFloat
-    latency_us: float = Field(5.0, ge=0)
+    bandwidth_gbps: LinkGBps
+    latency_us: LatencyUs = 5.0
     source: str = ""
 
 
@@ -36,11 +69,11 @@ class NodeGroup(Strict):
 
     name: str
     gpu: GPUSpec
-    gpus_per_node: PositiveInt
-    num_nodes: PositiveInt
+    gpus_per_node: GpusPerNode
+    num_nodes: Nodes
     intra_node: LinkSpec  # NVLink/NVSwitch
     inter_node: LinkSpec  # network bandwidth per GPU (e.g. 8 x 400 Gb/s NICs -> 50 GB/s/GPU)
-    price_per_gpu_hour: PositiveFloat | None = None  # USD
+    price_per_gpu_hour: Price | None = None  # USD
 
     @property
     def num_gpus(self) -> int:
@@ -51,7 +84,7 @@ class ClusterSpec(Strict):
     """One or more node groups on one fabric. Several groups = a heterogeneous cluster."""
 
     name: str
-    node_groups: list[NodeGroup] = Field(min_length=1)
+    node_groups: list[NodeGroup] = Field(min_length=1, max_length=MAX_NODE_GROUPS)
     source: str = ""
 
     @model_validator(mode="after")
@@ -59,6 +92,11 @@ class ClusterSpec(Strict):
         names = [g.name for g in self.node_groups]
         if len(set(names)) != len(names):
             raise ValueError(f"node_groups names must be unique, got {names}")
+        if self.num_gpus > MAX_GPUS:
+            raise ValueError(
+                f"node_groups hold {self.num_gpus:,} GPUs in all, more than {MAX_GPUS:,} "
+                "(~20x the largest published cluster)"
+            )
         return self
 
     @property

@@ -44,7 +44,21 @@ def _int(cfg: Mapping[str, Any], key: str, source: str, default: Any = ...) -> A
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise InputError(f"expected an integer, got {v!r}", source=source, field=key)
+        raise InputError(f"expected an integer, got {v!r:.80}", source=source, field=key)
+    return v
+
+
+def _bool(cfg: Mapping[str, Any], key: str, source: str, default: bool) -> bool:
+    v = _get(cfg, key, source, default)
+    if not isinstance(v, bool):
+        raise InputError(f"expected true or false, got {v!r:.80}", source=source, field=key)
+    return v
+
+
+def _str(cfg: Mapping[str, Any], key: str, source: str, default: str) -> str:
+    v = _get(cfg, key, source, default)
+    if not isinstance(v, str):
+        raise InputError(f"expected a string, got {v!r:.80}", source=source, field=key)
     return v
 
 
@@ -62,13 +76,13 @@ def _heads(cfg: Mapping[str, Any], source: str, h: int, a: int) -> dict[str, Any
 def _llama_like(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
     h = _int(cfg, "hidden_size", source)
     a = _int(cfg, "num_attention_heads", source)
-    act = str(_get(cfg, "hidden_act", source, "silu"))
+    act = _str(cfg, "hidden_act", source, "silu")
     if act not in ("silu", "swish"):
         raise InputError(
             f"{arch}: only the gated SiLU MLP (SwiGLU) is supported, got {act!r}",
             source=source, field="hidden_act",
         )
-    attn_bias = bool(_get(cfg, "attention_bias", source, False))
+    attn_bias = _bool(cfg, "attention_bias", source, False)
     out: dict[str, Any] = {
         "num_layers": _int(cfg, "num_hidden_layers", source),
         "hidden_size": h,
@@ -78,7 +92,7 @@ def _llama_like(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any
         "vocab_size": _int(cfg, "vocab_size", source),
         "max_position_embeddings": _int(cfg, "max_position_embeddings", source, 4096),
         "position_embedding": "rope",
-        "tie_embeddings": bool(_get(cfg, "tie_word_embeddings", source, False)),
+        "tie_embeddings": _bool(cfg, "tie_word_embeddings", source, False),
         "mlp": "swiglu",
         "norm": "rmsnorm",
     }
@@ -87,7 +101,7 @@ def _llama_like(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any
     elif attn_bias:
         out["qkv_bias"] = True  # LlamaAttention: attention_bias applies to q, k, v and o
         out["attn_out_bias"] = True
-    if bool(_get(cfg, "mlp_bias", source, False)):
+    if _bool(cfg, "mlp_bias", source, False):
         out["mlp_bias"] = True
     if arch == "MixtralForCausalLM":
         out["moe"] = {
@@ -100,7 +114,7 @@ def _llama_like(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any
 
 def _gpt2(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
     h = _int(cfg, "n_embd", source)
-    act = str(_get(cfg, "activation_function", source, "gelu_new"))
+    act = _str(cfg, "activation_function", source, "gelu_new")
     if not act.startswith("gelu"):
         raise InputError(f"GPT2: only GELU MLPs are supported, got {act!r}",
                          source=source, field="activation_function")
@@ -112,7 +126,7 @@ def _gpt2(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
         "vocab_size": _int(cfg, "vocab_size", source),
         "max_position_embeddings": _int(cfg, "n_positions", source, 1024),
         "position_embedding": "learned",
-        "tie_embeddings": bool(_get(cfg, "tie_word_embeddings", source, True)),
+        "tie_embeddings": _bool(cfg, "tie_word_embeddings", source, True),
         "mlp": "gelu",
         "norm": "layernorm",
         "qkv_bias": True,
@@ -132,7 +146,7 @@ def _deepseek(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
         "vocab_size": _int(cfg, "vocab_size", source),
         "max_position_embeddings": _int(cfg, "max_position_embeddings", source, 4096),
         "position_embedding": "rope",
-        "tie_embeddings": bool(_get(cfg, "tie_word_embeddings", source, False)),
+        "tie_embeddings": _bool(cfg, "tie_word_embeddings", source, False),
         "mlp": "swiglu",
         "norm": "rmsnorm",
         "mla": {
@@ -143,7 +157,7 @@ def _deepseek(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
             "v_head_dim": _int(cfg, "v_head_dim", source),
         },
     }
-    if bool(_get(cfg, "attention_bias", source, False)):
+    if _bool(cfg, "attention_bias", source, False):
         out["qkv_bias"] = True
         out["attn_out_bias"] = True
     if n_routed:
@@ -164,7 +178,7 @@ def _deepseek(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
             "first_k_dense_layers": first_k,
             "moe_layer_freq": freq,
             # DeepSeek-V3's aux-loss-free balancing adds e_score_correction_bias (noaux_tc)
-            "router_bias": _get(cfg, "topk_method", source, "greedy") == "noaux_tc",
+            "router_bias": _str(cfg, "topk_method", source, "greedy") == "noaux_tc",
         }
     mtp = _int(cfg, "num_nextn_predict_layers", source, 0)
     if mtp:
@@ -189,13 +203,16 @@ def _architecture(cfg: Mapping[str, Any], source: str) -> str:
     archs = cfg.get("architectures") or []
     if isinstance(archs, str):
         archs = [archs]
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise InputError(f"expected a list of class names, got {archs!r:.80}", source=source,
+                         field="architectures")
     for a in archs:
         if a in _IMPORTERS:
             return str(a)
     mt = cfg.get("model_type")
     if not archs and isinstance(mt, str) and mt in _ARCH_BY_MODEL_TYPE:
         return _ARCH_BY_MODEL_TYPE[mt]
-    found = ", ".join(map(str, archs)) or f"model_type {mt!r}"
+    found = ", ".join(archs)[:200] or f"model_type {mt!r:.80}"
     raise InputError(
         f"unsupported architecture {found}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}",
         source=source, field="architectures",
@@ -206,8 +223,9 @@ def hf_config_to_fields(cfg: Mapping[str, Any], source: str = "config.json") -> 
     """The `ModelSpec` fields (not yet validated) for a Hugging Face config dict."""
     arch = _architecture(cfg, source)
     fields = _IMPORTERS[arch](cfg, source, arch)
-    name = cfg.get("_name_or_path") or cfg.get("model_type") or arch
-    fields["name"] = str(name).rstrip("/").split("/")[-1] or arch
+    name = next((v for v in (cfg.get("_name_or_path"), cfg.get("model_type"))
+                 if isinstance(v, str) and v), arch)
+    fields["name"] = name.rstrip("/").split("/")[-1] or arch
     fields["source"] = f"Hugging Face config ({arch}) from {source}"
     return fields
 

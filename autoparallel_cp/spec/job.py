@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from pydantic import PositiveInt
+from typing import Annotated
 
-from .base import Strict
+from pydantic import model_validator
+
+from .base import (
+    MAX_ACTIVATION_SCALE_BYTES,
+    MAX_GLOBAL_BATCH,
+    MAX_SEQ_LEN,
+    MAX_STEP_ESTIMATE_S,
+    MAX_TOKENS_PER_STEP,
+    Bounded,
+    Strict,
+)
 from .cluster import ClusterSpec
 from .model import ModelSpec
 from .recipe import RECIPES, TrainingRecipe
+
+SeqLen = Annotated[int, Bounded(1, MAX_SEQ_LEN, "3x the longest published context")]
+GlobalBatch = Annotated[int, Bounded(1, MAX_GLOBAL_BATCH,
+                                         "~1000x the largest published batch")]
 
 
 class Job(Strict):
@@ -16,8 +30,39 @@ class Job(Strict):
     model: ModelSpec
     cluster: ClusterSpec  # already cut to the GPUs used (see ClusterSpec.take_gpus)
     recipe: TrainingRecipe = RECIPES["megatron-bf16"]
-    seq_len: PositiveInt = 4096
-    global_batch: PositiveInt = 512  # sequences per optimizer step
+    seq_len: SeqLen = 4096
+    global_batch: GlobalBatch = 512  # sequences per optimizer step
+
+    @model_validator(mode="after")
+    def _check(self) -> Job:
+        if self.tokens_per_step > MAX_TOKENS_PER_STEP:
+            raise ValueError(
+                f"global_batch x seq_len = {self.tokens_per_step:,} tokens per step, more than "
+                f"{MAX_TOKENS_PER_STEP:,} (~1000x the largest published batch)"
+            )
+        if self.recipe.compute_dtype == "fp8":
+            for g in self.cluster.node_groups:
+                if g.gpu.fp8_tflops is None:
+                    raise ValueError(
+                        f"recipe {self.recipe.name!r} computes in fp8, but GPU {g.gpu.name!r} "
+                        f"(node group {g.name!r}) has no fp8_tflops: use a bf16 recipe, or "
+                        "give the GPU's fp8_tflops"
+                    )
+        act = 34.0 * self.tokens_per_step * self.model.hidden_size * self.model.num_layers
+        if act > MAX_ACTIVATION_SCALE_BYTES:
+            raise ValueError(
+                f"global_batch x seq_len x hidden_size x num_layers x 34 bytes = {act:.3g} "
+                f"bytes of activations per step, more than 2^70 (~1000x the largest published "
+                "step): lower global_batch or seq_len"
+            )
+        est = self.step_time_scale_s()
+        if est > MAX_STEP_ESTIMATE_S:
+            raise ValueError(
+                f"one optimizer step would take about {est:.3g} s even at peak speed, more than "
+                f"{MAX_STEP_ESTIMATE_S:.0e} s (11.6 days): lower global_batch or seq_len, or "
+                "use more or faster GPUs"
+            )
+        return self
 
     @property
     def num_gpus(self) -> int:
@@ -26,3 +71,26 @@ class Job(Strict):
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch
+
+    def step_time_scale_s(self) -> float:
+        """A coarse scale of one step's time on the slowest parts of the cluster (seconds).
+
+        Compute: 6 FLOPs per parameter and token (Kaplan et al. 2020, §2.1) plus attention's
+        12*s*heads*head_dim per token and layer (no causal halving), over all GPUs at the slowest
+        bf16 peak; traffic: fp32 gradients plus 8 bytes per token, layer and hidden unit, over
+        all GPUs on the slowest link; latency: 8 messages per layer and sequence on the slowest
+        link, one after the other. It bounds the problem's size (`MAX_STEP_ESTIMATE_S`) so that
+        the solver's integer times (microseconds) stay far below 2^63; it is no prediction.
+        """
+        m, n, t = self.model, self.num_gpus, self.tokens_per_step
+        total, active = m.param_scale()
+        width = m.num_attention_heads * (m.head_size if m.mla is None else
+                                         m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
+        flops = 6.0 * active * t + 12.0 * m.num_layers * t * self.seq_len * width
+        groups = self.cluster.node_groups
+        peak = min(g.gpu.bf16_tflops for g in groups) * 1e12
+        links = [lk for g in groups for lk in (g.intra_node, g.inter_node)]
+        bw = min(lk.bandwidth_gbps for lk in links) * 1e9
+        latency = max(lk.latency_us for lk in links) * 1e-6
+        traffic = 4.0 * total + 8.0 * t * m.num_layers * m.hidden_size
+        return (flops / peak + traffic / bw) / n + 8.0 * m.num_layers * self.global_batch * latency

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import stat
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -26,12 +27,93 @@ from autoparallel_cp.spec.validation import (
     validate_spec,
 )
 
+#: Largest spec file read: our specs are a few KB and Hugging Face config.json files well under
+#: 100 KB (id2label tables included), so 1 MiB is 10x the largest real one.
+MAX_FILE_BYTES = 1 << 20
+#: Most YAML aliases (`*name`) in one file: a cluster file reuses a GPU or link block a few
+#: times; thousands only appear in "billion laughs" bombs.
+MAX_ALIASES = 1000
+#: Most values (mapping entries and list items, aliases expanded) and deepest nesting of a
+#: parsed file: real specs hold a few hundred values, nested at most 4 deep.
+MAX_VALUES = 100_000
+MAX_DEPTH = 64
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's SafeLoader that refuses more than MAX_ALIASES aliases (alias bombs)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases (an alias bomb?)")
+        return super().compose_node(parent, index)
+
+
+def _check_shape(data: Any, source: str) -> None:
+    """InputError when the parsed data is nested deeper than MAX_DEPTH or holds more than
+    MAX_VALUES values once aliases are expanded (iterative: no recursion on hostile input)."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    count = 0
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"nested more than {MAX_DEPTH} levels deep", source=source)
+        if isinstance(value, Mapping):
+            children: list[Any] = [*value.keys(), *value.values()]
+        elif isinstance(value, (list, tuple)):
+            children = list(value)
+        else:
+            continue
+        count += len(children)
+        if count > MAX_VALUES:
+            raise InputError(f"holds more than {MAX_VALUES} values (aliases expanded)",
+                             source=source)
+        stack.extend((c, depth + 1) for c in children)
+
 
 def _read(path: Path, source: str) -> Any:
+    """The parsed YAML/JSON of a regular file of at most MAX_FILE_BYTES; every failure (no
+    such file, a directory or FIFO, not UTF-8, bad syntax, too deep or too large, an alias
+    bomb) is an InputError naming the file."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read file: {exc.strerror or exc}", source=source) from None
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise InputError(f"is {kind}", source=source)
+        if st.st_size > MAX_FILE_BYTES:
+            raise InputError(f"is {st.st_size} bytes, more than {MAX_FILE_BYTES} "
+                             "(spec files are a few KB)", source=source)
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise InputError(f"cannot read file: {why}", source=source) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise InputError(f"is more than {MAX_FILE_BYTES} bytes", source=source)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"is not UTF-8 text (byte {exc.start}): expected YAML or JSON",
+                         source=source) from None
+    if not text.strip():
+        raise InputError("is empty: expected a mapping of fields", source=source)
+    try:
+        data = _parse(path, text, source)
+    except RecursionError:
+        raise InputError(f"nested too deeply (more than {MAX_DEPTH} levels)",
+                         source=source) from None
+    except MemoryError:
+        raise InputError("too large to parse", source=source) from None
+    _check_shape(data, source)
+    return data
+
+
+def _parse(path: Path, text: str, source: str) -> Any:
     if path.suffix.lower() == ".json":
         try:
             return json.loads(text)
@@ -41,29 +123,46 @@ def _read(path: Path, source: str) -> Any:
                 source=source,
             ) from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(f"YAML syntax error{where}: {problem}", source=source) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # PyYAML's constructors raise these on some values (e.g. a timestamp out of range)
+        raise InputError(f"YAML value error: {exc}", source=source) from None
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _exists(p: Path) -> bool:
+    try:
+        return p.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _resolve(kind: str, name_or_path: str | Path) -> tuple[Path, str, bool]:
     """(file, name for messages, is_preset) for a preset name or a path."""
     p = Path(name_or_path).expanduser()
-    if p.is_dir():
+    if _is_dir(p):
         cfg = p / "config.json"
-        if kind == "models" and cfg.is_file():
+        if kind == "models" and _exists(cfg):
             return cfg, str(cfg), False
         raise InputError(
             "is a directory" + (" without a config.json" if kind == "models" else ""),
             source=str(p),
         )
-    if p.is_file():
-        return p, str(p), False
+    if _exists(p):
+        return p, str(p), False  # _read refuses what is not a regular file
     text = str(name_or_path)
-    preset = preset_path(kind, text)
+    preset = preset_path(kind, text) if _is_name(text) else None
     if preset is not None:
         return preset, f"{kind}/{preset.name}", True
     looks_like_path = any(s in text for s in ("/", "\\")) or Path(text).suffix.lower() in (
@@ -76,9 +175,14 @@ def _resolve(kind: str, name_or_path: str | Path) -> tuple[Path, str, bool]:
     close = difflib.get_close_matches(text, names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise InputError(
-        f"unknown {what} preset {text!r}{hint}; available: {', '.join(names)}; "
+        f"unknown {what} preset {text[:200]!r}{hint}; available: {', '.join(names)}; "
         "or give a path to a YAML/JSON file"
     )
+
+
+def _is_name(text: str) -> bool:
+    """Whether `text` can name a preset file (no NUL byte, not absurdly long)."""
+    return 0 < len(text) <= 255 and "\0" not in text
 
 
 def load_model(name_or_path: str | Path) -> ModelSpec:
@@ -118,10 +222,10 @@ def load_recipe(name_or_path: str | Path) -> TrainingRecipe:
     if text in RECIPES:
         return RECIPES[text]
     p = Path(text).expanduser()
-    if not p.is_file():
+    if not _exists(p):
         close = difflib.get_close_matches(text, list(RECIPES), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InputError(f"unknown recipe {text!r}{hint}; available: {', '.join(RECIPES)}; "
+        raise InputError(f"unknown recipe {text[:200]!r}{hint}; available: {', '.join(RECIPES)}; "
                          "or give a path to a YAML/JSON file", field="--recipe")
     source = str(p)
     data = _read(p, source)
@@ -132,7 +236,7 @@ def load_recipe(name_or_path: str | Path) -> TrainingRecipe:
     named = "name" in data
     base = data.pop("base", None)
     if base is not None:
-        if base not in RECIPES:
+        if not isinstance(base, str) or base not in RECIPES:
             raise InputError(f"unknown base recipe {base!r}; available: {', '.join(RECIPES)}",
                              source=source, field="base")
         merged = RECIPES[base].model_dump()

@@ -2,23 +2,51 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import model_validator
 
-from .base import Strict
+from .base import (
+    MAX_EXPERTS,
+    MAX_FFN,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_MTP_LAYERS,
+    MAX_PARAMS,
+    MAX_POSITIONS,
+    MAX_RANK,
+    MAX_SHARED_EXPERTS,
+    MAX_VOCAB,
+    Bounded,
+    Strict,
+)
+
+Layers = Annotated[int, Bounded(1, MAX_LAYERS, "32x the deepest published LLM")]
+LayerCount = Annotated[int, Bounded(0, MAX_LAYERS, "32x the deepest published LLM")]
+Hidden = Annotated[int, Bounded(1, MAX_HIDDEN, "12x the widest published LLM")]
+Ffn = Annotated[int, Bounded(1, MAX_FFN, "14x the widest published MLP")]
+Heads = Annotated[int, Bounded(1, MAX_HEADS, "128x the most heads published")]
+HeadDim = Annotated[int, Bounded(1, MAX_HEAD_DIM, "16x the largest published head_dim")]
+Rank = Annotated[int, Bounded(1, MAX_RANK, "40x DeepSeek-V3's largest MLA rank")]
+Vocab = Annotated[int, Bounded(1, MAX_VOCAB, "16x the largest published vocabulary")]
+Positions = Annotated[int, Bounded(1, MAX_POSITIONS, "100x the longest published context")]
+Experts = Annotated[int, Bounded(1, MAX_EXPERTS, "PEER's million experts")]
+Shared = Annotated[int, Bounded(0, MAX_SHARED_EXPERTS, "512x DeepSeek-V3's 2")]
+Mtp = Annotated[int, Bounded(0, MAX_MTP_LAYERS, "512x DeepSeek-V3's 1")]
 
 
 class MoESpec(Strict):
     """Mixture-of-experts MLP (Mixtral, DeepSeek-V3 style)."""
 
-    num_experts: PositiveInt
-    top_k: PositiveInt
-    expert_ffn_hidden_size: PositiveInt
-    num_shared_experts: int = Field(0, ge=0)
-    shared_expert_ffn_hidden_size: PositiveInt | None = None  # default: expert_ffn_hidden_size
-    first_k_dense_layers: int = Field(0, ge=0)  # DeepSeek `first_k_dense_replace`
-    moe_layer_freq: PositiveInt = 1  # every n-th layer (after the dense prefix) is MoE
+    num_experts: Experts
+    top_k: Experts
+    expert_ffn_hidden_size: Ffn
+    num_shared_experts: Shared = 0
+    shared_expert_ffn_hidden_size: Ffn | None = None  # default: expert_ffn_hidden_size
+    first_k_dense_layers: LayerCount = 0  # DeepSeek `first_k_dense_replace`
+    moe_layer_freq: Layers = 1  # every n-th layer (after the dense prefix) is MoE
     router_bias: bool = False  # DeepSeek-V3 `e_score_correction_bias` (num_experts floats)
 
     @model_validator(mode="after")
@@ -37,25 +65,25 @@ class MoESpec(Strict):
 class MLASpec(Strict):
     """DeepSeek multi-head latent attention (arXiv 2405.04434 §2.1)."""
 
-    q_lora_rank: PositiveInt | None  # None: plain q projection (DeepSeek-V2-Lite)
-    kv_lora_rank: PositiveInt
-    qk_nope_head_dim: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    v_head_dim: PositiveInt
+    q_lora_rank: Rank | None  # None: plain q projection (DeepSeek-V2-Lite)
+    kv_lora_rank: Rank
+    qk_nope_head_dim: HeadDim
+    qk_rope_head_dim: HeadDim
+    v_head_dim: HeadDim
 
 
 class ModelSpec(Strict):
     """A decoder-only transformer (dense or MoE)."""
 
     name: str
-    num_layers: PositiveInt
-    hidden_size: PositiveInt
-    ffn_hidden_size: PositiveInt  # dense MLP width (for MoE models: the dense layers' width)
-    num_attention_heads: PositiveInt
-    num_kv_heads: PositiveInt | None = None  # default: num_attention_heads (MHA)
-    head_dim: PositiveInt | None = None  # default: hidden_size // num_attention_heads
-    vocab_size: PositiveInt
-    max_position_embeddings: PositiveInt = 4096
+    num_layers: Layers
+    hidden_size: Hidden
+    ffn_hidden_size: Ffn  # dense MLP width (for MoE models: the dense layers' width)
+    num_attention_heads: Heads
+    num_kv_heads: Heads | None = None  # default: num_attention_heads (MHA)
+    head_dim: HeadDim | None = None  # default: hidden_size // num_attention_heads
+    vocab_size: Vocab
+    max_position_embeddings: Positions = 4096
     position_embedding: Literal["rope", "learned", "alibi"] = "rope"
     tie_embeddings: bool = False
     mlp: Literal["gelu", "swiglu"] = "swiglu"
@@ -67,7 +95,7 @@ class ModelSpec(Strict):
     embedding_norm: bool = False  # norm right after the word embedding (BLOOM)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
-    mtp_layers: int = Field(0, ge=0)  # DeepSeek-V3 multi-token-prediction modules
+    mtp_layers: Mtp = 0  # DeepSeek-V3 multi-token-prediction modules
     source: str = ""
 
     @model_validator(mode="after")
@@ -88,7 +116,40 @@ class ModelSpec(Strict):
                 f"moe.first_k_dense_layers ({self.moe.first_k_dense_layers}) exceeds "
                 f"num_layers ({self.num_layers})"
             )
+        total, _ = self.param_scale()
+        if total > MAX_PARAMS:
+            raise ValueError(
+                f"the model has {total:.3g} parameters, more than {MAX_PARAMS:.0e} "
+                "(~600x the largest published model)"
+            )
         return self
+
+    def param_scale(self) -> tuple[float, float]:
+        """(total, active per token) parameters, an upper estimate for bounds only.
+
+        Per layer: 4 h x heads x head_dim for q, k, v, o (plus MLA's low-rank projections),
+        3 h x ffn for a SwiGLU MLP; MoE layers count every (active: top-k) routed and shared
+        expert; plus input and output embeddings and learned positions. `params.count_params`
+        is exact (it reads this module, so it cannot be used here).
+        """
+        h, a, mla = self.hidden_size, self.num_attention_heads, self.mla
+        if mla is None:
+            attn = 4.0 * h * a * self.head_size
+        else:
+            dim = max(mla.qk_nope_head_dim + mla.qk_rope_head_dim, mla.v_head_dim)
+            ranks = (mla.q_lora_rank or 0) + mla.kv_lora_rank
+            attn = 4.0 * h * a * dim + ranks * (h + 2.0 * a * dim)
+        dense = 3.0 * h * self.ffn_hidden_size
+        total = active = self.num_layers * (attn + dense)
+        if self.moe is not None:
+            e = self.moe
+            expert = 3.0 * h * max(e.expert_ffn_hidden_size, e.shared_ffn)
+            total += self.num_layers * (e.num_experts + e.num_shared_experts) * expert
+            active += self.num_layers * (e.top_k + e.num_shared_experts) * expert
+        outside = 2.0 * self.vocab_size * h
+        if self.position_embedding == "learned":
+            outside += float(self.max_position_embeddings) * h
+        return total + outside, active + outside
 
     @property
     def kv_heads(self) -> int:

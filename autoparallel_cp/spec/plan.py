@@ -7,11 +7,30 @@ num_microbatches, recompute, recompute_layers, plus the optional layer partition
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from autoparallel_cp.errors import UserError
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.base import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_LAYERS,
+    MAX_NODE_GROUPS,
+    Bounded,
+)
+
+_DEGREE = (1, MAX_GPUS, "a degree cannot exceed the largest cluster")
+_BATCH = (1, MAX_GLOBAL_BATCH, "cannot exceed the largest global batch")
+Degree = Annotated[int, Bounded(*_DEGREE)]
+Batch = Annotated[int, Bounded(*_BATCH)]
+Flag = Annotated[int, Bounded(0, 1, "0 or 1")]
+ZeroStage = Annotated[int, Bounded(0, 3, "ZeRO stages are 0..3")]
+LayerCount = Annotated[int, Bounded(0, MAX_LAYERS, "cannot exceed the deepest model")]
+StageLayers = Annotated[int, Bounded(1, MAX_LAYERS, "cannot exceed the deepest model")]
+GroupIndex = Annotated[int, Bounded(0, MAX_NODE_GROUPS - 1, "cannot exceed the node groups")]
 
 RecomputeMode = Literal["none", "selective", "full"]
 RECOMPUTE_MODES: tuple[RecomputeMode, ...] = ("none", "selective", "full")
@@ -20,24 +39,34 @@ RECOMPUTE_MODES: tuple[RecomputeMode, ...] = ("none", "selective", "full")
 class Plan(BaseModel):
     """One point of the plan space. `num_microbatches` is per pipeline per step."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    dp: PositiveInt = 1
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    vpp: PositiveInt = 1  # model chunks per pipeline rank (interleaved 1F1B when > 1)
-    cp: PositiveInt = 1
-    ep: PositiveInt = 1
-    sp: int = Field(0, ge=0, le=1)  # Megatron sequence parallelism (needs tp > 1 to matter)
-    zero: int = Field(0, ge=0, le=3)
-    mbs: PositiveInt = 1
-    num_microbatches: PositiveInt = 1
+    dp: Degree = 1
+    tp: Degree = 1
+    pp: Degree = 1
+    vpp: Degree = 1  # model chunks per pipeline rank (interleaved 1F1B when > 1)
+    cp: Degree = 1
+    ep: Degree = 1
+    sp: Flag = 0  # Megatron sequence parallelism (needs tp > 1 to matter)
+    zero: ZeroStage = 0
+    mbs: Batch = 1
+    num_microbatches: Batch = 1
     recompute: RecomputeMode = "none"
     # Partial full recompute: layers per stage that checkpoint their input and recompute.
     # None means "all layers of the stage" when recompute == "full", and 0 otherwise.
-    recompute_layers: int | None = Field(None, ge=0)
-    stage_layers: tuple[int, ...] | None = None  # per pipeline stage; None = uniform
-    stage_groups: tuple[int, ...] | None = None  # node-group index per stage; None = in order
+    recompute_layers: LayerCount | None = None
+    stage_layers: tuple[StageLayers, ...] | None = None  # per pipeline stage; None = uniform
+    stage_groups: tuple[GroupIndex, ...] | None = None  # node group of each stage; None: in order
+
+    def __init__(self, **fields: Any) -> None:
+        """Validate the fields; a bad one is a PlanError (a UserError) naming the field."""
+        try:
+            super().__init__(**fields)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"])
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            raise PlanError(f"plan field {loc!r}: {msg}") from None
 
     def key(self) -> tuple[Any, ...]:
         """A hashable identity used to de-duplicate and tie-break plans deterministically."""
@@ -78,17 +107,70 @@ class Plan(BaseModel):
         return min(self.recompute_layers, stage_layer_count)
 
 
-class PlanError(ValueError):
-    """A plan string or plan that cannot be used; the message names the field."""
+class PlanError(UserError, ValueError):
+    """A plan string or plan that cannot be used; the message names the field (a UserError:
+    the CLI exits 2)."""
 
 
 _INT_FIELDS = {"dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
                "recompute_layers"}
 _TUPLE_FIELDS = {"stage_layers", "stage_groups"}
+PLAN_FIELDS = tuple(sorted(_INT_FIELDS | _TUPLE_FIELDS | {"recompute"}))
+
+
+def _range_error(k: str, exc: ValidationError) -> PlanError:
+    err = exc.errors()[0]
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if err.get("type") != "value_error" and "input" in err:
+        msg += f" (got {err['input']!r})"
+    return PlanError(f"field {k!r}: {msg}")
+
+
+def check_field(k: str, v: Any) -> Any:
+    """The typed value of plan field `k`, or PlanError naming the field (bounds of `Plan`:
+    degrees and mbs >= 1, sp 0..1, zero 0..3, stage_layers >= 1 each; booleans refused)."""
+    if k not in PLAN_FIELDS:
+        raise PlanError(f"unknown plan field {k!r}; known: {', '.join(PLAN_FIELDS)}")
+    if k == "recompute":
+        if not isinstance(v, str) or v not in RECOMPUTE_MODES:
+            raise PlanError(f"field 'recompute': expected one of {RECOMPUTE_MODES}, got {v!r}")
+        return v
+    if k in _TUPLE_FIELDS:
+        if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
+            raise PlanError(f"field {k!r}: expected a list of integers, got {v!r}")
+        if not v:
+            raise PlanError(f"field {k!r}: expected at least one entry")
+    elif isinstance(v, bool) or not isinstance(v, int):
+        raise PlanError(f"field {k!r}: expected an integer, got {v!r}")
+    try:
+        return getattr(Plan.model_validate({k: v}), k)
+    except ValidationError as exc:
+        raise _range_error(k, exc) from None
+
+
+def check_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """`check_field` over a mapping of plan fields (None values are dropped)."""
+    if not isinstance(fields, Mapping):
+        raise PlanError(f"expected a mapping of plan fields, got {type(fields).__name__}")
+    out: dict[str, Any] = {}
+    for k, v in fields.items():
+        if not isinstance(k, str):
+            raise PlanError(f"plan field names are strings, got {k!r}")
+        if isinstance(v, str) and k != "recompute":  # as in the text form: {"tp": "8"}
+            if "," in v or "=" in v:
+                raise PlanError(f"field {k!r}: expected one value, got {v!r}")
+            out.update(parse_assignments(f"{k}={v}"))
+        elif v is not None:
+            out[k] = check_field(k, v)
+    return out
 
 
 def parse_assignments(text: str) -> dict[str, Any]:
-    """Parse `key=value[,key=value...]` (as in `--plan` and `--fix`) into typed values."""
+    """Parse `key=value[,key=value...]` (as in `--plan` and `--fix`) into typed values.
+
+    Every value is range-checked (`check_field`) and a key given twice is an error."""
+    if not isinstance(text, str):
+        raise PlanError(f"expected 'key=value,...' text, got {type(text).__name__}")
     out: dict[str, Any] = {}
     for raw in text.split(","):
         item = raw.strip()
@@ -97,27 +179,24 @@ def parse_assignments(text: str) -> dict[str, Any]:
         if "=" not in item:
             raise PlanError(f"expected KEY=VALUE, got {item!r}")
         k, v = (s.strip() for s in item.split("=", 1))
+        if k in out:
+            raise PlanError(f"field {k!r} is given twice ({k}={out[k]!r} and {k}={v})")
+        value: Any
         if k in _INT_FIELDS:
             try:
-                out[k] = int(v)
-            except ValueError as exc:
-                raise PlanError(f"field {k!r}: expected an integer, got {v!r}") from exc
+                value = int(v)
+            except ValueError:
+                raise PlanError(f"field {k!r}: expected an integer, got {v!r}") from None
         elif k in _TUPLE_FIELDS:
             try:
-                out[k] = tuple(int(x) for x in v.replace("/", ":").split(":") if x)
-            except ValueError as exc:
+                value = tuple(int(x) for x in v.replace("/", ":").split(":") if x)
+            except ValueError:
                 raise PlanError(
                     f"field {k!r}: expected integers separated by ':', got {v!r}"
-                ) from exc
-        elif k == "recompute":
-            if v not in RECOMPUTE_MODES:
-                raise PlanError(f"field 'recompute': expected one of {RECOMPUTE_MODES}, got {v!r}")
-            out[k] = v
+                ) from None
         else:
-            raise PlanError(
-                f"unknown plan field {k!r}; known: "
-                + ", ".join(sorted(_INT_FIELDS | _TUPLE_FIELDS | {"recompute"}))
-            )
+            value = v
+        out[k] = check_field(k, value)
     return out
 
 
@@ -131,12 +210,7 @@ def parse_plan(text: str, job: Job | None = None) -> Plan:
         dp, mbs = fields.get("dp", 1), fields.get("mbs", 1)
         if "num_microbatches" not in fields and job.global_batch % (dp * mbs) == 0:
             fields["num_microbatches"] = job.global_batch // (dp * mbs)
-    try:
-        return Plan(**fields)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise PlanError(f"plan field {loc!r}: {err['msg']}") from exc
+    return Plan(**fields)
 
 
 def plan_violations(job: Job, plan: Plan) -> list[str]:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field
 
-from .base import Strict
+from .base import MAX_BYTES, Bounded, Strict
+
+Bytes = Annotated[int, Bounded(1, MAX_BYTES, "4x Adam's m and v in fp64")]
+Bytes0 = Annotated[int, Bounded(0, MAX_BYTES, "4x Adam's m and v in fp64")]
+Fraction = Annotated[float, Bounded(0.0, 1.0, "a fraction", low_open=False)]
 
 
 class FrameworkBehaviour(Strict):
@@ -54,8 +58,8 @@ class FrameworkBehaviour(Strict):
 
     selective_policy: Literal["attention", "op"] = "attention"
     dropout: bool = False
-    tp_comm_overlap: float = Field(0.0, ge=0.0, le=1.0)
-    tp_comm_overlap_bwd: float | None = Field(None, ge=0.0, le=1.0)
+    tp_comm_overlap: Fraction = 0.0
+    tp_comm_overlap_bwd: Fraction | None = None
     dp_overlap: bool = True
     fused: bool | None = None  # None: fused for megatron, eager for pytorch
     attention_kernel: Literal["cudnn", "fa3", "fa2"] = "cudnn"
@@ -74,18 +78,18 @@ class TrainingRecipe(Strict):
 
     name: str
     framework: Literal["megatron", "pytorch"] = "megatron"
-    weight_bytes: PositiveInt = 2  # the copy used in forward/backward (bf16=2, fp32=4)
-    grad_bytes: PositiveInt = 4  # accumulated (main) gradient
+    weight_bytes: Bytes = 2  # the copy used in forward/backward (bf16=2, fp32=4)
+    grad_bytes: Bytes = 4  # accumulated (main) gradient
     #: bytes per gradient element on the wire of the DP reduction. Megatron forces fp32
     #: accumulation *and* all-reduce for bf16 (`arguments.py`: "bfloat16 requires gradient
     #: accumulation and all-reduce to be done in fp32") unless --grad-reduce-in-bf16; FSDP2
     #: `reduce_dtype=float32` (torchtitan default). fp16 Megatron (2021) reduced in fp16 (2).
-    grad_reduce_bytes: PositiveInt = 4
-    master_weight_bytes: int = Field(4, ge=0)  # fp32 master copy; 0 when weights are already fp32
-    optimizer_state_bytes: int = Field(8, ge=0)  # Adam m and v in fp32
-    activation_bytes: PositiveInt = 2  # bf16 activations
+    grad_reduce_bytes: Bytes = 4
+    master_weight_bytes: Bytes0 = 4  # fp32 master copy; 0 when weights are already fp32
+    optimizer_state_bytes: Bytes0 = 8  # Adam m and v in fp32
+    activation_bytes: Bytes = 2  # bf16 activations
     compute_dtype: Literal["bf16", "fp8"] = "bf16"
-    transient_weight_copy_bytes: int = Field(0, ge=0)  # autocast bf16 weight copies (pytorch-amp)
+    transient_weight_copy_bytes: Bytes0 = 0  # autocast bf16 weight copies (pytorch-amp)
     flash_attention: bool = True
     optimizer: Literal["adam"] = "adam"
     #: Adam implementation: "fused" (Megatron FusedAdam / torch `fused=True`: one pass over
