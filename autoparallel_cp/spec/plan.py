@@ -121,6 +121,7 @@ PLAN_FIELDS = tuple(sorted(_INT_FIELDS | _TUPLE_FIELDS | {"recompute"}))
 def _range_error(k: str, exc: ValidationError) -> PlanError:
     err = exc.errors()[0]
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    msg = msg.removeprefix(f"plan field {k!r}: ")  # Plan.__init__ names the field already
     if err.get("type") != "value_error" and "input" in err:
         msg += f" (got {err['input']!r})"
     return PlanError(f"field {k!r}: {msg}")
