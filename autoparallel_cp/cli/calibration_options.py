@@ -1,0 +1,68 @@
+"""`--calibration FILE` and `--mem-headroom FRACTION`, shared by the planning commands.
+
+The options record their values on the click context (`expose_value=False`), and
+`common.build_job` applies them through `apply_options`, so no command signature changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from autoparallel_cp.spec import Job
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_META_CAL = "ap_solve_calibration"
+_META_HEADROOM = "ap_solve_mem_headroom"
+
+
+def _store(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def cb(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        ctx.meta[key] = value
+        return value
+    return cb
+
+
+def calibration_option(fn: F) -> F:
+    """`--calibration FILE` (recorded on the click context; `apply_options` reads it)."""
+    return click.option(
+        "--calibration", default=None, metavar="FILE", expose_value=False,
+        callback=_store(_META_CAL),
+        help="Calibration file written by `ap-solve calibrate`: the cost model's knobs fitted "
+             "to your cluster, and the prediction intervals of that fit.")(fn)
+
+
+def headroom_option(fn: F) -> F:
+    """`--mem-headroom FRACTION` (default from the model's measured memory error)."""
+    from autoparallel_cp.cost.uncertainty import default_mem_headroom
+
+    return click.option(
+        "--mem-headroom", type=click.FloatRange(0.0, 0.5, max_open=True), default=None,
+        metavar="FRACTION", expose_value=False, callback=_store(_META_HEADROOM),
+        help="Keep plans whose predicted need plus this fraction of GPU memory exceeds it "
+             f"out of the answer (default {default_mem_headroom():g}: the model's 90th-"
+             "percentile memory under-prediction; 0 turns it off).")(fn)
+
+
+def apply_options(job: Job) -> Job:
+    """The job with the current command's --calibration and --mem-headroom applied (each
+    only where the command has the option)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return job
+    path = ctx.meta.get(_META_CAL)
+    cal = None
+    if path:
+        from autoparallel_cp.calibrate.files import load_calibration
+
+        cal = load_calibration(path)
+    h = None
+    if _META_HEADROOM in ctx.meta:
+        from autoparallel_cp.cost.uncertainty import default_mem_headroom
+
+        h = ctx.meta.get(_META_HEADROOM)
+        h = default_mem_headroom() if h is None else float(h)
+    return job.calibrated(cal, h)
