@@ -144,13 +144,21 @@ def plans_table(
             rc,
             memtxt,
             fmt_time(t.get("step_s")),
-            fmt_count(thr.get("tokens_per_s_per_gpu")),
+            fmt_count(thr.get("tokens_per_s_per_gpu"))
+            + band(thr.get("tokens_per_s_per_gpu"), thr.get("tokens_per_s_per_gpu_interval")),
             "-" if mfu is None else f"{mfu:.1%}",
             dominant(p),
             *((versus(p, plans[0]) if i > 1 else "best",) if compare else ()),
             style=style,
         )
     return table
+
+
+def band(value: float | None, interval: Sequence[float] | None) -> str:
+    """` ±9%`: half the nominal 80 % interval's width relative to the value ('' without)."""
+    if value is None or not interval or value <= 0:
+        return ""
+    return f" ±{(float(interval[1]) - float(interval[0])) / 2.0 / value:.0%}"
 
 
 def versus(p: Mapping[str, Any], best: Mapping[str, Any]) -> str:

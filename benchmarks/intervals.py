@@ -6,8 +6,9 @@ Throughput: for every published run (crossval.cases) the leave-one-source-out pr
 (crossval.loso: the tuned constants re-fitted without the run's source) gives the error
 e = ln(measured / predicted) tokens/s/GPU. Per recipe family (megatron; pytorch = FSDP,
 torchtitan, AMP), and within a family per regime where the errors differ (MoE models: the
-Megatron MoE rows spread twice as wide as the dense ones), the 10th and 90th percentiles of e
-are the nominal 80 % interval of a new prediction: measured in [pred·exp(q10), pred·exp(q90)].
+Megatron MoE rows spread twice as wide as the dense ones), the 10th and 90th percentiles of e,
+each source weighing the same, are the nominal 80 % interval of a new prediction: measured
+in [pred·exp(q10), pred·exp(q90)].
 A regime with fewer than MIN_ROWS runs uses its family's pooled table.
 
 Memory: ln(measured / predicted) of every measured memory row: the H200 single-GPU pytorch-amp
@@ -33,7 +34,6 @@ from validate import ALLOCATOR_FRAGMENTATION, h200_rows, published_rows
 
 from autoparallel_cp.cost.evaluate import evaluate
 
-
 #: Fewest runs a regime needs for its own table (else: the family's pooled table).
 MIN_ROWS = 10
 
@@ -47,9 +47,18 @@ def regime(c: X.Case) -> str:
     return family(c.job.recipe.framework) + ("-moe" if c.job.model.moe is not None else "")
 
 
-def q(values: list[float]) -> tuple[float, float]:
-    """(10th, 90th) percentile, linear interpolation (numpy default)."""
-    return float(np.percentile(values, 10)), float(np.percentile(values, 90))
+def q(errors: list[tuple[str, float]]) -> tuple[float, float]:
+    """(10th, 90th) percentile of (source, error) pairs, each source weighing the same (a new
+    user's cluster is a new source: a source with 32 runs must not outvote one with 2);
+    weighted percentiles by linear interpolation of the mid-point cumulative weights."""
+    count: dict[str, int] = defaultdict(int)
+    for s, _ in errors:
+        count[s] += 1
+    order = sorted(errors, key=lambda se: se[1])
+    v = np.array([e for _, e in order])
+    w = np.array([1.0 / count[s] for s, _ in order])
+    cum = (np.cumsum(w) - 0.5 * w) / w.sum()
+    return float(np.interp(0.1, cum, v)), float(np.interp(0.9, cum, v))
 
 
 def memory_errors() -> list[tuple[str, float]]:
@@ -87,11 +96,11 @@ def main() -> int:
     print("# tokens/s/GPU: ln(measured / LOSO prediction), per recipe family")
     tab: dict[str, tuple[float, float]] = {}
     for fam, es in sorted(errs.items()):
-        tab[fam] = q([e for _, e in es])
+        tab[fam] = q(es)
         print(f"  {fam}: {len(es)} runs, {len({s for s, _ in es})} sources, "
               f"q10 {tab[fam][0]:+.4f}, q90 {tab[fam][1]:+.4f}")
     mem = memory_errors()
-    mq = q([e for _, e in mem])
+    mq = q(mem)
     print(f"  memory: {len(mem)} rows, q10 {mq[0]:+.4f}, q90 {mq[1]:+.4f}")
 
     # nested coverage: each source scored with percentiles of the other sources
@@ -103,7 +112,7 @@ def main() -> int:
     for key in scored:
         es = errs[key]
         for src in sorted({s for s, _ in es}):
-            rest = [e for s, e in es if s != src]
+            rest = [(s, e) for s, e in es if s != src]
             if len(rest) < 5:
                 continue
             lo, hi = q(rest)
@@ -116,7 +125,7 @@ def main() -> int:
             widths += [math.exp(hi) - math.exp(lo)] * len(mine)
     m_in = m_tot = 0
     for src in sorted({s for s, _ in mem}):
-        rest = [e for s, e in mem if s != src]
+        rest = [(s, e) for s, e in mem if s != src]
         if len(rest) < 5:
             continue
         lo, hi = q(rest)

@@ -14,6 +14,8 @@ Format (docs/user-guide.md, "Calibrating to your cluster"), YAML:
     intervals:                  # ln(measured / predicted), nominal 80 %; absent: model tables
       time: [-0.05, 0.05]
       memory: [-0.02, 0.02]
+    uncertainty:                # one sd of each fitted knob (sensitivity ranges)
+      compute:H100-SXM5-80GB: 0.02
     report: {...}               # what `calibrate` printed: knobs with uncertainty, residuals
                                 # before / after, rows, outliers, notes (informative only)
 """
@@ -52,6 +54,7 @@ def to_document(result: FitResult, sources: dict[str, Any] | None = None) -> dic
         "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "knobs": knobs,
         "intervals": intervals,
+        "uncertainty": dict(cal.std),
         "report": {
             "inputs": sources or {},
             "knobs": [{"name": k.name, "value": k.value, "std": k.std,
@@ -110,6 +113,12 @@ def load_calibration(path: str | Path) -> Calibration:
             except (ValidationError, TypeError, ValueError):
                 raise InputError("must be [lo <= 0, hi >= 0] (ln measured/predicted)",
                                  source=src, field=f"intervals.{key}") from None
+    std = doc.get("uncertainty") or {}
+    if not isinstance(std, dict) or not all(
+            isinstance(v, (int, float)) and v >= 0 for v in std.values()):
+        raise InputError("must map knob names to non-negative numbers", source=src,
+                         field="uncertainty")
+    data["std"] = {str(k): float(v) for k, v in std.items()}
     try:
         return Calibration(**data)
     except ValidationError as exc:

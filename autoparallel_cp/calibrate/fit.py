@@ -231,7 +231,11 @@ def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
         jtj = jd.T @ jd / scale + np.diag([1.0 / k.sigma ** 2 for k in free])
         cov = np.linalg.inv(jtj)
         std_theta = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+        # effective number of parameters the data determined (MacKay 1992, gamma = sum of
+        # 1 - posterior / prior variance): a knob held by its prior uses no degree of freedom
+        used = np.clip(1.0 - np.diag(cov) / np.array([k.sigma ** 2 for k in free]), 0.0, 1.0)
     else:
+        used = np.zeros(0)
         theta = np.zeros(0)
         r_data = r0
         std_theta = np.zeros(0)
@@ -279,13 +283,16 @@ def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
                      "robust loss")
     keep = [i for i in range(len(e)) if runs[i].row not in outliers]
     time_iv = _interval([float(e[i]) for i in keep],
-                        sum(k.kind != "memory_reserve_gib" for k in free))
+                        sum(float(u) for k, u in zip(free, used, strict=True)
+                            if k.kind != "memory_reserve_gib"))
     if time_iv is None and len(runs):
         notes.append("too few runs beyond the fitted knobs to estimate the prediction spread: "
                      "intervals stay those of the uncalibrated model")
     mem_e = [math.log((runs[i].peak_bytes or 1.0) / pk1[i]) for i in mem_idx]
-    mem_iv = _interval(mem_e, 1 if any(k.kind == "memory_reserve_gib" for k in free) else 0)
-    cal = cal.model_copy(update={"time_interval": time_iv, "memory_interval": mem_iv})
+    mem_iv = _interval(mem_e, sum(float(u) for k, u in zip(free, used, strict=True)
+                                  if k.kind == "memory_reserve_gib"))
+    cal = cal.model_copy(update={"time_interval": time_iv, "memory_interval": mem_iv,
+                                 "std": {k.name: k.std for k in results if k.std is not None}})
 
     rows: list[dict[str, float | int | bool | str | None]] = []
     for i, r in enumerate(runs):
@@ -300,7 +307,7 @@ def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
                      _summary(runs, micro, st1, pk1, mc1), outliers, notes)
 
 
-def _interval(errors: Sequence[float], n_fitted: int) -> Interval | None:
+def _interval(errors: Sequence[float], n_fitted: float) -> Interval | None:
     """Nominal 80 % interval of ln(measured / predicted) from the fit residuals: +-z80 sigma,
     sigma^2 = sum(e^2) / (n - p) + SIGMA_TIME^2 (the residual spread, plus measurement noise
     of the next run); None with fewer than 3 degrees of freedom."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from autoparallel_cp import __version__
-from autoparallel_cp.cli.calibrate_command import calibrate
+from autoparallel_cp.cli.calibrate_command import calibrate, measure
 from autoparallel_cp.cli.catalog_commands import clusters, models, validate
 from autoparallel_cp.cli.plan_commands import evaluate, explain
 from autoparallel_cp.cli.search_commands import enumerate_cmd, solve
@@ -30,6 +30,7 @@ def main() -> None:
 for _command in (solve, enumerate_cmd, evaluate, explain, whatif, models, clusters, validate):
     main.add_command(_command)
 main.add_command(calibrate)
+main.add_command(measure)
 
 
 if __name__ == "__main__":  # pragma: no cover

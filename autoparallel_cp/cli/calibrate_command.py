@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 from rich.console import Console
 from rich.table import Table
@@ -74,3 +76,52 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
     for n in res.notes:
         out.print(f"note: {n}")
     note.print(f"wrote {out_path}")
+
+
+@click.command()
+@click.option("--cluster", "-c", required=True, metavar="C",
+              help="The cluster preset / YAML the measurements describe (rows name it).")
+@click.option("--gpu", default=None, metavar="NAME",
+              help="GPU type name in that cluster (default: its first node group's).")
+@click.option("--out", "out_path", required=True, metavar="ROWS.csv",
+              help="Write the microbenchmark rows here (rank 0).")
+@click.option("--hidden", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Hidden size of the GEMM shapes (t x h x 4h, t x 4h x h, t x h x 3h).")
+@click.option("--tokens", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Tokens per GEMM (micro-batch x sequence length / TP).")
+@click.option("--sizes", default="1048576,16777216,134217728", show_default=True,
+              metavar="BYTES,...", help="Collective buffer sizes (nccl-tests convention).")
+@click.option("--reps", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--world-size", type=click.IntRange(min=1), default=None,
+              help="Without torchrun: spawn this many local processes (default 1).")
+@click.option("--cpu", is_flag=True, help="gloo and float32 on the CPU (tests, no GPU).")
+@guarded
+def measure(cluster: str, gpu: str | None, out_path: str, hidden: int, tokens: int, sizes: str,
+            reps: int, world_size: int | None, cpu: bool) -> None:
+    """Measure GEMM rates and collective bandwidths for `ap-solve calibrate` (needs torch:
+    pip install 'autoparallel-cp[measure]'; run under torchrun on the cluster)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise UserError("ap-solve measure needs torch: pip install 'autoparallel-cp[measure]'") \
+            from None
+    from autoparallel_cp.calibrate.measure import Settings, run
+    from autoparallel_cp.spec.loaders import load_cluster
+
+    cl = load_cluster(cluster)
+    names = [g.gpu.name for g in cl.node_groups]
+    name = gpu or names[0]
+    if name not in names:
+        raise UserError(f"--gpu {name!r} is not in cluster {cluster!r} ({', '.join(names)})")
+    try:
+        size_list = tuple(int(x) for x in sizes.split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"--sizes: expected comma-separated byte counts, got {sizes!r}") \
+            from None
+    if not size_list or min(size_list) <= 0:
+        raise UserError("--sizes: expected positive byte counts")
+    s = Settings(cluster=cluster, gpu=name, hidden=hidden, tokens=tokens, sizes=size_list,
+                 reps=reps, cpu=cpu)
+    run(s, out_path, world_size)
+    if os.environ.get("RANK", "0") == "0":
+        click.echo(f"wrote {out_path}", err=True)

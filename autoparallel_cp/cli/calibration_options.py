@@ -66,3 +66,22 @@ def apply_options(job: Job) -> Job:
         h = ctx.meta.get(_META_HEADROOM)
         h = default_mem_headroom() if h is None else float(h)
     return job.calibrated(cal, h)
+
+
+def uncertainty_lines(job: Job, dicts: list[dict[str, Any]], plans: list[Any],
+                      top: int = 5) -> list[str]:
+    """The near-tie and sensitivity lines printed under a solve / enumerate recommendation."""
+    from autoparallel_cp.calibrate.advice import near_tie_line, sensitivity
+    from autoparallel_cp.search.recommend import complexity
+
+    by_rank = {id(d): p for d, p in zip(dicts, plans, strict=True)}
+    out = []
+    line = near_tie_line(dicts, lambda d: complexity(by_rank[id(d)]))
+    if line:
+        out.append(line)
+    sens = sensitivity(job, plans[:top])
+    if sens:
+        out.append(f"sensitivity of #1 among the top {min(top, len(plans))} (each knob at its "
+                   "80% range ends):")
+        out += ["  " + s for s in sens]
+    return out

@@ -69,6 +69,8 @@ class Calibration(Strict):
     #: None: the uncalibrated tables of cost/uncertainty.py apply.
     time_interval: Interval | None = None
     memory_interval: Interval | None = None
+    #: one-sd uncertainty of each fitted knob ("compute:<GPU>", "net_intra", ...), knob units
+    std: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _bounds(self) -> Calibration:
