@@ -51,7 +51,7 @@ def to_document(result: FitResult, sources: dict[str, Any] | None = None) -> dic
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
-        "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "knobs": knobs,
         "intervals": intervals,
         "uncertainty": dict(cal.std),

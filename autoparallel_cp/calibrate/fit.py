@@ -208,7 +208,8 @@ def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         prior = [(t - k.prior) / k.sigma for k, t in zip(free, theta, strict=True)]
-        return np.concatenate([data_residuals(free, theta), np.array(prior)])
+        return np.concatenate([data_residuals(free, [float(x) for x in theta]),
+                               np.array(prior)])
 
     n_data = len(r0)
     if free:
@@ -222,7 +223,7 @@ def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
         theta = res.x
         if progress:
             progress(f"least_squares: {res.message} ({res.nfev} evaluations)")
-        r_data = data_residuals(free, theta)
+        r_data = data_residuals(free, [float(x) for x in theta])
         dof = n_data - len(free)
         chi2 = float(np.sum(r_data ** 2))
         scale = max(1.0, chi2 / dof) if dof > 0 else 1.0
@@ -319,6 +320,9 @@ def _interval(errors: Sequence[float], n_fitted: float) -> Interval | None:
 
 
 def _why_not(k: Knob, runs: Sequence[Run]) -> str:
+    if not runs:
+        return ("no microbenchmark row's predicted time depends on it measurably (too small, "
+                "latency-bound, or none of its kind)")
     if k.kind == "net_inter" and all(
             sum(g.num_nodes for g in r.job.cluster.node_groups) == 1 for r in runs):
         return "every run fits in one node, so none crosses the inter-node network"

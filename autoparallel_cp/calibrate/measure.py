@@ -20,8 +20,9 @@ import io
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 COLUMNS = ("kind", "cluster", "gpu", "m", "k", "n", "dtype", "gpus", "gpus_per_node",
@@ -70,7 +71,7 @@ def gemm_rows(s: Settings, dev: Any) -> list[dict[str, Any]]:
         b = torch.randn(k, n, device=dev, dtype=dtype)
         sec = _timed(torch, dev, lambda a=a, b=b: torch.matmul(a, b), s.reps, s.warmup)
         rows.append({"kind": "gemm", "cluster": s.cluster, "gpu": s.gpu, "m": m, "k": k, "n": n,
-                     "dtype": "bf16", "time_s": sec})
+                     "dtype": "fp32" if dev.type == "cpu" else "bf16", "time_s": sec})
     return rows
 
 
@@ -86,11 +87,10 @@ def collective_rows(s: Settings, dev: Any, world: int, per_node: int) -> list[di
         n = max(size // esize // world, 1) * world  # divisible by the group
         full = torch.ones(n, device=dev, dtype=dtype)
         shard = torch.ones(n // world, device=dev, dtype=dtype)
-        ops = {
-            "all_reduce": lambda full=full: dist.all_reduce(full),
-            "all_gather": lambda full=full, shard=shard: dist.all_gather_into_tensor(full, shard),
-            "reduce_scatter": lambda full=full, shard=shard: dist.reduce_scatter_tensor(shard,
-                                                                                        full),
+        ops: dict[str, Callable[[], Any]] = {
+            "all_reduce": partial(dist.all_reduce, full),
+            "all_gather": partial(dist.all_gather_into_tensor, full, shard),
+            "reduce_scatter": partial(dist.reduce_scatter_tensor, shard, full),
         }
         for kind, fn in ops.items():
             try:

@@ -4,8 +4,8 @@ Columns (besides `kind`), all rows: `cluster` (preset or YAML: which GPU and lin
 (measured seconds of one call, the median of the timed repetitions).
 
 - `kind=gemm`: `gpu` (GPU type name in the cluster), `m`, `k`, `n` (one `[m,k] @ [k,n]`),
-  `dtype` (bf16 / fp8). Predicted by `cost.efficiency.gemm_time` on that GPU; fits the GPU's
-  compute knob.
+  `dtype` (bf16 / fp8; fp32 from the CPU kit, costed as bf16). Predicted by
+  `cost.efficiency.gemm_time` on that GPU; fits the GPU's compute knob.
 - `kind=all_gather | reduce_scatter | all_reduce`: `gpus` (group size), `gpus_per_node`
   (members per node; fewer than `gpus` means the group crosses nodes), `size_bytes` (the
   unsharded buffer, nccl-tests convention). Predicted by `cost.comm` on the cluster's first
@@ -87,7 +87,8 @@ def micro_predict(m: MicroRow, cal: Calibration | None) -> float:
     if m.kind == "gemm":
         gpu_name = m.fields["gpu"].strip()
         gpu = next(g.gpu for g in cl.node_groups if g.gpu.name == gpu_name)
-        dtype = (m.fields.get("dtype") or "bf16").strip()
+        # fp8 on the fp8 curve; bf16 (and the CPU kit's fp32) on the bf16 curve
+        dtype = "fp8" if (m.fields.get("dtype") or "").strip() == "fp8" else "bf16"
         return float(gemm_time(gpu, _f(m, "m"), _f(m, "k"), _f(m, "n"), dtype))
     node = cl.node_groups[0]
     n, per = _f(m, "gpus"), _f(m, "gpus_per_node")

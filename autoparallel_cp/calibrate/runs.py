@@ -133,7 +133,7 @@ def load_runs(path: str | Path, *, model: str | None = None, cluster: str | None
             sub = c.take_gpus(gpus)  # type: ignore[attr-defined]
         except ValueError as exc:
             raise _err(p, i, "gpus", str(exc)) from None
-        job = Job(model=m, cluster=sub, recipe=r, seq_len=seq, global_batch=gb)  # type: ignore[arg-type]
+        job = Job(model=m, cluster=sub, recipe=r, seq_len=seq, global_batch=gb)
         plan_text = _text(p, i, rec, "plan", None)
         try:
             plan = parse_plan(plan_text, job)
