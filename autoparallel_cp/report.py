@@ -223,8 +223,10 @@ def throughput_line(p: Mapping[str, Any]) -> str:
     """One line: tokens/s, tokens/s/GPU, MFU."""
     thr = p.get("throughput", {})
     mfu = thr.get("mfu")
+    iv = thr.get("tokens_per_s_per_gpu_interval")
+    ivtxt = (f" (80% interval {fmt_count(iv[0])}-{fmt_count(iv[1])})" if iv else "")
     return (f"throughput {fmt_count(thr.get('tokens_per_s'))} tokens/s, "
-            f"{fmt_count(thr.get('tokens_per_s_per_gpu'))} tokens/s/GPU, "
+            f"{fmt_count(thr.get('tokens_per_s_per_gpu'))} tokens/s/GPU{ivtxt}, "
             f"MFU {'-' if mfu is None else f'{mfu:.1%}'}")
 
 

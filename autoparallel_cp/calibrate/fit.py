@@ -146,7 +146,7 @@ def predictions(runs: Sequence[Run], micro: Sequence[MicroRow], cal: Calibration
     steps, peaks = [], []
     for r in runs:
         job = r.job.calibrated(cal) if cal is not None else r.job
-        ev = evaluate(job, r.plan)
+        ev = evaluate(job, r.plan, r.options)
         steps.append(ev.time.step_s)
         peaks.append(ev.memory.peak_bytes)
     mic = [micro_predict(m, cal) for m in micro]

@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -35,6 +36,7 @@ class Run:
     plan: Plan
     step_s: float
     peak_bytes: float | None
+    options: Any = None  # cost.factors.CostOptions override (benchmark rows), else the recipe's
 
     @property
     def label(self) -> str:

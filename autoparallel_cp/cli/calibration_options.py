@@ -76,6 +76,11 @@ def uncertainty_lines(job: Job, dicts: list[dict[str, Any]], plans: list[Any],
 
     by_rank = {id(d): p for d, p in zip(dicts, plans, strict=True)}
     out = []
+    if job.mem_headroom > 0:
+        out.append(f"memory headroom {job.mem_headroom:.1%} of each GPU kept free "
+                   "(--mem-headroom): the capacities shown are after it")
+    if job.calibration is not None:
+        out.append("calibrated (--calibration): predictions and intervals from the fit")
     line = near_tie_line(dicts, lambda d: complexity(by_rank[id(d)]))
     if line:
         out.append(line)
