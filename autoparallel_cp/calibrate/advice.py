@@ -82,11 +82,14 @@ def knob_ranges(job: Job) -> dict[str, tuple[float, float]]:
 
 
 def _perturbed(job: Job, knob: str, x: float) -> Job:
+    """The job with one knob moved by `x` relative to where it is (no range check: a relative
+    move of an already calibrated job)."""
     if knob.startswith("compute:"):
-        scale = Calibration(compute={knob.split(":", 1)[1]: x})
+        scale = Calibration.model_construct(compute={knob.split(":", 1)[1]: x})
         return job.model_copy(update={"cluster": scale.scale_cluster(job.cluster)})
     if knob in ("net_intra", "net_inter"):
-        scale = Calibration(**{knob: x})
+        scale = (Calibration.model_construct(net_intra=x) if knob == "net_intra"
+                 else Calibration.model_construct(net_inter=x))
         return job.model_copy(update={"cluster": scale.scale_cluster(job.cluster)})
     cal = job.calibration or Calibration()
     return job.model_copy(update={"calibration": cal.model_copy(
