@@ -100,21 +100,27 @@ _LABEL = {"net_intra": "NVLink", "net_inter": "the inter-node network",
           "per_microbatch_s": "the fixed time per micro-batch"}
 
 
-def _phrase(knob: str, x: float) -> str:
+def _what(knob: str) -> str:
+    return f"{knob.split(':', 1)[1]} compute" if knob.startswith("compute:") else _LABEL[knob]
+
+
+def _how(knob: str, x: float) -> str:
     if knob == "per_microbatch_s":
-        return f"{_LABEL[knob]} is {abs(x) * 1e3:.0f} ms {'longer' if x > 0 else 'shorter'}"
-    what = "compute" if knob.startswith("compute:") else _LABEL[knob]
-    if knob.startswith("compute:") and len(knob) > 8:
-        what = f"{knob.split(':', 1)[1]} compute"
-    return f"{what} is {abs(x - 1):.0%} {'faster' if x > 1 else 'slower'}"
+        return f"{abs(x) * 1e3:.0f} ms {'longer' if x > 0 else 'shorter'}"
+    return f"{abs(x - 1):.0%} {'faster' if x > 1 else 'slower'}"
+
+
+def _phrase(knob: str, x: float) -> str:
+    return f"{_what(knob)} is {_how(knob, x)}"
 
 
 def sensitivity(job: Job, plans: Sequence[Plan], ranges: dict[str, tuple[float, float]]
-                | None = None) -> list[str]:
+                | None = None, labels: Sequence[str] | None = None) -> list[str]:
     """Re-rank `plans` (best first, at most a few) with each knob at each end of its range;
-    one line per knob saying whether #1 stays best."""
+    one line per knob saying whether #1 stays best (`labels` name the plans; default #i)."""
     if len(plans) < 2:
         return []
+    names = list(labels) if labels is not None else [f"#{i + 1}" for i in range(len(plans))]
     lines: list[str] = []
     for knob, ends in (ranges or knob_ranges(job)).items():
         stays, loses = [], []
@@ -125,10 +131,11 @@ def sensitivity(job: Job, plans: Sequence[Plan], ranges: dict[str, tuple[float, 
             steps = [evaluate(j, p).time.step_s for p in plans]
             win = min(range(len(plans)), key=lambda i: (steps[i], i))
             if win == 0:
-                stays.append(_phrase(knob, x))
+                stays.append(_how(knob, x))
             else:
-                loses.append(f"loses to #{win + 1} if {_phrase(knob, x)}")
-        parts = ([f"stays best if {' or '.join(stays)}"] if stays else []) + loses
+                loses.append(f"loses to {names[win]} if {_phrase(knob, x)}")
+        parts = ([f"stays best if {_what(knob)} is {' or '.join(stays)}"] if stays else []) \
+            + loses
         if parts:
             lines.append("; ".join(parts))
     return lines

@@ -90,3 +90,19 @@ def uncertainty_lines(job: Job, dicts: list[dict[str, Any]], plans: list[Any],
                    "80% range ends):")
         out += ["  " + s for s in sens]
     return out
+
+
+def explain_sensitivity_lines(job: Job, plan: Any, current_step: float,
+                              changes: list[Any]) -> list[str]:
+    """`explain`: the plan and its best single changes re-ranked with each knob at its 80%
+    range ends: is the fastest of them still the fastest?"""
+    from autoparallel_cp.calibrate.advice import sensitivity
+
+    cands = sorted([(current_step, "this plan", plan)]
+                   + [(c.step_s, c.change, c.plan) for c in changes[:4]],
+                   key=lambda t: t[0])
+    lines = sensitivity(job, [c[2] for c in cands], labels=[c[1] for c in cands])
+    if not lines:
+        return []
+    return [f"sensitivity (this plan and its best single changes, each knob at its 80% range "
+            f"ends; fastest now: {cands[0][1]}):"] + ["  " + s for s in lines]

@@ -37,8 +37,7 @@ def test_sensitivity_names_the_knob_that_flips_the_winner() -> None:
     assert evaluate(job, plans[0]).time.step_s < evaluate(job, plans[1]).time.step_s
     lines = sensitivity(job, plans, {"per_microbatch_s": (0.0, 0.1), "net_inter": (0.5, 2.0)})
     assert lines == ["loses to #2 if the fixed time per micro-batch is 100 ms longer",
-                     "stays best if the inter-node network is 50% slower or the inter-node "
-                     "network is 100% faster"]
+                     "stays best if the inter-node network is 50% slower or 100% faster"]
     r = knob_ranges(job)
     assert r["net_inter"][0] < 1.0 < r["net_inter"][1]
     fitted = job.calibrated(Calibration(net_inter=0.8, std={"net_inter": 0.008}))

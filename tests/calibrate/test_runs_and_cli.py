@@ -127,3 +127,13 @@ def test_bad_calibration_files_exit_2(tmp_path: Path, text: str, field: str) -> 
                                   "--gpus", "8", "--plan", "tp=8", "--calibration", str(p)])
     assert r.exit_code == 2
     assert f"field '{field}" in r.output and "Traceback" not in r.output
+
+
+def test_measure_without_torch_is_a_clear_error(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed: test_measure.py covers the kit")
+    r = CliRunner().invoke(main, ["measure", "--cluster", "dgx-h100", "--cpu",
+                                  "--out", str(tmp_path / "m.csv")])
+    assert r.exit_code == 2 and "needs torch" in r.output and "Traceback" not in r.output
