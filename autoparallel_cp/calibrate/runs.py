@@ -3,8 +3,9 @@
 Training rows (INTERFACE.md): `model`, `cluster`, `gpus`, `seq_len`, `global_batch`, `recipe`,
 `plan` (a `--plan` string), and `step_s` or `tokens_per_s_per_gpu`; optional `peak_gib`
 (torch.cuda.max_memory_allocated, GiB). Missing model / cluster / recipe come from the command
-line. A `kind` column, when present, tells training rows (`train`, the default) from the
-microbenchmark rows of `ap-solve measure` (`gemm`, `all_gather`, `reduce_scatter`,
+line; a file name there is looked up relative to the working folder, then to the CSV's. A
+`kind` column, when present, tells training rows (`train`, the default) from the microbenchmark
+rows of `ap-solve measure` (`gemm`, `all_gather`, `reduce_scatter`,
 `all_reduce`; calibrate/micro.py documents their columns).
 """
 
@@ -101,8 +102,12 @@ def load_runs(path: str | Path, *, model: str | None = None, cluster: str | None
     micro: list[MicroRow] = []
     cache: dict[tuple[str, str], object] = {}
 
+    here = Path(path).parent
+
     def cached(kind: str, name: str, row: int) -> object:
         key = (kind, name)
+        if not Path(name).is_file() and (here / name).is_file():
+            name = str(here / name)  # a file named relative to the CSV (ap-solve measure)
         if key not in cache:
             loader = {"model": load_model, "cluster": load_cluster, "recipe": load_recipe}[kind]
             try:

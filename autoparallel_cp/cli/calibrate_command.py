@@ -95,9 +95,18 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
 @click.option("--world-size", type=click.IntRange(min=1), default=None,
               help="Without torchrun: spawn this many local processes (default 1).")
 @click.option("--cpu", is_flag=True, help="gloo and float32 on the CPU (tests, no GPU).")
+@click.option("--train-steps", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Also time this many data-parallel training steps of a small decoder "
+                   "(hidden --hidden) and write them as a training row.")
+@click.option("--train-layers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--train-seq", type=click.IntRange(min=2), default=512, show_default=True)
+@click.option("--train-mbs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--train-microbatches", type=click.IntRange(min=1), default=2,
+              show_default=True)
 @guarded
 def measure(cluster: str, gpu: str | None, out_path: str, hidden: int, tokens: int, sizes: str,
-            reps: int, world_size: int | None, cpu: bool) -> None:
+            reps: int, world_size: int | None, cpu: bool, train_steps: int, train_layers: int,
+            train_seq: int, train_mbs: int, train_microbatches: int) -> None:
     """Measure GEMM rates and collective bandwidths for `ap-solve calibrate` (needs torch:
     pip install 'autoparallel-cp[measure]'; run under torchrun on the cluster)."""
     try:
@@ -120,8 +129,12 @@ def measure(cluster: str, gpu: str | None, out_path: str, hidden: int, tokens: i
             from None
     if not size_list or min(size_list) <= 0:
         raise UserError("--sizes: expected positive byte counts")
+    if hidden % 64 and train_steps:
+        raise UserError("--hidden must be a multiple of 64 with --train-steps (64-wide heads)")
     s = Settings(cluster=cluster, gpu=name, hidden=hidden, tokens=tokens, sizes=size_list,
-                 reps=reps, cpu=cpu)
+                 reps=reps, cpu=cpu, train_steps=train_steps, train_layers=train_layers,
+                 train_seq=train_seq, train_mbs=train_mbs,
+                 train_microbatches=train_microbatches)
     run(s, out_path, world_size)
     if os.environ.get("RANK", "0") == "0":
         click.echo(f"wrote {out_path}", err=True)
