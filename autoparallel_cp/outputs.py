@@ -40,7 +40,7 @@ CSV_COLUMNS: tuple[str, ...] = (
     + TIME_FIELDS + ("tokens_per_s", "tokens_per_s_per_gpu", "mfu")
     # nominal 80 % prediction intervals (cost/uncertainty.py)
     + ("step_s_lo", "step_s_hi", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi",
-       "peak_bytes_lo", "peak_bytes_hi")
+       "peak_bytes_lo", "peak_bytes_hi", "fixed_s")
 )
 
 
@@ -112,6 +112,7 @@ def csv_row(p: Mapping[str, Any], rank: int) -> dict[str, Any]:
                          ("peak_bytes", mem, "peak_bytes_interval")):
         iv = d.get(key)
         row[f"{name}_lo"], row[f"{name}_hi"] = (iv[0], iv[1]) if iv else (None, None)
+    row["fixed_s"] = t.get("fixed_s")  # calibrated fixed time per step
     return row
 
 

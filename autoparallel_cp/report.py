@@ -215,7 +215,13 @@ def breakdown_tables(p: Mapping[str, Any]) -> tuple[Table, Table]:
         if v is None:
             continue
         tt.add_row(_TIME_LABEL[f], fmt_time(v), f"{v / step:.0%}" if step else "-")
-    tt.add_row(Text("step", style="bold"), Text(fmt_time(step), style="bold"), "")
+    fixed = t.get("fixed_s") or 0.0
+    if fixed > 0:  # a calibration's fixed time per step (spec/calibration.py)
+        tt.add_row("fixed per step (calibrated)", fmt_time(fixed),
+                   f"{fixed / step:.0%}" if step else "-")
+    iv = t.get("step_s_interval")
+    tt.add_row(Text("step", style="bold"), Text(fmt_time(step), style="bold"),
+               f"80%: {fmt_time(iv[0])}-{fmt_time(iv[1])}" if iv else "")
     return mt, tt
 
 
