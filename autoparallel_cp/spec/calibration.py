@@ -86,12 +86,6 @@ class Calibration(Strict):
                 raise ValueError(f"{k} = {v} outside its range [{lo}, {hi}]")
         return self
 
-    @property
-    def is_identity(self) -> bool:
-        return (all(v == 1.0 for v in self.compute.values()) and self.net_intra == 1.0
-                and self.net_inter == 1.0 and self.per_microbatch_s == 0.0
-                and self.per_step_s == 0.0 and self.memory_reserve_gib == 0.0)
-
     def compute_factor(self, gpu_name: str) -> float:
         return self.compute.get(gpu_name, 1.0)
 
