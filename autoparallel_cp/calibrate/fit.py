@@ -291,7 +291,7 @@ def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
                      "intervals stay those of the uncalibrated model")
     mem_e = [math.log((runs[i].peak_bytes or 1.0) / pk1[i]) for i in mem_idx]
     mem_iv = _interval(mem_e, sum(float(u) for k, u in zip(free, used, strict=True)
-                                  if k.kind == "memory_reserve_gib"))
+                                  if k.kind == "memory_reserve_gib"), SIGMA_MEMORY)
     cal = cal.model_copy(update={"time_interval": time_iv, "memory_interval": mem_iv,
                                  "std": {k.name: k.std for k in results if k.std is not None}})
 
@@ -308,14 +308,16 @@ def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
                      _summary(runs, micro, st1, pk1, mc1), outliers, notes)
 
 
-def _interval(errors: Sequence[float], n_fitted: float) -> Interval | None:
+def _interval(errors: Sequence[float], n_fitted: float,
+              noise: float = SIGMA_TIME) -> Interval | None:
     """Nominal 80 % interval of ln(measured / predicted) from the fit residuals: +-z80 sigma,
-    sigma^2 = sum(e^2) / (n - p) + SIGMA_TIME^2 (the residual spread, plus measurement noise
-    of the next run); None with fewer than 3 degrees of freedom."""
+    sigma^2 = sum(e^2) / (n - p) + noise^2 (the residual spread, plus the measurement noise
+    of the next run); None with fewer than 3 degrees of freedom (p: the effective number of
+    fitted parameters)."""
     dof = len(errors) - n_fitted
     if dof < 3:
         return None
-    sigma = math.sqrt(sum(x * x for x in errors) / dof + SIGMA_TIME ** 2)
+    sigma = math.sqrt(sum(x * x for x in errors) / dof + noise ** 2)
     return Interval(lo=-Z80 * sigma, hi=Z80 * sigma)
 
 

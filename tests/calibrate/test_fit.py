@@ -54,6 +54,15 @@ def test_recovers_knobs_within_their_uncertainty() -> None:
     assert res.after["step_mape_pct"] < res.before["step_mape_pct"] / 10
     assert res.after["memory_mape_pct"] < res.before["memory_mape_pct"] / 5
     assert not res.outliers
+    # the calibrated 80% interval (from the residuals) covers new runs of the same cluster
+    iv = res.calibration.time_interval
+    assert iv is not None and -0.1 < iv.lo < 0 < iv.hi < 0.1
+    new = synthetic(TRUE, [(8, "tp=4,mbs=1", 64), (16, "tp=2,pp=2,mbs=1", 64),
+                           (32, "tp=8,mbs=1", 64), (64, "tp=4,pp=2,mbs=2", 256)],
+                    noise=0.01, seed=7)
+    pred, _, _ = predictions(new, [], res.calibration)
+    e = np.log(np.array([r.step_s for r in new]) / pred)
+    assert int(np.sum((e >= iv.lo) & (e <= iv.hi))) >= 3
 
 
 def test_single_node_runs_leave_the_network_at_its_prior() -> None:
