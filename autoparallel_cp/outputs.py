@@ -40,6 +40,9 @@ CSV_COLUMNS: tuple[str, ...] = (
     ("rank",) + PLAN_FIELDS + ("recompute_layers", "stage_layers", "fits", "peak_bytes",
                                 "peak_gib", "capacity_gib", "step_s")
     + TIME_FIELDS + ("tokens_per_s", "tokens_per_s_per_gpu", "mfu")
+    # nominal 80 % prediction intervals (cost/uncertainty.py)
+    + ("step_s_lo", "step_s_hi", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi",
+       "peak_bytes_lo", "peak_bytes_hi", "fixed_s")
 )
 
 
@@ -265,6 +268,12 @@ def csv_row(p: Mapping[str, Any], rank: int) -> dict[str, Any]:
     row["tokens_per_s"] = thr.get("tokens_per_s")
     row["tokens_per_s_per_gpu"] = thr.get("tokens_per_s_per_gpu")
     row["mfu"] = thr.get("mfu")
+    for name, d, key in (("step_s", t, "step_s_interval"),
+                         ("tokens_per_s_per_gpu", thr, "tokens_per_s_per_gpu_interval"),
+                         ("peak_bytes", mem, "peak_bytes_interval")):
+        iv = d.get(key)
+        row[f"{name}_lo"], row[f"{name}_hi"] = (iv[0], iv[1]) if iv else (None, None)
+    row["fixed_s"] = t.get("fixed_s")  # calibrated fixed time per step
     return row
 
 

@@ -144,13 +144,21 @@ def plans_table(
             rc,
             memtxt,
             fmt_time(t.get("step_s")),
-            fmt_count(thr.get("tokens_per_s_per_gpu")),
+            fmt_count(thr.get("tokens_per_s_per_gpu"))
+            + band(thr.get("tokens_per_s_per_gpu"), thr.get("tokens_per_s_per_gpu_interval")),
             "-" if mfu is None else f"{mfu:.1%}",
             dominant(p),
             *((versus(p, plans[0]) if i > 1 else "best",) if compare else ()),
             style=style,
         )
     return table
+
+
+def band(value: float | None, interval: Sequence[float] | None) -> str:
+    """` ±9%`: half the nominal 80 % interval's width relative to the value ('' without)."""
+    if value is None or not interval or value <= 0:
+        return ""
+    return f" ±{(float(interval[1]) - float(interval[0])) / 2.0 / value:.0%}"
 
 
 def versus(p: Mapping[str, Any], best: Mapping[str, Any]) -> str:
@@ -207,7 +215,13 @@ def breakdown_tables(p: Mapping[str, Any]) -> tuple[Table, Table]:
         if v is None:
             continue
         tt.add_row(_TIME_LABEL[f], fmt_time(v), f"{v / step:.0%}" if step else "-")
-    tt.add_row(Text("step", style="bold"), Text(fmt_time(step), style="bold"), "")
+    fixed = t.get("fixed_s") or 0.0
+    if fixed > 0:  # a calibration's fixed time per step (spec/calibration.py)
+        tt.add_row("fixed per step (calibrated)", fmt_time(fixed),
+                   f"{fixed / step:.0%}" if step else "-")
+    iv = t.get("step_s_interval")
+    tt.add_row(Text("step", style="bold"), Text(fmt_time(step), style="bold"),
+               f"80%: {fmt_time(iv[0])}-{fmt_time(iv[1])}" if iv else "")
     return mt, tt
 
 
@@ -215,8 +229,10 @@ def throughput_line(p: Mapping[str, Any]) -> str:
     """One line: tokens/s, tokens/s/GPU, MFU."""
     thr = p.get("throughput", {})
     mfu = thr.get("mfu")
+    iv = thr.get("tokens_per_s_per_gpu_interval")
+    ivtxt = (f" (80% interval {fmt_count(iv[0])}-{fmt_count(iv[1])})" if iv else "")
     return (f"throughput {fmt_count(thr.get('tokens_per_s'))} tokens/s, "
-            f"{fmt_count(thr.get('tokens_per_s_per_gpu'))} tokens/s/GPU, "
+            f"{fmt_count(thr.get('tokens_per_s_per_gpu'))} tokens/s/GPU{ivtxt}, "
             f"MFU {'-' if mfu is None else f'{mfu:.1%}'}")
 
 

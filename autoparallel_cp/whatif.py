@@ -84,7 +84,10 @@ def build_points(
 
 
 def _bw(job: Job) -> Any:
-    vals = list(dict.fromkeys(g.inter_node.bandwidth_gbps for g in job.cluster.node_groups))
+    # the nominal bandwidth: a calibration (--calibration) scales the job's links
+    f = job.calibration.net_inter if job.calibration is not None else 1.0
+    vals = list(dict.fromkeys(round(g.inter_node.bandwidth_gbps / f, 6)
+                              for g in job.cluster.node_groups))
     return vals[0] if len(vals) == 1 else "/".join(map(str, vals))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from autoparallel_cp import __version__
+from autoparallel_cp.cli.calibrate_command import calibrate, measure
 from autoparallel_cp.cli.catalog_commands import clusters, models, validate
 from autoparallel_cp.cli.common import EXIT_INTERRUPTED, say
 from autoparallel_cp.cli.plan_commands import evaluate, explain
@@ -54,6 +55,8 @@ def main() -> None:
 
 for _command in (solve, enumerate_cmd, evaluate, explain, whatif, models, clusters, validate):
     main.add_command(_command)
+main.add_command(calibrate)
+main.add_command(measure)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,11 @@ from rich.console import Console
 from rich.text import Text
 
 from autoparallel_cp import api, outputs, report
+from autoparallel_cp.cli.calibration_options import (
+    apply_options,
+    calibration_option,
+    headroom_option,
+)
 from autoparallel_cp.emit import EMIT_FORMATS, emit
 from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.search.limits import check as check_interrupt
@@ -159,6 +164,7 @@ def job_options(fn: F) -> F:
                      show_default=True,
                      help=f"Recipe preset ({', '.join(RECIPES)}) or a YAML/JSON recipe file: "
                           "precisions, optimizer and framework behaviour."),
+        calibration_option,
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -191,6 +197,7 @@ def search_options(fn: F) -> F:
                      help="With --emit: write the settings to FILE (atomically)."),
         click.option("--quiet", "-q", is_flag=True,
                      help="No progress line or notes on stderr."),
+        headroom_option,
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -199,8 +206,8 @@ def search_options(fn: F) -> F:
 
 def build_job(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
                global_batch: int, recipe: str) -> Job:
-    return api.make_job(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
-                        global_batch=global_batch, recipe=recipe)
+    return apply_options(api.make_job(model, cluster, gpus=gpus, nodes=nodes, seq_len=seq_len,
+                                      global_batch=global_batch, recipe=recipe))
 
 
 def job_header(job: Job) -> str:

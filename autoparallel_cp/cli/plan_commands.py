@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autoparallel_cp import api, outputs, report
+from autoparallel_cp.cli.calibration_options import explain_sensitivity_lines
 from autoparallel_cp.cli.common import (
     F,
     build_job,
@@ -77,6 +78,8 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
                 table.add_row(ch.change, report.fmt_time(ch.step_s), f"{ch.delta:+.1%}",
                               f"{report.gib(ch.peak_bytes)}/{report.gib(ch.capacity_bytes)}")
             out.print(table)
+            for line in explain_sensitivity_lines(job, plan_of(ev), step_of(d), changes):
+                out.print(line)
         elif d.get("fits"):
             out.print("No single-axis change fits and is faster: the plan is locally optimal.")
     if emit_fmt:

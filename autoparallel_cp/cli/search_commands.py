@@ -6,6 +6,7 @@ import click
 from rich.text import Text
 
 from autoparallel_cp import api, report
+from autoparallel_cp.cli.calibration_options import uncertainty_lines
 from autoparallel_cp.cli.common import (
     MAX_WORKERS,
     ProgressLine,
@@ -114,6 +115,8 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         f"mem {report.gib(report.needed_bytes(rd['memory']))} GiB "
         f"(simplest within {tolerance:.0%}, {rec.method})"))
     out.print("  " + rec.why())
+    for line in uncertainty_lines(job, dicts, [p for p, _ in ranked]):
+        out.print("  " + line)
 
     if emit_fmt and chosen is not None:
         emit_settings(job, chosen, emit_fmt, emit_out, out, note, label, written=emitted)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,11 @@ import click
 from rich.text import Text
 
 from autoparallel_cp import api, outputs
+from autoparallel_cp.cli.calibration_options import (
+    apply_options,
+    calibration_option,
+    headroom_option,
+)
 from autoparallel_cp.cli.common import (
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
@@ -92,6 +98,8 @@ def _csv_list(kind: Callable[[str], Any], name: str, lo: float, hi: float
 @click.option("--json", "json_path", default=None, metavar="FILE|-",
               help="Write the sweep as JSON; '-' for stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr.")
+@calibration_option
+@headroom_option
 @guarded
 def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | None,
            inter_node_gbps: list[float] | None, seq_len: list[int], global_batch: list[int],
@@ -109,6 +117,7 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
         model=model, clusters=[c.strip() for c in cluster.split(",") if c.strip()],
         gpus=gpus, nodes=nodes, inter_node_gbps=inter_node_gbps, seq_lens=seq_len,
         global_batches=global_batch, recipe=recipe)
+    points = [dataclasses.replace(p, job=apply_options(p.job)) for p in points]
     api.parse_fix(fix)  # validate once, before spawning workers
     with ProgressLine(not quiet, f"what-if, {len(points)} points"):
         rows = wi.run_sweep(points, fix=fix, objective=objective, time_limit=time_limit,

@@ -17,6 +17,7 @@ from autoparallel_cp.cost.efficiency import peak_flops
 from autoparallel_cp.cost.flops import model_flops_per_token
 from autoparallel_cp.cost.memory import peak_stage, stage_memory
 from autoparallel_cp.cost.steptime import step_time
+from autoparallel_cp.cost.uncertainty import peak_scale, plan_intervals
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan, plan_violations
 
@@ -36,6 +37,7 @@ class MemoryBreakdown(BaseModel):
     overhead_bytes: float  # CUDA context + allocator fragmentation (not allocated tensors)
     required_bytes: float  # peak + overhead, compared with capacity
     stage: int  # which pipeline stage is the most loaded
+    peak_bytes_interval: tuple[float, float] | None = None  # nominal 80 % (cost/uncertainty.py)
 
 
 class TimeBreakdown(BaseModel):
@@ -53,6 +55,8 @@ class TimeBreakdown(BaseModel):
     dp_comm_s: float
     optimizer_s: float
     slowest_stage: int
+    fixed_s: float = 0.0  # calibrated fixed time per step (spec/calibration.py)
+    step_s_interval: tuple[float, float] | None = None  # nominal 80 % (cost/uncertainty.py)
 
 
 class Throughput(BaseModel):
@@ -61,6 +65,7 @@ class Throughput(BaseModel):
     tokens_per_s: float
     tokens_per_s_per_gpu: float
     mfu: float
+    tokens_per_s_per_gpu_interval: tuple[float, float] | None = None  # nominal 80 %
 
 
 class Evaluation(BaseModel):
@@ -119,23 +124,26 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
     tokens = job.tokens_per_step
     tps = tokens / st.step_s
     mf = model_flops_per_token(job.model, job.seq_len)
-    peak = sum(g.num_gpus * peak_flops(g.gpu, job.recipe.compute_dtype)
+    # data-sheet peak: a calibrated cluster's peaks are scaled by its compute knob
+    peak = sum(g.num_gpus * peak_flops(g.gpu, job.recipe.compute_dtype) / peak_scale(job, g.gpu)
                for g in job.cluster.node_groups)
+    iv = plan_intervals(job, st.step_s, tps / job.num_gpus, worst.peak_bytes)
     mem = MemoryBreakdown(
         params_bytes=worst.params_bytes, grads_bytes=worst.grads_bytes,
         optimizer_bytes=worst.optimizer_bytes, activations_bytes=worst.activations_bytes,
         other_bytes=worst.other_bytes, peak_bytes=worst.peak_bytes,
         capacity_bytes=worst.capacity_bytes, overhead_bytes=worst.overhead_bytes,
         required_bytes=worst.required_bytes, stage=worst.stage,
+        peak_bytes_interval=iv.peak_bytes,
     )
     tb = TimeBreakdown(
         step_s=st.step_s, compute_s=st.compute_s, bubble_s=st.bubble_s,
         tp_comm_s=st.tp_comm_s, cp_comm_s=st.cp_comm_s, ep_comm_s=st.ep_comm_s,
         pp_comm_s=st.pp_comm_s, dp_comm_s=st.dp_comm_s, optimizer_s=st.optimizer_s,
-        slowest_stage=st.slowest_stage,
+        slowest_stage=st.slowest_stage, fixed_s=st.fixed_s, step_s_interval=iv.step_s,
     )
     thr = Throughput(tokens_per_s=tps, tokens_per_s_per_gpu=tps / job.num_gpus,
-                     mfu=mf * tps / peak)
+                     mfu=mf * tps / peak, tokens_per_s_per_gpu_interval=iv.tokens_per_s_per_gpu)
     return Evaluation(
         plan=plan, fits=fits, memory=mem, time=tb, throughput=thr,
         stage_peak_bytes=[s.peak_bytes for s in stages],

@@ -261,6 +261,10 @@ def layer_factors(
         ep_f = np.zeros_like(tokens)
     ep_total = 2 * ep_f
 
+    # calibrated fixed host / launch time of a micro-batch, each layer's share
+    # (spec/calibration.py `per_microbatch_s`)
+    if job.calibration is not None and job.calibration.per_microbatch_s:
+        compute = compute + job.calibration.per_microbatch_s / model.num_layers
     time = compute + tp_total + cp_total + ep_total
     recompute = rc_compute + tp_fwd + cp_f + ep_f
     return LayerFactors(

@@ -137,9 +137,14 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
             optimizer_bytes=od * dense_p + oe * exp_p,
             activations_bytes=act + work,
             other_bytes=buffers,
-            capacity_bytes=float(job.cluster.node_groups[g].gpu.memory_bytes),
+            capacity_bytes=usable_bytes(job, job.cluster.node_groups[g].gpu.memory_bytes),
         ))
     return out
+
+
+def usable_bytes(job: Job, memory_bytes: float) -> float:
+    """GPU memory a plan may use: the capacity less the `--mem-headroom` fraction (Job)."""
+    return float(memory_bytes) * (1.0 - job.mem_headroom)
 
 
 def peak_stage(stages: list[StageMemory]) -> StageMemory:

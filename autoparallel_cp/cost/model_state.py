@@ -17,7 +17,7 @@ from autoparallel_cp.cost.constants import (
     DDP_BUCKET_BYTES,
     ZERO3_RESIDENT_LAYERS,
 )
-from autoparallel_cp.spec import Job, TrainingRecipe
+from autoparallel_cp.spec import GIB, Job, TrainingRecipe
 from autoparallel_cp.spec.params import layer_breakdown
 
 # ---------------------------------------------------------------------------------------------
@@ -85,8 +85,10 @@ OTHER_BYTES = {"megatron": 0.0, "pytorch": float(DDP_BUCKET_BYTES)}
 
 
 def other_bytes(job: Job) -> float:
-    """Allocated bytes not in the breakdown's other fields (PyTorch DDP buckets)."""
-    return OTHER_BYTES["pytorch" if _is_pytorch(job.recipe) else "megatron"]
+    """Allocated bytes not in the breakdown's other fields (PyTorch DDP buckets), plus the
+    calibrated memory reserve (spec/calibration.py `memory_reserve_gib`)."""
+    reserve = job.calibration.memory_reserve_gib * GIB if job.calibration is not None else 0.0
+    return OTHER_BYTES["pytorch" if _is_pytorch(job.recipe) else "megatron"] + reserve
 
 
 def overhead_bytes(peak: ArrayLike) -> FloatArray:

@@ -5,7 +5,7 @@ Per stage j (on its node group's GPU), per micro-batch:
     t_j = Σ_kind((n_k - r_k)·time_k + r_k·(time_k + recompute_k)) + [j=0]·emb_time
           + [j=last]·head_time + p2p + z3_j
     pipeline = m·T_max + (Σ_j t_j - T_max)/vpp,   T_max = max_j t_j
-    step = pipeline + max_j exposed_dp_j + max_j optimizer_j
+    step = pipeline + max_j exposed_dp_j + max_j optimizer_j + per_step_s
 
 - the pipeline term is 1F1B's (m-1)·T_max + Σ t_j for vpp = 1 and the interleaved bubble
   (pp-1)/vpp·t for equal stages (Narayanan §2.2); the slowest stage sets the pace
@@ -69,6 +69,7 @@ class StepTime:
     optimizer_s: float
     stages: tuple[StageTime, ...]
     slowest_stage: int
+    fixed_s: float = 0.0  # calibrated fixed time per step (spec/calibration.py `per_step_s`)
 
 
 def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> list[StageTime]:
@@ -149,7 +150,8 @@ def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Ste
     dp_exp = max(exposed_dp(s, opts.dp_overlap) for s in sts)
     opt = max(s.optimizer_s for s in sts)
     t = tmax_stage
-    step = m * tmax + bubble + dp_exp + opt
+    fixed = fixed_step_s(job)
+    step = m * tmax + bubble + dp_exp + opt + fixed
     return StepTime(
         step_s=step,
         compute_s=m * t.compute_s,
@@ -162,4 +164,11 @@ def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Ste
         optimizer_s=opt,
         stages=tuple(sts),
         slowest_stage=t.stage,
+        fixed_s=fixed,
     )
+
+
+def fixed_step_s(job: Job) -> float:
+    """Calibrated fixed time per step: the same for every plan of the job, so the search
+    composes without it (rankings unchanged) and recommend.py subtracts it from its limits."""
+    return job.calibration.per_step_s if job.calibration is not None else 0.0

@@ -348,11 +348,16 @@ def recommend(
             if p.key() == plan.key():
                 evaluation = ev
     if phase_two:
-        out = simplest_within(job, fastest_t * (1.0 + tolerance), fix=fix,
+        # the search composes without the calibrated fixed time per step (steptime.py)
+        from autoparallel_cp.cost.steptime import fixed_step_s
+
+        fixed = fixed_step_s(job)
+        out = simplest_within(job, fastest_t * (1.0 + tolerance) - fixed, fix=fix,
                               time_limit=time_limit, workers=workers, hint=fastest)
         if out is not None:
             method = "cp-sat phase 2"
             p2, t2 = out
+            t2 += fixed
             # strictly simpler, or as simple and really faster (not float noise between the
             # solver's tables and evaluate)
             if complexity(p2) < complexity(plan) or (

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
+from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec.plan import Plan
@@ -195,7 +196,8 @@ def build_tables(space: SearchSpace) -> Tables:
         t.head_opt[g] = np.broadcast_to(head_p * opt * loc4, shape4).copy()
     t.z3 = np.broadcast_to(fx.zero3_buffer_bytes(job, *np.ix_(tp, ep, zero)),
                            (len(tp), len(ep), len(zero))).copy()
-    t.capacity = tuple(capacity_bytes(g.gpu.memory_bytes) for g in job.cluster.node_groups)
+    t.capacity = tuple(capacity_bytes(usable_bytes(job, g.gpu.memory_bytes))
+                       for g in job.cluster.node_groups)
     t.other = fx.other_bytes(job)
     return t
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from .base import (
     MAX_ACTIVATION_SCALE_BYTES,
@@ -15,6 +15,7 @@ from .base import (
     Bounded,
     Strict,
 )
+from .calibration import Calibration
 from .cluster import ClusterSpec
 from .model import ModelSpec
 from .recipe import RECIPES, TrainingRecipe
@@ -32,6 +33,11 @@ class Job(Strict):
     recipe: TrainingRecipe = RECIPES["megatron-bf16"]
     seq_len: SeqLen = 4096
     global_batch: GlobalBatch = 512  # sequences per optimizer step
+
+    #: applied calibration (spec/calibration.py; the cluster above is already scaled by it)
+    calibration: Calibration | None = None
+    #: fraction of each GPU's memory kept free (--mem-headroom): a capacity reduction
+    mem_headroom: float = Field(0.0, ge=0.0, lt=0.5)
 
     @model_validator(mode="after")
     def _check(self) -> Job:
@@ -63,6 +69,21 @@ class Job(Strict):
                 "use more or faster GPUs"
             )
         return self
+
+    def calibrated(self, calibration: Calibration | None = None,
+                   mem_headroom: float | None = None) -> Job:
+        """This job with `calibration` applied (its cluster scaled) and/or a memory headroom."""
+        upd: dict[str, object] = {}
+        if calibration is not None:
+            if self.calibration is not None:
+                raise ValueError("the job already carries a calibration")
+            upd["calibration"] = calibration
+            upd["cluster"] = calibration.scale_cluster(self.cluster)
+        if mem_headroom is not None:
+            if not 0.0 <= mem_headroom < 0.5:
+                raise ValueError(f"mem_headroom must be in [0, 0.5), got {mem_headroom}")
+            upd["mem_headroom"] = float(mem_headroom)
+        return self.model_copy(update=upd) if upd else self
 
     @property
     def num_gpus(self) -> int:

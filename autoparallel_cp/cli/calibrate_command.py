@@ -1,0 +1,140 @@
+"""`ap-solve calibrate`: fit the cost model's calibration knobs to measured runs."""
+
+from __future__ import annotations
+
+import os
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from autoparallel_cp import outputs
+from autoparallel_cp.cli.common import guarded
+from autoparallel_cp.errors import UserError
+
+
+@click.command()
+@click.option("--runs", "runs_path", required=True, metavar="RUNS.csv",
+              help="Measured runs, one per row (INTERFACE.md columns; microbenchmark rows of "
+                   "`ap-solve measure` too).")
+@click.option("--out", "out_path", required=True, metavar="CALIB.yaml",
+              help="Write the calibration file here (atomically).")
+@click.option("--model", "-m", default=None, metavar="M", help="Model of rows without one.")
+@click.option("--cluster", "-c", default=None, metavar="C", help="Cluster of rows without one.")
+@click.option("--recipe", default=None, metavar="R|FILE",
+              help="Recipe of rows without one (default megatron-bf16).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@guarded
+def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | None,
+              recipe: str | None, quiet: bool) -> None:
+    """Fit the cost model's calibration knobs to measured runs of your cluster.
+
+    Prints each knob with its uncertainty, which knobs the runs cannot identify, the
+    residuals before and after, and outliers; writes CALIB.yaml for --calibration.
+    """
+    from autoparallel_cp.calibrate.files import dump, to_document
+    from autoparallel_cp.calibrate.fit import fit
+    from autoparallel_cp.calibrate.runs import load_runs
+
+    out = Console(highlight=False, soft_wrap=True)
+    note = Console(stderr=True, quiet=quiet, highlight=False)
+    runs, micro = load_runs(runs_path, model=model, cluster=cluster, recipe=recipe)
+    if not runs and not micro:
+        raise UserError(f"{runs_path}: no usable rows")
+    res = fit(runs, micro, progress=lambda s: note.print(s))
+    doc = to_document(res, {"runs": runs_path, "model": model, "cluster": cluster,
+                            "recipe": recipe})
+    outputs.write_atomic(out_path, dump(doc))
+    out.print(Text(f"calibration from {len(runs)} runs"
+                   + (f" and {len(micro)} microbenchmark rows" if micro else ""), style="bold"))
+    t = Table(show_header=True, header_style="bold")
+    for h in ("knob", "value", "± 1 sd", "status"):
+        t.add_column(h)
+    for k in res.knobs:
+        sd = "-" if k.std is None else f"{k.std:.3g}"
+        status = ("fitted" if k.identified else "not identified (prior)" if k.std is None
+                  else "weak")
+        if "bound" in k.note:
+            status += ", at bound"
+        t.add_row(k.name, f"{k.value:.4g}", sd, status)
+    out.print(t)
+    for label, d in (("before", res.before), ("after", res.after)):
+        parts = []
+        if "step_mape_pct" in d:
+            parts.append(f"step time MAPE {d['step_mape_pct']:.1f}% (signed "
+                         f"{d['step_signed_pct']:+.1f}%, worst {d['step_worst_pct']:+.1f}%)")
+        if "memory_mape_pct" in d:
+            parts.append(f"peak memory MAPE {d['memory_mape_pct']:.1f}%")
+        if "micro_mape_pct" in d:
+            parts.append(f"microbenchmarks MAPE {d['micro_mape_pct']:.1f}%")
+        out.print(f"residuals {label}: " + ", ".join(parts))
+    cal = res.calibration
+    if cal.time_interval is not None:
+        out.print(f"prediction interval (80%) after calibration: step time "
+                  f"{cal.time_interval.lo:+.1%} / {cal.time_interval.hi:+.1%} (log ratio)")
+    for n in res.notes:
+        out.print(f"note: {n}")
+    note.print(f"wrote {out_path}")
+
+
+@click.command()
+@click.option("--cluster", "-c", required=True, metavar="C",
+              help="The cluster preset / YAML the measurements describe (rows name it).")
+@click.option("--gpu", default=None, metavar="NAME",
+              help="GPU type name in that cluster (default: its first node group's).")
+@click.option("--out", "out_path", required=True, metavar="ROWS.csv",
+              help="Write the microbenchmark rows here (rank 0).")
+@click.option("--hidden", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Hidden size of the GEMM shapes (t x h x 4h, t x 4h x h, t x h x 3h).")
+@click.option("--tokens", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Tokens per GEMM (micro-batch x sequence length / TP).")
+@click.option("--sizes", default="1048576,16777216,134217728", show_default=True,
+              metavar="BYTES,...", help="Collective buffer sizes (nccl-tests convention).")
+@click.option("--reps", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--world-size", type=click.IntRange(min=1), default=None,
+              help="Without torchrun: spawn this many local processes (default 1).")
+@click.option("--cpu", is_flag=True, help="gloo and float32 on the CPU (tests, no GPU).")
+@click.option("--train-steps", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Also time this many data-parallel training steps of a small decoder "
+                   "(hidden --hidden) and write them as a training row.")
+@click.option("--train-layers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--train-seq", type=click.IntRange(min=2), default=512, show_default=True)
+@click.option("--train-mbs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--train-microbatches", type=click.IntRange(min=1), default=2,
+              show_default=True)
+@guarded
+def measure(cluster: str, gpu: str | None, out_path: str, hidden: int, tokens: int, sizes: str,
+            reps: int, world_size: int | None, cpu: bool, train_steps: int, train_layers: int,
+            train_seq: int, train_mbs: int, train_microbatches: int) -> None:
+    """Measure GEMM rates and collective bandwidths for `ap-solve calibrate` (needs torch:
+    pip install 'autoparallel-cp[measure]'; run under torchrun on the cluster)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise UserError("ap-solve measure needs torch: pip install 'autoparallel-cp[measure]'") \
+            from None
+    from autoparallel_cp.calibrate.measure import Settings, run
+    from autoparallel_cp.spec.loaders import load_cluster
+
+    cl = load_cluster(cluster)
+    names = [g.gpu.name for g in cl.node_groups]
+    name = gpu or names[0]
+    if name not in names:
+        raise UserError(f"--gpu {name!r} is not in cluster {cluster!r} ({', '.join(names)})")
+    try:
+        size_list = tuple(int(x) for x in sizes.split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"--sizes: expected comma-separated byte counts, got {sizes!r}") \
+            from None
+    if not size_list or min(size_list) <= 0:
+        raise UserError("--sizes: expected positive byte counts")
+    if hidden % 64 and train_steps:
+        raise UserError("--hidden must be a multiple of 64 with --train-steps (64-wide heads)")
+    s = Settings(cluster=cluster, gpu=name, hidden=hidden, tokens=tokens, sizes=size_list,
+                 reps=reps, cpu=cpu, train_steps=train_steps, train_layers=train_layers,
+                 train_seq=train_seq, train_mbs=train_mbs,
+                 train_microbatches=train_microbatches)
+    run(s, out_path, world_size)
+    if os.environ.get("RANK", "0") == "0":
+        click.echo(f"wrote {out_path}", err=True)

@@ -1,0 +1,108 @@
+"""`--calibration FILE` and `--mem-headroom FRACTION`, shared by the planning commands.
+
+The options record their values on the click context (`expose_value=False`), and
+`common.build_job` applies them through `apply_options`, so no command signature changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from autoparallel_cp.spec import Job
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_META_CAL = "ap_solve_calibration"
+_META_HEADROOM = "ap_solve_mem_headroom"
+
+
+def _store(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def cb(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        ctx.meta[key] = value
+        return value
+    return cb
+
+
+def calibration_option(fn: F) -> F:
+    """`--calibration FILE` (recorded on the click context; `apply_options` reads it)."""
+    return click.option(
+        "--calibration", default=None, metavar="FILE", expose_value=False,
+        callback=_store(_META_CAL),
+        help="Calibration file written by `ap-solve calibrate`: the cost model's knobs fitted "
+             "to your cluster, and the prediction intervals of that fit.")(fn)
+
+
+def headroom_option(fn: F) -> F:
+    """`--mem-headroom FRACTION` (default from the model's measured memory error)."""
+    from autoparallel_cp.cost.uncertainty import default_mem_headroom
+
+    return click.option(
+        "--mem-headroom", type=click.FloatRange(0.0, 0.5, max_open=True), default=None,
+        metavar="FRACTION", expose_value=False, callback=_store(_META_HEADROOM),
+        help="Keep plans whose predicted need plus this fraction of GPU memory exceeds it "
+             f"out of the answer (default {default_mem_headroom():g}: the model's 90th-"
+             "percentile memory under-prediction; 0 turns it off).")(fn)
+
+
+def apply_options(job: Job) -> Job:
+    """The job with the current command's --calibration and --mem-headroom applied (each
+    only where the command has the option)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return job
+    path = ctx.meta.get(_META_CAL)
+    cal = None
+    if path:
+        from autoparallel_cp.calibrate.files import load_calibration
+
+        cal = load_calibration(path)
+    h = None
+    if _META_HEADROOM in ctx.meta:
+        from autoparallel_cp.cost.uncertainty import default_mem_headroom
+
+        h = ctx.meta.get(_META_HEADROOM)
+        h = default_mem_headroom() if h is None else float(h)
+    return job.calibrated(cal, h)
+
+
+def uncertainty_lines(job: Job, dicts: list[dict[str, Any]], plans: list[Any],
+                      top: int = 5) -> list[str]:
+    """The near-tie and sensitivity lines printed under a solve / enumerate recommendation."""
+    from autoparallel_cp.calibrate.advice import near_tie_line, sensitivity
+    from autoparallel_cp.search.recommend import complexity
+
+    by_rank = {id(d): p for d, p in zip(dicts, plans, strict=True)}
+    out = []
+    if job.mem_headroom > 0:
+        out.append(f"memory headroom {job.mem_headroom:.1%} of each GPU kept free "
+                   "(--mem-headroom): the capacities shown are after it")
+    if job.calibration is not None:
+        out.append("calibrated (--calibration): predictions and intervals from the fit")
+    line = near_tie_line(dicts, lambda d: complexity(by_rank[id(d)]))
+    if line:
+        out.append(line)
+    sens = sensitivity(job, plans[:top])
+    if sens:
+        out.append(f"sensitivity of #1 among the top {min(top, len(plans))} (each knob at its "
+                   "80% range ends):")
+        out += ["  " + s for s in sens]
+    return out
+
+
+def explain_sensitivity_lines(job: Job, plan: Any, current_step: float,
+                              changes: list[Any]) -> list[str]:
+    """`explain`: the plan and its best single changes re-ranked with each knob at its 80%
+    range ends: is the fastest of them still the fastest?"""
+    from autoparallel_cp.calibrate.advice import sensitivity
+
+    cands = sorted([(current_step, "this plan", plan)]
+                   + [(c.step_s, c.change, c.plan) for c in changes[:4]],
+                   key=lambda t: t[0])
+    lines = sensitivity(job, [c[2] for c in cands], labels=[c[1] for c in cands])
+    if not lines:
+        return []
+    return [f"sensitivity (this plan and its best single changes, each knob at its 80% range "
+            f"ends; fastest now: {cands[0][1]}):"] + ["  " + s for s in lines]

@@ -1,0 +1,101 @@
+"""Nominal 80 % prediction intervals of step time, tokens/s/GPU and peak memory.
+
+Uncalibrated, the intervals are the 10th / 90th percentiles of the model's leave-one-source-out
+error, e = ln(measured / predicted), over the published runs of `benchmarks/` (produced by
+`python benchmarks/intervals.py`, see there for the method and the nested coverage it scores):
+per recipe family for tokens/s/GPU (the step time interval is its reciprocal), one table for
+memory. With a calibration (spec/calibration.py) carrying its own fitted intervals, those
+replace the tables: they come from the calibration residuals (autoparallel_cp/calibrate).
+
+The package never reads `benchmarks/` at run time: the numbers below are a copy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autoparallel_cp.spec import GPUSpec, Job
+
+#: ln(measured / predicted) tokens/s/GPU, (10th, 90th) percentile of the leave-one-source-out
+#: errors, each source weighing the same, per recipe family ("megatron"; "pytorch" = FSDP,
+#: torchtitan, AMP) and per regime where the family's errors differ (Megatron dense / MoE).
+#: Produced by `python benchmarks/intervals.py` on 2026-12-01 (161 runs from 13 sources,
+#: crossval.cases / loso at commit bdec7ff); nested leave-one-source-out coverage 71.4 %,
+#: median relative width 28.4 % (benchmarks/RESULTS.md, "Calibration and intervals").
+THROUGHPUT_LOG_ERROR: dict[str, tuple[float, float]] = {
+    "megatron": (-0.2724, 0.0532),
+    "megatron-dense": (-0.2605, 0.0474),
+    "megatron-moe": (-0.7464, 0.1035),
+    "pytorch": (-0.2471, 0.1008),
+}
+
+#: ln(measured / predicted) memory, (10th, 90th) percentile over the 36 measured memory rows
+#: (18 H200 pytorch-amp max allocated vs the allocated peak; 18 torchtitan max reserved vs the
+#: peak x (1 + fragmentation)), each source weighing the same. Same script and date.
+MEMORY_LOG_ERROR: tuple[float, float] = (-0.0302, 0.1935)
+
+
+def default_mem_headroom() -> float:
+    """Default `--mem-headroom`: the fraction h with need·exp(q90) <= capacity ⟺ need <=
+    (1 - h)·capacity, q90 the 90th-percentile memory under-prediction (a plan at the upper end
+    of its memory interval still fits)."""
+    return round(max(0.0, -math.expm1(-MEMORY_LOG_ERROR[1])), 3)
+
+
+def family(job: Job) -> str:
+    """Recipe family of the interval tables: 'megatron' or 'pytorch' (FSDP, torchtitan, AMP)."""
+    return "megatron" if job.recipe.framework == "megatron" else "pytorch"
+
+
+def regime(job: Job) -> str:
+    """The THROUGHPUT_LOG_ERROR key of a job: its family's MoE or dense table where the family
+    has one, else the family's pooled table."""
+    fam = family(job)
+    key = fam + ("-moe" if job.model.moe is not None else "-dense")
+    return key if key in THROUGHPUT_LOG_ERROR else fam
+
+
+def peak_scale(job: Job, gpu: GPUSpec) -> float:
+    """Factor by which the job's calibration scaled `gpu`'s peaks (1 uncalibrated): MFU divides
+    by the data-sheet peak."""
+    return job.calibration.compute_factor(gpu.name) if job.calibration is not None else 1.0
+
+
+def time_log_interval(job: Job) -> tuple[float, float]:
+    """(q10, q90) of ln(measured / predicted) tokens/s/GPU for this job."""
+    cal = job.calibration
+    if cal is not None and cal.time_interval is not None:
+        return cal.time_interval.lo, cal.time_interval.hi
+    return THROUGHPUT_LOG_ERROR[regime(job)]
+
+
+def memory_log_interval(job: Job) -> tuple[float, float]:
+    """(q10, q90) of ln(measured / predicted) peak memory for this job."""
+    cal = job.calibration
+    if cal is not None and cal.memory_interval is not None:
+        return cal.memory_interval.lo, cal.memory_interval.hi
+    return MEMORY_LOG_ERROR
+
+
+@dataclass(frozen=True)
+class PlanIntervals:
+    """[lo, hi] nominal 80 % intervals of one plan's predictions."""
+
+    step_s: tuple[float, float]
+    tokens_per_s_per_gpu: tuple[float, float]
+    peak_bytes: tuple[float, float]
+
+
+def plan_intervals(job: Job, step_s: float, tokens_per_s_per_gpu: float,
+                   peak_bytes: float) -> PlanIntervals:
+    """Intervals around the point predictions (the log errors of the module docstring)."""
+    lo, hi = time_log_interval(job)
+    mlo, mhi = memory_log_interval(job)
+    return PlanIntervals(
+        step_s=(step_s * math.exp(-hi), step_s * math.exp(-lo)),
+        tokens_per_s_per_gpu=(tokens_per_s_per_gpu * math.exp(lo),
+                              tokens_per_s_per_gpu * math.exp(hi)),
+        peak_bytes=(peak_bytes * math.exp(mlo), peak_bytes * math.exp(mhi)),
+    )
+

@@ -1,0 +1,71 @@
+"""Calibrating on two runs of a source and predicting its other runs (issue 12's corpus check).
+
+    python benchmarks/calibrate_sources.py [--markdown]
+
+For every source of the published corpus (crossval.cases) with at least 4 runs: the two runs
+with the smallest and the largest GPU count (ties: corpus order) are given to
+`autoparallel_cp.calibrate.fit` as the user's measurements (step time from the published
+tokens/s/GPU); the source's other runs are predicted with and without that calibration.
+Printed per source: MAPE of tokens/s/GPU before (the shipped model) and after, and the
+median of both over the sources.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import crossval as X
+import numpy as np
+
+from autoparallel_cp.calibrate.fit import fit
+from autoparallel_cp.calibrate.runs import Run
+from autoparallel_cp.cost.evaluate import evaluate
+
+
+def main() -> int:
+    md = "--markdown" in sys.argv
+    base = X.cases()
+    by_src: dict[str, list[X.Case]] = {}
+    for c in base:
+        by_src.setdefault(c.source, []).append(c)
+    rows = []
+    for src, cs in sorted(by_src.items()):
+        if len(cs) < 4:
+            continue
+        lo = min(range(len(cs)), key=lambda i: (cs[i].gpus, i))
+        hi = max(range(len(cs)), key=lambda i: (cs[i].gpus, -i))
+        if hi == lo:
+            hi = (lo + 1) % len(cs)
+        train = [cs[lo], cs[hi]]
+        test = [c for i, c in enumerate(cs) if i not in (lo, hi)]
+        runs = [Run(i + 1, c.job, c.plan,
+                    c.job.tokens_per_step / (c.measured * c.job.num_gpus), None, c.options)
+                for i, c in enumerate(train)]
+        res = fit(runs)
+        before, after = [], []
+        for c in test:
+            p0 = evaluate(c.job, c.plan, c.options).throughput.tokens_per_s_per_gpu
+            p1 = evaluate(c.job.calibrated(res.calibration), c.plan,
+                          c.options).throughput.tokens_per_s_per_gpu
+            before.append(abs(p0 / c.measured - 1) * 100)
+            after.append(abs(p1 / c.measured - 1) * 100)
+        fitted = ", ".join(f"{k.name.replace('compute:', '')}={k.value:.3g}"
+                           for k in res.knobs if k.std is not None)
+        rows.append((src, len(cs), float(np.mean(before)), float(np.mean(after)), fitted))
+    sep = " | " if md else "  "
+    hdr = ["source", "runs", "MAPE before", "MAPE after (2 runs)", "fitted knobs"]
+    print(("| " if md else "") + sep.join(hdr) + (" |" if md else ""))
+    if md:
+        print("|" + "---|" * len(hdr))
+    for src, n, b, a, f in rows:
+        cells = [src, str(n), f"{b:.1f}%", f"{a:.1f}%", f]
+        print(("| " if md else "") + sep.join(cells) + (" |" if md else ""))
+    mb = float(np.median([r[2] for r in rows]))
+    ma = float(np.median([r[3] for r in rows]))
+    print(f"\nmedian per-source MAPE over {len(rows)} sources: before {mb:.1f}%, after {ma:.1f}% "
+          f"(ratio {ma / mb:.2f}; target <= 0.5)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

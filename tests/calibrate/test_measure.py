@@ -1,0 +1,47 @@
+"""The measurement kit on the CPU (gloo, tiny sizes): its rows round-trip through calibrate.
+Skipped when torch (the optional `[measure]` extra) is not installed."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from autoparallel_cp.calibrate.fit import fit  # noqa: E402
+from autoparallel_cp.calibrate.measure import Settings, run  # noqa: E402
+from autoparallel_cp.calibrate.runs import load_runs  # noqa: E402
+from autoparallel_cp.cli import main  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_measure_rows_round_trip_through_calibrate(tmp_path: Path) -> None:
+    out = tmp_path / "micro.csv"
+    s = Settings(cluster="dgx-h100", gpu="H100-SXM5-80GB", hidden=64, tokens=128,
+                 sizes=(65536, 1 << 20), reps=2, warmup=1, cpu=True, train_steps=2,
+                 train_seq=64)
+    run(s, str(out), world_size=2, port=_free_port())
+    runs, micro = load_runs(out)
+    # the training row: 2-rank data parallelism of the small decoder, its spec beside the CSV
+    assert len(runs) == 1
+    assert runs[0].plan.dp == 2 and runs[0].job.num_gpus == 2 and runs[0].step_s > 0
+    assert runs[0].job.model.num_layers == 2 and runs[0].job.recipe.name == "pytorch-amp"
+    kinds = {m.kind for m in micro}
+    assert {"gemm", "all_reduce", "all_gather"} <= kinds
+    assert all(float(m.fields["time_s"]) > 0 for m in micro)
+    assert {m.fields["gpus"] for m in micro if m.kind != "gemm"} == {"2"}
+    res = fit(runs, micro)
+    assert "micro_mape_pct" in res.before and "step_mape_pct" in res.after
+    calib = tmp_path / "c.yaml"
+    r = CliRunner().invoke(main, ["calibrate", "--runs", str(out), "--out", str(calib), "-q"])
+    assert r.exit_code == 0, r.output
+    assert yaml.safe_load(calib.read_text())["format"] == "ap-solve-calibration"
