@@ -21,7 +21,7 @@ from autoparallel_cp.cli.common import (
     write_outputs,
 )
 from autoparallel_cp.errors import InfeasibleError, UserError
-from autoparallel_cp.spec import Job
+from autoparallel_cp.spec import Job, frameworks
 
 
 def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: str,
@@ -30,6 +30,8 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                  quiet: bool, time_limit: float | None = None,
                  workers: int | None = None) -> None:
     out, note = consoles(json_path, quiet)
+    if emit_fmt:  # search only plans the --emit framework runs (spec/frameworks.py)
+        fix = frameworks.with_pins(fix, emit_fmt)
     if kind == "solve":
         with ProgressLine(not quiet, "CP-SAT") as progress:
             result = api.solve(job, top_k=top_k, time_limit=time_limit, workers=workers,
@@ -37,6 +39,8 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     else:
         result = api.enumerate_plans(job, top_k=top_k, objective=objective, fix=fix)
     status, solve_time, space, evs = result_parts(result)
+    if emit_fmt:
+        evs = [ev for ev in evs if not frameworks.refusals(job, plan_of(ev), emit_fmt)]
     dicts = report.plans_from(evs)
     write_outputs(status, solve_time, space, dicts, csv_path, json_path, note)
     if not dicts:
@@ -91,6 +95,8 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
             if emit_rank > len(ranked):
                 raise UserError(f"--emit-rank {emit_rank}: only {len(ranked)} plans")
             chosen, label = ranked[emit_rank - 1][0], f"plan #{emit_rank}"
+        elif emit_fmt and frameworks.refusals(job, rec.plan, emit_fmt) and ranked:
+            chosen, label = ranked[0][0], f"the fastest plan {emit_fmt} runs"
         else:
             chosen, label = rec.plan, "the recommended plan"
         emit_settings(job, chosen, emit_fmt, emit_out, out, note, label)

@@ -1,0 +1,208 @@
+"""What each training framework can run: one sourced row per rule, and the check of a plan.
+
+Every row names the plan field it restricts, the rule, and the framework source that enforces it
+(file:line at the commit or release named in VERSIONS). `refusals(job, plan, fw)` lists the rows a
+plan breaks, each with the closest plan the framework can run; `--emit` refuses such a plan
+(exit 2) instead of printing settings that differ from it, and `solve --emit X` keeps only plans
+with no refusal (`pins(fw)` narrows the search up front).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import Plan
+
+# The framework versions the emitters target and `benchmarks/frameworks_check.py` validates.
+VERSIONS: dict[str, str] = {
+    "megatron": "Megatron-LM main @ d98e8a64 (2026-08-22; megatron-core 0.16+)",
+    "torchtitan": "torchtitan 0.3.0 (PyPI; Python Trainer.Config)",
+    "torchtitan-toml": "torchtitan v0.2.2 (TOML job_config)",
+    "deepspeed": "DeepSpeed 0.19 (checked against 0.19.8)",
+}
+
+# torchtitan 0.3.0 model registries with a flavor that builds our preset exactly:
+# (torchtitan module, config_registry baseline, model_registry flavor).
+TORCHTITAN_MODELS: dict[str, tuple[str, str, str]] = {
+    "llama3-8b": ("llama3", "llama3_8b", "8B"),
+    "llama3-70b": ("llama3", "llama3_70b", "70B"),
+    "llama3-405b": ("llama3", "llama3_405b", "405B"),
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
+}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A plan field the framework cannot run as planned, and the closest plan it can."""
+
+    framework: str
+    field: str
+    reason: str
+    source: str
+    closest: dict[str, Any]
+
+    def message(self, plan: Plan) -> str:
+        fix = ",".join(f"{k}={v}" for k, v in self.closest.items())
+        return (f"{self.framework} cannot run this plan: {self.field}: {self.reason} "
+                f"[{self.source}]; closest plan it runs: {fix} "
+                f"(evaluate it with --plan, or solve with --fix {fix})")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the capability table."""
+
+    framework: str
+    field: str
+    rule: str
+    source: str
+    broken: Callable[[Job, Plan], dict[str, Any] | None]  # closest-plan changes, or None
+
+
+def _per_stage_chunks_uneven(job: Job, plan: Plan) -> bool:
+    return plan.vpp > 1 and any(n % plan.vpp for n in plan.layers_per_stage(job.model.num_layers))
+
+
+def _partial(plan: Plan) -> bool:
+    return plan.recompute == "full" and plan.recompute_layers is not None
+
+
+def _mg_recompute(job: Job, plan: Plan) -> dict[str, Any] | None:
+    if not (_partial(plan) and plan.vpp > 1):
+        return None
+    k = plan.recompute_layers or 0
+    most = max(plan.layers_per_stage(job.model.num_layers))
+    if k >= most or k % plan.vpp == 0:
+        return None
+    return {"recompute_layers": min(most, -(-k // plan.vpp) * plan.vpp)}
+
+
+def _tt_selective(job: Job, plan: Plan) -> dict[str, Any] | None:
+    if plan.recompute == "selective" and job.recipe.behaviour.selective_policy != "op":
+        return {"recompute": "full"}
+    return None
+
+
+def _tt_ep(job: Job, plan: Plan) -> dict[str, Any] | None:
+    shard = plan.dp if plan.zero else 1
+    if plan.ep > 1 and (shard * plan.cp * plan.tp) % plan.ep:
+        return {"zero": 3}
+    return None
+
+
+def _tt_model(job: Job, plan: Plan) -> dict[str, Any] | None:
+    return None if job.model.name in TORCHTITAN_MODELS else {"model": "one of "
+                                                              + "/".join(TORCHTITAN_MODELS)}
+
+
+_MG = "Megatron-LM d98e8a64"
+_TT = "torchtitan 0.3.0"
+_DS = "DeepSpeed 0.19.8"
+
+RULES: tuple[Rule, ...] = (
+    Rule("megatron", "recompute_layers",
+         "with interleaving, --recompute-num-layers (block) counts layers per model chunk, so a "
+         "stage recomputes vpp * k layers: recompute_layers must be a multiple of vpp",
+         f"{_MG} megatron/core/transformer/transformer_config.py:551-555 (per TransformerBlock = "
+         "per chunk) and transformer_block.py _checkpointed_forward 'block'",
+         _mg_recompute),
+    Rule("megatron", "stage_layers",
+         "with interleaving each stage's layers split evenly over its vpp chunks in "
+         "--pipeline-model-parallel-layout",
+         f"{_MG} megatron/training/arguments.py:3103 (--pipeline-model-parallel-layout)",
+         lambda j, p: {"stage_layers": "uniform"} if (_per_stage_chunks_uneven(j, p)
+                                                       and p.stage_layers) else None),
+    Rule("torchtitan", "model",
+         "torchtitan builds models from its own registries; this preset has no flavor there",
+         f"{_TT} torchtitan/models/*/__init__.py model_registry", _tt_model),
+    Rule("torchtitan", "zero",
+         "no optimizer-only sharding: FSDP (zero=2 reshard never, zero=3 reshard always) or "
+         "replication (zero=0)",
+         f"{_TT} torchtitan/config/configs.py:124-150 (data_parallel_shard_degree, "
+         "fsdp_reshard_after_forward)",
+         lambda j, p: {"zero": 2} if p.zero == 1 else None),
+    Rule("torchtitan", "recompute_layers",
+         "FullAC wraps every transformer block; no per-stage layer count",
+         f"{_TT} torchtitan/distributed/activation_checkpoint.py:152-166 (apply to all layers)",
+         lambda j, p: {"recompute_layers": "all (omit the field)"} if (
+             _partial(p) and (p.recompute_layers or 0)
+             < max(p.layers_per_stage(j.model.num_layers))) else None),
+    Rule("torchtitan", "recompute",
+         "SelectiveAC is op-level SAC (every 2nd matmul replayed), not attention-core recompute: "
+         "only a recipe whose selective_policy is 'op' (torchtitan-fsdp) costs it",
+         f"{_TT} torchtitan/distributed/activation_checkpoint.py:185-195", _tt_selective),
+    Rule("torchtitan", "ep",
+         "expert_parallel_degree must divide dp_shard * cp * tp (dp_shard = 1 when replicating)",
+         f"{_TT} torchtitan/distributed/parallel_dims.py:187-192", _tt_ep),
+    Rule("torchtitan", "stage_layers",
+         "each stage's layers split evenly over its vpp chunks (module_fqns_per_model_part)",
+         f"{_TT} torchtitan/config/configs.py:181-189",
+         lambda j, p: {"stage_layers": "uniform"} if (_per_stage_chunks_uneven(j, p)
+                                                       and p.stage_layers) else None),
+    Rule("torchtitan-toml", "zero",
+         "zero=0 is DDP, which raises 'DDP has not supported > 1D parallelism' with tp, pp or cp",
+         "torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py:148-151",
+         lambda j, p: {"zero": 3} if p.zero == 0 and p.dp > 1 and max(p.tp, p.pp, p.cp) > 1
+         else None),
+    Rule("deepspeed", "zero",
+         "the pipeline engine asserts ZeRO stage < 2: 'ZeRO-2 and ZeRO-3 are incompatible "
+         "with pipeline parallelism'",
+         f"{_DS} deepspeed/runtime/pipe/engine.py:76-77",
+         lambda j, p: {"zero": 1} if p.pp > 1 and p.zero >= 2 else None),
+    Rule("deepspeed", "vpp",
+         "the pipeline engine runs one stage per rank (TrainSchedule); no interleaved schedule",
+         f"{_DS} deepspeed/runtime/pipe/schedule.py TrainSchedule",
+         lambda j, p: {"vpp": 1} if p.vpp > 1 else None),
+    Rule("deepspeed", "cp",
+         "no ring context parallelism (Ulysses sequence_parallel_size is all-to-all on heads, a "
+         "different cost)",
+         f"{_DS} deepspeed/runtime/config.py:713-722 (sequence_parallel_size)",
+         lambda j, p: {"cp": 1} if p.cp > 1 else None),
+    Rule("deepspeed", "tp",
+         "tensor parallelism is AutoTP (tensor_parallel.autotp_size) on a non-pipeline module; "
+         "PipelineModule has no tensor-parallel layers",
+         f"{_DS} deepspeed/__init__.py:210-214 (AutoTP only on the non-PipelineModule path)",
+         lambda j, p: {"tp": 1} if p.tp > 1 and p.pp > 1 else None),
+    Rule("deepspeed", "sp",
+         "AutoTP has no sequence parallelism (norm/dropout activations stay replicated)",
+         f"{_DS} deepspeed/module_inject/auto_tp.py",
+         lambda j, p: {"sp": 0} if p.sp and p.tp > 1 else None),
+    Rule("deepspeed", "recompute",
+         "activation checkpointing wraps whole functions (deepspeed.checkpointing.checkpoint); "
+         "no attention-core-only recompute",
+         f"{_DS} deepspeed/runtime/activation_checkpointing/checkpointing.py checkpoint()",
+         lambda j, p: {"recompute": "full"} if p.recompute == "selective" else None),
+)
+
+FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "torchtitan-toml", "deepspeed")
+
+
+def _family(fmt: str) -> str:
+    return "torchtitan" if fmt.startswith("torchtitan") else fmt
+
+
+def refusals(job: Job, plan: Plan, fmt: str) -> list[Refusal]:
+    """The capability rows of framework `fmt` that `plan` breaks for `job` (empty: it runs)."""
+    out: list[Refusal] = []
+    for r in RULES:
+        if r.framework not in (fmt, _family(fmt)):
+            continue
+        closest = r.broken(job, plan)
+        if closest is not None:
+            out.append(Refusal(r.framework, r.field, r.rule, r.source, closest))
+    return out
+
+
+def pins(fmt: str) -> dict[str, int]:
+    """Plan fields that framework `fmt` only runs at one value (fixed before the search)."""
+    return {"vpp": 1, "cp": 1} if _family(fmt) == "deepspeed" else {}
+
+
+def with_pins(fix: str | None, fmt: str) -> str | None:
+    """`--fix` text plus the pins of framework `fmt` the user did not set themselves."""
+    given = {item.split("=", 1)[0].strip() for item in (fix or "").split(",") if "=" in item}
+    extra = [f"{k}={v}" for k, v in pins(fmt).items() if k not in given]
+    return ",".join(([fix] if fix else []) + extra) or None
