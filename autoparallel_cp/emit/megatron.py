@@ -143,7 +143,9 @@ def _megatron_model_args(job: Job, tp: int) -> list[str]:
     if m.mlp == "swiglu":
         a.append("--swiglu")
     a += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]
-    if m.qk_norm:
+    if m.qk_norm or m.mla is not None:
+        # with MLA this flag builds the q/kv low-rank norms (q_a/kv_a_layernorm) as
+        # layer-norm linears (megatron/core/models/gpt/gpt_layer_specs.py:104-114)
         a.append("--qk-layernorm")
     if not (m.mlp_bias or m.attn_out_bias):
         a.append("--disable-bias-linear")  # Megatron's default adds biases to every linear
@@ -163,7 +165,9 @@ def _megatron_model_args(job: Job, tp: int) -> list[str]:
         if m.moe.first_k_dense_layers or m.moe.moe_layer_freq > 1:
             a += ["--moe-layer-freq", moe_layer_pattern(job)]
         if m.moe.router_bias:
-            a.append("--moe-router-enable-expert-bias")
+            # expert bias needs a sigmoid-type score (transformer_config.py:2621; DeepSeek-V3
+            # scores with a sigmoid, arXiv 2412.19437 eq. 15)
+            a += ["--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid"]
     if m.mtp_layers:
         a += ["--mtp-num-layers", str(m.mtp_layers)]
     return a

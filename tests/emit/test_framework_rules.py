@@ -161,8 +161,10 @@ def _params_from_args(args: list[str]) -> int:
         qr, kvr = int(g["--q-lora-rank"]), int(g["--kv-lora-rank"])
         qk, rope, v = int(g["--qk-head-dim"]), int(g["--qk-pos-emb-head-dim"]), int(
             g["--v-head-dim"])
-        attn = (h * qr + qr + qr * heads * (qk + rope) + h * (kvr + rope) + kvr
-                + kvr * heads * (qk + v) + heads * v * h)
+        # the q/kv low-rank norms exist only with --qk-layernorm (gpt_layer_specs.py:104-114)
+        norms = qr + kvr if "--qk-layernorm" in flags else 0
+        attn = (h * qr + qr * heads * (qk + rope) + h * (kvr + rope)
+                + kvr * heads * (qk + v) + heads * v * h + norms)
     else:
         d = h // heads
         kv = int(g.get("--num-query-groups", heads))
