@@ -31,6 +31,8 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                  workers: int | None = None) -> None:
     out, note = consoles(json_path, quiet)
     if emit_fmt:  # search only plans the --emit framework runs (spec/frameworks.py)
+        if (why := frameworks.job_refusal(job, emit_fmt)) is not None:
+            raise UserError(why)
         fix = frameworks.with_pins(fix, emit_fmt)
     if kind == "solve":
         with ProgressLine(not quiet, "CP-SAT") as progress:
@@ -40,7 +42,10 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         result = api.enumerate_plans(job, top_k=top_k, objective=objective, fix=fix)
     status, solve_time, space, evs = result_parts(result)
     if emit_fmt:
-        evs = [ev for ev in evs if not frameworks.refusals(job, plan_of(ev), emit_fmt)]
+        runs = [ev for ev in evs if not frameworks.refusals(job, plan_of(ev), emit_fmt)]
+        if evs and not runs:
+            raise UserError(frameworks.none_runs(job, [plan_of(ev) for ev in evs], emit_fmt))
+        evs = runs
     dicts = report.plans_from(evs)
     write_outputs(status, solve_time, space, dicts, csv_path, json_path, note)
     if not dicts:

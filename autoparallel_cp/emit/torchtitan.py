@@ -63,7 +63,6 @@ def torchtitan_settings(job: Job, plan: Plan, fmt: str = "torchtitan"
         "data_parallel_shard_degree": shard,
         "fsdp_reshard_after_forward": reshard,
         "tensor_parallel_degree": plan.tp,
-        "enable_sequence_parallel": bool(plan.sp) or plan.tp == 1,
         "pipeline_parallel_degree": plan.pp,
         "context_parallel_degree": plan.cp,
         "expert_parallel_degree": plan.ep,
@@ -93,6 +92,13 @@ def torchtitan_settings(job: Job, plan: Plan, fmt: str = "torchtitan"
         "parallelism": par,
         "activation_checkpoint": {"mode": plan.recompute},
     }
+    if fmt == "torchtitan":
+        # 0.3.0 only: TP without sequence parallelism is an option (configs.py:160), and CUDA
+        # graphs (on by default) refuse pipelines and host-synchronising EP dispatch
+        # (trainer.py:179-209); the plan's step time does not count CUDA graphs
+        par["enable_sequence_parallel"] = bool(plan.sp) or plan.tp == 1
+        if plan.pp > 1 or plan.ep > 1:
+            sections["training"]["disable_cuda_graphs"] = True
     if plan.recompute == "selective":
         # op-level SAC, which frameworks.py only lets through for a recipe that costs it
         sections["activation_checkpoint"]["selective_ac_option"] = "op"

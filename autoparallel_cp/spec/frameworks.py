@@ -147,6 +147,11 @@ RULES: tuple[Rule, ...] = (
          "torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py:148-151",
          lambda j, p: {"zero": 3} if p.zero == 0 and p.dp > 1 and max(p.tp, p.pp, p.cp) > 1
          else None),
+    Rule("torchtitan-toml", "sp",
+         "v0.2.2 has no enable_sequence_parallel: its tensor parallelism always shards norms "
+         "along the sequence (SequenceParallel)",
+         "torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py:181-233",
+         lambda j, p: {"sp": 1} if p.tp > 1 and not p.sp else None),
     Rule("deepspeed", "zero",
          "the pipeline engine asserts ZeRO stage < 2: 'ZeRO-2 and ZeRO-3 are incompatible "
          "with pipeline parallelism'",
@@ -196,13 +201,45 @@ def refusals(job: Job, plan: Plan, fmt: str) -> list[Refusal]:
     return out
 
 
-def pins(fmt: str) -> dict[str, int]:
-    """Plan fields that framework `fmt` only runs at one value (fixed before the search)."""
-    return {"vpp": 1, "cp": 1} if _family(fmt) == "deepspeed" else {}
+def pins(fmt: str, given: dict[str, int] | None = None) -> dict[str, int]:
+    """Plan fields that framework `fmt` runs at one value only, given the user's own pins.
+
+    DeepSpeed (rows above): no interleaving or ring CP; with a pipeline, ZeRO <= 1 and no TP;
+    with TP (AutoTP), no pipeline and no sequence parallelism.
+    """
+    g = given or {}
+    if _family(fmt) != "deepspeed":
+        return {}
+    out = {"vpp": 1, "cp": 1}
+    if g.get("pp", 1) > 1:
+        out.update(tp=1, zero=1)
+    if g.get("tp", 1) > 1:
+        out.update(pp=1, sp=0)
+    return out
 
 
 def with_pins(fix: str | None, fmt: str) -> str | None:
     """`--fix` text plus the pins of framework `fmt` the user did not set themselves."""
-    given = {item.split("=", 1)[0].strip() for item in (fix or "").split(",") if "=" in item}
-    extra = [f"{k}={v}" for k, v in pins(fmt).items() if k not in given]
+    given: dict[str, int] = {}
+    for item in (fix or "").split(","):
+        if "=" in item:
+            k, v = (x.strip() for x in item.split("=", 1))
+            given[k] = int(v) if v.isdigit() else -1
+    extra = [f"{k}={v}" for k, v in pins(fmt, given).items() if k not in given]
     return ",".join(([fix] if fix else []) + extra) or None
+
+
+def job_refusal(job: Job, fmt: str) -> str | None:
+    """Why framework `fmt` cannot train this job's model at all (no plan helps), or None."""
+    for r in RULES:
+        if r.framework in (fmt, _family(fmt)) and r.field == "model" and r.broken(job, Plan()):
+            return (f"{fmt} cannot train {job.model.name}: {r.rule} [{r.source}]; its models: "
+                    + ", ".join(TORCHTITAN_MODELS))
+    return None
+
+
+def none_runs(job: Job, plans: list[Plan], fmt: str) -> str:
+    """The error when none of the searched plans runs on `fmt`: the best plan's first refusal."""
+    why = refusals(job, plans[0], fmt)[0].message(plans[0]) if plans else ""
+    return (f"none of the {len(plans)} best plans runs on {fmt} (the best: {why}); pin the "
+            "closest plan with --fix, or raise --top-k")

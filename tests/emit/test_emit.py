@@ -149,7 +149,7 @@ def test_torchtitan_selective_is_op_sac(job: Job) -> None:
     tomllib = pytest.importorskip("tomllib")
     from autoparallel_cp.spec import RECIPES
 
-    plan = parse_plan("tp=8,zero=3,mbs=1,recompute=selective", job)
+    plan = parse_plan("tp=8,sp=1,zero=3,mbs=1,recompute=selective", job)
     # a Megatron-style recipe costs attention-core recompute: torchtitan's op SAC is refused
     with pytest.raises(UserError, match="recompute: .*closest plan it runs: recompute=full"):
         emit(job, plan, "torchtitan-toml")
