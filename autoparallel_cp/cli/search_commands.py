@@ -61,6 +61,9 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix,
                         time_limit=time_limit if time_limit is not None else 10.0,
                         workers=workers)
+    if emit_fmt and frameworks.refusals(job, rec.plan, emit_fmt):
+        # phase 2 searched the whole space: keep the simplest of the plans the framework runs
+        rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix, phase_two=False)
     rec_key = canonical(rec.plan, job.model.num_layers).key()
     rec_rank = next((i for i, (p, _) in enumerate(ranked, 1)
                      if canonical(p, job.model.num_layers).key() == rec_key), None)
@@ -100,8 +103,6 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
             if emit_rank > len(ranked):
                 raise UserError(f"--emit-rank {emit_rank}: only {len(ranked)} plans")
             chosen, label = ranked[emit_rank - 1][0], f"plan #{emit_rank}"
-        elif emit_fmt and frameworks.refusals(job, rec.plan, emit_fmt) and ranked:
-            chosen, label = ranked[0][0], f"the fastest plan {emit_fmt} runs"
         else:
             chosen, label = rec.plan, "the recommended plan"
         emit_settings(job, chosen, emit_fmt, emit_out, out, note, label)

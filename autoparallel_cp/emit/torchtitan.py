@@ -147,11 +147,13 @@ def torchtitan_python(job: Job, plan: Plan) -> tuple[str, list[str]]:
         f"# run: NGPU={job.num_gpus} MODULE=<this module> CONFIG=autoparallel_plan "
         "./run_train.sh",
         "from torchtitan.config import ParallelismConfig, TrainingConfig",
-        "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",
         f"from torchtitan.models.{module} import model_registry",
         f"from torchtitan.models.{module}.config_registry import {baseline}",
         "from torchtitan.trainer import Trainer",
     ]
+    if ac in ("full", "selective"):
+        policy = "FullAC" if ac == "full" else "SelectiveAC"
+        lines.append(f"from torchtitan.distributed.activation_checkpoint import {policy}")
     if "model" in sections:
         lines.append("from torchtitan.components.quantization import Float8LinearConverter")
     lines += [

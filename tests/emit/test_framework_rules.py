@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +200,30 @@ def test_megatron_emit_builds_the_planned_parameter_count(model: str, gpus: int)
     args, _ = megatron_args(j, plan)
     planned = param_counts(j.model).total
     assert _params_from_args(args) == pytest.approx(planned, rel=1e-4)
+
+
+def test_solve_emit_only_recommends_plans_the_framework_runs(tmp_path: Path) -> None:
+    """`solve --emit deepspeed` searches with DeepSpeed's pins and keeps only plans it runs."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from autoparallel_cp.cli import main
+
+    base = ["solve", "-m", "llama3-8b", "-c", "dgx-h100", "--gpus", "16", "--seq-len", "4096",
+            "--global-batch", "64", "--time-limit", "5", "--workers", "1", "-q"]
+    out = tmp_path / "plans.json"
+    res = CliRunner().invoke(main, [*base, "--emit", "deepspeed", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = _json.loads(out.read_text())
+    assert doc["plans"]
+    j = make_job("llama3-8b", "dgx-h100", gpus=16, seq_len=4096, global_batch=64)
+    for d in doc["plans"]:
+        plan = parse_plan(",".join(f"{k}={d['plan'][k]}" for k in (
+            "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
+            "recompute")) + (f",recompute_layers={d['plan']['recompute_layers']}"
+                            if d["plan"].get("recompute_layers") is not None else ""), j)
+        assert refusals(j, plan, "deepspeed") == [], plan
+    mix = CliRunner().invoke(main, [*base[:2], "mixtral-8x7b", *base[3:], "--emit",
+                                    "torchtitan"])
+    assert mix.exit_code == 2 and "cannot train mixtral-8x7b" in mix.output
