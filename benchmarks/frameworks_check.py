@@ -16,6 +16,8 @@ the framework itself, in a subprocess per framework:
   (`--module <file> --config autoparallel_plan`), `Trainer.Config.__post_init__` runs, then
   `ParallelDims` (its `_validate`), `_get_pipeline_metadata` and
   `_generate_llm_fqn_per_model_part` (the stage split, whose layer counts must equal the plan's);
+  the model the config builds (meta device, once per model) must have the plan's parameter count
+  (MTP included, expert-bias buffers counted as the plan counts them);
   the batch rule of trainer.py:415-437 is applied as written there (it sits inside
   `Trainer.__init__`).
 - torchtitan-toml: torchtitan v0.2.2 source: ConfigManager reads the TOML (`--job.config_file`),
@@ -122,6 +124,7 @@ def emit_all(out: Path) -> list[dict[str, Any]]:
 
     from autoparallel_cp.api import make_job
     from autoparallel_cp.cli import main
+    from autoparallel_cp.spec.params import count_params
     from autoparallel_cp.spec.plan import parse_plan
 
     runner = CliRunner()
@@ -164,6 +167,7 @@ def emit_all(out: Path) -> list[dict[str, Any]]:
                 case["stage_layers"] = list(p.layers_per_stage(job.model.num_layers))
                 case["num_layers"] = job.model.num_layers
                 case["global_batch"] = gbs
+                case["planned_params"] = count_params(job.model).total_with_mtp
             cases.append(case)
     return cases
 
@@ -348,6 +352,8 @@ def worker_torchtitan(cases: list[dict[str, Any]]) -> None:
         _get_pipeline_metadata,
     )
     tt_float8.has_cuda_capability = lambda major, minor: (major, minor) <= (9, 0)  # H100
+    import torch
+    built: dict[str, int] = {}
     for c in cases:
         try:
             d = os.path.dirname(c["file"])
@@ -364,8 +370,15 @@ def worker_torchtitan(cases: list[dict[str, Any]]) -> None:
                                 pp=par.pipeline_parallel_degree,
                                 ep=par.expert_parallel_degree, world_size=c["gpus"])
             why = ""
-            if len(cfg.model_spec.model.layers) != c["num_layers"]:
-                why = f"model has {len(cfg.model_spec.model.layers)} layers"
+            if c["model"] not in built:  # the model torchtitan builds, on the meta device
+                with torch.device("meta"):
+                    m = cfg.model_spec.model.build()
+                built[c["model"]] = sum(p.numel() for p in m.parameters()) + sum(
+                    b.numel() for k, b in m.named_buffers() if "expert_bias" in k)
+                del m
+            if built[c["model"]] != c["planned_params"]:
+                why = (f"torchtitan builds {built[c['model']]:,} parameters (+ expert-bias "
+                       f"buffers), the plan {c['planned_params']:,}")
             if dims.pp > 1 and not why:
                 if par.module_fqns_per_model_part is None:
                     n, layers, iw, ow = _get_pipeline_metadata(dims, par, cfg.model_spec.model)

@@ -162,11 +162,12 @@ def torchtitan_python(job: Job, plan: Plan) -> tuple[str, list[str]]:
         "def autoparallel_plan() -> Trainer.Config:",
         f"    config = {baseline}()",
     ]
+    extra = ""
+    if job.model.mtp_layers:  # the plan costs MTP; torchtitan's 671B flavor defaults to none
+        extra += f", num_mtp_layers={job.model.mtp_layers}"
     if "model" in sections:
-        lines.append(f"    config.model_spec = model_registry({flavor!r}, converters=["
-                     "Float8LinearConverter.Config()])")
-    else:
-        lines.append(f"    config.model_spec = model_registry({flavor!r})")
+        extra += ", converters=[Float8LinearConverter.Config()]"
+    lines.append(f"    config.model_spec = model_registry({flavor!r}{extra})")
     lines.append("    config.training = TrainingConfig(")
     lines += [f"        {k}={_py(v)}," for k, v in tr.items()]
     lines.append("    )")

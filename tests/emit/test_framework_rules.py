@@ -227,3 +227,14 @@ def test_solve_emit_only_recommends_plans_the_framework_runs(tmp_path: Path) -> 
     mix = CliRunner().invoke(main, [*base[:2], "mixtral-8x7b", *base[3:], "--emit",
                                     "torchtitan"])
     assert mix.exit_code == 2 and "cannot train mixtral-8x7b" in mix.output
+
+
+def test_torchtitan_builds_deepseek_v3_with_its_mtp_module() -> None:
+    """torchtitan 0.3.0 models/deepseek_v3/__init__.py:533-537,616-623: the 671B flavor has
+    num_mtp_layers=0 unless asked; the plan costs one MTP module."""
+    j = make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=1024)
+    plan = parse_plan("pp=16,ep=64,zero=3,mbs=1,stage_layers=3" + ":4" * 14 + ":2", j)
+    text = emit(j, plan, "torchtitan").text
+    assert "model_registry('671B', num_mtp_layers=1)" in text
+    assert "disable_cuda_graphs=True" in text  # pp > 1 (trainer.py:179-187)
+    assert "module_fqns_per_model_part=" in text  # the uneven split, module by module
