@@ -111,9 +111,13 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
     ("cp4+zero3", "llama3-8b", 32, 16384, 64, "megatron-bf16", "evaluate",
      "tp=2,cp=4,sp=1,zero=3,mbs=1", []),
     ("dp+zero1", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate", "zero=1,mbs=2", []),
+    ("gpt3-learned-pos", "gpt3-13b", 16, 2048, 64, "megatron-bf16", "evaluate",
+     "tp=4,pp=2,sp=1,zero=1,mbs=1", []),
+    ("bloom-alibi", "bloom-176b", 64, 2048, 64, "megatron-bf16", "evaluate",
+     "tp=8,pp=8,sp=1,zero=1,mbs=1", []),
 ]
 
-PARAM_JOBS = [("llama3-8b", 32, "tp=8,zero=1,mbs=1"),
+PARAM_JOBS = [("llama3-8b", 32, "tp=8,zero=1,mbs=1"), ("gpt3-13b", 16, "tp=4,zero=1,mbs=1"),
               ("mixtral-8x7b", 64, "tp=2,pp=4,ep=8,sp=1,zero=1,mbs=1"),
               ("deepseek-v3", 1024, "tp=8,pp=8,ep=32,sp=1,zero=1,mbs=1")]
 

@@ -98,11 +98,25 @@ def _tt_model(job: Job, plan: Plan) -> dict[str, Any] | None:
                                                               + "/".join(TORCHTITAN_MODELS)}
 
 
+def _mg_model(job: Job, plan: Plan) -> dict[str, Any] | None:
+    m = job.model
+    biases_ok = (m.attn_out_bias == m.mlp_bias) and (m.qkv_bias or not m.attn_out_bias)
+    if m.position_embedding == "alibi" or m.embedding_norm or not biases_ok:
+        return {"model": "one with RoPE or learned positions, no embedding norm, and biases on "
+                         "all linears or on qkv only"}
+    return None
+
+
 _MG = "Megatron-LM d98e8a64"
 _TT = "torchtitan 0.3.0"
 _DS = "DeepSpeed 0.19.8"
 
 RULES: tuple[Rule, ...] = (
+    Rule("megatron", "model",
+         "Megatron builds no ALiBi and no embedding norm, and adds biases to all linears "
+         "(--add-bias-linear) or, with --disable-bias-linear, to qkv only (--add-qkv-bias)",
+         f"{_MG} megatron/training/arguments.py:2397-2399 (--position-embedding-type choices, "
+         "--disable-bias-linear, --add-qkv-bias)", _mg_model),
     Rule("megatron", "recompute_layers",
          "with interleaving, --recompute-num-layers (block) counts layers per model chunk, so a "
          "stage recomputes vpp * k layers: recompute_layers must be a multiple of vpp",
@@ -116,7 +130,8 @@ RULES: tuple[Rule, ...] = (
          lambda j, p: {"stage_layers": "uniform"} if (_per_stage_chunks_uneven(j, p)
                                                        and p.stage_layers) else None),
     Rule("torchtitan", "model",
-         "torchtitan builds models from its own registries; this preset has no flavor there",
+         "torchtitan builds models from its own registries, with a flavor for "
+         + ", ".join(TORCHTITAN_MODELS) + " only",
          f"{_TT} torchtitan/models/*/__init__.py model_registry", _tt_model),
     Rule("torchtitan", "zero",
          "no optimizer-only sharding: FSDP (zero=2 reshard never, zero=3 reshard always) or "
@@ -233,8 +248,7 @@ def job_refusal(job: Job, fmt: str) -> str | None:
     """Why framework `fmt` cannot train this job's model at all (no plan helps), or None."""
     for r in RULES:
         if r.framework in (fmt, _family(fmt)) and r.field == "model" and r.broken(job, Plan()):
-            return (f"{fmt} cannot train {job.model.name}: {r.rule} [{r.source}]; its models: "
-                    + ", ".join(TORCHTITAN_MODELS))
+            return f"{fmt} cannot train {job.model.name}: {r.rule} [{r.source}]"
     return None
 
 

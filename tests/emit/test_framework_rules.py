@@ -238,3 +238,15 @@ def test_torchtitan_builds_deepseek_v3_with_its_mtp_module() -> None:
     assert "model_registry('671B', num_mtp_layers=1)" in text
     assert "disable_cuda_graphs=True" in text  # pp > 1 (trainer.py:179-187)
     assert "module_fqns_per_model_part=" in text  # the uneven split, module by module
+
+
+def test_megatron_refuses_a_model_it_cannot_build() -> None:
+    """BLOOM's ALiBi and embedding norm have no Megatron-LM option: no silent GPT stand-in."""
+    j = make_job("bloom-176b", "dgx-h100", gpus=64, seq_len=2048, global_batch=64)
+    with pytest.raises(UserError, match="model: Megatron builds no ALiBi"):
+        emit(j, parse_plan("tp=8,pp=8,zero=1,mbs=1", j), "megatron")
+    gpt = make_job("gpt3-1.3b", "dgx-h100", gpus=8, seq_len=2048, global_batch=64)
+    args, _ = megatron_args(gpt, parse_plan("zero=1,mbs=1", gpt))
+    assert _arg(args, "--position-embedding-type") == "learned_absolute"
+    assert "--disable-bias-linear" not in args  # GPT-3 has biases on every linear
+    assert "--untie-embeddings-and-output-weights" not in args  # and tied embeddings
