@@ -114,7 +114,9 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
     ("gpt3-learned-pos", "gpt3-13b", 16, 2048, 64, "megatron-bf16", "evaluate",
      "tp=4,pp=2,sp=1,zero=1,mbs=1", []),
     ("bloom-alibi", "bloom-176b", 64, 2048, 64, "megatron-bf16", "evaluate",
-     "tp=8,pp=8,sp=1,zero=1,mbs=1", []),
+     "tp=8,pp=2,sp=1,zero=1,mbs=1", []),
+    ("gpt3-seq-over-table", "gpt3-13b", 16, 4096, 64, "megatron-bf16", "evaluate",
+     "tp=4,pp=2,sp=1,zero=1,mbs=1", []),
 ]
 
 PARAM_JOBS = [("llama3-8b", 32, "tp=8,zero=1,mbs=1"), ("gpt3-13b", 16, "tp=4,zero=1,mbs=1"),
@@ -374,6 +376,9 @@ def worker_torchtitan(cases: list[dict[str, Any]]) -> None:
                                 pp=par.pipeline_parallel_degree,
                                 ep=par.expert_parallel_degree, world_size=c["gpus"])
             why = ""
+            dense = dims.dp_shard * dims.cp * dims.tp  # parallel_dims.py:277-279, 338-339
+            if (dense // dims.ep) * dims.ep != dense:
+                why = f"sparse mesh: dp_shard*cp*tp = {dense} not a multiple of ep = {dims.ep}"
             if c["model"] not in built:  # the model torchtitan builds, on the meta device
                 with torch.device("meta"):
                     m = cfg.model_spec.model.build()
@@ -584,7 +589,7 @@ def main() -> int:
             from autoparallel_cp.spec.plan import parse_plan
             jobs = []
             for model, gpus, text in PARAM_JOBS:
-                job = make_job(model, "dgx-h100", gpus=gpus, seq_len=4096, global_batch=gpus)
+                job = make_job(model, "dgx-h100", gpus=gpus, seq_len=2048, global_batch=gpus)
                 f = tmp / f"params-{model}.sh"
                 f.write_text(emit(job, parse_plan(text, job), "megatron").text)
                 jobs.append({"model": model, "file": str(f),

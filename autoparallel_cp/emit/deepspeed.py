@@ -2,10 +2,10 @@
 
 Batch identity: DeepSpeedConfig asserts train_batch_size == micro_batch_per_gpu *
 gradient_accumulation_steps * world_size (0.19.8 deepspeed/runtime/config.py:600-604), where
-world_size is the mpu's data-parallel size, or every rank when no mpu is given (config.py:711-724
-at main edaa7221). The JSON therefore holds the plan's batch only with the mpu/topology printed in
-the notes: a PipelineModule topology for pp > 1 (deepspeed/__init__.py:241-244 takes model.mpu()),
-and for tp > 1 an mpu whose data-parallel size is dp.
+world_size is the mpu's data-parallel size, or every rank when no mpu is given (config.py:456-470).
+The JSON therefore holds the plan's batch only with the mpu/topology printed in the notes: a
+PipelineModule topology for pp > 1 (deepspeed/__init__.py:582-583 takes model.mpu()), and for
+tp > 1 an mpu whose data-parallel size is dp.
 """
 
 from __future__ import annotations

@@ -38,7 +38,9 @@ def pipeline_layout(job: Job, plan: Plan) -> str:
     chunks = chunk_layers(job, plan)
     parts = []
     for i, n in enumerate(chunks):
-        items = (["E"] if i == 0 else []) + [f"t*{n}"] if n else (["E"] if i == 0 else [])
+        items = ["E"] if i == 0 else []
+        if n:
+            items.append(f"t*{n}")
         if i == len(chunks) - 1:
             items += ["m"] * job.model.mtp_layers + ["L"]
         parts.append(",".join(items))
@@ -122,7 +124,10 @@ def _megatron_model_args(job: Job, tp: int) -> list[str]:
         "--hidden-size", str(m.hidden_size),
         "--ffn-hidden-size", str(m.ffn_hidden_size),
         "--num-attention-heads", str(m.num_attention_heads),
-        "--max-position-embeddings", str(max(m.max_position_embeddings, job.seq_len)),
+        # RoPE has no table, so it may cover the sequence; learned positions keep the model's
+        "--max-position-embeddings", str(m.max_position_embeddings
+                                         if m.position_embedding == "learned"
+                                         else max(m.max_position_embeddings, job.seq_len)),
         "--vocab-size", str(m.vocab_size),
         # Megatron pads the vocabulary to a multiple of divisor * tp: pick the divisor that
         # keeps the planned size exactly (arguments.py:2441; training/tokenizer padding)

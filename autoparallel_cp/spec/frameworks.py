@@ -107,6 +107,13 @@ def _mg_model(job: Job, plan: Plan) -> dict[str, Any] | None:
     return None
 
 
+def _learned_positions(job: Job, plan: Plan) -> dict[str, Any] | None:
+    m = job.model
+    if m.position_embedding == "learned" and job.seq_len > m.max_position_embeddings:
+        return {"seq_len": m.max_position_embeddings}
+    return None
+
+
 _MG = "Megatron-LM d98e8a64"
 _TT = "torchtitan 0.3.0"
 _DS = "DeepSpeed 0.19.8"
@@ -117,6 +124,11 @@ RULES: tuple[Rule, ...] = (
          "(--add-bias-linear) or, with --disable-bias-linear, to qkv only (--add-qkv-bias)",
          f"{_MG} megatron/training/arguments.py:2397-2399 (--position-embedding-type choices, "
          "--disable-bias-linear, --add-qkv-bias)", _mg_model),
+    Rule("megatron", "seq_len",
+         "learned positions: --max-position-embeddings sizes the position table, so a sequence "
+         "longer than the model's table would build a bigger model than planned",
+         f"{_MG} megatron/core/models/common/embeddings/language_model_embedding.py:71 (Embedding(max_sequence_length, h))",
+         _learned_positions),
     Rule("megatron", "recompute_layers",
          "with interleaving, --recompute-num-layers (block) counts layers per model chunk, so a "
          "stage recomputes vpp * k layers: recompute_layers must be a multiple of vpp",
@@ -132,7 +144,8 @@ RULES: tuple[Rule, ...] = (
     Rule("torchtitan", "model",
          "torchtitan builds models from its own registries, with a flavor for "
          + ", ".join(TORCHTITAN_MODELS) + " only",
-         f"{_TT} torchtitan/models/*/__init__.py model_registry", _tt_model),
+         f"{_TT} torchtitan/models/llama3/__init__.py:369, deepseek_v3/__init__.py:616 "
+         "(model_registry)", _tt_model),
     Rule("torchtitan", "zero",
          "no optimizer-only sharding: FSDP (zero=2 reshard never, zero=3 reshard always) or "
          "replication (zero=0)",
@@ -151,7 +164,8 @@ RULES: tuple[Rule, ...] = (
          f"{_TT} torchtitan/distributed/activation_checkpoint.py:185-195", _tt_selective),
     Rule("torchtitan", "ep",
          "expert_parallel_degree must divide dp_shard * cp * tp (dp_shard = 1 when replicating)",
-         f"{_TT} torchtitan/distributed/parallel_dims.py:187-192", _tt_ep),
+         f"{_TT} torchtitan/distributed/parallel_dims.py:277-279,338-339 (efsdp = dp_shard * cp "
+         "* tp // ep in the sparse mesh)", _tt_ep),
     Rule("torchtitan", "stage_layers",
          "each stage's layers split evenly over its vpp chunks (module_fqns_per_model_part)",
          f"{_TT} torchtitan/config/configs.py:181-189",
@@ -174,26 +188,26 @@ RULES: tuple[Rule, ...] = (
          lambda j, p: {"zero": 1} if p.pp > 1 and p.zero >= 2 else None),
     Rule("deepspeed", "vpp",
          "the pipeline engine runs one stage per rank (TrainSchedule); no interleaved schedule",
-         f"{_DS} deepspeed/runtime/pipe/schedule.py TrainSchedule",
+         f"{_DS} deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
          lambda j, p: {"vpp": 1} if p.vpp > 1 else None),
     Rule("deepspeed", "cp",
          "no ring context parallelism (Ulysses sequence_parallel_size is all-to-all on heads, a "
          "different cost)",
-         f"{_DS} deepspeed/runtime/config.py:713-722 (sequence_parallel_size)",
+         f"{_DS} deepspeed/runtime/config.py:457-470 (sequence_parallel_size)",
          lambda j, p: {"cp": 1} if p.cp > 1 else None),
     Rule("deepspeed", "tp",
          "tensor parallelism is AutoTP (tensor_parallel.autotp_size) on a non-pipeline module; "
          "PipelineModule has no tensor-parallel layers",
-         f"{_DS} deepspeed/__init__.py:210-214 (AutoTP only on the non-PipelineModule path)",
+         f"{_DS} deepspeed/__init__.py:550-553 (AutoTP only on the non-PipelineModule path)",
          lambda j, p: {"tp": 1} if p.tp > 1 and p.pp > 1 else None),
     Rule("deepspeed", "sp",
          "AutoTP has no sequence parallelism (norm/dropout activations stay replicated)",
-         f"{_DS} deepspeed/module_inject/auto_tp.py",
+         f"{_DS} deepspeed/module_inject/auto_tp.py:210 (AutoTP replaces linears only)",
          lambda j, p: {"sp": 0} if p.sp and p.tp > 1 else None),
     Rule("deepspeed", "recompute",
          "activation checkpointing wraps whole functions (deepspeed.checkpointing.checkpoint); "
          "no attention-core-only recompute",
-         f"{_DS} deepspeed/runtime/activation_checkpointing/checkpointing.py checkpoint()",
+         f"{_DS} deepspeed/runtime/activation_checkpointing/checkpointing.py:1048",
          lambda j, p: {"recompute": "full"} if p.recompute == "selective" else None),
 )
 

@@ -32,7 +32,7 @@ def _arg(args: list[str], name: str) -> str:
 
 def test_every_rule_names_its_source() -> None:
     for r in RULES:
-        assert re.search(r"\.py", r.source), r
+        assert re.search(r"\.py:\d+", r.source), r  # file:line
         assert re.search(r"(Megatron-LM|torchtitan|DeepSpeed) [0-9a-fv]", r.source), r
 
 
@@ -95,7 +95,7 @@ def test_torchtitan_refuses_partial_recompute_and_zero1(job: Job) -> None:
 
 def test_deepspeed_batch_identity(job: Job) -> None:
     """0.19.8 runtime/config.py:600-604: train_batch_size == micro * gas * world_size, where
-    world_size is the mpu's data-parallel size (main config.py:711-724)."""
+    world_size is the mpu's data-parallel size (config.py:456-470)."""
     for text in ("zero=2,mbs=2", "tp=2,sp=0,zero=2,mbs=1", "pp=4,zero=1,mbs=1"):
         plan = parse_plan(text, job)
         cfg, notes = deepspeed_config(job, plan)
@@ -250,3 +250,14 @@ def test_megatron_refuses_a_model_it_cannot_build() -> None:
     assert _arg(args, "--position-embedding-type") == "learned_absolute"
     assert "--disable-bias-linear" not in args  # GPT-3 has biases on every linear
     assert "--untie-embeddings-and-output-weights" not in args  # and tied embeddings
+
+
+def test_megatron_learned_position_table_is_the_models() -> None:
+    """language_model_embedding.py:71 sizes the table by --max-position-embeddings: a longer
+    sequence than GPT-3's 2048 would build a larger model than planned, so it is refused."""
+    gpt = make_job("gpt3-13b", "dgx-h100", gpus=16, seq_len=2048, global_batch=64)
+    args, _ = megatron_args(gpt, parse_plan("tp=4,zero=1,mbs=1", gpt))
+    assert _arg(args, "--max-position-embeddings") == "2048"
+    long = make_job("gpt3-13b", "dgx-h100", gpus=16, seq_len=4096, global_batch=64)
+    with pytest.raises(UserError, match="seq_len: .*closest plan it runs: seq_len=2048"):
+        megatron_args(long, parse_plan("tp=4,zero=1,mbs=1", long))
