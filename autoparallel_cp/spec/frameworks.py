@@ -127,7 +127,8 @@ RULES: tuple[Rule, ...] = (
     Rule("megatron", "seq_len",
          "learned positions: --max-position-embeddings sizes the position table, so a sequence "
          "longer than the model's table would build a bigger model than planned",
-         f"{_MG} megatron/core/models/common/embeddings/language_model_embedding.py:71 (Embedding(max_sequence_length, h))",
+         f"{_MG} megatron/core/models/common/embeddings/language_model_embedding.py:71 "
+         "(Embedding(max_sequence_length, hidden))",
          _learned_positions),
     Rule("megatron", "recompute_layers",
          "with interleaving, --recompute-num-layers (block) counts layers per model chunk, so a "
