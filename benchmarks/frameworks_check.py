@@ -28,7 +28,10 @@ the framework itself, in a subprocess per framework:
   `.get_dim("data")`; every rank when tp = pp = 1), and the pipeline engine's ZeRO assertion
   (runtime/pipe/engine.py:76-77) for pp > 1.
 
-A case passes when the framework accepts the emitted settings, or when `--emit` refused the plan
+Each format gets the job in the precision recipe it runs (megatron-* for Megatron, torchtitan-fsdp,
+or a float8 variant of it, for torchtitan; the job's own for DeepSpeed); the last job keeps its
+recipe everywhere to show the refusal. A case passes when the framework accepts the emitted
+settings, or when `--emit` refused the plan
 (exit 2, naming the plan field, the framework source and the closest plan it runs): the refused
 plans are counted apart. A DeepSpeed solve case (JSON has no comment line) is matched to its plan
 in the `--json` output by its batch, ZeRO and tp fields.
@@ -117,6 +120,8 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
      "tp=8,pp=2,sp=1,zero=1,mbs=1", []),
     ("gpt3-seq-over-table", "gpt3-13b", 16, 4096, 64, "megatron-bf16", "evaluate",
      "tp=4,pp=2,sp=1,zero=1,mbs=1", []),
+    ("recipe-as-given", "llama3-8b", 32, 8192, 64, "megatron-bf16", "evaluate",
+     "tp=2,sp=1,zero=3,mbs=1", ["strict"]),
 ]
 
 PARAM_JOBS = [("llama3-8b", 32, "tp=8,zero=1,mbs=1"), ("gpt3-13b", 16, "tp=4,zero=1,mbs=1"),
@@ -126,19 +131,27 @@ PARAM_JOBS = [("llama3-8b", 32, "tp=8,zero=1,mbs=1"), ("gpt3-13b", 16, "tp=4,zer
 
 def emit_all(out: Path) -> list[dict[str, Any]]:
     """Run the CLI for every job and format; return the cases (emit file or refusal)."""
+    import yaml
     from click.testing import CliRunner
 
     from autoparallel_cp.api import make_job
     from autoparallel_cp.cli import main
+    from autoparallel_cp.spec import RECIPES
     from autoparallel_cp.spec.params import count_params
     from autoparallel_cp.spec.plan import parse_plan
 
     runner = CliRunner()
+    tt_fp8 = out / "torchtitan-fsdp-fp8.yaml"  # torchtitan-fsdp with float8 GEMMs
+    tt_fp8.write_text(yaml.safe_dump(RECIPES["torchtitan-fsdp"].model_copy(
+        update={"name": "torchtitan-fsdp-fp8", "compute_dtype": "fp8"}).model_dump()))
     cases = []
-    for label, model, gpus, seq, gbs, recipe, cmd, text, extra in JOBS:
-        job = make_job(model, "dgx-h100", gpus=gpus, seq_len=seq, global_batch=gbs,
-                       recipe=recipe)
+    for label, model, gpus, seq, gbs, job_recipe, cmd, text, extra_args in JOBS:
+        strict = "strict" in extra_args  # keep the job's recipe even where fmt refuses it
+        extra = [a for a in extra_args if a != "strict"]
         for fmt in FORMATS:
+            recipe = job_recipe if strict else native_recipe(job_recipe, fmt, str(tt_fp8))
+            job = make_job(model, "dgx-h100", gpus=gpus, seq_len=seq, global_batch=gbs,
+                           recipe=recipe)
             path = out / f"{label}.{fmt}.{EXT[fmt]}"
             plan_json = out / f"{label}.{fmt}.plan.json"
             argv = [cmd, "-m", model, "-c", "dgx-h100", "--gpus", str(gpus), "--seq-len",
@@ -151,7 +164,7 @@ def emit_all(out: Path) -> list[dict[str, Any]]:
                                                                     else []) + extra
             res = runner.invoke(main, argv)
             case: dict[str, Any] = {"label": label, "fmt": fmt, "model": model, "gpus": gpus,
-                                    "exit": res.exit_code}
+                                    "exit": res.exit_code, "recipe": Path(recipe).stem}
             plan_text = text
             if plan_json.exists() and cmd == "evaluate":
                 plan_text = text
@@ -176,6 +189,17 @@ def emit_all(out: Path) -> list[dict[str, Any]]:
                 case["planned_params"] = count_params(job.model).total_with_mtp
             cases.append(case)
     return cases
+
+
+def native_recipe(recipe: str, fmt: str, tt_fp8: str) -> str:
+    """The job's recipe in the precision layout `fmt` runs (spec/frameworks.py, "recipe" rows):
+    Megatron bf16 weights + fp32 master, torchtitan fp32 FSDP2 weights; DeepSpeed runs both."""
+    fp8 = recipe == "megatron-fp8"
+    if fmt == "megatron" and recipe not in ("megatron-bf16", "megatron-fp8"):
+        return "megatron-bf16"
+    if fmt.startswith("torchtitan") and recipe in ("megatron-bf16", "megatron-fp8"):
+        return tt_fp8 if fp8 else "torchtitan-fsdp"
+    return recipe
 
 
 def _deepspeed_plan(plan_json: Path, emitted: Path) -> str:
@@ -567,7 +591,7 @@ def main() -> int:
                                              and "file" in c], opts, tmp))
         counts = {"accepted": 0, "refused": 0, "infeasible": 0, "failed": 0}
         for c in cases:
-            where = f"{c['fmt']:16s} {c['label']:26s}"
+            where = f"{c['fmt']:16s} {c['label']:26s} [{c['recipe']}]"
             if "file" in c:
                 r = results.get(c["id"], {"ok": False, "why": "no result from the worker"})
                 status = "accepted" if r["ok"] else "failed"

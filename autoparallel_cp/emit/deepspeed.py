@@ -26,8 +26,15 @@ def deepspeed_config(job: Job, plan: Plan) -> tuple[dict[str, Any], list[str]]:
         "train_micro_batch_size_per_gpu": plan.mbs,
         "gradient_accumulation_steps": plan.num_microbatches,
         "zero_optimization": {"stage": plan.zero},
-        "bf16": {"enabled": True},
     }
+    if job.recipe.weight_bytes == 2:
+        # the recipe's layout: bf16 weights, fp32 master and fp32 gradient accumulation
+        # (0.19.8 runtime/constants.py:384 grad_accum_dtype)
+        cfg["bf16"] = {"enabled": True}
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+    else:
+        # fp32 weights and grads with bf16 autocast (constants.py:177-186 torch_autocast)
+        cfg["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
     if plan.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": plan.tp}
         notes.append(f"required: deepspeed.initialize(..., mpu=...) with an mpu whose "

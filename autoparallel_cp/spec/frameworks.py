@@ -34,6 +34,9 @@ TORCHTITAN_MODELS: dict[str, tuple[str, str, str]] = {
 }
 
 
+JOB_FIELDS = ("model", "recipe", "seq_len")  # refusals no plan can fix
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A plan field the framework cannot run as planned, and the closest plan it can."""
@@ -46,8 +49,12 @@ class Refusal:
 
     def message(self, plan: Plan) -> str:
         fix = ",".join(f"{k}={v}" for k, v in self.closest.items())
-        return (f"{self.framework} cannot run this plan: {self.field}: {self.reason} "
-                f"[{self.source}]; closest plan it runs: {fix} "
+        head = f"{self.framework} cannot run this plan: {self.field}: {self.reason} [{self.source}]"
+        if self.field in JOB_FIELDS:  # not a plan field: the job itself must change
+            how = {"recipe": "--recipe", "seq_len": "--seq-len"}.get(self.field)
+            return head + (f"; it runs the job with {how} {self.closest[self.field]}" if how
+                           else f"; it needs {self.closest.get(self.field, '')}")
+        return (f"{head}; closest plan it runs: {fix} "
                 f"(evaluate it with --plan, or solve with --fix {fix})")
 
 
@@ -107,6 +114,31 @@ def _mg_model(job: Job, plan: Plan) -> dict[str, Any] | None:
     return None
 
 
+def _bf16_params(job: Job) -> bool:
+    """Megatron's --bf16 layout: bf16 weights, fp32 main grads, fp32 master weights and Adam."""
+    r = job.recipe
+    return (r.weight_bytes, r.grad_bytes, r.master_weight_bytes) == (2, 4, 4)
+
+
+def _fp32_params(job: Job) -> bool:
+    """FSDP2 / autocast layout: fp32 weights and grads (no master copy), bf16 or fp8 compute."""
+    r = job.recipe
+    return (r.weight_bytes, r.grad_bytes, r.master_weight_bytes) == (4, 4, 0)
+
+
+def _recipe_for(fmt: str) -> Callable[[Job, Plan], dict[str, Any] | None]:
+    def broken(job: Job, plan: Plan) -> dict[str, Any] | None:
+        fp8 = job.recipe.compute_dtype == "fp8"
+        if fmt == "megatron" and not _bf16_params(job):
+            return {"recipe": "megatron-fp8" if fp8 else "megatron-bf16"}
+        if fmt == "torchtitan" and not _fp32_params(job):
+            return {"recipe": "torchtitan-fsdp" + (" (with compute_dtype fp8)" if fp8 else "")}
+        if fmt == "deepspeed" and not (_bf16_params(job) or _fp32_params(job)):
+            return {"recipe": "megatron-bf16"}
+        return None
+    return broken
+
+
 def _learned_positions(job: Job, plan: Plan) -> dict[str, Any] | None:
     m = job.model
     if m.position_embedding == "learned" and job.seq_len > m.max_position_embeddings:
@@ -119,6 +151,22 @@ _TT = "torchtitan 0.3.0"
 _DS = "DeepSpeed 0.19.8"
 
 RULES: tuple[Rule, ...] = (
+    Rule("megatron", "recipe",
+         "--bf16 keeps bf16 weights with fp32 main grads and an fp32 master copy (18 B/param); "
+         "Megatron has no fp32-weight autocast mode",
+         f"{_MG} megatron/training/arguments.py:1207-1216 (bf16: fp32 grad accumulation) and "
+         "docs/user-guide/features/dist_optimizer.md:14 (fp32 main params)",
+         _recipe_for("megatron")),
+    Rule("torchtitan", "recipe",
+         "FSDP2 keeps fp32 sharded weights and grads and casts to bf16 for compute "
+         "(mixed_precision_param), no bf16 weights with an fp32 master copy",
+         f"{_TT} torchtitan/config/configs.py:78-97 (dtype float32, mixed_precision_param "
+         "bfloat16)", _recipe_for("torchtitan")),
+    Rule("deepspeed", "recipe",
+         "bf16 mode (bf16 weights, fp32 master, fp32 grad accumulation) or torch_autocast "
+         "(fp32 weights) only",
+         f"{_DS} deepspeed/runtime/constants.py:177-186 (torch_autocast), 384 "
+         "(grad_accum_dtype)", _recipe_for("deepspeed")),
     Rule("megatron", "model",
          "Megatron builds no ALiBi and no embedding norm, and adds biases to all linears "
          "(--add-bias-linear) or, with --disable-bias-linear, to qkv only (--add-qkv-bias)",
@@ -262,8 +310,11 @@ def with_pins(fix: str | None, fmt: str) -> str | None:
 def job_refusal(job: Job, fmt: str) -> str | None:
     """Why framework `fmt` cannot train this job's model at all (no plan helps), or None."""
     for r in RULES:
-        if r.framework in (fmt, _family(fmt)) and r.field == "model" and r.broken(job, Plan()):
-            return f"{fmt} cannot train {job.model.name}: {r.rule} [{r.source}]"
+        if r.framework in (fmt, _family(fmt)) and r.field in JOB_FIELDS:
+            closest = r.broken(job, Plan())
+            if closest is not None:
+                return Refusal(fmt, r.field, r.rule, r.source, closest).message(Plan()).replace(
+                    "cannot run this plan", f"cannot train {job.model.name} as planned", 1)
     return None
 
 

@@ -85,6 +85,8 @@ def test_megatron_text_is_a_bash_array(job: Job) -> None:
 
 def test_torchtitan_toml_parses_with_real_keys(job: Job) -> None:
     tomllib = pytest.importorskip("tomllib")
+    job = make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=8192, global_batch=64,
+                   recipe="torchtitan-fsdp")
     plan = parse_plan("tp=4,pp=2,vpp=2,cp=2,sp=1,zero=3,mbs=2,recompute=full", job)
     assert plan_violations(job, plan) == []
     doc = tomllib.loads(emit(job, plan, "torchtitan-toml").text)
@@ -108,7 +110,9 @@ def test_torchtitan_toml_parses_with_real_keys(job: Job) -> None:
     assert doc["training"]["local_batch_size"] * plan.dp == 64
 
 
-def test_torchtitan_toml_ddp_with_tp_is_refused(job: Job) -> None:
+def test_torchtitan_toml_ddp_with_tp_is_refused() -> None:
+    job = make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=8192, global_batch=64,
+                   recipe="torchtitan-fsdp")
     # torchtitan v0.2.2 models/llama3/infra/parallelize.py:148-151 "DDP has not supported > 1D"
     plan = parse_plan("tp=8,zero=0,mbs=1", job)
     with pytest.raises(UserError, match=r"zero: .*closest plan it runs: zero=3"):
@@ -150,9 +154,10 @@ def test_torchtitan_selective_is_op_sac(job: Job) -> None:
     from autoparallel_cp.spec import RECIPES
 
     plan = parse_plan("tp=8,sp=1,zero=3,mbs=1,recompute=selective", job)
-    # a Megatron-style recipe costs attention-core recompute: torchtitan's op SAC is refused
+    # a recipe costing attention-core recompute (pytorch-amp): torchtitan's op SAC is refused
+    amp = job.model_copy(update={"recipe": RECIPES["pytorch-amp"]})
     with pytest.raises(UserError, match="recompute: .*closest plan it runs: recompute=full"):
-        emit(job, plan, "torchtitan-toml")
+        emit(amp, plan, "torchtitan-toml")
     tt = job.model_copy(update={"recipe": RECIPES["torchtitan-fsdp"]})
     ac = tomllib.loads(emit(tt, plan, "torchtitan-toml").text)["activation_checkpoint"]
     assert ac == {"mode": "selective", "selective_ac_option": "op"}

@@ -15,15 +15,28 @@ import pytest
 from autoparallel_cp.api import make_job
 from autoparallel_cp.emit import deepspeed_config, emit, megatron_args, megatron_env
 from autoparallel_cp.errors import UserError
-from autoparallel_cp.spec import Job
+from autoparallel_cp.spec import RECIPES, Job
 from autoparallel_cp.spec.frameworks import RULES, refusals, with_pins
 from autoparallel_cp.spec.params import count_params as param_counts
 from autoparallel_cp.spec.plan import parse_plan
+from autoparallel_cp.spec.recipe import TrainingRecipe
 
 
 @pytest.fixture(scope="module")
 def job() -> Job:
     return make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=8192, global_batch=64)
+
+
+@pytest.fixture(scope="module")
+def tt() -> Job:
+    """The same job costed with torchtitan's own recipe (fp32 FSDP2 weights, op-level SAC)."""
+    return make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=8192, global_batch=64,
+                    recipe="torchtitan-fsdp")
+
+
+def _tt_fp8() -> TrainingRecipe:
+    return RECIPES["torchtitan-fsdp"].model_copy(update={"name": "tt-fp8",
+                                                          "compute_dtype": "fp8"})
 
 
 def _arg(args: list[str], name: str) -> str:
@@ -37,13 +50,13 @@ def test_every_rule_names_its_source() -> None:
 
 
 @pytest.mark.parametrize("pp,vpp", [(2, 1), (4, 1), (2, 2), (4, 2)])
-def test_torchtitan_layer_count_rule(job: Job, pp: int, vpp: int) -> None:
+def test_torchtitan_layer_count_rule(tt: Job, pp: int, vpp: int) -> None:
     """torchtitan 0.3.0 distributed/pipeline_parallel.py:223-237: stages =
     ceil((layers + first_less + last_less) / per_stage) must be a multiple of pp, and equal pp for
     1F1B / 2*pp for interleaving. The emit must give exactly pp * vpp stages."""
     tomllib = pytest.importorskip("tomllib")
-    plan = parse_plan(f"pp={pp},vpp={vpp},zero=3,mbs=1", job)
-    par = tomllib.loads(emit(job, plan, "torchtitan-toml").text)["parallelism"]
+    plan = parse_plan(f"pp={pp},vpp={vpp},zero=3,mbs=1", tt)
+    par = tomllib.loads(emit(tt, plan, "torchtitan-toml").text)["parallelism"]
     stages = math.ceil((32 + par["pipeline_parallel_first_stage_less_layers"]
                         + par["pipeline_parallel_last_stage_less_layers"])
                        / par["pipeline_parallel_layers_per_stage"])
@@ -52,10 +65,10 @@ def test_torchtitan_layer_count_rule(job: Job, pp: int, vpp: int) -> None:
     assert math.ceil((80 + 1 + 1) / 5) == 17
 
 
-def test_torchtitan_uneven_split_is_given_module_by_module(job: Job) -> None:
+def test_torchtitan_uneven_split_is_given_module_by_module(tt: Job) -> None:
     tomllib = pytest.importorskip("tomllib")
-    plan = parse_plan("pp=4,zero=3,mbs=1,stage_layers=7:9:9:7", job)
-    par = tomllib.loads(emit(job, plan, "torchtitan-toml").text)["parallelism"]
+    plan = parse_plan("pp=4,zero=3,mbs=1,stage_layers=7:9:9:7", tt)
+    par = tomllib.loads(emit(tt, plan, "torchtitan-toml").text)["parallelism"]
     parts = par["module_fqns_per_model_part"]
     assert [sum(m.startswith("layers.") for m in p) for p in parts] == [7, 9, 9, 7]
     assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
@@ -66,29 +79,30 @@ def test_torchtitan_float8_converter_name() -> None:
     0.3.0 takes Float8LinearConverter.Config (models/llama3/config_registry.py:96-106)."""
     tomllib = pytest.importorskip("tomllib")
     job = make_job("llama3-8b", "dgx-h100", gpus=16, seq_len=4096, global_batch=32,
-                   recipe="megatron-fp8")
+                   recipe=_tt_fp8())
     plan = parse_plan("zero=3,mbs=1", job)
     doc = tomllib.loads(emit(job, plan, "torchtitan-toml").text)
     assert doc["model"]["converters"] == ["quantize.linear.float8"]
     assert "Float8LinearConverter.Config()" in emit(job, plan, "torchtitan").text
 
 
-def test_torchtitan_python_config_is_valid_python(job: Job) -> None:
-    plan = parse_plan("tp=4,pp=2,vpp=2,cp=2,sp=1,zero=3,mbs=2,recompute=full", job)
-    text = emit(job, plan, "torchtitan").text
+def test_torchtitan_python_config_is_valid_python(tt: Job) -> None:
+    plan = parse_plan("tp=4,pp=2,vpp=2,cp=2,sp=1,zero=3,mbs=2,recompute=full", tt)
+    text = emit(tt, plan, "torchtitan").text
     compile(text, "<emit>", "exec")
     assert "torchtitan 0.3.0" in text.splitlines()[0]
     assert "pipeline_parallel_microbatch_size=2" in text
     assert "local_batch_size=32" in text  # mbs * num_microbatches through the pipeline
 
 
-def test_torchtitan_refuses_partial_recompute_and_zero1(job: Job) -> None:
+def test_torchtitan_refuses_partial_recompute_and_zero1(tt: Job) -> None:
     with pytest.raises(UserError, match="recompute_layers"):
-        emit(job, parse_plan("pp=2,zero=3,mbs=1,recompute=full,recompute_layers=3", job),
+        emit(tt, parse_plan("pp=2,zero=3,mbs=1,recompute=full,recompute_layers=3", tt),
              "torchtitan")
     with pytest.raises(UserError, match="zero: .*closest plan it runs: zero=2"):
-        emit(job, parse_plan("zero=1,mbs=1", job), "torchtitan")
-    mix = make_job("mixtral-8x7b", "dgx-h100", gpus=64, seq_len=4096, global_batch=256)
+        emit(tt, parse_plan("zero=1,mbs=1", tt), "torchtitan")
+    mix = make_job("mixtral-8x7b", "dgx-h100", gpus=64, seq_len=4096, global_batch=256,
+                   recipe="torchtitan-fsdp")
     with pytest.raises(UserError, match="model"):
         emit(mix, parse_plan("tp=2,ep=8,zero=3,mbs=1", mix), "torchtitan")
 
@@ -224,15 +238,16 @@ def test_solve_emit_only_recommends_plans_the_framework_runs(tmp_path: Path) -> 
             "recompute")) + (f",recompute_layers={d['plan']['recompute_layers']}"
                             if d["plan"].get("recompute_layers") is not None else ""), j)
         assert refusals(j, plan, "deepspeed") == [], plan
-    mix = CliRunner().invoke(main, [*base[:2], "mixtral-8x7b", *base[3:], "--emit",
-                                    "torchtitan"])
+    mix = CliRunner().invoke(main, [*base[:2], "mixtral-8x7b", *base[3:], "--recipe",
+                                    "torchtitan-fsdp", "--emit", "torchtitan"])
     assert mix.exit_code == 2 and "cannot train mixtral-8x7b" in mix.output
 
 
 def test_torchtitan_builds_deepseek_v3_with_its_mtp_module() -> None:
     """torchtitan 0.3.0 models/deepseek_v3/__init__.py:533-537,616-623: the 671B flavor has
     num_mtp_layers=0 unless asked; the plan costs one MTP module."""
-    j = make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=1024)
+    j = make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=1024,
+                 recipe="torchtitan-fsdp")
     plan = parse_plan("pp=16,ep=64,zero=3,mbs=1,stage_layers=3" + ":4" * 14 + ":2", j)
     text = emit(j, plan, "torchtitan").text
     assert "model_registry('671B', num_mtp_layers=1)" in text
@@ -259,5 +274,20 @@ def test_megatron_learned_position_table_is_the_models() -> None:
     args, _ = megatron_args(gpt, parse_plan("tp=4,zero=1,mbs=1", gpt))
     assert _arg(args, "--max-position-embeddings") == "2048"
     long = make_job("gpt3-13b", "dgx-h100", gpus=16, seq_len=4096, global_batch=64)
-    with pytest.raises(UserError, match="seq_len: .*closest plan it runs: seq_len=2048"):
+    with pytest.raises(UserError, match="seq_len: .*runs the job with --seq-len 2048"):
         megatron_args(long, parse_plan("tp=4,zero=1,mbs=1", long))
+
+
+def test_precision_layout_must_be_the_recipes(job: Job, tt: Job) -> None:
+    """The plan's memory counts the recipe's bytes per parameter: Megatron --bf16 is bf16
+    weights + fp32 master (megatron-*), torchtitan FSDP2 fp32 weights (torchtitan-fsdp,
+    pytorch-amp); DeepSpeed expresses both (bf16 + fp32 grad accumulation, or torch_autocast)."""
+    plan = parse_plan("zero=3,mbs=1", job)
+    with pytest.raises(UserError, match="recipe: .*runs the job with --recipe torchtitan-fsdp"):
+        emit(job, plan, "torchtitan")
+    with pytest.raises(UserError, match="recipe: .*runs the job with --recipe megatron-bf16"):
+        emit(tt, plan, "megatron")
+    cfg, _ = deepspeed_config(job, plan)
+    assert cfg["bf16"] == {"enabled": True} and cfg["data_types"] == {"grad_accum_dtype": "fp32"}
+    cfg, _ = deepspeed_config(tt, plan)
+    assert cfg["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"} and "bf16" not in cfg
