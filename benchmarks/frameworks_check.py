@@ -25,8 +25,8 @@ the framework itself, in a subprocess per framework:
   distributed/pipeline_parallel.py:72-105 and `generate_llm_fqn_per_model_part`.
 - deepspeed: DeepSpeed 0.19.8: `DeepSpeedConfig(json, mpu)` with the data-parallel size the
   emitted topology/mpu gives (`PipeDataParallelTopology` / `PipeModelDataParallelTopology`
-  `.get_dim("data")`; every rank when tp = pp = 1), and the pipeline engine's ZeRO assertion
-  (runtime/pipe/engine.py:76-77) for pp > 1.
+  `.get_dim("data")`; every rank when tp = pp = 1), the pipeline engine's ZeRO assertion
+  (runtime/pipe/engine.py:76-77) for pp > 1, and AutoEP's `validate_autoep_config` for ep > 1.
 
 Each format gets the job in the precision recipe it runs (megatron-* for Megatron, torchtitan-fsdp,
 or a float8 variant of it, for torchtitan; the job's own for DeepSpeed); the last job keeps its
@@ -482,6 +482,10 @@ def worker_torchtitan_toml(cases: list[dict[str, Any]], src: str) -> None:
 
 def worker_deepspeed(cases: list[dict[str, Any]]) -> None:
     import deepspeed.comm as dist
+    from deepspeed.module_inject.auto_ep_config import (
+        parse_autoep_config,
+        validate_autoep_config,
+    )
     from deepspeed.runtime.config import DeepSpeedConfig
     from deepspeed.runtime.pipe.topology import (
         PipeDataParallelTopology,
@@ -512,6 +516,10 @@ def worker_deepspeed(cases: list[dict[str, Any]]) -> None:
                 dp = c["gpus"]  # no mpu: DeepSpeed counts every rank
             ds = DeepSpeedConfig(cfg, mpu=Mpu(dp))
             why = ""
+            if "expert_parallel" in cfg:  # AutoEP's own validation (folding of EP onto ranks)
+                validate_autoep_config(parse_autoep_config(cfg["expert_parallel"]),
+                                       world_size=c["gpus"], pp_size=p["pp"], tp_size=p["tp"],
+                                       sp_size=1, zero_stage=p["zero"])
             if p["pp"] > 1 and not ds.zero_optimization_stage < ZeroStageEnum.gradients:
                 why = "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
             print(json.dumps({"id": c["id"], "ok": not why, "why": why}), flush=True)

@@ -47,7 +47,9 @@ def deepspeed_config(job: Job, plan: Plan) -> tuple[dict[str, Any], list[str]]:
             f"the layer counts {':'.join(map(str, plan.layers_per_stage(job.model.num_layers)))}"
             "); its engine runs gradient_accumulation_steps micro-batches per step")
     if plan.ep > 1:
-        notes.append(f"required: deepspeed.moe.layer.MoE(..., ep_size={plan.ep}) in the model")
+        # AutoEP (0.19.8 module_inject/auto_ep_config.py:42-50): native deepspeed.moe MoE
+        # layers refuse ZeRO-3 (runtime/engine.py:2214-2218), AutoEP does not
+        cfg["expert_parallel"] = {"enabled": True, "autoep_size": plan.ep}
     if plan.recompute == "full":
         k = plan.recompute_layers
         which = "every transformer layer" if k is None else f"the first {k} layers of each stage"

@@ -249,6 +249,11 @@ RULES: tuple[Rule, ...] = (
          "PipelineModule has no tensor-parallel layers",
          f"{_DS} deepspeed/__init__.py:550-553 (AutoTP only on the non-PipelineModule path)",
          lambda j, p: {"tp": 1} if p.tp > 1 and p.pp > 1 else None),
+    Rule("deepspeed", "ep",
+         "AutoEP (expert_parallel.autoep_size) refuses tensor parallelism from an mpu, which "
+         "the batch check needs with tp > 1",
+         f"{_DS} deepspeed/runtime/engine.py:832-838",
+         lambda j, p: {"tp": 1} if p.ep > 1 and p.tp > 1 else None),
     Rule("deepspeed", "sp",
          "AutoTP has no sequence parallelism (norm/dropout activations stay replicated)",
          f"{_DS} deepspeed/module_inject/auto_tp.py:210 (AutoTP replaces linears only)",

@@ -291,3 +291,13 @@ def test_precision_layout_must_be_the_recipes(job: Job, tt: Job) -> None:
     assert cfg["bf16"] == {"enabled": True} and cfg["data_types"] == {"grad_accum_dtype": "fp32"}
     cfg, _ = deepspeed_config(tt, plan)
     assert cfg["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"} and "bf16" not in cfg
+
+
+def test_deepspeed_expert_parallel_is_autoep() -> None:
+    """0.19.8 AutoEP: `expert_parallel.autoep_size` (module_inject/auto_ep_config.py:42-50); it
+    refuses TP from an mpu (runtime/engine.py:832-838), which tp > 1 needs for the batch check."""
+    mix = make_job("mixtral-8x7b", "dgx-h100", gpus=64, seq_len=4096, global_batch=256)
+    cfg, _ = deepspeed_config(mix, parse_plan("ep=8,zero=3,mbs=1", mix))
+    assert cfg["expert_parallel"] == {"enabled": True, "autoep_size": 8}
+    with pytest.raises(UserError, match="ep: .*closest plan it runs: tp=1"):
+        deepspeed_config(mix, parse_plan("tp=2,ep=8,zero=1,mbs=1", mix))
