@@ -1,10 +1,10 @@
 """What each training framework can run: one sourced row per rule, and the check of a plan.
 
-Every row names the plan field it restricts, the rule, and the framework source that enforces it
-(file:line at the commit or release named in VERSIONS). `refusals(job, plan, fw)` lists the rows a
-plan breaks, each with the closest plan the framework can run; `--emit` refuses such a plan
-(exit 2) instead of printing settings that differ from it, and `solve --emit X` keeps only plans
-with no refusal (`pins(fw)` narrows the search up front).
+Every row names the plan field it restricts (or the job's: model, recipe, seq_len), the rule, and
+the framework source that enforces it (file:line at the commit or release named in VERSIONS).
+`refusals(job, plan, fw)` lists the rows a plan breaks, each with the closest plan the framework
+can run; `--emit` refuses such a plan (exit 2) instead of printing settings that differ from it,
+and `solve --emit X` keeps only plans with no refusal (`pins(fw)` narrows the search up front).
 """
 
 from __future__ import annotations
