@@ -26,7 +26,7 @@ from autoparallel_cp.cli.common import (
     write_outputs,
 )
 from autoparallel_cp.errors import UserError
-from autoparallel_cp.spec import Job
+from autoparallel_cp.spec import Job, frameworks
 
 
 def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: str,
@@ -35,6 +35,10 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                  quiet: bool, time_limit: float | None = None,
                  workers: int | None = None) -> None:
     out, note = consoles(json_path, quiet)
+    if emit_fmt:  # search only plans the --emit framework runs (spec/frameworks.py)
+        if (why := frameworks.job_refusal(job, emit_fmt)) is not None:
+            raise UserError(why)
+        fix = frameworks.with_pins(fix, emit_fmt)
     if kind == "solve":
         with ProgressLine(not quiet, "CP-SAT") as progress:
             result = api.solve(job, top_k=top_k, time_limit=time_limit, workers=workers,
@@ -44,6 +48,11 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     status, solve_time, space, evs = result_parts(result)
     stats = getattr(result, "stats", {}) or {}
     wall_net = bool(stats.get("wall_clock_net_hit"))
+    if emit_fmt:
+        runs = [ev for ev in evs if not frameworks.refusals(job, plan_of(ev), emit_fmt)]
+        if evs and not runs:
+            raise UserError(frameworks.none_runs(job, [plan_of(ev) for ev in evs], emit_fmt))
+        evs = runs
     dicts = report.plans_from(evs)
     if not dicts:
         # a time-out, not an infeasibility proof (INTERFACE.md: exit 3, JSON status timeout)
@@ -62,6 +71,9 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix,
                         time_limit=time_limit if time_limit is not None else 10.0,
                         workers=workers)
+    if emit_fmt and frameworks.refusals(job, rec.plan, emit_fmt):
+        # phase 2 searched the whole space: keep the simplest of the plans the framework runs
+        rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix, phase_two=False)
     rec_key = canonical(rec.plan, job.model.num_layers).key()
     rec_rank = next((i for i, (p, _) in enumerate(ranked, 1)
                      if canonical(p, job.model.num_layers).key() == rec_key), None)

@@ -1,17 +1,10 @@
-"""Launch settings for a chosen plan, in the option names of Megatron-LM, torchtitan and DeepSpeed.
+"""Launch settings for a chosen plan, for named framework versions (spec/frameworks.VERSIONS).
 
-Each emitter returns the text to paste plus `notes`: the parts of the plan the target framework
-cannot express exactly (they are printed next to the text, never silently dropped).
-
-Option names follow the projects' own argument parsers / config classes:
-- Megatron-LM `megatron/training/arguments.py` (e.g. `--tensor-model-parallel-size`,
-  `--num-layers-per-virtual-pipeline-stage`, `--recompute-granularity`, `--fp8-format`,
-  Megatron-FSDP `--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params`);
-- torchtitan `torchtitan/config/job_config.py` sections `[training]`, `[parallelism]`,
-  `[activation_checkpoint]`;
-- DeepSpeed's JSON config keys (`train_batch_size`, `train_micro_batch_size_per_gpu`,
-  `gradient_accumulation_steps`, `zero_optimization.stage`, `bf16.enabled`,
-  `tensor_parallel.autotp_size`).
+Formats: `megatron` (Megatron-LM main, megatron-core 0.16+ argument names), `torchtitan`
+(torchtitan 0.3.0 Python Trainer.Config), `torchtitan-toml` (torchtitan v0.2.2 TOML job config)
+and `deepspeed` (DeepSpeed 0.19 JSON). A plan the framework cannot run exactly raises UserError
+(exit 2) naming the field and the closest plan it runs (spec/frameworks.py); `notes` only list
+code-side settings the plan needs (a topology, an mpu, a wrapper), never a difference.
 """
 
 from __future__ import annotations
@@ -20,21 +13,22 @@ import json
 from dataclasses import dataclass, field
 
 from autoparallel_cp.emit.deepspeed import deepspeed_config
-from autoparallel_cp.emit.megatron import megatron_args, megatron_text
-from autoparallel_cp.emit.torchtitan import torchtitan_toml
+from autoparallel_cp.emit.megatron import megatron_args, megatron_env, megatron_text
+from autoparallel_cp.emit.torchtitan import torchtitan_python, torchtitan_toml
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.frameworks import FRAMEWORKS
 from autoparallel_cp.spec.plan import Plan
 
 __all__ = ["EMIT_FORMATS", "Emitted", "deepspeed_config", "emit", "megatron_args",
-           "torchtitan_toml"]
+           "megatron_env", "torchtitan_python", "torchtitan_toml"]
 
-EMIT_FORMATS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
+EMIT_FORMATS: tuple[str, ...] = FRAMEWORKS
 
 
 @dataclass(frozen=True)
 class Emitted:
-    """Launch settings in one framework's syntax, and what they cannot express."""
+    """Launch settings in one framework's syntax, and the code-side settings they need."""
 
     fmt: str
     text: str
@@ -47,6 +41,9 @@ def emit(job: Job, plan: Plan, fmt: str) -> Emitted:
         args, notes = megatron_args(job, plan)
         return Emitted(fmt, megatron_text(job, plan, args, notes), tuple(notes))
     if fmt == "torchtitan":
+        text, notes = torchtitan_python(job, plan)
+        return Emitted(fmt, text, tuple(notes))
+    if fmt == "torchtitan-toml":
         text, notes = torchtitan_toml(job, plan)
         return Emitted(fmt, text, tuple(notes))
     if fmt == "deepspeed":

@@ -1,41 +1,59 @@
-"""DeepSpeed JSON config keys for a plan."""
+"""DeepSpeed 0.19 JSON config keys for a plan, and the code-side settings it needs.
+
+Batch identity: DeepSpeedConfig asserts train_batch_size == micro_batch_per_gpu *
+gradient_accumulation_steps * world_size (0.19.8 deepspeed/runtime/config.py:600-604), where
+world_size is the mpu's data-parallel size, or every rank when no mpu is given (config.py:456-470).
+The JSON therefore holds the plan's batch only with the mpu/topology printed in the notes: a
+PipelineModule topology for pp > 1 (deepspeed/__init__.py:582-583 takes model.mpu()), and for
+tp > 1 an mpu whose data-parallel size is dp.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from autoparallel_cp.emit.common import refuse_unrunnable
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
 
 def deepspeed_config(job: Job, plan: Plan) -> tuple[dict[str, Any], list[str]]:
-    """A DeepSpeed JSON config (as a dict) for the plan, and notes."""
+    """A DeepSpeed JSON config (as a dict) for the plan, and the code-side settings it needs."""
+    refuse_unrunnable(job, plan, "deepspeed")
     notes: list[str] = []
     cfg: dict[str, Any] = {
         "train_batch_size": job.global_batch,
         "train_micro_batch_size_per_gpu": plan.mbs,
         "gradient_accumulation_steps": plan.num_microbatches,
         "zero_optimization": {"stage": plan.zero},
-        "bf16": {"enabled": True},
     }
+    if job.recipe.weight_bytes == 2:
+        # the recipe's layout: bf16 weights, fp32 master and fp32 gradient accumulation
+        # (0.19.8 runtime/constants.py:384 grad_accum_dtype)
+        cfg["bf16"] = {"enabled": True}
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+    else:
+        # fp32 weights and grads with bf16 autocast (constants.py:177-186 torch_autocast)
+        cfg["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
     if plan.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": plan.tp}
+        notes.append(f"required: deepspeed.initialize(..., mpu=...) with an mpu whose "
+                     f"get_data_parallel_world_size() is {plan.dp} (tp={plan.tp}); without it "
+                     "DeepSpeed counts every rank as data-parallel and its batch check fails")
     if plan.pp > 1:
-        notes.append(f"pipeline stages are set in code: PipelineModule(num_stages={plan.pp}); "
-                     "DeepSpeed's pipeline engine uses gradient_accumulation_steps as the "
-                     "number of micro-batches")
-        if plan.zero >= 2:
-            notes.append("DeepSpeed's pipeline engine supports ZeRO stage 0/1 only")
-    if plan.vpp > 1:
-        notes.append("DeepSpeed has no interleaved (virtual) pipeline schedule")
-    if plan.cp > 1:
-        notes.append(f"context parallelism cp={plan.cp} has no DeepSpeed config key "
-                     "(Ulysses sequence parallelism is configured in code)")
+        notes.append(
+            f"required: model = PipelineModule(layers, topology=PipeDataParallelTopology("
+            f"num_pp={plan.pp}, num_dp={plan.dp}), partition_method='parameters' replaced by "
+            f"the layer counts {':'.join(map(str, plan.layers_per_stage(job.model.num_layers)))}"
+            "); its engine runs gradient_accumulation_steps micro-batches per step")
     if plan.ep > 1:
-        notes.append(f"expert parallelism: pass ep_size={plan.ep} to deepspeed.moe.layer.MoE")
-    if plan.recompute != "none":
-        notes.append(f"recompute={plan.recompute}: wrap layers with "
-                     "deepspeed.checkpointing.checkpoint in the model code")
+        # AutoEP (0.19.8 module_inject/auto_ep_config.py:42-50): native deepspeed.moe MoE
+        # layers refuse ZeRO-3 (runtime/engine.py:2214-2218), AutoEP does not
+        cfg["expert_parallel"] = {"enabled": True, "autoep_size": plan.ep}
+    if plan.recompute == "full":
+        k = plan.recompute_layers
+        which = "every transformer layer" if k is None else f"the first {k} layers of each stage"
+        notes.append(f"required: wrap {which} with deepspeed.checkpointing.checkpoint")
     if job.recipe.compute_dtype == "fp8":
-        notes.append("fp8 GEMMs come from Transformer Engine in the model code, not the config")
+        notes.append("required: fp8 GEMMs from Transformer Engine layers in the model code")
     return cfg, notes

@@ -2,13 +2,54 @@
 
 from __future__ import annotations
 
-from autoparallel_cp.emit.common import first_last_split, plan_comment, uniform_layers
+import shlex
+
+from autoparallel_cp.emit.common import (
+    chunk_layers,
+    first_last_split,
+    plan_comment,
+    refuse_unrunnable,
+    uniform_layers,
+)
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.frameworks import VERSIONS
 from autoparallel_cp.spec.plan import Plan
+
+
+def megatron_env(plan: Plan) -> dict[str, str]:
+    """Environment the launch needs (Megatron-LM d98e8a64 megatron/training/arguments.py).
+
+    Megatron-FSDP (zero >= 2) asserts CUDA_DEVICE_MAX_CONNECTIONS != "1" (arguments.py:1166-1167);
+    otherwise tp > 1 or cp > 1 asserts it == "1" before Blackwell (arguments.py:1452-1479). Many
+    of Megatron's example scripts export 1, so the value is always printed.
+    """
+    if plan.zero >= 2:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}  # > 1 (8 is CUDA's own default)
+    if plan.tp > 1 or plan.cp > 1:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
+def pipeline_layout(job: Job, plan: Plan) -> str:
+    """--pipeline-model-parallel-layout: E (embedding), t (layer), m (MTP), L (loss) per stage.
+
+    Syntax from Megatron-LM d98e8a64 megatron/training/arguments.py:3103-3110.
+    """
+    chunks = chunk_layers(job, plan)
+    parts = []
+    for i, n in enumerate(chunks):
+        items = ["E"] if i == 0 else []
+        if n:
+            items.append(f"t*{n}")
+        if i == len(chunks) - 1:
+            items += ["m"] * job.model.mtp_layers + ["L"]
+        parts.append(",".join(items))
+    return "|".join(parts)
 
 
 def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     """Megatron-LM command-line arguments (flat list) for the plan, and notes."""
+    refuse_unrunnable(job, plan, "megatron")
     m = job.model
     notes: list[str] = []
     a: list[str] = [
@@ -20,23 +61,17 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
         a += ["--expert-model-parallel-size", str(plan.ep)]
     if plan.sp:
         a.append("--sequence-parallel")
-    if plan.vpp > 1:
-        if uniform_layers(job, plan):
+    split = first_last_split(job, plan)
+    if plan.pp > 1 and uniform_layers(job, plan):
+        if plan.vpp > 1:
             a += ["--num-layers-per-virtual-pipeline-stage",
                   str(m.num_layers // (plan.pp * plan.vpp))]
-        else:
-            a += ["--num-virtual-stages-per-pipeline-rank", str(plan.vpp)]
-            notes.append("non-uniform stages with interleaving: check Megatron's layer layout")
-    split = first_last_split(job, plan)
-    if split is not None:
+    elif split is not None and plan.vpp == 1:
         a += ["--decoder-first-pipeline-num-layers", str(split[0]),
               "--decoder-last-pipeline-num-layers", str(split[1])]
-    elif plan.pp > 1 and not uniform_layers(job, plan):
-        notes.append(
-            "stage layer counts "
-            + ":".join(map(str, plan.layers_per_stage(m.num_layers)))
-            + " vary in the middle stages; Megatron's first/last-stage options cannot express them"
-        )
+    elif plan.pp > 1:
+        # any other split (or one with interleaving): the explicit layout, exactly as planned
+        a += ["--pipeline-model-parallel-layout", pipeline_layout(job, plan)]
     # ZeRO: 1 = distributed optimizer; 2/3 = Megatron-FSDP sharding strategies.
     if plan.zero >= 1:
         a.append("--use-distributed-optimizer")
@@ -59,11 +94,9 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
                   "--recompute-num-layers", "1"]
         else:
             if plan.vpp > 1:
-                # Megatron counts block-recomputed layers per virtual stage (model chunk)
-                if k % plan.vpp:
-                    notes.append(f"{k} recomputed layers per stage do not split evenly over "
-                                 f"vpp={plan.vpp} chunks; rounded up")
-                k = -(-k // plan.vpp)
+                # Megatron counts block-recomputed layers per model chunk (a multiple of vpp
+                # is required by frameworks.py, so this is exact)
+                k //= plan.vpp
             a += ["--recompute-granularity", "full", "--recompute-method", "block",
                   "--recompute-num-layers", str(k)]
     a.append("--bf16")
@@ -72,49 +105,114 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     if job.recipe.framework != "megatron":
         notes.append(f"recipe {job.recipe.name!r} (fp32 weights) has no exact Megatron "
                      "equivalent; emitted as --bf16 with fp32 main weights")
-    a += _megatron_model_args(job)
+    a += _megatron_model_args(job, plan.tp)
     return a, notes
 
 
-def _megatron_model_args(job: Job) -> list[str]:
+def _megatron_model_args(job: Job, tp: int) -> list[str]:
+    """Every architecture field the plan's parameter count, memory and time depend on.
+
+    Names from Megatron-LM d98e8a64 megatron/training/arguments.py and the TransformerConfig
+    fields they fill (megatron/core/transformer/transformer_config.py: mtp_num_layers:68,
+    add_bias_linear:212, qk_layernorm:259, multi_latent_attention:288,
+    moe_shared_expert_intermediate_size:701, moe_layer_freq:735,
+    moe_router_enable_expert_bias:816).
+    """
     m = job.model
     a = [
         "--num-layers", str(m.num_layers),
         "--hidden-size", str(m.hidden_size),
         "--ffn-hidden-size", str(m.ffn_hidden_size),
         "--num-attention-heads", str(m.num_attention_heads),
-        "--max-position-embeddings", str(max(m.max_position_embeddings, job.seq_len)),
+        # RoPE has no table, so it may cover the sequence; learned positions keep the model's
+        "--max-position-embeddings", str(m.max_position_embeddings
+                                         if m.position_embedding == "learned"
+                                         else max(m.max_position_embeddings, job.seq_len)),
+        "--vocab-size", str(m.vocab_size),
+        # Megatron pads the vocabulary to a multiple of divisor * tp: pick the divisor that
+        # keeps the planned size exactly (arguments.py:2441; training/tokenizer padding)
+        "--make-vocab-size-divisible-by", str(vocab_divisor(m.vocab_size, tp)),
     ]
-    if m.kv_heads != m.num_attention_heads and m.mla is None:
-        a += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
+    if m.mla is not None:
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(m.mla.kv_lora_rank),
+              "--qk-head-dim", str(m.mla.qk_nope_head_dim),
+              "--qk-pos-emb-head-dim", str(m.mla.qk_rope_head_dim),
+              "--v-head-dim", str(m.mla.v_head_dim)]
+        if m.mla.q_lora_rank is not None:
+            a += ["--q-lora-rank", str(m.mla.q_lora_rank)]
+    else:
+        if m.head_dim is not None and m.head_dim != m.hidden_size // m.num_attention_heads:
+            a += ["--kv-channels", str(m.head_dim)]
+        if m.kv_heads != m.num_attention_heads:
+            a += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
     if m.mlp == "swiglu":
         a.append("--swiglu")
-    if m.norm == "rmsnorm":
-        a += ["--normalization", "RMSNorm"]
-    if m.position_embedding == "rope":
-        a += ["--position-embedding-type", "rope"]
+    a += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]
+    if m.qk_norm or m.mla is not None:
+        # with MLA this flag builds the q/kv low-rank norms (q_a/kv_a_layernorm) as
+        # layer-norm linears (megatron/core/models/gpt/gpt_layer_specs.py:104-114)
+        a.append("--qk-layernorm")
+    if not (m.mlp_bias or m.attn_out_bias):
+        a.append("--disable-bias-linear")  # Megatron's default adds biases to every linear
+    if m.qkv_bias and not (m.mlp_bias or m.attn_out_bias):
+        a.append("--add-qkv-bias")
+    a += ["--position-embedding-type",
+          "rope" if m.position_embedding == "rope" else "learned_absolute"]
     if not m.tie_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     if m.moe is not None:
         a += ["--num-experts", str(m.moe.num_experts), "--moe-router-topk", str(m.moe.top_k),
               "--moe-ffn-hidden-size", str(m.moe.expert_ffn_hidden_size)]
+        if m.moe.num_shared_experts:
+            width = m.moe.shared_expert_ffn_hidden_size or m.moe.expert_ffn_hidden_size
+            a += ["--moe-shared-expert-intermediate-size",
+                  str(m.moe.num_shared_experts * width)]
+        if m.moe.first_k_dense_layers or m.moe.moe_layer_freq > 1:
+            a += ["--moe-layer-freq", moe_layer_pattern(job)]
+        if m.moe.router_bias:
+            # expert bias needs a sigmoid-type score (transformer_config.py:2621; DeepSeek-V3
+            # scores with a sigmoid, arXiv 2412.19437 eq. 15)
+            a += ["--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid"]
+    if m.mtp_layers:
+        a += ["--mtp-num-layers", str(m.mtp_layers)]
     return a
+
+
+def vocab_divisor(vocab: int, tp: int) -> int:
+    """Largest power of two <= 128 (Megatron's default) whose multiple with tp divides vocab."""
+    d = 128
+    while d > 1 and vocab % (d * tp):
+        d //= 2
+    return d
+
+
+def moe_layer_pattern(job: Job) -> str:
+    """--moe-layer-freq as Megatron's list expression, e.g. ([0]*3+[1]*58) for DeepSeek-V3."""
+    flags = [int(job.model.is_moe_layer(i)) for i in range(job.model.num_layers)]
+    runs: list[tuple[int, int]] = []
+    for f in flags:
+        if runs and runs[-1][0] == f:
+            runs[-1] = (f, runs[-1][1] + 1)
+        else:
+            runs.append((f, 1))
+    return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
 
 
 def megatron_text(job: Job, plan: Plan, args: list[str], notes: list[str]) -> str:
     g0 = job.cluster.node_groups[0]
     nodes = sum(g.num_nodes for g in job.cluster.node_groups)
     lines = [
-        f"# Megatron-LM arguments: {job.model.name} on {job.num_gpus} GPUs, "
-        f"recipe {job.recipe.name}",
+        f"# Megatron-LM arguments for {VERSIONS['megatron']}: {job.model.name} on "
+        f"{job.num_gpus} GPUs, recipe {job.recipe.name}",
         f"# plan: {plan_comment(plan)}  (data-parallel size dp={plan.dp} is implied)",
     ]
     lines += [f"# note: {n}" for n in notes]
+    lines += [f"export {k}={v}" for k, v in megatron_env(plan).items()]
     lines.append("MEGATRON_ARGS=(")
     i = 0
     while i < len(args):
         if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            lines.append(f"    {args[i]} {args[i + 1]}")
+            lines.append(f"    {args[i]} {shlex.quote(args[i + 1])}")
             i += 2
         else:
             lines.append(f"    {args[i]}")

@@ -1,12 +1,26 @@
-"""torchtitan job settings (`torchtitan/config/job_config.py` sections) for a plan."""
+"""torchtitan settings for a plan: the 0.3.0 Python `Trainer.Config` and the v0.2.2 TOML form.
+
+Field names: torchtitan 0.3.0 torchtitan/config/configs.py (TrainingConfig:37-52,
+ParallelismConfig:113-279), torchtitan/trainer.py Trainer.Config (:70-113),
+torchtitan/distributed/activation_checkpoint.py (FullAC:166, SelectiveAC:185); for the TOML form,
+torchtitan v0.2.2 torchtitan/config/job_config.py.
+
+Pipeline splits: torchtitan counts the embedding and the output as
+`pipeline_parallel_first/last_stage_less_layers` layers each (default 1) when it derives stages
+from `pipeline_parallel_layers_per_stage` (0.3.0 distributed/pipeline_parallel.py:215-237,
+`ceil((layers + first + last) / per_stage)` stages, a multiple of pp). The plan puts them beside
+its stage layers, so both weights are emitted as 0 and per_stage = layers / (pp * vpp); any
+other split is given module by module (`module_fqns_per_model_part`).
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from autoparallel_cp.emit.common import plan_comment, uniform_layers
+from autoparallel_cp.emit.common import chunk_layers, plan_comment, refuse_unrunnable
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.frameworks import TORCHTITAN_MODELS, VERSIONS
 from autoparallel_cp.spec.plan import Plan
 
 
@@ -20,20 +34,30 @@ def _toml_value(v: Any) -> str:
     return json.dumps(str(v))
 
 
-def torchtitan_settings(job: Job, plan: Plan) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """torchtitan job-config sections (`[training]`, `[parallelism]`, ...) and notes."""
+def module_fqns(job: Job, plan: Plan, output: str = "lm_head") -> list[list[str]]:
+    """Modules of each model chunk (0.3.0 names: tok_embeddings, layers.i, norm, lm_head)."""
+    out: list[list[str]] = []
+    first = 0
+    chunks = chunk_layers(job, plan)
+    for i, n in enumerate(chunks):
+        part = (["tok_embeddings"] if i == 0 else []) + [
+            f"layers.{j}" for j in range(first, first + n)]
+        if i == len(chunks) - 1:
+            part += ["norm", output]
+        first += n
+        out.append(part)
+    return out
+
+
+def torchtitan_settings(job: Job, plan: Plan, fmt: str = "torchtitan"
+                        ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Config sections (training, parallelism, activation_checkpoint) and notes."""
+    refuse_unrunnable(job, plan, fmt)
     notes: list[str] = []
-    # torchtitan has DDP (replicate) and FSDP (shard, = ZeRO-3 with resharding); no ZeRO-1/2.
-    if plan.zero == 0:
+    if plan.zero == 0:  # replicated weights, all-reduced gradients
         replicate, shard, reshard = plan.dp, 1, "default"
-    elif plan.zero in (1, 2):
-        replicate, shard, reshard = 1, plan.dp, "never"
-        notes.append(
-            f"zero={plan.zero}: torchtitan has no optimizer-only sharding; FSDP without "
-            "resharding after forward (ZeRO-2-like) is emitted"
-        )
-    else:
-        replicate, shard, reshard = 1, plan.dp, "always"
+    else:  # FSDP: zero=2 keeps gathered weights until backward, zero=3 reshards
+        replicate, shard, reshard = 1, plan.dp, ("never" if plan.zero == 2 else "always")
     par: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": shard,
@@ -47,30 +71,18 @@ def torchtitan_settings(job: Job, plan: Plan) -> tuple[dict[str, dict[str, Any]]
     if plan.pp > 1:
         par["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
         par["pipeline_parallel_microbatch_size"] = plan.mbs
-        if uniform_layers(job, plan):
-            par["pipeline_parallel_layers_per_stage"] = job.model.num_layers // (
-                plan.pp * plan.vpp)
+        stages = plan.pp * plan.vpp
+        if job.model.num_layers % stages == 0 and plan.stage_layers in (
+                None, plan.layers_per_stage(job.model.num_layers)) and len(
+                set(plan.layers_per_stage(job.model.num_layers))) == 1:
+            par["pipeline_parallel_layers_per_stage"] = job.model.num_layers // stages
+            par["pipeline_parallel_first_stage_less_layers"] = 0
+            par["pipeline_parallel_last_stage_less_layers"] = 0
         else:
-            notes.append("non-uniform stage layer counts: set pipeline_parallel_split_points "
-                         "by hand (" + ":".join(
-                             map(str, plan.layers_per_stage(job.model.num_layers))) + ")")
+            par["module_fqns_per_model_part"] = module_fqns(
+                job, plan, "lm_head" if fmt == "torchtitan" else "output")
         # the whole per-replica batch goes through the pipeline schedule in one step
         local_batch = plan.mbs * plan.num_microbatches
-    if plan.tp > 1 and not plan.sp:
-        notes.append("torchtitan's tensor parallelism always shards norms/dropout along the "
-                     "sequence (sp=1); the plan has sp=0")
-    if plan.recompute == "full" and plan.recompute_layers is not None:
-        notes.append(f"partial full recompute ({plan.recompute_layers} layers/stage) is not a "
-                     "torchtitan option; emitted as full")
-    ac: dict[str, Any] = {"mode": plan.recompute}
-    if plan.recompute == "selective":
-        # torchtitan's `selective` needs an option; "op" is the op-level SAC the
-        # torchtitan-fsdp recipe costs (its default "2" would checkpoint every 2nd layer)
-        ac["selective_ac_option"] = "op"
-        if job.recipe.behaviour.selective_policy != "op":
-            notes.append("torchtitan has no attention-core-only recompute; op-level SAC (which "
-                         "also replays every second matmul) is emitted: evaluate the plan with "
-                         "--recipe torchtitan-fsdp for its cost")
     sections: dict[str, dict[str, Any]] = {
         "training": {
             "local_batch_size": local_batch,
@@ -78,18 +90,31 @@ def torchtitan_settings(job: Job, plan: Plan) -> tuple[dict[str, dict[str, Any]]
             "seq_len": job.seq_len,
         },
         "parallelism": par,
-        "activation_checkpoint": ac,
+        "activation_checkpoint": {"mode": plan.recompute},
     }
+    if fmt == "torchtitan":
+        # 0.3.0 only: TP without sequence parallelism is an option (configs.py:160), and CUDA
+        # graphs (on by default) refuse pipelines and host-synchronising EP dispatch
+        # (trainer.py:179-209); the plan's step time does not count CUDA graphs
+        par["enable_sequence_parallel"] = bool(plan.sp) or plan.tp == 1
+        if plan.pp > 1 or plan.ep > 1:
+            sections["training"]["disable_cuda_graphs"] = True
+    if plan.recompute == "selective":
+        # op-level SAC, which frameworks.py only lets through for a recipe that costs it
+        sections["activation_checkpoint"]["selective_ac_option"] = "op"
     if job.recipe.compute_dtype == "fp8":
-        sections["model"] = {"converters": ["float8"]}
+        # v0.2.2 registers the converter as "quantize.linear.float8"
+        # (components/quantization/float8.py:238); 0.3.0 takes Float8LinearConverter.Config
+        sections["model"] = {"converters": ["quantize.linear.float8"]}
     return sections, notes
 
 
 def torchtitan_toml(job: Job, plan: Plan) -> tuple[str, list[str]]:
-    """The torchtitan TOML sections as text, and notes."""
-    sections, notes = torchtitan_settings(job, plan)
+    """The torchtitan v0.2.2 TOML job-config sections as text, and notes."""
+    sections, notes = torchtitan_settings(job, plan, "torchtitan-toml")
     lines = [
-        f"# torchtitan config sections: {job.model.name} on {job.num_gpus} GPUs",
+        f"# torchtitan config sections for {VERSIONS['torchtitan-toml']}: {job.model.name} "
+        f"on {job.num_gpus} GPUs (NGPU={job.num_gpus})",
         f"# plan: {plan_comment(plan)}",
     ]
     lines += [f"# note: {n}" for n in notes]
@@ -97,4 +122,63 @@ def torchtitan_toml(job: Job, plan: Plan) -> tuple[str, list[str]]:
         lines.append("")
         lines.append(f"[{name}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n", notes
+
+
+def _py(v: Any) -> str:
+    return repr(v)
+
+
+def torchtitan_python(job: Job, plan: Plan) -> tuple[str, list[str]]:
+    """A torchtitan 0.3.0 configuration module: `autoparallel_plan()` returns a Trainer.Config.
+
+    It starts from torchtitan's own baseline for the model (config_registry) and sets every
+    plan field; run it with `--module <this module> --config autoparallel_plan`
+    (torchtitan/config/manager.py).
+    """
+    sections, notes = torchtitan_settings(job, plan, "torchtitan")
+    module, baseline, flavor = TORCHTITAN_MODELS[job.model.name]
+    tr, par = sections["training"], sections["parallelism"]
+    ac = sections["activation_checkpoint"]["mode"]
+    lines = [
+        f"# torchtitan configuration for {VERSIONS['torchtitan']}: {job.model.name} on "
+        f"{job.num_gpus} GPUs",
+        f"# plan: {plan_comment(plan)}",
+        f"# run: NGPU={job.num_gpus} MODULE=<this module> CONFIG=autoparallel_plan "
+        "./run_train.sh",
+        "from torchtitan.config import ParallelismConfig, TrainingConfig",
+        f"from torchtitan.models.{module} import model_registry",
+        f"from torchtitan.models.{module}.config_registry import {baseline}",
+        "from torchtitan.trainer import Trainer",
+    ]
+    if ac in ("full", "selective"):
+        policy = "FullAC" if ac == "full" else "SelectiveAC"
+        lines.append(f"from torchtitan.distributed.activation_checkpoint import {policy}")
+    if "model" in sections:
+        lines.append("from torchtitan.components.quantization import Float8LinearConverter")
+    lines += [
+        "",
+        "",
+        "def autoparallel_plan() -> Trainer.Config:",
+        f"    config = {baseline}()",
+    ]
+    extra = ""
+    if job.model.mtp_layers:  # the plan costs MTP; torchtitan's 671B flavor defaults to none
+        extra += f", num_mtp_layers={job.model.mtp_layers}"
+    if "model" in sections:
+        extra += ", converters=[Float8LinearConverter.Config()]"
+    lines.append(f"    config.model_spec = model_registry({flavor!r}{extra})")
+    lines.append("    config.training = TrainingConfig(")
+    lines += [f"        {k}={_py(v)}," for k, v in tr.items()]
+    lines.append("    )")
+    lines.append("    config.parallelism = ParallelismConfig(")
+    lines += [f"        {k}={_py(v)}," for k, v in par.items()]
+    lines.append("    )")
+    if ac == "full":
+        lines.append("    config.activation_checkpoint = FullAC.Config()")
+    elif ac == "selective":
+        lines.append("    config.activation_checkpoint = SelectiveAC.Config()")
+    else:
+        lines.append("    config.activation_checkpoint = None")
+    lines.append("    return config")
     return "\n".join(lines) + "\n", notes

@@ -85,9 +85,11 @@ def test_megatron_text_is_a_bash_array(job: Job) -> None:
 
 def test_torchtitan_toml_parses_with_real_keys(job: Job) -> None:
     tomllib = pytest.importorskip("tomllib")
+    job = make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=8192, global_batch=64,
+                   recipe="torchtitan-fsdp")
     plan = parse_plan("tp=4,pp=2,vpp=2,cp=2,sp=1,zero=3,mbs=2,recompute=full", job)
     assert plan_violations(job, plan) == []
-    doc = tomllib.loads(emit(job, plan, "torchtitan").text)
+    doc = tomllib.loads(emit(job, plan, "torchtitan-toml").text)
     par = doc["parallelism"]
     assert par["tensor_parallel_degree"] == 4
     assert par["pipeline_parallel_degree"] == 2
@@ -97,6 +99,10 @@ def test_torchtitan_toml_parses_with_real_keys(job: Job) -> None:
     assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert par["pipeline_parallel_microbatch_size"] == 2
     assert par["pipeline_parallel_layers_per_stage"] == 8
+    # torchtitan counts embedding/output as first/last_stage_less_layers layers (default 1):
+    # emitted as 0 so ceil((32 + 0 + 0) / 8) = 4 stages = pp * vpp
+    assert par["pipeline_parallel_first_stage_less_layers"] == 0
+    assert par["pipeline_parallel_last_stage_less_layers"] == 0
     assert doc["activation_checkpoint"]["mode"] == "full"
     assert doc["training"]["global_batch_size"] == 64
     assert doc["training"]["seq_len"] == 8192
@@ -104,14 +110,16 @@ def test_torchtitan_toml_parses_with_real_keys(job: Job) -> None:
     assert doc["training"]["local_batch_size"] * plan.dp == 64
 
 
-def test_torchtitan_ddp_without_zero(job: Job) -> None:
-    tomllib = pytest.importorskip("tomllib")
+def test_torchtitan_toml_ddp_with_tp_is_refused() -> None:
+    job = make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=8192, global_batch=64,
+                   recipe="torchtitan-fsdp")
+    # torchtitan v0.2.2 models/llama3/infra/parallelize.py:148-151 "DDP has not supported > 1D"
     plan = parse_plan("tp=8,zero=0,mbs=1", job)
-    e = emit(job, plan, "torchtitan")
-    par = tomllib.loads(e.text)["parallelism"]
-    assert par["data_parallel_replicate_degree"] == plan.dp
-    assert par["data_parallel_shard_degree"] == 1
-    assert any("sp=0" in n for n in e.notes)  # torchtitan TP always shards the sequence
+    with pytest.raises(UserError, match=r"zero: .*closest plan it runs: zero=3"):
+        emit(job, plan, "torchtitan-toml")
+    tomllib = pytest.importorskip("tomllib")
+    par = tomllib.loads(emit(job, parse_plan("zero=0,mbs=1", job), "torchtitan-toml").text)
+    assert par["parallelism"]["data_parallel_replicate_degree"] == 32
 
 
 def test_deepspeed_batch_arithmetic(job: Job) -> None:
@@ -122,22 +130,21 @@ def test_deepspeed_batch_arithmetic(job: Job) -> None:
     assert cfg["tensor_parallel"]["autotp_size"] == 2
     assert (cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"]
             * plan.dp == cfg["train_batch_size"] == 64)
-    assert notes == []
+    assert any("get_data_parallel_world_size() is 16" in n for n in notes)
     text = emit(job, plan, "deepspeed").text
     assert json.loads(text) == cfg
 
 
-def test_deepspeed_notes_what_it_cannot_express(job: Job) -> None:
-    plan = parse_plan("tp=2,pp=2,cp=2,zero=1,mbs=1,recompute=full", job)
+def test_deepspeed_states_the_topology_it_needs(job: Job) -> None:
+    plan = parse_plan("pp=2,zero=1,mbs=1,recompute=full", job)
     e = emit(job, plan, "deepspeed")
     joined = " ".join(e.notes)
-    assert "PipelineModule(num_stages=2)" in joined
-    assert "context parallelism" in joined
-    assert "recompute" in joined
+    assert "PipeDataParallelTopology(num_pp=2, num_dp=16)" in joined
+    assert "deepspeed.checkpointing.checkpoint" in joined
 
 
 def test_unknown_format_is_a_user_error(job: Job) -> None:
-    assert set(EMIT_FORMATS) == {"megatron", "torchtitan", "deepspeed"}
+    assert set(EMIT_FORMATS) == {"megatron", "torchtitan", "torchtitan-toml", "deepspeed"}
     with pytest.raises(UserError):
         emit(job, parse_plan("tp=8", job), "nemo")
 
@@ -146,10 +153,12 @@ def test_torchtitan_selective_is_op_sac(job: Job) -> None:
     tomllib = pytest.importorskip("tomllib")
     from autoparallel_cp.spec import RECIPES
 
-    plan = parse_plan("tp=8,zero=3,mbs=1,recompute=selective", job)
-    e = emit(job, plan, "torchtitan")
-    ac = tomllib.loads(e.text)["activation_checkpoint"]
-    assert ac == {"mode": "selective", "selective_ac_option": "op"}
-    assert any("attention-core" in n for n in e.notes)  # Megatron-style recipe: say so
+    plan = parse_plan("tp=8,sp=1,zero=3,mbs=1,recompute=selective", job)
+    # a recipe costing attention-core recompute (pytorch-amp): torchtitan's op SAC is refused
+    amp = job.model_copy(update={"recipe": RECIPES["pytorch-amp"]})
+    with pytest.raises(UserError, match="recompute: .*closest plan it runs: recompute=full"):
+        emit(amp, plan, "torchtitan-toml")
     tt = job.model_copy(update={"recipe": RECIPES["torchtitan-fsdp"]})
-    assert not any("attention-core" in n for n in emit(tt, plan, "torchtitan").notes)
+    ac = tomllib.loads(emit(tt, plan, "torchtitan-toml").text)["activation_checkpoint"]
+    assert ac == {"mode": "selective", "selective_ac_option": "op"}
+    assert "SelectiveAC.Config()" in emit(tt, plan, "torchtitan").text

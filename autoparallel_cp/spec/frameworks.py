@@ -1,0 +1,330 @@
+"""What each training framework can run: one sourced row per rule, and the check of a plan.
+
+Every row names the plan field it restricts (or the job's: model, recipe, seq_len), the rule, and
+the framework source that enforces it (file:line at the commit or release named in VERSIONS).
+`refusals(job, plan, fw)` lists the rows a plan breaks, each with the closest plan the framework
+can run; `--emit` refuses such a plan (exit 2) instead of printing settings that differ from it,
+and `solve --emit X` keeps only plans with no refusal (`pins(fw)` narrows the search up front).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import Plan
+
+# The framework versions the emitters target and `benchmarks/frameworks_check.py` validates.
+VERSIONS: dict[str, str] = {
+    "megatron": "Megatron-LM main @ d98e8a64 (2026-08-22; megatron-core 0.16+)",
+    "torchtitan": "torchtitan 0.3.0 (PyPI; Python Trainer.Config)",
+    "torchtitan-toml": "torchtitan v0.2.2 (TOML job_config)",
+    "deepspeed": "DeepSpeed 0.19 (checked against 0.19.8)",
+}
+
+# torchtitan 0.3.0 model registries with a flavor that builds our preset exactly:
+# (torchtitan module, config_registry baseline, model_registry flavor).
+TORCHTITAN_MODELS: dict[str, tuple[str, str, str]] = {
+    "llama3-8b": ("llama3", "llama3_8b", "8B"),
+    "llama3-70b": ("llama3", "llama3_70b", "70B"),
+    "llama3-405b": ("llama3", "llama3_405b", "405B"),
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
+}
+
+
+JOB_FIELDS = ("model", "recipe", "seq_len")  # refusals no plan can fix
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A plan field the framework cannot run as planned, and the closest plan it can."""
+
+    framework: str
+    field: str
+    reason: str
+    source: str
+    closest: dict[str, Any]
+
+    def message(self, plan: Plan) -> str:
+        fix = ",".join(f"{k}={v}" for k, v in self.closest.items())
+        head = f"{self.framework} cannot run this plan: {self.field}: {self.reason} [{self.source}]"
+        if self.field in JOB_FIELDS:  # not a plan field: the job itself must change
+            how = {"recipe": "--recipe", "seq_len": "--seq-len"}.get(self.field)
+            return head + (f"; it runs the job with {how} {self.closest[self.field]}" if how
+                           else f"; it needs {self.closest.get(self.field, '')}")
+        return (f"{head}; closest plan it runs: {fix} "
+                f"(evaluate it with --plan, or solve with --fix {fix})")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the capability table."""
+
+    framework: str
+    field: str
+    rule: str
+    source: str
+    broken: Callable[[Job, Plan], dict[str, Any] | None]  # closest-plan changes, or None
+
+
+def _per_stage_chunks_uneven(job: Job, plan: Plan) -> bool:
+    return plan.vpp > 1 and any(n % plan.vpp for n in plan.layers_per_stage(job.model.num_layers))
+
+
+def _partial(plan: Plan) -> bool:
+    return plan.recompute == "full" and plan.recompute_layers is not None
+
+
+def _mg_recompute(job: Job, plan: Plan) -> dict[str, Any] | None:
+    if not (_partial(plan) and plan.vpp > 1):
+        return None
+    k = plan.recompute_layers or 0
+    most = max(plan.layers_per_stage(job.model.num_layers))
+    if k >= most or k % plan.vpp == 0:
+        return None
+    return {"recompute_layers": min(most, -(-k // plan.vpp) * plan.vpp)}
+
+
+def _tt_selective(job: Job, plan: Plan) -> dict[str, Any] | None:
+    if plan.recompute == "selective" and job.recipe.behaviour.selective_policy != "op":
+        return {"recompute": "full"}
+    return None
+
+
+def _tt_ep(job: Job, plan: Plan) -> dict[str, Any] | None:
+    shard = plan.dp if plan.zero else 1
+    if plan.ep > 1 and (shard * plan.cp * plan.tp) % plan.ep:
+        return {"zero": 3}
+    return None
+
+
+def _tt_model(job: Job, plan: Plan) -> dict[str, Any] | None:
+    return None if job.model.name in TORCHTITAN_MODELS else {"model": "one of "
+                                                              + "/".join(TORCHTITAN_MODELS)}
+
+
+def _mg_model(job: Job, plan: Plan) -> dict[str, Any] | None:
+    m = job.model
+    biases_ok = (m.attn_out_bias == m.mlp_bias) and (m.qkv_bias or not m.attn_out_bias)
+    if m.position_embedding == "alibi" or m.embedding_norm or not biases_ok:
+        return {"model": "one with RoPE or learned positions, no embedding norm, and biases on "
+                         "all linears or on qkv only"}
+    return None
+
+
+def _bf16_params(job: Job) -> bool:
+    """Megatron's --bf16 layout: bf16 weights, fp32 main grads, fp32 master weights and Adam."""
+    r = job.recipe
+    return (r.weight_bytes, r.grad_bytes, r.master_weight_bytes) == (2, 4, 4)
+
+
+def _fp32_params(job: Job) -> bool:
+    """FSDP2 / autocast layout: fp32 weights and grads (no master copy), bf16 or fp8 compute."""
+    r = job.recipe
+    return (r.weight_bytes, r.grad_bytes, r.master_weight_bytes) == (4, 4, 0)
+
+
+def _recipe_for(fmt: str) -> Callable[[Job, Plan], dict[str, Any] | None]:
+    def broken(job: Job, plan: Plan) -> dict[str, Any] | None:
+        fp8 = job.recipe.compute_dtype == "fp8"
+        if fmt == "megatron" and not _bf16_params(job):
+            return {"recipe": "megatron-fp8" if fp8 else "megatron-bf16"}
+        if fmt == "torchtitan" and not _fp32_params(job):
+            return {"recipe": "torchtitan-fsdp" + (" (with compute_dtype fp8)" if fp8 else "")}
+        if fmt == "deepspeed" and not (_bf16_params(job) or _fp32_params(job)):
+            return {"recipe": "megatron-bf16"}
+        return None
+    return broken
+
+
+def _learned_positions(job: Job, plan: Plan) -> dict[str, Any] | None:
+    m = job.model
+    if m.position_embedding == "learned" and job.seq_len > m.max_position_embeddings:
+        return {"seq_len": m.max_position_embeddings}
+    return None
+
+
+_MG = "Megatron-LM d98e8a64"
+_TT = "torchtitan 0.3.0"
+_DS = "DeepSpeed 0.19.8"
+
+RULES: tuple[Rule, ...] = (
+    Rule("megatron", "recipe",
+         "--bf16 keeps bf16 weights with fp32 main grads and an fp32 master copy (18 B/param); "
+         "Megatron has no fp32-weight autocast mode",
+         f"{_MG} megatron/training/arguments.py:1207-1216 (bf16: fp32 grad accumulation) and "
+         "docs/user-guide/features/dist_optimizer.md:14 (fp32 main params)",
+         _recipe_for("megatron")),
+    Rule("torchtitan", "recipe",
+         "FSDP2 keeps fp32 sharded weights and grads and casts to bf16 for compute "
+         "(mixed_precision_param), no bf16 weights with an fp32 master copy",
+         f"{_TT} torchtitan/config/configs.py:78-97 (dtype float32, mixed_precision_param "
+         "bfloat16)", _recipe_for("torchtitan")),
+    Rule("deepspeed", "recipe",
+         "bf16 mode (bf16 weights, fp32 master, fp32 grad accumulation) or torch_autocast "
+         "(fp32 weights) only",
+         f"{_DS} deepspeed/runtime/constants.py:177-186 (torch_autocast), 384 "
+         "(grad_accum_dtype)", _recipe_for("deepspeed")),
+    Rule("megatron", "model",
+         "Megatron builds no ALiBi and no embedding norm, and adds biases to all linears "
+         "(--add-bias-linear) or, with --disable-bias-linear, to qkv only (--add-qkv-bias)",
+         f"{_MG} megatron/training/arguments.py:2397-2399 (--position-embedding-type choices, "
+         "--disable-bias-linear, --add-qkv-bias)", _mg_model),
+    Rule("megatron", "seq_len",
+         "learned positions: --max-position-embeddings sizes the position table, so a sequence "
+         "longer than the model's table would build a bigger model than planned",
+         f"{_MG} megatron/core/models/common/embeddings/language_model_embedding.py:71 "
+         "(Embedding(max_sequence_length, hidden))",
+         _learned_positions),
+    Rule("megatron", "recompute_layers",
+         "with interleaving, --recompute-num-layers (block) counts layers per model chunk, so a "
+         "stage recomputes vpp * k layers: recompute_layers must be a multiple of vpp",
+         f"{_MG} megatron/core/transformer/transformer_config.py:551-555 (per TransformerBlock = "
+         "per chunk) and transformer_block.py _checkpointed_forward 'block'",
+         _mg_recompute),
+    Rule("megatron", "stage_layers",
+         "with interleaving each stage's layers split evenly over its vpp chunks in "
+         "--pipeline-model-parallel-layout",
+         f"{_MG} megatron/training/arguments.py:3103 (--pipeline-model-parallel-layout)",
+         lambda j, p: {"stage_layers": "uniform"} if (_per_stage_chunks_uneven(j, p)
+                                                       and p.stage_layers) else None),
+    Rule("torchtitan", "model",
+         "torchtitan builds models from its own registries, with a flavor for "
+         + ", ".join(TORCHTITAN_MODELS) + " only",
+         f"{_TT} torchtitan/models/llama3/__init__.py:369, deepseek_v3/__init__.py:616 "
+         "(model_registry)", _tt_model),
+    Rule("torchtitan", "zero",
+         "no optimizer-only sharding: FSDP (zero=2 reshard never, zero=3 reshard always) or "
+         "replication (zero=0)",
+         f"{_TT} torchtitan/config/configs.py:124-150 (data_parallel_shard_degree, "
+         "fsdp_reshard_after_forward)",
+         lambda j, p: {"zero": 2} if p.zero == 1 else None),
+    Rule("torchtitan", "recompute_layers",
+         "FullAC wraps every transformer block; no per-stage layer count",
+         f"{_TT} torchtitan/distributed/activation_checkpoint.py:152-166 (apply to all layers)",
+         lambda j, p: {"recompute_layers": "all (omit the field)"} if (
+             _partial(p) and (p.recompute_layers or 0)
+             < max(p.layers_per_stage(j.model.num_layers))) else None),
+    Rule("torchtitan", "recompute",
+         "SelectiveAC is op-level SAC (every 2nd matmul replayed), not attention-core recompute: "
+         "only a recipe whose selective_policy is 'op' (torchtitan-fsdp) costs it",
+         f"{_TT} torchtitan/distributed/activation_checkpoint.py:185-195", _tt_selective),
+    Rule("torchtitan", "ep",
+         "expert_parallel_degree must divide dp_shard * cp * tp (dp_shard = 1 when replicating)",
+         f"{_TT} torchtitan/distributed/parallel_dims.py:277-279,338-339 (efsdp = dp_shard * cp "
+         "* tp // ep in the sparse mesh)", _tt_ep),
+    Rule("torchtitan", "stage_layers",
+         "each stage's layers split evenly over its vpp chunks (module_fqns_per_model_part)",
+         f"{_TT} torchtitan/config/configs.py:181-189",
+         lambda j, p: {"stage_layers": "uniform"} if (_per_stage_chunks_uneven(j, p)
+                                                       and p.stage_layers) else None),
+    Rule("torchtitan-toml", "zero",
+         "zero=0 is DDP, which raises 'DDP has not supported > 1D parallelism' with tp, pp or cp",
+         "torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py:148-151",
+         lambda j, p: {"zero": 3} if p.zero == 0 and p.dp > 1 and max(p.tp, p.pp, p.cp) > 1
+         else None),
+    Rule("torchtitan-toml", "sp",
+         "v0.2.2 has no enable_sequence_parallel: its tensor parallelism always shards norms "
+         "along the sequence (SequenceParallel)",
+         "torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py:181-233",
+         lambda j, p: {"sp": 1} if p.tp > 1 and not p.sp else None),
+    Rule("deepspeed", "zero",
+         "the pipeline engine asserts ZeRO stage < 2: 'ZeRO-2 and ZeRO-3 are incompatible "
+         "with pipeline parallelism'",
+         f"{_DS} deepspeed/runtime/pipe/engine.py:76-77",
+         lambda j, p: {"zero": 1} if p.pp > 1 and p.zero >= 2 else None),
+    Rule("deepspeed", "vpp",
+         "the pipeline engine runs one stage per rank (TrainSchedule); no interleaved schedule",
+         f"{_DS} deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
+         lambda j, p: {"vpp": 1} if p.vpp > 1 else None),
+    Rule("deepspeed", "cp",
+         "no ring context parallelism (Ulysses sequence_parallel_size is all-to-all on heads, a "
+         "different cost)",
+         f"{_DS} deepspeed/runtime/config.py:457-470 (sequence_parallel_size)",
+         lambda j, p: {"cp": 1} if p.cp > 1 else None),
+    Rule("deepspeed", "tp",
+         "tensor parallelism is AutoTP (tensor_parallel.autotp_size) on a non-pipeline module; "
+         "PipelineModule has no tensor-parallel layers",
+         f"{_DS} deepspeed/__init__.py:550-553 (AutoTP only on the non-PipelineModule path)",
+         lambda j, p: {"tp": 1} if p.tp > 1 and p.pp > 1 else None),
+    Rule("deepspeed", "ep",
+         "AutoEP (expert_parallel.autoep_size) refuses tensor parallelism from an mpu, which "
+         "the batch check needs with tp > 1",
+         f"{_DS} deepspeed/runtime/engine.py:832-838",
+         lambda j, p: {"tp": 1} if p.ep > 1 and p.tp > 1 else None),
+    Rule("deepspeed", "sp",
+         "AutoTP has no sequence parallelism (norm/dropout activations stay replicated)",
+         f"{_DS} deepspeed/module_inject/auto_tp.py:210 (AutoTP replaces linears only)",
+         lambda j, p: {"sp": 0} if p.sp and p.tp > 1 else None),
+    Rule("deepspeed", "recompute",
+         "activation checkpointing wraps whole functions (deepspeed.checkpointing.checkpoint); "
+         "no attention-core-only recompute",
+         f"{_DS} deepspeed/runtime/activation_checkpointing/checkpointing.py:1048",
+         lambda j, p: {"recompute": "full"} if p.recompute == "selective" else None),
+)
+
+FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "torchtitan-toml", "deepspeed")
+
+
+def _family(fmt: str) -> str:
+    return "torchtitan" if fmt.startswith("torchtitan") else fmt
+
+
+def refusals(job: Job, plan: Plan, fmt: str) -> list[Refusal]:
+    """The capability rows of framework `fmt` that `plan` breaks for `job` (empty: it runs)."""
+    out: list[Refusal] = []
+    for r in RULES:
+        if r.framework not in (fmt, _family(fmt)):
+            continue
+        closest = r.broken(job, plan)
+        if closest is not None:
+            out.append(Refusal(r.framework, r.field, r.rule, r.source, closest))
+    return out
+
+
+def pins(fmt: str, given: dict[str, int] | None = None) -> dict[str, int]:
+    """Plan fields that framework `fmt` runs at one value only, given the user's own pins.
+
+    DeepSpeed (rows above): no interleaving or ring CP; with a pipeline, ZeRO <= 1 and no TP;
+    with TP (AutoTP), no pipeline and no sequence parallelism.
+    """
+    g = given or {}
+    if _family(fmt) != "deepspeed":
+        return {}
+    out = {"vpp": 1, "cp": 1}
+    if g.get("pp", 1) > 1:
+        out.update(tp=1, zero=1)
+    if g.get("tp", 1) > 1:
+        out.update(pp=1, sp=0)
+    return out
+
+
+def with_pins(fix: str | None, fmt: str) -> str | None:
+    """`--fix` text plus the pins of framework `fmt` the user did not set themselves."""
+    given: dict[str, int] = {}
+    for item in (fix or "").split(","):
+        if "=" in item:
+            k, v = (x.strip() for x in item.split("=", 1))
+            given[k] = int(v) if v.isdigit() else -1
+    extra = [f"{k}={v}" for k, v in pins(fmt, given).items() if k not in given]
+    return ",".join(([fix] if fix else []) + extra) or None
+
+
+def job_refusal(job: Job, fmt: str) -> str | None:
+    """Why framework `fmt` cannot train this job's model at all (no plan helps), or None."""
+    for r in RULES:
+        if r.framework in (fmt, _family(fmt)) and r.field in JOB_FIELDS:
+            closest = r.broken(job, Plan())
+            if closest is not None:
+                return Refusal(fmt, r.field, r.rule, r.source, closest).message(Plan()).replace(
+                    "cannot run this plan", f"cannot train {job.model.name} as planned", 1)
+    return None
+
+
+def none_runs(job: Job, plans: list[Plan], fmt: str) -> str:
+    """The error when none of the searched plans runs on `fmt`: the best plan's first refusal."""
+    why = refusals(job, plans[0], fmt)[0].message(plans[0]) if plans else ""
+    return (f"none of the {len(plans)} best plans runs on {fmt} (the best: {why}); pin the "
+            "closest plan with --fix, or raise --top-k")
