@@ -21,7 +21,6 @@ import argparse
 import os
 import re
 import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -99,4 +98,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
