@@ -145,10 +145,14 @@ def test_crosses_nodes() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_all_to_all_within_a_node() -> None:
-    """Each rank keeps 1/n of its S bytes and sends (n-1)/n over NVLink (busbw factor)."""
-    expect = NV_US * 1e-6 + 7 / 8 * S / _nv()
-    assert _f(comm.all_to_all(_node(), 8, 1, S)) == pytest.approx(expect, rel=1e-12)
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_all_to_all_within_a_node(n: int) -> None:
+    """Each rank keeps 1/n of its S bytes and sends (n-1)/n over NVLink (busbw factor), the
+    pairwise exchanges concurrently: one alpha. With no bytes only that alpha is left (no
+    network latency for a group inside one node)."""
+    expect = NV_US * 1e-6 + (n - 1) / n * S / _nv()
+    assert _f(comm.all_to_all(_node(), n, 1, S)) == pytest.approx(expect, rel=1e-12)
+    assert _f(comm.all_to_all(_node(), n, 1, 0.0)) == pytest.approx(NV_US * 1e-6, rel=1e-12)
 
 
 def test_all_to_all_across_nodes_is_bound_by_the_network_share() -> None:
@@ -214,3 +218,35 @@ def test_hbm_time_matches_the_h200_copy_measurement() -> None:
     h100 = h200.model_copy(update={"hbm_gbps": 3350.0})
     assert _f(hbm_time(h100, 100e9)) == pytest.approx(_f(hbm_time(h200, 100e9)) * 4800 / 3350,
                                                       rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# Pipeline send/recv per micro-batch (cost/sync.p2p_factor)
+# --------------------------------------------------------------------------------------------
+
+
+def test_pipeline_p2p_bytes_and_link() -> None:
+    """Narayanan et al. 2021 §3.2/§4.1: a stage sends b·s·h activations forward and receives as
+    many gradients back per micro-batch (2 transfers), in activation dtype (bf16, 2 B), split
+    over the tp ranks (scatter/gather) and over cp (each cp rank holds s/cp); interleaving sends
+    vpp times as often (§2.2). Adjacent stages are tp·cp·dp ranks apart: NVLink while that span
+    fits in one 8-GPU node, the network beyond."""
+    from autoparallel_cp.cost.sync import p2p_factor
+    from autoparallel_cp.spec import RECIPES, ClusterSpec, Job, ModelSpec
+
+    nd = _node()
+    model = ModelSpec(name="m", num_layers=8, hidden_size=4096, ffn_hidden_size=14336,
+                      num_attention_heads=32, num_kv_heads=8, vocab_size=32000)
+    job = Job(model=model, cluster=ClusterSpec(name="c", node_groups=[nd]),
+              recipe=RECIPES["megatron-bf16"], seq_len=8192, global_batch=64)
+    b, s, h = 2, 8192, 4096
+    tp, cp = 4, 2
+    nbytes = b * (s / cp) * h * 2 / tp
+    # (tp, cp, sp, mbs, pp, vpp, dp)
+    got = _f(p2p_factor(job, 0, tp, cp, 1, b, 4, 1, 1))  # span 4·2·1 = 8: NVLink
+    assert got == pytest.approx(2 * (NV_US * 1e-6 + nbytes / _nv()), rel=1e-12)
+    got = _f(p2p_factor(job, 0, tp, cp, 1, b, 4, 2, 1))  # vpp = 2
+    assert got == pytest.approx(2 * 2 * (NV_US * 1e-6 + nbytes / _nv()), rel=1e-12)
+    got = _f(p2p_factor(job, 0, tp, cp, 1, b, 4, 1, 2))  # span 16 > 8: network
+    assert got == pytest.approx(2 * (NET_US * 1e-6 + nbytes / _net()), rel=1e-12)
+    assert _f(p2p_factor(job, 0, tp, cp, 1, b, 1, 1, 1)) == 0.0  # no pipeline, no sends
