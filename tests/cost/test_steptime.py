@@ -255,3 +255,26 @@ def test_torch_allgather_ring_hides_behind_one_step_only() -> None:
                                                cp_ring="torch-allgather"))
     assert float(ag.cp_s) > float(p2p.cp_s) > 0
     assert float(ag.compute_s) == pytest.approx(float(p2p.compute_s))
+
+
+def test_explicit_options_act_exactly_like_the_recipe_behaviour() -> None:
+    """evaluate(job, plan, options=B) must equal evaluating a job whose recipe behaviour is B,
+    on every term (layers, embedding and head edges, memory): an override that some term ignores
+    would price one plan two ways."""
+    base = _llama8b_fsdp()
+    other = base.recipe.behaviour.model_copy(update={
+        "fused": False, "eager_ops": "llama-upcast", "dropout": True})
+    job_b = base.model_copy(update={"recipe": base.recipe.model_copy(
+        update={"behaviour": other})})
+    cl = base.cluster.model_copy(update={"node_groups": [base.cluster.node_groups[0]]})
+    plan = Plan(dp=2, tp=2, pp=2, sp=1, mbs=1, num_microbatches=8, recompute="full",
+                recompute_layers=4)
+    a = evaluate(base.model_copy(update={"cluster": cl}), plan, other)
+    b = evaluate(job_b.model_copy(update={"cluster": cl}), plan)
+    plain = evaluate(base.model_copy(update={"cluster": cl}), plan)
+    assert a.time.step_s == pytest.approx(b.time.step_s, rel=1e-12)
+    assert a.stage_time_s == pytest.approx(b.stage_time_s, rel=1e-12)
+    assert a.stage_peak_bytes == pytest.approx(b.stage_peak_bytes, rel=1e-12)
+    # and the override matters on both edge stages (eager ops, dropout masks)
+    assert all(x > y for x, y in zip(a.stage_time_s, plain.stage_time_s, strict=True))
+    assert all(x > y for x, y in zip(a.stage_peak_bytes, plain.stage_peak_bytes, strict=True))
