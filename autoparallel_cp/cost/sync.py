@@ -115,9 +115,12 @@ def inflight(pp: ArrayLike, vpp: ArrayLike, m: ArrayLike, stage: ArrayLike) -> F
     1F1B: min(pp - stage, m) (Korthikanti §4.2.3, Galvatron). Interleaved (Megatron
     `forward_backward_pipelining_with_interleaving` warm-up): (pp - stage - 1)·2 + (vpp - 1)·pp
     + 1 model chunks, capped at m·vpp, in units of one chunk = 1/vpp of the stage; on the first
-    stage this is pp·(1 + (pp-1)/(pp·vpp)) (Korthikanti §4.2.3).
+    stage this is pp·(1 + (pp-1)/(pp·vpp)) (Korthikanti §4.2.3). When m == pp Megatron runs
+    every forward before any backward (`all_warmup_microbatches`): all m·vpp chunks, on every
+    stage.
     """
     pp_, vpp_, m_, j = (_f(x) for x in (pp, vpp, m, stage))
     one_f = np.minimum(pp_ - j, m_)
-    chunks = np.minimum((pp_ - j - 1) * 2 + (vpp_ - 1) * pp_ + 1, m_ * vpp_)
+    warm = np.where(m_ == pp_, m_ * vpp_, (pp_ - j - 1) * 2 + (vpp_ - 1) * pp_ + 1)
+    chunks = np.minimum(warm, m_ * vpp_)
     return np.where(vpp_ > 1, chunks / vpp_, one_f)

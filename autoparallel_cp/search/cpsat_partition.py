@@ -145,12 +145,13 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     r = model.new_int_var(0, L, "r")
     if not full:
         model.add(r == 0)
+    elif "recompute_layers" in s.fixed:
+        # a pinned count, 0 included (Plan allows it; the enumerator scores it too)
+        model.add(r == int(s.fixed["recompute_layers"]))
     else:
         model.add(r >= 1)
         if not s.partial_recompute:
             model.add(r == L)
-        if "recompute_layers" in s.fixed:
-            model.add(r == int(s.fixed["recompute_layers"]))
     layers: list[Any] = []
     nm_t: list[Any] = []
     rm_t: list[Any] = []

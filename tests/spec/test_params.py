@@ -28,7 +28,7 @@ PUBLISHED = {
 
 # Rounded totals (billions) stated by papers.
 ROUNDED = {
-    "gpt3-175b": (174.6, 0.05),  # 175B in GPT-3 Table 2.1; exact shapes give 174.6B
+    "gpt3-175b": (175.0, 0.5),  # "175.0B" in GPT-3 Table 2.1 (Brown et al. 2020); see below
     "gpt3-13b": (13.0, 0.2),
     "gpt3-6.7b": (6.7, 0.1),
     "gpt3-2.7b": (2.7, 0.1),
@@ -50,6 +50,20 @@ def test_published_totals(name: str, expected: int) -> None:
 def test_rounded_totals(name: str, approx: tuple[float, float]) -> None:
     b, tol = approx
     assert abs(count_params(load_model(name)).total / 1e9 - b) <= tol
+
+
+def test_gpt3_175b_by_hand() -> None:
+    """GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, GPT-2 vocabulary of
+    50257, context 2048; GPT-2 architecture: learned positions, biases, pre-LN, tied head).
+
+    Per layer: attention QKV + output 4·h² weights + 4h biases, MLP (4h) 8·h² + 5h biases, two
+    LayerNorms 4h; then token embedding V·h, positions 2048·h and the final LayerNorm 2h. The
+    table's "175.0B" is this 174.6B rounded to the family's name."""
+    h, L, V = 12288, 96, 50257
+    per_layer = 12 * h * h + 13 * h
+    expect = L * per_layer + V * h + 2048 * h + 2 * h
+    assert expect == 174_604_259_328
+    assert count_params(load_model("gpt3-175b")).total == expect
 
 
 def test_moe_active_and_mtp() -> None:

@@ -1,0 +1,141 @@
+"""One cost, everywhere: for random plans (pp > 1, interleaving, partial recompute, ZeRO-3, CP,
+EP, two node groups with explicit stage placement) the solver's cost tables
+(`tables.plan_cost`), the enumerator's score, the CP-SAT solver's reported plan and
+`cost/evaluate.evaluate()` agree on the step time, the per-stage times and the per-stage peak
+memory. Each search is pinned (`--fix`) to the one drawn plan, so the enumerator and the solver
+must score exactly that plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, event, example, given, settings
+from hypothesis import strategies as st
+
+from autoparallel_cp.cost.evaluate import evaluate
+from autoparallel_cp.errors import UserError
+from autoparallel_cp.search.solve import enumerate_plans, solve
+from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.search.tables import build_tables, plan_cost
+from autoparallel_cp.spec import RECIPES, ClusterSpec, Job, ModelSpec, MoESpec
+from autoparallel_cp.spec.loaders import load_cluster
+from autoparallel_cp.spec.plan import Plan, plan_violations
+
+GPUS = 16  # one 8-GPU H100 node + one 8-GPU A100 node
+BATCH = 16
+
+
+def _two_groups() -> ClusterSpec:
+    c = load_cluster("mixed-h100-a100")
+    return c.model_copy(update={"node_groups": [g.model_copy(update={"num_nodes": 1})
+                                                for g in c.node_groups]})
+
+
+def _model(moe: bool, layers: int) -> ModelSpec:
+    return ModelSpec(
+        name="mini-moe" if moe else "mini", num_layers=layers, hidden_size=1024,
+        ffn_hidden_size=2816, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
+        moe=MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=1408,
+                    first_k_dense_layers=1) if moe else None)
+
+
+def _fix(p: Plan, layers: int) -> str:
+    """The `--fix` text pinning every axis of `p` (with `partial_recompute` off when `p` says
+    no recompute_layers: a search space of exactly one plan)."""
+    parts = [f"{k}={getattr(p, k)}" for k in ("dp", "tp", "pp", "vpp", "cp", "ep", "sp",
+                                                "zero", "mbs", "recompute")]
+    if p.recompute_layers is not None:
+        parts.append(f"recompute_layers={p.recompute_layers}")
+    parts.append("stage_layers=" + ":".join(map(str, p.layers_per_stage(layers))))
+    if p.stage_groups is not None:
+        parts.append("stage_groups=" + ":".join(map(str, p.stage_groups)))
+    return ",".join(parts)
+
+
+@st.composite
+def _cases(draw: Any) -> tuple[Job, Plan]:
+    moe = draw(st.booleans())
+    layers = draw(st.sampled_from([4, 8]))
+    recipe = draw(st.sampled_from(["megatron-bf16", "torchtitan-fsdp"]))
+    job = Job(model=_model(moe, layers), cluster=_two_groups(), recipe=RECIPES[recipe],
+              seq_len=draw(st.sampled_from([4096, 8192])), global_batch=BATCH)
+    pp = draw(st.sampled_from([2, 4]))
+    vpp = draw(st.sampled_from([2, 1]))
+    per_stage = GPUS // pp
+    tp = draw(st.sampled_from([t for t in (1, 2, 4) if per_stage % t == 0]))
+    cp = draw(st.sampled_from([c for c in (1, 2, 4) if per_stage % (tp * c) == 0]))
+    dp = per_stage // (tp * cp)
+    ep = draw(st.sampled_from([e for e in (1, 2, 4) if (dp * cp) % e == 0])) if moe else 1
+    mbs = draw(st.sampled_from([m for m in (1, 2) if BATCH % (dp * m) == 0]))
+    mode = draw(st.sampled_from(["full", "selective", "none"]))
+    r_layers = draw(st.none() | st.integers(0, layers)) if mode == "full" else None
+    stage_layers = None
+    if draw(st.booleans()):
+        # a random composition of the layers into pp stages, each a multiple of vpp
+        chunks = layers // vpp
+        cuts = sorted(draw(st.lists(st.integers(1, chunks - 1), min_size=pp - 1,
+                                    max_size=pp - 1, unique=True))) if chunks > pp - 1 else []
+        assume(len(cuts) == pp - 1)
+        bounds = [0, *cuts, chunks]
+        stage_layers = tuple((b - a) * vpp for a, b in zip(bounds[:-1], bounds[1:],
+                                                          strict=True))
+    groups = draw(st.permutations([0] * (pp // 2) + [1] * (pp // 2)))
+    plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep,
+                sp=draw(st.sampled_from([0, 1])) if tp > 1 else 0,
+                zero=draw(st.sampled_from([3, 1, 0, 2])), mbs=mbs,
+                num_microbatches=BATCH // (dp * mbs), recompute=mode,
+                recompute_layers=r_layers, stage_layers=stage_layers,
+                stage_groups=tuple(groups))
+    assume(not plan_violations(job, plan))
+    return job, plan
+
+
+def _explicit() -> tuple[Job, Plan]:
+    job = Job(model=_model(True, 8), cluster=_two_groups(), seq_len=8192, global_batch=BATCH)
+    return job, Plan(dp=2, tp=2, cp=2, pp=2, vpp=2, ep=4, zero=3, mbs=1, num_microbatches=8,
+                     recompute="full", recompute_layers=1, stage_layers=(6, 2),
+                     stage_groups=(1, 0))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@example(case=_explicit())
+@given(case=_cases())
+def test_plan_cost_enumerator_solver_and_evaluate_agree(case: tuple[Job, Plan]) -> None:
+    job, plan = case
+    for name, on in (("vpp>1", plan.vpp > 1), ("partial recompute", plan.recompute_layers
+                      is not None), ("zero3", plan.zero == 3), ("cp>1", plan.cp > 1),
+                     ("ep>1", plan.ep > 1), ("pp=4 over two groups", plan.pp == 4)):
+        if on:
+            event(name)
+    space = SearchSpace.for_job(job, fix=_fix(plan, job.model.num_layers), max_pp=4,
+                                max_vpp=2, max_mbs=2, max_ep=4,
+                                partial_recompute=plan.recompute_layers is not None)
+    pc = plan_cost(build_tables(space), plan)
+    ev = evaluate(job, plan)
+    assert pc.step_s == pytest.approx(ev.time.step_s, rel=1e-9)
+    assert list(pc.stage_time_s) == pytest.approx(ev.stage_time_s, rel=1e-9)
+    assert list(pc.stage_peak) == pytest.approx(ev.stage_peak_bytes, rel=1e-9)
+    assert max(pc.stage_peak) == pytest.approx(ev.memory.peak_bytes, rel=1e-9)
+    assert pc.fits == ev.fits
+    if not ev.fits:
+        for search in (lambda: enumerate_plans(job, space, top_k=1),
+                       lambda: solve(job, space, top_k=1, time_limit=30, workers=1)):
+            with pytest.raises(UserError):
+                search()
+        return
+    en = enumerate_plans(job, space, top_k=1)
+    so = solve(job, space, top_k=1, time_limit=30, workers=1)
+    for res in (en, so):
+        [(cost, got)] = res.stats["ranked"]
+        assert got.key()[:10] == plan.key()[:10]
+        assert got.layers_per_stage(job.model.num_layers) == plan.layers_per_stage(
+            job.model.num_layers)
+        assert [got.recomputed_layers(n) for n in got.layers_per_stage(job.model.num_layers)] \
+            == [plan.recomputed_layers(n) for n in plan.layers_per_stage(job.model.num_layers)]
+        assert got.stage_groups == plan.stage_groups
+        assert cost == pytest.approx(ev.time.step_s, rel=1e-9)
+        [rep] = res.plans
+        assert rep.time.step_s == pytest.approx(ev.time.step_s, rel=1e-12)
+        assert rep.memory.peak_bytes == pytest.approx(ev.memory.peak_bytes, rel=1e-12)
+    assert so.status == "optimal"
