@@ -64,6 +64,14 @@ def layer_activation_per_token(
     - MLA: compressed q / kv latents and their norms (replicated), then Q, K, V per head.
     PyTorch autocast keeps the residual stream and norm inputs in fp32 (4 B) since the
     embedding output is fp32; Megatron keeps them in bf16.
+    FP8 with Transformer Engine (Megatron recipes with fp8 compute): every TE linear layer
+    casts its input to fp8 and saves that fp8 copy (1 B) for the weight gradient instead of the
+    bf16 input (transformer_engine/pytorch/module/layernorm_linear.py and linear.py save the
+    quantized `ln_out` / `inputmat`): the QKV and fc1 inputs (fused into the norm) and the fc2
+    input (the activation output, which nothing else keeps) drop to 1 B per element, the
+    output projection adds a 1 B copy beside the bf16 attention output the flash backward keeps.
+    torchao float8 (PyTorch recipes) saves the high-precision inputs and re-casts in backward,
+    so nothing changes there.
     With context parallelism tokens per rank are s/cp (the caller multiplies by them) and the
     non-flash s² terms see the full key length s.
     """
@@ -84,12 +92,14 @@ def layer_activation_per_token(
     fused = _fused(recipe, options)
     a, dqk, dv = attention_dims(model)
     s_kv = float(job.seq_len)
+    # bytes per element of a saved linear-layer input (TE fp8 saves the fp8 copy)
+    lin = 1.0 if (recipe.compute_dtype == "fp8" and not _is_pytorch(recipe)) else ab
 
     kept = np.zeros(shape)
     core = np.zeros(shape)
     largest = np.zeros(shape)
     # --- attention block ---
-    kept = kept + (res * h + ab * h) * rep  # norm-1 input, QKV-projection input
+    kept = kept + (res * h + lin * h) * rep  # norm-1 input, QKV-projection input
     if model.mla is not None:
         m = model.mla
         lat = m.kv_lora_rank + (m.q_lora_rank or 0)
@@ -113,17 +123,20 @@ def layer_activation_per_token(
     else:
         kept = kept + q_bytes + k_bytes + v_bytes + out_bytes
         core = core + (ab + drop * (1.0 + ab)) * a * s_kv / tp_ * one
+    if lin < ab:
+        kept = kept + out_bytes * lin / ab  # TE's fp8 copy of the out-projection input
     kept = kept + drop * h * rep  # attention-output dropout mask
     # --- MLP block ---
-    kept = kept + (res * h + ab * h) * rep  # norm-2 input, MLP / router input
+    kept = kept + (res * h + lin * h) * rep  # norm-2 input, MLP / router input
     swiglu = model.mlp == "swiglu"
 
     def mlp_bytes(ffn: float) -> tuple[FloatArray, FloatArray]:
         if swiglu:
-            per = (2 * ab + ab + (0.0 if fused else ab)) * ffn
+            # fc1 output (gate + up), fc2 input, silu output when unfused
+            per = (2 * ab + lin + (0.0 if fused else ab)) * ffn
             big = 2 * ab * ffn
         else:
-            per = 2 * ab * ffn
+            per = (ab + lin) * ffn  # fc1 output, GELU output (= fc2 input)
             big = ab * ffn
         return per / tp_ * one, big / tp_ * one
 
@@ -132,7 +145,7 @@ def layer_activation_per_token(
         e = mo.num_experts
         k = mo.top_k
         kept = kept + 2 * 4.0 * e * rep  # router logits + probabilities (fp32)
-        kept = kept + ab * h * k * one  # dispatched tokens (expert fc1 input), gathered over tp
+        kept = kept + lin * h * k * one  # dispatched tokens (expert fc1 input), gathered over tp
         ex, big = mlp_bytes(mo.expert_ffn_hidden_size)
         kept = kept + k * ex
         kept = kept + ab * h * k * rep  # expert outputs kept for the weighted combine

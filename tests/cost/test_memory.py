@@ -106,3 +106,31 @@ def test_pytorch_loss_peak_bytes_per_logit() -> None:
     m = r.model_copy(update={"recipe": RECIPES["megatron-bf16"]})
     assert float(F.edge_factors(m, 0, 2, 1, 0, 2).head_work_bytes) == pytest.approx(
         tokens * v / 2 * 6.0)
+
+
+@pytest.mark.parametrize("mlp", ["swiglu", "gelu"])
+def test_te_fp8_saves_fp8_linear_inputs(mlp: str) -> None:
+    """Transformer Engine under fp8 saves the fp8 copy (1 B) of each linear layer's input for
+    the weight gradient (TE layernorm_linear.py / linear.py): per token and layer, the QKV input
+    (h), the fc1 input (h) and the fc2 input (ffn) shrink by 1 B each, and the output
+    projection adds a 1 B copy of the attention output (h) beside the bf16 one the flash
+    backward keeps: bf16 - fp8 = h + h + ffn - h = h + ffn bytes. torchao float8 (PyTorch
+    recipes) keeps the bf16 inputs: no change."""
+    from autoparallel_cp.cost.factors import layer_activation_per_token
+    from autoparallel_cp.spec.loaders import load_cluster
+
+    h, ffn = 1024, 3072
+    model = ModelSpec(name="m", num_layers=2, hidden_size=h, ffn_hidden_size=ffn,
+                      num_attention_heads=8, num_kv_heads=2, vocab_size=1000, mlp=mlp,
+                      norm="rmsnorm" if mlp == "swiglu" else "layernorm")
+    cl = load_cluster("dgx-h100").take_gpus(8)
+    per: dict[str, float] = {}
+    for name in ("megatron-bf16", "megatron-fp8", "torchtitan-fsdp"):
+        recipe = RECIPES[name]
+        job = Job(model=model, cluster=cl, recipe=recipe, seq_len=1024, global_batch=8)
+        per[name] = float(layer_activation_per_token(job, False, 1, 1, 1, 0).kept)
+    assert per["megatron-bf16"] - per["megatron-fp8"] == pytest.approx(h + ffn)
+    fp8_titan = RECIPES["torchtitan-fsdp"].model_copy(update={"compute_dtype": "fp8"})
+    job = Job(model=model, cluster=cl, recipe=fp8_titan, seq_len=1024, global_batch=8)
+    assert float(layer_activation_per_token(job, False, 1, 1, 1, 0).kept) == pytest.approx(
+        per["torchtitan-fsdp"])
