@@ -70,7 +70,7 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     with ProgressLine(not quiet, f"CP-SAT phase 2 (simplest within {tolerance:.0%})"):
         rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix,
                         time_limit=time_limit if time_limit is not None else 10.0,
-                        workers=workers)
+                        workers=workers, context=getattr(result, "context", None))
     if emit_fmt and frameworks.refusals(job, rec.plan, emit_fmt):
         # phase 2 searched the whole space: keep the simplest of the plans the framework runs
         rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix, phase_two=False)

@@ -176,6 +176,7 @@ def simplest_within(
     seed: int = 0,
     max_rounds: int = 200,
     hint: Plan | None = None,
+    context: Any = None,
 ) -> tuple[Plan, float] | None:
     """CP-SAT phase two: the simplest plan whose exact step time is <= `max_step_s`.
 
@@ -186,6 +187,11 @@ def simplest_within(
     best partition (`solve.best_for_key`) and re-checked exactly; a key that does not qualify is
     forbidden and the master re-solved. None when nothing qualifies in the time limit, a
     deterministic-time budget (`limits.Budget`) shared by every CP-SAT call of the phase.
+
+    `context` (`solve.SearchContext` of a solve over the same job and pins) hands over what that
+    solve proved: its space, tables and master, the keys it listed with their bounds (only the
+    part of the window above its last complete window is listed again) and the best plan of
+    every key it scored (the same `best_for_key` result, so it is not solved again).
     """
     import math
 
@@ -200,33 +206,19 @@ def simplest_within(
     from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
     budget = Budget(time_limit)
-    space = SearchSpace.for_job(job, fix=fix)
-    space_tables = build_tables(space)
-    master = build_master(space_tables)
-    model = master.model
+    if context is not None:
+        space, space_tables, master = context.space, context.tables, context.master
+        scored = context.found
+    else:
+        space = SearchSpace.for_job(job, fix=fix)
+        space_tables = build_tables(space)
+        master = build_master(space_tables)
+        scored = {}
     limit = math.floor(max_step_s / master.unit_s)
-    model.add(master.objective <= limit)
-    terms: list[Any] = []
-    for name, axis in master.axes.items():
-        key = "recompute" if name == "mode" else name
-        if key not in COMPLEXITY_WEIGHTS:
-            continue
-        for v, lit in zip(axis.values, axis.lits, strict=True):
-            w = axis_weight(key, RECOMPUTE_MODES[v] if name == "mode" else v)
-            if w:
-                terms.append(w * lit)
-    model.clear_objective()
-    model.minimize(sum(terms) * (limit + 1) + master.objective)
-    if hint is not None:  # the fastest plan qualifies: start from it
-        values = {"mode": RECOMPUTE_MODES.index(hint.recompute), "m": hint.num_microbatches}
-        for name, axis in master.axes.items():
-            want = values.get(name, getattr(hint, name, None))
-            for value, lit in zip(axis.values, axis.lits, strict=True):
-                model.add_hint(lit, value == want)
     workers_ = workers or 1
 
     def qualify(k: Any) -> tuple[int, float, Plan] | None:
-        res = best_for_key(space, k, seed=seed, budget=budget)
+        res = scored.get(k) or best_for_key(space, k, seed=seed, budget=budget)
         if res is None:
             return None
         best: tuple[int, float, Plan] | None = None
@@ -253,7 +245,14 @@ def simplest_within(
     capped = True
     if not budget.exhausted():
         try:
-            listed, capped = enumerate_keys(master, None, limit, budget=budget)
+            hi = context.listed_hi if context is not None else None
+            if hi is not None and limit <= hi:
+                listed, capped = [(lb, k) for lb, k in context.listed if lb <= limit], False
+            elif hi is not None:
+                more, capped = enumerate_keys(master, hi, limit, budget=budget)
+                listed = [*context.listed, *more]
+            else:
+                listed, capped = enumerate_keys(master, None, limit, budget=budget)
         except ListingCut:
             capped = True
         if not capped:
@@ -279,7 +278,29 @@ def simplest_within(
             if complete:
                 return None
     # 2) fallback (listing capped or cut by the time limit): the master minimizes complexity,
-    #    keys that do not qualify are forbidden and the master re-solved
+    #    keys that do not qualify are forbidden and the master re-solved (on a master of its
+    #    own: the constraints below must not reach a shared one)
+    if context is not None:
+        master = build_master(space_tables)
+    model = master.model
+    model.add(master.objective <= limit)
+    terms: list[Any] = []
+    for name, axis in master.axes.items():
+        key = "recompute" if name == "mode" else name
+        if key not in COMPLEXITY_WEIGHTS:
+            continue
+        for v, lit in zip(axis.values, axis.lits, strict=True):
+            w = axis_weight(key, RECOMPUTE_MODES[v] if name == "mode" else v)
+            if w:
+                terms.append(w * lit)
+    model.clear_objective()
+    model.minimize(sum(terms) * (limit + 1) + master.objective)
+    if hint is not None:  # the fastest plan qualifies: start from it
+        values = {"mode": RECOMPUTE_MODES.index(hint.recompute), "m": hint.num_microbatches}
+        for name, axis in master.axes.items():
+            want = values.get(name, getattr(hint, name, None))
+            for value, lit in zip(axis.values, axis.lits, strict=True):
+                model.add_hint(lit, value == want)
     solver = cp_model.CpSolver()
     prm = solver.parameters
     prm.num_workers = workers_
@@ -330,6 +351,7 @@ def recommend(
     fix: Any = None,
     time_limit: float | None = 10.0,
     workers: int | None = None,
+    context: Any = None,
 ) -> Recommendation:
     """Recommend the simplest plan within `tolerance` of the fastest of `ranked` (best first).
 
@@ -353,7 +375,8 @@ def recommend(
 
         fixed = fixed_step_s(job)
         out = simplest_within(job, fastest_t * (1.0 + tolerance) - fixed, fix=fix,
-                              time_limit=time_limit, workers=workers, hint=fastest)
+                              time_limit=time_limit, workers=workers, hint=fastest,
+                              context=context)
         if out is not None:
             method = "cp-sat phase 2"
             p2, t2 = out

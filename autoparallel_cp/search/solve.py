@@ -45,6 +45,22 @@ from autoparallel_cp.spec.plan import Plan
 
 
 @dataclass
+class SearchContext:
+    """What one solve proved, for the recommendation phase over the same job and pins to reuse
+    instead of re-deriving it: the space and its tables, the key master, every key with its
+    proven bound LB (objective units) up to `listed_hi` (all windows listed completely), and
+    the best plan of each key that was scored (`KeyResult`, exact: the cutoff only drops keys
+    whose best is above it)."""
+
+    space: SearchSpace
+    tables: Any
+    master: Any
+    listed: list[tuple[int, Any]]
+    listed_hi: int | None  # None: no complete window
+    found: dict[Any, KeyResult]
+
+
+@dataclass
 class SolveResult:
     """Outcome of a search (INTERFACE.md JSON: status, solve_time_s, space_size, plans)."""
 
@@ -58,6 +74,8 @@ class SolveResult:
     gap: float = 0.0  # relative gap left when the time limit hit (0 when proven)
     iterations: int = 0
     stats: dict[str, Any] = field(default_factory=dict)
+    #: the solve's proofs, reused by `recommend` (not part of the JSON)
+    context: SearchContext | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -209,6 +227,8 @@ def solve(
     lo: int | None = None
     hi = lb0 + max(lb0 // 50, 1)
     listed = 0
+    all_listed: list[tuple[int, Any]] = []  # every key of the complete windows, with its LB
+    listed_hi: int | None = None  # the windows (-inf, listed_hi] are listed completely
 
     def kth() -> float:
         costs = sorted((r.step_s, r.plan.key()) for r in found.values())
@@ -229,6 +249,8 @@ def solve(
         if capped:  # too wide a window: narrow it and ask again
             hi = (lo if lo is not None else lb0) + max((hi - (lo or lb0)) // 4, 1)
             continue
+        all_listed.extend(keys)
+        listed_hi = hi
         stop = False
         # score the window's keys in the order of the per-key bound (`key_bound`: numpy, about
         # 0.5 ms, far tighter than LB): the k-th best then drops sooner, and every key whose
@@ -308,6 +330,8 @@ def solve(
                "root_bound_s": best_lb,
                "ranked": [(r.step_s, r.plan) for r in ranked[:top_k]],
                **_limit_stats(budget)},
+        context=SearchContext(space=sp, tables=tabs, master=master, listed=all_listed,
+                              listed_hi=listed_hi, found=dict(found)),
     )
 
 

@@ -75,6 +75,25 @@ def test_recommend_reports_the_trade(job: Job) -> None:
     assert top_only.method == "top-k" and top_only.complexity >= rec.complexity
 
 
+@pytest.mark.parametrize("tol", [0.0, 0.02, 0.10])
+def test_phase_two_reusing_the_solve_matches_brute_force(job: Job, tol: float) -> None:
+    """With the solve's SearchContext (its listed keys and scored keys), phase two returns a
+    plan as simple as the brute-force simplest within the tolerance, and the same plan as
+    phase two without it; tolerances below and above the solve's last window (the k-th best)
+    are both covered."""
+    res = api.solve(job, top_k=3, time_limit=10, fix=NARROW)
+    assert res.context is not None and res.context.listed_hi is not None
+    best = res.plans[0].time.step_s
+    alone = simplest_within(job, best * (1 + tol), fix=NARROW, time_limit=20)
+    reused = simplest_within(job, best * (1 + tol), fix=NARROW, time_limit=20,
+                             context=res.context)
+    assert alone is not None and reused is not None
+    assert reused[0].key() == alone[0].key() and reused[1] == pytest.approx(alone[1])
+    brute = api.enumerate_plans(job, top_k=10_000, fix=NARROW)
+    qualifying = [e for e in brute.plans if e.time.step_s <= best * (1 + tol) * (1 + 1e-9)]
+    assert complexity(reused[0]) == min(complexity(e.plan) for e in qualifying)
+
+
 def test_single_changes_are_legal_fitting_and_faster(job: Job) -> None:
     plan = api.as_plan(job, "tp=8,mbs=1,zero=0,recompute=full")
     now = api.evaluate(job, plan).to_json()
