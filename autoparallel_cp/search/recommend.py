@@ -218,7 +218,10 @@ def simplest_within(
     workers_ = workers or 1
 
     def qualify(k: Any) -> tuple[int, float, Plan] | None:
-        res = scored.get(k) or best_for_key(space, k, seed=seed, budget=budget)
+        # a key whose best plan is slower than the limit cannot qualify (its uniform and
+        # whole-stage variants are plans of the same key): the cutoff lets CP-SAT stop there
+        res = scored.get(k) or best_for_key(space, k, seed=seed, tables=space_tables,
+                                            cutoff_s=max_step_s * (1 + 1e-12), budget=budget)
         if res is None:
             return None
         best: tuple[int, float, Plan] | None = None
