@@ -20,6 +20,7 @@ For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chu
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,10 +101,21 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     buf_pp = float(F.buffer_bytes_per_param(job, plan.zero))
     z3 = float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero))
     other = F.other_bytes(job)
+
+    # the factors depend on the node group, layer kind and mode only (see steptime.py)
+    @functools.cache
+    def layer(g: int, mode: str, moe: bool) -> F.LayerFactors:
+        return F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, mode,
+                               moe, opts)
+
+    @functools.cache
+    def edges(g: int) -> F.EdgeFactors:
+        return F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
+
     out: list[StageMemory] = []
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
-        edge = F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
+        edge = edges(g)
         dense_p = 0.0
         exp_p = 0.0
         act = 0.0
@@ -114,10 +126,8 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
             dp_, ep_ = F.layer_param_counts(job, moe, plan.tp, plan.ep)
             dense_p += n * float(dp_)
             exp_p += n * float(ep_)
-            base = F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs,
-                                   _base_mode(plan), moe, opts)
-            full = F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs,
-                                   "full", moe, opts)
+            base = layer(g, _base_mode(plan), moe)
+            full = layer(g, "full", moe)
             act += (n - r) * float(base.act_bytes) + r * float(full.ckpt_bytes)
             work = max(work, float(full.work_bytes if r > 0 else base.work_bytes))
         f = float(F.inflight(pp, plan.vpp, m, j))

@@ -22,6 +22,7 @@ Per stage j (on its node group's GPU), per micro-batch:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from autoparallel_cp.cost import factors as F
@@ -78,21 +79,35 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     groups = stage_groups(job, plan)
     kinds = stage_layer_kinds(job, plan)
     pp = plan.pp
+
+    # the factors depend on the node group, layer kind and mode only, not on the stage:
+    # computed once per combination (a 126-layer pipeline of 16 stages needs 4, not 64)
+    @functools.cache
+    def layer(g: int, mode: str, moe: bool) -> F.LayerFactors:
+        return F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, mode,
+                               moe, opts)
+
+    @functools.cache
+    def edges(g: int) -> F.EdgeFactors:
+        return F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
+
+    @functools.cache
+    def sync(g: int) -> tuple[float, ...]:
+        return tuple(float(x) for x in F.dp_sync_factors(
+            job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero))
+
     out: list[StageTime] = []
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
-        per_dense, per_exp, z3_per, fixed = (float(x) for x in F.dp_sync_factors(
-            job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero))
+        per_dense, per_exp, z3_per, fixed = sync(g)
         comp = tp = cp = ep = z3 = 0.0
         dense_p = exp_p = 0.0
         z3_first = 0.0
         for moe, n, r in ((False, nd, rd), (True, nm, rm)):
             if n == 0:
                 continue
-            base = F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs,
-                                   _base_mode(plan), moe, opts)
-            full = F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs,
-                                   "full", moe, opts)
+            base = layer(g, _base_mode(plan), moe)
+            full = layer(g, "full", moe)
             d_, e_ = F.layer_param_counts(job, moe, plan.tp, plan.ep)
             dense_p += n * float(d_)
             exp_p += n * float(e_)
@@ -111,7 +126,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                        + F.zero3_copy_factor(job, g) * float(d_))
             z3_first = max(z3_first, ag)
         z3 += z3_first
-        edge = F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
+        edge = edges(g)
         if j == 0:
             comp += float(edge.emb_time_s)
             dense_p += float(edge.emb_params)
