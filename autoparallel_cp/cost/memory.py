@@ -21,6 +21,7 @@ For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chu
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +84,25 @@ def stage_layer_kinds(job: Job, plan: Plan) -> list[tuple[int, int, int, int]]:
     return out
 
 
+def plan_factors(job: Job, plan: Plan, opts: F.CostOptions
+                 ) -> tuple[Callable[[int, str, bool], F.LayerFactors],
+                            Callable[[int], F.EdgeFactors]]:
+    """The plan's layer factors by (node group, mode, MoE) and edge factors by node group,
+    each computed once: they do not depend on the stage, so a 126-layer pipeline of 16 stages
+    needs 4 layer evaluations, not 64."""
+
+    @functools.cache
+    def layer(g: int, mode: str, moe: bool) -> F.LayerFactors:
+        return F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, mode,
+                               moe, opts)
+
+    @functools.cache
+    def edges(g: int) -> F.EdgeFactors:
+        return F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
+
+    return layer, edges
+
+
 def _base_mode(plan: Plan) -> str:
     return "selective" if plan.recompute == "selective" else "none"
 
@@ -101,17 +121,7 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     buf_pp = float(F.buffer_bytes_per_param(job, plan.zero))
     z3 = float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero))
     other = F.other_bytes(job)
-
-    # the factors depend on the node group, layer kind and mode only (see steptime.py)
-    @functools.cache
-    def layer(g: int, mode: str, moe: bool) -> F.LayerFactors:
-        return F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, mode,
-                               moe, opts)
-
-    @functools.cache
-    def edges(g: int) -> F.EdgeFactors:
-        return F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
-
+    layer, edges = plan_factors(job, plan, opts)
     out: list[StageMemory] = []
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]

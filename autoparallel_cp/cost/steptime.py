@@ -26,7 +26,12 @@ import functools
 from dataclasses import dataclass
 
 from autoparallel_cp.cost import factors as F
-from autoparallel_cp.cost.memory import _base_mode, stage_groups, stage_layer_kinds
+from autoparallel_cp.cost.memory import (
+    _base_mode,
+    plan_factors,
+    stage_groups,
+    stage_layer_kinds,
+)
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
@@ -80,16 +85,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     kinds = stage_layer_kinds(job, plan)
     pp = plan.pp
 
-    # the factors depend on the node group, layer kind and mode only, not on the stage:
-    # computed once per combination (a 126-layer pipeline of 16 stages needs 4, not 64)
-    @functools.cache
-    def layer(g: int, mode: str, moe: bool) -> F.LayerFactors:
-        return F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, mode,
-                               moe, opts)
-
-    @functools.cache
-    def edges(g: int) -> F.EdgeFactors:
-        return F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
+    layer, edges = plan_factors(job, plan, opts)
 
     @functools.cache
     def sync(g: int) -> tuple[float, ...]:
