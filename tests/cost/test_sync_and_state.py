@@ -1,0 +1,161 @@
+"""Data-parallel synchronisation, optimizer traffic and per-layer parameters, by hand.
+
+Expected values are written out from the rules the modules cite (not from their output):
+- gradient sync (ZeRO §7, Rajbhandari et al. 2019): no ZeRO all-reduces gradients; ZeRO-1/2
+  reduce-scatter gradients and all-gather the updated bf16 weights; ZeRO-3 reduce-scatters
+  gradients and all-gathers the bf16 weights in forward and again in backward. Gradients travel
+  in fp32 (Megatron bf16 forces fp32 all-reduce, arguments.py); dense gradients reduce over the
+  dp·cp group, expert gradients over dp·cp/ep (Megatron expert-data-parallel group);
+- collective times: nccl-tests bus factors and the ring alpha-beta model (see test_comm.py);
+- parameters of one Llama layer from its shapes; Megatron splits the matrices over tp, keeps
+  norms replicated, and splits routed experts over ep (and expert-tp = tp).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoparallel_cp.cost import comm
+from autoparallel_cp.cost.efficiency import hbm_time
+from autoparallel_cp.cost.model_state import layer_param_counts, zero3_buffer_bytes
+from autoparallel_cp.cost.sync import dp_sync_factors, optimizer_factor
+from autoparallel_cp.spec import (
+    RECIPES,
+    ClusterSpec,
+    GPUSpec,
+    Job,
+    LinkSpec,
+    ModelSpec,
+    MoESpec,
+    NodeGroup,
+)
+
+NV_US, NET_US = 3.0, 8.0
+
+
+def _job(nodes: int = 1, moe: bool = False, recipe: str = "megatron-bf16") -> Job:
+    gpu = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989, hbm_gbps=3350)
+    nd = NodeGroup(name="n", gpu=gpu, gpus_per_node=8, num_nodes=nodes,
+                   intra_node=LinkSpec(bandwidth_gbps=450, latency_us=NV_US),
+                   inter_node=LinkSpec(bandwidth_gbps=50, latency_us=NET_US))
+    m = ModelSpec(name="llama8b-like", num_layers=4, hidden_size=4096, ffn_hidden_size=14336,
+                  num_attention_heads=32, num_kv_heads=8, vocab_size=128256,
+                  moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1024,
+                              first_k_dense_layers=1) if moe else None)
+    return Job(model=m, cluster=ClusterSpec(name="c", node_groups=[nd]),
+               recipe=RECIPES[recipe], seq_len=4096, global_batch=64)
+
+
+NV = 450e9 * comm.NVLINK_EFFICIENCY
+NET = 50e9 * comm.NETWORK_EFFICIENCY
+
+
+def _sync(job: Job, tp: int, cp: int, dp: int, ep: int, zero: int) -> list[float]:
+    return [float(np.asarray(x)) for x in dp_sync_factors(job, 0, tp, cp, dp, ep, zero)]
+
+
+def test_dp_sync_within_a_node_by_zero_stage() -> None:
+    """dp=8 on one node (stride tp=1): ring over 8 NVLink ranks; 4-byte gradients, 2-byte
+    weights. Values per parameter; `fixed` is the latency of one synchronisation."""
+    job = _job()
+    per, _, z3, fixed = _sync(job, 1, 1, 8, 1, 0)
+    assert per == pytest.approx(4 * 2 * 7 / 8 / NV, rel=1e-9)  # all-reduce
+    assert fixed == pytest.approx(2 * 7 * NV_US * 1e-6, rel=1e-9)
+    assert z3 == 0.0
+    per, _, z3, fixed = _sync(job, 1, 1, 8, 1, 1)
+    assert per == pytest.approx((4 + 2) * 7 / 8 / NV, rel=1e-9)  # RS grads + AG weights
+    assert fixed == pytest.approx(2 * 7 * NV_US * 1e-6, rel=1e-9)
+    assert _sync(job, 1, 1, 8, 1, 2)[0] == pytest.approx(per, rel=1e-12)
+    per, _, z3, fixed = _sync(job, 1, 1, 8, 1, 3)
+    assert per == pytest.approx(4 * 7 / 8 / NV, rel=1e-9)  # RS grads only
+    assert fixed == pytest.approx(7 * NV_US * 1e-6, rel=1e-9)
+    assert z3 == pytest.approx(2 * 2 * 7 / 8 / NV, rel=1e-9)  # AG in forward and backward
+
+
+def test_dp_sync_counts_cp_ranks_and_crosses_nodes() -> None:
+    """Dense gradients reduce over dp·cp ranks: dp=2, cp=4 is a ring of 8. With tp=8 on 8-GPU
+    nodes, dp=2 is one rank per node: a ring of 2 over the network."""
+    per = _sync(_job(), 1, 4, 2, 1, 0)[0]
+    assert per == pytest.approx(4 * 2 * 7 / 8 / NV, rel=1e-9)
+    per, _, _, fixed = _sync(_job(nodes=2), 8, 1, 2, 1, 0)
+    assert per == pytest.approx(4 * 2 * 1 / 2 / NET, rel=1e-9)
+    assert fixed == pytest.approx(2 * 1 * NET_US * 1e-6, rel=1e-9)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 3])
+def test_expert_gradients_reduce_over_dp_cp_over_ep(zero: int) -> None:
+    """ep=2 of dp=8: expert gradients reduce over 4 ranks (stride tp·ep = 2, all on one node);
+    ep=8 leaves one rank: nothing to reduce."""
+    job = _job(moe=True)
+    ring4 = {0: 4 * 2 * 3 / 4, 1: (4 + 2) * 3 / 4, 3: 4 * 3 / 4}[zero] / NV
+    assert _sync(job, 1, 1, 8, 2, zero)[1] == pytest.approx(ring4, rel=1e-9)
+    assert _sync(job, 1, 1, 8, 8, zero)[1] == 0.0
+
+
+def test_optimizer_traffic_per_parameter() -> None:
+    """Fused Adam with an fp32 master: fp32 master r/w 8, m r/w 8, v r/w 8, fp32 grad read 4 and
+    the bf16 working weight written 2 = 30 B (Megatron distributed optimizer); + 12 B of
+    gradient clipping (norm read 4, scale r/w 8). Without a separate master the bf16 write
+    disappears (28 B). foreach AdamW: 80 B (torch `_multi_tensor_adam`, op by op) + 6 B to
+    refresh the bf16 working copy from the fp32 master (read 4, write 2)."""
+    base = _job(recipe="megatron-bf16")
+    gpu = base.cluster.node_groups[0].gpu
+
+    def with_(**kw: object) -> Job:
+        return base.model_copy(update={"recipe": base.recipe.model_copy(update=kw)})
+
+    def b(x: float) -> float:
+        return float(hbm_time(gpu, x))
+
+    assert optimizer_factor(with_(grad_clip=False), 0) == pytest.approx(b(30), rel=1e-12,
+                                                                         abs=0.0)
+    assert optimizer_factor(with_(grad_clip=True), 0) == pytest.approx(b(42), rel=1e-12,
+                                                                        abs=0.0)
+    assert optimizer_factor(with_(grad_clip=False, master_weight_bytes=0), 0) == \
+        pytest.approx(b(28), rel=1e-12, abs=0.0)
+    assert optimizer_factor(with_(grad_clip=False, optimizer_kernel="foreach"), 0) == \
+        pytest.approx(b(86), rel=1e-12, abs=0.0)
+    assert optimizer_factor(with_(grad_clip=False, optimizer_kernel="foreach",
+                                  master_weight_bytes=0), 0) == \
+        pytest.approx(b(80), rel=1e-12, abs=0.0)
+
+
+# Llama-3-8B-like layer: h 4096, 32 query heads and 8 KV heads of 128, SwiGLU ffn 14336
+H, KV, F = 4096, 8 * 128, 14336
+ATTN = H * H + 2 * H * KV + H * H  # wq, wk, wv, wo
+MLP = 3 * H * F  # w1, w2, w3
+NORMS = 2 * H
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_dense_layer_params_split_over_tp(tp: int) -> None:
+    dense, expert = layer_param_counts(_job(), False, tp, 1)
+    assert float(dense) == (ATTN + MLP) / tp + NORMS
+    assert float(expert) == 0.0
+    assert ATTN + MLP + NORMS == 218_112_000
+
+
+@pytest.mark.parametrize("tp,ep", [(1, 1), (1, 4), (2, 2), (4, 8)])
+def test_moe_layer_params_split_over_tp_and_ep(tp: int, ep: int) -> None:
+    """8 routed experts of SwiGLU ffn 1024 (3·h·1024 each) split over tp·ep; the first layer is
+    dense (first_k_dense_layers=1) and keeps the dense MLP; a MoE layer's dense part is the
+    attention, the norms and the router (h x 8), a matrix counted over tp like the others
+    (Megatron `theoretical_memory_usage.py` divides the layer's matrices by tp; the TopKRouter
+    itself is replicated, a 16k-parameter difference here)."""
+    job = _job(moe=True)
+    dense, expert = layer_param_counts(job, True, tp, ep)
+    assert float(expert) == 8 * 3 * H * 1024 / (tp * ep)
+    assert float(dense) == pytest.approx((ATTN + H * 8) / tp + NORMS, rel=1e-12)
+    d0, e0 = layer_param_counts(job, False, tp, ep)
+    assert float(d0) == (ATTN + MLP) / tp + NORMS and float(e0) == 0.0
+
+
+def test_zero3_gathered_buffers() -> None:
+    """ZeRO-3 holds the unsharded bf16 weights of the resident layers (the one computing and the
+    prefetched next: 2) and one layer's unsharded gradient (4 B in fp32 for megatron-bf16)."""
+    job = _job()
+    per = (ATTN + MLP) / 2 + NORMS  # tp = 2
+    assert float(zero3_buffer_bytes(job, 2, 1, 3)) == pytest.approx(2 * 2 * per + 4 * per,
+                                                                   rel=1e-12)
+    assert float(zero3_buffer_bytes(job, 2, 1, 1)) == 0.0
