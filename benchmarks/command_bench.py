@@ -106,6 +106,23 @@ HEADER = ("| job | whole command s | status | load | tables + master build | mas
           "| report + rest | exit |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
+def _big_cluster() -> str:
+    """A YAML file of the dgx-h100 preset with 8,192 nodes (65,536 GPUs; the preset has 2,048)."""
+    import tempfile
+
+    import yaml
+
+    from autoparallel_cp.spec.loaders import load_cluster
+
+    c = load_cluster("dgx-h100")
+    grp = c.node_groups[0].model_copy(update={"num_nodes": 8192})
+    data = c.model_copy(update={"name": "dgx-h100-65536", "node_groups": [grp]}).model_dump()
+    fd, path = tempfile.mkstemp(suffix=".yaml", prefix="dgx-h100-65536-")
+    with os.fdopen(fd, "w") as fh:
+        yaml.safe_dump(data, fh)
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--top-k", type=int, default=10)
@@ -130,8 +147,9 @@ def main() -> None:
         return
     print("\n### Solve time against GPU count (top-k 10)\n")
     print("| model | GPUs | whole command s | status |\n|---|---|---|---|")
-    for model, cluster, seq, batch in (("llama3-8b", "dgx-h100", 8192, 4096),
-                                       ("mixtral-8x7b", "dgx-h100", 4096, 4096)):
+    big = _big_cluster()
+    for model, cluster, seq, batch in (("llama3-8b", big, 8192, 4096),
+                                       ("mixtral-8x7b", big, 4096, 4096)):
         for gpus in (8, 64, 512, 4096, 16384, 65536):
             wall, p, code = run(["-m", model, "-c", cluster, "--gpus", str(gpus), "--seq-len",
                                  str(seq), "--global-batch", str(batch), "--top-k", "10"])
