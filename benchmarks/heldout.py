@@ -165,6 +165,13 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         recipe = RECIPES["megatron-fp8" if fp8 else "megatron-bf16"]
         knobs: tuple[str, ...] = ()
         nemo = r["framework"] == "nemo"
+        if "flash attention 2" in extra and any(k in r["gpu"].lower() for k in ("h100", "h800")):
+            # the source names FlashAttention-2 (`--use-flash-attn`), not cuDNN's fused
+            # attention: on Hopper that is the FA2 curve (efficiency.ATTN_KERNELS); on Ampere
+            # FA2 is what the default curve already describes
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"attention_kernel": "fa2"})})
+            assumed.append("FlashAttention-2 on Hopper (source's flag)")
         if nemo and tp > 1:
             # NeMo's performance recipes enable TP communication overlap (userbuffers) with
             # TP > 1 (nemo/collections/llm/recipes/tp_overlap_configs); not in each table.
