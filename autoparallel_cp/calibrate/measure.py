@@ -255,6 +255,9 @@ def _worker(rank: int, world: int, per_node: int, s: Settings, out: str, port: i
             with open(tmp, "w", encoding="utf-8", newline="") as fh:
                 fh.write(to_csv(rows))
             os.replace(tmp, out)
+        # every rank leaves together: a rank tearing gloo down while a peer still has work
+        # in flight on the group aborts ("terminate called without an active exception")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -269,4 +272,7 @@ def run(s: Settings, out: str, world_size: int | None = None, port: int = 29517)
         _worker(int(os.environ["RANK"]), world, per_node, s, out, port)
         return
     world = world_size or 1
+    # the spawned ranks meet on this port, whatever an earlier run left in the environment
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
     mp.spawn(_worker, args=(world, world, s, out, port), nprocs=world, join=True)
