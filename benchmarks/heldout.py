@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuned import flag, knob
+from validate import H100_96_500W, NDR_IB, NVLINK4
 
 from autoparallel_cp.cost.factors import CostOptions, recipe_options
 from autoparallel_cp.spec import (
     RECIPES,
     ClusterSpec,
-    GPUSpec,
     Job,
     LinkSpec,
     ModelSpec,
@@ -38,12 +38,6 @@ DATA = Path(__file__).resolve().parent / "data"
 #: (NVIDIA A800 datasheet); compute and HBM as the A100 80GB.
 A800_NVLINK = LinkSpec(bandwidth_gbps=200.0, latency_us=3.0,
                        source="A800 datasheet: NVLink 400 GB/s (200 per direction)")
-#: torchtitan's Grand Teton H100 96 GB HBM2e at a 500 W cap (same part as validate.H100_96_500W).
-H100_96 = GPUSpec(name="H100-96GB-HBM2e-500W", memory_gib=95.0, bf16_tflops=835.0,
-                  fp8_tflops=1670.0, hbm_gbps=2410.0,
-                  source="assumed: 500 W cap ~ H100 NVL clocks; HBM2e 2.41 TB/s")
-NDR = LinkSpec(bandwidth_gbps=50.0, latency_us=8.0, source="400 Gb/s RDMA per GPU")
-NVLINK4 = LinkSpec(bandwidth_gbps=450.0, latency_us=3.0, source="NVLink4 450 GB/s/dir")
 
 
 @dataclass
@@ -85,8 +79,8 @@ def _node_group(gpu_text: str, n: int) -> tuple[NodeGroup, str] | None:
     elif "h800" in g:
         preset = "dgx-h800"
     elif "h100" in g and "96gb" in g:
-        grp = NodeGroup(name="gt", gpu=H100_96, gpus_per_node=8, num_nodes=max(n // 8, 1),
-                        intra_node=NVLINK4, inter_node=NDR)
+        grp = NodeGroup(name="gt", gpu=H100_96_500W, gpus_per_node=8, num_nodes=max(n // 8, 1),
+                        intra_node=NVLINK4, inter_node=NDR_IB)
         return grp, "H100-96GB"
     elif "h100" in g:
         preset = "dgx-h100"
