@@ -166,6 +166,12 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
                 update={"attention_kernel": "fa2"})})
             assumed.append("FlashAttention-2 on Hopper (source's flag)")
+        if r["source_id"] == "mbridge-perf":
+            # Megatron-Bridge benchmark recipes reduce and keep gradients in bf16
+            # (perf_recipes/_common.py `_benchmark_common` / `_perf_precision` @067f987:
+            # `grad_reduce_in_fp32 = False`, so Megatron's DDP grad buffer takes the param dtype)
+            recipe = recipe.model_copy(update={"grad_bytes": 2, "grad_reduce_bytes": 2})
+            assumed.append("bf16 grads (Megatron-Bridge benchmark default)")
         if nemo and tp > 1:
             # NeMo's performance recipes enable TP communication overlap (userbuffers) with
             # TP > 1 (nemo/collections/llm/recipes/tp_overlap_configs); not in each table.
@@ -209,6 +215,33 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
                                          "compute_dtype": "fp8" if fp8 else "bf16"})
         assumed.append("MaxText: fused XLA, cuDNN attention, fused Adam")
         return recipe, "0", ()
+    return None
+
+
+#: Megatron-Bridge performance recipes (src/megatron/bridge/perf_recipes/<model>/<gpu>/*.py at
+#: 067f987df, the commit of the performance-summary archive the mbridge-perf rows cite):
+#: `recompute_modules` with `recompute_granularity = "selective"` (deepseek/common.py
+#: `_deepseek_v3_common`; gpt_oss/<gpu>/gpt_oss.py). Keyed by (model prefix, GPU prefix,
+#: pipeline size) where the recipes of one model differ by layout; the Qwen3 and Llama
+#: recipes set no recompute. Rows of older containers take the recipe of the same layout.
+BRIDGE_RECOMPUTE_MODULES: dict[tuple[str, str, int | None], tuple[str, ...]] = {
+    ("gpt oss", "", None): ("layernorm", "moe_act"),
+    ("deepseekv3", "b200", 16): ("mla_up_proj",),  # 256gpu_b200_{bf16,fp8cs}: pp 16, ep 8
+    ("deepseekv3", "b200", 8): ("mla_up_proj", "mlp"),  # 256gpu_b200_fp8mx: pp 8, vpp 2
+    ("deepseekv3", "h100", None): ("mla_up_proj", "mlp"),  # 1024gpu_h100_*: pp 8, vpp 4
+}
+
+
+def _bridge_recompute_modules(r: dict[str, str]) -> tuple[str, ...] | None:
+    """The recompute modules the Megatron-Bridge perf recipe of this row's model sets."""
+    if r["source_id"] != "mbridge-perf":
+        return None
+    model = r["model"].lower().replace("_", " ")
+    gpu = r["gpu"].lower()
+    pp = _int(r["pp"])
+    for (m, g, p), mods in BRIDGE_RECOMPUTE_MODULES.items():
+        if model.startswith(m) and g in gpu and p in (None, pp):
+            return mods
     return None
 
 
@@ -305,6 +338,14 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             skip("fp8 on a GPU without fp8", family)
             continue
         recompute = _recompute(r["recompute"])
+        modules = _bridge_recompute_modules(r) if family == "megatron-core" else None
+        if recompute is None and modules is not None:
+            # the Megatron-Bridge performance recipe of this model and GPU states them
+            recompute = "selective"
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"recompute_modules": modules})})
+            assumed.append("selective recompute of " + "/".join(modules)
+                           + " (Megatron-Bridge perf recipe @067f987)")
         if recompute is None and family == "maxtext":
             # MaxText's configs/base.yml default `remat_policy: 'full'`
             recompute = "full"

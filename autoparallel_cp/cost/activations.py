@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,6 +41,20 @@ class ActBreakdown:
     core: FloatArray  # attention core intermediates dropped by selective recompute (s² terms)
     ckpt: FloatArray  # layer input kept under full recompute
     largest: FloatArray  # largest single saved tensor (sets the backward working set)
+    #: bytes per token each of the recipe's selective `recompute_modules` drops (the
+    #: "attention" policy; "core_attn" drops `core`), without double counting ("moe" covers
+    #: "moe_act" and "shared_experts")
+    dropped: dict[str, FloatArray] = field(default_factory=dict)
+
+    @property
+    def selective(self) -> FloatArray:
+        """Bytes per token saved under `recompute=selective` (kept + core - dropped)."""
+        return self.kept + self.core - sum(self.dropped.values(), np.zeros_like(self.kept))
+
+    @property
+    def selective_work(self) -> FloatArray:
+        """Largest module the selective replay rebuilds at once (backward working set)."""
+        return np.maximum.reduce([np.zeros_like(self.kept), *self.dropped.values()])
 
 
 def layer_activation_per_token(
@@ -100,6 +114,10 @@ def layer_activation_per_token(
     largest = np.zeros(shape)
     # --- attention block ---
     kept = kept + (res * h + lin * h) * rep  # norm-1 input, QKV-projection input
+    # the norms' outputs are what the next linear saves only where it keeps bf16 inputs (TE
+    # fp8 linears keep their own fp8 copy, and the bf16 norm output is not saved at all)
+    norm_outs = 2 * lin * h * rep if lin == ab else np.zeros(shape)
+    mla_qkv = np.zeros(shape)
     if model.mla is not None:
         m = model.mla
         lat = m.kv_lora_rank + (m.q_lora_rank or 0)
@@ -107,6 +125,7 @@ def layer_activation_per_token(
         q_bytes = ab * a * dqk / tp_
         k_bytes = ab * a * dqk / tp_
         v_bytes = ab * a * dv / tp_
+        mla_qkv = (q_bytes + k_bytes + v_bytes) * one
     else:
         kv = a if (options.gqa_repeat_kv and recipe.flash_attention) else model.kv_heads
         q_bytes = ab * a * dqk / tp_
@@ -140,24 +159,39 @@ def layer_activation_per_token(
             big = ab * ffn
         return per / tp_ * one, big / tp_ * one
 
+    mods = set(options.recompute_modules) if options.selective_policy == "attention" else set()
+    dropped: dict[str, FloatArray] = {}
     if moe and model.moe is not None:
         mo = model.moe
         e = mo.num_experts
         k = mo.top_k
-        kept = kept + 2 * 4.0 * e * rep  # router logits + probabilities (fp32)
-        kept = kept + lin * h * k * one  # dispatched tokens (expert fc1 input), gathered over tp
+        block = 2 * 4.0 * e * rep  # router logits + probabilities (fp32)
+        block = block + lin * h * k * one  # dispatched tokens (expert fc1 input), over tp
         ex, big = mlp_bytes(mo.expert_ffn_hidden_size)
-        kept = kept + k * ex
-        kept = kept + ab * h * k * rep  # expert outputs kept for the weighted combine
+        block = block + k * ex
+        block = block + ab * h * k * rep  # expert outputs kept for the weighted combine
         largest = np.maximum(largest, k * big)
+        sh = np.zeros(shape)
         if mo.num_shared_experts:
             sh, big2 = mlp_bytes(mo.num_shared_experts * mo.shared_ffn)
-            kept = kept + sh
+            block = block + sh
             largest = np.maximum(largest, big2)
+        kept = kept + block
+        if "moe" in mods:
+            dropped["moe"] = block  # the whole block is checkpointed at its input
+        else:
+            if "moe_act" in mods:
+                # the activation output each routed copy's fc2 saved (+ unfused silu output)
+                dropped["moe_act"] = k * (lin + (0.0 if fused or not swiglu else ab)) \
+                    * mo.expert_ffn_hidden_size / tp_ * one
+            if "shared_experts" in mods and mo.num_shared_experts:
+                dropped["shared_experts"] = sh
     else:
         mb, big = mlp_bytes(model.ffn_hidden_size)
         kept = kept + mb
         largest = np.maximum(largest, big)
+        if "mlp" in mods:
+            dropped["mlp"] = mb  # checkpointed at its input (the norm-2 output, kept)
     kept = kept + drop * h * rep  # MLP-output dropout mask
     if not fused and options.eager_ops == "llama-upcast" and model.norm == "rmsnorm":
         # eager fp32-upcast RMSNorm saves its fp32 input for `pow` (4 B) on top of the two
@@ -168,7 +202,15 @@ def layer_activation_per_token(
     del cp_, ep_
     ckpt = res * h * rep  # layer input (sequence-sharded under SP)
     largest = np.maximum(largest, core)
-    return ActBreakdown(kept=kept, core=core, ckpt=ckpt, largest=largest)
+    if "core_attn" in mods:
+        dropped["core_attn"] = core
+    if "layernorm" in mods:
+        dropped["layernorm"] = norm_outs
+    if "mla_up_proj" in mods and model.mla is not None:
+        dropped["mla_up_proj"] = mla_qkv
+    if options.selective_policy != "attention":
+        dropped = {"core_attn": core}  # op-level SAC is priced by _op_sac_per_token
+    return ActBreakdown(kept=kept, core=core, ckpt=ckpt, largest=largest, dropped=dropped)
 
 
 def korthikanti_gpt_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,

@@ -9,6 +9,7 @@ import numpy as np
 
 from autoparallel_cp.cost import comm
 from autoparallel_cp.cost.activations import (
+    ActBreakdown,
     _op_sac_per_token,
     _op_sac_recompute_s,
     layer_activation_per_token,
@@ -37,7 +38,7 @@ from autoparallel_cp.cost.constants import (
 )
 from autoparallel_cp.cost.efficiency import flash_attention_time, gemm_time, hbm_time
 from autoparallel_cp.cost.flops import attention_core_flops, attention_dims, layer_gemms
-from autoparallel_cp.spec import Job
+from autoparallel_cp.spec import GPUSpec, Job
 
 # ---------------------------------------------------------------------------------------------
 # Per-layer factors
@@ -126,6 +127,54 @@ def overlap_exposed(comm: ArrayLike, compute: ArrayLike) -> FloatArray:
     return np.maximum(c - _f(compute), COMM_SM_SHARE * c)
 
 
+def _selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
+                        tokens: FloatArray, tp: FloatArray, sp: FloatArray, att_f: FloatArray,
+                        fwd: dict[str, FloatArray]) -> FloatArray:
+    """Forward time the selective modules (`br.dropped`) replay in backward, per micro-batch.
+
+    core_attn: the attention core (Korthikanti §5); layernorm: both norms (read the input,
+    write the output); moe_act: the routed copies' activation (SwiGLU reads 2·ffn and writes
+    ffn per copy, GELU one each); mla_up_proj: the q / kv up-projection GEMMs; mlp, moe,
+    shared_experts: their forward GEMMs and activation (moe: the router too; its all-to-alls
+    are added by the caller). Megatron-Core transformer_config.py `recompute_modules`.
+    """
+    model = job.model
+    ab = float(job.recipe.activation_bytes)
+    res = 4.0 if _fp32_residual(job.recipe) else ab
+    h = model.hidden_size
+    rep = np.where(sp > 0, 1.0 / tp, 1.0)
+    act_rw = 3.0 if model.mlp == "swiglu" else 2.0
+    t = np.zeros_like(tokens)
+
+    def gemms(*names: str) -> FloatArray:
+        return sum((fwd[n] for n in names if n in fwd), np.zeros_like(tokens))
+
+    d = br.dropped
+    if "core_attn" in d:
+        t = t + att_f
+    if "layernorm" in d:
+        t = t + hbm_time(gpu, 2 * (res + ab) * h * rep * tokens)
+    if "mla_up_proj" in d:
+        t = t + gemms("q_up", "kv_up")
+    if "mlp" in d:
+        t = t + gemms("mlp_fc1", "mlp_fc2") \
+            + hbm_time(gpu, act_rw * ab * model.ffn_hidden_size / tp * tokens)
+    if moe and model.moe is not None:
+        mo = model.moe
+        routed_act = hbm_time(gpu, mo.top_k * act_rw * ab * mo.expert_ffn_hidden_size / tp
+                              * tokens)
+        shared_act = hbm_time(gpu, act_rw * ab * mo.num_shared_experts * mo.shared_ffn / tp
+                              * tokens)
+        if "moe" in d:
+            t = t + gemms("router", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2") \
+                + routed_act + shared_act
+        if "moe_act" in d:
+            t = t + routed_act
+        if "shared_experts" in d:
+            t = t + gemms("shared_fc1", "shared_fc2") + shared_act
+    return t
+
+
 def layer_factors(
     job: Job, g: int, tp: ArrayLike, cp: ArrayLike, ep: ArrayLike, sp: ArrayLike,
     mbs: ArrayLike, mode: ArrayLike | str, moe: bool = False,
@@ -161,22 +210,25 @@ def layer_factors(
     # ---- activations ----
     br = layer_activation_per_token(job, moe, tp_, cp_, ep_, sp_, opts)
     act_none = (br.kept + br.core) * tokens
-    act_sel = br.kept * tokens
+    act_sel = br.selective * tokens
     if opts.selective_policy == "op":
         act_sel = _op_sac_per_token(job, moe, tp_, sp_, br) * tokens
     ckpt = br.ckpt * tokens
     act = np.select([md == 0, md == 1], [act_none, act_sel], ckpt)
     grad_ws = 2.0 * br.largest * tokens
-    work = np.where(md == 2, act_none + grad_ws, np.where(md == 1, br.core * tokens, 0.0) + grad_ws)
+    work = np.where(md == 2, act_none + grad_ws,
+                    np.where(md == 1, br.selective_work * tokens, 0.0) + grad_ws)
     ckpt_bytes = ckpt
 
     # ---- compute ----
     gemm_f = np.zeros_like(tokens)
     gemm_b = np.zeros_like(tokens)
+    fwd_by_name: dict[str, FloatArray] = {}
     for gm in layer_gemms(model, moe, tokens, tp_, ep_):
         f = gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, dtype)
         dg = gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, dtype)
         wg = gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, dtype)
+        fwd_by_name[gm.name] = f
         gemm_f = gemm_f + f
         gemm_b = gemm_b + dg + wg
     a, dqk, dv = attention_dims(model)
@@ -205,7 +257,9 @@ def layer_factors(
         sac = _op_sac_recompute_s(job, moe, gpu, tokens, tp_, gemm_f)
         compute = compute + np.where(md == 1, sac + ew_f, 0.0)
     else:
-        compute = compute + np.where(md == 1, att_f, 0.0)  # attention core replayed
+        # the recipe's selective modules replayed in backward (Megatron --recompute-modules)
+        replay = _selective_replay_s(job, moe, br, gpu, tokens, tp_, sp_, att_f, fwd_by_name)
+        compute = compute + np.where(md == 1, replay, 0.0)
     rc_compute = fwd_compute
     if not _fused(recipe, opts):
         # eager PyTorch: the host issues kernels no faster than EAGER_HOST_S_* allows; host and
@@ -260,6 +314,9 @@ def layer_factors(
     else:
         ep_f = np.zeros_like(tokens)
     ep_total = 2 * ep_f
+    if "moe" in br.dropped:
+        # the checkpointed MoE block replays its dispatch and combine in backward
+        ep_total = ep_total + np.where(md == 1, ep_f, 0.0)
 
     # calibrated fixed host / launch time of a micro-batch, each layer's share
     # (spec/calibration.py `per_microbatch_s`)

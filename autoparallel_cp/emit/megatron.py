@@ -86,6 +86,9 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     ]
     if plan.recompute == "selective":
         a += ["--recompute-granularity", "selective"]
+        modules = list(job.recipe.behaviour.recompute_modules)
+        if modules != ["core_attn"]:  # Megatron's default (transformer_config.py)
+            a += ["--recompute-modules", *modules]
     elif plan.recompute == "full":
         layers_max = max(plan.layers_per_stage(m.num_layers))
         k = plan.recompute_layers
@@ -211,12 +214,11 @@ def megatron_text(job: Job, plan: Plan, args: list[str], notes: list[str]) -> st
     lines.append("MEGATRON_ARGS=(")
     i = 0
     while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            lines.append(f"    {args[i]} {shlex.quote(args[i + 1])}")
-            i += 2
-        else:
-            lines.append(f"    {args[i]}")
-            i += 1
+        j = i + 1
+        while j < len(args) and not args[j].startswith("--"):
+            j += 1  # a flag with its values (several for list flags like --recompute-modules)
+        lines.append("    " + " ".join([args[i], *map(shlex.quote, args[i + 1:j])]))
+        i = j
     lines.append(")")
     lines.append(
         f"# torchrun --nnodes {nodes} --nproc-per-node {g0.gpus_per_node} "

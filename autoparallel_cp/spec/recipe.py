@@ -13,6 +13,11 @@ Bytes0 = Annotated[int, Bounded(0, MAX_BYTES, "4x Adam's m and v in fp64")]
 Fraction = Annotated[float, Bounded(0.0, 1.0, "a fraction", low_open=False)]
 
 
+#: Megatron-Core `--recompute-modules` choices the cost model prices (transformer_config.py).
+RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe",
+                          "shared_experts"]
+
+
 class FrameworkBehaviour(Strict):
     """How the training framework runs a layer, where frameworks differ (not a plan axis).
 
@@ -54,6 +59,14 @@ class FrameworkBehaviour(Strict):
       torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py); FSDP1 gathers straight into
       its flat parameter and hands out views (torch/distributed/fsdp/_flat_param.py), so no
       copy: False. PyTorch recipes only (Megatron's buffers are views).
+    - ``recompute_modules``: what `recompute=selective` replays under the "attention" policy:
+      Megatron-Core's `--recompute-modules` (megatron/core/transformer/transformer_config.py
+      `recompute_modules`, default ["core_attn"]): "core_attn" (the attention core),
+      "layernorm" (both norms' outputs, output-discarding), "moe_act" (the routed experts'
+      activation output, output-discarding), "mla_up_proj" (MLA up-projections and RoPE,
+      output-discarding), "mlp" (the dense MLP), "moe" (the whole MoE block, dispatch and
+      combine included), "shared_experts". Megatron-Bridge's performance recipes set it per
+      model (e.g. GPT-OSS ["layernorm", "moe_act"], DeepSeek-V3 ["mla_up_proj", "mlp"]).
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -67,6 +80,7 @@ class FrameworkBehaviour(Strict):
     eager_ops: Literal["generic", "llama-upcast"] = "generic"
     cp_ring: Literal["p2p", "torch-allgather"] = "p2p"
     fsdp_copy_out: bool = True
+    recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
 
 
 class TrainingRecipe(Strict):

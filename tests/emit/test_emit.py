@@ -41,6 +41,21 @@ def test_megatron_parallel_and_batch_args(job: Job) -> None:
     assert notes == []
 
 
+def test_megatron_selective_recompute_modules(job: Job) -> None:
+    """A recipe's `recompute_modules` become `--recompute-modules` (space-separated list, as
+    Megatron-LM's docs write it: `--recompute-modules layernorm moe_act`); the default
+    ["core_attn"] is Megatron's own default and is not repeated."""
+    plan = parse_plan("tp=4,pp=2,mbs=1,recompute=selective", job)
+    args, _ = megatron_args(job, plan)
+    assert "--recompute-modules" not in args
+    rec = job.recipe.model_copy(update={"behaviour": job.recipe.behaviour.model_copy(
+        update={"recompute_modules": ("layernorm", "mlp")})})
+    args, _ = megatron_args(job.model_copy(update={"recipe": rec}), plan)
+    i = args.index("--recompute-modules")
+    assert args[i + 1:i + 3] == ["layernorm", "mlp"]
+    assert args[i + 3].startswith("--")
+
+
 def test_megatron_full_and_partial_recompute(job: Job) -> None:
     full = parse_plan("tp=8,pp=4,mbs=1,recompute=full", job)
     args, _ = megatron_args(job, full)
