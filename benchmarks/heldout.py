@@ -166,6 +166,15 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
                 update={"attention_kernel": "fa2"})})
             assumed.append("FlashAttention-2 on Hopper (source's flag)")
+        if not nemo and "overlap-grad-reduce" not in extra:
+            # Megatron-LM runs gradient reduction after the backward unless
+            # `--overlap-grad-reduce` is given (default False, megatron/training/arguments.py;
+            # the flag arrived in 2d5220a, 2023-08-16, after MegaScale's 285068c8 baseline).
+            # NeMo's recipes turn it on; a plain Megatron-LM row that does not state it runs
+            # the framework default.
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"dp_overlap": False})})
+            assumed.append("DP reduction not overlapped (Megatron-LM default)")
         if r["source_id"] == "mbridge-perf":
             # Megatron-Bridge benchmark recipes reduce and keep gradients in bf16
             # (perf_recipes/_common.py `_benchmark_common` / `_perf_precision` @067f987:
