@@ -8,9 +8,10 @@ pipeline_parallel_layer_layout.py, core/pipeline_parallel/schedules.py:
   and the loss count as one layer slot each (`--account-for-embedding-in-pipeline-split`,
   `--account-for-loss-in-pipeline-split`): the layers + 2 slots are spread over the pp*vpp
   model chunks, the earlier chunks (in layer order) taking the remainder, and the first chunk
-  gives its slot to the embedding, the last to the loss (`default_split`). Where
-  (layers + 2) or (layers + 1) divide by pp*vpp this is exactly those flags; otherwise it is
-  the same slot balance written as `--pipeline-model-parallel-layout`.
+  gives its slot to the embedding, the last to the loss; `default_split` keeps each stage's
+  total, whose chunks then follow `stage_chunks` below. Where (layers + 2) or (layers + 1)
+  divide by pp*vpp this is exactly those flags (the two rules give the same chunks there);
+  otherwise it is the same slot balance written as `--pipeline-model-parallel-layout`.
 - the vpp chunks of a stage (`stage_chunks`): a stage whose layer count divides by vpp splits
   evenly (Megatron's --decoder-first/last-pipeline-num-layers give every chunk of the stage
   the same count); any other stage fills its slots in chunk order, the first stage's embedding
