@@ -26,6 +26,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -44,6 +45,9 @@ MAX_RETRIES = 3
 RETRY_EXCEPTIONS: tuple[type[BaseException], ...] = (MemoryError,)
 #: Seconds between two looks for a Ctrl-C while the driver waits for Ray tasks.
 POLL_S = 0.2
+#: Seconds to wait for a `host:port` cluster address to accept a connection: `ray.init` itself
+#: retries an address nothing listens on without end (Ray 2.60), deaf to SIGTERM.
+CONNECT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,19 @@ def _ray_call(fn: Callable[..., Any], a: tuple[Any, ...], version: str) -> Any:
     return fn(*a)
 
 
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse (exit 2) a `[ray://]host:port` address where nothing accepts a connection; other
+    forms (`auto`, ...) are left to `ray.init`."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, OverflowError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UserError(f"--address {address}: no Ray cluster answers there ({why})") from None
+
+
 def _connect(ray: Any, address: str | None, cpus: int) -> bool:
     """Join a cluster or start a local runtime; True when the caller must `ray.shutdown()`.
 
@@ -148,6 +165,8 @@ def _connect(ray: Any, address: str | None, cpus: int) -> bool:
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
+    if address is not None:
+        check_reachable(address)
     try:
         if address is None:
             ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)

@@ -113,6 +113,25 @@ def test_backend_ray_without_ray_is_exit_2_naming_the_extra(
     assert res.exit_code == 0, res.output
 
 
+def test_an_address_nothing_listens_on_is_refused_at_once() -> None:
+    """`ray.init` would retry such an address without end; a listening one and `auto` pass."""
+    import socket
+
+    from autoparallel_cp.errors import UserError
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        sweep_backends.check_reachable(f"127.0.0.1:{port}")
+        sweep_backends.check_reachable(f"ray://127.0.0.1:{port}")
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match=f"--address 127.0.0.1:{port}: no Ray cluster answers"):
+        sweep_backends.check_reachable(f"127.0.0.1:{port}")
+    assert time.monotonic() - t0 < 5
+    sweep_backends.check_reachable("auto")
+
+
 def test_address_needs_the_ray_backend() -> None:
     res = CliRunner().invoke(main, CLI_SWEEP + ["--address", "auto"])
     assert res.exit_code == 2 and "--address: only with --backend ray" in res.stderr
