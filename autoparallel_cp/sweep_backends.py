@@ -192,7 +192,8 @@ def _outcome(ray: Any, ref: Any, max_retries: int) -> Any:
         return TaskFailure(_describe(exc.cause if exc.cause is not None else exc))
     except ray.exceptions.RayError as exc:  # worker or node lost, after max_retries re-runs
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return TaskFailure(f"{type(exc).__name__}: {first} (after {max_retries} retries)")
+        retries = f"{max_retries} retr{'y' if max_retries == 1 else 'ies'}"
+        return TaskFailure(f"{type(exc).__name__}: {first} (after {retries})")
 
 
 def _run_ray(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *, jobs: int | None,
@@ -201,8 +202,6 @@ def _run_ray(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *, jobs: i
     n = len(args)
     local = address is None and not os.environ.get("RAY_ADDRESS")
     owned = _connect(ray, address, min(jobs or os.cpu_count() or 1, n))
-    task = ray.remote(_ray_call).options(num_cpus=1, max_retries=max_retries,
-                                         retry_exceptions=list(RETRY_EXCEPTIONS))
     # a runtime of `jobs` CPUs runs `jobs` tasks at once by itself; on a cluster, cap the tasks
     # in flight only when asked (--jobs)
     cap = n if (local or jobs is None) else jobs
@@ -212,6 +211,8 @@ def _run_ray(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *, jobs: i
     todo = iter(enumerate(args))
     done = 0
     try:
+        task = ray.remote(_ray_call).options(num_cpus=1, max_retries=max_retries,
+                                             retry_exceptions=list(RETRY_EXCEPTIONS))
         for i, a in todo:
             ref = task.remote(fn, a, __version__)
             index[ref] = i

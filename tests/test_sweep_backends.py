@@ -204,7 +204,7 @@ def test_ray_retries_a_lost_worker_then_reports_it(ray_runtime: Any, tmp_path: P
                                    max_retries=1)
     assert out[0] == 2  # crashed on attempt 1, retried, returned on attempt 2
     assert isinstance(out[1], TaskFailure)
-    assert out[1].message.startswith("WorkerCrashedError") and "after 1 retries" in out[1].message
+    assert out[1].message.startswith("WorkerCrashedError") and "(after 1 retry)" in out[1].message
     assert Path(always).read_text() == "xx"  # the first run and its one retry
 
 
