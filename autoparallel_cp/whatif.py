@@ -1,8 +1,9 @@
 """What-if planning: solve a grid of jobs (GPU count, GPU type, network, sequence, batch).
 
-Each point is an independent CP-SAT solve, run in parallel processes. With `tokens`, a point
-also gets the days to train that many tokens and, when every node group of its cluster has a
-`price_per_gpu_hour`, the cost in USD.
+Each point is an independent CP-SAT solve, run in parallel processes or as Ray tasks
+(`sweep_backends`). With `tokens`, a point also gets the days to train that many tokens and, when
+every node group of its cluster has a `price_per_gpu_hour`, the cost in USD. A point whose solve
+crashed, or whose worker was lost after the retries, is a row with status `failed`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import csv
 import io
 import itertools
 import json
-import multiprocessing
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.table import Table
 
-from autoparallel_cp import api, report
+from autoparallel_cp import api, report, sweep_backends
 from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.spec import Job
 
@@ -110,29 +110,33 @@ def _solve_point(job: Job, fix: str | None, objective: str, time_limit: float,
 
 def run_sweep(points: Sequence[Point], *, fix: str | None = None, objective: str = "throughput",
               time_limit: float = 10.0, jobs: int | None = None,
-              tokens: float | None = None) -> list[dict[str, Any]]:
-    """Solve every point (in `jobs` parallel processes) and return one row per point."""
-    cpus = os.cpu_count() or 1
-    jobs = max(1, min(jobs or cpus, len(points)))
+              tokens: float | None = None, backend: str = "local", address: str | None = None,
+              on_done: sweep_backends.OnDone | None = None) -> list[dict[str, Any]]:
+    """Solve every point (`jobs` at once, on `backend`: `sweep_backends.run_tasks`) and return
+    one row per point, in the order of `points`."""
     # one CP-SAT worker per point: the deterministic budget then gives the same answer however
-    # many points run at once and however loaded the machine is (search/limits.py)
+    # many points run at once, on whichever machine, however loaded (search/limits.py)
     args = [(p.job, fix, objective, time_limit, 1) for p in points]
-    if jobs == 1:
-        outs = [_solve_point(*a) for a in args]
-    else:
-        # multiprocessing.Pool, not ProcessPoolExecutor: on Ctrl-C `terminate` stops the point
-        # processes at once (the executor's shutdown waits for the running points)
-        pool = multiprocessing.get_context("fork").Pool(jobs)
-        try:
-            outs = pool.starmap(_solve_point, args, chunksize=1)
-        except BaseException:
-            pool.terminate()
-            raise
-        else:
-            pool.close()
-        finally:
-            pool.join()
-    return [_row(p, o, tokens) for p, o in zip(points, outs, strict=True)]
+    outs = sweep_backends.run_tasks(_solve_point, args, backend=backend, jobs=jobs,
+                                    address=address, on_done=on_done)
+    return [_row(p, _failed(o) if isinstance(o, sweep_backends.TaskFailure) else o, tokens)
+            for p, o in zip(points, outs, strict=True)]
+
+
+def _failed(failure: sweep_backends.TaskFailure) -> dict[str, Any]:
+    return {"status": "failed", "explanation": f"the point's solve failed: {failure.message}"}
+
+
+def failed_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows whose solve crashed or was lost (not infeasible, not a time-out)."""
+    return [r for r in rows if r["status"] == "failed"]
+
+
+def point_label(row: dict[str, Any]) -> str:
+    """`cluster, N GPUs, seq S, batch B` (and the swept bandwidth) of a row."""
+    bw = "" if row["inter_node_gbps"] is None else f", net {row['inter_node_gbps']} GB/s"
+    return (f"{row['cluster']}, {row['gpus']} GPUs{bw}, seq {row['seq_len']}, "
+            f"batch {row['global_batch']}")
 
 
 def _row(point: Point, out: dict[str, Any], tokens: float | None) -> dict[str, Any]:
@@ -228,10 +232,9 @@ def summary_lines(rows: Sequence[dict[str, Any]], *, tokens: float | None = None
     if tokens and any(r["usd_per_hour"] is None for r in rows):
         out.append("cost: add price_per_gpu_hour to the cluster file's node groups")
     for r in rows:
-        if r["status"] in ("infeasible", "error", "timeout"):
+        if r["status"] in ("infeasible", "error", "timeout", "failed"):
             first = (r["explanation"] or "").splitlines()[0] if r["explanation"] else ""
-            out.append(f"{r['status']}: {r['cluster']}, {r['gpus']} GPUs, seq {r['seq_len']}, "
-                       f"batch {r['global_batch']}: {first}")
+            out.append(f"{r['status']}: {point_label(r)}: {first}")
     return out
 
 

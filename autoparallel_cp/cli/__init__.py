@@ -2,8 +2,10 @@
 
 Exit codes: 0 success; 1 no feasible plan, proven (explanation on stderr); 2 bad input (one line
 naming the file / field on stderr); 3 no plan within the time limit, not proven infeasible (JSON
-status `timeout`); 130 interrupted (outputs untouched). A user's mistake never shows a Python
-traceback. See docs/user-guide.md, "Exit codes, statuses and errors".
+status `timeout`); 4 (`whatif` only) a point's solve crashed or its worker was lost after the
+retries (row status `failed`, all rows written); 130 interrupted (outputs untouched). A user's
+mistake never shows a Python traceback. See docs/user-guide.md, "Exit codes, statuses and
+errors".
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ DEFAULT_TOLERANCE = 0.03
 
 #: INTERFACE.md exit codes.
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: `whatif` only: a point's solve crashed or its worker was lost (after the retries); every row,
+#: the failed ones included (status `failed`), is written.
+EXIT_POINT_FAILED = 4
 
 
 def say(message: str) -> None:
@@ -242,6 +245,11 @@ class ProgressLine:
         if self._status is not None:
             self._status.stop()
             self._status = None
+
+    def update(self, text: str) -> None:
+        """Replace the line's text (e.g. points done of a sweep)."""
+        if self._status is not None:
+            self._status.update(f"{self.what}: {text}, {time.monotonic() - self._t0:.1f} s")
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         """Solver callback: accepts an objective value, a step time, or keyword fields."""

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 from rich.text import Text
 
-from autoparallel_cp import api, outputs
+from autoparallel_cp import api, outputs, sweep_backends
 from autoparallel_cp.cli.calibration_options import (
     apply_options,
     calibration_option,
     headroom_option,
 )
 from autoparallel_cp.cli.common import (
+    EXIT_POINT_FAILED,
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
     MAX_SEQ_LEN,
@@ -27,8 +29,10 @@ from autoparallel_cp.cli.common import (
     check_outputs,
     consoles,
     guarded,
+    say,
     time_limit_option,
 )
+from autoparallel_cp.errors import UserError
 from autoparallel_cp.spec import RECIPES
 
 #: Bounds of whatif's own options: 100 TB/s per GPU of network; 10^16 tokens (1000x the largest
@@ -91,7 +95,17 @@ def _csv_list(kind: Callable[[str], Any], name: str, lo: float, hi: float
               help="Tokens to train (e.g. 15e12): days to train and, with prices, cost.")
 @time_limit_option
 @click.option("--jobs", "-j", type=click.IntRange(min=1, max=MAX_WORKERS), default=None,
-              help="Points solved in parallel processes (default: CPU count).")
+              help="Points solved at once (default: CPU count): local processes, the CPUs of "
+                   "a local Ray runtime, or with --address the Ray tasks in flight (default: "
+                   "all, the cluster schedules them).")
+@click.option("--backend", type=click.Choice(sweep_backends.BACKENDS), default="local",
+              show_default=True,
+              help="Where the points run: local processes, or Ray tasks (needs the `ray` "
+                   "extra: pip install 'autoparallel-cp[ray]').")
+@click.option("--address", default=None, metavar="ADDR",
+              help="With --backend ray: the Ray cluster to use (host:port, auto or "
+                   "ray://host:port, as ray.init reads it; default: $RAY_ADDRESS, else a "
+                   "local Ray runtime started and stopped for this sweep).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Write a PNG plot (needs matplotlib: the `plot` extra).")
 @click.option("--csv", "csv_path", default=None, metavar="FILE", help="Write the sweep as CSV.")
@@ -104,11 +118,16 @@ def _csv_list(kind: Callable[[str], Any], name: str, lo: float, hi: float
 def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | None,
            inter_node_gbps: list[float] | None, seq_len: list[int], global_batch: list[int],
            recipe: str, fix: str | None, objective: str, tokens: float | None,
-           time_limit: float, jobs: int | None, plot_path: str | None, csv_path: str | None,
-           json_path: str | None, quiet: bool) -> None:
+           time_limit: float, jobs: int | None, backend: str, address: str | None,
+           plot_path: str | None, csv_path: str | None, json_path: str | None,
+           quiet: bool) -> None:
     """Hardware and job planning: sweep GPUs, GPU type, network, sequence length, batch."""
     from autoparallel_cp import whatif as wi
 
+    if address is not None and backend != "ray":
+        raise UserError("--address: only with --backend ray")
+    if backend == "ray":
+        sweep_backends.require_ray()
     check_outputs(csv_path=csv_path, json_path=json_path, plot_path=plot_path)
     out, note = consoles(json_path, quiet)
     if plot_path:
@@ -119,9 +138,10 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
         global_batches=global_batch, recipe=recipe)
     points = [dataclasses.replace(p, job=apply_options(p.job)) for p in points]
     api.parse_fix(fix)  # validate once, before spawning workers
-    with ProgressLine(not quiet, f"what-if, {len(points)} points"):
+    with ProgressLine(not quiet, f"what-if, {len(points)} points") as progress:
         rows = wi.run_sweep(points, fix=fix, objective=objective, time_limit=time_limit,
-                            jobs=jobs, tokens=tokens)
+                            jobs=jobs, tokens=tokens, backend=backend, address=address,
+                            on_done=lambda done, total: progress.update(f"{done}/{total} done"))
     items = ([(csv_path, wi.rows_csv(rows))] if csv_path else []) + (
         [(json_path, wi.rows_json(rows))] if json_path else [])
     check_interrupt()
@@ -137,3 +157,10 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
     if plot_path:
         wi.plot(rows, plot_path, tokens=tokens)
         note.print(f"wrote {plot_path}")
+    failed = wi.failed_rows(rows)
+    for r in failed:
+        say(f"ap-solve: error: {wi.point_label(r)}: {r['explanation']}")
+    if failed:
+        say(f"ap-solve: {len(failed)} of {len(rows)} points failed (status 'failed' in the "
+            "outputs)")
+        sys.exit(EXIT_POINT_FAILED)

@@ -1,8 +1,8 @@
 """The package's layers and their one-way flow (docs/design.md, "Map").
 
-errors -> spec -> cost -> search / emit -> outputs / api -> report -> whatif -> cli: a module
-imports only from its own layer package or from a layer below it, and no two modules import each
-other, directly or through others (function-level imports included).
+errors -> spec -> cost -> search / emit -> outputs / api -> report / sweep_backends -> whatif
+-> cli: a module imports only from its own layer package or from a layer below it, and no two
+modules import each other, directly or through others (function-level imports included).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "outputs": 4,
     "api": 4,
     "report": 5,
+    "sweep_backends": 5,
     "whatif": 6,
     "cli": 7,
 }
