@@ -255,7 +255,7 @@ def reachable(t: Tables) -> tuple[set[tuple[int, ...]], set[tuple[int, ...]]]:
     r5: set[tuple[int, ...]] = set()
     for d in s.degrees():
         for sp in s.sp:
-            if sp and d.tp == 1:
+            if not s.sp_ok(d.tp, sp):
                 continue
             for mo in modes:
                 r6.add((d.tp, d.cp, d.ep, sp, d.mbs, mo))
@@ -271,7 +271,7 @@ def reachable7(t: Tables) -> set[tuple[int, ...]]:
     out: set[tuple[int, ...]] = set()
     for d in s.degrees():
         for sp in s.sp:
-            if not (sp and d.tp == 1):
+            if s.sp_ok(d.tp, sp):
                 out.update((d.tp, d.cp, d.ep, sp, d.mbs, mo, d.dp) for mo in modes)
     return out
 

@@ -56,6 +56,7 @@ class PartitionModel:
     scale_s: float  # seconds per objective unit (tu / vpp)
     error_bound_s: float
     key: Any
+    etp: int | None = None  # the space's expert-TP size (fixed per space, not a key axis)
 
     def read_plan(self, solver: cp_model.CpSolver, uniform: bool) -> Plan:
         """The plan of the current solution."""
@@ -70,7 +71,7 @@ class PartitionModel:
         return Plan(dp=k.dp, tp=k.tp, pp=k.pp, vpp=k.vpp, cp=k.cp, ep=k.ep, sp=k.sp,
                     zero=k.zero, mbs=k.mbs, num_microbatches=k.m, recompute=mode,
                     recompute_layers=rl, stage_layers=None if uniform else ls,
-                    stage_groups=sg)
+                    stage_groups=sg, etp=self.etp)
 
     def forbid(self, solver: cp_model.CpSolver) -> None:
         """No-good on the current (layer counts, r, groups)."""
@@ -324,7 +325,8 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     per = 2 * L + 12
     err_u = m * per + (2 * L + 12 * pp) / vpp + (L + 12) + 2 * per + (L + 12) + 2
     err = err_u * tu + (dmax + BT * tu) * 2.0 / FRAC_SCALE
-    return PartitionModel(model, layers, r, y if hetero else None, obj, tu / vpp, err, key)
+    return PartitionModel(model, layers, r, y if hetero else None, obj, tu / vpp, err, key,
+                          t.space.etp)
 
 
 def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int = 0,

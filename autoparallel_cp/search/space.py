@@ -8,7 +8,12 @@ Axes and their default domains (every value is also checked against the job):
 - `pp`: divisors of the GPU count, at most the number of layers (uniform partitions: dividing
   the layers), at most `max_pp`;
 - `dp`: derived, `N / (tp pp cp)`;
-- `ep`: divisors of the routed experts (1 for dense models) dividing `dp cp`;
+- `ep`: divisors of the routed experts (1 for dense models) dividing `dp cp`; with `--fix etp=E`
+  (MoE parallel folding, spec/plan.py) `ep * E` divides `tp cp dp` instead, and a folded plan
+  (E != tp) with tp > 1 needs sp = 1 (`sp_ok`). The expert-TP size is not a search axis: one
+  value per space, so every factor table keeps its axes and the solver's bounds (built on the
+  tables with the composition unchanged) hold as they are; `ap-solve solve --fix etp=1` searches
+  the folded layouts Megatron-Bridge's MoE recipes use.
 - `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches % pp == 0`);
 - `mbs`: powers of two up to `max_mbs` dividing the global batch;
 - `zero`: 0-3, `sp`: 0/1 (1 only with tp > 1), `recompute`: none / selective / full;
@@ -38,7 +43,7 @@ PartitionKind = Literal["uniform", "free"]
 # Keys accepted by --fix; `dp` and `num_microbatches` restrict derived values.
 FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
-    "recompute", "recompute_layers", "stage_layers", "stage_groups",
+    "recompute", "recompute_layers", "stage_layers", "stage_groups", "etp",
 )
 
 
@@ -79,6 +84,8 @@ class SearchSpace:
     partition: PartitionKind = "free"
     partial_recompute: bool = True
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    #: expert-tensor-parallel size of every plan (`--fix etp`); None: Megatron's default (tp)
+    etp: int | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -169,6 +176,7 @@ class SearchSpace:
             partition=partition,
             partial_recompute=partial_recompute,
             fixed=pins,
+            etp=pins.get("etp"),
         )
         return space
 
@@ -214,7 +222,7 @@ class SearchSpace:
                     if self.heterogeneous and self.stage_group_counts(tp, cp, dp) is None:
                         continue
                     for ep in self.ep:
-                        if (dp * cp) % ep:
+                        if not self.ep_ok(tp, cp, dp, ep):
                             continue
                         for mbs in self.mbs:
                             if job.global_batch % (dp * mbs):
@@ -233,6 +241,21 @@ class SearchSpace:
                                 if not self._moe_partition_ok(pp, vpp):
                                     continue
                                 yield Degrees(tp, pp, cp, dp, ep, vpp, mbs, nmb)
+
+    def ep_ok(self, tp: int, cp: int, dp: int, ep: int) -> bool:
+        """Expert parallelism fits the stage's ranks: ep | dp*cp by default (etp = tp), else
+        etp*ep | tp*cp*dp (Megatron's expert grid, spec/plan.py) and etp | the expert FFN."""
+        if self.etp is None:
+            return (dp * cp) % ep == 0
+        moe = self.job.model.moe
+        ffn_ok = moe is None or moe.expert_ffn_hidden_size % self.etp == 0
+        return ffn_ok and (tp * cp * dp) % (self.etp * ep) == 0
+
+    def sp_ok(self, tp: int, sp: int) -> bool:
+        """sp = 1 needs tp > 1; a folded layout (etp != tp) with tp > 1 needs sp = 1."""
+        if sp:
+            return tp > 1
+        return self.etp is None or tp == 1 or tp == self.etp
 
     def _moe_partition_ok(self, pp: int, vpp: int) -> bool:
         """Free partitions: the first stage must be able to hold the dense prefix layers."""
@@ -296,7 +319,7 @@ class SearchSpace:
         per_rest = len(self.zero)
         total = 0
         for d in self.degrees():
-            sps = sum(1 for s in self.sp if s == 0 or d.tp > 1)
+            sps = sum(1 for s in self.sp if self.sp_ok(d.tp, s))
             total += (
                 sps * per_rest * self.recompute_choices(d.pp, d.vpp)
                 * self.num_partitions(d.pp, d.vpp)
@@ -316,6 +339,8 @@ class SearchSpace:
             f"zero {list(self.zero)}", f"sp {list(self.sp)}", f"recompute {list(self.recompute)}",
             f"partition {self.partition}", f"partial_recompute {self.partial_recompute}",
         ]
+        if self.etp is not None:
+            rows.append(f"etp {self.etp}")
         return "\n".join(rows)
 
 
@@ -326,9 +351,17 @@ def _check_structural_pins(job: Job, pins: Mapping[str, Any]) -> None:
     L = job.model.num_layers
     groups = len(job.cluster.node_groups)
     pp = pins.get("pp")
-    for name in ("tp", "pp", "cp", "ep", "vpp", "mbs", "dp", "num_microbatches"):
+    for name in ("tp", "pp", "cp", "ep", "vpp", "mbs", "dp", "num_microbatches", "etp"):
         if name in pins and pins[name] < 1:
             raise InputError(f"--fix {name}={pins[name]}: must be >= 1", field=name)
+    if "etp" in pins and job.model.moe is None:
+        raise InputError(f"--fix etp={pins['etp']}: expert tensor parallelism needs an MoE model",
+                         field="etp")
+    if "etp" in pins and job.model.moe is not None and \
+            job.model.moe.expert_ffn_hidden_size % pins["etp"]:
+        raise InputError(f"--fix etp={pins['etp']}: the expert FFN "
+                         f"({job.model.moe.expert_ffn_hidden_size}) does not split over it",
+                         field="etp")
     if "zero" in pins and pins["zero"] not in (0, 1, 2, 3):
         raise InputError(f"--fix zero={pins['zero']}: must be 0, 1, 2 or 3", field="zero")
     if "sp" in pins and pins["sp"] not in (0, 1):

@@ -2,7 +2,20 @@
 
 Field names are the stable surface of INTERFACE.md: dp, tp, pp, vpp, cp, ep, sp, zero, mbs,
 num_microbatches, recompute, recompute_layers, plus the optional layer partition
-(`stage_layers`) and, on heterogeneous clusters, the node group of each stage (`stage_groups`).
+(`stage_layers`), on heterogeneous clusters the node group of each stage (`stage_groups`), and
+the expert-tensor-parallel size `etp` of MoE parallel folding.
+
+MoE parallel folding (Megatron-LM d98e8a64 megatron/core/parallel_state.py
+`initialize_model_parallel`, :871-902; Megatron-Core MoE paper arXiv 2603.07685, "Parallel
+Folding"; Megatron-Bridge docs/training/moe-optimization.md "Parallel Folding" @067f987): the
+attention layers use the rank grid tp x cp x dp x pp (order "tp-cp-ep-dp-pp" with ep = 1), the
+MoE layers a second grid etp x ep x edp x pp over the same ranks (same order, cp = 1), so within
+a pipeline stage's tp*cp*dp ranks the expert-TP groups are consecutive ranks, the EP groups have
+stride etp and the expert-data-parallel groups stride etp*ep. `--expert-tensor-parallel-size`
+defaults to tp (arguments.py:587-588, model_parallel_config.py:506-507): `etp=None` is that
+default, and the rule there reduces to ep | dp*cp, the tool's original one. Megatron requires
+world % (etp*ep*pp) == 0 (parallel_state.py:880-884), i.e. etp*ep | tp*cp*dp, and the expert
+data-parallel size is world / (etp*ep*pp) (:880).
 """
 
 from __future__ import annotations
@@ -57,6 +70,8 @@ class Plan(BaseModel):
     recompute_layers: LayerCount | None = None
     stage_layers: tuple[StageLayers, ...] | None = None  # per pipeline stage; None = uniform
     stage_groups: tuple[GroupIndex, ...] | None = None  # node group of each stage; None: in order
+    # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: = tp (default)
+    etp: Degree | None = None
 
     def __init__(self, **fields: Any) -> None:
         """Validate the fields; a bad one is a PlanError (a UserError) naming the field."""
@@ -73,7 +88,7 @@ class Plan(BaseModel):
         return (
             self.tp, self.pp, self.cp, self.dp, self.ep, self.vpp, self.sp, self.zero,
             self.mbs, RECOMPUTE_MODES.index(self.recompute), self.recompute_layers or 0,
-            self.stage_layers or (), self.stage_groups or (),
+            self.stage_layers or (), self.stage_groups or (), self.etp or 0,
         )
 
     def short(self) -> str:
@@ -89,7 +104,25 @@ class Plan(BaseModel):
             parts.append("stage_layers=" + ":".join(map(str, self.stage_layers)))
         if self.stage_groups is not None:
             parts.append("stage_groups=" + ":".join(map(str, self.stage_groups)))
+        if self.etp is not None:
+            parts.append(f"etp={self.etp}")
         return ",".join(parts)
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel size of the routed experts: `etp`, Megatron's default tp when unset."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def folded(self) -> bool:
+        """True when the experts use a tensor-parallel size other than tp (parallel folding)."""
+        return self.expert_tp != self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: tp*cp*dp / (etp*ep) ranks of a stage hold the same
+        experts (Megatron parallel_state.py:880, world / (etp*ep*pp)); dp*cp/ep by default."""
+        return max(self.tp * self.cp * self.dp // (self.expert_tp * self.ep), 1)
 
     def layers_per_stage(self, num_layers: int) -> tuple[int, ...]:
         """Transformer layers held by each pipeline stage (uniform split when not given)."""
@@ -113,7 +146,7 @@ class PlanError(UserError, ValueError):
 
 
 _INT_FIELDS = {"dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
-               "recompute_layers"}
+               "recompute_layers", "etp"}
 _TUPLE_FIELDS = {"stage_layers", "stage_groups"}
 PLAN_FIELDS = tuple(sorted(_INT_FIELDS | _TUPLE_FIELDS | {"recompute"}))
 
@@ -244,8 +277,11 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
             out.append(f"ep={plan.ep} needs an MoE model")
         elif m.moe.num_experts % plan.ep:
             out.append(f"experts % ep: {m.moe.num_experts} % {plan.ep} != 0")
-        if (plan.dp * plan.cp) % plan.ep:
-            out.append(f"(dp*cp) % ep: {plan.dp * plan.cp} % {plan.ep} != 0")
+        if plan.etp is None and (plan.dp * plan.cp) % plan.ep:
+            out.append(f"(dp*cp) % ep: {plan.dp * plan.cp} % {plan.ep} != 0 (with etp = tp, "
+                       "Megatron's default; set etp to fold ep over tensor ranks)")
+    if plan.etp is not None:
+        out += _folding_violations(job, plan)
     if plan.sp and plan.tp == 1:
         out.append("sp=1 needs tp > 1")
     if plan.stage_layers is None:
@@ -287,6 +323,33 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
         )
     if plan.recompute_layers is not None and plan.recompute != "full":
         out.append("recompute_layers is only meaningful with recompute=full")
+    return out
+
+
+def _folding_violations(job: Job, plan: Plan) -> list[str]:
+    """Rules of an explicit expert-tensor-parallel size (module docstring; Megatron-LM d98e8a64).
+
+    - etp*ep divides the tp*cp*dp ranks of a stage (parallel_state.py:880-884);
+    - the expert FFN splits over etp (column/row-parallel expert linears);
+    - a folded layout (etp != tp) with tp > 1 needs sequence parallelism: the MoE layer raises
+      in training when attention TP runs without it (megatron/core/transformer/moe/
+      moe_layer.py:636-640; model_parallel_config.py:560-565 warns that EP with TP needs SP).
+    """
+    m = job.model
+    out: list[str] = []
+    etp = plan.expert_tp
+    if m.moe is None:
+        out.append(f"etp={etp} needs an MoE model")
+        return out
+    ranks = plan.tp * plan.cp * plan.dp
+    if ranks % (etp * plan.ep):
+        out.append(f"(tp*cp*dp) % (etp*ep): {ranks} % ({etp}*{plan.ep}) != 0 (the expert "
+                   "grid etp x ep x edp covers a stage's tp*cp*dp ranks)")
+    if m.moe.expert_ffn_hidden_size % etp:
+        out.append(f"expert ffn % etp: {m.moe.expert_ffn_hidden_size} % {etp} != 0")
+    if plan.folded and plan.tp > 1 and not plan.sp:
+        out.append(f"etp={etp} with tp={plan.tp} needs sp=1 (Megatron's MoE layer refuses "
+                   "tensor parallelism without sequence parallelism in training)")
     return out
 
 
