@@ -31,7 +31,15 @@ objective stays a lower bound. Memory: the sum over stages of the stage peaks mu
 sum of their capacities (each stage keeps >= 1 in-flight micro-batch of every layer's cheapest
 activation choice) - a necessary condition, linear in tables over <= 6 axes.
 
-Kept whole (about 420 lines): the master's literals, its two lower bounds and the key listing
+MoE parallel folding (`--fix etp`) does not touch this argument: the expert-TP size is one
+value per search space, so the tables are the factor functions evaluated at it (the folded
+layers' times, activations, expert states and expert-DP gradient sync) over the same axes, the
+reachable combinations come from `SearchSpace.degrees` / `sp_ok` (etp*ep | tp*cp*dp, SP for a
+folded tp > 1), and every step above uses only the composition and that the factors are >= 0,
+never how a factor depends on an axis; the same holds for `key_bounds`. Tested against the
+enumerator on folded spaces (tests/search/test_solver_vs_enumerate.py, test_cpsat_partition.py).
+
+Kept whole (about 440 lines): the master's literals, its two lower bounds and the key listing
 read the same marginal tables; the bounds' proofs refer to the literals defined here.
 """
 

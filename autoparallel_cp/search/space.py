@@ -11,9 +11,12 @@ Axes and their default domains (every value is also checked against the job):
 - `ep`: divisors of the routed experts (1 for dense models) dividing `dp cp`; with `--fix etp=E`
   (MoE parallel folding, spec/plan.py) `ep * E` divides `tp cp dp` instead, and a folded plan
   (E != tp) with tp > 1 needs sp = 1 (`sp_ok`). The expert-TP size is not a search axis: one
-  value per space, so every factor table keeps its axes and the solver's bounds (built on the
-  tables with the composition unchanged) hold as they are; `ap-solve solve --fix etp=1` searches
-  the folded layouts Megatron-Bridge's MoE recipes use.
+  value per space (None: Megatron's default, the space and costs of before folding). Searching
+  it would add an axis to every MoE factor table and to the master's literal families and
+  score every key once per etp value (slower solves for every MoE job); a fixed value keeps
+  every table's axes, so the solver's bounds, built on the tables with the composition
+  unchanged, hold as they are (cpsat_master.py). `ap-solve solve --fix etp=1` searches the
+  folded layouts the Megatron-Bridge MoE recipes use (all of them set etp 1).
 - `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches % pp == 0`);
 - `mbs`: powers of two up to `max_mbs` dividing the global batch;
 - `zero`: 0-3, `sp`: 0/1 (1 only with tp > 1), `recompute`: none / selective / full;

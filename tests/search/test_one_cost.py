@@ -1,5 +1,6 @@
 """One cost, everywhere: for random plans (pp > 1, interleaving, partial recompute, ZeRO-3, CP,
-EP, two node groups with explicit stage placement) the solver's cost tables
+EP, MoE parallel folding (etp, ep over tensor ranks), two node groups with explicit stage
+placement) the solver's cost tables
 (`tables.plan_cost`), the enumerator's score, the CP-SAT solver's reported plan and
 `cost/evaluate.evaluate()` agree on the step time, the per-stage times and the per-stage peak
 memory. Each search is pinned (`--fix`) to the one drawn plan, so the enumerator and the solver
@@ -50,6 +51,8 @@ def _fix(p: Plan, layers: int) -> str:
     parts.append("stage_layers=" + ":".join(map(str, p.layers_per_stage(layers))))
     if p.stage_groups is not None:
         parts.append("stage_groups=" + ":".join(map(str, p.stage_groups)))
+    if p.etp is not None:
+        parts.append(f"etp={p.etp}")
     return ",".join(parts)
 
 
@@ -66,7 +69,13 @@ def _cases(draw: Any) -> tuple[Job, Plan]:
     tp = draw(st.sampled_from([t for t in (1, 2, 4) if per_stage % t == 0]))
     cp = draw(st.sampled_from([c for c in (1, 2, 4) if per_stage % (tp * c) == 0]))
     dp = per_stage // (tp * cp)
-    ep = draw(st.sampled_from([e for e in (1, 2, 4) if (dp * cp) % e == 0])) if moe else 1
+    # expert-TP size: Megatron's default (None = tp), or folded (ep over tp*cp*dp ranks)
+    etp = draw(st.sampled_from([None, 1, 2, tp])) if moe else None
+    if etp is None:
+        ep = draw(st.sampled_from([e for e in (1, 2, 4) if (dp * cp) % e == 0])) if moe else 1
+    else:
+        ep = draw(st.sampled_from([e for e in (1, 2, 4) if (tp * cp * dp) % (e * etp) == 0]
+                                  or [1]))
     mbs = draw(st.sampled_from([m for m in (1, 2) if BATCH % (dp * m) == 0]))
     mode = draw(st.sampled_from(["full", "selective", "none"]))
     r_layers = draw(st.none() | st.integers(0, layers)) if mode == "full" else None
@@ -82,13 +91,21 @@ def _cases(draw: Any) -> tuple[Job, Plan]:
                                                           strict=True))
     groups = draw(st.permutations([0] * (pp // 2) + [1] * (pp // 2)))
     plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep,
-                sp=draw(st.sampled_from([0, 1])) if tp > 1 else 0,
+                sp=(1 if etp not in (None, tp) else draw(st.sampled_from([0, 1])))
+                if tp > 1 else 0,
                 zero=draw(st.sampled_from([3, 1, 0, 2])), mbs=mbs,
                 num_microbatches=BATCH // (dp * mbs), recompute=mode,
                 recompute_layers=r_layers, stage_layers=stage_layers,
-                stage_groups=tuple(groups))
+                stage_groups=tuple(groups), etp=etp)
     assume(not plan_violations(job, plan))
     return job, plan
+
+
+def _explicit_folded() -> tuple[Job, Plan]:
+    """ep = 4 > dp*cp = 2: experts folded over the tensor ranks (etp = 1), ZeRO-1, interleaved."""
+    job = Job(model=_model(True, 8), cluster=_two_groups(), seq_len=4096, global_batch=BATCH)
+    return job, Plan(dp=2, tp=4, cp=1, pp=2, vpp=2, ep=4, etp=1, sp=1, zero=1, mbs=1,
+                     num_microbatches=8, recompute="selective", stage_groups=(0, 1))
 
 
 def _explicit() -> tuple[Job, Plan]:
@@ -100,12 +117,15 @@ def _explicit() -> tuple[Job, Plan]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @example(case=_explicit())
+@example(case=_explicit_folded())
 @given(case=_cases())
 def test_plan_cost_enumerator_solver_and_evaluate_agree(case: tuple[Job, Plan]) -> None:
     job, plan = case
     for name, on in (("vpp>1", plan.vpp > 1), ("partial recompute", plan.recompute_layers
                       is not None), ("zero3", plan.zero == 3), ("cp>1", plan.cp > 1),
-                     ("ep>1", plan.ep > 1), ("pp=4 over two groups", plan.pp == 4)):
+                     ("ep>1", plan.ep > 1), ("pp=4 over two groups", plan.pp == 4),
+                     ("folded (etp != tp)", plan.folded), ("ep > dp*cp", plan.ep > plan.dp
+                                                           * plan.cp)):
         if on:
             event(name)
     space = SearchSpace.for_job(job, fix=_fix(plan, job.model.num_layers), max_pp=4,
@@ -129,6 +149,7 @@ def test_plan_cost_enumerator_solver_and_evaluate_agree(case: tuple[Job, Plan]) 
     for res in (en, so):
         [(cost, got)] = res.stats["ranked"]
         assert got.key()[:10] == plan.key()[:10]
+        assert got.etp == plan.etp
         assert got.layers_per_stage(job.model.num_layers) == plan.layers_per_stage(
             job.model.num_layers)
         assert [got.recomputed_layers(n) for n in got.layers_per_stage(job.model.num_layers)] \
