@@ -167,6 +167,22 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
                 update={"attention_kernel": "fa2"})})
             assumed.append("FlashAttention-2 on Hopper (source's flag)")
+        if not nemo and "overlap-grad-reduce" not in extra:
+            # Megatron-LM runs gradient reduction after the backward unless
+            # `--overlap-grad-reduce` is given (default False, megatron/training/arguments.py;
+            # the flag arrived in 2d5220a, 2023-08-16, after MegaScale's 285068c8 baseline).
+            # NeMo's recipes turn it on; a plain Megatron-LM row that does not state it runs
+            # the framework default.
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"dp_overlap": False})})
+            assumed.append("DP reduction not overlapped (Megatron-LM default)")
+        yaml = _nemo_yaml(r)
+        if yaml.get("bf16_grads"):
+            recipe = recipe.model_copy(update={"grad_bytes": 2, "grad_reduce_bytes": 2})
+            assumed.append("bf16 grads (optim.grad_sync_dtype in the source's YAML)")
+        if yaml.get("fp8_params") and fp8:
+            recipe = recipe.model_copy(update={"weight_bytes": 1})
+            assumed.append("fp8 params (model.fp8_params in the source's YAML)")
         if r["source_id"] == "mbridge-perf":
             # Megatron-Bridge benchmark recipes reduce and keep gradients in bf16
             # (perf_recipes/_common.py `_benchmark_common` / `_perf_precision` @067f987:
@@ -249,6 +265,38 @@ def _bridge_expert_tp(r: dict[str, str]) -> int | None:
         return None
     model = r["model"].lower().replace("_", " ")
     return next((v for k, v in BRIDGE_EXPERT_TP.items() if model.startswith(k)), None)
+
+
+#: The NeMo 1.x training YAML each NeMo-table source ran, per model prefix:
+#: `optim.grad_sync_dtype: bf16` (gradient buffers and their reduction in bf16; unset means
+#: the optimizer's fp32: Apex DistributedFusedAdam's `grad_sync_dtype` defaults to its
+#: `dtype`, which NeMo sets to fp32), `model.fp8_params: true` (fp8 weight storage in FP8
+#: runs) and `activations_checkpoint_granularity` (null unless listed).
+#: - dgxc-bench-25.02: NVIDIA/dgxc-benchmarking @8f5cbb3799 (tag v25.02)
+#:   llama3.1/llama3.1_{8b,70b,405b}.yaml, nemo_megatron/gpt3_175b_hydra.yaml,
+#:   nemotron/nemotron4-{15b,340b}-synth.yaml, grok1/grok1_314b.yaml;
+#: - nemo-perf-24.07: NVIDIA/NeMo-Framework-Launcher tag 24.07,
+#:   launcher_scripts/conf/training/{gpt3,llama,nemotron}/*.yaml (only Nemotron 340B sets
+#:   grad_sync_dtype and selective recompute).
+NEMO_YAML: dict[str, dict[str, dict[str, object]]] = {
+    "dgxc-bench-25.02": {
+        "llama 3.1": {"bf16_grads": True},
+        "gpt-3 175b": {"bf16_grads": True, "fp8_params": True},
+        "nemotron-4 340b": {"bf16_grads": True, "recompute": "selective"},
+        "nemotron-4 15b": {},
+        "grok-1": {"bf16_grads": True},
+    },
+    "nemo-perf-24.07": {
+        "nemotron-340b": {"bf16_grads": True, "recompute": "selective"},
+    },
+}
+
+
+def _nemo_yaml(r: dict[str, str]) -> dict[str, object]:
+    """The NEMO_YAML settings of this row's source and model ({} when none are listed)."""
+    table = NEMO_YAML.get(r["source_id"], {})
+    model = r["model"].lower()
+    return next((v for k, v in table.items() if model.startswith(k)), {})
 
 
 def _bridge_recompute_modules(r: dict[str, str]) -> tuple[str, ...] | None:
@@ -357,6 +405,10 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             skip("fp8 on a GPU without fp8", family)
             continue
         recompute = _recompute(r["recompute"])
+        stated = _nemo_yaml(r).get("recompute") if family == "megatron-core" else None
+        if recompute is None and stated is not None:
+            recompute = str(stated)
+            assumed.append(f"{recompute} recompute (the source's YAML)")
         modules = _bridge_recompute_modules(r) if family == "megatron-core" else None
         if recompute is None and modules is not None:
             # the Megatron-Bridge performance recipe of this model and GPU states them

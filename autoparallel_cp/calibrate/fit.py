@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from autoparallel_cp.calibrate.micro import MicroRow, micro_predict
 from autoparallel_cp.calibrate.runs import Run
@@ -213,6 +212,10 @@ def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
 
     n_data = len(r0)
     if free:
+        # imported here: scipy.optimize takes ~0.3 s to import, and every solve's report reads
+        # this module's constants (calibrate/advice.py) without fitting anything
+        from scipy.optimize import least_squares
+
         # start inside the box: a start on a bound (the fixed times' prior 0) stalls the
         # trust-region reflective steps of that variable (Coleman-Li scaling)
         x0 = np.array([min(max(k.prior, k.lo + 0.1 * k.sigma), k.hi - 0.1 * k.sigma)
