@@ -111,6 +111,14 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
      "ep=64", []),
     ("405b-uneven", "llama3-405b", 512, 4096, 512, "megatron-bf16", "evaluate",
      "tp=8,pp=8,sp=1,zero=1,mbs=1,recompute=full,stage_layers=15:16:16:16:16:16:16:15", []),
+    # Megatron-Core's splits (issue 15 item 4): embedding and loss as layer slots, a layout,
+    # micro-batch groups when pp does not divide m
+    ("405b-pp8-vpp8-slots", "llama3-405b", 1024, 8192, 512, "megatron-bf16", "evaluate",
+     "tp=8,pp=8,vpp=8,cp=2,sp=1,zero=1,mbs=1", []),
+    ("dsv3-pp8-vpp4-layout", "deepseek-v3", 1024, 4096, 8192, "megatron-bf16", "evaluate",
+     "tp=2,pp=8,vpp=4,ep=64,sp=1,zero=1,mbs=1", []),
+    ("interleaved-m12-pp8", "llama3-8b", 64, 4096, 12, "megatron-bf16", "evaluate",
+     "tp=8,pp=8,vpp=2,zero=1,mbs=1", []),
     ("cp4+zero3", "llama3-8b", 32, 16384, 64, "megatron-bf16", "evaluate",
      "tp=2,cp=4,sp=1,zero=3,mbs=1", []),
     ("dp+zero1", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate", "zero=1,mbs=2", []),
@@ -184,6 +192,7 @@ def emit_all(out: Path) -> list[dict[str, Any]]:
                 p = parse_plan(plan_text, job)
                 case["plan_fields"] = p.model_dump()
                 case["stage_layers"] = list(p.layers_per_stage(job.model.num_layers))
+                case["layout"] = list(p.layout(job.model.num_layers))
                 case["num_layers"] = job.model.num_layers
                 case["global_batch"] = gbs
                 case["planned_params"] = count_params(job.model).total_with_mtp
@@ -251,6 +260,23 @@ def _bash_array(path: str) -> tuple[list[str], dict[str, str]]:
     return items[:i], env
 
 
+def _megatron_chunks(cfg: Any, pp: int, vpp: int) -> list[int]:
+    """Decoder layers Megatron builds in every model chunk (layout order: chunk v of rank j at
+    v*pp + j): its parsed --pipeline-model-parallel-layout, else transformer_block.py
+    `get_num_layers_to_build` per (rank, virtual stage)."""
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    lay = cfg.pipeline_model_parallel_layout
+    if lay is not None:
+        return [lay.layout[j][v].count(LayerType.decoder) for v in range(vpp)
+                for j in range(pp)]
+    if pp == 1:
+        return [cfg.num_layers]
+    return [get_num_layers_to_build(cfg, vp_stage=v if vpp > 1 else None, pp_rank=j)
+            for v in range(vpp) for j in range(pp)]
+
+
 def worker_megatron(cases: list[dict[str, Any]], src: str) -> None:
     a = _megatron_setup(src)
     for c in cases:
@@ -263,11 +289,12 @@ def worker_megatron(cases: list[dict[str, Any]], src: str) -> None:
                 sys.argv = ["pretrain_gpt.py", *args_list, "--tokenizer-type", "NullTokenizer"]
                 args = a.parse_args()
                 a.validate_args(args, {})
-                a.core_transformer_config_from_args(args)
+                cfg = a.core_transformer_config_from_args(args)
                 p = c["plan_fields"]
                 got = {"dp": args.data_parallel_size,
-                       "vpp": args.virtual_pipeline_model_parallel_size or 1}
-                want = {"dp": p["dp"], "vpp": p["vpp"]}
+                       "vpp": args.virtual_pipeline_model_parallel_size or 1,
+                       "chunks": _megatron_chunks(cfg, p["pp"], p["vpp"])}
+                want = {"dp": p["dp"], "vpp": p["vpp"], "chunks": c["layout"]}
                 if p["recompute"] == "full" and p["recompute_layers"] is not None and \
                         p["recompute_layers"] < max(c["stage_layers"]):
                     got["recompute_layers"] = args.recompute_num_layers * got["vpp"]
@@ -355,7 +382,7 @@ def worker_megatron_params(jobs: list[dict[str, Any]], src: str) -> None:
 
 def _check_split(c: dict[str, Any], fqns: list[list[str]]) -> str:
     p = c["plan_fields"]
-    chunks = [c["stage_layers"][r] // p["vpp"] for _ in range(p["vpp"]) for r in range(p["pp"])]
+    chunks = c["layout"] if p["pp"] > 1 else [c["num_layers"]]
     got = [sum(m.startswith("layers.") for m in part) for part in fqns]
     return "" if got == chunks else f"stage split {got} != plan {chunks}"
 

@@ -4,9 +4,10 @@ The 152 rows of 14 sources (`data/heldout_sources.md`) were collected after the 
 developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
 them. Each row becomes a job and a plan by rules per framework family, written once here and
 cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written
-as a plan are skipped with the reason (the plan-space gaps of issue 15: uneven interleaved
-splits, MLA variants). Expert parallelism folded over tensor ranks is expressed with the plan's
-`etp` (MoE parallel folding) where a Megatron-Bridge recipe sets it.
+as a plan are skipped with the reason (the plan-space gaps of issue 15: MLA variants). Uneven
+interleaved splits take the layout of the source's Megatron-Bridge recipe (`_bridge_layout`);
+expert parallelism folded over tensor ranks is expressed with the plan's `etp` (MoE parallel
+folding) where a Megatron-Bridge recipe sets it.
 """
 
 from __future__ import annotations
@@ -323,6 +324,40 @@ def _family(r: dict[str, str]) -> str | None:
     return None
 
 
+#: Megatron-Bridge 067f987df0 src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py
+#: `_get_deepseek_v3_pipeline_layout` (the perf recipes' default layout per (pp, vpp)): decoder
+#: layers of every model chunk in layout order; the first chunk also holds the embedding, the
+#: last the MTP module and the loss.
+_DEEPSEEK_V3_LAYOUTS: dict[tuple[int, int], tuple[int, ...]] = {
+    (8, 2): (4,) * 15 + (1,),
+    (4, 4): (4,) * 15 + (1,),
+    (4, 2): (8,) * 7 + (5,),
+}
+
+
+def _bridge_layout(name: str, L: int, pp: int, vpp: int) -> tuple[tuple[int, ...] | None, str]:
+    """The layer layout a Megatron-Bridge performance recipe gives an interleaved pipeline whose
+    pp*vpp chunks do not divide the layers (chunk_layers, or None for the plan's default split),
+    and the `assumed` note: the tables name pp and vpp, never the layout.
+
+    - Llama 3.1 405B and Qwen3 235B-A22B: the recipes' base configs set
+      account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split
+      (067f987df0 recipes/llama/h100/llama3.py:1227-1228, recipes/qwen/h100/qwen3_moe.py
+      `qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config`): the plan's default split.
+    - DeepSeek-V3: perf_recipes/deepseek/h100/deepseek_v3.py:48 lays pp 8 x vpp 4 out as
+      "Et|(tt|)*30mL" (= the plan's default split); other (pp, vpp) use `_DEEPSEEK_V3_LAYOUTS`.
+    """
+    if "deepseek" in name.lower() and (pp, vpp) in _DEEPSEEK_V3_LAYOUTS:
+        layout = _DEEPSEEK_V3_LAYOUTS[pp, vpp]
+        return layout, ("layout " + ":".join(map(str, layout))
+                        + " (Megatron-Bridge DeepSeek-V3 default for this pp x vpp)")
+    if "deepseek" in name.lower():
+        return None, ("layout Et|(tt|)*30mL: embedding and loss as layer slots "
+                      "(Megatron-Bridge DeepSeek-V3 H100 perf recipe)")
+    return None, ("embedding and loss as pipeline layer slots (Megatron-Bridge recipe: "
+                  "--account-for-embedding/loss-in-pipeline-split)")
+
+
 def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
     """Every held-out row; the ones that cannot be evaluated carry `skip`. `knobs` overrides
     the tuned constants (validate.TUNED) for the rows that use them."""
@@ -433,11 +468,15 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             assumed.append("sp with tp")
         L = model.num_layers
         stage_layers: tuple[int, ...] | None = None
-        if L % (pp * vpp):
-            if vpp > 1:
-                skip(f"{L} layers on pp {pp} x vpp {vpp}: uneven interleaved split "
-                     "(not in the plan space)", family)
+        chunk_layers: tuple[int, ...] | None = None
+        if L % (pp * vpp) and vpp > 1:
+            if family != "megatron-core":
+                skip(f"{L} layers on pp {pp} x vpp {vpp}: no recipe layout for {family}",
+                     family)
                 continue
+            chunk_layers, why = _bridge_layout(name, L, pp, vpp)
+            assumed.append(why)
+        elif L % (pp * vpp):
             # first and last stages hold the remainder less (Megatron-DeepSpeed
             # 'type:transformer|embedding', Llama 3's one fewer layer on the edge stages)
             base = -(-L // pp)
@@ -452,7 +491,7 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)
             plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
                         num_microbatches=gb // (dp * mbs), recompute=recompute,
-                        stage_layers=stage_layers, etp=etp)
+                        stage_layers=stage_layers, chunk_layers=chunk_layers, etp=etp)
         except ValueError as exc:
             skip(f"not expressible: {str(exc).splitlines()[0][:80]}", family)
             continue

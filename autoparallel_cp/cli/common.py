@@ -303,7 +303,7 @@ def plan_of(ev: Any) -> Plan:
         return p
     d = ev if isinstance(ev, Mapping) else ev.to_json()
     fields = {k: v for k, v in d["plan"].items() if v is not None}
-    for k in ("stage_layers", "stage_groups"):
+    for k in ("stage_layers", "stage_groups", "chunk_layers"):
         if k in fields:
             fields[k] = tuple(fields[k])
     return Plan(**fields)

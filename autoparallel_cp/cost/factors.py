@@ -29,7 +29,9 @@ is a scalar node-group index into `job.cluster.node_groups`; `mode` is 0 none / 
 - ``dp_sync_factors(job, g, tp, cp, dp, ep, zero, etp=None)`` -> (s per dense param on the GPU,
   s per expert param, zero3 all-gather s per dense param per micro-batch, fixed latency s).
 - ``optimizer_factor(job, g)`` -> s per parameter shard element updated.
-- ``inflight(pp, vpp, m, stage)`` in-flight micro-batches of a stage (1F1B / interleaved).
+- ``inflight(pp, vpp, m, stage)`` in-flight micro-batches of a stage (1F1B / interleaved);
+  ``stage_inflight(pp, vpp, m, stage, chunks)`` the same for a stage whose model chunks hold
+  unequal layer counts (``Plan.chunks_per_stage``).
 - ``OTHER_BYTES``, ``overhead_bytes(peak)``: constant allowances.
 
 This module is the contract between the cost model and the search: it gathers the factor
@@ -70,6 +72,7 @@ from autoparallel_cp.cost.sync import (
     inflight,
     optimizer_factor,
     p2p_factor,
+    stage_inflight,
     zero3_copy_factor,
 )
 
@@ -80,5 +83,5 @@ __all__ = [
     "edge_factors", "LayerFactors", "layer_factors", "overlap_exposed", "OTHER_BYTES",
     "buffer_bytes_per_param", "layer_param_counts", "other_bytes", "overhead_bytes",
     "state_bytes_per_param", "zero3_buffer_bytes", "dp_sync_factors", "inflight",
-    "optimizer_factor", "p2p_factor", "zero3_copy_factor", "expert_dp_size",
+    "optimizer_factor", "p2p_factor", "zero3_copy_factor", "stage_inflight", "expert_dp_size",
 ]

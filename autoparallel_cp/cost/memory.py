@@ -9,7 +9,8 @@ For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chu
   norm and LM head on the last) x (weights, grads, optimizer) bytes per parameter by ZeRO stage,
   dense params sharded over dp·cp, expert params over the expert-data-parallel group (dp·cp/ep,
   or tp·cp·dp/(etp·ep) with parallel folding: `Plan.expert_dp`) (factors.state_bytes_per_param);
-- f_j: in-flight micro-batches (factors.inflight: 1F1B / interleaved);
+- f_j: in-flight micro-batches (factors.inflight: 1F1B / interleaved; factors.stage_inflight
+  when the stage's model chunks hold unequal layer counts, `Plan.chunks_per_stage`);
 - n_k / r_k: layers of each kind (dense, MoE) on the stage / of them fully recomputed
   (Megatron `--recompute-method block`: the first r layers of the stage);
 - work: transient working set of one layer's backward (the recomputed layer's activations
@@ -123,6 +124,7 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     z3 = float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero, plan.etp))
     other = F.other_bytes(job)
     layer, edges = plan_factors(job, plan, opts)
+    chunks = plan.chunks_per_stage(job.model.num_layers)
     out: list[StageMemory] = []
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
@@ -141,7 +143,7 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
             full = layer(g, "full", moe)
             act += (n - r) * float(base.act_bytes) + r * float(full.ckpt_bytes)
             work = max(work, float(full.work_bytes if r > 0 else base.work_bytes))
-        f = float(F.inflight(pp, plan.vpp, m, j))
+        f = F.stage_inflight(pp, plan.vpp, m, j, chunks[j])
         act *= f
         if j == 0:
             dense_p += float(edge.emb_params)

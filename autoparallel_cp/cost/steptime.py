@@ -9,7 +9,10 @@ Per stage j (on its node group's GPU), per micro-batch:
 
 - the pipeline term is 1F1B's (m-1)·T_max + Σ t_j for vpp = 1 and the interleaved bubble
   (pp-1)/vpp·t for equal stages (Narayanan §2.2); the slowest stage sets the pace
-  (non-uniform partitions, heterogeneous GPUs);
+  (non-uniform partitions, heterogeneous GPUs); model chunks of unequal layer counts
+  (`Plan.chunks_per_stage`) enter through the stage totals t_j only: the fill and drain are
+  still charged as 1/vpp of each other stage (an approximation: Megatron's fill runs chunk 0
+  of each stage, which a slot split makes one layer lighter on the first stage);
 - z3_j: ZeRO-3 per-layer weight all-gathers (forward and backward) overlapped with the layer's
   compute: exposed l·overlap_exposed(ag, time) (what sticks out, or the SMs the gather takes
   from the overlapped compute) + one layer's gather (prologue) + FSDP2's copy-out / reduce

@@ -3,6 +3,8 @@ synchronisation (ZeRO stages), the optimizer step, FSDP copies, and in-flight mi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from autoparallel_cp.cost import comm
@@ -21,6 +23,7 @@ from autoparallel_cp.cost.constants import (
 )
 from autoparallel_cp.cost.efficiency import hbm_time
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.splits import microbatch_group
 
 # ---------------------------------------------------------------------------------------------
 # Pipeline, data-parallel, optimizer
@@ -125,18 +128,60 @@ def zero3_copy_factor(job: Job, g: int) -> float:
     return float(hbm_time(node(job, g).gpu, per))
 
 
-def inflight(pp: ArrayLike, vpp: ArrayLike, m: ArrayLike, stage: ArrayLike) -> FloatArray:
-    """Micro-batches whose activations stage `stage` holds at its peak, in full-stage units.
+def _group(pp: FloatArray, m: FloatArray) -> FloatArray:
+    """Megatron's micro-batch group size per virtual stage (`spec.plan.microbatch_group`)."""
+    pairs = {(int(a), int(b)) for a, b in zip(pp.ravel(), m.ravel(), strict=True)}
+    size = {k: float(microbatch_group(*k)) for k in pairs}
+    return np.vectorize(lambda a, b: size[int(a), int(b)], otypes=[float])(pp, m)
 
-    1F1B: min(pp - stage, m) (Korthikanti §4.2.3, Galvatron). Interleaved (Megatron
-    `forward_backward_pipelining_with_interleaving` warm-up): (pp - stage - 1)·2 + (vpp - 1)·pp
-    + 1 model chunks, capped at m·vpp, in units of one chunk = 1/vpp of the stage; on the first
-    stage this is pp·(1 + (pp-1)/(pp·vpp)) (Korthikanti §4.2.3). When m == pp Megatron runs
-    every forward before any backward (`all_warmup_microbatches`): all m·vpp chunks, on every
-    stage.
+
+def inflight(pp: ArrayLike, vpp: ArrayLike, m: ArrayLike, stage: ArrayLike) -> FloatArray:
+    """Micro-batches whose activations stage `stage` holds at its peak, in full-stage units,
+    when its vpp model chunks hold equal layer counts.
+
+    1F1B: min(pp - stage, m) (Korthikanti §4.2.3, Galvatron). Interleaved (Megatron-LM
+    d98e8a64 core/pipeline_parallel/schedules.py `get_pp_rank_microbatches`): the warm-up
+    runs W = (pp - stage - 1)·2 + (vpp - 1)·N forward chunks (N = `microbatch_group`, pp when
+    pp | m), capped at the m·vpp chunks of the step; the steady state then runs one forward
+    before each backward, so W + 1 chunks are held (all m·vpp when W covers the step), in
+    units of one chunk = 1/vpp of the stage; on the first stage with N = pp this is
+    pp·(1 + (pp-1)/(pp·vpp)) (Korthikanti §4.2.3). Megatron before 4295be1a6c (2024-11) ran
+    every forward first when m == pp; the schedule of today caps by W only.
     """
-    pp_, vpp_, m_, j = (_f(x) for x in (pp, vpp, m, stage))
+    pp_, vpp_, m_, j = np.broadcast_arrays(*(_f(x) for x in (pp, vpp, m, stage)))
     one_f = np.minimum(pp_ - j, m_)
-    warm = np.where(m_ == pp_, m_ * vpp_, (pp_ - j - 1) * 2 + (vpp_ - 1) * pp_ + 1)
+    group = np.where(m_ % pp_ == 0, pp_, _group(pp_, m_) if (m_ % pp_).any() else pp_)
+    warm = (pp_ - j - 1) * 2 + (vpp_ - 1) * group + 1
     chunks = np.minimum(warm, m_ * vpp_)
     return np.where(vpp_ > 1, chunks / vpp_, one_f)
+
+
+def stage_inflight(pp: int, vpp: int, m: int, stage: int, chunks: Sequence[int]) -> float:
+    """`inflight` of a stage whose vpp model chunks hold `chunks` layers (in chunk order): the
+    peak over the interleaved schedule of the in-flight chunks' layers, in full-stage units
+    (sum over held chunks of layers / stage layers).
+
+    Equal chunks: `inflight`. Otherwise the schedule of Megatron-LM d98e8a64 schedules.py is
+    walked: forward chunk ids from `get_schedule_table` (groups of N micro-batches, chunk by
+    chunk), backward ids mirrored (vpp - 1 - chunk, `get_model_chunk_id`), W warm-up forwards,
+    then per step one forward and one backward; the peak is the largest held sum right after
+    a forward. A stage's activations and recomputed layers are spread over its chunks in
+    proportion to their layers (memory.py composes f_j x the stage's activations)."""
+    if vpp == 1 or len(set(chunks)) <= 1 or sum(chunks) == 0:
+        return float(inflight(pp, vpp, m, stage))
+    group = microbatch_group(pp, m) or pp
+    order: list[int] = []
+    for lo in range(0, m, group):
+        hi = m if lo + group >= m else lo + group
+        order += [c for c in range(vpp) for _ in range(lo, hi)]
+    total = len(order)
+    warm = min((pp - stage - 1) * 2 + (vpp - 1) * group, total)
+    held = peak = 0  # layers, in integers: the ratio below is exact to one rounding
+    for k in range(warm):
+        held += chunks[order[k]]
+        peak = max(peak, held)
+    for k in range(total - warm):
+        held += chunks[order[warm + k]]
+        peak = max(peak, held)
+        held -= chunks[vpp - 1 - order[k]]
+    return peak / sum(chunks)

@@ -9,11 +9,13 @@ from autoparallel_cp.emit.common import (
     first_last_split,
     plan_comment,
     refuse_unrunnable,
+    slot_flags,
     uniform_layers,
 )
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.frameworks import VERSIONS
 from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.splits import microbatch_group
 
 
 def megatron_env(plan: Plan) -> dict[str, str]:
@@ -47,6 +49,47 @@ def pipeline_layout(job: Job, plan: Plan) -> str:
     return "|".join(parts)
 
 
+def split_args(job: Job, plan: Plan) -> list[str]:
+    """The layer-split and schedule flags that reproduce the plan's model chunks exactly
+    (Megatron-LM d98e8a64 megatron/training/arguments.py:925-1001, transformer_config.py
+    "Uneven PP" / account_for_* / "PP layout", transformer_block.py `get_num_layers_to_build`):
+
+    - every chunk equal: Megatron's default (`--num-layers-per-virtual-pipeline-stage`);
+    - without interleaving, only the first / last stage differ:
+      `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers`;
+    - embedding / loss as layer slots: `--account-for-embedding-in-pipeline-split`,
+      `--account-for-loss-in-pipeline-split` (`slot_flags`), with vpp as
+      `--num-virtual-stages-per-pipeline-rank`;
+    - anything else: `--pipeline-model-parallel-layout` (the chunks verbatim).
+    With interleaving and pp not dividing the micro-batches,
+    `--microbatch-group-size-per-virtual-pipeline-stage` N (`spec.splits.microbatch_group`;
+    schedules.py refuses Megatron's default N = pp there).
+    """
+    m, pp, vpp = job.model, plan.pp, plan.vpp
+    a: list[str] = []
+    if pp > 1 and vpp > 1 and plan.num_microbatches % pp:
+        a += ["--microbatch-group-size-per-virtual-pipeline-stage",
+              str(microbatch_group(pp, plan.num_microbatches))]
+    if pp == 1:
+        return a
+    vflag = ["--num-virtual-stages-per-pipeline-rank", str(vpp)] if vpp > 1 else []
+    split = first_last_split(job, plan)
+    slots = slot_flags(job, plan)
+    if uniform_layers(job, plan):
+        if vpp > 1:
+            a += ["--num-layers-per-virtual-pipeline-stage", str(m.num_layers // (pp * vpp))]
+    elif split is not None and vpp == 1:
+        a += ["--decoder-first-pipeline-num-layers", str(split[0]),
+              "--decoder-last-pipeline-num-layers", str(split[1])]
+    elif slots is not None:
+        a += (["--account-for-embedding-in-pipeline-split"] if slots[0] else []) + (
+            ["--account-for-loss-in-pipeline-split"] if slots[1] else []) + vflag
+    else:
+        # any other split: the explicit layout, exactly as planned
+        a += ["--pipeline-model-parallel-layout", pipeline_layout(job, plan)]
+    return a
+
+
 def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     """Megatron-LM command-line arguments (flat list) for the plan, and notes."""
     refuse_unrunnable(job, plan, "megatron")
@@ -70,17 +113,7 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
         a += ["--moe-token-dispatcher-type", "alltoall"]
     if plan.sp:
         a.append("--sequence-parallel")
-    split = first_last_split(job, plan)
-    if plan.pp > 1 and uniform_layers(job, plan):
-        if plan.vpp > 1:
-            a += ["--num-layers-per-virtual-pipeline-stage",
-                  str(m.num_layers // (plan.pp * plan.vpp))]
-    elif split is not None and plan.vpp == 1:
-        a += ["--decoder-first-pipeline-num-layers", str(split[0]),
-              "--decoder-last-pipeline-num-layers", str(split[1])]
-    elif plan.pp > 1:
-        # any other split (or one with interleaving): the explicit layout, exactly as planned
-        a += ["--pipeline-model-parallel-layout", pipeline_layout(job, plan)]
+    a += split_args(job, plan)
     # ZeRO: 1 = distributed optimizer; 2/3 = Megatron-FSDP sharding strategies.
     if plan.zero >= 1:
         a.append("--use-distributed-optimizer")

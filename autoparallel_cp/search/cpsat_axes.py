@@ -3,7 +3,7 @@
 `add_axes` creates one one-hot `cpsat_blocks.Axis` per plan axis (tp, cp, pp, dp, ep, vpp, mbs,
 micro-batch count m, zero, sp, recompute mode) and the linear degree rules over their exponent
 encodings (dp*tp*pp*cp = N, dp*mbs*m = B, ep | dp*cp (etp*ep | tp*cp*dp with a fixed
-expert-TP size, and then sp = 1 for folded tp > 1), pp | m when interleaved, sp needs tp > 1,
+expert-TP size, and then sp = 1 for folded tp > 1), pp <= m when interleaved, sp needs tp > 1,
 uniform partitions need pp*vpp | L, node-group divisibility on heterogeneous clusters). The
 key-level master (`cpsat_master`) is built on these axes; the per-key partition model
 (`cpsat_partition`) takes the key as constants. No model here grows with the number of plans.
@@ -49,7 +49,11 @@ def add_axes(model: cp_model.CpModel, t: Tables) -> dict[str, cb.Axis]:
     interleaved = cast(list[cp_model.IntVar],
                        [one_vpp.negated()] if one_vpp is not None else [])
     if interleaved or one_vpp is None:
-        cb.add_divides(model, [ax["pp"]], [ax["m"]], enforce=interleaved)
+        # Megatron's interleaved schedule runs m >= pp micro-batches (groups of pp..m,
+        # spec.plan.microbatch_group); pp | m is no longer required
+        ge = model.add(ax["pp"].value <= ax["m"].value)
+        if interleaved:
+            ge.only_enforce_if(interleaved)
         pp1 = ax["pp"].lit(1)
         if pp1 is not None:
             if one_vpp is None:

@@ -30,6 +30,12 @@ Rounding: every positive term is floored and the one subtracted term ceiled, so 
 objective stays a lower bound. Memory: the sum over stages of the stage peaks must fit in the
 sum of their capacities (each stage keeps >= 1 in-flight micro-batch of every layer's cheapest
 activation choice) - a necessary condition, linear in tables over <= 6 axes.
+Interleaving with m >= pp micro-batches that pp need not divide (Megatron's micro-batch groups of
+N in [pp, m], `spec.plan.microbatch_group`): the time bounds above never use pp | m, and every
+stage still holds >= 1 micro-batch of each of its chunks at its peak (its warm-up runs
+(vpp - 1)*N >= vpp - 1 forwards, chunks 0..vpp-2 of the first group, and the first steady step
+adds chunk vpp - 1 before any backward; `factors.stage_inflight` >= 1 for unequal chunks too), so
+the memory condition holds as well; `tests/search` checks LB <= every such key's exact best.
 
 MoE parallel folding (`--fix etp`) does not touch this argument: the expert-TP size is one
 value per search space, so the tables are the factor functions evaluated at it (the folded

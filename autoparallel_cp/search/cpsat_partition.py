@@ -7,8 +7,9 @@ problem is an integer *linear* program (no element constraints, no products of v
 - per stage j (front to back) and node group g: MoE/main-kind layers `nm_jg`, of them
   recomputed `rm_jg`, recomputed dense-prefix layers `rd_jg` (first stage), selector `y_jg`
   (exactly one group per stage, `G_g * pp / N` stages per group, fixed for the key);
-- `l_j = sum_g (nm_jg + K y_jg [j = 0])`, a multiple of vpp and >= vpp; `r_j = min(r, l_j)`
-  with the global Megatron `recompute_layers` r;
+- `l_j = sum_g (nm_jg + K y_jg [j = 0])`, a multiple of vpp and >= vpp (a `--fix`ed split:
+  its own counts, uneven model chunks included, with each stage's `stage_inflight`);
+  `r_j = min(r, l_j)` with the global Megatron `recompute_layers` r;
 - `t_j`, `mem_j`, `dsync_j`, `opt_j` linear in those counts with the key's coefficients
   (tables.plan_cost is the reference composition; the working set is a max over booleans);
 - objective (times vpp, so exact in integers): `vpp*m*T + (S - T) + vpp*(E + O)` with the
@@ -56,6 +57,7 @@ class PartitionModel:
     scale_s: float  # seconds per objective unit (tu / vpp)
     error_bound_s: float
     key: Any
+    chunk_layers: tuple[int, ...] | None = None  # the pinned layout, carried to the plan
     etp: int | None = None  # the space's expert-TP size (fixed per space, not a key axis)
 
     def read_plan(self, solver: cp_model.CpSolver, uniform: bool) -> Plan:
@@ -71,7 +73,7 @@ class PartitionModel:
         return Plan(dp=k.dp, tp=k.tp, pp=k.pp, vpp=k.vpp, cp=k.cp, ep=k.ep, sp=k.sp,
                     zero=k.zero, mbs=k.mbs, num_microbatches=k.m, recompute=mode,
                     recompute_layers=rl, stage_layers=None if uniform else ls,
-                    stage_groups=sg, etp=self.etp)
+                    stage_groups=sg, chunk_layers=self.chunk_layers, etp=self.etp)
 
     def forbid(self, solver: cp_model.CpSolver) -> None:
         """No-good on the current (layer counts, r, groups)."""
@@ -160,12 +162,17 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     nm: list[list[Any]] = []
     rm: list[list[Any]] = []
     rd: list[list[Any]] = []
+    fixed_sl = s.fixed_stage_layers(pp, vpp)
     for j in range(pp):
         first = j == 0
         kd = K if first else 0
-        l_j = model.new_int_var(vpp, L, f"l{j}")
-        u = model.new_int_var(1, L, f"u{j}")
-        model.add(l_j == vpp * u)
+        if fixed_sl is not None:
+            # a pinned split (any split Plan accepts, uneven model chunks included)
+            l_j = model.new_int_var(int(fixed_sl[j]), int(fixed_sl[j]), f"l{j}")
+        else:
+            l_j = model.new_int_var(vpp, L, f"l{j}")
+            u = model.new_int_var(1, L, f"u{j}")
+            model.add(l_j == vpp * u)
         if kd:
             model.add(l_j >= kd)
         layers.append(l_j)
@@ -202,17 +209,17 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     if s.partition == "uniform":
         for l_j in layers:
             model.add(l_j == L // pp)
-    fixed_sl = s.fixed.get("stage_layers")
-    if fixed_sl is not None:
-        for l_j, n in zip(layers, fixed_sl, strict=True):
-            model.add(l_j == int(n))
-    elif not hetero:
+    if fixed_sl is None and not hetero:
         # middle stages are interchangeable but for their in-flight count (nonincreasing in j):
         # moving the larger count later keeps every time and never raises a memory peak
         for j in range(1, pp - 2):
             model.add(layers[j] <= layers[j + 1])
     # ------------------------------------------------------------------ per-stage costs
-    f = [float(fx.inflight(pp, vpp, m, j)) for j in range(pp)]
+    if fixed_sl is not None:  # the pinned stages' own chunks (tables.plan_cost's f_j)
+        f = [fx.stage_inflight(pp, vpp, m, j, s.chunks_of(pp, vpp, j, int(fixed_sl[j])))
+             for j in range(pp)]
+    else:  # multiples of vpp: equal chunks
+        f = [float(fx.inflight(pp, vpp, m, j)) for j in range(pp)]
     times: list[Any] = []
     E_cons: list[tuple[Any, Any, Any]] = []
     opts: list[Any] = []
@@ -325,8 +332,9 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     per = 2 * L + 12
     err_u = m * per + (2 * L + 12 * pp) / vpp + (L + 12) + 2 * per + (L + 12) + 2
     err = err_u * tu + (dmax + BT * tu) * 2.0 / FRAC_SCALE
+    cl = s.fixed.get("chunk_layers")
     return PartitionModel(model, layers, r, y if hetero else None, obj, tu / vpp, err, key,
-                          t.space.etp)
+                          None if cl is None else tuple(int(x) for x in cl), t.space.etp)
 
 
 def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int = 0,

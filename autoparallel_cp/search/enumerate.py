@@ -60,8 +60,9 @@ class SpaceTooLarge(UserError):
 
 def partitions(space: SearchSpace, pp: int, vpp: int) -> Iterator[tuple[int, ...] | None]:
     """Layer partitions (front to back) of the space for (pp, vpp); None = uniform."""
-    if "stage_layers" in space.fixed:
-        yield tuple(space.fixed["stage_layers"])
+    fixed = space.fixed_stage_layers(pp, vpp)
+    if fixed is not None:
+        yield fixed
         return
     if space.partition == "uniform":
         yield None
@@ -113,7 +114,7 @@ def partition_array(space: SearchSpace, pp: int, vpp: int
                     ) -> tuple[Ints, list[tuple[int, ...] | None]]:
     """Layers per stage of every partition, (P, pp) sorted lexicographically, and the Plan
     `stage_layers` value of each row (None for the uniform split)."""
-    if "stage_layers" in space.fixed or space.partition == "uniform":
+    if space.fixed_split or space.partition == "uniform":
         part = next(partitions(space, pp, vpp))
         ls = part if part is not None else Plan(pp=pp).layers_per_stage(space.num_layers)
         return np.array([ls], np.int64).reshape(1, pp), [part]
@@ -287,7 +288,14 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
     opt = np.where(last, opt + s.head_opt[gr, zi], opt)
     if d.pp > 1:
         ttime = ttime + s.p2p[gr, spc]
-    f = fx.inflight(d.pp, d.vpp, d.num_microbatches, jr)
+    if t.space.fixed_split:
+        # a pinned split may hold unequal chunks: the in-flight count of each stage's own
+        f = np.array([fx.stage_inflight(d.pp, d.vpp, d.num_microbatches, int(a),
+                                        t.space.chunks_of(d.pp, d.vpp, int(a), int(b)))
+                      for a, b in zip(np.asarray(j), np.asarray(n), strict=True)],
+                     float)[col]
+    else:  # free partitions hold multiples of vpp: equal chunks
+        f = fx.inflight(d.pp, d.vpp, d.num_microbatches, jr)
     peak = states + f * act + extra + work + s.z3[zi] + t.other
     cap = np.array(t.capacity, float)[gr]
     fits = peak <= cap
@@ -415,7 +423,8 @@ def enumerate_best(space: SearchSpace, limit: int | None = None
         if len(parts) == 0 or len(places) == 0:
             continue
         sl = _slices(tabs, d)
-        free_parts = "stage_layers" not in space.fixed and space.partition != "uniform"
+        free_parts = not space.fixed_split and space.partition != "uniform"
+        cl = space.fixed.get("chunk_layers")
         for mode_name in space.recompute:
             cost, ri, pi, qi, ropts = _best_of_degrees(tabs, d, sl, mode_name, sps, parts,
                                                        places)
@@ -428,6 +437,7 @@ def enumerate_best(space: SearchSpace, limit: int | None = None
                             sp=sp_, zero=zero, mbs=d.mbs, num_microbatches=d.num_microbatches,
                             recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                             stage_layers=part, stage_groups=place_objs[int(qi[col])],
+                            chunk_layers=None if cl is None else tuple(cl),
                             etp=space.etp)
                 out.append((float(cost[col]), plan.key(), plan))
     out.sort(key=lambda x: (x[0], x[1]))

@@ -126,7 +126,8 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
     """A proven lower bound of the exact step time of every plan of `key` (numpy, no CP-SAT),
     used only to skip keys whose best cannot enter the top k before their model is built.
 
-    Per stage position j, node group g and layer count l (a multiple of vpp), `tmin[j, g, l]`
+    Per stage position j, node group g and layer count l (a multiple of vpp; with a pinned
+    split, the position's own count and in-flight count `stage_inflight`), `tmin[j, g, l]`
     is the least stage time over the recompute counts r_j = min(r, l) whose memory peak fits
     (the `tables.plan_cost` composition with the key's constants; inf when none fits): memory
     that forces recompute adds its replay time here, and the embedding / LM head / dense prefix
@@ -169,9 +170,28 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
         rs = np.array([float(L)])
     else:
         rs = np.arange(1, L + 1, dtype=float)
-    ls = np.arange(vpp, L + 1, vpp, dtype=float)
+    fixed = s.fixed_stage_layers(pp, vpp)
+    if fixed is not None:  # a pinned split: each position holds its own count only
+        ls = np.array(sorted(set(fixed)), dtype=float)
+        f_fixed = np.array([fx.stage_inflight(pp, vpp, m, j, s.chunks_of(pp, vpp, j, n))
+                            for j, n in enumerate(fixed)], float)
+        n_fixed = np.array(fixed, float)
+    else:
+        ls = np.arange(vpp, L + 1, vpp, dtype=float)
     if ls.size == 0:
         return math.inf
+
+    def inflight_at(j: Any) -> Any:
+        """f_j of the positions j (the pinned stages' own chunks, else equal chunks)."""
+        if fixed is not None:
+            return f_fixed[j].reshape(-1, 1, 1, 1)
+        return np.asarray(fx.inflight(pp, vpp, m, j), float).reshape(-1, 1, 1, 1)
+
+    def count_ok(j: Any) -> Any:
+        """Layer counts position j may hold (all of ls unless the split is pinned)."""
+        if fixed is None:
+            return True
+        return lv == n_fixed[j].reshape(-1, 1, 1, 1)
     def A(xs: list[float]) -> Any:  # per node group, broadcast over (j, g, l, r)
         return np.asarray(xs, float).reshape(1, G, 1, 1)
 
@@ -180,12 +200,12 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
 
     def grid(j: Any, rs: Any) -> Any:
         """tmin over stage positions j, every allowed r (the plan_cost composition)."""
-        f = np.asarray(fx.inflight(pp, vpp, m, j), float).reshape(-1, 1, 1, 1)
+        f = inflight_at(j)
         first = (j == 0).astype(float).reshape(-1, 1, 1, 1)
         last = (j == pp - 1).astype(float).reshape(-1, 1, 1, 1)
         nd = first * K
         rv = rs.reshape(1, 1, 1, -1)
-        ok_l = lv >= nd  # the first stage holds the dense prefix
+        ok_l = (lv >= nd) & count_ok(j)  # the first stage holds the dense prefix
         nm = np.maximum(lv - nd, 0.0)
         rk = np.minimum(rv, lv)
         rd = np.minimum(rk, nd)
@@ -212,7 +232,7 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
         """tmin over positions j >= 1 with partial full recompute (r_j in [1, l]): the stage time
         grows with r_j (rho >= 0) and its peak is linear in r_j >= 1 (work_full), so the least
         fitting r_j has a closed form (rounded down: a smaller r_j only lowers the bound)."""
-        f = np.asarray(fx.inflight(pp, vpp, m, j), float).reshape(-1, 1, 1, 1)
+        f = inflight_at(j)
         last = (j == pp - 1).astype(float).reshape(-1, 1, 1, 1)
         p0 = lv * c.sigma + last * c.head_states + f * lv * A(c.act) + last * A(c.head_act) \
             + np.maximum(A(c.work_full), last * A(c.head_work)) + c.const_mem
@@ -220,7 +240,7 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
         with np.errstate(divide="ignore", invalid="ignore"):
             need = np.ceil((p0 - capx) / d - 1e-6)
         r1 = np.where(d > 0, np.maximum(need, 1.0), 1.0)
-        ok = np.where(d > 0, r1 <= lv, p0 - d <= capx)
+        ok = np.where(d > 0, r1 <= lv, p0 - d <= capx) & count_ok(j)
         r1 = np.minimum(r1, lv)
         time_ = lv * A(c.tau) + r1 * A(c.rho) + last * A(c.head_time)
         if pp > 1:

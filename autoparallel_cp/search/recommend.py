@@ -225,7 +225,8 @@ def simplest_within(
         if res is None:
             return None
         best: tuple[int, float, Plan] | None = None
-        for cand in _plain_variants(canonical(res.plan, space.num_layers), space.fixed):
+        for cand in _plain_variants(canonical(res.plan, space.num_layers), space.fixed,
+                                    space.num_layers):
             if plan_violations_ok(job, cand):
                 pc = plan_cost(res.tables, cand)
                 if pc.fits and pc.step_s <= max_step_s * (1 + 1e-12):
@@ -332,11 +333,14 @@ def plan_violations_ok(job: Any, plan: Plan) -> bool:
     return not plan_violations(job, plan)
 
 
-def _plain_variants(plan: Plan, pinned: Any = ()) -> list[Plan]:
+def _plain_variants(plan: Plan, pinned: Any = (), num_layers: int | None = None) -> list[Plan]:
     """The plan, and the same plan with a uniform split / whole-stage recompute (simpler);
-    never a variant that drops a field the user pinned (`pinned`: the --fix field names)."""
+    never a variant that drops a field the user pinned (`pinned`: the --fix field names). The
+    split is dropped only where the default split is the even one (pp*vpp | `num_layers`):
+    elsewhere the default is Megatron's slot split, no simpler than the plan's own."""
     out = [plan]
-    if (plan.stage_layers is not None and plan.stage_groups is None
+    even = num_layers is None or num_layers % (plan.pp * plan.vpp) == 0
+    if (plan.stage_layers is not None and plan.stage_groups is None and even
             and "stage_layers" not in pinned):
         out.append(plan.model_copy(update={"stage_layers": None}))
     if plan.recompute_layers is not None and "recompute_layers" not in pinned:

@@ -10,20 +10,21 @@ Axes and their default domains (every value is also checked against the job):
 - `dp`: derived, `N / (tp pp cp)`;
 - `ep`: divisors of the routed experts (1 for dense models) dividing `dp cp`; with `--fix etp=E`
   (MoE parallel folding, spec/plan.py) `ep * E` divides `tp cp dp` instead, and a folded plan
-  (E != tp) with tp > 1 needs sp = 1 (`sp_ok`). The expert-TP size is not a search axis: one
-  value per space (None: Megatron's default, the space and costs of before folding). Searching
-  it would add an axis to every MoE factor table and to the master's literal families and
-  score every key once per etp value (slower solves for every MoE job); a fixed value keeps
-  every table's axes, so the solver's bounds, built on the tables with the composition
-  unchanged, hold as they are (cpsat_master.py). `ap-solve solve --fix etp=1` searches the
-  folded layouts the Megatron-Bridge MoE recipes use (all of them set etp 1).
-- `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches % pp == 0`);
+  (E != tp) with tp > 1 needs sp = 1 (`sp_ok`). etp is not a search axis but one value per
+  space (None: Megatron's default): searching it would add an axis to every MoE factor table
+  and the master's literal families and score every key once per etp (slower MoE solves); a
+  fixed value keeps every table's axes, so the bounds built on the tables hold as they are
+  (cpsat_master.py). `--fix etp=1` searches the folded layouts of Megatron-Bridge's recipes.
+- `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches >= pp`: Megatron's
+  micro-batch groups, `spec.plan.microbatch_group`);
 - `mbs`: powers of two up to `max_mbs` dividing the global batch;
 - `zero`: 0-3, `sp`: 0/1 (1 only with tp > 1), `recompute`: none / selective / full;
 - partial recompute (`recompute_layers` with `recompute=full`, Megatron's
   `--recompute-num-layers`: the first r layers of each stage recompute);
 - the layer partition: `uniform` (Megatron's default split, pp*vpp | layers) or `free`
-  (any per-stage counts, multiples of vpp, every stage at least vpp layers);
+  (any per-stage counts, multiples of vpp, every stage at least vpp layers); a pinned
+  `stage_layers` or `chunk_layers` may be any split `spec.plan.plan_violations` accepts (uneven
+  model chunks, the embedding and loss as layer slots), and is the only partition searched;
 - on a heterogeneous cluster, the node group of every stage (a stage's dp*tp*cp GPUs sit in one
   group; each group holds exactly `gpus_in_group / (dp tp cp)` stages).
 
@@ -38,15 +39,23 @@ from math import comb, factorial
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
+from autoparallel_cp.search.pins import check_structural_pins
 from autoparallel_cp.spec import Job
-from autoparallel_cp.spec.plan import RECOMPUTE_MODES, RecomputeMode, parse_assignments
+from autoparallel_cp.spec.plan import (
+    RECOMPUTE_MODES,
+    Plan,
+    RecomputeMode,
+    parse_assignments,
+    split_violations,
+)
+from autoparallel_cp.spec.splits import stage_chunks
 
 PartitionKind = Literal["uniform", "free"]
 
 # Keys accepted by --fix; `dp` and `num_microbatches` restrict derived values.
 FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
-    "recompute", "recompute_layers", "stage_layers", "stage_groups", "etp",
+    "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers", "etp",
 )
 
 
@@ -157,10 +166,14 @@ class SearchSpace:
             vpps = [pins["vpp"]]
         if "mbs" in pins and pins["mbs"] not in mbss and job.global_batch % pins["mbs"] == 0:
             mbss = [pins["mbs"]]
-        _check_structural_pins(job, pins)
+        check_structural_pins(job, pins)
         if "stage_layers" in pins:
             partition = "free"
             pps = [p for p in pps if p == len(pins["stage_layers"])]
+        if "chunk_layers" in pins:
+            partition = "free"
+            pps = [p for p in pps if len(pins["chunk_layers"]) % p == 0]
+            vpps = sorted({len(pins["chunk_layers"]) // p for p in pps})
         if "stage_groups" in pins:
             pps = [p for p in pps if p == len(pins["stage_groups"])]
         if "recompute_layers" in pins and "recompute" not in pins:
@@ -191,6 +204,38 @@ class SearchSpace:
     @property
     def num_layers(self) -> int:
         return self.job.model.num_layers
+
+    @property
+    def fixed_split(self) -> bool:
+        """Whether --fix pins the layer split (`stage_layers` or `chunk_layers`)."""
+        return "stage_layers" in self.fixed or "chunk_layers" in self.fixed
+
+    def fixed_stage_layers(self, pp: int, vpp: int) -> tuple[int, ...] | None:
+        """The pinned layers per stage for (pp, vpp) (stage sums of a pinned `chunk_layers`)."""
+        if "stage_layers" in self.fixed:
+            return tuple(self.fixed["stage_layers"])
+        if "chunk_layers" in self.fixed:
+            return Plan(pp=pp, vpp=vpp, chunk_layers=tuple(self.fixed["chunk_layers"])
+                        ).layers_per_stage(self.num_layers)
+        return None
+
+    def chunks_of(self, pp: int, vpp: int, j: int, n: int) -> tuple[int, ...]:
+        """Layers of the model chunks of stage j when it holds n layers (`Plan`'s rule, or the
+        pinned `chunk_layers`)."""
+        cl = self.fixed.get("chunk_layers")
+        if cl is not None and len(cl) == pp * vpp:
+            return tuple(int(cl[v * pp + j]) for v in range(vpp))
+        return stage_chunks(n, vpp, j == 0, j == pp - 1)
+
+    def _fixed_split_ok(self, pp: int, vpp: int) -> bool:
+        """The pinned split is legal for (pp, vpp) (`spec.plan.split_violations`)."""
+        cl = self.fixed.get("chunk_layers")
+        sl = self.fixed.get("stage_layers")
+        if cl is not None and len(cl) != pp * vpp:
+            return False
+        plan = Plan(pp=pp, vpp=vpp, stage_layers=None if sl is None else tuple(sl),
+                    chunk_layers=None if cl is None else tuple(cl))
+        return not split_violations(self.num_layers, plan)
 
     @property
     def heterogeneous(self) -> bool:
@@ -234,9 +279,12 @@ class SearchSpace:
                             if self.fixed.get("num_microbatches", nmb) != nmb:
                                 continue
                             for vpp in self.vpp:
-                                if vpp > 1 and (pp == 1 or nmb % pp):
+                                if vpp > 1 and (pp == 1 or nmb < pp):
                                     continue
-                                if self.partition == "uniform":
+                                if self.fixed_split:
+                                    if not self._fixed_split_ok(pp, vpp):
+                                        continue
+                                elif self.partition == "uniform":
                                     if m.num_layers % (pp * vpp):
                                         continue
                                 elif m.num_layers < pp * vpp or m.num_layers % vpp:
@@ -264,6 +312,10 @@ class SearchSpace:
         """Free partitions: the first stage must be able to hold the dense prefix layers."""
         if self.partition == "uniform":
             return True
+        fixed = self.fixed_stage_layers(pp, vpp)
+        if fixed is not None:
+            moe = self.job.model.moe
+            return fixed[0] >= (moe.first_k_dense_layers if moe is not None else 0)
         units = self.num_layers // self.layer_step(vpp)
         return units - self.first_stage_min_units(vpp) + 1 >= pp
 
@@ -281,7 +333,7 @@ class SearchSpace:
     # ------------------------------------------------------------------ counting
     def num_partitions(self, pp: int, vpp: int) -> int:
         """Layer partitions over `pp` stages (compositions in steps of vpp*freq)."""
-        if "stage_layers" in self.fixed:
+        if self.fixed_split:
             return 1
         if self.partition == "uniform":
             return 1
@@ -345,55 +397,3 @@ class SearchSpace:
         if self.etp is not None:
             rows.append(f"etp {self.etp}")
         return "\n".join(rows)
-
-
-def _check_structural_pins(job: Job, pins: Mapping[str, Any]) -> None:
-    """Pins that no plan of the job can have, whatever the other fields: InputError (exit 2)
-    saying why, as `evaluate` refuses them (`spec.plan.plan_violations`), instead of an empty
-    space later reported as a memory problem."""
-    L = job.model.num_layers
-    groups = len(job.cluster.node_groups)
-    pp = pins.get("pp")
-    for name in ("tp", "pp", "cp", "ep", "vpp", "mbs", "dp", "num_microbatches", "etp"):
-        if name in pins and pins[name] < 1:
-            raise InputError(f"--fix {name}={pins[name]}: must be >= 1", field=name)
-    if "etp" in pins and job.model.moe is None:
-        raise InputError(f"--fix etp={pins['etp']}: expert tensor parallelism needs an MoE model",
-                         field="etp")
-    if "etp" in pins and job.model.moe is not None and \
-            job.model.moe.expert_ffn_hidden_size % pins["etp"]:
-        raise InputError(f"--fix etp={pins['etp']}: the expert FFN "
-                         f"({job.model.moe.expert_ffn_hidden_size}) does not split over it",
-                         field="etp")
-    if "zero" in pins and pins["zero"] not in (0, 1, 2, 3):
-        raise InputError(f"--fix zero={pins['zero']}: must be 0, 1, 2 or 3", field="zero")
-    if "sp" in pins and pins["sp"] not in (0, 1):
-        raise InputError(f"--fix sp={pins['sp']}: must be 0 or 1", field="sp")
-    sl = pins.get("stage_layers")
-    if sl is not None:
-        text = ":".join(map(str, sl))
-        if not sl or min(sl) < 1:
-            raise InputError(f"--fix stage_layers={text}: every stage needs at least one layer",
-                             field="stage_layers")
-        if sum(sl) != L:
-            raise InputError(f"--fix stage_layers={text}: the stages hold {sum(sl)} layers, "
-                             f"the model has {L}", field="stage_layers")
-        if pp is not None and len(sl) != pp:
-            raise InputError(f"--fix stage_layers={text}: {len(sl)} stages for pp={pp}",
-                             field="stage_layers")
-    sg = pins.get("stage_groups")
-    if sg is not None:
-        text = ":".join(map(str, sg))
-        if not sg or min(sg) < 0 or max(sg) >= groups:
-            raise InputError(f"--fix stage_groups={text}: the cluster has node groups "
-                             f"0..{groups - 1}", field="stage_groups")
-        if pp is not None and len(sg) != pp:
-            raise InputError(f"--fix stage_groups={text}: {len(sg)} stages for pp={pp}",
-                             field="stage_groups")
-        if sl is not None and len(sl) != len(sg):
-            raise InputError("--fix stage_groups and stage_layers: different numbers of stages",
-                             field="stage_groups")
-    rl = pins.get("recompute_layers")
-    if rl is not None and not 0 <= rl <= L:
-        raise InputError(f"--fix recompute_layers={rl}: must be in 0..{L}",
-                         field="recompute_layers")

@@ -243,6 +243,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     sp_ = t.space
     L = sp_.num_layers
     ls = plan.layers_per_stage(L)
+    chunks = plan.chunks_per_stage(L)
     groups = stage_groups_of(t, plan)
     mode = MODES.index(plan.recompute)
     itp, icp, iep, imb = t.i("tp", plan.tp), t.i("cp", plan.cp), t.i("ep", plan.ep), \
@@ -265,7 +266,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
             counts = [(False, k_dense, rd), (True, n - k_dense, r - rd)]
         else:
             counts = [(t.main_kind, n, r)]
-        f = float(fx.inflight(plan.pp, plan.vpp, m, j))
+        f = fx.stage_inflight(plan.pp, plan.vpp, m, j, chunks[j])
         ttime = act = states = dsync = opt = work = z3first = 0.0
         for kind, cnt, rc in counts:
             if cnt == 0:

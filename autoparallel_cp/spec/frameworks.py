@@ -71,8 +71,17 @@ class Rule:
     formats: tuple[str, ...] | None = None
 
 
-def _per_stage_chunks_uneven(job: Job, plan: Plan) -> bool:
-    return plan.vpp > 1 and any(n % plan.vpp for n in plan.layers_per_stage(job.model.num_layers))
+def _empty_middle_chunk(job: Job, plan: Plan) -> bool:
+    """Some model chunk holds no module at all: no layer, and neither the embedding (first
+    chunk) nor the final norm and output (last chunk)."""
+    layout = plan.layout(job.model.num_layers)
+    return any(n == 0 for n in layout[1:-1])
+
+
+def _tt_interleaved_m(job: Job, plan: Plan) -> dict[str, Any] | None:
+    if plan.vpp > 1 and plan.num_microbatches % plan.pp:
+        return {"vpp": 1}
+    return None
 
 
 def _partial(plan: Plan) -> bool:
@@ -83,10 +92,20 @@ def _mg_recompute(job: Job, plan: Plan) -> dict[str, Any] | None:
     if not (_partial(plan) and plan.vpp > 1):
         return None
     k = plan.recompute_layers or 0
-    most = max(plan.layers_per_stage(job.model.num_layers))
-    if k >= most or k % plan.vpp == 0:
+    L = job.model.num_layers
+    most = max(plan.layers_per_stage(L))
+    if k >= most:
         return None
-    return {"recompute_layers": min(most, -(-k // plan.vpp) * plan.vpp)}
+    if k % plan.vpp:
+        return {"recompute_layers": min(most, -(-k // plan.vpp) * plan.vpp)}
+    # per chunk Megatron recomputes min(k/vpp, chunk): the plan's min(k, stage) on every
+    # stage only when the stage's chunks all hold >= k/vpp or all <= k/vpp layers
+    per = k // plan.vpp
+    for chunks in plan.chunks_per_stage(L):
+        if min(chunks) < per < max(chunks):
+            least = min(min(c) for c in plan.chunks_per_stage(L))
+            return {"recompute_layers": least * plan.vpp if least else "all (omit the field)"}
+    return None
 
 
 def _tt_selective(job: Job, plan: Plan) -> dict[str, Any] | None:
@@ -206,16 +225,11 @@ RULES: tuple[Rule, ...] = (
          _learned_positions),
     Rule("megatron", "recompute_layers",
          "with interleaving, --recompute-num-layers (block) counts layers per model chunk, so a "
-         "stage recomputes vpp * k layers: recompute_layers must be a multiple of vpp",
+         "stage recomputes vpp * k layers: recompute_layers must be a multiple of vpp, and a "
+         "stage's uneven chunks must all hold at least (or all at most) k layers",
          f"{_MG} megatron/core/transformer/transformer_config.py:551-555 (per TransformerBlock = "
          "per chunk) and transformer_block.py _checkpointed_forward 'block'",
          _mg_recompute),
-    Rule("megatron", "stage_layers",
-         "with interleaving each stage's layers split evenly over its vpp chunks in "
-         "--pipeline-model-parallel-layout",
-         f"{_MG} megatron/training/arguments.py:3103 (--pipeline-model-parallel-layout)",
-         lambda j, p: {"stage_layers": "uniform"} if (_per_stage_chunks_uneven(j, p)
-                                                       and p.stage_layers) else None),
     Rule("torchtitan", "model",
          "torchtitan builds models from its own registries, with a flavor for "
          + ", ".join(TORCHTITAN_MODELS) + " only",
@@ -256,10 +270,18 @@ RULES: tuple[Rule, ...] = (
          "torchtitan/config/job_config.py:464-472",
          _tt_toml_etp),
     Rule("torchtitan", "stage_layers",
-         "each stage's layers split evenly over its vpp chunks (module_fqns_per_model_part)",
-         f"{_TT} torchtitan/config/configs.py:181-189",
-         lambda j, p: {"stage_layers": "uniform"} if (_per_stage_chunks_uneven(j, p)
-                                                       and p.stage_layers) else None),
+         "every model chunk is a module list (module_fqns_per_model_part); a middle chunk "
+         "with no layer would be a pipeline stage with no module",
+         f"{_TT} torchtitan/config/configs.py:181-189 (module_fqns_per_model_part)",
+         lambda j, p: {"stage_layers": "uniform"} if _empty_middle_chunk(j, p) else None),
+    Rule("torchtitan", "num_microbatches",
+         "interleaving with pp not dividing the micro-batches: PyTorch's Interleaved1F1B "
+         "groups micro-batches in rounds of m // pp (and refuses m % rounds != 0), not "
+         "Megatron's micro-batch groups the plan's in-flight memory is costed with",
+         "torchtitan b5bcd76c (main) torchtitan/distributed/pipeline_parallel.py:267-334 "
+         "(_build_pipeline_schedule hands n_microbatches to PyTorch's ScheduleInterleaved1F1B: "
+         "number_of_rounds = max(1, n_microbatches // pp_group_size))",
+         _tt_interleaved_m),
     Rule("torchtitan-toml", "zero",
          "zero=0 is DDP, which raises 'DDP has not supported > 1D parallelism' with tp, pp or cp",
          "torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py:148-151",

@@ -2,20 +2,13 @@
 
 Field names are the stable surface of INTERFACE.md: dp, tp, pp, vpp, cp, ep, sp, zero, mbs,
 num_microbatches, recompute, recompute_layers, plus the optional layer partition
-(`stage_layers`), on heterogeneous clusters the node group of each stage (`stage_groups`), and
-the expert-tensor-parallel size `etp` of MoE parallel folding.
+(`stage_layers`, or per model chunk `chunk_layers`), on heterogeneous clusters the node group
+of each stage (`stage_groups`), and the expert-tensor-parallel size `etp` of MoE parallel
+folding.
 
-MoE parallel folding (Megatron-LM d98e8a64 megatron/core/parallel_state.py
-`initialize_model_parallel`, :871-902; Megatron-Core MoE paper arXiv 2603.07685, "Parallel
-Folding"; Megatron-Bridge docs/training/moe-optimization.md "Parallel Folding" @067f987): the
-attention layers use the rank grid tp x cp x dp x pp (order "tp-cp-ep-dp-pp" with ep = 1), the
-MoE layers a second grid etp x ep x edp x pp over the same ranks (same order, cp = 1), so within
-a pipeline stage's tp*cp*dp ranks the expert-TP groups are consecutive ranks, the EP groups have
-stride etp and the expert-data-parallel groups stride etp*ep. `--expert-tensor-parallel-size`
-defaults to tp (arguments.py:587-588, model_parallel_config.py:506-507): `etp=None` is that
-default, and the rule there reduces to ep | dp*cp, the tool's original one. Megatron requires
-world % (etp*ep*pp) == 0 (parallel_state.py:880-884), i.e. etp*ep | tp*cp*dp, and the expert
-data-parallel size is world / (etp*ep*pp) (:880).
+Layer splits (defaults, model chunks, micro-batch groups): `spec/splits.py`.
+
+MoE parallel folding (`etp`, the expert grid and its rules): `spec/folding.py`.
 """
 
 from __future__ import annotations
@@ -34,6 +27,8 @@ from autoparallel_cp.spec.base import (
     MAX_NODE_GROUPS,
     Bounded,
 )
+from autoparallel_cp.spec.folding import folding_violations
+from autoparallel_cp.spec.splits import default_split, stage_chunks
 
 _DEGREE = (1, MAX_GPUS, "a degree cannot exceed the largest cluster")
 _BATCH = (1, MAX_GLOBAL_BATCH, "cannot exceed the largest global batch")
@@ -43,6 +38,7 @@ Flag = Annotated[int, Bounded(0, 1, "0 or 1")]
 ZeroStage = Annotated[int, Bounded(0, 3, "ZeRO stages are 0..3")]
 LayerCount = Annotated[int, Bounded(0, MAX_LAYERS, "cannot exceed the deepest model")]
 StageLayers = Annotated[int, Bounded(1, MAX_LAYERS, "cannot exceed the deepest model")]
+ChunkLayers = Annotated[int, Bounded(0, MAX_LAYERS, "cannot exceed the deepest model")]
 GroupIndex = Annotated[int, Bounded(0, MAX_NODE_GROUPS - 1, "cannot exceed the node groups")]
 
 RecomputeMode = Literal["none", "selective", "full"]
@@ -68,7 +64,9 @@ class Plan(BaseModel):
     # Partial full recompute: layers per stage that checkpoint their input and recompute.
     # None means "all layers of the stage" when recompute == "full", and 0 otherwise.
     recompute_layers: LayerCount | None = None
-    stage_layers: tuple[StageLayers, ...] | None = None  # per pipeline stage; None = uniform
+    stage_layers: tuple[StageLayers, ...] | None = None  # per pipeline stage; None = default
+    # per model chunk (pp*vpp entries, chunk v of stage j at v*pp + j); None: `stage_chunks`
+    chunk_layers: tuple[ChunkLayers, ...] | None = None
     stage_groups: tuple[GroupIndex, ...] | None = None  # node group of each stage; None: in order
     # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: = tp (default)
     etp: Degree | None = None
@@ -88,8 +86,9 @@ class Plan(BaseModel):
         return (
             self.tp, self.pp, self.cp, self.dp, self.ep, self.vpp, self.sp, self.zero,
             self.mbs, RECOMPUTE_MODES.index(self.recompute), self.recompute_layers or 0,
-            self.stage_layers or (), self.stage_groups or (), self.etp or 0,
-        )
+            self.stage_layers or (), self.stage_groups or (),
+        ) + ((self.chunk_layers,) if self.chunk_layers is not None else ()) + (
+            ((self.etp,),) if self.etp is not None else ())  # ints: comparable with chunks
 
     def short(self) -> str:
         """Compact `key=value` text, accepted back by `parse_plan`."""
@@ -104,6 +103,8 @@ class Plan(BaseModel):
             parts.append("stage_layers=" + ":".join(map(str, self.stage_layers)))
         if self.stage_groups is not None:
             parts.append("stage_groups=" + ":".join(map(str, self.stage_groups)))
+        if self.chunk_layers is not None:
+            parts.append("chunk_layers=" + ":".join(map(str, self.chunk_layers)))
         if self.etp is not None:
             parts.append(f"etp={self.etp}")
         return ",".join(parts)
@@ -125,11 +126,31 @@ class Plan(BaseModel):
         return max(self.tp * self.cp * self.dp // (self.expert_tp * self.ep), 1)
 
     def layers_per_stage(self, num_layers: int) -> tuple[int, ...]:
-        """Transformer layers held by each pipeline stage (uniform split when not given)."""
+        """Transformer layers held by each pipeline stage: the stage sums of `chunk_layers`,
+        `stage_layers` (which must agree), else `default_split` (the even split when pp*vpp
+        divides the layers)."""
+        if self.chunk_layers is not None and len(self.chunk_layers) == self.pp * self.vpp:
+            return tuple(sum(self.chunk_layers[v * self.pp + j] for v in range(self.vpp))
+                         for j in range(self.pp))
         if self.stage_layers is not None:
             return self.stage_layers
-        base, extra = divmod(num_layers, self.pp)
-        return tuple(base + (1 if i < extra else 0) for i in range(self.pp))
+        return default_split(num_layers, self.pp, self.vpp)
+
+    def chunks_per_stage(self, num_layers: int) -> tuple[tuple[int, ...], ...]:
+        """Layers of each stage's vpp model chunks (in chunk order): `chunk_layers`, else
+        `stage_chunks` of every stage's count (module docstring)."""
+        pp, vpp = self.pp, self.vpp
+        if self.chunk_layers is not None and len(self.chunk_layers) == pp * vpp:
+            return tuple(tuple(self.chunk_layers[v * pp + j] for v in range(vpp))
+                         for j in range(pp))
+        return tuple(stage_chunks(n, vpp, j == 0, j == pp - 1)
+                     for j, n in enumerate(self.layers_per_stage(num_layers)))
+
+    def layout(self, num_layers: int) -> tuple[int, ...]:
+        """Layers of every model chunk in Megatron's layout order (chunk v of stage j at
+        v*pp + j), the order of `chunk_layers` and `--pipeline-model-parallel-layout`."""
+        per = self.chunks_per_stage(num_layers)
+        return tuple(per[j][v] for v in range(self.vpp) for j in range(self.pp))
 
     def recomputed_layers(self, stage_layer_count: int) -> int:
         """Layers of a stage with `stage_layer_count` layers that use full recompute."""
@@ -140,6 +161,11 @@ class Plan(BaseModel):
         return min(self.recompute_layers, stage_layer_count)
 
 
+def uneven_chunks(plan: Plan, num_layers: int) -> bool:
+    """Whether some stage's model chunks hold different layer counts (vpp > 1 only)."""
+    return plan.vpp > 1 and any(len(set(c)) > 1 for c in plan.chunks_per_stage(num_layers))
+
+
 class PlanError(UserError, ValueError):
     """A plan string or plan that cannot be used; the message names the field (a UserError:
     the CLI exits 2)."""
@@ -147,7 +173,7 @@ class PlanError(UserError, ValueError):
 
 _INT_FIELDS = {"dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
                "recompute_layers", "etp"}
-_TUPLE_FIELDS = {"stage_layers", "stage_groups"}
+_TUPLE_FIELDS = {"stage_layers", "stage_groups", "chunk_layers"}
 PLAN_FIELDS = tuple(sorted(_INT_FIELDS | _TUPLE_FIELDS | {"recompute"}))
 
 
@@ -162,7 +188,8 @@ def _range_error(k: str, exc: ValidationError) -> PlanError:
 
 def check_field(k: str, v: Any) -> Any:
     """The typed value of plan field `k`, or PlanError naming the field (bounds of `Plan`:
-    degrees and mbs >= 1, sp 0..1, zero 0..3, stage_layers >= 1 each; booleans refused)."""
+    degrees and mbs >= 1, sp 0..1, zero 0..3, stage_layers >= 1 and chunk_layers >= 0 each;
+    booleans refused)."""
     if k not in PLAN_FIELDS:
         raise PlanError(f"unknown plan field {k!r}; known: {', '.join(PLAN_FIELDS)}")
     if k == "recompute":
@@ -250,8 +277,9 @@ def parse_plan(text: str, job: Job | None = None) -> Plan:
 def plan_violations(job: Job, plan: Plan) -> list[str]:
     """Every rule the plan breaks for `job`, each message showing the factors involved.
 
-    Rules follow Megatron-LM's argument checks (arguments.py) and Narayanan et al. §2.2
-    (interleaving needs num_microbatches % pp == 0).
+    Rules follow Megatron-LM's argument checks (arguments.py, transformer_config.py) and its
+    interleaved schedule (d98e8a64 schedules.py: m >= pp, with a micro-batch group size
+    `microbatch_group` when pp does not divide m; Narayanan et al. §2.2 had pp | m).
     """
     m = job.model
     out: list[str] = []
@@ -281,24 +309,11 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
             out.append(f"(dp*cp) % ep: {plan.dp * plan.cp} % {plan.ep} != 0 (with etp = tp, "
                        "Megatron's default; set etp to fold ep over tensor ranks)")
     if plan.etp is not None:
-        out += _folding_violations(job, plan)
+        out += folding_violations(m.moe, plan.tp, plan.cp, plan.dp, plan.ep, plan.expert_tp,
+                                  plan.sp)
     if plan.sp and plan.tp == 1:
         out.append("sp=1 needs tp > 1")
-    if plan.stage_layers is None:
-        if m.num_layers % (plan.pp * plan.vpp):
-            out.append(
-                f"layers % (pp*vpp): {m.num_layers} % ({plan.pp}*{plan.vpp}) != 0 "
-                "(uniform partition)"
-            )
-    else:
-        if len(plan.stage_layers) != plan.pp:
-            out.append(f"stage_layers has {len(plan.stage_layers)} entries for pp={plan.pp}")
-        if sum(plan.stage_layers) != m.num_layers:
-            out.append(f"sum(stage_layers) = {sum(plan.stage_layers)} != {m.num_layers} layers")
-        if any(x < plan.vpp for x in plan.stage_layers):
-            out.append(f"every stage needs at least vpp={plan.vpp} layers")
-        if plan.vpp > 1 and any(x % plan.vpp for x in plan.stage_layers):
-            out.append(f"stage_layers must be multiples of vpp={plan.vpp}")
+    out += split_violations(m.num_layers, plan)
     if plan.stage_groups is not None:
         if len(plan.stage_groups) != plan.pp:
             out.append(f"stage_groups has {len(plan.stage_groups)} entries for pp={plan.pp}")
@@ -317,39 +332,54 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
             f"num_microbatches = {plan.num_microbatches} but global_batch/(dp*mbs) = "
             f"{job.global_batch // (plan.dp * plan.mbs)}"
         )
-    if plan.vpp > 1 and plan.num_microbatches % plan.pp:
+    if plan.vpp > 1 and plan.num_microbatches < plan.pp:
         out.append(
-            f"interleaving needs num_microbatches % pp == 0: {plan.num_microbatches} % {plan.pp}"
+            f"interleaving needs num_microbatches >= pp: {plan.num_microbatches} < {plan.pp} "
+            "(Megatron's micro-batch groups hold pp to m micro-batches)"
         )
     if plan.recompute_layers is not None and plan.recompute != "full":
         out.append("recompute_layers is only meaningful with recompute=full")
     return out
 
 
-def _folding_violations(job: Job, plan: Plan) -> list[str]:
-    """Rules of an explicit expert-tensor-parallel size (module docstring; Megatron-LM d98e8a64).
-
-    - etp*ep divides the tp*cp*dp ranks of a stage (parallel_state.py:880-884);
-    - the expert FFN splits over etp (column/row-parallel expert linears);
-    - a folded layout (etp != tp) with tp > 1 needs sequence parallelism: the MoE layer raises
-      in training when attention TP runs without it (megatron/core/transformer/moe/
-      moe_layer.py:636-640; model_parallel_config.py:560-565 warns that EP with TP needs SP).
-    """
-    m = job.model
+def split_violations(num_layers: int, plan: Plan) -> list[str]:
+    """Rules of the layer split: sums, lengths, and layers enough for every model chunk (the
+    first / last stage may give a whole chunk to the embedding / the loss)."""
     out: list[str] = []
-    etp = plan.expert_tp
-    if m.moe is None:
-        out.append(f"etp={etp} needs an MoE model")
+    pp, vpp, L = plan.pp, plan.vpp, num_layers
+    sl, cl = plan.stage_layers, plan.chunk_layers
+    if sl is not None:
+        if len(sl) != pp:
+            out.append(f"stage_layers has {len(sl)} entries for pp={pp}")
+        if sum(sl) != L:
+            out.append(f"sum(stage_layers) = {sum(sl)} != {L} layers")
+    if cl is not None:
+        if len(cl) != pp * vpp:
+            out.append(f"chunk_layers has {len(cl)} entries for pp*vpp = {pp}*{vpp}")
+        if sum(cl) != L:
+            out.append(f"sum(chunk_layers) = {sum(cl)} != {L} layers")
+        if out:
+            return out
+        per = plan.layers_per_stage(L)
+        if min(per) < 1:
+            out.append("chunk_layers leaves a pipeline stage without layers")
+        if sl is not None and tuple(sl) != per:
+            out.append(f"stage_layers {':'.join(map(str, sl))} != the stage sums of "
+                       f"chunk_layers {':'.join(map(str, per))}")
         return out
-    ranks = plan.tp * plan.cp * plan.dp
-    if ranks % (etp * plan.ep):
-        out.append(f"(tp*cp*dp) % (etp*ep): {ranks} % ({etp}*{plan.ep}) != 0 (the expert "
-                   "grid etp x ep x edp covers a stage's tp*cp*dp ranks)")
-    if m.moe.expert_ffn_hidden_size % etp:
-        out.append(f"expert ffn % etp: {m.moe.expert_ffn_hidden_size} % {etp} != 0")
-    if plan.folded and plan.tp > 1 and not plan.sp:
-        out.append(f"etp={etp} with tp={plan.tp} needs sp=1 (Megatron's MoE layer refuses "
-                   "tensor parallelism without sequence parallelism in training)")
+    if out:
+        return out
+    per = plan.layers_per_stage(L)
+    how = "stage_layers" if sl is not None else f"the default split {':'.join(map(str, per))}"
+    if sl is None and pp > L:
+        return [f"layers < pp: {L} < {pp}"]
+    if vpp > 1:
+        lo_edge = vpp - 1
+        if any(n < vpp for n in per[1:-1]) or per[0] < lo_edge or per[-1] < lo_edge:
+            out.append(f"{how}: with vpp={vpp} every stage needs at least vpp layers, the first "
+                       f"and last at least vpp-1 = {lo_edge}")
+    elif sl is None and min(per) < 1:
+        out.append(f"{how} leaves a pipeline stage without layers")
     return out
 
 

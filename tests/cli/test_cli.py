@@ -306,3 +306,27 @@ def test_bad_recipe_inputs_are_clear_errors(tmp_path: Path) -> None:
     g.write_text("base: nemo\n")
     assert_user_error(["evaluate", *SMALL, "--plan", "tp=1", "--recipe", str(g)],
                       "unknown base recipe")
+
+
+def test_pp_not_dividing_layers_evaluates_and_fix_matches(tmp_path: Path) -> None:
+    """gpt3-1.3b has 24 layers: pp=8 with vpp=2 is 16 chunks, which do not divide 24. evaluate
+    takes Megatron's split (26 slots: chunks 2,2,...,1 less the embedding and the loss), and
+    `solve --fix` of that split (stage_layers written out) returns evaluate's step time."""
+    model = tmp_path / "m.yaml"
+    model.write_text(TINY_MODEL.replace("num_layers: 8", "num_layers: 24"))
+    job = ["--model", str(model), "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "2048",
+           "--global-batch", "32"]
+    plan = "tp=1,pp=8,vpp=2,zero=1,mbs=1"
+    result, out, _ = run("evaluate", *job, "--plan", plan, "--json", "-", "--quiet")
+    assert result.exit_code == 0, result.output
+    ev = json.loads(out)
+    # 26 slots over 16 chunks: chunks 0..9 hold 2, 10..15 hold 1; less E on chunk 0 and L on
+    # chunk 15: 1,2,2,2,2,2,2,2 | 2,2,1,1,1,1,1,0; stage j sums chunks j and j + 8:
+    # 1+2, 2+2, 2+1, 2+1, 2+1, 2+1, 2+1, 2+0 (each stage's chunks then split by stage_chunks)
+    split = "3:4:3:3:3:3:3:2"
+    result, out, _ = run("solve", *job, *FAST, "--top-k", "1", "--fix",
+                         plan + f",stage_layers={split}", "--json", "-")
+    assert result.exit_code == 0, result.output
+    [best] = json.loads(out)["plans"]
+    assert best["time"]["step_s"] == pytest.approx(ev["time"]["step_s"], rel=1e-9)
+    assert best["memory"]["peak_bytes"] == pytest.approx(ev["memory"]["peak_bytes"], rel=1e-9)

@@ -17,9 +17,10 @@ import pytest
 
 from autoparallel_cp.cost import steptime
 from autoparallel_cp.cost.evaluate import evaluate
-from autoparallel_cp.cost.sync import inflight
+from autoparallel_cp.cost.sync import inflight, stage_inflight
 from autoparallel_cp.spec import RECIPES, ClusterSpec, GPUSpec, Job, LinkSpec, ModelSpec, NodeGroup
 from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.splits import microbatch_group
 
 
 def _job(gpus: int = 16, batch: int = 8) -> Job:
@@ -127,20 +128,21 @@ def test_real_stage_times_compose_as_narayanan(vpp: int, m: int) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _megatron_peak(pp: int, vpp: int, m: int, rank: int) -> float:
+def _megatron_peak(pp: int, vpp: int, m: int, rank: int, group: int | None = None) -> float:
     """Activations held at the peak of rank `rank`, in full-stage micro-batches.
 
-    Megatron-LM `schedules.py`: without interleaving (`forward_backward_pipelining_without_
-    interleaving`) num_warmup = min(pp - rank - 1, m), then one more forward before the first
-    backward if any micro-batch remains. With interleaving (`..._with_interleaving`, vpp model
-    chunks) num_warmup = min((pp - rank - 1)·2 + (vpp - 1)·pp, m·vpp), except that m == pp
-    runs every forward first (`all_warmup_microbatches`); each chunk holds 1/vpp of the stage.
+    Megatron-LM d98e8a64 `schedules.py`: without interleaving (`forward_backward_pipelining_
+    without_interleaving`) num_warmup = min(pp - rank - 1, m), then one more forward before the
+    first backward if any micro-batch remains. With interleaving (`get_pp_rank_microbatches`,
+    vpp model chunks, micro-batch groups of N = pp by default) num_warmup =
+    min((pp - rank - 1)·2 + (vpp - 1)·N, m·vpp) (since 4295be1a6c, 2024-11, m == pp is no
+    longer all warm-up on every rank); each chunk holds 1/vpp of the stage.
     """
     if vpp == 1:
         warm = min(pp - rank - 1, m)
         return warm + (1 if m - warm > 0 else 0)
     total = m * vpp
-    warm = total if m == pp else min((pp - rank - 1) * 2 + (vpp - 1) * pp, total)
+    warm = min((pp - rank - 1) * 2 + (vpp - 1) * (group or pp), total)
     return (warm + (1 if total - warm > 0 else 0)) / vpp
 
 
@@ -168,3 +170,59 @@ def test_inflight_first_stage_korthikanti() -> None:
     for pp, vpp in ((4, 2), (8, 4), (16, 2)):
         assert float(inflight(pp, 1, 64, 0)) == pp
         assert float(inflight(pp, vpp, 64, 0)) == pytest.approx(pp * (1 + (pp - 1) / (pp * vpp)))
+
+
+def test_interleaved_m_equal_pp_is_not_all_warmup() -> None:
+    """pp=4, vpp=2, m=4 (8 chunks per step): rank 3 warms up (4-3-1)·2 + 1·4 = 4 chunks and
+    holds 5 at its peak = 2.5 stages; rank 0 warms up 6 + 4 = 10 >= 8: all 8 = 4 stages."""
+    assert float(inflight(4, 2, 4, 3)) == 2.5
+    assert float(inflight(4, 2, 4, 0)) == 4.0
+
+
+@pytest.mark.parametrize("pp,m,group", [(4, 10, 5), (4, 9, 5), (4, 7, 7), (4, 6, 6),
+                                        (8, 12, 12), (8, 20, 10), (8, 17, 9)])
+def test_microbatch_group_when_pp_does_not_divide_m(pp: int, m: int, group: int) -> None:
+    """Megatron d98e8a64 schedules.py raises unless pp <= N <= m and m % N is 0 or >= pp; the
+    least such N, by hand: m=10, pp=4: N=4 leaves 2 < 4, N=5 leaves 0; m=9: N=4 leaves 1, N=5
+    leaves 4 >= 4; m=7: 3, 2, 1 left for N=4..6, N=7 leaves 0; m=17, pp=8: N=8 leaves 1, N=9
+    leaves 8. The warm-up then counts (vpp - 1)·N chunks."""
+    assert microbatch_group(pp, m) == group
+    for rank in range(pp):
+        assert float(inflight(pp, 3, m, rank)) == pytest.approx(
+            _megatron_peak(pp, 3, m, rank, group))
+    assert microbatch_group(pp, pp - 1) == 0  # too few micro-batches to interleave
+
+
+def test_uneven_chunks_inflight_by_hand() -> None:
+    """4 stages x 2 chunks, m = 4 (N = 4), the first stage holding chunks of 1 and 2 layers
+    (embedding slot), the last 2 and 1 (loss slot), the middle ones 2 and 2 (14 layers).
+
+    Rank 0: warm-up (4-0-1)·2 + 1·4 = 10 >= 8 chunks, so all 8 forwards run first: 4·1 + 4·2
+    = 12 layers held = 12/3 = 4 stages (equal chunks would also give 4).
+    Rank 3: warm-up 0·2 + 4 = 4 forwards of chunk 0 (4·2 = 8 layers); the steady state then
+    runs forward k+4 and backward k: forwards are chunk 1 of micro-batches 0..3 (1 layer each),
+    backwards chunk 1 of micro-batches 0..3 (backward ids mirror the chunk) then chunk 0:
+    held after each forward 9, 9, 9, 9 -> peak 9 layers = 9/3 = 3 stages (equal chunks of 1.5
+    would hold 5 chunks = 2.5 stages: the heavy chunk 0 stays in flight longer).
+    Rank 1 (2, 2): warm-up 2·2 + 4 = 8 = all: 8 chunks = 4 stages; rank 2: warm-up 6 forwards,
+    peak 7 chunks = 3.5 stages (equal chunks: the closed form)."""
+    chunks = [(1, 2), (2, 2), (2, 2), (2, 1)]
+    got = [stage_inflight(4, 2, 4, j, c) for j, c in enumerate(chunks)]
+    assert got == [4.0, 4.0, 3.5, 3.0]
+    plan = Plan(dp=1, tp=4, pp=4, vpp=2, mbs=1, num_microbatches=4, stage_layers=(3, 4, 4, 3))
+    assert plan.chunks_per_stage(14) == tuple(chunks)
+
+
+def test_uneven_chunks_126_layers_by_hand() -> None:
+    """126 layers on pp 8 x vpp 8 with embedding and loss as slots, m = 64 (N = 8): the first
+    stage holds chunks 1,2,...,2 (15 layers). Warm-up (8-0-1)·2 + 7·8 = 70 forwards: the first
+    group's 64 chunk-passes (8 x 15 = 120 layers) and 6 forwards of chunk 0 of the second group
+    (6 x 1); the first steady-state forward adds one more chunk 0 (1 layer): 127 layers held =
+    127/15 stages, where equal chunks would hold 71/8."""
+    plan = Plan(pp=8, vpp=8)
+    ch = plan.chunks_per_stage(126)
+    assert ch[0] == (1,) + (2,) * 7 and ch[7] == (2,) * 7 + (1,) and ch[3] == (2,) * 8
+    assert stage_inflight(8, 8, 64, 0, ch[0]) == pytest.approx(127 / 15)
+    assert float(inflight(8, 8, 64, 0)) == pytest.approx(71 / 8)
+    # middle stages hold equal chunks: the closed form
+    assert stage_inflight(8, 8, 64, 3, ch[3]) == float(inflight(8, 8, 64, 3))

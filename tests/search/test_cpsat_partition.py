@@ -185,3 +185,24 @@ def test_key_bound_and_partition_model_with_folding() -> None:
                                 zero=(1, 3))
     assert _check_key_bound(space) > 0
     assert _check_every_key(space, stride=7) > 0
+
+
+@pytest.mark.parametrize("fix,layers,batch", [
+    ("", 8, 12),  # interleaved keys with m % pp != 0 (Megatron's micro-batch groups)
+    ("stage_layers=4:3,vpp=2", 7, 16),  # a pinned split with uneven chunks
+    ("chunk_layers=1:2:3:1,pp=2,vpp=2", 7, 12),
+])
+def test_bounds_and_partition_model_for_megatron_splits(fix: str, layers: int,
+                                                        batch: int) -> None:
+    """key_bound <= every key's exact best, and the per-key model equals the enumeration, when
+    the key's m is not a multiple of pp or the split is pinned with uneven chunks (each stage's
+    own in-flight count: `stage_inflight`)."""
+    job = Job(model=_mini(False, layers), cluster=load_cluster("dgx-a100-40g").take_gpus(8),
+              seq_len=4096, global_batch=batch)
+    space = SearchSpace.for_job(job, fix=fix or None, max_pp=4, max_vpp=2, max_mbs=2,
+                                zero=(1, 3))
+    assert any(d.vpp > 1 for d in space.degrees())
+    if not fix:
+        assert any(d.vpp > 1 and d.num_microbatches % d.pp for d in space.degrees())
+    assert _check_key_bound(space) > 0
+    assert _check_every_key(space, stride=2) > 0

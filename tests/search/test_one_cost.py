@@ -1,6 +1,7 @@
 """One cost, everywhere: for random plans (pp > 1, interleaving, partial recompute, ZeRO-3, CP,
 EP, MoE parallel folding (etp, ep over tensor ranks), two node groups with explicit stage
-placement) the solver's cost tables
+placement; Megatron's splits: pp*vpp not dividing the layers, stage counts not multiples of vpp,
+explicit model chunks, micro-batch counts pp does not divide) the solver's cost tables
 (`tables.plan_cost`), the enumerator's score, the CP-SAT solver's reported plan and
 `cost/evaluate.evaluate()` agree on the step time, the per-stage times and the per-stage peak
 memory. Each search is pinned (`--fix`) to the one drawn plan, so the enumerator and the solver
@@ -21,7 +22,7 @@ from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import build_tables, plan_cost
 from autoparallel_cp.spec import RECIPES, ClusterSpec, Job, ModelSpec, MoESpec
 from autoparallel_cp.spec.loaders import load_cluster
-from autoparallel_cp.spec.plan import Plan, plan_violations
+from autoparallel_cp.spec.plan import Plan, plan_violations, uneven_chunks
 
 GPUS = 16  # one 8-GPU H100 node + one 8-GPU A100 node
 BATCH = 16
@@ -51,20 +52,34 @@ def _fix(p: Plan, layers: int) -> str:
     parts.append("stage_layers=" + ":".join(map(str, p.layers_per_stage(layers))))
     if p.stage_groups is not None:
         parts.append("stage_groups=" + ":".join(map(str, p.stage_groups)))
+    if p.chunk_layers is not None:
+        parts.append("chunk_layers=" + ":".join(map(str, p.chunk_layers)))
     if p.etp is not None:
         parts.append(f"etp={p.etp}")
     return ",".join(parts)
 
 
+def _composition(draw: Any, total: int, parts: int, least: int) -> tuple[int, ...]:
+    """A random split of `total` into `parts` counts of at least `least` each."""
+    spare = total - parts * least
+    assume(spare >= 0)
+    cuts = sorted(draw(st.lists(st.integers(0, spare), min_size=parts - 1,
+                                max_size=parts - 1)))
+    bounds = [0, *cuts, spare]
+    return tuple(least + b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+
+
 @st.composite
-def _cases(draw: Any) -> tuple[Job, Plan]:
+def _cases(draw: Any, new_splits: bool = False) -> tuple[Job, Plan]:
+    """A random plan; `new_splits`: always interleaved, with Megatron's uneven splits."""
     moe = draw(st.booleans())
-    layers = draw(st.sampled_from([4, 8]))
+    layers = draw(st.sampled_from([4, 8, 7, 6]))
     recipe = draw(st.sampled_from(["megatron-bf16", "torchtitan-fsdp"]))
+    batch = draw(st.sampled_from([BATCH, 6, 10]))  # 6, 10: m that pp does not divide
     job = Job(model=_model(moe, layers), cluster=_two_groups(), recipe=RECIPES[recipe],
-              seq_len=draw(st.sampled_from([4096, 8192])), global_batch=BATCH)
+              seq_len=draw(st.sampled_from([4096, 8192])), global_batch=batch)
     pp = draw(st.sampled_from([2, 4]))
-    vpp = draw(st.sampled_from([2, 1]))
+    vpp = 2 if new_splits else draw(st.sampled_from([2, 1]))
     per_stage = GPUS // pp
     tp = draw(st.sampled_from([t for t in (1, 2, 4) if per_stage % t == 0]))
     cp = draw(st.sampled_from([c for c in (1, 2, 4) if per_stage % (tp * c) == 0]))
@@ -76,27 +91,30 @@ def _cases(draw: Any) -> tuple[Job, Plan]:
     else:
         ep = draw(st.sampled_from([e for e in (1, 2, 4) if (tp * cp * dp) % (e * etp) == 0]
                                   or [1]))
-    mbs = draw(st.sampled_from([m for m in (1, 2) if BATCH % (dp * m) == 0]))
+    mbs_ok = [m for m in (1, 2) if batch % (dp * m) == 0]
+    assume(mbs_ok)
+    mbs = draw(st.sampled_from(mbs_ok))
     mode = draw(st.sampled_from(["full", "selective", "none"]))
     r_layers = draw(st.none() | st.integers(0, layers)) if mode == "full" else None
-    stage_layers = None
-    if draw(st.booleans()):
+    stage_layers = chunk_layers = None
+    split = draw(st.sampled_from(["default", "any", "chunks"] if new_splits
+                                 else ["default", "multiples", "any", "chunks"]))
+    if split == "multiples":
         # a random composition of the layers into pp stages, each a multiple of vpp
-        chunks = layers // vpp
-        cuts = sorted(draw(st.lists(st.integers(1, chunks - 1), min_size=pp - 1,
-                                    max_size=pp - 1, unique=True))) if chunks > pp - 1 else []
-        assume(len(cuts) == pp - 1)
-        bounds = [0, *cuts, chunks]
-        stage_layers = tuple((b - a) * vpp for a, b in zip(bounds[:-1], bounds[1:],
-                                                          strict=True))
+        assume(layers % vpp == 0)
+        stage_layers = tuple(vpp * x for x in _composition(draw, layers // vpp, pp, 1))
+    elif split == "any":  # counts need not divide by vpp (the plan's chunk rule splits them)
+        stage_layers = _composition(draw, layers, pp, 1)
+    elif split == "chunks":  # every model chunk given (a --pipeline-model-parallel-layout)
+        chunk_layers = _composition(draw, layers, pp * vpp, 0)
     groups = draw(st.permutations([0] * (pp // 2) + [1] * (pp // 2)))
     plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep,
                 sp=(1 if etp not in (None, tp) else draw(st.sampled_from([0, 1])))
                 if tp > 1 else 0,
                 zero=draw(st.sampled_from([3, 1, 0, 2])), mbs=mbs,
-                num_microbatches=BATCH // (dp * mbs), recompute=mode,
+                num_microbatches=batch // (dp * mbs), recompute=mode,
                 recompute_layers=r_layers, stage_layers=stage_layers,
-                stage_groups=tuple(groups), etp=etp)
+                stage_groups=tuple(groups), chunk_layers=chunk_layers, etp=etp)
     assume(not plan_violations(job, plan))
     return job, plan
 
@@ -115,17 +133,42 @@ def _explicit() -> tuple[Job, Plan]:
                      stage_groups=(1, 0))
 
 
+def _explicit_slots() -> tuple[Job, Plan]:
+    """7 layers on pp 2 x vpp 2, the default split: 9 slots over 4 chunks, 3,2,2,2 less the
+    embedding and the loss = 2,2,2,1 (layout order), so stages of 4 and 3 layers, the last in
+    chunks (2, 1); m = 3 micro-batches (pp does not divide it: groups of 3)."""
+    job = Job(model=_model(False, 7), cluster=_two_groups(), seq_len=4096, global_batch=6)
+    return job, Plan(dp=2, tp=4, pp=2, vpp=2, zero=1, mbs=1, num_microbatches=3,
+                     recompute="selective", stage_groups=(1, 0))
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @example(case=_explicit())
 @example(case=_explicit_folded())
+@example(case=_explicit_slots())
 @given(case=_cases())
 def test_plan_cost_enumerator_solver_and_evaluate_agree(case: tuple[Job, Plan]) -> None:
+    _agree(case)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=_cases(new_splits=True))
+def test_one_cost_for_megatron_splits(case: tuple[Job, Plan]) -> None:
+    """The same agreement on interleaved plans with Megatron's splits only (uneven chunks, the
+    default slot split, explicit chunks, m that pp does not divide)."""
+    _agree(case)
+
+
+def _agree(case: tuple[Job, Plan]) -> None:
     job, plan = case
     for name, on in (("vpp>1", plan.vpp > 1), ("partial recompute", plan.recompute_layers
                       is not None), ("zero3", plan.zero == 3), ("cp>1", plan.cp > 1),
                      ("ep>1", plan.ep > 1), ("pp=4 over two groups", plan.pp == 4),
-                     ("folded (etp != tp)", plan.folded), ("ep > dp*cp", plan.ep > plan.dp
-                                                           * plan.cp)):
+                     ("folded (etp != tp)", plan.folded),
+                     ("ep > dp*cp", plan.ep > plan.dp * plan.cp),
+                     ("uneven chunks", uneven_chunks(plan, job.model.num_layers)),
+                     ("chunk_layers", plan.chunk_layers is not None),
+                     ("m % pp != 0", plan.vpp > 1 and plan.num_microbatches % plan.pp > 0)):
         if on:
             event(name)
     space = SearchSpace.for_job(job, fix=_fix(plan, job.model.num_layers), max_pp=4,

@@ -201,3 +201,57 @@ def test_master_bound_holds_with_folding() -> None:
     master = build_master(build_tables(space))
     for cost, plan in ranked[::5]:
         assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
+
+
+# Megatron's splits: micro-batch counts pp does not divide, pinned uneven splits
+# ---------------------------------------------------------------------------------------------
+
+
+def _m_not_multiple_space() -> SearchSpace:
+    """8 GPUs, batch 12, 8 layers: pp=4 with dp=2 runs m = 6 micro-batches (groups of 6), pp=2
+    with dp=4 m = 3 (groups of 3): interleaved keys whose m pp does not divide."""
+    job = Job(model=_mini(False, 8), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=4096, global_batch=12)
+    return SearchSpace.for_job(job, max_pp=8, max_vpp=2, max_mbs=2, zero=(1,))
+
+
+def test_m_not_multiple_of_pp_is_searched_and_matches_enumeration() -> None:
+    """Megatron-LM d98e8a64 runs interleaving for any m >= pp (micro-batch groups): such keys
+    are in the space, the master lists them (pp <= m replaces pp | m) and CP-SAT's top k is
+    the enumerator's."""
+    space = _m_not_multiple_space()
+    keys = [d for d in space.degrees() if d.vpp > 1 and d.num_microbatches % d.pp]
+    assert keys, "no interleaved degree with m % pp != 0"
+    _compare_tol(space.job, space, 6)
+
+
+def test_master_bound_below_best_when_pp_does_not_divide_m() -> None:
+    from autoparallel_cp.search.cpsat_master import build_master
+    from autoparallel_cp.search.tables import build_tables
+
+    space = _m_not_multiple_space()
+    ranked = enumerate_plans(space.job, space, top_k=10**6).stats["ranked"]
+    master = build_master(build_tables(space))
+    odd = [(c, p) for c, p in ranked if p.vpp > 1 and p.num_microbatches % p.pp]
+    assert odd
+    for cost, plan in odd:
+        assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
+
+
+@pytest.mark.parametrize("fix", [
+    "stage_layers=4:3,vpp=2",  # last stage 3 layers over 2 chunks: (2, 1)
+    "stage_layers=3:4,vpp=2",  # first stage: (1, 2) (embedding slot)
+    "chunk_layers=1:2:3:1,pp=2,vpp=2",  # chunks given outright (layout order)
+])
+def test_pinned_uneven_split_matches_enumeration(fix: str) -> None:
+    """`--fix` with a split the free space does not hold: CP-SAT and the enumerator score that
+    one split, with the stages' own in-flight counts, as evaluate does."""
+    job = Job(model=_mini(False, 7), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, fix=fix, max_pp=4, max_vpp=2, max_mbs=2, zero=(1,))
+    assert space.num_degree_combinations() > 0
+    _compare_tol(job, space, 4)
+    from autoparallel_cp.cost.evaluate import evaluate
+
+    for cost, plan in enumerate_plans(job, space, top_k=4).stats["ranked"]:
+        assert evaluate(job, plan).time.step_s == pytest.approx(cost, rel=1e-9)

@@ -1,0 +1,75 @@
+"""`--fix` pins that no plan of the job can have, whatever the other fields (search/space.py
+checks them before building the space)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from autoparallel_cp.errors import InputError
+from autoparallel_cp.spec import Job
+
+
+def check_structural_pins(job: Job, pins: Mapping[str, Any]) -> None:
+    """Pins that no plan of the job can have, whatever the other fields: InputError (exit 2)
+    saying why, as `evaluate` refuses them (`spec.plan.plan_violations`), instead of an empty
+    space later reported as a memory problem."""
+    L = job.model.num_layers
+    groups = len(job.cluster.node_groups)
+    pp = pins.get("pp")
+    for name in ("tp", "pp", "cp", "ep", "vpp", "mbs", "dp", "num_microbatches", "etp"):
+        if name in pins and pins[name] < 1:
+            raise InputError(f"--fix {name}={pins[name]}: must be >= 1", field=name)
+    if "etp" in pins and job.model.moe is None:
+        raise InputError(f"--fix etp={pins['etp']}: expert tensor parallelism needs an MoE model",
+                         field="etp")
+    if "etp" in pins and job.model.moe is not None and \
+            job.model.moe.expert_ffn_hidden_size % pins["etp"]:
+        raise InputError(f"--fix etp={pins['etp']}: the expert FFN "
+                         f"({job.model.moe.expert_ffn_hidden_size}) does not split over it",
+                         field="etp")
+    if "zero" in pins and pins["zero"] not in (0, 1, 2, 3):
+        raise InputError(f"--fix zero={pins['zero']}: must be 0, 1, 2 or 3", field="zero")
+    if "sp" in pins and pins["sp"] not in (0, 1):
+        raise InputError(f"--fix sp={pins['sp']}: must be 0 or 1", field="sp")
+    sl = pins.get("stage_layers")
+    if sl is not None:
+        text = ":".join(map(str, sl))
+        if not sl or min(sl) < 1:
+            raise InputError(f"--fix stage_layers={text}: every stage needs at least one layer",
+                             field="stage_layers")
+        if sum(sl) != L:
+            raise InputError(f"--fix stage_layers={text}: the stages hold {sum(sl)} layers, "
+                             f"the model has {L}", field="stage_layers")
+        if pp is not None and len(sl) != pp:
+            raise InputError(f"--fix stage_layers={text}: {len(sl)} stages for pp={pp}",
+                             field="stage_layers")
+    cl = pins.get("chunk_layers")
+    if cl is not None:
+        text = ":".join(map(str, cl))
+        if sum(cl) != L:
+            raise InputError(f"--fix chunk_layers={text}: the chunks hold {sum(cl)} layers, "
+                             f"the model has {L}", field="chunk_layers")
+        vpp = pins.get("vpp")
+        if pp is not None and vpp is not None and len(cl) != pp * vpp:
+            raise InputError(f"--fix chunk_layers={text}: {len(cl)} chunks for pp*vpp = "
+                             f"{pp}*{vpp}", field="chunk_layers")
+        if sl is not None and len(cl) % len(sl):
+            raise InputError("--fix chunk_layers and stage_layers: the chunks do not split "
+                             "over the stages", field="chunk_layers")
+    sg = pins.get("stage_groups")
+    if sg is not None:
+        text = ":".join(map(str, sg))
+        if not sg or min(sg) < 0 or max(sg) >= groups:
+            raise InputError(f"--fix stage_groups={text}: the cluster has node groups "
+                             f"0..{groups - 1}", field="stage_groups")
+        if pp is not None and len(sg) != pp:
+            raise InputError(f"--fix stage_groups={text}: {len(sg)} stages for pp={pp}",
+                             field="stage_groups")
+        if sl is not None and len(sl) != len(sg):
+            raise InputError("--fix stage_groups and stage_layers: different numbers of stages",
+                             field="stage_groups")
+    rl = pins.get("recompute_layers")
+    if rl is not None and not 0 <= rl <= L:
+        raise InputError(f"--fix recompute_layers={rl}: must be in 0..{L}",
+                         field="recompute_layers")

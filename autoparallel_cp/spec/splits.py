@@ -1,0 +1,78 @@
+"""Layer splits of a pipeline as Megatron-Core lays them out, and its interleaved schedule's
+micro-batch groups (pure functions of counts; `spec.plan.Plan` applies them). Sources:
+Megatron-LM d98e8a64 megatron/core/transformer/transformer_block.py `get_num_layers_to_build`,
+transformer_config.py `__post_init__` ("Uneven PP", "PP layout"),
+pipeline_parallel_layer_layout.py, core/pipeline_parallel/schedules.py:
+
+- no `stage_layers`: pp*vpp | layers is Megatron's default even split; otherwise the embedding
+  and the loss count as one layer slot each (`--account-for-embedding-in-pipeline-split`,
+  `--account-for-loss-in-pipeline-split`): the layers + 2 slots are spread over the pp*vpp
+  model chunks, the earlier chunks (in layer order) taking the remainder, and the first chunk
+  gives its slot to the embedding, the last to the loss; `default_split` keeps each stage's
+  total, whose chunks then follow `stage_chunks` below. Where (layers + 2) or (layers + 1)
+  divide by pp*vpp this is exactly those flags (the two rules give the same chunks there);
+  otherwise it is the same slot balance written as `--pipeline-model-parallel-layout`.
+- the vpp chunks of a stage (`stage_chunks`): a stage whose layer count divides by vpp splits
+  evenly (Megatron's --decoder-first/last-pipeline-num-layers give every chunk of the stage
+  the same count); any other stage fills its slots in chunk order, the first stage's embedding
+  and the last stage's loss taking one slot each, so 126 layers on pp 8 x vpp 8 hold
+  1,2,...,2 chunks on the first stage and 2,...,2,1 on the last, as --account-for-* do.
+- `chunk_layers` gives every chunk outright (pp*vpp entries, chunk v of stage j at v*pp + j:
+  the order of `--pipeline-model-parallel-layout`), e.g. Megatron-Bridge's DeepSeek-V3 layouts.
+"""
+
+from __future__ import annotations
+
+
+def default_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, ...]:
+    """Layers per stage of a plan without `stage_layers` (module docstring): pp*vpp | layers:
+    the even split; otherwise layers + 2 slots (embedding and loss one each) over the pp*vpp
+    chunks, the remainder to the earliest chunks in layer order (chunk v of stage j is number
+    v*pp + j), less the embedding's slot on the first chunk and the loss's on the last.
+
+    Megatron-LM d98e8a64 transformer_block.py `get_num_layers_to_build`: with
+    --account-for-embedding/loss-in-pipeline-split every chunk holds (layers + 2)/(pp*vpp)
+    slots and the first / last chunk one layer fewer."""
+    chunks = pp * vpp
+    if num_layers % chunks == 0:
+        return (num_layers // pp,) * pp
+    q, r = divmod(num_layers + 2, chunks)
+    per = [q + (1 if i < r else 0) for i in range(chunks)]
+    per[0] -= 1
+    per[-1] -= 1
+    return tuple(sum(per[v * pp + j] for v in range(vpp)) for j in range(pp))
+
+
+def stage_chunks(n: int, vpp: int, first: bool, last: bool) -> tuple[int, ...]:
+    """Layers of the vpp chunks of a stage holding n layers (module docstring): n % vpp == 0
+    splits evenly (Megatron's uneven first/last stages, transformer_config.py "Uneven PP");
+    otherwise the stage's n + [first] + [last] slots fill its chunks in order, the remainder
+    to the earlier chunks, and the first chunk of the first stage gives one slot to the
+    embedding, the last chunk of the last stage one to the loss (transformer_block.py
+    `get_num_layers_to_build` with --account-for-*-in-pipeline-split). A count may come out
+    negative only for a last stage below vpp - 1 layers, which `plan_violations` refuses."""
+    if vpp == 1 or n % vpp == 0:
+        return (n // vpp,) * vpp
+    q, r = divmod(n + int(first) + int(last), vpp)
+    per = [q + (1 if v < r else 0) for v in range(vpp)]
+    if first:
+        per[0] -= 1
+    if last:
+        per[-1] -= 1
+    return tuple(per)
+
+
+def microbatch_group(pp: int, m: int) -> int:
+    """Megatron's --microbatch-group-size-per-virtual-pipeline-stage for m micro-batches: pp
+    (its default) when pp | m, else the least N in [pp, m] with m % N == 0 or m % N >= pp.
+
+    Megatron-LM d98e8a64 core/pipeline_parallel/schedules.py
+    `forward_backward_pipelining_with_interleaving` raises unless pp <= N <= m and the last
+    group (m % N) is empty or holds >= pp micro-batches; model_parallel_config.py defaults N to
+    pp. So the interleaved schedule runs any m >= pp (N = m always qualifies). 0 when m < pp."""
+    if m < pp:
+        return 0
+    for n in range(pp, m + 1):
+        if m % n == 0 or m % n >= pp:
+            return n
+    return m  # not reached: n = m qualifies
