@@ -37,7 +37,7 @@ MEMORY_FIELDS: tuple[str, ...] = (
 )
 
 CSV_COLUMNS: tuple[str, ...] = (
-    ("rank",) + PLAN_FIELDS + ("recompute_layers", "stage_layers", "fits", "peak_bytes",
+    ("rank",) + PLAN_FIELDS + ("recompute_layers", "stage_layers", "etp", "fits", "peak_bytes",
                                 "peak_gib", "capacity_gib", "step_s")
     + TIME_FIELDS + ("tokens_per_s", "tokens_per_s_per_gpu", "mfu")
     # nominal 80 % prediction intervals (cost/uncertainty.py)
@@ -256,6 +256,7 @@ def csv_row(p: Mapping[str, Any], rank: int) -> dict[str, Any]:
     row["recompute_layers"] = plan.get("recompute_layers")
     sl = plan.get("stage_layers")
     row["stage_layers"] = ":".join(map(str, sl)) if sl else ""
+    row["etp"] = plan.get("etp")  # expert-TP size of a folded MoE plan; empty: = tp
     row["fits"] = p.get("fits")
     peak = mem.get("peak_bytes")
     cap = mem.get("capacity_bytes")

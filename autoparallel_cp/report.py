@@ -84,6 +84,8 @@ def plan_label(plan: Mapping[str, Any]) -> str:
     for k in ("vpp", "cp", "ep"):
         if (plan.get(k) or 1) > 1:
             parts.append(f"{k}{plan[k]}")
+    if plan.get("etp") is not None:
+        parts.append(f"etp{plan['etp']}")
     if plan.get("sp"):
         parts.append("sp")
     parts.append(f"z{plan.get('zero')}")
@@ -115,6 +117,8 @@ def plans_table(
     shown = [c for c in ("dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs")
              if c not in ("vpp", "cp", "ep")
              or any((p.get("plan", {}).get(c) or 1) > 1 for p in plans)]
+    if any(p.get("plan", {}).get("etp") is not None for p in plans):
+        shown.insert(shown.index("sp"), "etp")  # MoE parallel folding's expert-TP size
     for col in (*shown, "m"):
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("recompute", no_wrap=True)
@@ -140,7 +144,8 @@ def plans_table(
         style = "bold green" if highlight == i else None
         table.add_row(
             str(i),
-            *(str(plan.get(f, "")) for f in (*shown, "num_microbatches")),
+            *(("-" if plan.get(f) is None else str(plan[f])) if f == "etp"
+              else str(plan.get(f, "")) for f in (*shown, "num_microbatches")),
             rc,
             memtxt,
             fmt_time(t.get("step_s")),

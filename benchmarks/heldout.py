@@ -4,9 +4,10 @@ The 152 rows of 14 sources (`data/heldout_sources.md`) were collected after the 
 developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
 them. Each row becomes a job and a plan by rules per framework family, written once here and
 cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written
-as a plan are skipped with the reason (the plan-space gaps of issue 15: expert parallelism
-folded over tensor ranks, MLA variants). Uneven interleaved splits take the layout of the
-source's Megatron-Bridge recipe (`_bridge_layout`).
+as a plan are skipped with the reason (the plan-space gaps of issue 15: MLA variants). Uneven
+interleaved splits take the layout of the source's Megatron-Bridge recipe (`_bridge_layout`);
+expert parallelism folded over tensor ranks is expressed with the plan's `etp` (MoE parallel
+folding) where a Megatron-Bridge recipe sets it.
 """
 
 from __future__ import annotations
@@ -249,6 +250,24 @@ BRIDGE_RECOMPUTE_MODULES: dict[tuple[str, str, int | None], tuple[str, ...]] = {
 }
 
 
+#: Expert-tensor-parallel size of the Megatron-Bridge recipes the mbridge-perf MoE rows run
+#: (@067f987df): every perf recipe starts from a base recipe that sets
+#: `expert_tensor_parallel_size = 1` (MoE parallel folding: ep laid over tp x dp ranks) and does
+#: not change it. Qwen3 235B-A22B: recipes/qwen/h100/qwen3_moe.py:255 (the base of
+#: perf_recipes/qwen/{h100,b200}/qwen3_moe.py via perf_recipes/qwen/common.py); Qwen3 30B-A3B:
+#: :60 and :174; DeepSeek-V3: recipes/deepseek/h100/deepseek_v3.py:132 (via
+#: recipes/deepseek/deepseek_v3.py); GPT-OSS 120B: recipes/gpt_oss/h100/gpt_oss.py:190.
+BRIDGE_EXPERT_TP: dict[str, int] = {"qwen3": 1, "deepseekv3": 1, "gpt oss": 1}
+
+
+def _bridge_expert_tp(r: dict[str, str]) -> int | None:
+    """The expert-TP size the Megatron-Bridge recipe of this MoE row sets, or None."""
+    if r["source_id"] != "mbridge-perf" or not _int(r["moe_experts"]):
+        return None
+    model = r["model"].lower().replace("_", " ")
+    return next((v for k, v in BRIDGE_EXPERT_TP.items() if model.startswith(k)), None)
+
+
 #: The NeMo 1.x training YAML each NeMo-table source ran, per model prefix:
 #: `optim.grad_sync_dtype: bf16` (gradient buffers and their reduction in bf16; unset means
 #: the optimizer's fp32: Apex DistributedFusedAdam's `grad_sync_dtype` defaults to its
@@ -464,12 +483,15 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             edge = (L - base * (pp - 2)) // 2 if pp > 2 else L // 2
             stage_layers = tuple([edge] + [base] * (pp - 2) + [L - edge - base * (pp - 2)])
             assumed.append(f"stage layers {stage_layers[0]}/{base}/{stage_layers[-1]}")
+        etp = _bridge_expert_tp(r) if family == "megatron-core" else None
+        if etp is not None:
+            assumed.append(f"etp={etp} (Megatron-Bridge recipe @067f987)")
         cl = ClusterSpec(name=group.name, node_groups=[group])
         try:
             job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)
             plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
                         num_microbatches=gb // (dp * mbs), recompute=recompute,
-                        stage_layers=stage_layers, chunk_layers=chunk_layers)
+                        stage_layers=stage_layers, chunk_layers=chunk_layers, etp=etp)
         except ValueError as exc:
             skip(f"not expressible: {str(exc).splitlines()[0][:80]}", family)
             continue

@@ -17,7 +17,7 @@ from autoparallel_cp.cost.common import (
     options_for,
 )
 from autoparallel_cp.cost.efficiency import gemm_time
-from autoparallel_cp.cost.flops import attention_dims
+from autoparallel_cp.cost.flops import attention_dims, expert_token_factor
 from autoparallel_cp.spec import (
     ClusterSpec,
     GPUSpec,
@@ -59,7 +59,7 @@ class ActBreakdown:
 
 def layer_activation_per_token(
     job: Job, moe: bool, tp: ArrayLike, cp: ArrayLike, ep: ArrayLike, sp: ArrayLike,
-    options: CostOptions | None = None,
+    options: CostOptions | None = None, etp: ArrayLike | None = None,
 ) -> ActBreakdown:
     """Bytes per token (per rank's tokens) one layer saves for backward, op by op.
 
@@ -75,6 +75,9 @@ def layer_activation_per_token(
       unfused); MLP dropout mask - /tp except masks;
     - MoE: router logits and probabilities in fp32, dispatched tokens (top_k copies of the
       fc1 input), expert hidden states per routed copy, expert outputs for the weighted combine;
+      with an expert-TP size `etp` (parallel folding) an expert rank holds etp/tp times the
+      default layout's dispatched tokens (`flops.expert_token_factor`), each expert hidden
+      state 1/etp wide, so only the fc1 input changes per rank token;
     - MLA: compressed q / kv latents and their norms (replicated), then Q, K, V per head.
     PyTorch autocast keeps the residual stream and norm inputs in fp32 (4 B) since the
     embedding output is fp32; Megatron keeps them in bf16.
@@ -166,7 +169,8 @@ def layer_activation_per_token(
         e = mo.num_experts
         k = mo.top_k
         block = 2 * 4.0 * e * rep  # router logits + probabilities (fp32)
-        block = block + lin * h * k * one  # dispatched tokens (expert fc1 input), over tp
+        # dispatched tokens (expert fc1 input) after the expert-TP all-gather
+        block = block + lin * h * k * expert_token_factor(tp_, etp) * one
         ex, big = mlp_bytes(mo.expert_ffn_hidden_size)
         block = block + k * ex
         block = block + ab * h * k * rep  # expert outputs kept for the weighted combine

@@ -98,6 +98,8 @@ class Evaluation(BaseModel):
             plan_d["stage_groups"] = list(p.stage_groups)
         if p.chunk_layers is not None:
             plan_d["chunk_layers"] = list(p.chunk_layers)
+        if p.etp is not None:
+            plan_d["etp"] = p.etp
         return {
             "plan": plan_d,
             "fits": self.fits,

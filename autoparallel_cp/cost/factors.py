@@ -4,7 +4,8 @@ API summary for the solver (all functions are pure; array arguments broadcast wi
 is a scalar node-group index into `job.cluster.node_groups`; `mode` is 0 none / 1 selective /
 2 full or the string):
 
-- ``layer_factors(job, g, tp, cp, ep, sp, mbs, mode, moe=False, options=None) -> LayerFactors``
+- ``layer_factors(job, g, tp, cp, ep, sp, mbs, mode, moe=False, options=None, etp=None)
+  -> LayerFactors``
   per layer, per micro-batch: ``act_bytes`` (kept per in-flight micro-batch), ``ckpt_bytes``
   (kept when the layer is fully recomputed), ``work_bytes`` (transient while this layer runs its
   backward), ``time_s`` (fwd + bwd incl. exposed TP/CP/EP comm), ``recompute_s`` (extra time when
@@ -12,17 +13,20 @@ is a scalar node-group index into `job.cluster.node_groups`; `mode` is 0 none / 
   Use ``mode=2`` rows for the recomputed layers (``ckpt_bytes`` / ``recompute_s``) and the
   plan's base mode (0 or 1) for the others (``act_bytes``): a plan with ``recompute=full`` and
   ``recompute_layers=r`` has ``l - r`` layers in mode 0 (none).
-- ``layer_param_counts(job, moe, tp, ep) -> (dense, expert)`` parameters per GPU of one layer.
+- ``layer_param_counts(job, moe, tp, ep, etp=None) -> (dense, expert)`` parameters per GPU of
+  one layer. ``etp`` everywhere is the expert-tensor-parallel size of MoE parallel folding
+  (spec/plan.py); None is Megatron's default etp = tp, with exactly the costs before folding.
 - ``state_bytes_per_param(recipe, zero, shard) -> (weights, grads, optimizer)`` bytes per
   parameter held on a GPU whose ZeRO shard group has ``shard`` members
-  (dense params: ``shard = dp*cp``; expert params: ``shard = dp*cp/ep``).
+  (dense params: ``shard = dp*cp``; expert params: ``shard = expert_dp_size(tp, cp, dp, ep,
+  etp)``, dp*cp/ep by default).
 - ``edge_factors(job, g, tp, cp, sp, mbs, options) -> EdgeFactors`` first stage (embedding:
   ``emb_*``) and last stage (final norm + LM head + loss: ``head_*``): params per GPU, bytes per
   in-flight micro-batch (first stage), transient bytes (last stage), time per micro-batch.
 - ``buffer_bytes_per_param(job, zero)`` transient copies per parameter on the GPU
   (pytorch-amp autocast weight copies); ``zero3_buffer_bytes(job, tp, ep, zero)``.
 - ``p2p_factor(job, g, tp, cp, sp, mbs, pp, vpp, dp)`` per micro-batch pipeline send/recv time.
-- ``dp_sync_factors(job, g, tp, cp, dp, ep, zero)`` -> (s per dense param on the GPU,
+- ``dp_sync_factors(job, g, tp, cp, dp, ep, zero, etp=None)`` -> (s per dense param on the GPU,
   s per expert param, zero3 all-gather s per dense param per micro-batch, fixed latency s).
 - ``optimizer_factor(job, g)`` -> s per parameter shard element updated.
 - ``inflight(pp, vpp, m, stage)`` in-flight micro-batches of a stage (1F1B / interleaved);
@@ -64,6 +68,7 @@ from autoparallel_cp.cost.model_state import (
 )
 from autoparallel_cp.cost.sync import (
     dp_sync_factors,
+    expert_dp_size,
     inflight,
     optimizer_factor,
     p2p_factor,
@@ -78,5 +83,5 @@ __all__ = [
     "edge_factors", "LayerFactors", "layer_factors", "overlap_exposed", "OTHER_BYTES",
     "buffer_bytes_per_param", "layer_param_counts", "other_bytes", "overhead_bytes",
     "state_bytes_per_param", "zero3_buffer_bytes", "dp_sync_factors", "inflight",
-    "optimizer_factor", "p2p_factor", "zero3_copy_factor", "stage_inflight",
+    "optimizer_factor", "p2p_factor", "zero3_copy_factor", "stage_inflight", "expert_dp_size",
 ]

@@ -94,27 +94,49 @@ def mlp_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike, ffn: i
     ]
 
 
+def expert_token_factor(tp: npt.ArrayLike, etp: npt.ArrayLike | None) -> FloatArray:
+    """Routed tokens an expert-TP rank processes, relative to the default layout (etp = tp).
+
+    Megatron's alltoall dispatcher (megatron/core/transformer/moe/token_dispatcher.py @d98e8a64,
+    `MoEAlltoAllTokenDispatcher.dispatch_postprocess` / `combine_preprocess`) all-gathers the
+    tokens an EP rank received over the expert-TP group and reduce-scatters the outputs; each
+    rank enters the MoE with its tokens/tp sequence-parallel share (moe_layer.py:636 requires
+    SP with TP). An expert-TP rank therefore computes etp x tokens/tp routed tokens: the factor
+    etp/tp (exactly 1 when etp is unset or equals tp, so the default costs are unchanged).
+    """
+    tp_ = _f(tp)
+    if etp is None:
+        return np.ones_like(tp_)
+    etp_ = _f(etp)
+    return np.where(etp_ == tp_, 1.0, etp_ / tp_)
+
+
 def moe_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike,
-              ep: npt.ArrayLike) -> list[Gemm]:
+              ep: npt.ArrayLike, etp: npt.ArrayLike | None = None) -> list[Gemm]:
     """Router, routed experts (E/ep local experts, balanced routing) and shared experts.
 
     Each rank's experts receive on average tokens·top_k·ep/E tokens each (balanced top-k routing
-    over the ep group); expert tensor parallelism equals tp.
+    over the ep group) in the default layout, where expert tensor parallelism equals tp; with
+    an expert-TP size `etp` (parallel folding) that is scaled by `expert_token_factor` (etp/tp)
+    and the expert linears split over etp instead of tp. Shared experts stay on the attention
+    tp group (a dense MLP).
     """
     moe = model.moe
     assert moe is not None
     t = _f(tokens)
     tp_ = _f(tp)
     ep_ = _f(ep)
-    one = np.ones_like(t * tp_ * ep_)
+    etp_ = tp_ if etp is None else _f(etp)
+    fac = expert_token_factor(tp_, etp)
+    one = np.ones_like(t * tp_ * ep_ * etp_)
     h = model.hidden_size
     up = 2 * moe.expert_ffn_hidden_size if model.mlp == "swiglu" else moe.expert_ffn_hidden_size
-    per_expert = t * moe.top_k * ep_ / moe.num_experts
+    per_expert = t * moe.top_k * ep_ / moe.num_experts * fac
     local = moe.num_experts / ep_
     out = [
         Gemm("router", t * one, h * one, moe.num_experts * one, one),
-        Gemm("expert_fc1", per_expert * one, h * one, up / tp_ * one, local * one),
-        Gemm("expert_fc2", per_expert * one, moe.expert_ffn_hidden_size / tp_ * one, h * one,
+        Gemm("expert_fc1", per_expert * one, h * one, up / etp_ * one, local * one),
+        Gemm("expert_fc2", per_expert * one, moe.expert_ffn_hidden_size / etp_ * one, h * one,
              local * one),
     ]
     if moe.num_shared_experts:
@@ -123,11 +145,11 @@ def moe_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike,
 
 
 def layer_gemms(model: ModelSpec, moe: bool, tokens: npt.ArrayLike, tp: npt.ArrayLike,
-                ep: npt.ArrayLike) -> list[Gemm]:
+                ep: npt.ArrayLike, etp: npt.ArrayLike | None = None) -> list[Gemm]:
     """All forward GEMMs of one layer on one rank (attention projections + MLP or MoE)."""
     g = attention_gemms(model, tokens, tp)
     if moe:
-        return g + moe_gemms(model, tokens, tp, ep)
+        return g + moe_gemms(model, tokens, tp, ep, etp)
     return g + mlp_gemms(model, tokens, tp, model.ffn_hidden_size)
 
 

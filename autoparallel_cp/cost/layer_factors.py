@@ -37,7 +37,12 @@ from autoparallel_cp.cost.constants import (
     ELEMENTWISE_BWD_FACTOR,
 )
 from autoparallel_cp.cost.efficiency import flash_attention_time, gemm_time, hbm_time
-from autoparallel_cp.cost.flops import attention_core_flops, attention_dims, layer_gemms
+from autoparallel_cp.cost.flops import (
+    attention_core_flops,
+    attention_dims,
+    expert_token_factor,
+    layer_gemms,
+)
 from autoparallel_cp.spec import GPUSpec, Job
 
 # ---------------------------------------------------------------------------------------------
@@ -65,11 +70,13 @@ class LayerFactors:
 
 
 def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
-                           options: CostOptions) -> FloatArray:
+                           options: CostOptions, etp: FloatArray | None = None) -> FloatArray:
     """Forward HBM traffic per token of a layer's memory-bound ops (norms, adds, activation).
 
     Norm: read input, write output; residual add: read two, write one; SwiGLU read 2·ffn,
-    write ffn (GELU: read, write ffn); rotary embedding on q, k (read + write). PyTorch
+    write ffn (GELU: read, write ffn); rotary embedding on q, k (read + write); the MoE
+    permute / unpermute copies of the routed tokens an expert rank holds (etp/tp of the default
+    layout's with parallel folding, `flops.expert_token_factor`). PyTorch
     models also copy the bshd attention output to a contiguous tensor and, with
     `gqa_repeat_kv`, expand K, V to every query head; these plain copies are one kernel each,
     fused or not.
@@ -88,7 +95,7 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
         ffn = model.moe.top_k * model.moe.expert_ffn_hidden_size + (
             model.moe.num_shared_experts * model.moe.shared_ffn)
         # permute + unpermute copies of the routed tokens
-        adds = adds + 4 * ab * h * model.moe.top_k
+        adds = adds + 4 * ab * h * model.moe.top_k * expert_token_factor(tp, etp)
     else:
         ffn = model.ffn_hidden_size
     act = (3 if model.mlp == "swiglu" else 2) * ab * ffn / tp
@@ -175,10 +182,37 @@ def _selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
     return t
 
 
+def _folded_moe_comm(job: Job, g: int, tokens: FloatArray, tp: FloatArray, ep: FloatArray,
+                     etp: FloatArray) -> FloatArray:
+    """Forward dispatch + combine time of a folded MoE layer (etp != tp), per micro-batch.
+
+    Megatron-Core's alltoall dispatcher (megatron/core/transformer/moe/token_dispatcher.py
+    @d98e8a64 `MoEAlltoAllTokenDispatcher`): each rank enters the MoE with its tokens/tp
+    sequence-parallel share (moe_layer.py:636 requires SP with TP) and sends its top_k routed
+    copies, tokens/tp·top_k·h, by all-to-all over the ep group (`token_dispatch`), whose ranks
+    sit etp apart in the expert grid etp x ep x edp (parallel_state.py:886-894), so the
+    off-node share is the one `comm.all_to_all` finds at stride etp; with etp > 1 the received
+    tokens are all-gathered over the etp consecutive ranks (`dispatch_postprocess`) and the
+    outputs reduce-scattered back (`combine_preprocess`), etp x tokens/tp·top_k·h gathered
+    bytes; the combine all-to-all returns the same volume. Backward runs the transposes (same
+    volumes), which the caller adds. The flex (DeepEP / HybridEP) dispatcher moves the same
+    tokens in fused kernels and is not modelled separately.
+    """
+    nd = node(job, g)
+    model = job.model
+    assert model.moe is not None
+    act_b = float(job.recipe.activation_bytes)
+    local = tokens / tp * model.moe.top_k * model.hidden_size * act_b
+    a2a = comm.all_to_all(nd, ep, etp, local)
+    gathered = etp * local
+    etp_coll = comm.all_gather(nd, etp, 1, gathered) + comm.reduce_scatter(nd, etp, 1, gathered)
+    return 2 * a2a + etp_coll
+
+
 def layer_factors(
     job: Job, g: int, tp: ArrayLike, cp: ArrayLike, ep: ArrayLike, sp: ArrayLike,
     mbs: ArrayLike, mode: ArrayLike | str, moe: bool = False,
-    options: CostOptions | None = None,
+    options: CostOptions | None = None, etp: ArrayLike | None = None,
 ) -> LayerFactors:
     """Per layer, per micro-batch factors on node group `g` (docs/design.md factor form).
 
@@ -192,6 +226,8 @@ def layer_factors(
     and backward of top_k·tokens·h (llm-analysis, nccl-tests (n-1)/n).
     Full recompute replays the forward (and its TP/CP/EP comm); selective recompute replays the
     attention core (Korthikanti §5).
+    `etp` (None: Megatron's default, the expert-TP size is tp) is the expert-tensor-parallel
+    size of MoE parallel folding; a layer with etp != tp is costed by `_folded_moe_comm`.
     """
     opts = options_for(job, options)
     model = job.model
@@ -200,7 +236,12 @@ def layer_factors(
     gpu = nd.gpu
     tp_, cp_, ep_, sp_, mbs_ = (_f(x) for x in (tp, cp, ep, sp, mbs))
     md = _mode(mode)
-    tp_, cp_, ep_, sp_, mbs_, md = np.broadcast_arrays(tp_, cp_, ep_, sp_, mbs_, md)
+    etp_: FloatArray | None = None
+    if etp is not None and moe:
+        tp_, cp_, ep_, sp_, mbs_, md, etp_ = np.broadcast_arrays(
+            tp_, cp_, ep_, sp_, mbs_, md, _f(etp))
+    else:
+        tp_, cp_, ep_, sp_, mbs_, md = np.broadcast_arrays(tp_, cp_, ep_, sp_, mbs_, md)
     if not moe:
         ep_ = np.ones_like(ep_)
     s = float(job.seq_len)
@@ -208,7 +249,7 @@ def layer_factors(
     dtype = recipe.compute_dtype
 
     # ---- activations ----
-    br = layer_activation_per_token(job, moe, tp_, cp_, ep_, sp_, opts)
+    br = layer_activation_per_token(job, moe, tp_, cp_, ep_, sp_, opts, etp=etp_)
     act_none = (br.kept + br.core) * tokens
     act_sel = br.selective * tokens
     if opts.selective_policy == "op":
@@ -224,7 +265,7 @@ def layer_factors(
     gemm_f = np.zeros_like(tokens)
     gemm_b = np.zeros_like(tokens)
     fwd_by_name: dict[str, FloatArray] = {}
-    for gm in layer_gemms(model, moe, tokens, tp_, ep_):
+    for gm in layer_gemms(model, moe, tokens, tp_, ep_, etp_):
         f = gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, dtype)
         dg = gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, dtype)
         wg = gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, dtype)
@@ -248,7 +289,7 @@ def layer_factors(
         sm_bytes = heads * sq * s * (2 * recipe.activation_bytes + (5.0 if opts.dropout else 0.0))
         att_f = qk + av + hbm_time(gpu, sm_bytes)
         att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
-    ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts) * tokens)
+    ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_) * tokens)
     ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
     fwd_compute = gemm_f + att_f + ew_f
     compute = fwd_compute + gemm_b + att_b + ew_b
@@ -276,6 +317,13 @@ def layer_factors(
     rs_ag = comm.reduce_scatter(nd, tp_, 1, msg) + comm.all_gather(nd, tp_, 1, msg)
     # forward: attention + MLP each end in an all-reduce (or AG before + RS after with SP)
     per_pair = np.where(sp_ > 0, 2 * rs_ag, 2 * ar)
+    folded = None
+    if etp_ is not None and model.moe is not None:
+        folded = etp_ != tp_
+        # a folded MoE block runs no collective over the attention tp group for its routed
+        # experts (they use the expert grid); only shared experts, a dense tp MLP, keep theirs
+        blocks = 1.0 + (1.0 if model.moe.num_shared_experts else 0.0)
+        per_pair = np.where(folded, blocks * np.where(sp_ > 0, rs_ag, ar), per_pair)
     tp_fwd = per_pair * (1.0 - opts.tp_comm_overlap)
     bwd_overlap = opts.tp_comm_overlap if opts.tp_comm_overlap_bwd is None \
         else opts.tp_comm_overlap_bwd
@@ -311,6 +359,8 @@ def layer_factors(
         a2a_bytes = tokens * model.moe.top_k * model.hidden_size * act_b
         a2a = comm.all_to_all(nd, ep_, tp_, a2a_bytes)
         ep_f = 2 * a2a
+        if folded is not None and etp_ is not None:
+            ep_f = np.where(folded, _folded_moe_comm(job, g, tokens, tp_, ep_, etp_), ep_f)
     else:
         ep_f = np.zeros_like(tokens)
     ep_total = 2 * ep_f

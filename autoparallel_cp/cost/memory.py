@@ -7,7 +7,8 @@ For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chu
 
 - states_j: parameters of the stage per GPU (layers, + embedding on the first stage, + final
   norm and LM head on the last) x (weights, grads, optimizer) bytes per parameter by ZeRO stage,
-  dense params sharded over dp·cp, expert params over dp·cp/ep (factors.state_bytes_per_param);
+  dense params sharded over dp·cp, expert params over the expert-data-parallel group (dp·cp/ep,
+  or tp·cp·dp/(etp·ep) with parallel folding: `Plan.expert_dp`) (factors.state_bytes_per_param);
 - f_j: in-flight micro-batches (factors.inflight: 1F1B / interleaved; factors.stage_inflight
   when the stage's model chunks hold unequal layer counts, `Plan.chunks_per_stage`);
 - n_k / r_k: layers of each kind (dense, MoE) on the stage / of them fully recomputed
@@ -95,7 +96,7 @@ def plan_factors(job: Job, plan: Plan, opts: F.CostOptions
     @functools.cache
     def layer(g: int, mode: str, moe: bool) -> F.LayerFactors:
         return F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, mode,
-                               moe, opts)
+                               moe, opts, etp=plan.etp)
 
     @functools.cache
     def edges(g: int) -> F.EdgeFactors:
@@ -116,11 +117,11 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     kinds = stage_layer_kinds(job, plan)
     pp, m = plan.pp, plan.num_microbatches
     shard_dense = plan.dp * plan.cp
-    shard_exp = max(plan.dp * plan.cp // plan.ep, 1)
+    shard_exp = plan.expert_dp
     wd, gd, od = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_dense))
     we, ge, oe = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_exp))
     buf_pp = float(F.buffer_bytes_per_param(job, plan.zero))
-    z3 = float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero))
+    z3 = float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero, plan.etp))
     other = F.other_bytes(job)
     layer, edges = plan_factors(job, plan, opts)
     chunks = plan.chunks_per_stage(job.model.num_layers)
@@ -135,7 +136,7 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
         for moe, n, r in ((False, nd, rd), (True, nm, rm)):
             if n == 0:
                 continue
-            dp_, ep_ = F.layer_param_counts(job, moe, plan.tp, plan.ep)
+            dp_, ep_ = F.layer_param_counts(job, moe, plan.tp, plan.ep, plan.etp)
             dense_p += n * float(dp_)
             exp_p += n * float(ep_)
             base = layer(g, _base_mode(plan), moe)

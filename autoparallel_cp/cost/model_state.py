@@ -25,21 +25,23 @@ from autoparallel_cp.spec.params import layer_breakdown
 # ---------------------------------------------------------------------------------------------
 
 
-def layer_param_counts(job: Job, moe: bool, tp: ArrayLike, ep: ArrayLike
-                       ) -> tuple[FloatArray, FloatArray]:
+def layer_param_counts(job: Job, moe: bool, tp: ArrayLike, ep: ArrayLike,
+                       etp: ArrayLike | None = None) -> tuple[FloatArray, FloatArray]:
     """(dense, expert) parameters of one layer held by one GPU.
 
     Megatron `theoretical_memory_usage.py`: matrices split over tp, norms replicated, routed
-    experts split over ep (and expert-tp = tp).
+    experts split over ep and expert-tp (`etp`, Megatron's default tp when None): E/ep local
+    experts, each 1/etp of its weights (parallel_state.py expert grid etp x ep x edp).
     """
     model = job.model
     idx = next((i for i in range(model.num_layers) if model.is_moe_layer(i) == moe), 0)
     lp = layer_breakdown(model, idx)
     tp_ = _f(tp)
     ep_ = _f(ep)
+    etp_ = tp_ if etp is None else _f(etp)
     dense = (lp.dense - lp.norms) / tp_ + lp.norms
-    expert = lp.expert / (tp_ * ep_)
-    return dense + 0.0 * ep_, expert + 0.0 * tp_
+    expert = lp.expert / (etp_ * ep_)
+    return dense + 0.0 * ep_ * etp_, expert + 0.0 * tp_
 
 
 def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayLike
@@ -70,10 +72,11 @@ def buffer_bytes_per_param(job: Job, zero: ArrayLike) -> FloatArray:
     return np.where(z >= 3, 0.0, float(job.recipe.transient_weight_copy_bytes))
 
 
-def zero3_buffer_bytes(job: Job, tp: ArrayLike, ep: ArrayLike, zero: ArrayLike) -> FloatArray:
+def zero3_buffer_bytes(job: Job, tp: ArrayLike, ep: ArrayLike, zero: ArrayLike,
+                       etp: ArrayLike | None = None) -> FloatArray:
     """ZeRO-3 / FSDP gathered parameters: `ZERO3_RESIDENT_LAYERS` full layers in bf16 (+ the
     gradient of one layer before its reduce-scatter, fp32 for pytorch recipes)."""
-    dense, expert = layer_param_counts(job, job.model.moe is not None, tp, ep)
+    dense, expert = layer_param_counts(job, job.model.moe is not None, tp, ep, etp)
     z = _f(zero)
     per = dense + expert
     gathered = ZERO3_RESIDENT_LAYERS * per * 2.0 + per * job.recipe.grad_bytes

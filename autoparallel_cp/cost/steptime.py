@@ -93,7 +93,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     @functools.cache
     def sync(g: int) -> tuple[float, ...]:
         return tuple(float(x) for x in F.dp_sync_factors(
-            job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero))
+            job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, plan.etp))
 
     out: list[StageTime] = []
     for j, (nd, nm, rd, rm) in enumerate(kinds):
@@ -107,7 +107,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                 continue
             base = layer(g, _base_mode(plan), moe)
             full = layer(g, "full", moe)
-            d_, e_ = F.layer_param_counts(job, moe, plan.tp, plan.ep)
+            d_, e_ = F.layer_param_counts(job, moe, plan.tp, plan.ep, plan.etp)
             dense_p += n * float(d_)
             exp_p += n * float(e_)
             # layers kept: base mode; recomputed layers: full-mode time + replayed forward
@@ -135,9 +135,12 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
             dense_p += float(edge.head_params)
         p2p = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp, plan.vpp,
                                  plan.dp))
-        dp_sync = (fixed + per_dense * dense_p + per_exp * exp_p) if plan.dp * plan.cp > 1 else 0.0
+        # expert gradients reduce over the expert-DP group, which folding can make larger than
+        # dp*cp (tp*cp*dp/(etp*ep) ranks); by default it is never larger
+        synced = plan.dp * plan.cp > 1 or plan.expert_dp > 1
+        dp_sync = (fixed + per_dense * dense_p + per_exp * exp_p) if synced else 0.0
         shard_d = plan.dp * plan.cp if plan.zero >= 1 else 1
-        shard_e = max(plan.dp * plan.cp // plan.ep, 1) if plan.zero >= 1 else 1
+        shard_e = plan.expert_dp if plan.zero >= 1 else 1
         opt = F.optimizer_factor(job, g) * (dense_p / shard_d + exp_p / shard_e)
         out.append(StageTime(stage=j, group=g, compute_s=comp, tp_s=tp, cp_s=cp, ep_s=ep,
                              pp_s=p2p, zero3_s=z3 if plan.zero >= 3 else 0.0,

@@ -47,15 +47,30 @@ def p2p_factor(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike, mb
     return np.where(pp_ > 1, 2.0 * one * vpp_, 0.0)
 
 
+def expert_dp_size(tp: ArrayLike, cp: ArrayLike, dp: ArrayLike, ep: ArrayLike,
+                   etp: ArrayLike | None = None) -> FloatArray:
+    """Ranks of the expert-data-parallel group: tp*cp*dp / (etp*ep) (Megatron-LM d98e8a64
+    parallel_state.py:880, world / (etp*ep*pp)); dp*cp/ep in the default layout (etp = tp),
+    computed as before so those costs stay bit-identical. At least 1."""
+    tp_, cp_, dp_, ep_ = (_f(x) for x in (tp, cp, dp, ep))
+    default = np.maximum(dp_ * cp_ / ep_, 1.0)
+    if etp is None:
+        return default
+    etp_ = _f(etp)
+    return np.where(etp_ == tp_, default, np.maximum(tp_ * cp_ * dp_ / (etp_ * ep_), 1.0))
+
+
 def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
-                    ep: ArrayLike, zero: ArrayLike
+                    ep: ArrayLike, zero: ArrayLike, etp: ArrayLike | None = None
                     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Alpha-beta coefficients of DP gradient synchronisation for the parameters on a GPU.
 
     Returns (s per dense parameter, s per expert parameter, ZeRO-3 all-gather s per dense
     parameter per micro-batch, fixed latency s of one synchronisation); the time of a stage
     is ``fixed + per_dense·dense + per_expert·expert``. Dense gradients reduce over the dp·cp
-    group (Megatron `data_parallel_group_with_cp`), expert gradients over dp·cp/ep; no ZeRO:
+    group (Megatron `data_parallel_group_with_cp`), expert gradients over the expert-data-parallel
+    group (`expert_dp_size` ranks at stride etp·ep: the expert grid etp x ep x edp of
+    parallel_state.py; dp·cp/ep at stride tp·ep when etp = tp); no ZeRO:
     all-reduce (2(n-1)/n, hierarchical across nodes); ZeRO-1/2: reduce-scatter of gradients +
     all-gather of updated weights (same volume, ZeRO §7); ZeRO-3: reduce-scatter, plus an
     all-gather of the weights in forward and in backward per micro-batch (1.5x, ZeRO §7.2.2),
@@ -64,10 +79,11 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     """
     nd = node(job, g)
     tp_, cp_, dp_, ep_, z = (_f(x) for x in (tp, cp, dp, ep, zero))
+    etp_ = tp_ if etp is None else _f(etp)
     gb = float(job.recipe.grad_reduce_bytes)
     wb = 2.0  # weights gathered in bf16
     n_dense = dp_ * cp_
-    n_exp = np.maximum(dp_ * cp_ / ep_, 1.0)
+    n_exp = expert_dp_size(tp_, cp_, dp_, ep_, etp)
     ref = 1e9  # reference message (bytes) to separate the bandwidth term from the latency
 
     def sync(n: FloatArray, st: FloatArray, nbytes: float) -> FloatArray:
@@ -79,7 +95,7 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
 
     fixed = sync(n_dense, tp_, 0.0)
     per_dense = (sync(n_dense, tp_, ref) - fixed) / ref
-    per_exp = (sync(n_exp, tp_ * ep_, ref) - sync(n_exp, tp_ * ep_, 0.0)) / ref
+    per_exp = (sync(n_exp, etp_ * ep_, ref) - sync(n_exp, etp_ * ep_, 0.0)) / ref
     ag0 = comm.all_gather(nd, n_dense, tp_, 0.0)
     z3 = np.where(z >= 3, 2.0 * (comm.all_gather(nd, n_dense, tp_, ref * wb) - ag0) / ref, 0.0)
     return per_dense, per_exp, z3, fixed

@@ -102,6 +102,15 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     ]
     if plan.ep > 1:
         a += ["--expert-model-parallel-size", str(plan.ep)]
+    if plan.etp is not None:
+        # MoE parallel folding: the expert grid etp x ep x edp (ModelParallelConfig
+        # expert_tensor_parallel_size, model_parallel_config.py:130; default tp)
+        a += ["--expert-tensor-parallel-size", str(plan.etp)]
+    if plan.ep > 1 or plan.folded:
+        # the dispatcher the cost model prices (cost/layer_factors.py): all-to-all over the ep
+        # group, then the expert-TP all-gather; Megatron's default is "allgather"
+        # (transformer_config.py:891), which gathers every token over tp x ep instead
+        a += ["--moe-token-dispatcher-type", "alltoall"]
     if plan.sp:
         a.append("--sequence-parallel")
     a += split_args(job, plan)

@@ -67,6 +67,10 @@ def torchtitan_settings(job: Job, plan: Plan, fmt: str = "torchtitan"
         "context_parallel_degree": plan.cp,
         "expert_parallel_degree": plan.ep,
     }
+    if fmt == "torchtitan-toml" and plan.ep > 1:
+        # v0.2.2 defaults expert_tensor_parallel_degree to 1 (job_config.py:464): write the
+        # plan's (tp or 1; frameworks.py refuses others)
+        par["expert_tensor_parallel_degree"] = plan.expert_tp
     local_batch = plan.mbs
     if plan.pp > 1:
         par["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"

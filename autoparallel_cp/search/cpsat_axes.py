@@ -2,7 +2,8 @@
 
 `add_axes` creates one one-hot `cpsat_blocks.Axis` per plan axis (tp, cp, pp, dp, ep, vpp, mbs,
 micro-batch count m, zero, sp, recompute mode) and the linear degree rules over their exponent
-encodings (dp*tp*pp*cp = N, dp*mbs*m = B, ep | dp*cp, pp <= m when interleaved, sp needs tp > 1,
+encodings (dp*tp*pp*cp = N, dp*mbs*m = B, ep | dp*cp (etp*ep | tp*cp*dp with a fixed
+expert-TP size, and then sp = 1 for folded tp > 1), pp <= m when interleaved, sp needs tp > 1,
 uniform partitions need pp*vpp | L, node-group divisibility on heterogeneous clusters). The
 key-level master (`cpsat_master`) is built on these axes; the per-key partition model
 (`cpsat_partition`) takes the key as constants. No model here grows with the number of plans.
@@ -35,7 +36,13 @@ def add_axes(model: cp_model.CpModel, t: Tables) -> dict[str, cb.Axis]:
         ax[name] = cb.Axis.new(model, name, dom)
     cb.add_product_equals(model, [ax["tp"], ax["cp"], ax["pp"], ax["dp"]], N)
     cb.add_product_equals(model, [ax["dp"], ax["mbs"], ax["m"]], B)
-    cb.add_divides(model, [ax["ep"]], [ax["dp"], ax["cp"]])
+    if s.etp is None:
+        cb.add_divides(model, [ax["ep"]], [ax["dp"], ax["cp"]])
+    else:
+        # etp*ep | tp*cp*dp with etp a constant (space.ep_ok): prime by prime
+        for p in cb.primes_of([s.etp, *s.ep, *s.tp, *s.cp, *t.dp]):
+            have = sum(ax[a].exponent(p) for a in ("tp", "cp", "dp"))
+            model.add(ax["ep"].exponent(p) <= have - cb.valuation(s.etp, p))
     one_vpp = ax["vpp"].lit(1)
     # negated() is a NotBooleanVariable (a Literal, not an IntVar); add_divides only passes
     # `enforce` on to only_enforce_if, which accepts any literal
@@ -57,6 +64,14 @@ def add_axes(model: cp_model.CpModel, t: Tables) -> dict[str, cb.Axis]:
     tp1 = ax["tp"].lit(1)
     if sp1 is not None and tp1 is not None:
         model.add_implication(sp1, tp1.negated())
+    for v in s.tp:  # a folded layout with tp > 1 needs sp (space.sp_ok)
+        if not s.sp_ok(v, 0):
+            tv = ax["tp"].lit(v)
+            if tv is not None:
+                if sp1 is None:
+                    model.add(tv == 0)
+                else:
+                    model.add_implication(tv, sp1)
     if s.partition == "uniform":
         cb.add_divides(model, [ax["pp"], ax["vpp"]], L)
     if "dp" in s.fixed:

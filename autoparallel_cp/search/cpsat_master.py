@@ -37,7 +37,15 @@ stage still holds >= 1 micro-batch of each of its chunks at its peak (its warm-u
 adds chunk vpp - 1 before any backward; `factors.stage_inflight` >= 1 for unequal chunks too), so
 the memory condition holds as well; `tests/search` checks LB <= every such key's exact best.
 
-Kept whole (about 420 lines): the master's literals, its two lower bounds and the key listing
+MoE parallel folding (`--fix etp`) does not touch this argument: the expert-TP size is one
+value per search space, so the tables are the factor functions evaluated at it (the folded
+layers' times, activations, expert states and expert-DP gradient sync) over the same axes, the
+reachable combinations come from `SearchSpace.degrees` / `sp_ok` (etp*ep | tp*cp*dp, SP for a
+folded tp > 1), and every step above uses only the composition and that the factors are >= 0,
+never how a factor depends on an axis; the same holds for `key_bounds`. Tested against the
+enumerator on folded spaces (tests/search/test_solver_vs_enumerate.py, test_cpsat_partition.py).
+
+Kept whole (about 440 lines): the master's literals, its two lower bounds and the key listing
 read the same marginal tables; the bounds' proofs refer to the literals defined here.
 """
 
@@ -261,7 +269,7 @@ def reachable(t: Tables) -> tuple[set[tuple[int, ...]], set[tuple[int, ...]]]:
     r5: set[tuple[int, ...]] = set()
     for d in s.degrees():
         for sp in s.sp:
-            if sp and d.tp == 1:
+            if not s.sp_ok(d.tp, sp):
                 continue
             for mo in modes:
                 r6.add((d.tp, d.cp, d.ep, sp, d.mbs, mo))
@@ -277,7 +285,7 @@ def reachable7(t: Tables) -> set[tuple[int, ...]]:
     out: set[tuple[int, ...]] = set()
     for d in s.degrees():
         for sp in s.sp:
-            if not (sp and d.tp == 1):
+            if s.sp_ok(d.tp, sp):
                 out.update((d.tp, d.cp, d.ep, sp, d.mbs, mo, d.dp) for mo in modes)
     return out
 

@@ -413,7 +413,7 @@ def enumerate_best(space: SearchSpace, limit: int | None = None
     out: list[tuple[float, tuple[Any, ...], Plan]] = []
     part_cache: dict[tuple[int, int], tuple[Ints, list[tuple[int, ...] | None]]] = {}
     for d in space.degrees():
-        sps = np.array([v for v in space.sp if not (v and d.tp == 1)], np.int64)
+        sps = np.array([v for v in space.sp if space.sp_ok(d.tp, v)], np.int64)
         if len(sps) == 0 or len(space.zero) == 0:
             continue
         if (d.pp, d.vpp) not in part_cache:
@@ -437,7 +437,8 @@ def enumerate_best(space: SearchSpace, limit: int | None = None
                             sp=sp_, zero=zero, mbs=d.mbs, num_microbatches=d.num_microbatches,
                             recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                             stage_layers=part, stage_groups=place_objs[int(qi[col])],
-                            chunk_layers=None if cl is None else tuple(cl))
+                            chunk_layers=None if cl is None else tuple(cl),
+                            etp=space.etp)
                 out.append((float(cost[col]), plan.key(), plan))
     out.sort(key=lambda x: (x[0], x[1]))
     return [(c, p) for c, _, p in out], size

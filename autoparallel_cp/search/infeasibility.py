@@ -23,9 +23,12 @@ def explain(job: Job, space: SearchSpace) -> str:
             continue
         for zero in (max(space.zero),):
             mode = "full" if "full" in space.recompute else space.recompute[-1]
+            sp = 1 if d.tp > 1 and 1 in space.sp else 0
+            if not space.sp_ok(d.tp, sp):
+                continue
             p = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,
-                     sp=1 if d.tp > 1 and 1 in space.sp else 0, zero=zero, mbs=d.mbs,
-                     num_microbatches=d.num_microbatches, recompute=mode)
+                     sp=sp, zero=zero, mbs=d.mbs,
+                     num_microbatches=d.num_microbatches, recompute=mode, etp=space.etp)
             stages = stage_memory(job, p)
             worst = max(stages, key=lambda s: s.required_bytes / s.capacity_bytes)
             ratio = worst.required_bytes / worst.capacity_bytes

@@ -44,6 +44,11 @@ def neighbours(job: Any, plan: Plan) -> list[tuple[str, Plan]]:
             edits.append((f"zero {plan.zero} -> {z}", {"zero": z}))
     if plan.tp > 1:
         edits.append((f"sp {plan.sp} -> {1 - plan.sp}", {"sp": 1 - plan.sp}))
+    if moe and plan.etp is None and plan.tp > 1:
+        # MoE parallel folding: experts without tensor parallelism, ep over tp ranks (needs SP)
+        edits.append((f"etp {plan.tp} -> 1", {"etp": 1, "sp": 1}))
+    elif moe and plan.folded:
+        edits.append((f"etp {plan.expert_tp} -> {plan.tp}", {"etp": None}))
     domains = _domains(job)
     out: list[tuple[str, Plan]] = []
     seen = {plan.key()}

@@ -17,9 +17,17 @@ def check_structural_pins(job: Job, pins: Mapping[str, Any]) -> None:
     L = job.model.num_layers
     groups = len(job.cluster.node_groups)
     pp = pins.get("pp")
-    for name in ("tp", "pp", "cp", "ep", "vpp", "mbs", "dp", "num_microbatches"):
+    for name in ("tp", "pp", "cp", "ep", "vpp", "mbs", "dp", "num_microbatches", "etp"):
         if name in pins and pins[name] < 1:
             raise InputError(f"--fix {name}={pins[name]}: must be >= 1", field=name)
+    if "etp" in pins and job.model.moe is None:
+        raise InputError(f"--fix etp={pins['etp']}: expert tensor parallelism needs an MoE model",
+                         field="etp")
+    if "etp" in pins and job.model.moe is not None and \
+            job.model.moe.expert_ffn_hidden_size % pins["etp"]:
+        raise InputError(f"--fix etp={pins['etp']}: the expert FFN "
+                         f"({job.model.moe.expert_ffn_hidden_size}) does not split over it",
+                         field="etp")
     if "zero" in pins and pins["zero"] not in (0, 1, 2, 3):
         raise InputError(f"--fix zero={pins['zero']}: must be 0, 1, 2 or 3", field="zero")
     if "sp" in pins and pins["sp"] not in (0, 1):

@@ -8,7 +8,13 @@ Axes and their default domains (every value is also checked against the job):
 - `pp`: divisors of the GPU count, at most the number of layers (uniform partitions: dividing
   the layers), at most `max_pp`;
 - `dp`: derived, `N / (tp pp cp)`;
-- `ep`: divisors of the routed experts (1 for dense models) dividing `dp cp`;
+- `ep`: divisors of the routed experts (1 for dense models) dividing `dp cp`; with `--fix etp=E`
+  (MoE parallel folding, spec/plan.py) `ep * E` divides `tp cp dp` instead, and a folded plan
+  (E != tp) with tp > 1 needs sp = 1 (`sp_ok`). etp is not a search axis but one value per
+  space (None: Megatron's default): searching it would add an axis to every MoE factor table
+  and the master's literal families and score every key once per etp (slower MoE solves); a
+  fixed value keeps every table's axes, so the bounds built on the tables hold as they are
+  (cpsat_master.py). `--fix etp=1` searches the folded layouts of Megatron-Bridge's recipes.
 - `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches >= pp`: Megatron's
   micro-batch groups, `spec.plan.microbatch_group`);
 - `mbs`: powers of two up to `max_mbs` dividing the global batch;
@@ -49,7 +55,7 @@ PartitionKind = Literal["uniform", "free"]
 # Keys accepted by --fix; `dp` and `num_microbatches` restrict derived values.
 FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
-    "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers",
+    "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers", "etp",
 )
 
 
@@ -90,6 +96,8 @@ class SearchSpace:
     partition: PartitionKind = "free"
     partial_recompute: bool = True
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    #: expert-tensor-parallel size of every plan (`--fix etp`); None: Megatron's default (tp)
+    etp: int | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -184,6 +192,7 @@ class SearchSpace:
             partition=partition,
             partial_recompute=partial_recompute,
             fixed=pins,
+            etp=pins.get("etp"),
         )
         return space
 
@@ -261,7 +270,7 @@ class SearchSpace:
                     if self.heterogeneous and self.stage_group_counts(tp, cp, dp) is None:
                         continue
                     for ep in self.ep:
-                        if (dp * cp) % ep:
+                        if not self.ep_ok(tp, cp, dp, ep):
                             continue
                         for mbs in self.mbs:
                             if job.global_batch % (dp * mbs):
@@ -283,6 +292,21 @@ class SearchSpace:
                                 if not self._moe_partition_ok(pp, vpp):
                                     continue
                                 yield Degrees(tp, pp, cp, dp, ep, vpp, mbs, nmb)
+
+    def ep_ok(self, tp: int, cp: int, dp: int, ep: int) -> bool:
+        """Expert parallelism fits the stage's ranks: ep | dp*cp by default (etp = tp), else
+        etp*ep | tp*cp*dp (Megatron's expert grid, spec/plan.py) and etp | the expert FFN."""
+        if self.etp is None:
+            return (dp * cp) % ep == 0
+        moe = self.job.model.moe
+        ffn_ok = moe is None or moe.expert_ffn_hidden_size % self.etp == 0
+        return ffn_ok and (tp * cp * dp) % (self.etp * ep) == 0
+
+    def sp_ok(self, tp: int, sp: int) -> bool:
+        """sp = 1 needs tp > 1; a folded layout (etp != tp) with tp > 1 needs sp = 1."""
+        if sp:
+            return tp > 1
+        return self.etp is None or tp == 1 or tp == self.etp
 
     def _moe_partition_ok(self, pp: int, vpp: int) -> bool:
         """Free partitions: the first stage must be able to hold the dense prefix layers."""
@@ -350,7 +374,7 @@ class SearchSpace:
         per_rest = len(self.zero)
         total = 0
         for d in self.degrees():
-            sps = sum(1 for s in self.sp if s == 0 or d.tp > 1)
+            sps = sum(1 for s in self.sp if self.sp_ok(d.tp, s))
             total += (
                 sps * per_rest * self.recompute_choices(d.pp, d.vpp)
                 * self.num_partitions(d.pp, d.vpp)
@@ -370,4 +394,6 @@ class SearchSpace:
             f"zero {list(self.zero)}", f"sp {list(self.sp)}", f"recompute {list(self.recompute)}",
             f"partition {self.partition}", f"partial_recompute {self.partial_recompute}",
         ]
+        if self.etp is not None:
+            rows.append(f"etp {self.etp}")
         return "\n".join(rows)

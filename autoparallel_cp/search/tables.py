@@ -116,7 +116,8 @@ def build_tables(space: SearchSpace) -> Tables:
     ax6 = np.ix_(tp, cp, ep, sp, mbs, np.array([0.0, 1.0, 2.0]))
     for g in range(len(job.cluster.node_groups)):
         for kind in kinds:
-            lf = fx.layer_factors(job, g, ax6[0], ax6[1], ax6[2], ax6[3], ax6[4], ax6[5], moe=kind)
+            lf = fx.layer_factors(job, g, ax6[0], ax6[1], ax6[2], ax6[3], ax6[4], ax6[5], moe=kind,
+                                  etp=space.etp)
             act = np.array(lf.act_bytes, float)
             tim = np.array(lf.time_s, float)
             wrk = np.array(lf.work_bytes, float)
@@ -146,8 +147,9 @@ def build_tables(space: SearchSpace) -> Tables:
         # ZeRO-3 per-layer exposed all-gather (used when zero == 3): (tp,cp,ep,sp,mbs,mode,dp)
         ax7 = np.ix_(tp, cp, ep, sp, mbs, np.array([0.0, 1.0, 2.0]), dp)
         for kind in kinds:
-            _, _, z3per, _ = fx.dp_sync_factors(job, g, ax7[0], ax7[1], ax7[6], ax7[2], 3)
-            dl, _ = fx.layer_param_counts(job, kind, ax7[0], ax7[2])
+            _, _, z3per, _ = fx.dp_sync_factors(job, g, ax7[0], ax7[1], ax7[6], ax7[2], 3,
+                                                space.etp)
+            dl, _ = fx.layer_param_counts(job, kind, ax7[0], ax7[2], space.etp)
             ag = z3per * dl
             base_t = t.time[g, kind][..., None]
             t.z3l[g, kind] = fx.overlap_exposed(ag, base_t) + fx.zero3_copy_factor(job, g) * dl
@@ -156,22 +158,25 @@ def build_tables(space: SearchSpace) -> Tables:
     g5 = np.ix_(tp, ep, zero, dp, cp)
     tp5, ep5, z5, dp5, cp5 = g5
     shard_d = dp5 * cp5
-    shard_e = np.maximum(dp5 * cp5 / ep5, 1.0)
+    shard_e = fx.expert_dp_size(tp5, cp5, dp5, ep5, space.etp)
     wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d)
     we, ge, oe = fx.state_bytes_per_param(job.recipe, z5, shard_e)
     buf = fx.buffer_bytes_per_param(job, z5)
     loc_d = np.where(z5 >= 1, 1.0 / shard_d, 1.0)
-    loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(dp5 * cp5 / ep5), 1.0), 1.0)
+    loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(shard_e), 1.0), 1.0)
     shape5 = (len(tp), len(ep), len(zero), len(dp), len(cp))
     for kind in kinds:
-        pd, pe = fx.layer_param_counts(job, kind, tp5, ep5)
+        pd, pe = fx.layer_param_counts(job, kind, tp5, ep5, space.etp)
         t.states[kind] = np.broadcast_to(
             pd * (wd + gd + od + buf) + pe * (we + ge + oe + buf), shape5).copy()
         for g in range(len(job.cluster.node_groups)):
-            sd, se, _z3, _fixed = fx.dp_sync_factors(job, g, tp5, cp5, dp5, ep5, z5)
+            sd, se, _z3, _fixed = fx.dp_sync_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp)
             opt = fx.optimizer_factor(job, g)
             on = (dp5 * cp5 > 1).astype(float)
-            t.dpsync[g, kind] = np.broadcast_to(on * (sd * pd + se * pe), shape5).copy()
+            # expert gradients reduce over the expert-DP group (steptime.stage_times)
+            on_e = np.maximum(on, (shard_e > 1).astype(float))
+            t.dpsync[g, kind] = np.broadcast_to(on * (sd * pd) + on_e * (se * pe),
+                                                shape5).copy()
             t.opt[g, kind] = np.broadcast_to(opt * (pd * loc_d + pe * loc_e), shape5).copy()
     ef0 = fx.edge_factors(job, 0, tp, 1, 0, 1)
     emb_p = np.asarray(ef0.emb_params, float).reshape(-1, 1, 1, 1)
@@ -194,7 +199,8 @@ def build_tables(space: SearchSpace) -> Tables:
         t.head_dpsync[g] = np.broadcast_to(head_p * sd, shape4).copy()
         t.emb_opt[g] = np.broadcast_to(emb_p * opt * loc4, shape4).copy()
         t.head_opt[g] = np.broadcast_to(head_p * opt * loc4, shape4).copy()
-    t.z3 = np.broadcast_to(fx.zero3_buffer_bytes(job, *np.ix_(tp, ep, zero)),
+    tp3, ep3, z3_ = np.ix_(tp, ep, zero)
+    t.z3 = np.broadcast_to(fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
                            (len(tp), len(ep), len(zero))).copy()
     t.capacity = tuple(capacity_bytes(usable_bytes(job, g.gpu.memory_bytes))
                        for g in job.cluster.node_groups)

@@ -67,6 +67,8 @@ class Rule:
     rule: str
     source: str
     broken: Callable[[Job, Plan], dict[str, Any] | None]  # closest-plan changes, or None
+    #: the exact formats the row applies to (None: every format of `framework`'s family)
+    formats: tuple[str, ...] | None = None
 
 
 def _empty_middle_chunk(job: Job, plan: Plan) -> bool:
@@ -114,8 +116,32 @@ def _tt_selective(job: Job, plan: Plan) -> dict[str, Any] | None:
 
 def _tt_ep(job: Job, plan: Plan) -> dict[str, Any] | None:
     shard = plan.dp if plan.zero else 1
-    if plan.ep > 1 and (shard * plan.cp * plan.tp) % plan.ep:
+    # the sparse mesh's efsdp = dp_shard*cp*tp / (etp*ep) must be whole (etp = 1 in 0.3.0,
+    # which has no expert TP; v0.2.2 runs etp = tp or 1, `_tt_etp`)
+    etp = plan.expert_tp if plan.ep > 1 and plan.expert_tp in (1, plan.tp) else 1
+    if plan.ep > 1 and (shard * plan.cp * plan.tp) % (plan.ep * etp):
         return {"zero": 3}
+    return None
+
+
+def _tt_etp(job: Job, plan: Plan) -> dict[str, Any] | None:
+    """torchtitan 0.3.0: routed experts are sharded over ep only when ep > 1 (etp = 1), and
+    tensor-parallel like a dense MLP when ep = 1 (etp = tp)."""
+    if job.model.moe is None:
+        return None
+    want = 1 if plan.ep > 1 else plan.tp
+    if plan.expert_tp == want:
+        return None
+    out: dict[str, Any] = {"etp": want}
+    if want != plan.tp and plan.tp > 1 and not plan.sp:
+        out["sp"] = 1  # a folded plan with tp > 1 needs sp (spec/plan.py)
+    return out
+
+
+def _tt_toml_etp(job: Job, plan: Plan) -> dict[str, Any] | None:
+    """torchtitan v0.2.2: with ep > 1, etp is tp or 1."""
+    if plan.ep > 1 and plan.expert_tp not in (1, plan.tp):
+        return {"etp": 1}
     return None
 
 
@@ -229,6 +255,20 @@ RULES: tuple[Rule, ...] = (
          "expert_parallel_degree must divide dp_shard * cp * tp (dp_shard = 1 when replicating)",
          f"{_TT} torchtitan/distributed/parallel_dims.py:277-279,338-339 (efsdp = dp_shard * cp "
          "* tp // ep in the sparse mesh)", _tt_ep),
+    Rule("torchtitan", "etp",
+         "no expert tensor parallelism: with ep > 1 routed experts are sharded over ep only "
+         "(sparse mesh pp, dp_replicate, efsdp, ep: ep laid over dp_shard*cp*tp, etp = 1); "
+         "with ep = 1 they are tensor-parallel like the dense MLP (etp = tp)",
+         f"{_TT} torchtitan/distributed/parallel_dims.py:282,326-330 (sparse mesh, efsdp = "
+         "dp_shard*cp*tp // ep; line numbers of torchtitan main b5bcd76c) and "
+         "torchtitan/models/common/MOE_SHARDING.md (routed experts Shard(0) on EP, TP-sharded "
+         "without EP)",
+         _tt_etp, formats=("torchtitan",)),
+    Rule("torchtitan-toml", "etp",
+         "expert_tensor_parallel_degree must be tp or 1 when ep > 1",
+         "torchtitan v0.2.2 torchtitan/distributed/parallel_dims.py:58-59, "
+         "torchtitan/config/job_config.py:464-472",
+         _tt_toml_etp),
     Rule("torchtitan", "stage_layers",
          "every model chunk is a module list (module_fqns_per_model_part); a middle chunk "
          "with no layer would be a pipeline stage with no module",
@@ -276,6 +316,11 @@ RULES: tuple[Rule, ...] = (
          "the batch check needs with tp > 1",
          f"{_DS} deepspeed/runtime/engine.py:832-838",
          lambda j, p: {"tp": 1} if p.ep > 1 and p.tp > 1 else None),
+    Rule("deepspeed", "etp",
+         "no expert tensor parallelism of its own: AutoEP shards experts over ep (with tp = 1, "
+         "etp = 1) and AutoTP splits whatever linears it finds over tp",
+         f"{_DS} deepspeed/module_inject/auto_ep_config.py:42-50 (autoep_size only)",
+         lambda j, p: {"etp": p.tp} if j.model.moe is not None and p.folded else None),
     Rule("deepspeed", "sp",
          "AutoTP has no sequence parallelism (norm/dropout activations stay replicated)",
          f"{_DS} deepspeed/module_inject/auto_tp.py:210 (AutoTP replaces linears only)",
@@ -299,6 +344,8 @@ def refusals(job: Job, plan: Plan, fmt: str) -> list[Refusal]:
     out: list[Refusal] = []
     for r in RULES:
         if r.framework not in (fmt, _family(fmt)):
+            continue
+        if r.formats is not None and fmt not in r.formats:
             continue
         closest = r.broken(job, plan)
         if closest is not None:

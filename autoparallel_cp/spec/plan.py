@@ -2,10 +2,13 @@
 
 Field names are the stable surface of INTERFACE.md: dp, tp, pp, vpp, cp, ep, sp, zero, mbs,
 num_microbatches, recompute, recompute_layers, plus the optional layer partition
-(`stage_layers`, or per model chunk `chunk_layers`) and, on heterogeneous clusters, the node
-group of each stage (`stage_groups`).
+(`stage_layers`, or per model chunk `chunk_layers`), on heterogeneous clusters the node group
+of each stage (`stage_groups`), and the expert-tensor-parallel size `etp` of MoE parallel
+folding.
 
 Layer splits (defaults, model chunks, micro-batch groups): `spec/splits.py`.
+
+MoE parallel folding (`etp`, the expert grid and its rules): `spec/folding.py`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from autoparallel_cp.spec.base import (
     MAX_NODE_GROUPS,
     Bounded,
 )
+from autoparallel_cp.spec.folding import folding_violations
 from autoparallel_cp.spec.splits import default_split, stage_chunks
 
 _DEGREE = (1, MAX_GPUS, "a degree cannot exceed the largest cluster")
@@ -64,6 +68,8 @@ class Plan(BaseModel):
     # per model chunk (pp*vpp entries, chunk v of stage j at v*pp + j); None: `stage_chunks`
     chunk_layers: tuple[ChunkLayers, ...] | None = None
     stage_groups: tuple[GroupIndex, ...] | None = None  # node group of each stage; None: in order
+    # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: = tp (default)
+    etp: Degree | None = None
 
     def __init__(self, **fields: Any) -> None:
         """Validate the fields; a bad one is a PlanError (a UserError) naming the field."""
@@ -81,7 +87,8 @@ class Plan(BaseModel):
             self.tp, self.pp, self.cp, self.dp, self.ep, self.vpp, self.sp, self.zero,
             self.mbs, RECOMPUTE_MODES.index(self.recompute), self.recompute_layers or 0,
             self.stage_layers or (), self.stage_groups or (),
-        ) + ((self.chunk_layers,) if self.chunk_layers is not None else ())
+        ) + ((self.chunk_layers,) if self.chunk_layers is not None else ()) + (
+            ((self.etp,),) if self.etp is not None else ())  # ints: comparable with chunks
 
     def short(self) -> str:
         """Compact `key=value` text, accepted back by `parse_plan`."""
@@ -98,7 +105,25 @@ class Plan(BaseModel):
             parts.append("stage_groups=" + ":".join(map(str, self.stage_groups)))
         if self.chunk_layers is not None:
             parts.append("chunk_layers=" + ":".join(map(str, self.chunk_layers)))
+        if self.etp is not None:
+            parts.append(f"etp={self.etp}")
         return ",".join(parts)
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel size of the routed experts: `etp`, Megatron's default tp when unset."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def folded(self) -> bool:
+        """True when the experts use a tensor-parallel size other than tp (parallel folding)."""
+        return self.expert_tp != self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: tp*cp*dp / (etp*ep) ranks of a stage hold the same
+        experts (Megatron parallel_state.py:880, world / (etp*ep*pp)); dp*cp/ep by default."""
+        return max(self.tp * self.cp * self.dp // (self.expert_tp * self.ep), 1)
 
     def layers_per_stage(self, num_layers: int) -> tuple[int, ...]:
         """Transformer layers held by each pipeline stage: the stage sums of `chunk_layers`,
@@ -147,7 +172,7 @@ class PlanError(UserError, ValueError):
 
 
 _INT_FIELDS = {"dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
-               "recompute_layers"}
+               "recompute_layers", "etp"}
 _TUPLE_FIELDS = {"stage_layers", "stage_groups", "chunk_layers"}
 PLAN_FIELDS = tuple(sorted(_INT_FIELDS | _TUPLE_FIELDS | {"recompute"}))
 
@@ -280,8 +305,12 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
             out.append(f"ep={plan.ep} needs an MoE model")
         elif m.moe.num_experts % plan.ep:
             out.append(f"experts % ep: {m.moe.num_experts} % {plan.ep} != 0")
-        if (plan.dp * plan.cp) % plan.ep:
-            out.append(f"(dp*cp) % ep: {plan.dp * plan.cp} % {plan.ep} != 0")
+        if plan.etp is None and (plan.dp * plan.cp) % plan.ep:
+            out.append(f"(dp*cp) % ep: {plan.dp * plan.cp} % {plan.ep} != 0 (with etp = tp, "
+                       "Megatron's default; set etp to fold ep over tensor ranks)")
+    if plan.etp is not None:
+        out += folding_violations(m.moe, plan.tp, plan.cp, plan.dp, plan.ep, plan.expert_tp,
+                                  plan.sp)
     if plan.sp and plan.tp == 1:
         out.append("sp=1 needs tp > 1")
     out += split_violations(m.num_layers, plan)

@@ -174,6 +174,19 @@ def test_key_bound_below_every_key_best_torchtitan_recipe() -> None:
     assert _check_key_bound(space) > 0
 
 
+def test_key_bound_and_partition_model_with_folding() -> None:
+    """MoE parallel folding (--fix etp=1): the per-key bound stays below every key's exact
+    best, and the partition model finds it, on layouts with ep > dp*cp."""
+    from test_solver_vs_enumerate import _mini_folding
+
+    job = Job(model=_mini_folding(6), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, fix="etp=1", max_pp=4, max_vpp=2, max_mbs=2,
+                                zero=(1, 3))
+    assert _check_key_bound(space) > 0
+    assert _check_every_key(space, stride=7) > 0
+
+
 @pytest.mark.parametrize("fix,layers,batch", [
     ("", 8, 12),  # interleaved keys with m % pp != 0 (Megatron's micro-batch groups)
     ("stage_layers=4:3,vpp=2", 7, 16),  # a pinned split with uneven chunks

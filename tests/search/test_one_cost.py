@@ -1,7 +1,7 @@
 """One cost, everywhere: for random plans (pp > 1, interleaving, partial recompute, ZeRO-3, CP,
-EP, two node groups with explicit stage placement; Megatron's splits: pp*vpp not dividing the
-layers, stage counts not multiples of vpp, explicit model chunks, micro-batch counts pp does not
-divide) the solver's cost tables
+EP, MoE parallel folding (etp, ep over tensor ranks), two node groups with explicit stage
+placement; Megatron's splits: pp*vpp not dividing the layers, stage counts not multiples of vpp,
+explicit model chunks, micro-batch counts pp does not divide) the solver's cost tables
 (`tables.plan_cost`), the enumerator's score, the CP-SAT solver's reported plan and
 `cost/evaluate.evaluate()` agree on the step time, the per-stage times and the per-stage peak
 memory. Each search is pinned (`--fix`) to the one drawn plan, so the enumerator and the solver
@@ -54,6 +54,8 @@ def _fix(p: Plan, layers: int) -> str:
         parts.append("stage_groups=" + ":".join(map(str, p.stage_groups)))
     if p.chunk_layers is not None:
         parts.append("chunk_layers=" + ":".join(map(str, p.chunk_layers)))
+    if p.etp is not None:
+        parts.append(f"etp={p.etp}")
     return ",".join(parts)
 
 
@@ -82,7 +84,13 @@ def _cases(draw: Any, new_splits: bool = False) -> tuple[Job, Plan]:
     tp = draw(st.sampled_from([t for t in (1, 2, 4) if per_stage % t == 0]))
     cp = draw(st.sampled_from([c for c in (1, 2, 4) if per_stage % (tp * c) == 0]))
     dp = per_stage // (tp * cp)
-    ep = draw(st.sampled_from([e for e in (1, 2, 4) if (dp * cp) % e == 0])) if moe else 1
+    # expert-TP size: Megatron's default (None = tp), or folded (ep over tp*cp*dp ranks)
+    etp = draw(st.sampled_from([None, 1, 2, tp])) if moe else None
+    if etp is None:
+        ep = draw(st.sampled_from([e for e in (1, 2, 4) if (dp * cp) % e == 0])) if moe else 1
+    else:
+        ep = draw(st.sampled_from([e for e in (1, 2, 4) if (tp * cp * dp) % (e * etp) == 0]
+                                  or [1]))
     mbs_ok = [m for m in (1, 2) if batch % (dp * m) == 0]
     assume(mbs_ok)
     mbs = draw(st.sampled_from(mbs_ok))
@@ -101,13 +109,21 @@ def _cases(draw: Any, new_splits: bool = False) -> tuple[Job, Plan]:
         chunk_layers = _composition(draw, layers, pp * vpp, 0)
     groups = draw(st.permutations([0] * (pp // 2) + [1] * (pp // 2)))
     plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep,
-                sp=draw(st.sampled_from([0, 1])) if tp > 1 else 0,
+                sp=(1 if etp not in (None, tp) else draw(st.sampled_from([0, 1])))
+                if tp > 1 else 0,
                 zero=draw(st.sampled_from([3, 1, 0, 2])), mbs=mbs,
                 num_microbatches=batch // (dp * mbs), recompute=mode,
                 recompute_layers=r_layers, stage_layers=stage_layers,
-                stage_groups=tuple(groups), chunk_layers=chunk_layers)
+                stage_groups=tuple(groups), chunk_layers=chunk_layers, etp=etp)
     assume(not plan_violations(job, plan))
     return job, plan
+
+
+def _explicit_folded() -> tuple[Job, Plan]:
+    """ep = 4 > dp*cp = 2: experts folded over the tensor ranks (etp = 1), ZeRO-1, interleaved."""
+    job = Job(model=_model(True, 8), cluster=_two_groups(), seq_len=4096, global_batch=BATCH)
+    return job, Plan(dp=2, tp=4, cp=1, pp=2, vpp=2, ep=4, etp=1, sp=1, zero=1, mbs=1,
+                     num_microbatches=8, recompute="selective", stage_groups=(0, 1))
 
 
 def _explicit() -> tuple[Job, Plan]:
@@ -128,6 +144,7 @@ def _explicit_slots() -> tuple[Job, Plan]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @example(case=_explicit())
+@example(case=_explicit_folded())
 @example(case=_explicit_slots())
 @given(case=_cases())
 def test_plan_cost_enumerator_solver_and_evaluate_agree(case: tuple[Job, Plan]) -> None:
@@ -147,6 +164,8 @@ def _agree(case: tuple[Job, Plan]) -> None:
     for name, on in (("vpp>1", plan.vpp > 1), ("partial recompute", plan.recompute_layers
                       is not None), ("zero3", plan.zero == 3), ("cp>1", plan.cp > 1),
                      ("ep>1", plan.ep > 1), ("pp=4 over two groups", plan.pp == 4),
+                     ("folded (etp != tp)", plan.folded),
+                     ("ep > dp*cp", plan.ep > plan.dp * plan.cp),
                      ("uneven chunks", uneven_chunks(plan, job.model.num_layers)),
                      ("chunk_layers", plan.chunk_layers is not None),
                      ("m % pp != 0", plan.vpp > 1 and plan.num_microbatches % plan.pp > 0)):
@@ -173,6 +192,7 @@ def _agree(case: tuple[Job, Plan]) -> None:
     for res in (en, so):
         [(cost, got)] = res.stats["ranked"]
         assert got.key()[:10] == plan.key()[:10]
+        assert got.etp == plan.etp
         assert got.layers_per_stage(job.model.num_layers) == plan.layers_per_stage(
             job.model.num_layers)
         assert [got.recomputed_layers(n) for n in got.layers_per_stage(job.model.num_layers)] \
