@@ -37,12 +37,14 @@ MEMORY_FIELDS: tuple[str, ...] = (
 )
 
 CSV_COLUMNS: tuple[str, ...] = (
-    ("rank",) + PLAN_FIELDS + ("recompute_layers", "stage_layers", "etp", "fits", "peak_bytes",
+    ("rank",) + PLAN_FIELDS + ("recompute_layers", "stage_layers", "fits", "peak_bytes",
                                 "peak_gib", "capacity_gib", "step_s")
     + TIME_FIELDS + ("tokens_per_s", "tokens_per_s_per_gpu", "mfu")
     # nominal 80 % prediction intervals (cost/uncertainty.py)
     + ("step_s_lo", "step_s_hi", "tokens_per_s_per_gpu_lo", "tokens_per_s_per_gpu_hi",
        "peak_bytes_lo", "peak_bytes_hi", "fixed_s")
+    # columns added later go last, so scripts that read columns by position keep working
+    + ("etp",)
 )
 
 
