@@ -12,11 +12,13 @@ import time
 
 import pytest
 from ortools.sat.python import cp_model
+from test_solver_vs_enumerate import _mini
 
 from autoparallel_cp import api
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.cpsat_master import build_master, enumerate_keys
 from autoparallel_cp.search.cpsat_partition import build_partition
+from autoparallel_cp.search.key_bounds import key_bound
 from autoparallel_cp.search.recommend import (
     Recommendation,
     complexity,
@@ -27,6 +29,7 @@ from autoparallel_cp.search.solve import best_for_key, key_space
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import build_tables
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.loaders import load_cluster
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, plan_violations
 
 
@@ -152,3 +155,20 @@ def test_why_names_what_the_simpler_plan_avoids() -> None:
     # cp is dropped (weight 4 -> 0); ZeRO and recompute only shrink (4 -> 1, 3 -> 1): "less"
     assert rec.why() == ("+2.0% step time for a simpler set-up (complexity 4 vs 13): avoids "
                          "context parallelism (cp=2), less ZeRO-3, less full recompute.")
+
+
+def test_key_bound_is_exact_for_one_stage_without_recompute() -> None:
+    # with pp = 1 and no recompute a key has one plan per node group: nothing to partition, no
+    # recompute count to choose, T = S = the one stage's time, so the per-key bound must equal
+    # that plan's exact step time (a bound that drops or flips a term is loose here); the MoE
+    # model's first layer is dense, so the dense prefix's terms are in play
+    job = Job(model=_mini(True, 4), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, fix="pp=1,recompute=none")
+    t = build_tables(space)
+    keys, _ = enumerate_keys(build_master(t), None, 10**12)
+    assert len(keys) >= 12 and {k.zero for _, k in keys} >= {1, 2, 3}
+    for _, k in keys:
+        best = best_for_key(space, k, tables=t)
+        assert best is not None
+        assert key_bound(t, k) == pytest.approx(best.step_s, rel=1e-6)
