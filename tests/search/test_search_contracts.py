@@ -15,6 +15,7 @@ from ortools.sat.python import cp_model
 from test_solver_vs_enumerate import _mini
 
 from autoparallel_cp import api
+from autoparallel_cp.errors import InputError, UserError
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.cpsat_master import build_master, enumerate_keys
 from autoparallel_cp.search.cpsat_partition import build_partition
@@ -124,6 +125,8 @@ def test_recommendation_keeps_the_pins() -> None:
     job = _job()
     fix = "tp=2,zero=3,pp=1,cp=1,vpp=1"
     res = api.solve(job, top_k=3, time_limit=10, workers=1, fix=fix)
+    # the master's root bound is a lower bound of the best step time (both in seconds)
+    assert 0 < res.stats["root_bound_s"] <= res.plans[0].time.step_s
     ranked = [(e.plan, e.time.step_s) for e in res.plans]
     rec = recommend(job, ranked, 0.5, fix=fix, time_limit=10, workers=1)
     assert rec.method == "cp-sat phase 2"
@@ -172,3 +175,14 @@ def test_key_bound_is_exact_for_one_stage_without_recompute() -> None:
         best = best_for_key(space, k, tables=t)
         assert best is not None
         assert key_bound(t, k) == pytest.approx(best.step_s, rel=1e-6)
+
+
+def test_bad_pins_are_named_in_the_error() -> None:
+    # a bad --fix value is a user's mistake: an error naming the pin (exit 2), never a traceback
+    # or a search over a space the pin does not describe; gpt3-1.3b has 24 layers
+    with pytest.raises(InputError) as err:
+        SearchSpace.for_job(_job(), fix="recompute=full,recompute_layers=25")
+    assert "recompute_layers=25: must be in 0..24" in str(err.value)
+    with pytest.raises(UserError) as bad:
+        SearchSpace.for_job(_job(), fix="tp=0")
+    assert "tp" in str(bad.value)
