@@ -177,19 +177,13 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
                 update={"dp_overlap": False})})
             assumed.append("DP reduction not overlapped (Megatron-LM default)")
-        yaml = _nemo_yaml(r)
-        if yaml.get("bf16_grads"):
+        stated = _stated_settings(r)
+        if stated.get("bf16_grads"):
             recipe = recipe.model_copy(update={"grad_bytes": 2, "grad_reduce_bytes": 2})
-            assumed.append("bf16 grads (optim.grad_sync_dtype in the source's YAML)")
-        if yaml.get("fp8_params") and fp8:
+            assumed.append(f"bf16 grads ({stated['bf16_grads']})")
+        if stated.get("fp8_params") and fp8:
             recipe = recipe.model_copy(update={"weight_bytes": 1})
             assumed.append("fp8 params (model.fp8_params in the source's YAML)")
-        if r["source_id"] == "mbridge-perf":
-            # Megatron-Bridge benchmark recipes reduce and keep gradients in bf16
-            # (perf_recipes/_common.py `_benchmark_common` / `_perf_precision` @067f987:
-            # `grad_reduce_in_fp32 = False`, so Megatron's DDP grad buffer takes the param dtype)
-            recipe = recipe.model_copy(update={"grad_bytes": 2, "grad_reduce_bytes": 2})
-            assumed.append("bf16 grads (Megatron-Bridge benchmark default)")
         if nemo and tp > 1:
             # NeMo's performance recipes enable TP communication overlap (userbuffers) with
             # TP > 1 (nemo/collections/llm/recipes/tp_overlap_configs); not in each table.
@@ -264,47 +258,57 @@ def _bridge_expert_tp(r: dict[str, str]) -> int | None:
     """The expert-TP size the Megatron-Bridge recipe of this MoE row sets, or None."""
     if r["source_id"] != "mbridge-perf" or not _int(r["moe_experts"]):
         return None
-    model = r["model"].lower().replace("_", " ")
+    model = _model_name(r)
     return next((v for k, v in BRIDGE_EXPERT_TP.items() if model.startswith(k)), None)
 
 
-#: The NeMo 1.x training YAML each NeMo-table source ran, per model prefix:
-#: `optim.grad_sync_dtype: bf16` (gradient buffers and their reduction in bf16; unset means
-#: the optimizer's fp32: Apex DistributedFusedAdam's `grad_sync_dtype` defaults to its
-#: `dtype`, which NeMo sets to fp32), `model.fp8_params: true` (fp8 weight storage in FP8
-#: runs) and `activations_checkpoint_granularity` (null unless listed).
-#: - dgxc-bench-25.02: NVIDIA/dgxc-benchmarking @8f5cbb3799 (tag v25.02)
-#:   llama3.1/llama3.1_{8b,70b,405b}.yaml, nemo_megatron/gpt3_175b_hydra.yaml,
-#:   nemotron/nemotron4-{15b,340b}-synth.yaml, grok1/grok1_314b.yaml;
-#: - nemo-perf-24.07: NVIDIA/NeMo-Framework-Launcher tag 24.07,
-#:   launcher_scripts/conf/training/{gpt3,llama,nemotron}/*.yaml (only Nemotron 340B sets
-#:   grad_sync_dtype and selective recompute).
-NEMO_YAML: dict[str, dict[str, dict[str, object]]] = {
+#: Settings the sources' published configuration files state, per source and model prefix
+#: (`_model_name`; "" matches every model of the source):
+#: - `bf16_grads`: gradient buffers and their reduction in bf16 (the value names the setting).
+#:   NeMo 1.x YAMLs: `optim.grad_sync_dtype: bf16` (unset means the optimizer's fp32: Apex
+#:   DistributedFusedAdam's `grad_sync_dtype` defaults to its `dtype`, which NeMo sets to fp32).
+#:   Megatron-Bridge benchmark recipes: `grad_reduce_in_fp32 = False` (perf_recipes/_common.py
+#:   `_benchmark_common` / `_perf_precision` @067f987), so Megatron's DDP grad buffer takes the
+#:   param dtype.
+#: - `fp8_params`: fp8 weight storage in FP8 runs (`model.fp8_params: true`).
+#: - `recompute`: `activations_checkpoint_granularity` (null unless listed).
+#: Files: dgxc-bench-25.02: NVIDIA/dgxc-benchmarking @8f5cbb3799 (tag v25.02)
+#: llama3.1/llama3.1_{8b,70b,405b}.yaml, nemo_megatron/gpt3_175b_hydra.yaml,
+#: nemotron/nemotron4-{15b,340b}-synth.yaml, grok1/grok1_314b.yaml; nemo-perf-24.07:
+#: NVIDIA/NeMo-Framework-Launcher tag 24.07, launcher_scripts/conf/training/{gpt3,llama,
+#: nemotron}/*.yaml (only Nemotron 340B sets grad_sync_dtype and selective recompute).
+_YAML_GRADS = "optim.grad_sync_dtype in the source's YAML"
+STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     "dgxc-bench-25.02": {
-        "llama 3.1": {"bf16_grads": True},
-        "gpt-3 175b": {"bf16_grads": True, "fp8_params": True},
-        "nemotron-4 340b": {"bf16_grads": True, "recompute": "selective"},
+        "llama 3.1": {"bf16_grads": _YAML_GRADS},
+        "gpt-3 175b": {"bf16_grads": _YAML_GRADS, "fp8_params": True},
+        "nemotron-4 340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective"},
         "nemotron-4 15b": {},
-        "grok-1": {"bf16_grads": True},
+        "grok-1": {"bf16_grads": _YAML_GRADS},
     },
     "nemo-perf-24.07": {
-        "nemotron-340b": {"bf16_grads": True, "recompute": "selective"},
+        "nemotron-340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective"},
     },
+    "mbridge-perf": {"": {"bf16_grads": "Megatron-Bridge benchmark default"}},
 }
 
 
-def _nemo_yaml(r: dict[str, str]) -> dict[str, object]:
-    """The NEMO_YAML settings of this row's source and model ({} when none are listed)."""
-    table = NEMO_YAML.get(r["source_id"], {})
-    model = r["model"].lower()
-    return next((v for k, v in table.items() if model.startswith(k)), {})
+def _model_name(r: dict[str, str]) -> str:
+    """The row's model name as the lookup tables spell their prefixes."""
+    return r["model"].lower().replace("_", " ")
+
+
+def _stated_settings(r: dict[str, str]) -> dict[str, object]:
+    """The STATED_SETTINGS of this row's source and model ({} when none are listed)."""
+    table = STATED_SETTINGS.get(r["source_id"], {})
+    return next((v for k, v in table.items() if _model_name(r).startswith(k)), {})
 
 
 def _bridge_recompute_modules(r: dict[str, str]) -> tuple[str, ...] | None:
     """The recompute modules the Megatron-Bridge perf recipe of this row's model sets."""
     if r["source_id"] != "mbridge-perf":
         return None
-    model = r["model"].lower().replace("_", " ")
+    model = _model_name(r)
     gpu = r["gpu"].lower()
     pp = _int(r["pp"])
     for (m, g, p), mods in BRIDGE_RECOMPUTE_MODULES.items():
@@ -440,9 +444,9 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             skip("fp8 on a GPU without fp8", family)
             continue
         recompute = _recompute(r["recompute"])
-        stated = _nemo_yaml(r).get("recompute") if family == "megatron-core" else None
-        if recompute is None and stated is not None:
-            recompute = str(stated)
+        stated_rc = _stated_settings(r).get("recompute") if family == "megatron-core" else None
+        if recompute is None and stated_rc is not None:
+            recompute = str(stated_rc)
             assumed.append(f"{recompute} recompute (the source's YAML)")
         modules = _bridge_recompute_modules(r) if family == "megatron-core" else None
         if recompute is None and modules is not None:
