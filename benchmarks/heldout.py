@@ -244,6 +244,41 @@ BRIDGE_RECOMPUTE_MODULES: dict[tuple[str, str, int | None], tuple[str, ...]] = {
 }
 
 
+#: MoE communication the Megatron-Bridge recipes (@067f987df) set, for the rows whose plan
+#: (tp, pp, vpp, ep, micro-batch) is the recipe's: the token dispatcher ("flex": DeepEP /
+#: HybridEP backends, `moe_token_dispatcher_type = "flex"` after
+#: `apply_flex_dispatcher_backend`, training/flex_dispatcher_backend.py) and EP overlap
+#: (`comm_overlap.overlap_moe_expert_parallel_comm`). Keyed by (model prefix, GPU prefix, tp,
+#: pp, vpp, ep, mbs); every other row keeps Megatron's alltoall without overlap.
+#: - DeepSeek-V3 1,024 H100: perf_recipes/deepseek/h100/deepseek_v3.py:28-52 on the base
+#:   recipes/deepseek/h100/deepseek_v3.py:159-161,230,256 (hybridep, no overlap);
+#: - DeepSeek-V3 256 B200 MXFP8: perf_recipes/deepseek/b200/deepseek_v3.py:124-156 (deepep,
+#:   overlap with delayed wgrad);
+#: - DeepSeek-V3 256 B200 pp 16: perf_recipes/deepseek/b200/deepseek_v3.py:28-48 on the same
+#:   base (hybridep, no overlap);
+#: - Qwen3 30B-A3B 8 B200 MXFP8: perf_recipes/qwen/b200/qwen3_moe.py:285-324 (hybridep,
+#:   overlap);
+#: - Qwen3 235B-A22B 256 H100: perf_recipes/qwen/h100/qwen3_moe.py:136-170 (alltoall, overlap).
+BRIDGE_MOE_COMM: dict[tuple[str, str, int, int, int, int, int], tuple[str, bool]] = {
+    ("deepseekv3", "h100", 2, 8, 4, 64, 1): ("flex", False),
+    ("deepseekv3", "b200", 1, 8, 2, 32, 1): ("flex", True),
+    ("deepseekv3", "b200", 1, 16, 1, 8, 1): ("flex", False),
+    ("qwen3 30b", "b200", 1, 1, 1, 8, 4): ("flex", True),
+    ("qwen3 235b", "h100", 2, 8, 4, 32, 1): ("alltoall", True),
+}
+
+
+def _bridge_moe_comm(r: dict[str, str], tp: int, pp: int, vpp: int, ep: int,
+                     mbs: int) -> tuple[str, bool] | None:
+    """(dispatcher, EP overlap) of the Megatron-Bridge recipe this row's plan is, or None."""
+    if r["source_id"] != "mbridge-perf" or not _int(r["moe_experts"]):
+        return None
+    model, gpu = _model_name(r), r["gpu"].lower()
+    return next((v for (m, g, *plan), v in BRIDGE_MOE_COMM.items()
+                 if model.startswith(m) and g in gpu and tuple(plan) == (tp, pp, vpp, ep, mbs)),
+                None)
+
+
 #: Expert-tensor-parallel size of the Megatron-Bridge recipes the mbridge-perf MoE rows run
 #: (@067f987df): every perf recipe starts from a base recipe that sets
 #: `expert_tensor_parallel_size = 1` (MoE parallel folding: ep laid over tp x dp ranks) and does
@@ -490,6 +525,14 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         etp = _bridge_expert_tp(r) if family == "megatron-core" else None
         if etp is not None:
             assumed.append(f"etp={etp} (Megatron-Bridge recipe @067f987)")
+        moe_comm = _bridge_moe_comm(r, tp, pp, vpp, ep, mbs) \
+            if family == "megatron-core" else None
+        if moe_comm is not None:
+            dispatcher, overlap = moe_comm
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"ep_dispatcher": dispatcher, "ep_overlap": overlap})})
+            assumed.append(f"{dispatcher} MoE dispatcher" + (", EP overlap" if overlap else "")
+                           + " (Megatron-Bridge recipe @067f987)")
         cl = ClusterSpec(name=group.name, node_groups=[group])
         try:
             job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)

@@ -124,6 +124,53 @@ def all_to_all(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
     return np.where(n > 1, t, 0.0)
 
 
+def remote_nodes_per_token(nodes: npt.ArrayLike, top_k: int, num_experts: int) -> FloatArray:
+    """Expected number of other nodes holding at least one of a token's `top_k` experts.
+
+    The `num_experts` experts are spread evenly over `nodes` nodes and a token picks `top_k`
+    distinct experts uniformly (balanced routing, as the benchmarks force it); a given node
+    holds none of them with the hypergeometric probability
+    prod_{i<top_k} (E - E/nodes - i) / (E - i), so the expected count of the nodes-1 others that
+    hold at least one is (nodes - 1)(1 - that probability).
+    """
+    n = np.maximum(_arr(nodes), 1.0)
+    e = float(num_experts)
+    p_none = np.ones_like(n)
+    for i in range(int(top_k)):
+        p_none = p_none * np.clip((e - e / n - i) / (e - i), 0.0, 1.0)
+    return (n - 1.0) * (1.0 - p_none)
+
+
+def flex_dispatch(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
+                  token_bytes: npt.ArrayLike, top_k: int, num_experts: int) -> FloatArray:
+    """One dispatch (or combine) of a node-deduplicating all-to-all (DeepEP / HybridEP).
+
+    `token_bytes` is one copy of every token the rank routes (tokens x hidden x bytes).
+    DeepSeek-V3 report §3.2.2 and the DeepEP README ("normal kernels", NVLink/RDMA forwarding):
+    a token is sent over the network once to each other node that holds one of its experts
+    (to the GPU of the same local rank there), which forwards it over NVLink to the expert GPUs
+    of that node; copies for experts on the own node go over NVLink directly. Per rank: network
+    bytes `token_bytes x remote_nodes_per_token`; NVLink bytes `token_bytes x top_k x
+    ((k-1)/n + (n-k)/n x (k-1)/k)` (own-node copies to the k-1 peers, plus the forwarded share
+    of the remote copies), with k members per node of the n-rank group. The two stages run
+    pipelined in chunks (HybridEP `NUM_OF_TOKENS_PER_CHUNK_*`), so the slower one sets the
+    time. Within one node it is `all_to_all` of the top_k copies exactly.
+    """
+    n = _arr(group)
+    s = _arr(token_bytes)
+    k = members_per_node(n, stride, node.gpus_per_node)
+    one = np.ones_like(n)
+    bw_in, lat_in = _link(node, one)
+    bw_out, lat_out = _link(node, np.zeros_like(n))
+    nn = np.maximum(n, 1.0)
+    nvl_share = top_k * ((k - 1) / nn + (n - k) / nn * (k - 1) / np.maximum(k, 1.0))
+    t_in = nvl_share * s / bw_in + lat_in
+    t_out = remote_nodes_per_token(n / np.maximum(k, 1.0), top_k, num_experts) * s / bw_out \
+        + lat_out
+    t = np.where(n > k, np.maximum(t_in, t_out), t_in)
+    return np.where(n > 1, t, 0.0)
+
+
 def p2p(node: NodeGroup, intra: npt.ArrayLike, nbytes: npt.ArrayLike) -> FloatArray:
     """One point-to-point send of `nbytes` (alpha + bytes/bandwidth)."""
     i = _arr(intra)

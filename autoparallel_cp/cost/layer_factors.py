@@ -182,8 +182,21 @@ def _selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
     return t
 
 
+def _dispatch(job: Job, g: int, ep: FloatArray, stride: FloatArray, copy_bytes: FloatArray,
+              flex: bool) -> FloatArray:
+    """One dispatch (or combine) of a rank's routed tokens over its ep group of rank `stride`:
+    `copy_bytes` is one copy of every routed token (x top_k copies travel). NCCL all-to-all of
+    the top_k copies, or the node-deduplicating flex dispatcher (`comm.flex_dispatch`)."""
+    moe = job.model.moe
+    assert moe is not None
+    nd = node(job, g)
+    if flex:
+        return comm.flex_dispatch(nd, ep, stride, copy_bytes, moe.top_k, moe.num_experts)
+    return comm.all_to_all(nd, ep, stride, copy_bytes * moe.top_k)
+
+
 def _folded_moe_comm(job: Job, g: int, tokens: FloatArray, tp: FloatArray, ep: FloatArray,
-                     etp: FloatArray) -> FloatArray:
+                     etp: FloatArray, flex: bool = False) -> FloatArray:
     """Forward dispatch + combine time of a folded MoE layer (etp != tp), per micro-batch.
 
     Megatron-Core's alltoall dispatcher (megatron/core/transformer/moe/token_dispatcher.py
@@ -195,18 +208,48 @@ def _folded_moe_comm(job: Job, g: int, tokens: FloatArray, tp: FloatArray, ep: F
     tokens are all-gathered over the etp consecutive ranks (`dispatch_postprocess`) and the
     outputs reduce-scattered back (`combine_preprocess`), etp x tokens/tp·top_k·h gathered
     bytes; the combine all-to-all returns the same volume. Backward runs the transposes (same
-    volumes), which the caller adds. The flex (DeepEP / HybridEP) dispatcher moves the same
-    tokens in fused kernels and is not modelled separately.
+    volumes), which the caller adds. With the flex (DeepEP / HybridEP) dispatcher the ep-group
+    exchange deduplicates a token's copies per destination node (`_dispatch`).
     """
     nd = node(job, g)
     model = job.model
     assert model.moe is not None
     act_b = float(job.recipe.activation_bytes)
     local = tokens / tp * model.moe.top_k * model.hidden_size * act_b
-    a2a = comm.all_to_all(nd, ep, etp, local)
+    a2a = _dispatch(job, g, ep, etp, tokens / tp * model.hidden_size * act_b, flex)
     gathered = etp * local
     etp_coll = comm.all_gather(nd, etp, 1, gathered) + comm.reduce_scatter(nd, etp, 1, gathered)
     return 2 * a2a + etp_coll
+
+
+#: The expert GEMMs of Megatron-Core's "mlp" schedule node (flops.moe_gemms names); the rest
+#: of a MoE layer's compute is its "pre_dispatch" node (norms, attention, router).
+_MLP_NODE = ("expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2")
+
+
+def _ep_overlapped(one: FloatArray, fwd_compute: FloatArray, compute: FloatArray,
+                   fwd: dict[str, FloatArray], bwd: dict[str, FloatArray]) -> FloatArray:
+    """Exposed EP time of a layer under Megatron-Core's EP overlap, per micro-batch pair.
+
+    The combined 1F1B node of one layer (megatron/core/models/common/
+    model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` @d98e8a64) runs the forward
+    of micro-batch A and the backward of micro-batch B as
+
+        comm: combine_bwd(B)     | dispatch_fwd(A) -> dispatch_bwd(B) | combine_fwd(A)
+        comp: pre_dispatch_fwd(A) | mlp_bwd(B) + dw  -> mlp_fwd(A)     | pre_dispatch_bwd(B)
+
+    with each communication waiting for its own inputs, so each of the four all-to-alls (`one`
+    each, dispatch = combine volume) hides only behind its paired compute (`overlap_exposed`,
+    which also charges the SMs the communication holds). The mlp windows are the expert GEMMs
+    alone; elementwise work stays in the pre_dispatch windows.
+    """
+    zero = np.zeros_like(one)
+    mlp_f = sum((fwd.get(n, zero) for n in _MLP_NODE), zero)
+    mlp_b = sum((bwd.get(n, zero) for n in _MLP_NODE), zero)
+    pre_f = np.maximum(fwd_compute - mlp_f, 0.0)
+    pre_b = np.maximum(compute - fwd_compute - mlp_b, 0.0)
+    return (overlap_exposed(one, pre_f) + overlap_exposed(one, mlp_b)
+            + overlap_exposed(one, mlp_f) + overlap_exposed(one, pre_b))
 
 
 def layer_factors(
@@ -223,7 +266,11 @@ def layer_factors(
     + 2 reduce-scatters each way (Korthikanti §4.2.2, same volume); CP: ring exchange of the
     K,V chunks, (cp-1) steps forward and 2x in backward (K,V and dK,dV), overlapped with the
     attention of the chunk in flight (Megatron CP doc); EP: all-to-all dispatch + combine forward
-    and backward of top_k·tokens·h (llm-analysis, nccl-tests (n-1)/n).
+    and backward of top_k·tokens·h (llm-analysis, nccl-tests (n-1)/n), or with the recipe's
+    flex dispatcher one network copy per destination node (`comm.flex_dispatch`); with the
+    recipe's EP overlap they are exposed only beyond the layer's compute (`overlap_exposed`),
+    as in the steady state of Megatron's combined 1F1B (its warm-up and cool-down micro-batches,
+    which have no partner, are not told apart: a few per hundred in the published recipes).
     Full recompute replays the forward (and its TP/CP/EP comm); selective recompute replays the
     attention core (Korthikanti §5).
     `etp` (None: Megatron's default, the expert-TP size is tp) is the expert-tensor-parallel
@@ -265,11 +312,13 @@ def layer_factors(
     gemm_f = np.zeros_like(tokens)
     gemm_b = np.zeros_like(tokens)
     fwd_by_name: dict[str, FloatArray] = {}
+    bwd_by_name: dict[str, FloatArray] = {}
     for gm in layer_gemms(model, moe, tokens, tp_, ep_, etp_):
         f = gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, dtype)
         dg = gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, dtype)
         wg = gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, dtype)
         fwd_by_name[gm.name] = f
+        bwd_by_name[gm.name] = dg + wg
         gemm_f = gemm_f + f
         gemm_b = gemm_b + dg + wg
     a, dqk, dv = attention_dims(model)
@@ -356,17 +405,21 @@ def layer_factors(
 
     # ---- EP communication ----
     if moe and model.moe is not None:
-        a2a_bytes = tokens * model.moe.top_k * model.hidden_size * act_b
-        a2a = comm.all_to_all(nd, ep_, tp_, a2a_bytes)
+        flex = opts.ep_dispatcher == "flex"
+        a2a = _dispatch(job, g, ep_, tp_, tokens * model.hidden_size * act_b, flex)
         ep_f = 2 * a2a
         if folded is not None and etp_ is not None:
-            ep_f = np.where(folded, _folded_moe_comm(job, g, tokens, tp_, ep_, etp_), ep_f)
+            ep_f = np.where(folded, _folded_moe_comm(job, g, tokens, tp_, ep_, etp_, flex), ep_f)
     else:
         ep_f = np.zeros_like(tokens)
     ep_total = 2 * ep_f
     if "moe" in br.dropped:
         # the checkpointed MoE block replays its dispatch and combine in backward
         ep_total = ep_total + np.where(md == 1, ep_f, 0.0)
+    elif opts.ep_overlap and moe:
+        ep_total = np.where(md == 2, ep_total,
+                            _ep_overlapped(ep_f / 2, fwd_compute, compute, fwd_by_name,
+                                           bwd_by_name))
 
     # calibrated fixed host / launch time of a micro-batch, each layer's share
     # (spec/calibration.py `per_microbatch_s`)

@@ -110,7 +110,19 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
         # the dispatcher the cost model prices (cost/layer_factors.py): all-to-all over the ep
         # group, then the expert-TP all-gather; Megatron's default is "allgather"
         # (transformer_config.py:891), which gathers every token over tp x ep instead
-        a += ["--moe-token-dispatcher-type", "alltoall"]
+        if job.recipe.behaviour.ep_dispatcher == "flex":
+            # node-deduplicating dispatch (DeepEP; transformer_config.py:898 default backend)
+            a += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend",
+                  "deepep"]
+        else:
+            a += ["--moe-token-dispatcher-type", "alltoall"]
+        moe_replayed = plan.recompute == "selective" and \
+            "moe" in job.recipe.behaviour.recompute_modules
+        if job.recipe.behaviour.ep_overlap and plan.ep > 1 and plan.recompute != "full" \
+                and not moe_replayed:
+            # EP dispatch/combine behind the other micro-batch's compute (combined 1F1B); the
+            # delayed expert wgrad gives the backward dispatch compute to hide behind
+            a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     if plan.sp:
         a.append("--sequence-parallel")
     a += split_args(job, plan)

@@ -108,6 +108,12 @@ def _mg_recompute(job: Job, plan: Plan) -> dict[str, Any] | None:
     return None
 
 
+def _mg_ep_overlap(job: Job, plan: Plan) -> dict[str, Any] | None:
+    if job.recipe.behaviour.ep_overlap and plan.ep > 1 and plan.pp > 1 and plan.vpp == 1:
+        return {"vpp": 2}
+    return None
+
+
 def _tt_selective(job: Job, plan: Plan) -> dict[str, Any] | None:
     if plan.recompute == "selective" and job.recipe.behaviour.selective_policy != "op":
         return {"recompute": "full"}
@@ -230,6 +236,11 @@ RULES: tuple[Rule, ...] = (
          f"{_MG} megatron/core/transformer/transformer_config.py:551-555 (per TransformerBlock = "
          "per chunk) and transformer_block.py _checkpointed_forward 'block'",
          _mg_recompute),
+    Rule("megatron", "vpp",
+         "the recipe's EP overlap (--overlap-moe-expert-parallel-comm) needs an interleaved "
+         "schedule when pp > 1",
+         f"{_MG} megatron/core/transformer/transformer_config.py:3007-3011",
+         _mg_ep_overlap),
     Rule("torchtitan", "model",
          "torchtitan builds models from its own registries, with a flavor for "
          + ", ".join(TORCHTITAN_MODELS) + " only",

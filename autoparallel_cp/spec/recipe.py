@@ -67,6 +67,18 @@ class FrameworkBehaviour(Strict):
       output-discarding), "mlp" (the dense MLP), "moe" (the whole MoE block, dispatch and
       combine included), "shared_experts". Megatron-Bridge's performance recipes set it per
       model (e.g. GPT-OSS ["layernorm", "moe_act"], DeepSeek-V3 ["mla_up_proj", "mlp"]).
+    - ``ep_dispatcher``: how MoE tokens reach their experts: "alltoall" (Megatron-Core's
+      `--moe-token-dispatcher-type alltoall`: every routed copy crosses to its expert's rank,
+      NCCL all-to-all) or "flex" (`--moe-token-dispatcher-type flex` with the DeepEP or
+      HybridEP backend: a token crosses the network once per destination node and is fanned
+      out over NVLink there, DeepSeek-V3 report §3.2.2; `comm.flex_dispatch`).
+    - ``ep_overlap``: Megatron-Core `--overlap-moe-expert-parallel-comm` (with
+      `--delay-wgrad-compute`): the forward of one micro-batch and the backward of another run
+      as one schedule node, each one's dispatch and combine hidden behind the other's compute
+      (megatron/core/pipeline_parallel/combined_1f1b.py). Megatron refuses it with full
+      recompute, with "moe" among the recompute modules, and with pp > 1 without interleaving
+      (transformer_config.py:3002-3037); the cost model leaves EP exposed in the first two and
+      `--emit megatron` refuses the third.
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -81,6 +93,8 @@ class FrameworkBehaviour(Strict):
     cp_ring: Literal["p2p", "torch-allgather"] = "p2p"
     fsdp_copy_out: bool = True
     recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
+    ep_dispatcher: Literal["alltoall", "flex"] = "alltoall"
+    ep_overlap: bool = False
 
 
 class TrainingRecipe(Strict):
