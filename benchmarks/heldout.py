@@ -153,8 +153,10 @@ def _zero(text: str) -> int | None:
 
 
 def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
-            assumed: list[str]) -> tuple[TrainingRecipe, str, tuple[str, ...]] | None:
-    """(recipe, plan sp default, tuned knobs used) of a framework family."""
+            assumed: list[str], tp_overlap: bool | None = None
+            ) -> tuple[TrainingRecipe, str, tuple[str, ...]] | None:
+    """(recipe, plan sp default, tuned knobs used) of a framework family; `tp_overlap` is
+    the row's recipe file's TP-overlap setting where one states it."""
     fp8 = precision == "fp8"
     extra = r["extra_config"].lower()
     if family == "megatron-core":
@@ -184,7 +186,9 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         if stated.get("fp8_params") and fp8:
             recipe = recipe.model_copy(update={"weight_bytes": 1})
             assumed.append("fp8 params (model.fp8_params in the source's YAML)")
-        if nemo and tp > 1:
+        if nemo and tp > 1 and tp_overlap is False:
+            assumed.append("no TP overlap (the recipe's tp_comm_overlap=False)")
+        elif nemo and tp > 1:
             # NeMo's performance recipes enable TP communication overlap (userbuffers) with
             # TP > 1 (nemo/collections/llm/recipes/tp_overlap_configs); not in each table.
             assumed.append("TP overlap on (NeMo perf recipes enable it with TP)")
@@ -249,28 +253,32 @@ BRIDGE_RECOMPUTE_MODULES: dict[tuple[str, str, int | None], tuple[str, ...]] = {
 #: HybridEP backends, `moe_token_dispatcher_type = "flex"` after
 #: `apply_flex_dispatcher_backend`, training/flex_dispatcher_backend.py) and EP overlap
 #: (`comm_overlap.overlap_moe_expert_parallel_comm`). Keyed by (model prefix, GPU prefix, tp,
-#: pp, vpp, ep, mbs); every other row keeps Megatron's alltoall without overlap.
+#: pp, vpp, ep, mbs); every other row keeps Megatron's alltoall without overlap. The third
+#: value is the recipe's TP overlap (`comm_overlap.tp_comm_overlap`), where tp > 1.
 #: - DeepSeek-V3 1,024 H100: perf_recipes/deepseek/h100/deepseek_v3.py:28-52 on the base
-#:   recipes/deepseek/h100/deepseek_v3.py:159-161,230,256 (hybridep, no overlap);
+#:   recipes/deepseek/h100/deepseek_v3.py:159-161,228-230,256 (hybridep, no EP overlap, no
+#:   TP overlap);
 #: - DeepSeek-V3 256 B200 MXFP8: perf_recipes/deepseek/b200/deepseek_v3.py:124-156 (deepep,
 #:   overlap with delayed wgrad);
 #: - DeepSeek-V3 256 B200 pp 16: perf_recipes/deepseek/b200/deepseek_v3.py:28-48 on the same
 #:   base (hybridep, no overlap);
 #: - Qwen3 30B-A3B 8 B200 MXFP8: perf_recipes/qwen/b200/qwen3_moe.py:285-324 (hybridep,
 #:   overlap);
-#: - Qwen3 235B-A22B 256 H100: perf_recipes/qwen/h100/qwen3_moe.py:136-170 (alltoall, overlap).
-BRIDGE_MOE_COMM: dict[tuple[str, str, int, int, int, int, int], tuple[str, bool]] = {
-    ("deepseekv3", "h100", 2, 8, 4, 64, 1): ("flex", False),
-    ("deepseekv3", "b200", 1, 8, 2, 32, 1): ("flex", True),
-    ("deepseekv3", "b200", 1, 16, 1, 8, 1): ("flex", False),
-    ("qwen3 30b", "b200", 1, 1, 1, 8, 4): ("flex", True),
-    ("qwen3 235b", "h100", 2, 8, 4, 32, 1): ("alltoall", True),
+#: - Qwen3 235B-A22B 256 H100: perf_recipes/qwen/h100/qwen3_moe.py:136-170 (alltoall, EP
+#:   overlap, no TP overlap).
+BRIDGE_MOE_COMM: dict[tuple[str, str, int, int, int, int, int], tuple[str, bool, bool | None]] = {
+    ("deepseekv3", "h100", 2, 8, 4, 64, 1): ("flex", False, False),
+    ("deepseekv3", "b200", 1, 8, 2, 32, 1): ("flex", True, None),
+    ("deepseekv3", "b200", 1, 16, 1, 8, 1): ("flex", False, None),
+    ("qwen3 30b", "b200", 1, 1, 1, 8, 4): ("flex", True, None),
+    ("qwen3 235b", "h100", 2, 8, 4, 32, 1): ("alltoall", True, False),
 }
 
 
 def _bridge_moe_comm(r: dict[str, str], tp: int, pp: int, vpp: int, ep: int,
-                     mbs: int) -> tuple[str, bool] | None:
-    """(dispatcher, EP overlap) of the Megatron-Bridge recipe this row's plan is, or None."""
+                     mbs: int) -> tuple[str, bool, bool | None] | None:
+    """(dispatcher, EP overlap, TP overlap) of the Megatron-Bridge recipe this row's plan is,
+    or None."""
     if r["source_id"] != "mbridge-perf" or not _int(r["moe_experts"]):
         return None
     model, gpu = _model_name(r), r["gpu"].lower()
@@ -460,7 +468,10 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         if not precision:
             precision = "bf16"
             assumed.append("bf16 (precision not stated)")
-        got = _recipe(family, precision, r, tp, assumed)
+        moe_comm = _bridge_moe_comm(r, tp, pp, vpp, ep, mbs) \
+            if family == "megatron-core" else None
+        got = _recipe(family, precision, r, tp, assumed,
+                      None if moe_comm is None else moe_comm[2])
         if got is None:
             skip("no recipe", family)
             continue
@@ -525,10 +536,8 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         etp = _bridge_expert_tp(r) if family == "megatron-core" else None
         if etp is not None:
             assumed.append(f"etp={etp} (Megatron-Bridge recipe @067f987)")
-        moe_comm = _bridge_moe_comm(r, tp, pp, vpp, ep, mbs) \
-            if family == "megatron-core" else None
         if moe_comm is not None:
-            dispatcher, overlap = moe_comm
+            dispatcher, overlap, _ = moe_comm
             recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
                 update={"ep_dispatcher": dispatcher, "ep_overlap": overlap})})
             assumed.append(f"{dispatcher} MoE dispatcher" + (", EP overlap" if overlap else "")
