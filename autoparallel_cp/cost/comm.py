@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from autoparallel_cp.cost.constants import COMM_SM_SHARE
 from autoparallel_cp.spec import NodeGroup
 
 FloatArray = npt.NDArray[np.float64]
@@ -182,3 +183,14 @@ def p2p(node: NodeGroup, intra: npt.ArrayLike, nbytes: npt.ArrayLike) -> FloatAr
 def crosses_nodes(span: npt.ArrayLike, gpus_per_node: int) -> FloatArray:
     """1.0 where a group of consecutive-rank span `span` does not fit in one node."""
     return (_arr(span) > gpus_per_node).astype(np.float64)
+
+
+def overlap_exposed(comm: npt.ArrayLike, compute: npt.ArrayLike) -> FloatArray:
+    """Time a collective of duration `comm` adds to the `compute` it runs alongside.
+
+    The compute advances at (1 - COMM_SM_SHARE) while the collective holds its SMs: if the
+    collective outlasts the slowed compute, the rest of it is exposed (comm - compute), else the
+    compute is stretched by COMM_SM_SHARE·comm; the larger of the two is exact for this model.
+    """
+    c = _arr(comm)
+    return np.maximum(c - _arr(compute), COMM_SM_SHARE * c)

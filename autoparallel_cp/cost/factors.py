@@ -46,6 +46,7 @@ from autoparallel_cp.cost.activations import (
     korthikanti_gpt_layer_bytes,
     layer_activation_per_token,
 )
+from autoparallel_cp.cost.comm import overlap_exposed
 from autoparallel_cp.cost.common import CostOptions, options_for, recipe_options
 from autoparallel_cp.cost.constants import (
     ALLOCATOR_FRAGMENTATION,
@@ -56,7 +57,7 @@ from autoparallel_cp.cost.constants import (
     MODE_CODES,
 )
 from autoparallel_cp.cost.embedding_head import EdgeFactors, edge_factors
-from autoparallel_cp.cost.layer_factors import LayerFactors, layer_factors, overlap_exposed
+from autoparallel_cp.cost.layer_factors import LayerFactors, layer_factors
 from autoparallel_cp.cost.model_state import (
     OTHER_BYTES,
     buffer_bytes_per_param,

@@ -14,6 +14,7 @@ from autoparallel_cp.cost.activations import (
     _op_sac_recompute_s,
     layer_activation_per_token,
 )
+from autoparallel_cp.cost.comm import overlap_exposed
 from autoparallel_cp.cost.common import (
     ArrayLike,
     CostOptions,
@@ -27,7 +28,6 @@ from autoparallel_cp.cost.common import (
     options_for,
 )
 from autoparallel_cp.cost.constants import (
-    COMM_SM_SHARE,
     EAGER_ELEMENTWISE_FACTOR,
     EAGER_HOST_S_PER_LAYER,
     EAGER_HOST_S_RECOMPUTE,
@@ -43,6 +43,7 @@ from autoparallel_cp.cost.flops import (
     expert_token_factor,
     layer_gemms,
 )
+from autoparallel_cp.cost.moe_comm import dispatch_time, ep_overlapped, folded_moe_comm
 from autoparallel_cp.spec import GPUSpec, Job
 
 # ---------------------------------------------------------------------------------------------
@@ -123,17 +124,6 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     return total + copies  # plain copies: one kernel, fused or not
 
 
-def overlap_exposed(comm: ArrayLike, compute: ArrayLike) -> FloatArray:
-    """Time a collective of duration `comm` adds to the `compute` it runs alongside.
-
-    The compute advances at (1 - COMM_SM_SHARE) while the collective holds its SMs: if the
-    collective outlasts the slowed compute, the rest of it is exposed (comm - compute), else the
-    compute is stretched by COMM_SM_SHARE·comm; the larger of the two is exact for this model.
-    """
-    c = _f(comm)
-    return np.maximum(c - _f(compute), COMM_SM_SHARE * c)
-
-
 def _selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
                         tokens: FloatArray, tp: FloatArray, sp: FloatArray, att_f: FloatArray,
                         fwd: dict[str, FloatArray]) -> FloatArray:
@@ -180,76 +170,6 @@ def _selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
         if "shared_experts" in d:
             t = t + gemms("shared_fc1", "shared_fc2") + shared_act
     return t
-
-
-def _dispatch(job: Job, g: int, ep: FloatArray, stride: FloatArray, copy_bytes: FloatArray,
-              flex: bool) -> FloatArray:
-    """One dispatch (or combine) of a rank's routed tokens over its ep group of rank `stride`:
-    `copy_bytes` is one copy of every routed token (x top_k copies travel). NCCL all-to-all of
-    the top_k copies, or the node-deduplicating flex dispatcher (`comm.flex_dispatch`)."""
-    moe = job.model.moe
-    assert moe is not None
-    nd = node(job, g)
-    if flex:
-        return comm.flex_dispatch(nd, ep, stride, copy_bytes, moe.top_k, moe.num_experts)
-    return comm.all_to_all(nd, ep, stride, copy_bytes * moe.top_k)
-
-
-def _folded_moe_comm(job: Job, g: int, tokens: FloatArray, tp: FloatArray, ep: FloatArray,
-                     etp: FloatArray, flex: bool = False) -> FloatArray:
-    """Forward dispatch + combine time of a folded MoE layer (etp != tp), per micro-batch.
-
-    Megatron-Core's alltoall dispatcher (megatron/core/transformer/moe/token_dispatcher.py
-    @d98e8a64 `MoEAlltoAllTokenDispatcher`): each rank enters the MoE with its tokens/tp
-    sequence-parallel share (moe_layer.py:636 requires SP with TP) and sends its top_k routed
-    copies, tokens/tp·top_k·h, by all-to-all over the ep group (`token_dispatch`), whose ranks
-    sit etp apart in the expert grid etp x ep x edp (parallel_state.py:886-894), so the
-    off-node share is the one `comm.all_to_all` finds at stride etp; with etp > 1 the received
-    tokens are all-gathered over the etp consecutive ranks (`dispatch_postprocess`) and the
-    outputs reduce-scattered back (`combine_preprocess`), etp x tokens/tp·top_k·h gathered
-    bytes; the combine all-to-all returns the same volume. Backward runs the transposes (same
-    volumes), which the caller adds. With the flex (DeepEP / HybridEP) dispatcher the ep-group
-    exchange deduplicates a token's copies per destination node (`_dispatch`).
-    """
-    nd = node(job, g)
-    model = job.model
-    assert model.moe is not None
-    act_b = float(job.recipe.activation_bytes)
-    local = tokens / tp * model.moe.top_k * model.hidden_size * act_b
-    a2a = _dispatch(job, g, ep, etp, tokens / tp * model.hidden_size * act_b, flex)
-    gathered = etp * local
-    etp_coll = comm.all_gather(nd, etp, 1, gathered) + comm.reduce_scatter(nd, etp, 1, gathered)
-    return 2 * a2a + etp_coll
-
-
-#: The expert GEMMs of Megatron-Core's "mlp" schedule node (flops.moe_gemms names); the rest
-#: of a MoE layer's compute is its "pre_dispatch" node (norms, attention, router).
-_MLP_NODE = ("expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2")
-
-
-def _ep_overlapped(one: FloatArray, fwd_compute: FloatArray, compute: FloatArray,
-                   fwd: dict[str, FloatArray], bwd: dict[str, FloatArray]) -> FloatArray:
-    """Exposed EP time of a layer under Megatron-Core's EP overlap, per micro-batch pair.
-
-    The combined 1F1B node of one layer (megatron/core/models/common/
-    model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` @d98e8a64) runs the forward
-    of micro-batch A and the backward of micro-batch B as
-
-        comm: combine_bwd(B)     | dispatch_fwd(A) -> dispatch_bwd(B) | combine_fwd(A)
-        comp: pre_dispatch_fwd(A) | mlp_bwd(B) + dw  -> mlp_fwd(A)     | pre_dispatch_bwd(B)
-
-    with each communication waiting for its own inputs, so each of the four all-to-alls (`one`
-    each, dispatch = combine volume) hides only behind its paired compute (`overlap_exposed`,
-    which also charges the SMs the communication holds). The mlp windows are the expert GEMMs
-    alone; elementwise work stays in the pre_dispatch windows.
-    """
-    zero = np.zeros_like(one)
-    mlp_f = sum((fwd.get(n, zero) for n in _MLP_NODE), zero)
-    mlp_b = sum((bwd.get(n, zero) for n in _MLP_NODE), zero)
-    pre_f = np.maximum(fwd_compute - mlp_f, 0.0)
-    pre_b = np.maximum(compute - fwd_compute - mlp_b, 0.0)
-    return (overlap_exposed(one, pre_f) + overlap_exposed(one, mlp_b)
-            + overlap_exposed(one, mlp_f) + overlap_exposed(one, pre_b))
 
 
 def layer_factors(
@@ -406,10 +326,10 @@ def layer_factors(
     # ---- EP communication ----
     if moe and model.moe is not None:
         flex = opts.ep_dispatcher == "flex"
-        a2a = _dispatch(job, g, ep_, tp_, tokens * model.hidden_size * act_b, flex)
+        a2a = dispatch_time(job, g, ep_, tp_, tokens * model.hidden_size * act_b, flex)
         ep_f = 2 * a2a
         if folded is not None and etp_ is not None:
-            ep_f = np.where(folded, _folded_moe_comm(job, g, tokens, tp_, ep_, etp_, flex), ep_f)
+            ep_f = np.where(folded, folded_moe_comm(job, g, tokens, tp_, ep_, etp_, flex), ep_f)
     else:
         ep_f = np.zeros_like(tokens)
     ep_total = 2 * ep_f
@@ -418,7 +338,7 @@ def layer_factors(
         ep_total = ep_total + np.where(md == 1, ep_f, 0.0)
     elif opts.ep_overlap and moe:
         ep_total = np.where(md == 2, ep_total,
-                            _ep_overlapped(ep_f / 2, fwd_compute, compute, fwd_by_name,
+                            ep_overlapped(ep_f / 2, fwd_compute, compute, fwd_by_name,
                                            bwd_by_name))
 
     # calibrated fixed host / launch time of a micro-batch, each layer's share

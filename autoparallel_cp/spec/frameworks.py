@@ -5,6 +5,9 @@ the framework source that enforces it (file:line at the commit or release named 
 `refusals(job, plan, fw)` lists the rows a plan breaks, each with the closest plan the framework
 can run; `--emit` refuses such a plan (exit 2) instead of printing settings that differ from it,
 and `solve --emit X` keeps only plans with no refusal (`pins(fw)` narrows the search up front).
+
+Kept whole (about 410 lines): one table of sourced rows and the predicates they name; split, a
+framework's rules would sit in several files.
 """
 
 from __future__ import annotations

@@ -1,0 +1,80 @@
+"""MoE token dispatch and combine: which links the routed copies cross, and how much of it
+Megatron-Core's EP overlap hides (the EP part of `layer_factors`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoparallel_cp.cost import comm
+from autoparallel_cp.cost.common import FloatArray, node
+from autoparallel_cp.spec import Job
+
+
+def dispatch_time(job: Job, g: int, ep: FloatArray, stride: FloatArray, copy_bytes: FloatArray,
+              flex: bool) -> FloatArray:
+    """One dispatch (or combine) of a rank's routed tokens over its ep group of rank `stride`:
+    `copy_bytes` is one copy of every routed token (x top_k copies travel). NCCL all-to-all of
+    the top_k copies, or the node-deduplicating flex dispatcher (`comm.flex_dispatch`)."""
+    moe = job.model.moe
+    assert moe is not None
+    nd = node(job, g)
+    if flex:
+        return comm.flex_dispatch(nd, ep, stride, copy_bytes, moe.top_k, moe.num_experts)
+    return comm.all_to_all(nd, ep, stride, copy_bytes * moe.top_k)
+
+
+def folded_moe_comm(job: Job, g: int, tokens: FloatArray, tp: FloatArray, ep: FloatArray,
+                     etp: FloatArray, flex: bool = False) -> FloatArray:
+    """Forward dispatch + combine time of a folded MoE layer (etp != tp), per micro-batch.
+
+    Megatron-Core's alltoall dispatcher (megatron/core/transformer/moe/token_dispatcher.py
+    @d98e8a64 `MoEAlltoAllTokenDispatcher`): each rank enters the MoE with its tokens/tp
+    sequence-parallel share (moe_layer.py:636 requires SP with TP) and sends its top_k routed
+    copies, tokens/tp·top_k·h, by all-to-all over the ep group (`token_dispatch`), whose ranks
+    sit etp apart in the expert grid etp x ep x edp (parallel_state.py:886-894), so the
+    off-node share is the one `comm.all_to_all` finds at stride etp; with etp > 1 the received
+    tokens are all-gathered over the etp consecutive ranks (`dispatch_postprocess`) and the
+    outputs reduce-scattered back (`combine_preprocess`), etp x tokens/tp·top_k·h gathered
+    bytes; the combine all-to-all returns the same volume. Backward runs the transposes (same
+    volumes), which the caller adds. With the flex (DeepEP / HybridEP) dispatcher the ep-group
+    exchange deduplicates a token's copies per destination node (`dispatch_time`).
+    """
+    nd = node(job, g)
+    model = job.model
+    assert model.moe is not None
+    act_b = float(job.recipe.activation_bytes)
+    local = tokens / tp * model.moe.top_k * model.hidden_size * act_b
+    a2a = dispatch_time(job, g, ep, etp, tokens / tp * model.hidden_size * act_b, flex)
+    gathered = etp * local
+    etp_coll = comm.all_gather(nd, etp, 1, gathered) + comm.reduce_scatter(nd, etp, 1, gathered)
+    return 2 * a2a + etp_coll
+
+
+#: The expert GEMMs of Megatron-Core's "mlp" schedule node (flops.moe_gemms names); the rest
+#: of a MoE layer's compute is its "pre_dispatch" node (norms, attention, router).
+MLP_NODE = ("expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2")
+
+
+def ep_overlapped(one: FloatArray, fwd_compute: FloatArray, compute: FloatArray,
+                   fwd: dict[str, FloatArray], bwd: dict[str, FloatArray]) -> FloatArray:
+    """Exposed EP time of a layer under Megatron-Core's EP overlap, per micro-batch pair.
+
+    The combined 1F1B node of one layer (megatron/core/models/common/
+    model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` @d98e8a64) runs the forward
+    of micro-batch A and the backward of micro-batch B as
+
+        comm: combine_bwd(B)     | dispatch_fwd(A) -> dispatch_bwd(B) | combine_fwd(A)
+        comp: pre_dispatch_fwd(A) | mlp_bwd(B) + dw  -> mlp_fwd(A)     | pre_dispatch_bwd(B)
+
+    with each communication waiting for its own inputs, so each of the four all-to-alls (`one`
+    each, dispatch = combine volume) hides only behind its paired compute (`comm.overlap_exposed`,
+    which also charges the SMs the communication holds). The mlp windows are the expert GEMMs
+    alone; elementwise work stays in the pre_dispatch windows.
+    """
+    zero = np.zeros_like(one)
+    mlp_f = sum((fwd.get(n, zero) for n in MLP_NODE), zero)
+    mlp_b = sum((bwd.get(n, zero) for n in MLP_NODE), zero)
+    pre_f = np.maximum(fwd_compute - mlp_f, 0.0)
+    pre_b = np.maximum(compute - fwd_compute - mlp_b, 0.0)
+    return (comm.overlap_exposed(one, pre_f) + comm.overlap_exposed(one, mlp_b)
+            + comm.overlap_exposed(one, mlp_f) + comm.overlap_exposed(one, pre_b))
