@@ -210,20 +210,22 @@ def simplest_within(
     budget = Budget(time_limit)
     if context is not None:
         space, space_tables, table = context.space, context.tables, context.keys
-        scored, bounds = context.found, context.key_bounds
+        scored, bounds, above = context.found, context.key_bounds, context.above
     else:
         space = SearchSpace.for_job(job, fix=fix)
         space_tables = build_tables(space)
         table = build_key_table(space_tables)
-        scored, bounds = {}, {}
+        scored, bounds, above = {}, {}, {}
     limit = math.floor(max_step_s / table.unit_s)
-    workers_ = workers or 1
 
     def qualify(k: Any) -> tuple[int, float, Plan] | None:
-        # a key whose best plan is slower than the limit cannot qualify (its uniform and
-        # whole-stage variants are plans of the same key): the cutoff lets CP-SAT stop there
-        res = scored.get(k) or best_for_key(space, k, seed=seed, tables=space_tables,
-                                            cutoff_s=max_step_s * (1 + 1e-12), budget=budget)
+        # a key whose best plan is slower than the limit cannot qualify (its variants are plans
+        # of the same key): the cutoff lets CP-SAT stop there, and a key the solve proved
+        # slower than a larger cutoff (`above`) is not solved again
+        cutoff = max_step_s * (1 + 1e-12)
+        res = scored.get(k) or (None if above.get(k, -math.inf) >= cutoff else best_for_key(
+            space, k, seed=seed, tables=space_tables, cutoff_s=cutoff, budget=budget,
+            above=above))
         if res is None:
             return None
         best: tuple[int, float, Plan] | None = None
@@ -279,10 +281,8 @@ def simplest_within(
                 got = qualify(k)
                 if got is not None and (found is None or got[:2] < found[:2]):
                     found = got
-            if found is not None and complete:
-                return found[2], found[1]
             if complete:
-                return None
+                return None if found is None else (found[2], found[1])
     # 2) fallback (too many keys, or scoring cut by the time limit): the CP-SAT master
     #    minimizes complexity; keys that do not qualify are forbidden, the master re-solved
     master = build_master(space_tables)
@@ -307,7 +307,7 @@ def simplest_within(
                 model.add_hint(lit, value == want)
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    prm.num_workers = workers_
+    prm.num_workers = workers or 1
     prm.random_seed = seed
     # as in solve.py: CP-SAT 9.15's presolve was seen returning a minimum above a key's pinned
     # bound and missing solutions on this master; without it the search is also faster

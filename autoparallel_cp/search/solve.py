@@ -55,6 +55,8 @@ class SearchContext:
     listed_hi: int | None  # None: no complete window
     found: dict[Any, KeyResult]
     key_bounds: dict[Any, float] = field(default_factory=dict)  # key_bounds.key_bound values
+    #: keys proven to have no plan with an exact step time <= the value (`best_for_key`)
+    above: dict[Any, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -122,23 +124,27 @@ class KeyResult:
 
 def best_for_key(space: SearchSpace, key: Any, *, time_limit: float = 10.0,
                  seed: int = 0, workers: int = 1, tables: Any = None,
-                 cutoff_s: float | None = None, budget: Budget | None = None
-                 ) -> KeyResult | None:
+                 cutoff_s: float | None = None, budget: Budget | None = None,
+                 above: dict[Any, float] | None = None) -> KeyResult | None:
     """Solve one key's partition problem (layer counts per stage, recomputed layers, node group
     per stage) with the per-key linear CP-SAT model (`cpsat_partition`) and re-score it exactly.
 
     `tables` may be the whole space's tables (they hold every key's entries); None builds the
-    key's own. None when no partition of the key fits (or none is <= `cutoff_s`). One worker,
+    key's own. None when no partition of the key fits (or none is <= `cutoff_s`); when that is
+    proven (not a limit that ran out) and `above` is given, `above[key]` is set to the cutoff
+    (inf without one): no plan of the key has an exact step time <= it. One worker,
     deterministic-time stages: deterministic.
     """
-    from autoparallel_cp.search.cpsat_partition import solve_partition
+    from autoparallel_cp.search.cpsat_partition import solve_partition_proven
     from autoparallel_cp.search.tables import build_tables
 
     del workers  # the per-key model is solved by one deterministic worker
     tk = tables if tables is not None else build_tables(key_space(space, key))
-    res = solve_partition(tk, key, time_limit=time_limit, seed=seed, workers=1,
-                          cutoff_s=cutoff_s, budget=budget)
+    res, proven = solve_partition_proven(tk, key, time_limit=time_limit, seed=seed, workers=1,
+                                         cutoff_s=cutoff_s, budget=budget)
     if res is None:
+        if proven and above is not None:
+            above[key] = math.inf if cutoff_s is None else cutoff_s
         return None
     step, plan, diff, err = res
     return KeyResult(step, plan, diff, err, tk)
@@ -195,6 +201,7 @@ def solve(
     budget = Budget(time_limit)
     found: dict[Any, KeyResult] = {}
     bounds: dict[Any, float] = {}
+    above: dict[Any, float] = {}  # keys proven to have no plan <= the value
     evaluated = 0
     proven = True
     lo: int | None = None
@@ -245,7 +252,7 @@ def solve(
                 stop = True
                 break
             res = best_for_key(sp, key, seed=int(seed or 0), tables=tabs, cutoff_s=cut,
-                               budget=budget)
+                               budget=budget, above=above)
             evaluated += 1
             if res is not None:
                 found[key] = res
@@ -292,7 +299,8 @@ def solve(
                "ranked": [(r.step_s, r.plan) for r in ranked[:top_k]],
                **_limit_stats(budget)},
         context=SearchContext(space=sp, tables=tabs, keys=table, listed=all_listed,
-                              listed_hi=listed_hi, found=dict(found), key_bounds=bounds),
+                              listed_hi=listed_hi, found=dict(found), key_bounds=bounds,
+                              above=above),
     )
 
 
