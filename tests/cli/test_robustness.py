@@ -189,7 +189,14 @@ def test_whatif_bad_numbers_are_exit_2(option: str, value: str) -> None:
     assert r.exit_code == 2, r.output
 
 
-def test_timeout_is_exit_3_with_status_timeout(tmp_path: Path) -> None:
+def test_timeout_is_exit_3_with_status_timeout(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budget spent before the first plan: exit 3, status timeout. The search now scores its
+    first key within any positive --time-limit (the key's model gets CP-SAT's least budget), so
+    the deterministic budget is made empty (0 deterministic seconds per second)."""
+    from autoparallel_cp.search import limits
+
+    monkeypatch.setattr(limits, "DTIME_PER_SECOND", 0.0)
     out = tmp_path / "r.json"
     out.write_text("old\n")
     r = invoke("solve", "-m", "llama3-70b", "-c", "mixed-h100-a100", "--time-limit", "0.01",
