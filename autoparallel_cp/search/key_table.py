@@ -14,8 +14,9 @@ split rules: tp, cp, mbs, pp, vpp of NB, where dp = N/(tp*cp*pp)), so the keys w
 combinations are reachable are exactly `degrees() x sp x zero x mode`; `add_axes`' linear
 rules hold on every such key (they restate rules of `degrees()`).
 
-The master's objective on a key is then a sum of one coefficient per family, each the floor (or
-ceiling) of one table entry over the unit, `cpsat_master.build_master`'s `lin` and bubble terms.
+The master's objective on a key is then max(lb1, lb2), each a sum of one coefficient per family,
+the floor of one table entry over the unit (`cpsat_master.build_master`'s `lin` and bubble
+terms), and its memory condition a sum of two floored entries against `cap_u * pp`.
 `build_key_table` evaluates the same expressions, in the same floating-point operations and
 order, for every key at once, so LB here equals the master's integer objective on the key
 bit for bit (`tests/search/test_key_table.py` compares the two listings on dense, MoE,
@@ -49,7 +50,8 @@ class KeyTable:
     """Every feasible key of the master, sorted by (LB, `Key.order`).
 
     `cols[i]` holds key i's axis values in `KEY_AXES` order and `lb[i]` its bound in objective
-    units of `unit_s` seconds; `top_u` is the upper end of the master objective's domain.
+    units of `unit_s` seconds; `top_u` is the upper end of the master objective's domain;
+    `bounds` the master's tables LB was read from.
     """
 
     cols: I64
