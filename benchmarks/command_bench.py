@@ -4,8 +4,10 @@
 
 Runs the CLI exactly as a user would (click's runner over `autoparallel_cp.cli.main`, default
 settings unless stated, deterministic time limits) and splits the wall clock into load (specs
-and job), the search's own phases (`SolveResult.stats["phases"]`: tables and master build,
-master listing, key bounds, per-key models), the recommendation phase, and the rest (exact
+and job), the search's own phases (`SolveResult.stats["phases"]`: the factor tables, master
+listing (since session 6 the numpy key table, `search/key_table.py`, and its window slices;
+before, the CP-SAT master's minimization and solution enumeration), key bounds, per-key
+models), the recommendation phase, and the rest (exact
 re-scoring of the k best, report, start-up of the command). `--scaling` adds solve time
 against GPU count for one dense and one MoE model, and against top-k.
 

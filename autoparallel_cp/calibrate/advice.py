@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autoparallel_cp.calibrate.fit import PRIOR_SIGMA, Z80
-from autoparallel_cp.cost.evaluate import evaluate
+from autoparallel_cp.cost.steptime import step_time
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.calibration import Calibration
 from autoparallel_cp.spec.plan import Plan
@@ -128,7 +128,7 @@ def sensitivity(job: Job, plans: Sequence[Plan], ranges: dict[str, tuple[float, 
             if knob == "per_microbatch_s" and x == 0.0:
                 continue
             j = _perturbed(job, knob, x)
-            steps = [evaluate(j, p).time.step_s for p in plans]
+            steps = [step_time(j, p).step_s for p in plans]
             win = min(range(len(plans)), key=lambda i: (steps[i], i))
             if win == 0:
                 stays.append(_how(knob, x))

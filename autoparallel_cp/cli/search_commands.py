@@ -139,8 +139,9 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
 @search_options
 @time_limit_option
 @click.option("--workers", type=click.IntRange(min=1, max=MAX_WORKERS), default=None,
-              help="CP-SAT workers for the master model (default 1: deterministic; more can "
-                   "be faster, but a cut-short answer may then depend on the machine's load).")
+              help="CP-SAT workers for the recommendation's fallback master model (default 1: "
+                   "deterministic; more can be faster, but a cut-short answer may then depend "
+                   "on the machine's load).")
 @guarded
 def solve(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
           global_batch: int, recipe: str, fix: str | None, top_k: int, objective: str,

@@ -45,7 +45,12 @@ folded tp > 1), and every step above uses only the composition and that the fact
 never how a factor depends on an axis; the same holds for `key_bounds`. Tested against the
 enumerator on folded spaces (tests/search/test_solver_vs_enumerate.py, test_cpsat_partition.py).
 
-Kept whole (about 440 lines): the master's literals, its two lower bounds and the key listing
+Listing: the search takes every key's LB from `key_table` (this objective evaluated with numpy
+for all keys at once, the same integers); `enumerate_keys` (CP-SAT's solution enumeration) is
+the reference the tests compare it with, and the model itself serves the recommendation's
+fallback (`recommend.simplest_within`).
+
+Kept whole (about 445 lines): the master's literals, its two lower bounds and the key listing
 read the same marginal tables; the bounds' proofs refer to the literals defined here.
 """
 

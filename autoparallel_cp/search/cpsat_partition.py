@@ -22,7 +22,7 @@ a lower bound of the exact step time of the same partition, off by at most `erro
 the feasible set holds every partition that fits exactly (the few that fit only by rounding are
 cut off by the caller's exact re-check). Model size: O(pp * groups) variables.
 
-Kept whole (about 410 lines): one CP-SAT model, its read-back and its solve portfolio; the
+Kept whole (about 430 lines): one CP-SAT model, its read-back and its solve portfolio; the
 proof that the objective is a lower bound spans the whole build.
 """
 
@@ -348,28 +348,39 @@ def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int 
     objective is a lower bound of the exact time, so `objective <= cutoff` drops no such plan).
     CP-SAT draws on `budget` (deterministic time; default `Budget(time_limit)`).
     """
+    return solve_partition_proven(t, key, time_limit=time_limit, seed=seed, workers=workers,
+                                  max_rounds=max_rounds, cutoff_s=cutoff_s, budget=budget)[0]
+
+
+def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int = 0,
+                           workers: int = 1, max_rounds: int = 20,
+                           cutoff_s: float | None = None, budget: Budget | None = None
+                           ) -> tuple[tuple[float, Plan, float, float] | None, bool]:
+    """`solve_partition`, and whether a None answer is proven: no partition of the key fits
+    with an exact step time <= `cutoff_s` (the model has no partition, or CP-SAT proved the
+    model with that cutoff infeasible), not a budget or round limit that ran out."""
     from autoparallel_cp.search.tables import plan_cost
 
     budget = budget or Budget(time_limit)
     pm = build_partition(t, key)
     if pm is None:
-        return None
+        return None, True
     if cutoff_s is not None and math.isfinite(cutoff_s):
         pm.model.add(pm.objective <= int(math.floor(cutoff_s / pm.scale_s)))
     uniform = t.space.partition == "uniform"
     for _ in range(max_rounds):
         solver, st = _portfolio(pm.model, budget, seed, workers)
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None
+            return None, st == cp_model.INFEASIBLE
         plan = canonical(pm.read_plan(solver, uniform), t.space.num_layers)
         pc = plan_cost(t, plan)
         if pc.fits:
             diff = pc.step_s - solver.objective_value * pm.scale_s
             # a time-out leaves the key's optimum unproven: widen its bound by the gap
             gap = (solver.objective_value - solver.best_objective_bound) * pm.scale_s
-            return pc.step_s, plan, diff, pm.error_bound_s + max(gap, 0.0)
+            return (pc.step_s, plan, diff, pm.error_bound_s + max(gap, 0.0)), False
         pm.forbid(solver)
-    return None
+    return None, False
 
 
 #: Sequential portfolio for the per-key model, each stage capped in deterministic time (so

@@ -7,11 +7,13 @@ CP-SAT, so the master can skip keys that cannot enter the top k.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
@@ -62,6 +64,14 @@ class KeyCoefs:
     p2p: list[float]
     const_mem: float  # ZeRO-3 buffers + other allocations
     capacity: list[float]
+
+
+@functools.lru_cache(maxsize=4096)
+def _inflight(pp: int, vpp: int, m: int) -> npt.NDArray[np.float64]:
+    """`factors.inflight` of every stage position (equal chunks), computed once per schedule."""
+    out = np.asarray(fx.inflight(pp, vpp, m, np.arange(pp)), float)
+    out.flags.writeable = False
+    return out
 
 
 def key_coefs(t: Tables, key: Any) -> KeyCoefs:
@@ -185,7 +195,7 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
         """f_j of the positions j (the pinned stages' own chunks, else equal chunks)."""
         if fixed is not None:
             return f_fixed[j].reshape(-1, 1, 1, 1)
-        return np.asarray(fx.inflight(pp, vpp, m, j), float).reshape(-1, 1, 1, 1)
+        return _inflight(pp, vpp, m)[j].reshape(-1, 1, 1, 1)
 
     def count_ok(j: Any) -> Any:
         """Layer counts position j may hold (all of ls unless the split is pinned)."""
@@ -195,6 +205,10 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
     def A(xs: list[float]) -> Any:  # per node group, broadcast over (j, g, l, r)
         return np.asarray(xs, float).reshape(1, G, 1, 1)
 
+    ga = {name: A(getattr(c, name)) for name in (
+        "tau", "tau_d", "rho", "rho_d", "emb_time", "head_time", "p2p", "z3l", "z3l_d", "z3f",
+        "z3f_d", "act", "ckpt", "act_d", "ckpt_d", "emb_act", "work", "work_full", "work_d",
+        "work_full_d", "head_work", "head_act")}
     capx = A(c.capacity) * (1 + 1e-9) + 1.0  # fits up to float rounding of a reordered sum
     lv = ls.reshape(1, 1, -1, 1)
 
@@ -210,21 +224,21 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
         rk = np.minimum(rv, lv)
         rd = np.minimum(rk, nd)
         rm = rk - rd
-        time_ = nm * A(c.tau) + nd * A(c.tau_d) + rm * A(c.rho) + rd * A(c.rho_d) \
-            + first * A(c.emb_time) + last * A(c.head_time)
+        time_ = nm * ga["tau"] + nd * ga["tau_d"] + rm * ga["rho"] + rd * ga["rho_d"] \
+            + first * ga["emb_time"] + last * ga["head_time"]
         if pp > 1:
-            time_ = time_ + A(c.p2p)
+            time_ = time_ + ga["p2p"]
         if z3:
-            time_ = time_ + nm * A(c.z3l) + nd * A(c.z3l_d) + np.maximum(
-                np.where(nm > 0, A(c.z3f), 0.0), np.where(nd > 0, A(c.z3f_d), 0.0))
+            time_ = time_ + nm * ga["z3l"] + nd * ga["z3l_d"] + np.maximum(
+                np.where(nm > 0, ga["z3f"], 0.0), np.where(nd > 0, ga["z3f_d"], 0.0))
         states = nm * c.sigma + nd * c.sigma_d + first * c.emb_states + last * c.head_states
-        acts = (nm - rm) * A(c.act) + rm * A(c.ckpt) + (nd - rd) * A(c.act_d) \
-            + rd * A(c.ckpt_d) + first * A(c.emb_act)
+        acts = (nm - rm) * ga["act"] + rm * ga["ckpt"] + (nd - rd) * ga["act_d"] \
+            + rd * ga["ckpt_d"] + first * ga["emb_act"]
         work = np.maximum(
-            np.where(nm > 0, np.where(rm > 0, A(c.work_full), A(c.work)), 0.0),
-            np.where(nd > 0, np.where(rd > 0, A(c.work_full_d), A(c.work_d)), 0.0))
-        work = np.maximum(work, last * A(c.head_work))
-        peak = states + f * acts + last * A(c.head_act) + work + c.const_mem
+            np.where(nm > 0, np.where(rm > 0, ga["work_full"], ga["work"]), 0.0),
+            np.where(nd > 0, np.where(rd > 0, ga["work_full_d"], ga["work_d"]), 0.0))
+        work = np.maximum(work, last * ga["head_work"])
+        peak = states + f * acts + last * ga["head_act"] + work + c.const_mem
         fits = (peak <= capx) & ok_l
         return np.where(fits, time_, np.inf).min(axis=3)
 
@@ -234,19 +248,19 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
         fitting r_j has a closed form (rounded down: a smaller r_j only lowers the bound)."""
         f = inflight_at(j)
         last = (j == pp - 1).astype(float).reshape(-1, 1, 1, 1)
-        p0 = lv * c.sigma + last * c.head_states + f * lv * A(c.act) + last * A(c.head_act) \
-            + np.maximum(A(c.work_full), last * A(c.head_work)) + c.const_mem
-        d = f * (A(c.act) - A(c.ckpt))
+        p0 = lv * c.sigma + last * c.head_states + f * lv * ga["act"] + last * ga["head_act"] \
+            + np.maximum(ga["work_full"], last * ga["head_work"]) + c.const_mem
+        d = f * (ga["act"] - ga["ckpt"])
         with np.errstate(divide="ignore", invalid="ignore"):
             need = np.ceil((p0 - capx) / d - 1e-6)
         r1 = np.where(d > 0, np.maximum(need, 1.0), 1.0)
         ok = np.where(d > 0, r1 <= lv, p0 - d <= capx) & count_ok(j)
         r1 = np.minimum(r1, lv)
-        time_ = lv * A(c.tau) + r1 * A(c.rho) + last * A(c.head_time)
+        time_ = lv * ga["tau"] + r1 * ga["rho"] + last * ga["head_time"]
         if pp > 1:
-            time_ = time_ + A(c.p2p)
+            time_ = time_ + ga["p2p"]
         if z3:
-            time_ = time_ + lv * A(c.z3l) + A(c.z3f)
+            time_ = time_ + lv * ga["z3l"] + ga["z3f"]
         return np.where(ok, time_, np.inf)[..., 0]
 
     jall = np.arange(pp)
@@ -261,13 +275,13 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
         return math.inf  # some stage position fits no layer count on any group
     cands = np.unique(tmin[finite])
 
+    lsr = ls.reshape(1, 1, -1)
+    top = [slice(-n, None) if n else slice(0, 0) for n in ng]
+
     def holds(T: float) -> bool:
-        capl = np.where(tmin <= T, ls.reshape(1, 1, -1), 0.0).max(axis=2)  # (pp, G)
-        tot = 0.0
-        for g in range(G):
-            col = np.sort(capl[:, g])[::-1]
-            tot += float(col[:ng[g]].sum())
-        return tot >= L
+        capl = np.where(tmin <= T, lsr, 0.0).max(axis=2)  # (pp, G), whole layer counts
+        capl.sort(axis=0)  # ascending: each group's n_g largest are its last n_g
+        return sum(float(capl[top[g], g].sum()) for g in range(G)) >= L
 
     if not holds(float(cands[-1])):
         return math.inf
@@ -281,10 +295,13 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
     T_lb = float(cands[lo_i])
     per = tmin[finite] / np.broadcast_to(ls.reshape(1, 1, -1), tmin.shape)[finite]
     S_lb = 0.0
-    for lam in np.linspace(float(per.min()), float(per.max()), 9):
-        h = np.where(finite, tmin - lam * ls.reshape(1, 1, -1), np.inf).min(axis=2)  # (pp, G)
+    lams = np.linspace(float(per.min()), float(per.max()), 9)
+    # h over every lambda at once: (lambda, j, g), each group's positions sorted
+    hs = np.sort(np.where(finite, tmin - lams.reshape(-1, 1, 1, 1) * lsr, np.inf).min(axis=3),
+                 axis=1)
+    for i, lam in enumerate(lams):
         # group g holds n_g positions: at least the sum of its n_g least h (assignment relaxed)
-        v = lam * L + sum(float(np.sort(h[:, g])[:ng[g]].sum()) for g in range(G))
+        v = lam * L + sum(float(np.ascontiguousarray(hs[i, :ng[g], g]).sum()) for g in range(G))
         S_lb = max(S_lb, v)
     D = (L - K) * min(c.dsync) + K * min(c.dsync_d) + pp * min(c.dps_fixed) \
         + min(c.emb_dps) + min(c.head_dps)

@@ -12,9 +12,10 @@ Weights (higher = more to set up, debug and tune):
 - a hand-written (non-uniform) pipeline partition (1).
 Sequence parallelism and the micro-batch size cost nothing.
 
-Second phase (issue 5, `simplest_within`): the solver's key-level master model with the step
-time lower bound bounded by (1 + tolerance) x the optimum and the complexity minimized, every answer
-re-checked by the exact cost model. The partition and partial-recompute weights are applied in
+Second phase (issue 5, `simplest_within`): the keys whose step-time lower bound (the solver's
+key-level master) is within (1 + tolerance) x the optimum, scored simplest first, or the CP-SAT
+master with that bound and the complexity minimized; every answer re-checked by the exact cost
+model. The partition and partial-recompute weights are applied in
 that re-check (the plan's uniform / whole-stage variant is preferred when it qualifies). Without
 phase two the complexity is minimized over the k best plans (`method` says which).
 """
@@ -180,26 +181,27 @@ def simplest_within(
 ) -> tuple[Plan, float] | None:
     """CP-SAT phase two: the simplest plan whose exact step time is <= `max_step_s`.
 
-    Uses the solver's key-level master (`cpsat_master.build_master`): its objective is a proven
-    lower bound of the exact step time of every plan of a key, so bounding it by `max_step_s`
-    cuts off no qualifying plan. The master then minimizes `complexity * (limit + 1) + LB`
-    (lexicographic: the simplest, then the fastest bound); each key it returns is solved for its
-    best partition (`solve.best_for_key`) and re-checked exactly; a key that does not qualify is
-    forbidden and the master re-solved. None when nothing qualifies in the time limit, a
-    deterministic-time budget (`limits.Budget`) shared by every CP-SAT call of the phase.
+    LB(key) (`key_table`, the objective of `cpsat_master.build_master`) is a proven lower
+    bound of every plan of a key, so bounding it by `max_step_s` cuts off no qualifying plan.
+    The keys with LB under the limit are listed from the key table and scored simplest first
+    (below); when there are too many (`key_table.WINDOW_CAP`) or the scoring is cut by the
+    time limit, the CP-SAT master minimizes `complexity * (limit + 1) + LB` (the simplest,
+    then the fastest bound), each key it returns is solved (`solve.best_for_key`) and
+    re-checked exactly, and one that does not qualify is forbidden and the master re-solved.
+    None when nothing qualifies in the time limit (`limits.Budget`, shared by the phase).
 
     `context` (`solve.SearchContext` of a solve over the same job and pins) hands over what that
-    solve proved: its space, tables and master, the keys it listed with their bounds (only the
-    part of the window above its last complete window is listed again) and the best plan of
-    every key it scored (the same `best_for_key` result, so it is not solved again).
+    solve proved: space, tables, key table, the keys it listed (only the part above its last
+    complete window is listed again), their `key_bound` values and its scored keys' plans.
     """
     import math
 
     from ortools.sat.python import cp_model
 
-    from autoparallel_cp.search.cpsat_master import ListingCut, build_master, enumerate_keys
+    from autoparallel_cp.search.cpsat_master import KEY_AXES, build_master
     from autoparallel_cp.search.key_bounds import key_bound
-    from autoparallel_cp.search.limits import Budget
+    from autoparallel_cp.search.key_table import build_key_table
+    from autoparallel_cp.search.limits import Budget, check
     from autoparallel_cp.search.solve import best_for_key
     from autoparallel_cp.search.space import SearchSpace
     from autoparallel_cp.search.tables import build_tables, plan_cost
@@ -207,21 +209,23 @@ def simplest_within(
 
     budget = Budget(time_limit)
     if context is not None:
-        space, space_tables, master = context.space, context.tables, context.master
-        scored = context.found
+        space, space_tables, table = context.space, context.tables, context.keys
+        scored, bounds, above = context.found, context.key_bounds, context.above
     else:
         space = SearchSpace.for_job(job, fix=fix)
         space_tables = build_tables(space)
-        master = build_master(space_tables)
-        scored = {}
-    limit = math.floor(max_step_s / master.unit_s)
-    workers_ = workers or 1
+        table = build_key_table(space_tables)
+        scored, bounds, above = {}, {}, {}
+    limit = math.floor(max_step_s / table.unit_s)
 
     def qualify(k: Any) -> tuple[int, float, Plan] | None:
-        # a key whose best plan is slower than the limit cannot qualify (its uniform and
-        # whole-stage variants are plans of the same key): the cutoff lets CP-SAT stop there
-        res = scored.get(k) or best_for_key(space, k, seed=seed, tables=space_tables,
-                                            cutoff_s=max_step_s * (1 + 1e-12), budget=budget)
+        # a key whose best plan is slower than the limit cannot qualify (its variants are plans
+        # of the same key): the cutoff lets CP-SAT stop there, and a key the solve proved
+        # slower than a larger cutoff (`above`) is not solved again
+        cutoff = max_step_s * (1 + 1e-12)
+        res = scored.get(k) or (None if above.get(k, -math.inf) >= cutoff else best_for_key(
+            space, k, seed=seed, tables=space_tables, cutoff_s=cutoff, budget=budget,
+            above=above))
         if res is None:
             return None
         best: tuple[int, float, Plan] | None = None
@@ -238,7 +242,7 @@ def simplest_within(
     def key_complexity(k: Any) -> int:
         return sum(axis_weight("recompute" if n == "mode" else n,
                                RECOMPUTE_MODES[k.mode] if n == "mode" else getattr(k, n))
-                   for n in master.axes if ("recompute" if n == "mode" else n)
+                   for n in KEY_AXES if ("recompute" if n == "mode" else n)
                    in COMPLEXITY_WEIGHTS)
 
     # 1) list every key whose proven bound fits under the limit (the solver's window listing),
@@ -248,21 +252,21 @@ def simplest_within(
     listed: list[Any] = []
     capped = True
     if not budget.exhausted():
-        try:
-            hi = context.listed_hi if context is not None else None
-            if hi is not None and limit <= hi:
-                listed, capped = [(lb, k) for lb, k in context.listed if lb <= limit], False
-            elif hi is not None:
-                more, capped = enumerate_keys(master, hi, limit, budget=budget)
-                listed = [*context.listed, *more]
-            else:
-                listed, capped = enumerate_keys(master, None, limit, budget=budget)
-        except ListingCut:
-            capped = True
+        hi = context.listed_hi if context is not None else None
+        if hi is not None and limit <= hi:
+            listed, capped = [(lb, k) for lb, k in context.listed if lb <= limit], False
+        elif hi is not None:
+            more, capped = table.window(hi, limit)
+            listed = [*context.listed, *more]
+        else:
+            listed, capped = table.window(None, limit)
         if not capped:
             cands = []
             for _, k in listed:
-                kb = key_bound(space_tables, k)
+                if k not in bounds:
+                    check()  # Ctrl-C (limits.request_stop) between keys
+                    bounds[k] = key_bound(space_tables, k)
+                kb = bounds[k]
                 if kb <= max_step_s * (1 + 1e-12):
                     cands.append((key_complexity(k), kb, k.order(), k))
             cands.sort(key=lambda c: c[:3])
@@ -277,15 +281,11 @@ def simplest_within(
                 got = qualify(k)
                 if got is not None and (found is None or got[:2] < found[:2]):
                     found = got
-            if found is not None and complete:
-                return found[2], found[1]
             if complete:
-                return None
-    # 2) fallback (listing capped or cut by the time limit): the master minimizes complexity,
-    #    keys that do not qualify are forbidden and the master re-solved (on a master of its
-    #    own: the constraints below must not reach a shared one)
-    if context is not None:
-        master = build_master(space_tables)
+                return None if found is None else (found[2], found[1])
+    # 2) fallback (too many keys, or scoring cut by the time limit): the CP-SAT master
+    #    minimizes complexity; keys that do not qualify are forbidden, the master re-solved
+    master = build_master(space_tables)
     model = master.model
     model.add(master.objective <= limit)
     terms: list[Any] = []
@@ -307,7 +307,7 @@ def simplest_within(
                 model.add_hint(lit, value == want)
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    prm.num_workers = workers_
+    prm.num_workers = workers or 1
     prm.random_seed = seed
     # as in solve.py: CP-SAT 9.15's presolve was seen returning a minimum above a key's pinned
     # bound and missing solutions on this master; without it the search is also faster

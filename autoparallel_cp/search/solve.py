@@ -5,25 +5,24 @@ float cost model (ties by `Plan.key()`). Plans are distinct in their *key*: tp, 
 vpp, sp, zero, mbs and the recompute mode; for each key the best layer partition, recompute
 count and stage placement is reported.
 
-Search (two CP-SAT models, neither listing plans):
-1. the master (`cpsat_master.build_master`) over the key axes, whose objective LB(key) is a
-   proven lower bound of the exact step time of every plan of the key;
+Search (a bound table and one CP-SAT model per key, neither listing plans):
+1. the master's keys (`key_table.build_key_table`): every key of the space with LB(key), the
+   key-level master's objective (`cpsat_master.build_master`), a proven lower bound of the
+   exact step time of every plan of the key, evaluated with numpy for all keys at once (the
+   same integers as the CP-SAT master, tests/search/test_key_table.py);
 2. per key, the partition model (`cpsat_partition.build_partition`, a linear model over the
    key's constant coefficients): layer counts per stage, recomputed layers, node group per
    stage, with the constraint objective <= the current k-th best exact step time (a key whose
    best is above it cannot enter the top k, so the model is then infeasible and the key is
    dropped without being solved to optimality).
-Best-first with a certificate: the master is minimized (capped at MASTER_DTIME; its best
-bound seeds the first window when cut short), then the keys with LB in a growing window
-(lo, hi] are enumerated by CP-SAT and scored exactly with model 2 in the order of the per-key
-bound `cpsat_partition.key_bound` (numpy, proven <= the key's exact best); a key whose bound
-is above the current k-th best is skipped without a model (and so are the window's later
-keys). The search stops once the k-th best exact step time is <= hi, since every unseen key
-has LB > hi and every skipped key a bound above the k-th best, so an exact step time above it.
-Status `optimal` means this proof completed. When a parallel master's minimization was cut
-short the top-k keys are re-solved without the cutoff at the end, so the reported partitions
-do not depend on the order the keys were scored in. All limits are deterministic time
-(`limits.Budget`), so the answer does not depend on the machine's load.
+Best-first with a certificate: the least LB seeds the first window, then the keys with LB in a
+growing window (lo, hi] (a slice of the keys sorted by LB) are scored exactly with model 2 in
+the order of the per-key bound `key_bounds.key_bound` (numpy, proven <= the key's exact best);
+a key whose bound is above the current k-th best is skipped without a model (and so are the
+window's later keys). The search stops once the k-th best exact step time is <= hi, since
+every unseen key has LB > hi and every skipped key a bound above the k-th best, so an exact
+step time above it. Status `optimal` means this proof completed. The per-key models' limits
+are deterministic time (`limits.Budget`), so the answer does not depend on the machine's load.
 """
 
 from __future__ import annotations
@@ -34,11 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ortools.sat.python import cp_model
-
 from autoparallel_cp.errors import InfeasibleError
-from autoparallel_cp.search import cpsat_blocks as cb
-from autoparallel_cp.search.limits import Budget
+from autoparallel_cp.search.limits import Budget, check
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
@@ -47,17 +43,20 @@ from autoparallel_cp.spec.plan import Plan
 @dataclass
 class SearchContext:
     """What one solve proved, for the recommendation phase over the same job and pins to reuse
-    instead of re-deriving it: the space and its tables, the key master, every key with its
+    instead of re-deriving it: the space and its tables, the key table, every key with its
     proven bound LB (objective units) up to `listed_hi` (all windows listed completely), and
     the best plan of each key that was scored (`KeyResult`, exact: the cutoff only drops keys
     whose best is above it)."""
 
     space: SearchSpace
     tables: Any
-    master: Any
+    keys: Any  # key_table.KeyTable: every key of the master with its LB
     listed: list[tuple[int, Any]]
     listed_hi: int | None  # None: no complete window
     found: dict[Any, KeyResult]
+    key_bounds: dict[Any, float] = field(default_factory=dict)  # key_bounds.key_bound values
+    #: keys proven to have no plan with an exact step time <= the value (`best_for_key`)
+    above: dict[Any, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,11 +82,6 @@ class SolveResult:
             "space_size": self.space_size,
             "plans": [p.to_json() for p in self.plans],
         }
-
-
-#: Deterministic-time cap on the master minimization (it only seeds the first window, see
-#: `solve`); at most half the search's budget.
-MASTER_DTIME = 60.0
 
 
 def _key(plan: Plan) -> tuple[Any, ...]:
@@ -130,23 +124,27 @@ class KeyResult:
 
 def best_for_key(space: SearchSpace, key: Any, *, time_limit: float = 10.0,
                  seed: int = 0, workers: int = 1, tables: Any = None,
-                 cutoff_s: float | None = None, budget: Budget | None = None
-                 ) -> KeyResult | None:
+                 cutoff_s: float | None = None, budget: Budget | None = None,
+                 above: dict[Any, float] | None = None) -> KeyResult | None:
     """Solve one key's partition problem (layer counts per stage, recomputed layers, node group
     per stage) with the per-key linear CP-SAT model (`cpsat_partition`) and re-score it exactly.
 
     `tables` may be the whole space's tables (they hold every key's entries); None builds the
-    key's own. None when no partition of the key fits (or none is <= `cutoff_s`). One worker,
+    key's own. None when no partition of the key fits (or none is <= `cutoff_s`); when that is
+    proven (not a limit that ran out) and `above` is given, `above[key]` is set to the cutoff
+    (inf without one): no plan of the key has an exact step time <= it. One worker,
     deterministic-time stages: deterministic.
     """
-    from autoparallel_cp.search.cpsat_partition import solve_partition
+    from autoparallel_cp.search.cpsat_partition import solve_partition_proven
     from autoparallel_cp.search.tables import build_tables
 
     del workers  # the per-key model is solved by one deterministic worker
     tk = tables if tables is not None else build_tables(key_space(space, key))
-    res = solve_partition(tk, key, time_limit=time_limit, seed=seed, workers=1,
-                          cutoff_s=cutoff_s, budget=budget)
+    res, proven = solve_partition_proven(tk, key, time_limit=time_limit, seed=seed, workers=1,
+                                         cutoff_s=cutoff_s, budget=budget)
     if res is None:
+        if proven and above is not None:
+            above[key] = math.inf if cutoff_s is None else cutoff_s
         return None
     step, plan, diff, err = res
     return KeyResult(step, plan, diff, err, tk)
@@ -169,14 +167,15 @@ def solve(
 
     `time_limit` (seconds) is a deterministic-time budget (`limits.Budget`): the same input
     gives the same plans and status on an idle or a busy machine. Status `timeout` (no plan,
-    not proven infeasible) when it runs out before any plan is found. `workers` > 1 solves the
-    master in parallel (faster on large machines; its cut-short bound then depends on the load).
+    not proven infeasible) when it runs out before any plan is found. `workers` is accepted
+    and unused: the master's keys are a numpy table and every per-key model is solved by one
+    deterministic worker.
     """
-    from autoparallel_cp.search.cpsat_master import ListingCut, build_master, enumerate_keys
     from autoparallel_cp.search.key_bounds import key_bound
+    from autoparallel_cp.search.key_table import build_key_table
     from autoparallel_cp.search.tables import build_tables
 
-    del objective  # a fixed cluster: cost per step is proportional to the step time
+    del objective, workers  # a fixed cluster: cost per step is proportional to the step time
     cb_ = progress_callback or progress
     t0 = time.perf_counter()
     sp = _space(job, space, fix)
@@ -186,42 +185,23 @@ def solve(
     phase: dict[str, float] = {}
     tp0 = time.perf_counter()
     tabs = build_tables(sp)
-    master = build_master(tabs)
     phase["build_s"] = time.perf_counter() - tp0
-    unit = master.unit_s
-
-    budget = Budget(time_limit)
-    master_workers = workers or 1
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.num_workers = master_workers
-    prm.random_seed = int(seed or 0)
-    # the master's minimum only seeds the first bound window: any proven lower bound will do, so
-    # the minimization is capped (MASTER_DTIME, at most half the budget) and its best bound used
-    # when it is cut short
-    left0 = budget.left()
-    cap = MASTER_DTIME if left0 is None else min(MASTER_DTIME, 0.5 * left0)
-    # presolve costs most of the master's time on large spaces (5 s of 6 s for deepseek-v3 on
-    # 2,048 GPUs, for ~20k one-hot literals it only merges) and the search closes without it
-    prm.cp_model_presolve = False
+    # every key of the master with its LB (numpy, the master's integer objective bit for bit):
+    # its least LB seeds the first window and each window is a slice of the sorted keys
     tp0 = time.perf_counter()
-    st = budget.solve(solver, master.model, cap=cap)
+    table = build_key_table(tabs)
     phase["master_s"] = time.perf_counter() - tp0
-    if st == cp_model.INFEASIBLE:
-        # confirm with presolve (a second, independent proof) before reporting: CP-SAT 9.15's
-        # presolve wrongly reported some feasible masters infeasible during development
-        # (enforced linear equalities, since removed), so one path alone is not trusted
-        prm.cp_model_presolve = True
-        st = budget.solve(solver, master.model, cap=cap)
-        if st == cp_model.INFEASIBLE:
-            _raise_infeasible(job, sp)
-    master_cut = st != cp_model.OPTIMAL
-    top_u = cb.bounds(master.model, master.objective)[1]
-    bound = solver.best_objective_bound  # +-inf when a cut-short master has no bound yet
-    lb0 = int(solver.objective_value) if st == cp_model.OPTIMAL else (
-        max(int(math.floor(bound)), 0) if math.isfinite(bound) else 0)
-    lb0 = min(lb0, top_u)
+    lb0_ = table.minimum()
+    if lb0_ is None:  # no key passes the degree rules and the memory condition
+        _raise_infeasible(job, sp)
+    assert lb0_ is not None
+    lb0 = lb0_
+    unit = table.unit_s
+    top_u = table.top_u
+    budget = Budget(time_limit)
     found: dict[Any, KeyResult] = {}
+    bounds: dict[Any, float] = {}
+    above: dict[Any, float] = {}  # keys proven to have no plan <= the value
     evaluated = 0
     proven = True
     lo: int | None = None
@@ -239,11 +219,7 @@ def solve(
             proven = False
             break
         tp0 = time.perf_counter()
-        try:
-            keys, capped = enumerate_keys(master, lo, hi, budget=budget)
-        except ListingCut:
-            proven = False
-            break
+        keys, capped = table.window(lo, hi)
         phase["enumerate_keys_s"] = phase.get("enumerate_keys_s", 0.0) + time.perf_counter() - tp0
         tp0 = time.perf_counter()
         if capped:  # too wide a window: narrow it and ask again
@@ -256,7 +232,11 @@ def solve(
         # 0.5 ms, far tighter than LB): the k-th best then drops sooner, and every key whose
         # bound is above the k-th best is skipped without building its model
         tp1 = time.perf_counter()
-        order = sorted(((max(key_bound(tabs, key), lb_u * unit), key.order(), lb_u, key)
+        for _, key in keys:
+            if key not in bounds:
+                check()  # Ctrl-C (limits.request_stop) between keys
+                bounds[key] = key_bound(tabs, key)
+        order = sorted(((max(bounds[key], lb_u * unit), key.order(), lb_u, key)
                         for lb_u, key in keys), key=lambda x: x[:2])
         phase["key_bound_s"] = phase.get("key_bound_s", 0.0) + time.perf_counter() - tp1
         tp0 = time.perf_counter()
@@ -272,7 +252,7 @@ def solve(
                 stop = True
                 break
             res = best_for_key(sp, key, seed=int(seed or 0), tables=tabs, cutoff_s=cut,
-                               budget=budget)
+                               budget=budget, above=above)
             evaluated += 1
             if res is not None:
                 found[key] = res
@@ -295,17 +275,6 @@ def solve(
         else:
             hi = min(hi + max(2 * (hi - lb0), lb0 // 20, 1), top_u)
     ranked = sorted(found.values(), key=lambda r: (r.step_s, r.plan.key()))
-    # the windows, hence the order keys are scored in and the cutoffs their models get, are
-    # fixed by the master's minimum; when a parallel master was cut short they are not (its
-    # bound depends on the load), so the reported partitions are then re-solved without a
-    # cutoff: same input, same plans
-    for i, r in enumerate(ranked[:top_k] if master_cut and master_workers > 1 else []):
-        key = next(k for k, v in found.items() if v is r)
-        again = best_for_key(sp, key, seed=int(seed or 0), tables=tabs,
-                             budget=Budget(max(time_limit or 10.0, 1.0)))
-        if again is not None:
-            ranked[i] = again
-    ranked.sort(key=lambda r: (r.step_s, r.plan.key()))
     if not ranked:
         if proven:
             _raise_infeasible(job, sp)
@@ -324,14 +293,14 @@ def solve(
         error_bound_s=max(r.error_bound_s for r in ranked[:top_k]),
         gap=gap,
         iterations=evaluated,
-        stats={"phases": phase, "master_vars": len(master.model.proto.variables),
-               "master_constraints": len(master.model.proto.constraints),
+        stats={"phases": phase, "master_keys": len(table),
                "keys_scored": evaluated, "keys_skipped": listed - evaluated,
                "root_bound_s": best_lb,
                "ranked": [(r.step_s, r.plan) for r in ranked[:top_k]],
                **_limit_stats(budget)},
-        context=SearchContext(space=sp, tables=tabs, master=master, listed=all_listed,
-                              listed_hi=listed_hi, found=dict(found)),
+        context=SearchContext(space=sp, tables=tabs, keys=table, listed=all_listed,
+                              listed_hi=listed_hi, found=dict(found), key_bounds=bounds,
+                              above=above),
     )
 
 
