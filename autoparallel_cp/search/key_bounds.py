@@ -145,16 +145,24 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
 
     - T >= T_lb, the least T at which the stages can hold L layers: stage j on group g holds at
       most cap_g(j, T) = max{l : tmin[j, g, l] <= T} layers and group g holds n_g stages, so
-      L <= sum_g (sum of the n_g largest cap_g(j, T) over j);
-    - S >= S_lb = lambda*L + sum_g (sum of the n_g least h[j, g] over j), h[j, g] =
-      min_l (tmin[j, g, l] - lambda*l), for any lambda (Lagrangian of sum_j l_j = L; each group
-      picks its n_g positions on its own, a relaxation of the assignment);
+      L <= max over placements g(.) with n_g positions per group of sum_j cap_g(j)(j, T);
+    - S >= S_lb = lambda*L + min over the same placements of sum_j h[j, g(j)], h[j, g] =
+      min_l (tmin[j, g, l] - lambda*l), for any lambda (Lagrangian of sum_j l_j = L:
+      t_j >= tmin[j, g(j), l_j] >= h[j, g(j)] + lambda*l_j, summed over j);
+    - the placements: one group (homogeneous), the pinned `stage_groups`, or, on two node
+      groups, exact: with n_0 positions on group 0, sum_j x[j, g(j)] = sum_j x[j, 1] +
+      sum over group 0's positions of (x[j, 0] - x[j, 1]), so the best placement puts group 0
+      on the n_0 positions with the largest (for cap) or least (for h) difference, a position
+      that one group cannot hold (h = inf) going to the other. With three or more groups each
+      group picks its n_g best positions on its own (a relaxation: two groups may pick the
+      same position);
     - tail = max_j dp_exposed_j + max_j opt_j >= max(a, b - 2/3 S/pp) + o with D, O the least
       DP-sync and optimizer sums (a = DP_TAIL_FRACTION*D/pp, b = D/pp, o = O/pp);
     - step = (m - 1/vpp) T + S/vpp + tail, nondecreasing in T (m >= 1): the least value over
       S >= max(S_lb, T_lb) with T = max(T_lb, S/pp), a convex piecewise-linear function of S
       whose minimum is at a breakpoint.
-    Dropped terms (>= 0): the coupling of r across stages and of positions across groups.
+    Dropped terms (>= 0): the coupling of r across stages, of T and S (each bound takes its
+    own partition), and of positions across groups beyond two.
     """
 
     s = t.space
@@ -270,6 +278,10 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
     else:
         tmin = grid(jall, rs)
     tmin = tmin * (1 - 1e-9)  # (pp, G, nl)
+    pinned = s.fixed.get("stage_groups")
+    if pinned is not None and G > 1:  # a pinned placement: position j only on its own group
+        tmin = np.where(np.arange(G).reshape(1, -1, 1)
+                        == np.asarray(pinned, int).reshape(-1, 1, 1), tmin, np.inf)
     finite = np.isfinite(tmin)
     if not finite.any(axis=(1, 2)).all():
         return math.inf  # some stage position fits no layer count on any group
@@ -280,6 +292,9 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
 
     def holds(T: float) -> bool:
         capl = np.where(tmin <= T, lsr, 0.0).max(axis=2)  # (pp, G), whole layer counts
+        if G == 2:  # the best placement: group 0 on the n_0 positions that gain most by it
+            gain = np.sort(capl[:, 0] - capl[:, 1])
+            return float(capl[:, 1].sum()) + float(gain[top[0]].sum()) >= L
         capl.sort(axis=0)  # ascending: each group's n_g largest are its last n_g
         return sum(float(capl[top[g], g].sum()) for g in range(G)) >= L
 
@@ -296,13 +311,27 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
     per = tmin[finite] / np.broadcast_to(ls.reshape(1, 1, -1), tmin.shape)[finite]
     S_lb = 0.0
     lams = np.linspace(float(per.min()), float(per.max()), 9)
-    # h over every lambda at once: (lambda, j, g), each group's positions sorted
-    hs = np.sort(np.where(finite, tmin - lams.reshape(-1, 1, 1, 1) * lsr, np.inf).min(axis=3),
-                 axis=1)
-    for i, lam in enumerate(lams):
-        # group g holds n_g positions: at least the sum of its n_g least h (assignment relaxed)
-        v = lam * L + sum(float(np.ascontiguousarray(hs[i, :ng[g], g]).sum()) for g in range(G))
-        S_lb = max(S_lb, v)
+    # h over every lambda at once: (lambda, j, g)
+    hs = np.where(finite, tmin - lams.reshape(-1, 1, 1, 1) * lsr, np.inf).min(axis=3)
+    if G == 2:
+        # the least sum_j h[j, g(j)] over the placements with n_0 positions on group 0: those
+        # where group 0 saves most (a position one group cannot hold goes to the other)
+        h0, h1 = hs[:, :, 0], hs[:, :, 1]
+        with np.errstate(invalid="ignore"):
+            gain = np.where(np.isinf(h0), np.inf, np.where(np.isinf(h1), -np.inf, h0 - h1))
+        on0 = np.zeros(gain.shape, bool)
+        np.put_along_axis(on0, np.argsort(gain, axis=1, kind="stable")[:, :ng[0]], True, axis=1)
+        hsum = np.where(on0, h0, h1).sum(axis=1)
+        for i, lam in enumerate(lams):
+            S_lb = max(S_lb, lam * L + float(hsum[i]))
+    else:
+        hs = np.sort(hs, axis=1)  # each group's positions, least h first
+        for i, lam in enumerate(lams):
+            # group g holds n_g positions: at least the sum of its n_g least h (placement
+            # relaxed: two groups may pick the same position)
+            v = lam * L + sum(float(np.ascontiguousarray(hs[i, :ng[g], g]).sum())
+                              for g in range(G))
+            S_lb = max(S_lb, v)
     D = (L - K) * min(c.dsync) + K * min(c.dsync_d) + pp * min(c.dps_fixed) \
         + min(c.emb_dps) + min(c.head_dps)
     opt_sum = (L - K) * min(c.opt) + K * min(c.opt_d) + min(c.emb_opt) + min(c.head_opt)
