@@ -126,7 +126,11 @@ def _check_key_bound(space: SearchSpace) -> int:
     ranked, _ = en.enumerate_best(space)  # the best plan of every key, by exact step time
     t = build_tables(space)
     for cost, plan in ranked:  # the enumerator's best plan of every key
-        assert key_bound(t, _key(plan)) <= cost, plan.short()
+        kb = key_bound(t, _key(plan))
+        tight = key_bound(t, _key(plan), coupled=True)  # T, S and the DP tail coupled
+        assert kb <= cost, plan.short()
+        assert tight <= cost, (plan.short(), tight, cost)
+        assert tight >= kb * (1 - 1e-12), plan.short()  # the coupled bound is never looser
     return len(ranked)
 
 
@@ -167,8 +171,9 @@ def test_key_bound_below_every_key_best_heterogeneous() -> None:
 def test_key_bound_below_every_key_best_two_groups(moe: bool, layers: int, seq: int, fix: str,
                                                    partial: bool) -> None:
     """Two node groups (H100 and A100) with several stages per group: the bound's best
-    placement (group 0 on the positions where it gains most; the pinned one when given) stays
-    below the exact best of every key, over every placement the enumerator tries."""
+    placement (group 0 on the positions where it gains most; the pinned one when given), and
+    the coupled bound with its per-stage DP tail, stay below the exact best of every key, over
+    every placement the enumerator tries."""
     job = Job(model=_mini(moe, layers), cluster=_mixed_small(), seq_len=seq, global_batch=16)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3), fix=fix,
                                 partial_recompute=partial)
