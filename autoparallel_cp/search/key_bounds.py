@@ -3,6 +3,10 @@
 `KeyCoefs` holds the constants of one key (every key axis pinned) that the per-key CP-SAT model
 (`cpsat_partition`) is linear in; `key_bound` bounds every plan of the key from below without
 CP-SAT, so the master can skip keys that cannot enter the top k.
+
+Kept whole (about 450 lines): `key_bound` is one proof (its docstring) whose steps share the
+stage-time grid tmin and the placement helpers; split, the proof's steps would sit apart from
+their code.
 """
 
 from __future__ import annotations
