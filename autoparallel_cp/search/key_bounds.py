@@ -3,6 +3,10 @@
 `KeyCoefs` holds the constants of one key (every key axis pinned) that the per-key CP-SAT model
 (`cpsat_partition`) is linear in; `key_bound` bounds every plan of the key from below without
 CP-SAT, so the master can skip keys that cannot enter the top k.
+
+Kept whole (about 450 lines): `key_bound` is one proof (its docstring) whose steps share the
+stage-time grid tmin and the placement helpers; split, the proof's steps would sit apart from
+their code.
 """
 
 from __future__ import annotations
@@ -132,7 +136,8 @@ def key_coefs(t: Tables, key: Any) -> KeyCoefs:
     )
 
 
-def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
+def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool = False
+              ) -> float:
     """A proven lower bound of the exact step time of every plan of `key` (numpy, no CP-SAT),
     used only to skip keys whose best cannot enter the top k before their model is built.
 
@@ -145,16 +150,40 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
 
     - T >= T_lb, the least T at which the stages can hold L layers: stage j on group g holds at
       most cap_g(j, T) = max{l : tmin[j, g, l] <= T} layers and group g holds n_g stages, so
-      L <= sum_g (sum of the n_g largest cap_g(j, T) over j);
-    - S >= S_lb = lambda*L + sum_g (sum of the n_g least h[j, g] over j), h[j, g] =
-      min_l (tmin[j, g, l] - lambda*l), for any lambda (Lagrangian of sum_j l_j = L; each group
-      picks its n_g positions on its own, a relaxation of the assignment);
+      L <= max over placements g(.) with n_g positions per group of sum_j cap_g(j)(j, T);
+    - S >= S_lb = lambda*L + min over the same placements of sum_j h[j, g(j)], h[j, g] =
+      min_l (tmin[j, g, l] - lambda*l), for any lambda (Lagrangian of sum_j l_j = L:
+      t_j >= tmin[j, g(j), l_j] >= h[j, g(j)] + lambda*l_j, summed over j);
+    - the placements: one group (homogeneous), the pinned `stage_groups`, or, on two node
+      groups, exact: with n_0 positions on group 0, sum_j x[j, g(j)] = sum_j x[j, 1] +
+      sum over group 0's positions of (x[j, 0] - x[j, 1]), so the best placement puts group 0
+      on the n_0 positions with the largest (for cap) or least (for h) difference, a position
+      that one group cannot hold (h = inf) going to the other. With three or more groups each
+      group picks its n_g best positions on its own (a relaxation: two groups may pick the
+      same position);
     - tail = max_j dp_exposed_j + max_j opt_j >= max(a, b - 2/3 S/pp) + o with D, O the least
       DP-sync and optimizer sums (a = DP_TAIL_FRACTION*D/pp, b = D/pp, o = O/pp);
     - step = (m - 1/vpp) T + S/vpp + tail, nondecreasing in T (m >= 1): the least value over
       S >= max(S_lb, T_lb) with T = max(T_lb, S/pp), a convex piecewise-linear function of S
-      whose minimum is at a breakpoint.
-    Dropped terms (>= 0): the coupling of r across stages and of positions across groups.
+      whose minimum is at a breakpoint: phi(T_lb, S_lb).
+    Dropped terms (>= 0): the coupling of r across stages, of T, S and the tail (each bound
+    takes its own partition), and of positions across groups beyond two.
+
+    `coupled=True` (a few ms; `solve` asks for it only for the keys about to get a model)
+    couples them: take any partition and let T' = max_j tmin[j, g(j), l_j] <= T, a value of
+    tmin, with T' >= T_lb (the caps at T' hold L layers). Every stage is then an entry of tmin
+    <= T', so S >= S_lb(T'), the Lagrangian above over those entries only, and S >= T >= T';
+    hence step >= phi(T', S_lb(T')). The tail: with d_j, o_j the stage's DP-sync and optimizer
+    times (`tables.plan_cost`: layers times the group's per-layer factor, plus the fixed and
+    edge terms), exposed_j = max(DTF d_j, d_j - 2/3 t_j) and t_j <= T, so tail >= max_j
+    (exposed_j + o_j) >= max_j w_j(T) with w_j(T) = max(DTF d_j, d_j - 2/3 T) + o_j.
+    (m - 1/vpp) T + max_j w_j(T) is nondecreasing in T when m - 1/vpp >= 2/3, so it is >=
+    its value at T' (otherwise w drops its T term, DTF d_j + o_j); and max_j w_j(T') >=
+    W_lb(T'), the least W at which the stages with tmin <= T' and w <= W can hold L layers
+    (the caps argument above, per placement). So step >= bound(T') = max(phi(T', S_lb(T')),
+    (m - 1/vpp) T' + max(S_lb(T'), T')/vpp + W_lb(T')), and the least bound(T') over the
+    candidates T' >= T_lb bounds every plan of the key. The scan goes up in T' and stops once
+    phi(T', S_lb) (<= bound(T'), nondecreasing in T') reaches the least bound so far.
     """
 
     s = t.space
@@ -270,6 +299,10 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
     else:
         tmin = grid(jall, rs)
     tmin = tmin * (1 - 1e-9)  # (pp, G, nl)
+    pinned = s.fixed.get("stage_groups")
+    if pinned is not None and G > 1:  # a pinned placement: position j only on its own group
+        tmin = np.where(np.arange(G).reshape(1, -1, 1)
+                        == np.asarray(pinned, int).reshape(-1, 1, 1), tmin, np.inf)
     finite = np.isfinite(tmin)
     if not finite.any(axis=(1, 2)).all():
         return math.inf  # some stage position fits no layer count on any group
@@ -278,10 +311,16 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
     lsr = ls.reshape(1, 1, -1)
     top = [slice(-n, None) if n else slice(0, 0) for n in ng]
 
+    def placed(capl: Any) -> Any:
+        """The most layers the stages hold over the placements, caps (..., pp, G)."""
+        if G == 2:  # group 0 on the n_0 positions that gain most by it
+            gain = np.sort(capl[..., 0] - capl[..., 1], axis=-1)
+            return capl[..., 1].sum(axis=-1) + gain[..., top[0]].sum(axis=-1)
+        capl = np.sort(capl, axis=-2)  # ascending: each group's n_g largest are its last n_g
+        return sum(capl[..., top[g], g].sum(axis=-1) for g in range(G))
+
     def holds(T: float) -> bool:
-        capl = np.where(tmin <= T, lsr, 0.0).max(axis=2)  # (pp, G), whole layer counts
-        capl.sort(axis=0)  # ascending: each group's n_g largest are its last n_g
-        return sum(float(capl[top[g], g].sum()) for g in range(G)) >= L
+        return float(placed(np.where(tmin <= T, lsr, 0.0).max(axis=2))) >= L
 
     if not holds(float(cands[-1])):
         return math.inf
@@ -294,15 +333,29 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
             lo_i = mid + 1
     T_lb = float(cands[lo_i])
     per = tmin[finite] / np.broadcast_to(ls.reshape(1, 1, -1), tmin.shape)[finite]
-    S_lb = 0.0
     lams = np.linspace(float(per.min()), float(per.max()), 9)
-    # h over every lambda at once: (lambda, j, g), each group's positions sorted
-    hs = np.sort(np.where(finite, tmin - lams.reshape(-1, 1, 1, 1) * lsr, np.inf).min(axis=3),
-                 axis=1)
-    for i, lam in enumerate(lams):
-        # group g holds n_g positions: at least the sum of its n_g least h (assignment relaxed)
-        v = lam * L + sum(float(np.ascontiguousarray(hs[i, :ng[g], g]).sum()) for g in range(G))
-        S_lb = max(S_lb, v)
+
+    def s_lb(tm: Any) -> Any:
+        """S_lb of each (pp, G, nl) slice of tm (leading axis): max over lambda of lambda*L +
+        the least sum_j h[j, g(j)] over the placements."""
+        hs = np.where(np.isfinite(tm)[:, None], tm[:, None] - lams.reshape(1, -1, 1, 1, 1)
+                      * lsr, np.inf).min(axis=4)  # (n, lambda, j, g)
+        if G == 2:
+            # group 0 on the n_0 positions where it saves most (a position one group cannot
+            # hold goes to the other)
+            h0, h1 = hs[..., 0], hs[..., 1]
+            with np.errstate(invalid="ignore"):
+                gain = np.where(np.isinf(h0), np.inf, np.where(np.isinf(h1), -np.inf, h0 - h1))
+            on0 = np.zeros(gain.shape, bool)
+            np.put_along_axis(on0, np.argsort(gain, axis=2, kind="stable")[..., :ng[0]], True,
+                              axis=2)
+            hsum = np.where(on0, h0, h1).sum(axis=2)
+        else:
+            # each group's n_g least h (placement relaxed: two groups may share a position)
+            hs = np.sort(hs, axis=2)
+            hsum = sum(hs[:, :, :ng[g], g].sum(axis=2) for g in range(G))
+        return (lams * L + hsum).max(axis=1)
+
     D = (L - K) * min(c.dsync) + K * min(c.dsync_d) + pp * min(c.dps_fixed) \
         + min(c.emb_dps) + min(c.head_dps)
     opt_sum = (L - K) * min(c.opt) + K * min(c.opt_d) + min(c.emb_opt) + min(c.head_opt)
@@ -310,10 +363,87 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None) -> float:
     b = D / pp
     o = opt_sum / pp
 
-    def step(S: float) -> float:
-        T = max(T_lb, S / pp)
-        return (m - 1.0 / vpp) * T + S / vpp + max(a, b - BACKWARD_SHARE * S / pp) + o
+    def phi(T0: Any, S_lb: Any) -> Any:
+        """The least step over S >= max(S_lb, T0) with T = max(T0, S/pp) (elementwise)."""
+        S0 = np.maximum(S_lb, T0)
 
-    S0 = max(S_lb, T_lb)
-    best = min(step(max(S0, x)) for x in (S0, pp * T_lb, (b - a) * pp / BACKWARD_SHARE))
+        def step(S: Any) -> Any:
+            T = np.maximum(T0, S / pp)
+            return (m - 1.0 / vpp) * T + S / vpp \
+                + np.maximum(a, b - BACKWARD_SHARE * S / pp) + o
+
+        return np.minimum.reduce([step(np.maximum(S0, x)) for x in (
+            S0, pp * T0, np.full_like(S0, (b - a) * pp / BACKWARD_SHARE))])
+
+    # per-stage DP sync d and optimizer time o of every (j, g, l) (the plan_cost composition)
+    jj = np.arange(pp).reshape(-1, 1, 1)
+    first, last = (jj == 0).astype(float), (jj == pp - 1).astype(float)
+    nd = first * K
+    nmj = np.maximum(lsr - nd, 0.0)
+
+    def gv(xs: list[float]) -> Any:
+        return np.asarray(xs, float).reshape(1, G, 1)
+
+    dj = nmj * gv(c.dsync) + nd * gv(c.dsync_d) + gv(c.dps_fixed) + first * gv(c.emb_dps) \
+        + last * gv(c.head_dps)
+    oj = nmj * gv(c.opt) + nd * gv(c.opt_d) + first * gv(c.emb_opt) + last * gv(c.head_opt)
+    # exposed_j + opt_j >= max(DTF d_j, d_j - 2/3 t_j) + o_j, and t_j <= T; the T term only
+    # where (m - 1/vpp) T + that stays nondecreasing in T (slope m - 1/vpp - 2/3 >= 0)
+    use_t = m - 1.0 / vpp >= BACKWARD_SHARE
+    wbase = fx.DP_TAIL_FRACTION * dj + oj
+
+    def w_lb(Tc: Any) -> Any:
+        """W_lb(T') per T' of Tc: the least W such that the stages, each with
+        tmin[j, g, l] <= T' and max(DTF d, d - 2/3 T') + o <= W, hold L layers."""
+        w = np.maximum(wbase[None], (dj - BACKWARD_SHARE * Tc.reshape(-1, 1, 1, 1)) + oj) \
+            if use_t else np.broadcast_to(wbase[None], (len(Tc), *wbase.shape))
+        w = np.where(tmin[None] <= Tc.reshape(-1, 1, 1, 1), w, np.inf)
+        # cap_j(W) >= l iff some l' >= l has w <= W: the suffix minimum over l
+        suf = np.minimum.accumulate(w[..., ::-1], axis=-1)[..., ::-1]
+        vals = np.unique(suf[np.isfinite(suf)])
+        if vals.size == 0:
+            return np.full(len(Tc), np.inf)
+        n = len(Tc)
+        lo_ = np.zeros(n, int)
+        hi_ = np.full(n, vals.size)  # vals.size: none holds
+        while True:
+            act = lo_ < hi_
+            if not act.any():
+                break
+            mid = (lo_ + hi_) // 2
+            W = vals[np.minimum(mid, vals.size - 1)].reshape(-1, 1, 1, 1)
+            ok = placed(np.where(suf <= W, lsr[None], 0.0).max(axis=-1)) >= L
+            hi_ = np.where(act & ok, mid, hi_)
+            lo_ = np.where(act & ~ok, mid + 1, lo_)
+        return np.where(lo_ < vals.size, vals[np.minimum(lo_, vals.size - 1)], np.inf)
+
+    def bound_at(Tc: Any) -> Any:
+        """max(phi(T', S_lb(T')), (m - 1/vpp) T' + max(S_lb(T'), T')/vpp + W_lb(T'))."""
+        tm = np.where(tmin[None] <= Tc.reshape(-1, 1, 1, 1), tmin[None], np.inf)
+        Sc = s_lb(tm)
+        with np.errstate(invalid="ignore"):
+            v = np.maximum(phi(Tc, Sc),
+                           (m - 1.0 / vpp) * Tc + np.maximum(Sc, Tc) / vpp + w_lb(Tc))
+        return np.where(np.isnan(v), np.inf, v)
+
+    S_all = s_lb(tmin[None])
+    if not coupled:
+        best = float(phi(np.array([T_lb]), S_all)[0])
+        if not math.isfinite(best):  # inf (or nan from 0 * inf): no placement fills a stage
+            return math.inf
+        return best * (1 - 1e-9) - 1e-12
+    # A partition whose least stage times tmin[j, g(j), l_j] peak at T' (a candidate >= T_lb)
+    # has T >= T', S >= S_lb(T') (the Lagrangian over the entries <= T' only) and a step >=
+    # bound_at(T'); the least over T' bounds every partition. The scan stops once a lower
+    # estimate nondecreasing in T' (phi with S_all) passes the best so far.
+    tc = cands[cands >= T_lb]
+    best = math.inf
+    for lo in range(0, len(tc), 16):
+        ch = tc[lo:lo + 16]
+        ch = ch[phi(ch, np.full(ch.shape, S_all[0])) < best]
+        if ch.size == 0:
+            break
+        best = min(best, float(bound_at(ch).min()))
+    if not math.isfinite(best):
+        return math.inf
     return best * (1 - 1e-9) - 1e-12

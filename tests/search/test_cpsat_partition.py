@@ -126,7 +126,11 @@ def _check_key_bound(space: SearchSpace) -> int:
     ranked, _ = en.enumerate_best(space)  # the best plan of every key, by exact step time
     t = build_tables(space)
     for cost, plan in ranked:  # the enumerator's best plan of every key
-        assert key_bound(t, _key(plan)) <= cost, plan.short()
+        kb = key_bound(t, _key(plan))
+        tight = key_bound(t, _key(plan), coupled=True)  # T, S and the DP tail coupled
+        assert kb <= cost, plan.short()
+        assert tight <= cost, (plan.short(), tight, cost)
+        assert tight >= kb * (1 - 1e-12), plan.short()  # the coupled bound is never looser
     return len(ranked)
 
 
@@ -153,6 +157,26 @@ def test_key_bound_below_every_key_best(moe: bool, layers: int, gpus: int, batch
 def test_key_bound_below_every_key_best_heterogeneous() -> None:
     job = Job(model=_mini(False, 8), cluster=_mixed_small(), seq_len=4096, global_batch=16)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3), fix="tp=8")
+    assert _check_key_bound(space) > 0
+
+
+@pytest.mark.parametrize("moe,layers,seq,fix,partial", [
+    (False, 8, 4096, "tp=4", True),  # pp=4: two stages per group, partial recompute
+    (True, 6, 4096, "tp=4", False),  # MoE with a dense prefix on the first stage
+    (False, 8, 16384, "tp=2,pp=4", True),  # long sequences: memory forces recompute
+    (False, 8, 4096, "tp=4,pp=4,stage_groups=1:0:0:1", True),  # a pinned placement
+    (False, 8, 4096, "tp=4,stage_groups=1:0:1:0,stage_layers=2:2:2:2", False),
+    (True, 6, 4096, "tp=4,pp=4,vpp=1,stage_groups=0:1:1:0,recompute_layers=1", True),
+])
+def test_key_bound_below_every_key_best_two_groups(moe: bool, layers: int, seq: int, fix: str,
+                                                   partial: bool) -> None:
+    """Two node groups (H100 and A100) with several stages per group: the bound's best
+    placement (group 0 on the positions where it gains most; the pinned one when given), and
+    the coupled bound with its per-stage DP tail, stay below the exact best of every key, over
+    every placement the enumerator tries."""
+    job = Job(model=_mini(moe, layers), cluster=_mixed_small(), seq_len=seq, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3), fix=fix,
+                                partial_recompute=partial)
     assert _check_key_bound(space) > 0
 
 
