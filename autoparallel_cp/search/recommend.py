@@ -312,18 +312,27 @@ def simplest_within(
     # as in solve.py: CP-SAT 9.15's presolve was seen returning a minimum above a key's pinned
     # bound and missing solutions on this master; without it the search is also faster
     prm.cp_model_presolve = False
+    # the master returns keys by complexity, a lower bound of their plans' (the partial recompute
+    # and partition weights come in the re-check): a qualifying plan more complex than its key
+    # is kept while a later key may still give a simpler one
+    chosen: tuple[int, float, Plan] | None = None
     for _ in range(max_rounds):
         if budget.exhausted():
-            return None
+            break
         status = budget.solve(solver, model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None
+            break
         k = master.key_of(solver.boolean_value)
+        kc = key_complexity(k)
+        if chosen is not None and kc >= chosen[0]:
+            break
         got = qualify(k)
-        if got is not None:
-            return got[2], got[1]
+        if got is not None and (chosen is None or got[:2] < chosen[:2]):
+            chosen = got
+        if chosen is not None and chosen[0] <= kc:
+            break
         model.add_bool_or([lit.negated() for lit in master.key_lits(k)])
-    return None
+    return None if chosen is None else (chosen[2], chosen[1])
 
 
 def plan_violations_ok(job: Any, plan: Plan) -> bool:
