@@ -31,9 +31,10 @@ from test_solver_vs_enumerate import _key, _mini, _mixed_small
 
 from autoparallel_cp.cost.factors import DP_TAIL_FRACTION
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
-from autoparallel_cp.search.cpsat_master import Key, build_master, enumerate_keys
+from autoparallel_cp.search.cpsat_master import Key, ListingCut, build_master, enumerate_keys
 from autoparallel_cp.search.cpsat_partition import build_partition
 from autoparallel_cp.search.key_bounds import key_bound, key_coefs
+from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.solve import best_for_key, enumerate_plans
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import Tables, build_tables, plan_cost
@@ -254,21 +255,23 @@ def _legal_keys(space: SearchSpace, t: Tables) -> set[Key]:
         # spec/plan.py leaves the placement to the solver)
         if any(g.num_gpus % (dp * tp * cp) for g in job.cluster.node_groups):
             continue
-        if pp * vpp > L:
+        if pp * vpp > L or (space.partition == "uniform" and L % (pp * vpp)):
+            continue
+        if space.fixed.get("dp", dp) != dp:
             continue
         units = L // vpp
         split = tuple(vpp * (units // pp + (j < units % pp)) for j in range(pp))
         if sum(split) != L or min(split) < vpp:
             continue
         plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
-                    num_microbatches=m, recompute=mode, stage_layers=split)
+                    num_microbatches=m, recompute=mode, stage_layers=split, etp=space.etp)
         if not plan_violations(job, plan):
             out.add(Key(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, vpp=vpp, sp=sp, zero=zero, mbs=mbs,
                         m=m, mode=RECOMPUTE_MODES.index(mode)))
     return out
 
 
-@pytest.mark.parametrize("case", ["dense", "moe", "hetero"])
+@pytest.mark.parametrize("case", ["dense", "moe", "hetero", "uniform", "folded", "dp"])
 def test_master_lists_exactly_the_legal_keys(case: str) -> None:
     """The master's one-hot axes and degree rules (cpsat_axes) admit every legal key and no
     other (small models on large GPUs, so the master's memory condition removes none)."""
@@ -280,10 +283,22 @@ def test_master_lists_exactly_the_legal_keys(case: str) -> None:
         job = Job(model=_mini(True, 4), cluster=load_cluster("dgx-h100").take_gpus(8),
                   seq_len=2048, global_batch=8)
         kw = {"max_vpp": 2, "max_mbs": 2, "zero": (1, 3)}
-    else:
+    elif case == "hetero":
         job = Job(model=_mini(False, 6), cluster=_mixed_small(), seq_len=2048,
                   global_batch=16)
         kw = {"max_vpp": 2, "max_mbs": 2, "zero": (0, 3)}
+    elif case == "uniform":  # pp * vpp | L (12 layers: pp = 8 and pp = 4 with vpp = 2 not)
+        job = Job(model=_mini(False, 12), cluster=load_cluster("dgx-h100").take_gpus(8),
+                  seq_len=2048, global_batch=16)
+        kw = {"max_vpp": 2, "max_mbs": 1, "zero": (1,), "partition": "uniform"}
+    elif case == "folded":  # expert TP 2: etp*ep | tp*cp*dp, and sp with a folded tp > 1
+        job = Job(model=_mini(True, 4), cluster=load_cluster("dgx-h100").take_gpus(8),
+                  seq_len=2048, global_batch=8)
+        kw = {"max_vpp": 2, "max_mbs": 1, "zero": (1,), "fix": "etp=2"}
+    else:  # a pinned dp
+        job = Job(model=_mini(False, 8), cluster=load_cluster("dgx-h100").take_gpus(8),
+                  seq_len=2048, global_batch=16)
+        kw = {"max_vpp": 2, "max_mbs": 2, "zero": (1,), "fix": "dp=2"}
     space = SearchSpace.for_job(job, **kw)
     t = build_tables(space)
     keys, capped = enumerate_keys(build_master(t), None, 10**12)
@@ -291,9 +306,11 @@ def test_master_lists_exactly_the_legal_keys(case: str) -> None:
     listed = [k for _, k in keys]
     assert len(listed) == len(set(listed))
     legal = _legal_keys(space, t)
-    assert set(listed) == legal
+    assert set(listed) == legal and len(legal) >= 10
+    if case in ("moe", "folded"):
+        assert any(k.ep > 1 for k in legal)
     # the rules at work: sp only with tp > 1, interleaving only with pp > 1 and pp <= m
-    assert any(k.sp for k in legal) and any(k.vpp > 1 for k in legal)
+    assert any(k.sp for k in legal) and any(k.vpp > 1 or k.pp == 8 for k in legal)
     assert all(k.tp > 1 for k in legal if k.sp) and all(k.pp > 1 for k in legal if k.vpp > 1)
 
 
@@ -326,3 +343,27 @@ def test_master_memory_condition_excludes_keys_whose_states_do_not_fit() -> None
     assert {(2, 1), (4, 0), (1, 2)} <= listed
     ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
     assert ranked and {_key(p) for _, p in ranked} <= {k for _, k in keys}
+
+
+def test_key_listing_windows_partition_the_keys() -> None:
+    """enumerate_keys(lo, hi) lists the keys with lo < LB <= hi (objective units), sorted by
+    (LB, key order); consecutive windows split the whole listing; `cap` stops it early; a spent
+    budget raises ListingCut rather than return a partial window."""
+    job = Job(model=_mini(False, 8), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=2048, global_batch=16)
+    master = build_master(build_tables(SearchSpace.for_job(job, max_vpp=2, max_mbs=2)))
+    every, capped = enumerate_keys(master, None, 10**12)
+    assert not capped and len(every) > 50
+    assert every == sorted(every, key=lambda x: (x[0], x[1].order()))
+    lbs = sorted({lb for lb, _ in every})
+    cut1, cut2 = lbs[len(lbs) // 3], lbs[2 * len(lbs) // 3]
+    w1, _ = enumerate_keys(master, None, cut1)
+    w2, _ = enumerate_keys(master, cut1, cut2)
+    w3, _ = enumerate_keys(master, cut2, 10**12)
+    assert w1 + w2 + w3 == every
+    assert all(lb <= cut1 for lb, _ in w1) and all(cut1 < lb <= cut2 for lb, _ in w2)
+    assert w2 and w2[0][0] > cut1 and w2[-1][0] == cut2
+    few, hit = enumerate_keys(master, None, 10**12, cap=3)
+    assert hit and len(few) == 3 and set(few) <= set(every)
+    with pytest.raises(ListingCut):
+        enumerate_keys(master, None, 10**12, budget=Budget(1e-6))

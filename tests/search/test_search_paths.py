@@ -282,8 +282,15 @@ def test_progress_reports_and_statistics() -> None:
                for a, b in zip(seen, seen[1:], strict=False))
     assert seen[-1]["best_s"] == pytest.approx(res.plans[0].time.step_s, rel=1e-12)
     assert all(s["bound_s"] <= res.plans[-1].time.step_s for s in seen)
-    # statistics
-    assert res.stats["keys_skipped"] >= 0 and res.stats["master_vars"] > 0
+    # statistics: every listed key was scored or skipped; the master's size
+    ctx = res.context
+    assert ctx is not None and res.stats["keys_skipped"] >= 0
+    assert res.stats["keys_scored"] + res.stats["keys_skipped"] == len(ctx.listed)
+    assert res.stats["master_vars"] == len(ctx.master.model.proto.variables) > 0
+    assert res.stats["master_constraints"] == len(ctx.master.model.proto.constraints) > 0
+    # the context holds the best plan of every key scored, the reported ones among them
+    assert {e.plan.key() for e in res.plans} <= {r.plan.key() for r in ctx.found.values()}
+    assert set(res.to_json()) == {"status", "solve_time_s", "space_size", "plans"}
     assert set(res.stats["phases"]) >= {"build_s", "master_s", "enumerate_keys_s",
                                         "key_bound_s", "partition_s"}
     assert 0.0 <= res.max_objective_diff_s <= res.error_bound_s < 1e-3
@@ -371,10 +378,12 @@ def test_sigint_watcher_is_a_no_op_off_the_main_thread() -> None:
 # ------------------------------------------------------------------------------------------
 
 def test_no_legal_degrees_is_explained() -> None:
-    # tp = 8 and cp = 2 need 16 GPUs: no degree choice exists on 8
+    # tp = 8 and cp = 2 need 16 GPUs: no degree choice exists on 8; the enumerator says the same
     with pytest.raises(InfeasibleError) as err:
         api.solve(_job(), time_limit=10, fix="tp=8,cp=2")
-    assert str(err.value) == (
+    with pytest.raises(InfeasibleError) as err2:
+        api.enumerate_plans(_job(), fix="tp=8,cp=2")
+    assert str(err2.value) == str(err.value) == (
         "no legal combination of tp/pp/cp/dp/ep/mbs for 8 GPUs, global batch 32 and seq 2048 "
         "in this space (check --fix pins and divisibility: heads % tp, GPUs % (tp*pp*cp), "
         "batch % (dp*mbs))")
