@@ -17,6 +17,9 @@ time lower bound bounded by (1 + tolerance) x the optimum and the complexity min
 re-checked by the exact cost model. The partition and partial-recompute weights are applied in
 that re-check (the plan's uniform / whole-stage variant is preferred when it qualifies). Without
 phase two the complexity is minimized over the k best plans (`method` says which).
+
+Kept whole (about 400 lines): the weights, both phases of `simplest_within` and `recommend` read
+the same weight tables and phase two's closures.
 """
 
 from __future__ import annotations
@@ -312,25 +315,17 @@ def simplest_within(
     # as in solve.py: CP-SAT 9.15's presolve was seen returning a minimum above a key's pinned
     # bound and missing solutions on this master; without it the search is also faster
     prm.cp_model_presolve = False
-    # the master returns keys by complexity, a lower bound of their plans' (the partial recompute
-    # and partition weights come in the re-check): a qualifying plan more complex than its key
-    # is kept while a later key may still give a simpler one
-    chosen: tuple[int, float, Plan] | None = None
+    chosen: tuple[int, float, Plan] | None = None  # keys come by complexity, <= their plans'
     for _ in range(max_rounds):
-        if budget.exhausted():
-            break
-        status = budget.solve(solver, model)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if budget.exhausted() or budget.solve(solver, model) not in (cp_model.OPTIMAL,
+                                                                     cp_model.FEASIBLE):
             break
         k = master.key_of(solver.boolean_value)
-        kc = key_complexity(k)
-        if chosen is not None and kc >= chosen[0]:
-            break
+        if chosen is not None and key_complexity(k) >= chosen[0]:
+            break  # no later key can give a simpler plan than the one chosen
         got = qualify(k)
         if got is not None and (chosen is None or got[:2] < chosen[:2]):
             chosen = got
-        if chosen is not None and chosen[0] <= kc:
-            break
         model.add_bool_or([lit.negated() for lit in master.key_lits(k)])
     return None if chosen is None else (chosen[2], chosen[1])
 
