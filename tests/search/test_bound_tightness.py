@@ -367,3 +367,19 @@ def test_key_listing_windows_partition_the_keys() -> None:
     assert hit and len(few) == 3 and set(few) <= set(every)
     with pytest.raises(ListingCut):
         enumerate_keys(master, None, 10**12, budget=Budget(1e-6))
+
+
+def test_master_bound_is_exact_for_one_stage_keys_with_the_dp_tail_exposed() -> None:
+    """As above, on 16 GPUs of two nodes with 128-token sequences: the DP sync crosses the
+    network and outlasts 2/3 of the compute, so the master's second bound, with the DP overlap,
+    is the one that binds, ZeRO-3 included (its weight gathers enter that bound too)."""
+    job = Job(model=_mini(False, 6), cluster=load_cluster("dgx-h100").take_gpus(16),
+              seq_len=128, global_batch=16)
+    space = SearchSpace.for_job(job, fix="pp=1,tp=1,cp=1,mbs=1,recompute=none")
+    t = build_tables(space)
+    master = build_master(t)
+    keys, _ = enumerate_keys(master, None, 10**12)
+    assert {k.zero for _, k in keys} == {0, 1, 2, 3}
+    for lb_u, k in keys:
+        exact = plan_cost(t, _plan(k, (6,), None, None))
+        assert 0 <= exact.step_s - lb_u * master.unit_s <= 5e-6, k

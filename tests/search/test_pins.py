@@ -111,5 +111,18 @@ def test_the_space_checks_the_pins_first(dense: Any) -> None:
     # the text form reaches the same rule (after parse_assignments' own checks)
     with pytest.raises(InputError, match="the stages hold 23 layers, the model has 24"):
         SearchSpace.for_job(dense, fix="stage_layers=12:11")
-    with pytest.raises(InputError, match="cannot fix 'bogus'"):
+    with pytest.raises(InputError) as err:
         SearchSpace.for_job(dense, fix={"bogus": 1})
+    assert err.value.field == "bogus"
+    assert str(err.value).startswith("field 'bogus': cannot fix 'bogus'; fixable: ")
+
+
+def test_pins_outside_the_default_caps_are_kept() -> None:
+    """space.py honours pins beyond its default caps when the job allows them: cp above
+    max_cp (16) when it divides the GPUs, tp above the GPUs of a node when it divides the
+    heads, pp above the layer count, vpp above max_vpp."""
+    job = api.make_job("gpt3-1.3b", "dgx-h100", gpus=64, seq_len=2048, global_batch=64)
+    assert SearchSpace.for_job(job, fix="cp=32").cp == (32,)
+    assert SearchSpace.for_job(job, fix="tp=16").tp == (16,)
+    assert SearchSpace.for_job(job, fix="pp=32").pp == (32,)
+    assert SearchSpace.for_job(job, fix="vpp=6").vpp == (6,)

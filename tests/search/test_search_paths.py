@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 from ortools.sat.python import cp_model
+from test_bound_tightness import _with_memory
 from test_search_contracts import _knapsack
+from test_solver_vs_enumerate import _mini
 
 from autoparallel_cp import api
 from autoparallel_cp.errors import InfeasibleError
@@ -31,6 +33,7 @@ from autoparallel_cp.search.recommend import (
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.calibration import Calibration
+from autoparallel_cp.spec.loaders import load_cluster
 from autoparallel_cp.spec.plan import Plan
 
 GIB = 2**30
@@ -434,3 +437,56 @@ def test_pins_that_rule_out_every_plan_are_named() -> None:
     assert float(m[2]) < float(m[3])
     pinned = api.evaluate(job, api.as_plan(job, m[1] + ",stage_layers=37:1:1:1"))
     assert not pinned.fits
+
+
+# ------------------------------------------------------------------------------------------
+# killed after the pass-4 sample (survivors of the fresh sample; see RESULTS.md)
+# ------------------------------------------------------------------------------------------
+
+def test_a_budget_spent_after_the_first_key_gives_a_feasible_answer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget runs out right after the first key is scored: its plan is returned with
+    status "feasible" (not proven: keys are left) and a gap below 1."""
+    real = solve_mod.best_for_key
+
+    def one_key(*a: Any, **kw: Any) -> Any:
+        res = real(*a, **kw)
+        budget = kw["budget"]
+        budget.used = budget.dtime  # nothing left after this key
+        return res
+
+    monkeypatch.setattr(solve_mod, "best_for_key", one_key)
+    res = api.solve(_job(), top_k=3, time_limit=10, workers=1)
+    assert res.status == "feasible" and len(res.plans) == 1 and res.iterations == 1
+    assert 0.0 <= res.gap < 1.0
+    assert res.to_json()["status"] == "feasible"
+
+
+def test_an_interleaved_pin_is_searched() -> None:
+    """vpp pinned to 2 (no vpp = 1 in the space): pp = 1 is then impossible, and the solver's
+    answer is the enumerator's."""
+    job = Job(model=_mini(False, 8), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=2048, global_batch=16)
+    space = SearchSpace.for_job(job, fix="vpp=2,zero=1,recompute=none,mbs=1,tp=1,cp=1")
+    a = solve_mod.solve(job, space, top_k=3, time_limit=20)
+    b = solve_mod.enumerate_plans(job, space, top_k=3)
+    assert a.status == "optimal"
+    # the same keys (the split of equal stages is written out by one, left default by the other)
+    assert [e.plan.key()[:11] for e in a.plans] == [e.plan.key()[:11] for e in b.plans]
+    for x, y in zip(a.plans, b.plans, strict=True):
+        assert x.time.step_s == pytest.approx(y.time.step_s, rel=1e-9)
+    assert all(e.plan.vpp == 2 and e.plan.pp > 1 for e in a.plans)
+
+
+def test_the_enumerator_keeps_a_pinned_recompute_count() -> None:
+    """recompute_layers=1 pinned on 4 GiB GPUs at 16k tokens: recomputing one layer a stage
+    fits only some splits, recomputing whole stages more; every plan must still recompute
+    exactly 1 layer a stage (or all of a one-layer stage), never whole larger stages."""
+    job = Job(model=_mini(False, 8), cluster=_with_memory(
+        load_cluster("dgx-h100").take_gpus(8), 4.0), seq_len=16384, global_batch=16)
+    space = SearchSpace.for_job(job, fix="recompute_layers=1,pp=2,vpp=1,zero=1,mbs=1")
+    ranked = solve_mod.enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    assert len(ranked) >= 4
+    for _, p in ranked:
+        assert p.recompute == "full"
+        assert p.recompute_layers == 1 or max(p.layers_per_stage(8)) <= 1, p.short()
