@@ -18,6 +18,9 @@ master with that bound and the complexity minimized; every answer re-checked by 
 model. The partition and partial-recompute weights are applied in
 that re-check (the plan's uniform / whole-stage variant is preferred when it qualifies). Without
 phase two the complexity is minimized over the k best plans (`method` says which).
+
+Kept whole (about 400 lines): the weights, both phases of `simplest_within` and `recommend` read
+the same weight tables and phase two's closures.
 """
 
 from __future__ import annotations
@@ -312,18 +315,19 @@ def simplest_within(
     # as in solve.py: CP-SAT 9.15's presolve was seen returning a minimum above a key's pinned
     # bound and missing solutions on this master; without it the search is also faster
     prm.cp_model_presolve = False
+    chosen: tuple[int, float, Plan] | None = None  # keys come by complexity, <= their plans'
     for _ in range(max_rounds):
-        if budget.exhausted():
-            return None
-        status = budget.solve(solver, model)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None
+        if budget.exhausted() or budget.solve(solver, model) not in (cp_model.OPTIMAL,
+                                                                     cp_model.FEASIBLE):
+            break
         k = master.key_of(solver.boolean_value)
+        if chosen is not None and key_complexity(k) >= chosen[0]:
+            break  # no later key can give a simpler plan than the one chosen
         got = qualify(k)
-        if got is not None:
-            return got[2], got[1]
+        if got is not None and (chosen is None or got[:2] < chosen[:2]):
+            chosen = got
         model.add_bool_or([lit.negated() for lit in master.key_lits(k)])
-    return None
+    return None if chosen is None else (chosen[2], chosen[1])
 
 
 def plan_violations_ok(job: Any, plan: Plan) -> bool:

@@ -64,3 +64,46 @@ def test_moe_ep_domain_and_dense_prefix() -> None:
     assert s.first_stage_min_units(1) == 3
     for d in list(s.degrees())[:200]:
         assert (d.dp * d.cp) % d.ep == 0
+
+
+def test_counting_helpers_by_hand() -> None:
+    """gpt3-1.3b: 24 layers. Placements of stages on two node groups of 8 GPUs: a stage of
+    dp*tp*cp GPUs, each group holds 8 / (dp*tp*cp) stages, in pp! / (n_0! n_1!) orders."""
+    from test_solver_vs_enumerate import _mixed_small
+
+    job = Job(model=load_model("gpt3-1.3b"), cluster=_mixed_small(), seq_len=2048,
+              global_batch=32)
+    s = SearchSpace.for_job(job)
+    assert s.num_placements(1, 1, 4, 4) == 6  # 2 + 2 stages: 4!/(2!2!)
+    assert s.num_placements(1, 1, 8, 2) == 2  # 1 + 1
+    assert s.num_placements(1, 1, 2, 8) == 70  # 4 + 4: 8!/(4!4!)
+    assert s.num_placements(1, 1, 4, 2) == 0  # 2 + 2 stages for pp = 2: not a placement
+    assert s.num_placements(2, 1, 8, 1) == 0  # 16 GPUs a stage: more than a group
+    assert s.stage_group_counts(2, 2, 1) == (2, 2) and s.stage_group_counts(1, 1, 16) is None
+    assert SearchSpace.for_job(job, fix="stage_groups=0:1").num_placements(1, 1, 8, 2) == 1
+    one = SearchSpace.for_job(_job("gpt3-1.3b", gpus=8, batch=32))
+    assert one.num_placements(1, 1, 2, 4) == 1
+    # (mode, recompute_layers) settings: partial full recompute counts r = 1 .. 20 and "all"
+    # (the largest stage of 4 holds 24 - 3 = 21 layers); uniform: 1 .. 5 and "all"
+    assert one.recompute_choices(4, 1) == 1 + 1 + 21
+    assert one.recompute_choices(4, 2) == 1 + 1 + (24 - 3 * 2)
+    assert one.with_(partition="uniform").recompute_choices(4, 1) == 1 + 1 + 6
+    assert one.with_(partial_recompute=False).recompute_choices(4, 1) == 3
+    pinned = SearchSpace.for_job(one.job, fix="recompute_layers=2")
+    assert pinned.recompute == ("full",) and pinned.recompute_choices(4, 1) == 1
+    # partitions: compositions of 24 / vpp units into pp parts
+    assert one.num_partitions(2, 1) == 23 and one.num_partitions(2, 2) == 11
+    assert one.num_partitions(3, 5) == 0  # 24 layers are not chunks of 5
+    assert one.with_(partition="uniform").num_partitions(4, 1) == 1
+    assert SearchSpace.for_job(one.job, fix="stage_layers=20:4").num_partitions(2, 1) == 1
+
+
+def test_describe_lists_every_domain() -> None:
+    s = SearchSpace.for_job(_job("gpt3-1.3b", gpus=8, batch=32),
+                            fix="tp=2,pp=2,cp=1,vpp=1,mbs=4,zero=1,sp=1,recompute=full")
+    assert s.describe() == ("tp [2]\npp [2]\ncp [1]\nep [1]\nvpp [1]\nmbs [4]\nzero [1]\n"
+                            "sp [1]\nrecompute ['full']\npartition free\n"
+                            "partial_recompute True")
+    moe = Job(model=load_model("mixtral-8x7b"), cluster=load_cluster("dgx-h100").take_gpus(64),
+              seq_len=4096, global_batch=64)
+    assert SearchSpace.for_job(moe, fix="etp=2").describe().endswith("\netp 2")
