@@ -116,12 +116,19 @@ def all_to_all(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
     n = _arr(group)
     s = _arr(nbytes)
     k = members_per_node(n, stride, node.gpus_per_node)
-    one = np.ones_like(n)
-    bw_in, lat_in = _link(node, one)
+    return _nvlink_and_network(node, n, k, (k - 1) / np.maximum(n, 1) * s,
+                               (n - k) / np.maximum(n, 1) * s)
+
+
+def _nvlink_and_network(node: NodeGroup, n: FloatArray, k: FloatArray, nvl_bytes: FloatArray,
+                        net_bytes: FloatArray) -> FloatArray:
+    """An exchange over a group of n ranks, k per node, moving `nvl_bytes` per rank over NVLink
+    and, when the group spans nodes, `net_bytes` over the network at the same time: the slower
+    part sets the time (0 for a single rank)."""
+    bw_in, lat_in = _link(node, np.ones_like(n))
     bw_out, lat_out = _link(node, np.zeros_like(n))
-    t_in = (k - 1) / np.maximum(n, 1) * s / bw_in + lat_in
-    t_out = (n - k) / np.maximum(n, 1) * s / bw_out + lat_out
-    t = np.where(n > k, np.maximum(t_in, t_out), t_in)
+    t_in = nvl_bytes / bw_in + lat_in
+    t = np.where(n > k, np.maximum(t_in, net_bytes / bw_out + lat_out), t_in)
     return np.where(n > 1, t, 0.0)
 
 
@@ -160,16 +167,10 @@ def flex_dispatch(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
     n = _arr(group)
     s = _arr(token_bytes)
     k = members_per_node(n, stride, node.gpus_per_node)
-    one = np.ones_like(n)
-    bw_in, lat_in = _link(node, one)
-    bw_out, lat_out = _link(node, np.zeros_like(n))
     nn = np.maximum(n, 1.0)
     nvl_share = top_k * ((k - 1) / nn + (n - k) / nn * (k - 1) / np.maximum(k, 1.0))
-    t_in = nvl_share * s / bw_in + lat_in
-    t_out = remote_nodes_per_token(n / np.maximum(k, 1.0), top_k, num_experts) * s / bw_out \
-        + lat_out
-    t = np.where(n > k, np.maximum(t_in, t_out), t_in)
-    return np.where(n > 1, t, 0.0)
+    remote = remote_nodes_per_token(n / np.maximum(k, 1.0), top_k, num_experts)
+    return _nvlink_and_network(node, n, k, nvl_share * s, remote * s)
 
 
 def p2p(node: NodeGroup, intra: npt.ArrayLike, nbytes: npt.ArrayLike) -> FloatArray:

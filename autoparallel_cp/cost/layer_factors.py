@@ -194,7 +194,8 @@ def layer_factors(
     Full recompute replays the forward (and its TP/CP/EP comm); selective recompute replays the
     attention core (Korthikanti §5).
     `etp` (None: Megatron's default, the expert-TP size is tp) is the expert-tensor-parallel
-    size of MoE parallel folding; a layer with etp != tp is costed by `_folded_moe_comm`.
+    size of MoE parallel folding; a layer with etp != tp is costed by
+    `moe_comm.folded_moe_comm`.
     """
     opts = options_for(job, options)
     model = job.model

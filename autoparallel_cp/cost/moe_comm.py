@@ -10,8 +10,8 @@ from autoparallel_cp.cost.common import FloatArray, node
 from autoparallel_cp.spec import Job
 
 
-def dispatch_time(job: Job, g: int, ep: FloatArray, stride: FloatArray, copy_bytes: FloatArray,
-              flex: bool) -> FloatArray:
+def dispatch_time(job: Job, g: int, ep: FloatArray, stride: FloatArray,
+                  copy_bytes: FloatArray, flex: bool) -> FloatArray:
     """One dispatch (or combine) of a rank's routed tokens over its ep group of rank `stride`:
     `copy_bytes` is one copy of every routed token (x top_k copies travel). NCCL all-to-all of
     the top_k copies, or the node-deduplicating flex dispatcher (`comm.flex_dispatch`)."""
@@ -24,7 +24,7 @@ def dispatch_time(job: Job, g: int, ep: FloatArray, stride: FloatArray, copy_byt
 
 
 def folded_moe_comm(job: Job, g: int, tokens: FloatArray, tp: FloatArray, ep: FloatArray,
-                     etp: FloatArray, flex: bool = False) -> FloatArray:
+                    etp: FloatArray, flex: bool = False) -> FloatArray:
     """Forward dispatch + combine time of a folded MoE layer (etp != tp), per micro-batch.
 
     Megatron-Core's alltoall dispatcher (megatron/core/transformer/moe/token_dispatcher.py
@@ -43,9 +43,9 @@ def folded_moe_comm(job: Job, g: int, tokens: FloatArray, tp: FloatArray, ep: Fl
     model = job.model
     assert model.moe is not None
     act_b = float(job.recipe.activation_bytes)
-    local = tokens / tp * model.moe.top_k * model.hidden_size * act_b
-    a2a = dispatch_time(job, g, ep, etp, tokens / tp * model.hidden_size * act_b, flex)
-    gathered = etp * local
+    copy = tokens / tp * model.hidden_size * act_b  # one copy of the rank's routed tokens
+    a2a = dispatch_time(job, g, ep, etp, copy, flex)
+    gathered = etp * copy * model.moe.top_k
     etp_coll = comm.all_gather(nd, etp, 1, gathered) + comm.reduce_scatter(nd, etp, 1, gathered)
     return 2 * a2a + etp_coll
 
@@ -56,7 +56,7 @@ MLP_NODE = ("expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2")
 
 
 def ep_overlapped(one: FloatArray, fwd_compute: FloatArray, compute: FloatArray,
-                   fwd: dict[str, FloatArray], bwd: dict[str, FloatArray]) -> FloatArray:
+                  fwd: dict[str, FloatArray], bwd: dict[str, FloatArray]) -> FloatArray:
     """Exposed EP time of a layer under Megatron-Core's EP overlap, per micro-batch pair.
 
     The combined 1F1B node of one layer (megatron/core/models/common/
