@@ -13,6 +13,7 @@ folding) where a Megatron-Bridge recipe sets it.
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,6 +184,10 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         if stated.get("bf16_grads"):
             recipe = recipe.model_copy(update={"grad_bytes": 2, "grad_reduce_bytes": 2})
             assumed.append(f"bf16 grads ({stated['bf16_grads']})")
+        if stated.get("dropout"):
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"dropout": True})})
+            assumed.append(f"dropout ({stated['dropout']})")
         if stated.get("fp8_params") and fp8:
             recipe = recipe.model_copy(update={"weight_bytes": 1})
             assumed.append("fp8 params (model.fp8_params in the source's YAML)")
@@ -315,22 +320,26 @@ def _bridge_expert_tp(r: dict[str, str]) -> int | None:
 #:   param dtype.
 #: - `fp8_params`: fp8 weight storage in FP8 runs (`model.fp8_params: true`).
 #: - `recompute`: `activations_checkpoint_granularity` (null unless listed).
+#: - `dropout`: `hidden_dropout` / `attention_dropout` 0.1 (the GPT-3 YAMLs of both sources;
+#:   their Llama, Nemotron and Grok YAMLs set 0.0).
 #: Files: dgxc-bench-25.02: NVIDIA/dgxc-benchmarking @8f5cbb3799 (tag v25.02)
 #: llama3.1/llama3.1_{8b,70b,405b}.yaml, nemo_megatron/gpt3_175b_hydra.yaml,
 #: nemotron/nemotron4-{15b,340b}-synth.yaml, grok1/grok1_314b.yaml; nemo-perf-24.07:
 #: NVIDIA/NeMo-Framework-Launcher tag 24.07, launcher_scripts/conf/training/{gpt3,llama,
 #: nemotron}/*.yaml (only Nemotron 340B sets grad_sync_dtype and selective recompute).
 _YAML_GRADS = "optim.grad_sync_dtype in the source's YAML"
+_YAML_DROPOUT = "hidden/attention dropout 0.1 in the source's YAML"
 STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     "dgxc-bench-25.02": {
         "llama 3.1": {"bf16_grads": _YAML_GRADS},
-        "gpt-3 175b": {"bf16_grads": _YAML_GRADS, "fp8_params": True},
+        "gpt-3 175b": {"bf16_grads": _YAML_GRADS, "fp8_params": True, "dropout": _YAML_DROPOUT},
         "nemotron-4 340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective"},
         "nemotron-4 15b": {},
         "grok-1": {"bf16_grads": _YAML_GRADS},
     },
     "nemo-perf-24.07": {
         "nemotron-340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective"},
+        "gpt3": {"dropout": _YAML_DROPOUT},
     },
     "mbridge-perf": {"": {"bf16_grads": "Megatron-Bridge benchmark default"}},
 }
@@ -358,6 +367,13 @@ def _bridge_recompute_modules(r: dict[str, str]) -> tuple[str, ...] | None:
         if model.startswith(m) and g in gpu and p in (None, pp):
             return mods
     return None
+
+
+def _stated_grad_accum(notes: str) -> int | None:
+    """The gradient-accumulation cell a row's notes record from its source table ("source GA
+    column says N" / "Source GA N"), None where the source states none."""
+    m = re.search(r"[Ss]ource GA (?:column says )?(\d+)", notes)
+    return int(m.group(1)) if m else None
 
 
 def _family(r: dict[str, str]) -> str | None:
@@ -454,6 +470,14 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             assumed.append("mbs=1")
         if gb % (dp * mbs):
             skip(f"global batch {gb} not a multiple of dp*mbs = {dp * mbs}", family)
+            continue
+        ga = _stated_grad_accum(r["notes"])
+        if ga is not None and ga != gb // (dp * mbs):
+            # the source's own cells disagree (a table row whose GA cell does not match its
+            # batch, micro-batch and parallel cells): which of them is wrong is not known, so
+            # the run's plan cannot be written down
+            skip(f"the source's GA cell ({ga}) contradicts gbs/(mbs*dp) = {gb // (dp * mbs)}",
+                 family)
             continue
         model = _model(r, assumed)
         if model is None:

@@ -14,6 +14,7 @@ from autoparallel_cp.cost.common import (
     _fp32_residual,
     _fused,
     _is_pytorch,
+    _te_fp8,
     options_for,
 )
 from autoparallel_cp.cost.efficiency import gemm_time
@@ -81,14 +82,15 @@ def layer_activation_per_token(
     - MLA: compressed q / kv latents and their norms (replicated), then Q, K, V per head.
     PyTorch autocast keeps the residual stream and norm inputs in fp32 (4 B) since the
     embedding output is fp32; Megatron keeps them in bf16.
-    FP8 with Transformer Engine (Megatron recipes with fp8 compute): every TE linear layer
+    FP8 with Transformer Engine (behaviour `fp8_linear` "te"; the default of Megatron recipes,
+    and llm-foundry's fp8 runs use te.Linear): every TE linear layer
     casts its input to fp8 and saves that fp8 copy (1 B) for the weight gradient instead of the
     bf16 input (transformer_engine/pytorch/module/layernorm_linear.py and linear.py save the
     quantized `ln_out` / `inputmat`): the QKV and fc1 inputs (fused into the norm) and the fc2
     input (the activation output, which nothing else keeps) drop to 1 B per element, the
     output projection adds a 1 B copy beside the bf16 attention output the flash backward keeps.
-    torchao float8 (PyTorch recipes) saves the high-precision inputs and re-casts in backward,
-    so nothing changes there.
+    torchao float8 (`fp8_linear` "torchao", the default of PyTorch recipes) saves the
+    high-precision inputs and re-casts in backward, so nothing changes there.
     With context parallelism tokens per rank are s/cp (the caller multiplies by them) and the
     non-flash s² terms see the full key length s.
     """
@@ -110,7 +112,7 @@ def layer_activation_per_token(
     a, dqk, dv = attention_dims(model)
     s_kv = float(job.seq_len)
     # bytes per element of a saved linear-layer input (TE fp8 saves the fp8 copy)
-    lin = 1.0 if (recipe.compute_dtype == "fp8" and not _is_pytorch(recipe)) else ab
+    lin = 1.0 if _te_fp8(recipe) else ab
 
     kept = np.zeros(shape)
     core = np.zeros(shape)
@@ -140,8 +142,10 @@ def layer_activation_per_token(
     if recipe.flash_attention:
         # q, k, v, output (= out-proj input in sbhd layout), fp32 logsumexp per head
         kept = kept + q_bytes + k_bytes + v_bytes + out_bytes + 4.0 * a / tp_
-        if _is_pytorch(recipe):
-            kept = kept + out_bytes  # transpose(1,2).reshape copy fed to the out projection
+        if _is_pytorch(recipe) and lin == ab:
+            # transpose(1,2).reshape copy fed to the out projection (a TE fp8 linear saves
+            # only its fp8 cast of it, added below)
+            kept = kept + out_bytes
     else:
         kept = kept + q_bytes + k_bytes + v_bytes + out_bytes
         core = core + (ab + drop * (1.0 + ab)) * a * s_kv / tp_ * one

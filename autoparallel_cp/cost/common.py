@@ -43,6 +43,15 @@ def _is_pytorch(recipe: TrainingRecipe) -> bool:
     return recipe.framework == "pytorch"
 
 
+def _te_fp8(recipe: TrainingRecipe) -> bool:
+    """The recipe's fp8 linears are Transformer Engine's (behaviour `fp8_linear`; None: TE
+    for Megatron recipes, torchao float8 for PyTorch ones)."""
+    lib = recipe.behaviour.fp8_linear
+    if lib is None:
+        lib = "torchao" if _is_pytorch(recipe) else "te"
+    return recipe.compute_dtype == "fp8" and lib == "te"
+
+
 def _fp32_residual(recipe: TrainingRecipe) -> bool:
     """PyTorch autocast over fp32 weights: the fp32 embedding output keeps the residual stream
     (and every norm input) in fp32. FSDP mixed precision (bf16 params, no autocast copies) and

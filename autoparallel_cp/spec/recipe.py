@@ -79,6 +79,12 @@ class FrameworkBehaviour(Strict):
       recompute, with "moe" among the recompute modules, and with pp > 1 without interleaving
       (transformer_config.py:3002-3037); the cost model leaves EP exposed in the first two and
       `--emit megatron` refuses the third.
+    - ``fp8_linear``: which library runs the fp8 linear layers of a `compute_dtype: fp8`
+      recipe, and so what they save for backward: "te" (Transformer Engine: `te.Linear` /
+      `LayerNormLinear` quantize their input and save that fp8 copy for the weight gradient,
+      transformer_engine/pytorch/module/linear.py) or "torchao" (torchao float8 training
+      saves the high-precision input and re-casts it in backward). None = the framework's
+      default: "te" for Megatron, "torchao" for PyTorch recipes (torchtitan's float8).
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -95,6 +101,7 @@ class FrameworkBehaviour(Strict):
     recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
     ep_dispatcher: Literal["alltoall", "flex"] = "alltoall"
     ep_overlap: bool = False
+    fp8_linear: Literal["te", "torchao"] | None = None
 
 
 class TrainingRecipe(Strict):
@@ -191,13 +198,15 @@ RECIPES: dict[str, TrainingRecipe] = {
         compute_dtype="bf16",
         optimizer_kernel="foreach",
         behaviour=FrameworkBehaviour(fused=False, attention_kernel="fa2", gqa_repeat_kv=True,
-                                     fsdp_copy_out=False),
+                                     fsdp_copy_out=False, fp8_linear="te"),
         source=("PyTorch FSDP1 as llm-foundry / Composer and HF Accelerate run it: fp32 flat "
                 "parameters sharded by FULL_SHARD (zero=3) or SHARD_GRAD_OP (zero=2), "
                 "MixedPrecision(param_dtype=bf16, reduce_dtype=fp32) (Composer 'DEFAULT'), "
                 "eager modules (no torch.compile), FlashAttention-2, HF-style repeat_kv for "
                 "GQA, foreach AdamW (torch's default when fused is not set), clipping; 16 "
-                "B/param"),
+                "B/param; fp8 through Transformer Engine linears (Composer `amp_fp8` is "
+                "te.fp8_autocast, and llm-foundry's H100 fp8 benchmarks set model.fc_type "
+                "'te': scripts/train/benchmarking/submit_benchmarks.py)"),
     ),
     "deepspeed": TrainingRecipe(
         name="deepspeed",

@@ -134,3 +134,31 @@ def test_te_fp8_saves_fp8_linear_inputs(mlp: str) -> None:
     job = Job(model=model, cluster=cl, recipe=fp8_titan, seq_len=1024, global_batch=8)
     assert float(layer_activation_per_token(job, False, 1, 1, 1, 0).kept) == pytest.approx(
         per["torchtitan-fsdp"])
+
+
+def test_te_fp8_in_a_pytorch_recipe() -> None:
+    """`fp8_linear: te` in a PyTorch recipe (llm-foundry's fp8 runs: te.Linear layers):
+    per token and layer the QKV and fc1 inputs (bf16 h -> fp8 h) and the fc2 input (ffn)
+    shrink by 1 B per element, and the out projection saves TE's 1 B cast of the attention
+    output instead of PyTorch's 2 B contiguous copy of it (h): bf16 - fp8 = 3h + ffn bytes.
+    The same recipe with `fp8_linear: torchao` saves what bf16 saves."""
+    from autoparallel_cp.cost.factors import layer_activation_per_token
+    from autoparallel_cp.spec.loaders import load_cluster
+
+    h, ffn = 1024, 4096
+    model = ModelSpec(name="m", num_layers=2, hidden_size=h, ffn_hidden_size=ffn,
+                      num_attention_heads=8, num_kv_heads=8, vocab_size=1000, mlp="gelu",
+                      norm="layernorm")
+    cl = load_cluster("dgx-h100").take_gpus(8)
+    base = RECIPES["pytorch-fsdp"]
+    assert base.behaviour.fp8_linear == "te"
+
+    def kept(recipe: TrainingRecipe) -> float:
+        job = Job(model=model, cluster=cl, recipe=recipe, seq_len=1024, global_batch=8)
+        return float(layer_activation_per_token(job, False, 1, 1, 1, 0).kept)
+
+    fp8 = base.model_copy(update={"compute_dtype": "fp8"})
+    assert kept(base) - kept(fp8) == pytest.approx(3 * h + ffn)
+    ao = fp8.model_copy(update={"behaviour": fp8.behaviour.model_copy(
+        update={"fp8_linear": "torchao"})})
+    assert kept(ao) == pytest.approx(kept(base))
