@@ -188,6 +188,13 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
                 update={"dropout": True})})
             assumed.append(f"dropout ({stated['dropout']})")
+        if stated.get("optimizer"):
+            dt = 2.0 if stated["optimizer"] == "bf16" else 4.0
+            master = 0.0 if dt == 2.0 else (4.0 if stated.get("fp8_params") and fp8 else 2.0)
+            recipe = recipe.model_copy(update={"master_weight_bytes": master,
+                                               "optimizer_state_bytes": 2 * dt})
+            assumed.append(f"Apex distributed Adam, {stated['optimizer']} state, "
+                           f"{master:g} B master (the source's YAML)")
         if stated.get("fp8_params") and fp8:
             recipe = recipe.model_copy(update={"weight_bytes": 1})
             assumed.append("fp8 params (model.fp8_params in the source's YAML)")
@@ -322,6 +329,14 @@ def _bridge_expert_tp(r: dict[str, str]) -> int | None:
 #: - `recompute`: `activations_checkpoint_granularity` (null unless listed).
 #: - `dropout`: `hidden_dropout` / `attention_dropout` 0.1 (the GPT-3 YAMLs of both sources;
 #:   their Llama, Nemotron and Grok YAMLs set 0.0).
+#: - `optimizer`: `optim.name: distributed_fused_adam` (Apex DistributedFusedAdam; the Grok-1 and
+#:   Nemotron-4 15B YAMLs use Megatron-Core's `mcore_distributed_optim` instead) with the state
+#:   dtype `optim.dtype` (fp32 when unset). NeMo (nemo/collections/nlp/models/language_modeling/
+#:   megatron_base_model.py `setup_optimization` @v2.0.0) keeps no master copy when the state
+#:   dtype is the bf16 model dtype (store_params False), only the 16 trailing bits of the fp32
+#:   master when the state is fp32 (store_param_remainders; Apex: "store bits required to
+#:   reconstruct FP32 params"), and a full fp32 copy with fp8 params (store_params True): master
+#:   0 / 2 / 4 B per parameter, Adam's two moments 2 x the state dtype.
 #: Files: dgxc-bench-25.02: NVIDIA/dgxc-benchmarking @8f5cbb3799 (tag v25.02)
 #: llama3.1/llama3.1_{8b,70b,405b}.yaml, nemo_megatron/gpt3_175b_hydra.yaml,
 #: nemotron/nemotron4-{15b,340b}-synth.yaml, grok1/grok1_314b.yaml; nemo-perf-24.07:
@@ -331,15 +346,19 @@ _YAML_GRADS = "optim.grad_sync_dtype in the source's YAML"
 _YAML_DROPOUT = "hidden/attention dropout 0.1 in the source's YAML"
 STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     "dgxc-bench-25.02": {
-        "llama 3.1": {"bf16_grads": _YAML_GRADS},
-        "gpt-3 175b": {"bf16_grads": _YAML_GRADS, "fp8_params": True, "dropout": _YAML_DROPOUT},
-        "nemotron-4 340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective"},
+        "llama 3.1": {"bf16_grads": _YAML_GRADS, "optimizer": "fp32"},
+        "gpt-3 175b": {"bf16_grads": _YAML_GRADS, "fp8_params": True, "dropout": _YAML_DROPOUT,
+                       "optimizer": "fp32"},
+        "nemotron-4 340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective",
+                            "optimizer": "bf16"},
         "nemotron-4 15b": {},
         "grok-1": {"bf16_grads": _YAML_GRADS},
     },
     "nemo-perf-24.07": {
-        "nemotron-340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective"},
-        "gpt3": {"dropout": _YAML_DROPOUT},
+        "nemotron-340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective",
+                          "optimizer": "bf16"},
+        "gpt3": {"dropout": _YAML_DROPOUT, "optimizer": "fp32"},
+        "": {"optimizer": "fp32"},
     },
     "mbridge-perf": {"": {"bf16_grads": "Megatron-Bridge benchmark default"}},
 }
