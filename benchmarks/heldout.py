@@ -99,6 +99,16 @@ def _node_group(gpu_text: str, n: int) -> tuple[NodeGroup, str] | None:
     return grp, preset
 
 
+#: Attention head dimension of the models whose query width is not hidden / heads (ModelSpec
+#: `head_dim`; the CSV has no column for it): Qwen3 MoE `head_dim: 128` in the public
+#: config.json of Qwen/Qwen3-30B-A3B (hidden 2048, 32 heads) and Qwen/Qwen3-235B-A22B (hidden
+#: 4096, 64 heads), as the rows' notes record; GPT-OSS "KV channels: 64" (Megatron-Bridge
+#: docs/models/gpt_oss/gpt-oss.md @067f987, hidden 2880, 64 heads). Without it the attention
+#: projections and the attention core of these models are costed at half (Qwen3) or 0.7x
+#: (GPT-OSS) their width.
+HEAD_DIM: dict[str, int] = {"qwen3 30b": 128, "qwen3 235b": 128, "gpt oss": 64}
+
+
 def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     name = r["model"]
     low = name.lower()
@@ -123,8 +133,10 @@ def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     experts, topk = _int(r["moe_experts"]), _int(r["moe_topk"])
     if experts and topk:
         moe = MoESpec(num_experts=experts, top_k=topk, expert_ffn_hidden_size=ffn)
+    head_dim = next((v for k, v in HEAD_DIM.items() if _model_name(r).startswith(k)), None)
     return ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
-                     num_attention_heads=a, num_kv_heads=kv, vocab_size=vocab,
+                     num_attention_heads=a, num_kv_heads=kv, head_dim=head_dim,
+                     vocab_size=vocab,
                      max_position_embeddings=max(_int(r["seq_len"]) or 4096, 4096),
                      position_embedding=pos, mlp="swiglu" if gated else "gelu",
                      norm="rmsnorm" if gated else "layernorm",
