@@ -1,6 +1,6 @@
 """Held-out published runs (`data/published_runs_heldout.csv`): rows to (job, plan, options).
 
-The 152 rows of 14 sources (`data/heldout_sources.md`) were collected after the cost model was
+The 158 rows of 15 sources (`data/heldout_sources.md`) were collected after the cost model was
 developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
 them. Each row becomes a job and a plan by rules per framework family, written once here and
 cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written
@@ -100,6 +100,16 @@ def _node_group(gpu_text: str, n: int) -> tuple[NodeGroup, str] | None:
     return grp, preset
 
 
+#: Attention head dimension of the models whose query width is not hidden / heads (ModelSpec
+#: `head_dim`; the CSV has no column for it): Qwen3 MoE `head_dim: 128` in the public
+#: config.json of Qwen/Qwen3-30B-A3B (hidden 2048, 32 heads) and Qwen/Qwen3-235B-A22B (hidden
+#: 4096, 64 heads), as the rows' notes record; GPT-OSS "KV channels: 64" (Megatron-Bridge
+#: docs/models/gpt_oss/gpt-oss.md @067f987, hidden 2880, 64 heads). Without it the attention
+#: projections and the attention core of these models are costed at half (Qwen3) or 0.7x
+#: (GPT-OSS) their width.
+HEAD_DIM: dict[str, int] = {"qwen3 30b": 128, "qwen3 235b": 128, "gpt oss": 64}
+
+
 def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     name = r["model"]
     low = name.lower()
@@ -124,8 +134,10 @@ def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     experts, topk = _int(r["moe_experts"]), _int(r["moe_topk"])
     if experts and topk:
         moe = MoESpec(num_experts=experts, top_k=topk, expert_ffn_hidden_size=ffn)
+    head_dim = next((v for k, v in HEAD_DIM.items() if _model_name(r).startswith(k)), None)
     return ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
-                     num_attention_heads=a, num_kv_heads=kv, vocab_size=vocab,
+                     num_attention_heads=a, num_kv_heads=kv, head_dim=head_dim,
+                     vocab_size=vocab,
                      max_position_embeddings=max(_int(r["seq_len"]) or 4096, 4096),
                      position_embedding=pos, mlp="swiglu" if gated else "gelu",
                      norm="rmsnorm" if gated else "layernorm",
@@ -287,10 +299,33 @@ BRIDGE_MOE_COMM: dict[tuple[str, str, int, int, int, int, int], tuple[str, bool,
 }
 
 
+#: Settings of the mbridge-cards rows (Megatron-Bridge model verification cards): each row's
+#: `extra_config` states, as `key=value` items separated by ';', what its card and the recipe
+#: at the card's bridge commit set (the citations are in the row's `source` and `notes`):
+#: `grads` (bf16: grad_reduce_in_fp32=False), `dispatcher` (alltoall, or flex after
+#: apply_flex_dispatcher_backend), `ep_overlap` (overlap_moe_expert_parallel_comm), `tp_overlap`
+#: (comm_overlap.tp_comm_overlap), `dp_overlap` (ddp.overlap_grad_reduce), `etp`
+#: (expert_tensor_parallel_size), `recompute_modules` ('/'-joined); `routing` and `cuda_graphs`
+#: are recorded, not modelled.
+CARD_SOURCE = "mbridge-cards"
+
+
+def _card_settings(r: dict[str, str]) -> dict[str, str]:
+    """The `key=value` settings of an mbridge-cards row ({} for every other source)."""
+    if r["source_id"] != CARD_SOURCE:
+        return {}
+    items = (part.partition("=") for part in r["extra_config"].split(";"))
+    return {k.strip(): v.strip() for k, sep, v in items if sep}
+
+
 def _bridge_moe_comm(r: dict[str, str], tp: int, pp: int, vpp: int, ep: int,
                      mbs: int) -> tuple[str, bool, bool | None] | None:
     """(dispatcher, EP overlap, TP overlap) of the Megatron-Bridge recipe this row's plan is,
     or None."""
+    card = _card_settings(r)
+    if card:
+        return (card.get("dispatcher", "alltoall"), card.get("ep_overlap") == "1",
+                card.get("tp_overlap") == "1")
     if r["source_id"] != "mbridge-perf" or not _int(r["moe_experts"]):
         return None
     model, gpu = _model_name(r), r["gpu"].lower()
@@ -311,6 +346,8 @@ BRIDGE_EXPERT_TP: dict[str, int] = {"qwen3": 1, "deepseekv3": 1, "gpt oss": 1}
 
 def _bridge_expert_tp(r: dict[str, str]) -> int | None:
     """The expert-TP size the Megatron-Bridge recipe of this MoE row sets, or None."""
+    if _card_settings(r).get("etp"):
+        return int(_card_settings(r)["etp"])
     if r["source_id"] != "mbridge-perf" or not _int(r["moe_experts"]):
         return None
     model = _model_name(r)
@@ -371,12 +408,16 @@ def _model_name(r: dict[str, str]) -> str:
 
 def _stated_settings(r: dict[str, str]) -> dict[str, object]:
     """The STATED_SETTINGS of this row's source and model ({} when none are listed)."""
+    if _card_settings(r).get("grads") == "bf16":
+        return {"bf16_grads": "the card's recipe: grad_reduce_in_fp32=False"}
     table = STATED_SETTINGS.get(r["source_id"], {})
     return next((v for k, v in table.items() if _model_name(r).startswith(k)), {})
 
 
 def _bridge_recompute_modules(r: dict[str, str]) -> tuple[str, ...] | None:
     """The recompute modules the Megatron-Bridge perf recipe of this row's model sets."""
+    if _card_settings(r).get("recompute_modules"):
+        return tuple(_card_settings(r)["recompute_modules"].split("/"))
     if r["source_id"] != "mbridge-perf":
         return None
     model = _model_name(r)
@@ -513,6 +554,9 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             assumed.append("bf16 (precision not stated)")
         moe_comm = _bridge_moe_comm(r, tp, pp, vpp, ep, mbs) \
             if family == "megatron-core" else None
+        if moe_comm is not None and not _int(r["moe_experts"]):
+            # a dense card row: only the recipe's TP overlap applies
+            moe_comm = ("alltoall", False, moe_comm[2])
         got = _recipe(family, precision, r, tp, assumed,
                       None if moe_comm is None else moe_comm[2])
         if got is None:
@@ -538,13 +582,19 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             recompute = str(stated_rc)
             assumed.append(f"{recompute} recompute (the source's YAML)")
         modules = _bridge_recompute_modules(r) if family == "megatron-core" else None
-        if recompute is None and modules is not None:
+        if recompute in (None, "selective") and modules is not None:
             # the Megatron-Bridge performance recipe of this model and GPU states them
             recompute = "selective"
             recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
                 update={"recompute_modules": modules})})
-            assumed.append("selective recompute of " + "/".join(modules)
-                           + " (Megatron-Bridge perf recipe @067f987)")
+            assumed.append("selective recompute of " + "/".join(modules) + (
+                " (the card's recipe)" if src == CARD_SOURCE
+                else " (Megatron-Bridge perf recipe @067f987)"))
+        if _card_settings(r).get("dp_overlap") == "0":
+            # the card's recipe sets ddp.overlap_grad_reduce=False
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"dp_overlap": False})})
+            assumed.append("DP reduction not overlapped (the card's recipe)")
         if recompute is None and family == "maxtext":
             # MaxText's configs/base.yml default `remat_policy: 'full'`
             recompute = "full"
@@ -577,14 +627,15 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             stage_layers = tuple([edge] + [base] * (pp - 2) + [L - edge - base * (pp - 2)])
             assumed.append(f"stage layers {stage_layers[0]}/{base}/{stage_layers[-1]}")
         etp = _bridge_expert_tp(r) if family == "megatron-core" else None
+        where = "the card's recipe" if src == CARD_SOURCE else "Megatron-Bridge recipe @067f987"
         if etp is not None:
-            assumed.append(f"etp={etp} (Megatron-Bridge recipe @067f987)")
-        if moe_comm is not None:
+            assumed.append(f"etp={etp} ({where})")
+        if moe_comm is not None and _int(r["moe_experts"]):
             dispatcher, overlap, _ = moe_comm
             recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
                 update={"ep_dispatcher": dispatcher, "ep_overlap": overlap})})
             assumed.append(f"{dispatcher} MoE dispatcher" + (", EP overlap" if overlap else "")
-                           + " (Megatron-Bridge recipe @067f987)")
+                           + f" ({where})")
         cl = ClusterSpec(name=group.name, node_groups=[group])
         try:
             job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)
