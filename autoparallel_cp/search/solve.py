@@ -171,7 +171,7 @@ def solve(
     and unused: the master's keys are a numpy table and every per-key model is solved by one
     deterministic worker.
     """
-    from autoparallel_cp.search.key_bounds import key_bound
+    from autoparallel_cp.search.key_bounds import key_bound, key_bounds
     from autoparallel_cp.search.key_table import build_key_table
     from autoparallel_cp.search.tables import build_tables
 
@@ -233,10 +233,11 @@ def solve(
         # 0.5 ms, far tighter than LB): the k-th best then drops sooner, and every key whose
         # bound is above the k-th best is skipped without building its model
         tp1 = time.perf_counter()
-        for _, key in keys:
-            if key not in bounds:
-                check()  # Ctrl-C (limits.request_stop) between keys
-                bounds[key] = key_bound(tabs, key)
+        new = [key for _, key in keys if key not in bounds]
+        # numpy over the keys of each schedule class at once, the same floats as one by one;
+        # Ctrl-C (limits.request_stop) is checked between classes
+        bounds.update(zip(new, key_bounds(tabs, new, between=check),
+                          strict=True))
         order = sorted(((max(bounds[key], lb_u * unit), key.order(), lb_u, key)
                         for lb_u, key in keys), key=lambda x: x[:2])
         phase["key_bound_s"] = phase.get("key_bound_s", 0.0) + time.perf_counter() - tp1
