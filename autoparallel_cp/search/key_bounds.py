@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -202,17 +202,21 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
     A key's own m and ZeRO stage enter as arrays (ZeRO-3's terms are zeros in `KeyCoefs`
     otherwise, and adding 0.0 changes no float). `between` (Ctrl-C's check) runs between
     classes."""
-    cs = list(cs) if cs is not None else [key_coefs(t, k) for k in keys]
+    if not keys:
+        return []
+    co = _stack(cs) if cs is not None else coef_arrays(t, keys)
     out = [math.inf] * len(keys)
     classes: dict[tuple[int, int, bool, bool], list[int]] = {}
-    for i, (k, c) in enumerate(zip(keys, cs, strict=True)):
-        cls = _klass(t, k, c)
+    rho_ok = co["rho"].min(axis=1) >= 0.0
+    for i, k in enumerate(keys):
+        cls = _klass(t, k, bool(rho_ok[i]))
         if cls is not None:
             classes.setdefault(cls, []).append(i)
     for cls, idx in classes.items():
         if between is not None:
             between()
-        b = _Batch.build(t, cls, [keys[i] for i in idx], [cs[i] for i in idx])
+        rows = np.asarray(idx)
+        b = _Batch.build(t, cls, [keys[i] for i in idx], {n: a[rows] for n, a in co.items()})
         if b is None:
             continue
         for i, v in zip(idx, b.uncoupled(), strict=True):
@@ -220,16 +224,84 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
     return out
 
 
-def _klass(t: Tables, key: Any, c: KeyCoefs) -> tuple[int, int, bool, bool] | None:
+def _stack(cs: Sequence[KeyCoefs]) -> dict[str, npt.NDArray[np.float64]]:
+    """The fields of `KeyCoefs` of several keys as arrays: (B, G) per node group, (B,)."""
+    return {f.name: np.array([getattr(c, f.name) for c in cs], float) for f in fields(KeyCoefs)}
+
+
+def coef_arrays(t: Tables, keys: Sequence[Any]) -> dict[str, npt.NDArray[np.float64]]:
+    """`key_coefs` of every key as `_stack` arrays, the same floats, read by numpy indexing of
+    the tables for all keys at once (the indexing of `key_coefs`)."""
+    B = len(keys)
+    G = range(t.groups)
+
+    def ix(axis: str, attr: str | None = None) -> npt.NDArray[np.intp]:
+        dom = {"dp": t.dp, "m": t.m}.get(axis) or getattr(t.space, axis)
+        pos = {v: i for i, v in enumerate(dom)}
+        return np.array([pos[getattr(k, attr or axis)] for k in keys], np.intp)
+
+    itp, icp, iep, imb, iz, idp = ix("tp"), ix("cp"), ix("ep"), ix("mbs"), ix("zero"), ix("dp")
+    sp = np.array([k.sp for k in keys], np.intp)
+    mode = np.array([k.mode for k in keys], np.intp)
+    z3 = np.array([k.zero >= 3 for k in keys], bool)
+    i6 = (itp, icp, iep, sp, imb)
+    i6m = (*i6, mode)
+    i5 = (itp, iep, iz, idp, icp)
+    i4 = (itp, iz, idp, icp)
+    ie = (itp, icp, sp, imb)
+    main = t.main_kind
+    dense = bool(t.dense_prefix and main)
+
+    def per(tab: Any, idx: tuple[Any, ...], rows: Any = None) -> npt.NDArray[np.float64]:
+        """(B, G) of tab[g][idx] (tab a dict by group); only `rows` read, the others 0."""
+        out = np.zeros((B, len(G)))
+        if rows is None:
+            for g in G:
+                out[:, g] = tab[g][idx]
+        elif rows.any():
+            for g in G:
+                out[rows, g] = tab[g][tuple(i[rows] for i in idx)]
+        return out
+
+    def kind_vals(kind: bool) -> dict[str, Any]:
+        def k_(tab: dict[tuple[int, bool], Any]) -> dict[int, Any]:
+            return {g: tab[g, kind] for g in G}
+
+        return dict(
+            tau=per(k_(t.time), i6m), rho=per(k_(t.rec), i6), act=per(k_(t.act), i6m),
+            ckpt=per(k_(t.ckpt), i6), sigma=np.asarray(t.states[kind][i5], float),
+            dsync=per(k_(t.dpsync), i5), opt=per(k_(t.opt), i5),
+            work=per(k_(t.work), i6m), work_full=per(k_(t.work_full), i6),
+            z3l=per(k_(t.z3l), (*i6m, idp), z3), z3f=per(k_(t.z3f), (itp, icp, iep, idp), z3))
+
+    mv = kind_vals(main)
+    dv = kind_vals(False) if dense else {k: np.zeros_like(v) for k, v in mv.items()}
+    multi = np.array([k.pp > 1 for k in keys], bool)
+    co = {**mv, **{k + "_d": v for k, v in dv.items()},
+          "emb_time": per(t.emb_time, ie), "emb_act": per(t.emb_act, ie),
+          "emb_states": np.asarray(t.emb_states[i4], float), "emb_dps": per(t.emb_dpsync, i4),
+          "emb_opt": per(t.emb_opt, i4), "head_time": per(t.head_time, ie),
+          "head_act": per(t.head_act, ie), "head_work": per(t.head_work, ie),
+          "head_states": np.asarray(t.head_states[i4], float),
+          "head_dps": per(t.head_dpsync, i4), "head_opt": per(t.head_opt, i4),
+          "dps_fixed": per(t.dps_fixed, i4),
+          "p2p": per(t.p2p, (*ie, ix("vpp"), idp), multi),
+          "const_mem": np.asarray(t.z3[itp, iep, iz], float) + float(t.other),
+          "capacity": np.tile(np.asarray(t.capacity, float), (B, 1))}
+    return co
+
+
+def _klass(t: Tables, key: Any, rho_ok: bool) -> tuple[int, int, bool, bool] | None:
     """The class of keys `_Batch` bounds together; None when no placement of the key's pp
-    stages gives every node group whole stages (no plan: inf)."""
+    stages gives every node group whole stages (no plan: inf). `rho_ok`: every group's
+    replay time of a main-kind layer is >= 0 (the closed form's condition)."""
     s = t.space
     N = s.job.num_gpus
     if any((grp.num_gpus * key.pp) % N for grp in s.job.cluster.node_groups):
         return None
     full = RECOMPUTE_MODES[key.mode] == "full"
     closed = full and s.partial_recompute and "recompute_layers" not in s.fixed \
-        and key.pp > 1 and min(c.rho) >= 0.0
+        and key.pp > 1 and rho_ok
     return key.pp, key.vpp, full, closed
 
 
@@ -246,11 +318,11 @@ class _Batch:
     ng: list[int]
     ls: npt.NDArray[np.float64]
     tmin: npt.NDArray[np.float64]  # (B, pp, G, nl)
-    cs: list[KeyCoefs]
+    co: dict[str, npt.NDArray[np.float64]]  # the keys' `KeyCoefs` fields (`_stack`)
 
     @classmethod
     def build(cls, t: Tables, klass: tuple[int, int, bool, bool], keys: Sequence[Any],
-              cs: list[KeyCoefs]) -> _Batch | None:
+              co: dict[str, npt.NDArray[np.float64]]) -> _Batch | None:
         """tmin of every key (None when no layer count is allowed at all)."""
         s = t.space
         L = s.num_layers
@@ -293,10 +365,10 @@ class _Batch:
             return lv == n_fixed[j].reshape(1, -1, 1, 1, 1)
 
         def A(name: str) -> Any:  # per key and node group, broadcast over (b, j, g, l, r)
-            return np.array([getattr(c, name) for c in cs], float).reshape(B, 1, G, 1, 1)
+            return co[name].reshape(B, 1, G, 1, 1)
 
         def P(name: str) -> Any:  # per key, group independent
-            return np.array([getattr(c, name) for c in cs], float).reshape(B, 1, 1, 1, 1)
+            return co[name].reshape(B, 1, 1, 1, 1)
 
         ga = {name: A(name) for name in (
             "tau", "tau_d", "rho", "rho_d", "emb_time", "head_time", "p2p", "z3l", "z3l_d",
@@ -371,7 +443,7 @@ class _Batch:
         if pinned is not None and G > 1:  # a pinned placement: position j only on its group
             tmin = np.where(np.arange(G).reshape(1, 1, -1, 1)
                             == np.asarray(pinned, int).reshape(1, -1, 1, 1), tmin, np.inf)
-        return cls(t, pp, vpp, np.asarray(ms, float), ng, ls, tmin, cs)
+        return cls(t, pp, vpp, np.asarray(ms, float), ng, ls, tmin, co)
 
     def placed(self, capl: Any) -> Any:
         """The most layers the stages hold over the placements, caps (..., pp, G)."""
@@ -452,28 +524,31 @@ class _Batch:
             hsum = sum(hs[:, :, :ng[g], g].sum(axis=2) for g in range(G))
         return (lams * L + hsum).max(axis=1)
 
-    def tail(self, c: KeyCoefs) -> tuple[float, float, float]:
-        """a, b, o of the DP tail of one key (the least DP-sync and optimizer sums)."""
+    def tail(self) -> tuple[Any, Any, Any]:
+        """a, b, o of the DP tail of every key (B,): the least DP-sync and optimizer sums."""
         L = self.t.space.num_layers
         K = self.t.dense_prefix if self.t.main_kind else 0
         pp = self.pp
-        D = (L - K) * min(c.dsync) + K * min(c.dsync_d) + pp * min(c.dps_fixed) \
-            + min(c.emb_dps) + min(c.head_dps)
-        opt_sum = (L - K) * min(c.opt) + K * min(c.opt_d) + min(c.emb_opt) + min(c.head_opt)
+
+        def lo(name: str) -> Any:
+            return self.co[name].min(axis=1)
+
+        D = (L - K) * lo("dsync") + K * lo("dsync_d") + pp * lo("dps_fixed") \
+            + lo("emb_dps") + lo("head_dps")
+        opt_sum = (L - K) * lo("opt") + K * lo("opt_d") + lo("emb_opt") + lo("head_opt")
         return fx.DP_TAIL_FRACTION * D / pp, D / pp, opt_sum / pp
 
     def uncoupled(self) -> list[float]:
         """Every key's bound: phi(T_lb, S_lb) (`key_bound`, coupled=False)."""
         T_lb = self.t_lb()
-        out = [math.inf] * len(self.cs)
+        out = [math.inf] * len(self.m)
         ok = np.flatnonzero(np.isfinite(T_lb))
         if ok.size == 0:
             return out
         S_all = self.s_lb(self.tmin[ok], self.lams(ok))
-        abo = np.array([self.tail(self.cs[i]) for i in ok], float).reshape(-1, 3)
+        a, b, o = self.tail()
         with np.errstate(invalid="ignore"):
-            best = _phi(T_lb[ok], S_all, self.pp, self.vpp, self.m[ok], abo[:, 0], abo[:, 1],
-                        abo[:, 2])
+            best = _phi(T_lb[ok], S_all, self.pp, self.vpp, self.m[ok], a[ok], b[ok], o[ok])
         for i, v in zip(ok, best.tolist(), strict=True):
             # inf (or nan from 0 * inf): no placement fills a stage
             out[i] = v * (1 - 1e-9) - 1e-12 if math.isfinite(v) else math.inf
@@ -495,8 +570,8 @@ def _phi(T0: Any, S_lb: Any, pp: int, vpp: int, m: Any, a: Any, b: Any, o: Any) 
 def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
     """`key_bound(coupled=True)`: the least bound(T') over the candidates T' >= T_lb (the
     second half of `key_bound`'s docstring)."""
-    cls = _klass(t, key, c)
-    bt = _Batch.build(t, cls, [key], [c]) if cls is not None else None
+    cls = _klass(t, key, min(c.rho) >= 0.0)
+    bt = _Batch.build(t, cls, [key], _stack([c])) if cls is not None else None
     if bt is None:
         return math.inf
     T_lb_ = bt.t_lb()
@@ -513,7 +588,7 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
     cands = np.unique(tmin[np.isfinite(tmin)])
     lams = bt.lams(np.arange(1))
     S_all = bt.s_lb(tmin[None], lams)
-    a, b, o = bt.tail(c)
+    a, b, o = (float(x[0]) for x in bt.tail())
 
     def phi(T0: Any, S_lb: Any) -> Any:
         return _phi(T0, S_lb, pp, vpp, m, a, b, o)

@@ -86,3 +86,26 @@ def test_between_runs_between_classes() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         key_bounds(t, keys, between=stop)
+
+
+@pytest.mark.parametrize("cluster,moe,layers,seq,fix,partial,uniform", SPACES[:2] + SPACES[4:5])
+def test_coef_arrays_equal_key_coefs(cluster: str, moe: bool, layers: int, seq: int,
+                                     fix: str | None, partial: bool, uniform: bool) -> None:
+    """The tables read for all keys at once (`coef_arrays`, numpy indexing) hold each key's
+    `key_coefs` values exactly: ZeRO-3 terms only for ZeRO-3 keys, p2p only for pp > 1, the
+    dense-prefix terms only on MoE models."""
+    import numpy as np
+
+    from autoparallel_cp.search.key_bounds import coef_arrays, key_coefs
+
+    space = _space(cluster, moe, layers, seq, fix, partial, uniform)
+    t = build_tables(space)
+    table = build_key_table(t)
+    keys = [table.key(i) for i in range(len(table))]
+    got = coef_arrays(t, keys)
+    assert {k.zero >= 3 for k in keys} == {True, False}
+    for i, k in enumerate(keys):
+        c = key_coefs(t, k)
+        for name, arr in got.items():
+            want = getattr(c, name)
+            assert np.array_equal(arr[i], np.asarray(want, float)), (k, name)
