@@ -5,7 +5,7 @@
 CP-SAT, so the master can skip keys that cannot enter the top k; `key_bounds` computes it for
 many keys at once (numpy over the keys of a schedule class, the same floats).
 
-Kept whole (about 590 lines): `key_bound` is one proof (its docstring) whose steps share the
+Kept whole (about 660 lines): `key_bound` is one proof (its docstring) whose steps share the
 stage-time grid tmin (`_Batch`) and the placement helpers; split, the proof's steps would sit
 apart from their code.
 """

@@ -31,7 +31,7 @@ LB > hi and every skipped key a bound above the k-th best, so an exact step time
 Status `optimal` means this proof completed. The per-key models' limits are deterministic time
 (`limits.Budget`), so the answer does not depend on the machine's load.
 
-Kept whole (about 420 lines): `solve`'s loop is the proof above step by step (windows, heap,
+Kept whole (about 415 lines): `solve`'s loop is the proof above step by step (windows, heap,
 coupled bounds, trial cutoffs); split, its invariants would sit apart from the code they hold.
 """
 
