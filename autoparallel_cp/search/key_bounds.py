@@ -2,18 +2,20 @@
 
 `KeyCoefs` holds the constants of one key (every key axis pinned) that the per-key CP-SAT model
 (`cpsat_partition`) is linear in; `key_bound` bounds every plan of the key from below without
-CP-SAT, so the master can skip keys that cannot enter the top k.
+CP-SAT, so the master can skip keys that cannot enter the top k; `key_bounds` computes it for
+many keys at once (numpy over the keys of a schedule class, the same floats).
 
-Kept whole (about 450 lines): `key_bound` is one proof (its docstring) whose steps share the
-stage-time grid tmin and the placement helpers; split, the proof's steps would sit apart from
-their code.
+Kept whole (about 660 lines): `key_bound` is one proof (its docstring) whose steps share the
+stage-time grid tmin (`_Batch`) and the placement helpers; split, the proof's steps would sit
+apart from their code.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -185,161 +187,327 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
     candidates T' >= T_lb bounds every plan of the key. The scan goes up in T' and stops once
     phi(T', S_lb) (<= bound(T'), nondecreasing in T') reaches the least bound so far.
     """
+    if coupled:
+        return _coupled_bound(t, key, c if c is not None else key_coefs(t, key))
+    return key_bounds(t, [key], [c] if c is not None else None)[0]
 
+
+def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = None,
+               between: Callable[[], None] | None = None) -> list[float]:
+    """`key_bound(t, key)` (uncoupled) of every key, the same floats bit for bit, computed for
+    the keys of one schedule class (pp, vpp, full recompute or not, the closed form or not) at
+    once: every step of the proof is elementwise, a min / max / sort, or a sum of integer layer
+    counts over one key's own slice (the Lagrangian's sum over the stage positions, pp floats,
+    is reduced over the same contiguous axis as for one key), so batching changes no value.
+    A key's own m and ZeRO stage enter as arrays (ZeRO-3's terms are zeros in `KeyCoefs`
+    otherwise, and adding 0.0 changes no float). `between` (Ctrl-C's check) runs between
+    classes."""
+    if not keys:
+        return []
+    co = _stack(cs) if cs is not None else coef_arrays(t, keys)
+    out = [math.inf] * len(keys)
+    classes: dict[tuple[int, int, bool, bool], list[int]] = {}
+    rho_ok = co["rho"].min(axis=1) >= 0.0
+    for i, k in enumerate(keys):
+        cls = _klass(t, k, bool(rho_ok[i]))
+        if cls is not None:
+            classes.setdefault(cls, []).append(i)
+    for cls, idx in classes.items():
+        if between is not None:
+            between()
+        rows = np.asarray(idx)
+        b = _Batch.build(t, cls, [keys[i] for i in idx], {n: a[rows] for n, a in co.items()})
+        if b is None:
+            continue
+        for i, v in zip(idx, b.uncoupled(), strict=True):
+            out[i] = v
+    return out
+
+
+def _stack(cs: Sequence[KeyCoefs]) -> dict[str, npt.NDArray[np.float64]]:
+    """The fields of `KeyCoefs` of several keys as arrays: (B, G) per node group, (B,)."""
+    return {f.name: np.array([getattr(c, f.name) for c in cs], float) for f in fields(KeyCoefs)}
+
+
+def coef_arrays(t: Tables, keys: Sequence[Any]) -> dict[str, npt.NDArray[np.float64]]:
+    """`key_coefs` of every key as `_stack` arrays, the same floats, read by numpy indexing of
+    the tables for all keys at once (the indexing of `key_coefs`)."""
+    B = len(keys)
+    G = range(t.groups)
+
+    def ix(axis: str, attr: str | None = None) -> npt.NDArray[np.intp]:
+        dom = {"dp": t.dp, "m": t.m}.get(axis) or getattr(t.space, axis)
+        pos = {v: i for i, v in enumerate(dom)}
+        return np.array([pos[getattr(k, attr or axis)] for k in keys], np.intp)
+
+    itp, icp, iep, imb, iz, idp = ix("tp"), ix("cp"), ix("ep"), ix("mbs"), ix("zero"), ix("dp")
+    sp = np.array([k.sp for k in keys], np.intp)
+    mode = np.array([k.mode for k in keys], np.intp)
+    z3 = np.array([k.zero >= 3 for k in keys], bool)
+    i6 = (itp, icp, iep, sp, imb)
+    i6m = (*i6, mode)
+    i5 = (itp, iep, iz, idp, icp)
+    i4 = (itp, iz, idp, icp)
+    ie = (itp, icp, sp, imb)
+    main = t.main_kind
+    dense = bool(t.dense_prefix and main)
+
+    def per(tab: Any, idx: tuple[Any, ...], rows: Any = None) -> npt.NDArray[np.float64]:
+        """(B, G) of tab[g][idx] (tab a dict by group); only `rows` read, the others 0."""
+        out = np.zeros((B, len(G)))
+        if rows is None:
+            for g in G:
+                out[:, g] = tab[g][idx]
+        elif rows.any():
+            for g in G:
+                out[rows, g] = tab[g][tuple(i[rows] for i in idx)]
+        return out
+
+    def kind_vals(kind: bool) -> dict[str, Any]:
+        def k_(tab: dict[tuple[int, bool], Any]) -> dict[int, Any]:
+            return {g: tab[g, kind] for g in G}
+
+        return dict(
+            tau=per(k_(t.time), i6m), rho=per(k_(t.rec), i6), act=per(k_(t.act), i6m),
+            ckpt=per(k_(t.ckpt), i6), sigma=np.asarray(t.states[kind][i5], float),
+            dsync=per(k_(t.dpsync), i5), opt=per(k_(t.opt), i5),
+            work=per(k_(t.work), i6m), work_full=per(k_(t.work_full), i6),
+            z3l=per(k_(t.z3l), (*i6m, idp), z3), z3f=per(k_(t.z3f), (itp, icp, iep, idp), z3))
+
+    mv = kind_vals(main)
+    dv = kind_vals(False) if dense else {k: np.zeros_like(v) for k, v in mv.items()}
+    multi = np.array([k.pp > 1 for k in keys], bool)
+    co = {**mv, **{k + "_d": v for k, v in dv.items()},
+          "emb_time": per(t.emb_time, ie), "emb_act": per(t.emb_act, ie),
+          "emb_states": np.asarray(t.emb_states[i4], float), "emb_dps": per(t.emb_dpsync, i4),
+          "emb_opt": per(t.emb_opt, i4), "head_time": per(t.head_time, ie),
+          "head_act": per(t.head_act, ie), "head_work": per(t.head_work, ie),
+          "head_states": np.asarray(t.head_states[i4], float),
+          "head_dps": per(t.head_dpsync, i4), "head_opt": per(t.head_opt, i4),
+          "dps_fixed": per(t.dps_fixed, i4),
+          "p2p": per(t.p2p, (*ie, ix("vpp"), idp), multi),
+          "const_mem": np.asarray(t.z3[itp, iep, iz], float) + float(t.other),
+          "capacity": np.tile(np.asarray(t.capacity, float), (B, 1))}
+    return co
+
+
+def _klass(t: Tables, key: Any, rho_ok: bool) -> tuple[int, int, bool, bool] | None:
+    """The class of keys `_Batch` bounds together; None when no placement of the key's pp
+    stages gives every node group whole stages (no plan: inf). `rho_ok`: every group's
+    replay time of a main-kind layer is >= 0 (the closed form's condition)."""
     s = t.space
-    job = s.job
-    L = s.num_layers
-    N = job.num_gpus
-    pp, vpp, m = key.pp, key.vpp, key.m
-    K = t.dense_prefix if t.main_kind else 0
-    c = c if c is not None else key_coefs(t, key)
-    G = t.groups
-    ng = []
-    for grp in job.cluster.node_groups:
-        if (grp.num_gpus * pp) % N:
-            return math.inf
-        ng.append(grp.num_gpus * pp // N)
+    N = s.job.num_gpus
+    if any((grp.num_gpus * key.pp) % N for grp in s.job.cluster.node_groups):
+        return None
     full = RECOMPUTE_MODES[key.mode] == "full"
-    z3 = key.zero >= 3
-    if not full:
-        rs = np.zeros(1)
-    elif "recompute_layers" in s.fixed:
-        rs = np.array([float(s.fixed["recompute_layers"])])
-    elif not s.partial_recompute:
-        rs = np.array([float(L)])
-    else:
-        rs = np.arange(1, L + 1, dtype=float)
-    fixed = s.fixed_stage_layers(pp, vpp)
-    if fixed is not None:  # a pinned split: each position holds its own count only
-        ls = np.array(sorted(set(fixed)), dtype=float)
-        f_fixed = np.array([fx.stage_inflight(pp, vpp, m, j, s.chunks_of(pp, vpp, j, n))
-                            for j, n in enumerate(fixed)], float)
-        n_fixed = np.array(fixed, float)
-    else:
-        ls = np.arange(vpp, L + 1, vpp, dtype=float)
-    if ls.size == 0:
-        return math.inf
+    closed = full and s.partial_recompute and "recompute_layers" not in s.fixed \
+        and key.pp > 1 and rho_ok
+    return key.pp, key.vpp, full, closed
 
-    def inflight_at(j: Any) -> Any:
-        """f_j of the positions j (the pinned stages' own chunks, else equal chunks)."""
-        if fixed is not None:
-            return f_fixed[j].reshape(-1, 1, 1, 1)
-        return _inflight(pp, vpp, m)[j].reshape(-1, 1, 1, 1)
 
-    def count_ok(j: Any) -> Any:
-        """Layer counts position j may hold (all of ls unless the split is pinned)."""
-        if fixed is None:
-            return True
-        return lv == n_fixed[j].reshape(-1, 1, 1, 1)
-    def A(xs: list[float]) -> Any:  # per node group, broadcast over (j, g, l, r)
-        return np.asarray(xs, float).reshape(1, G, 1, 1)
+@dataclass
+class _Batch:
+    """The stage-time grid tmin (B, pp, G, nl) of B keys of one class and what the bound of
+    each derives from it (`key_bound`'s docstring): T_lb, the Lagrange multipliers, S_lb over
+    all entries, and the DP tail's a, b, o."""
 
-    ga = {name: A(getattr(c, name)) for name in (
-        "tau", "tau_d", "rho", "rho_d", "emb_time", "head_time", "p2p", "z3l", "z3l_d", "z3f",
-        "z3f_d", "act", "ckpt", "act_d", "ckpt_d", "emb_act", "work", "work_full", "work_d",
-        "work_full_d", "head_work", "head_act")}
-    capx = A(c.capacity) * (1 + 1e-9) + 1.0  # fits up to float rounding of a reordered sum
-    lv = ls.reshape(1, 1, -1, 1)
+    t: Tables
+    pp: int
+    vpp: int
+    m: npt.NDArray[np.float64]  # (B,)
+    ng: list[int]
+    ls: npt.NDArray[np.float64]
+    tmin: npt.NDArray[np.float64]  # (B, pp, G, nl)
+    co: dict[str, npt.NDArray[np.float64]]  # the keys' `KeyCoefs` fields (`_stack`)
 
-    def grid(j: Any, rs: Any) -> Any:
-        """tmin over stage positions j, every allowed r (the plan_cost composition)."""
-        f = inflight_at(j)
-        first = (j == 0).astype(float).reshape(-1, 1, 1, 1)
-        last = (j == pp - 1).astype(float).reshape(-1, 1, 1, 1)
-        nd = first * K
-        rv = rs.reshape(1, 1, 1, -1)
-        ok_l = (lv >= nd) & count_ok(j)  # the first stage holds the dense prefix
-        nm = np.maximum(lv - nd, 0.0)
-        rk = np.minimum(rv, lv)
-        rd = np.minimum(rk, nd)
-        rm = rk - rd
-        time_ = nm * ga["tau"] + nd * ga["tau_d"] + rm * ga["rho"] + rd * ga["rho_d"] \
-            + first * ga["emb_time"] + last * ga["head_time"]
-        if pp > 1:
-            time_ = time_ + ga["p2p"]
-        if z3:
-            time_ = time_ + nm * ga["z3l"] + nd * ga["z3l_d"] + np.maximum(
-                np.where(nm > 0, ga["z3f"], 0.0), np.where(nd > 0, ga["z3f_d"], 0.0))
-        states = nm * c.sigma + nd * c.sigma_d + first * c.emb_states + last * c.head_states
-        acts = (nm - rm) * ga["act"] + rm * ga["ckpt"] + (nd - rd) * ga["act_d"] \
-            + rd * ga["ckpt_d"] + first * ga["emb_act"]
-        work = np.maximum(
-            np.where(nm > 0, np.where(rm > 0, ga["work_full"], ga["work"]), 0.0),
-            np.where(nd > 0, np.where(rd > 0, ga["work_full_d"], ga["work_d"]), 0.0))
-        work = np.maximum(work, last * ga["head_work"])
-        peak = states + f * acts + last * ga["head_act"] + work + c.const_mem
-        fits = (peak <= capx) & ok_l
-        return np.where(fits, time_, np.inf).min(axis=3)
+    @classmethod
+    def build(cls, t: Tables, klass: tuple[int, int, bool, bool], keys: Sequence[Any],
+              co: dict[str, npt.NDArray[np.float64]]) -> _Batch | None:
+        """tmin of every key (None when no layer count is allowed at all)."""
+        s = t.space
+        L = s.num_layers
+        N = s.job.num_gpus
+        pp, vpp, full, closed_form = klass
+        B = len(keys)
+        K = t.dense_prefix if t.main_kind else 0
+        G = t.groups
+        ng = [grp.num_gpus * pp // N for grp in s.job.cluster.node_groups]
+        ms = [k.m for k in keys]
+        z3 = any(k.zero >= 3 for k in keys)  # others: zero ZeRO-3 terms (x + 0.0 == x)
+        if not full:
+            rs = np.zeros(1)
+        elif "recompute_layers" in s.fixed:
+            rs = np.array([float(s.fixed["recompute_layers"])])
+        elif not s.partial_recompute:
+            rs = np.array([float(L)])
+        else:
+            rs = np.arange(1, L + 1, dtype=float)
+        fixed = s.fixed_stage_layers(pp, vpp)
+        if fixed is not None:  # a pinned split: each position holds its own count only
+            ls = np.array(sorted(set(fixed)), dtype=float)
+            f_all = np.array([[fx.stage_inflight(pp, vpp, m, j, s.chunks_of(pp, vpp, j, n))
+                               for j, n in enumerate(fixed)] for m in ms], float)
+            n_fixed = np.array(fixed, float)
+        else:
+            ls = np.arange(vpp, L + 1, vpp, dtype=float)
+            f_all = np.stack([_inflight(pp, vpp, m) for m in ms])
+        if ls.size == 0:
+            return None
 
-    def closed(j: Any) -> Any:
-        """tmin over positions j >= 1 with partial full recompute (r_j in [1, l]): the stage time
-        grows with r_j (rho >= 0) and its peak is linear in r_j >= 1 (work_full), so the least
-        fitting r_j has a closed form (rounded down: a smaller r_j only lowers the bound)."""
-        f = inflight_at(j)
-        last = (j == pp - 1).astype(float).reshape(-1, 1, 1, 1)
-        p0 = lv * c.sigma + last * c.head_states + f * lv * ga["act"] + last * ga["head_act"] \
-            + np.maximum(ga["work_full"], last * ga["head_work"]) + c.const_mem
-        d = f * (ga["act"] - ga["ckpt"])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            need = np.ceil((p0 - capx) / d - 1e-6)
-        r1 = np.where(d > 0, np.maximum(need, 1.0), 1.0)
-        ok = np.where(d > 0, r1 <= lv, p0 - d <= capx) & count_ok(j)
-        r1 = np.minimum(r1, lv)
-        time_ = lv * ga["tau"] + r1 * ga["rho"] + last * ga["head_time"]
-        if pp > 1:
-            time_ = time_ + ga["p2p"]
-        if z3:
-            time_ = time_ + lv * ga["z3l"] + ga["z3f"]
-        return np.where(ok, time_, np.inf)[..., 0]
+        def inflight_at(j: Any) -> Any:
+            """f_j of the positions j (the pinned stages' own chunks, else equal chunks)."""
+            return f_all[:, j].reshape(B, -1, 1, 1, 1)
 
-    jall = np.arange(pp)
-    if full and s.partial_recompute and "recompute_layers" not in s.fixed and pp > 1 \
-            and min(c.rho) >= 0.0:
-        tmin = np.concatenate([grid(jall[:1], rs), closed(jall[1:])], axis=0)
-    else:
-        tmin = grid(jall, rs)
-    tmin = tmin * (1 - 1e-9)  # (pp, G, nl)
-    pinned = s.fixed.get("stage_groups")
-    if pinned is not None and G > 1:  # a pinned placement: position j only on its own group
-        tmin = np.where(np.arange(G).reshape(1, -1, 1)
-                        == np.asarray(pinned, int).reshape(-1, 1, 1), tmin, np.inf)
-    finite = np.isfinite(tmin)
-    if not finite.any(axis=(1, 2)).all():
-        return math.inf  # some stage position fits no layer count on any group
-    cands = np.unique(tmin[finite])
+        def count_ok(j: Any) -> Any:
+            """Layer counts position j may hold (all of ls unless the split is pinned)."""
+            if fixed is None:
+                return True
+            return lv == n_fixed[j].reshape(1, -1, 1, 1, 1)
 
-    lsr = ls.reshape(1, 1, -1)
-    top = [slice(-n, None) if n else slice(0, 0) for n in ng]
+        def A(name: str) -> Any:  # per key and node group, broadcast over (b, j, g, l, r)
+            return co[name].reshape(B, 1, G, 1, 1)
 
-    def placed(capl: Any) -> Any:
+        def P(name: str) -> Any:  # per key, group independent
+            return co[name].reshape(B, 1, 1, 1, 1)
+
+        ga = {name: A(name) for name in (
+            "tau", "tau_d", "rho", "rho_d", "emb_time", "head_time", "p2p", "z3l", "z3l_d",
+            "z3f", "z3f_d", "act", "ckpt", "act_d", "ckpt_d", "emb_act", "work", "work_full",
+            "work_d", "work_full_d", "head_work", "head_act", "capacity")}
+        gs = {name: P(name) for name in (
+            "sigma", "sigma_d", "emb_states", "head_states", "const_mem")}
+        capx = ga["capacity"] * (1 + 1e-9) + 1.0  # fits up to float rounding of a reordered sum
+        lv = ls.reshape(1, 1, 1, -1, 1)
+
+        def grid(j: Any, rs: Any) -> Any:
+            """tmin over stage positions j, every allowed r (the plan_cost composition)."""
+            f = inflight_at(j)
+            first = (j == 0).astype(float).reshape(1, -1, 1, 1, 1)
+            last = (j == pp - 1).astype(float).reshape(1, -1, 1, 1, 1)
+            nd = first * K
+            rv = rs.reshape(1, 1, 1, 1, -1)
+            ok_l = (lv >= nd) & count_ok(j)  # the first stage holds the dense prefix
+            nm = np.maximum(lv - nd, 0.0)
+            rk = np.minimum(rv, lv)
+            rd = np.minimum(rk, nd)
+            rm = rk - rd
+            time_ = nm * ga["tau"] + nd * ga["tau_d"] + rm * ga["rho"] + rd * ga["rho_d"] \
+                + first * ga["emb_time"] + last * ga["head_time"]
+            if pp > 1:
+                time_ = time_ + ga["p2p"]
+            if z3:
+                time_ = time_ + nm * ga["z3l"] + nd * ga["z3l_d"] + np.maximum(
+                    np.where(nm > 0, ga["z3f"], 0.0), np.where(nd > 0, ga["z3f_d"], 0.0))
+            states = nm * gs["sigma"] + nd * gs["sigma_d"] + first * gs["emb_states"] \
+                + last * gs["head_states"]
+            acts = (nm - rm) * ga["act"] + rm * ga["ckpt"] + (nd - rd) * ga["act_d"] \
+                + rd * ga["ckpt_d"] + first * ga["emb_act"]
+            work = np.maximum(
+                np.where(nm > 0, np.where(rm > 0, ga["work_full"], ga["work"]), 0.0),
+                np.where(nd > 0, np.where(rd > 0, ga["work_full_d"], ga["work_d"]), 0.0))
+            work = np.maximum(work, last * ga["head_work"])
+            peak = states + f * acts + last * ga["head_act"] + work + gs["const_mem"]
+            fits = (peak <= capx) & ok_l
+            return np.where(fits, time_, np.inf).min(axis=4)
+
+        def closed(j: Any) -> Any:
+            """tmin over positions j >= 1 with partial full recompute (r_j in [1, l]): the stage
+            time grows with r_j (rho >= 0) and its peak is linear in r_j >= 1 (work_full), so
+            the least fitting r_j has a closed form (rounded down: a smaller r_j only lowers the
+            bound)."""
+            f = inflight_at(j)
+            last = (j == pp - 1).astype(float).reshape(1, -1, 1, 1, 1)
+            p0 = lv * gs["sigma"] + last * gs["head_states"] + f * lv * ga["act"] \
+                + last * ga["head_act"] + np.maximum(ga["work_full"], last * ga["head_work"]) \
+                + gs["const_mem"]
+            d = f * (ga["act"] - ga["ckpt"])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                need = np.ceil((p0 - capx) / d - 1e-6)
+            r1 = np.where(d > 0, np.maximum(need, 1.0), 1.0)
+            ok = np.where(d > 0, r1 <= lv, p0 - d <= capx) & count_ok(j)
+            r1 = np.minimum(r1, lv)
+            time_ = lv * ga["tau"] + r1 * ga["rho"] + last * ga["head_time"]
+            if pp > 1:
+                time_ = time_ + ga["p2p"]
+            if z3:
+                time_ = time_ + lv * ga["z3l"] + ga["z3f"]
+            return np.where(ok, time_, np.inf)[..., 0]
+
+        jall = np.arange(pp)
+        if closed_form:
+            tmin = np.concatenate([grid(jall[:1], rs), closed(jall[1:])], axis=1)
+        else:
+            tmin = grid(jall, rs)
+        tmin = tmin * (1 - 1e-9)  # (B, pp, G, nl)
+        pinned = s.fixed.get("stage_groups")
+        if pinned is not None and G > 1:  # a pinned placement: position j only on its group
+            tmin = np.where(np.arange(G).reshape(1, 1, -1, 1)
+                            == np.asarray(pinned, int).reshape(1, -1, 1, 1), tmin, np.inf)
+        return cls(t, pp, vpp, np.asarray(ms, float), ng, ls, tmin, co)
+
+    def placed(self, capl: Any) -> Any:
         """The most layers the stages hold over the placements, caps (..., pp, G)."""
+        G = self.t.groups
+        top = [slice(-n, None) if n else slice(0, 0) for n in self.ng]
         if G == 2:  # group 0 on the n_0 positions that gain most by it
             gain = np.sort(capl[..., 0] - capl[..., 1], axis=-1)
             return capl[..., 1].sum(axis=-1) + gain[..., top[0]].sum(axis=-1)
         capl = np.sort(capl, axis=-2)  # ascending: each group's n_g largest are its last n_g
         return sum(capl[..., top[g], g].sum(axis=-1) for g in range(G))
 
-    def holds(T: float) -> bool:
-        return float(placed(np.where(tmin <= T, lsr, 0.0).max(axis=2))) >= L
+    def t_lb(self) -> npt.NDArray[np.float64]:
+        """T_lb of every key (inf where the caps at the largest finite entry hold fewer than
+        L layers, or some stage position fits no layer count on any group): the least entry
+        of the key's tmin at which the caps hold L layers, a binary search over its sorted
+        entries for all keys at once (holding is monotone in T, so the least entry is the
+        least distinct value `key_bound` finds)."""
+        L = self.t.space.num_layers
+        B = self.tmin.shape[0]
+        lsr = self.ls.reshape(1, 1, -1)
+        flat = np.sort(self.tmin.reshape(B, -1), axis=1)  # inf last
+        nf = np.isfinite(flat).sum(axis=1)
+        rows = np.arange(B)
 
-    if not holds(float(cands[-1])):
-        return math.inf
-    lo_i, hi_i = 0, len(cands) - 1
-    while lo_i < hi_i:
-        mid = (lo_i + hi_i) // 2
-        if holds(float(cands[mid])):
-            hi_i = mid
-        else:
-            lo_i = mid + 1
-    T_lb = float(cands[lo_i])
-    per = tmin[finite] / np.broadcast_to(ls.reshape(1, 1, -1), tmin.shape)[finite]
-    lams = np.linspace(float(per.min()), float(per.max()), 9)
+        def holds(T: Any) -> Any:
+            caps = np.where(self.tmin <= T.reshape(-1, 1, 1, 1), lsr, 0.0).max(axis=3)
+            return self.placed(caps) >= L
 
-    def s_lb(tm: Any) -> Any:
-        """S_lb of each (pp, G, nl) slice of tm (leading axis): max over lambda of lambda*L +
-        the least sum_j h[j, g(j)] over the placements."""
-        hs = np.where(np.isfinite(tm)[:, None], tm[:, None] - lams.reshape(1, -1, 1, 1, 1)
-                      * lsr, np.inf).min(axis=4)  # (n, lambda, j, g)
+        fills = np.isfinite(self.tmin).any(axis=(2, 3))  # (B, pp): some group and count
+        ok = np.all(fills, axis=1) & (nf > 0)
+        ok &= holds(flat[rows, np.maximum(nf - 1, 0)])
+        lo = np.zeros(B, int)
+        hi = np.where(ok, nf - 1, 0)
+        while True:
+            act = lo < hi
+            if not act.any():
+                break
+            mid = (lo + hi) // 2
+            h = holds(flat[rows, mid])
+            hi = np.where(act & h, mid, hi)
+            lo = np.where(act & ~h, mid + 1, lo)
+        return np.where(ok, flat[rows, lo], np.inf)
+
+    def lams(self, rows: Any) -> npt.NDArray[np.float64]:
+        """The Lagrange multipliers of the keys `rows` (n, 9): 9 from the key's least to its
+        largest entry per layer."""
+        tmin = self.tmin[rows]
+        fin = np.isfinite(tmin)
+        per = tmin / self.ls.reshape(1, 1, 1, -1)
+        lo = np.where(fin, per, np.inf).min(axis=(1, 2, 3))
+        hi = np.where(fin, per, -np.inf).max(axis=(1, 2, 3))
+        return np.array([np.linspace(a, b, 9) for a, b in zip(lo, hi, strict=True)]
+                        ).reshape(-1, 9)
+
+    def s_lb(self, tm: Any, lams: Any) -> Any:
+        """S_lb of each (pp, G, nl) slice of tm (leading axis) with the multipliers lams (one
+        row per slice, or one for all): max over lambda of lambda*L + the least sum_j
+        h[j, g(j)] over the placements."""
+        G = self.t.groups
+        L = self.t.space.num_layers
+        ng = self.ng
+        lsr = self.ls.reshape(1, 1, -1)
+        hs = np.where(np.isfinite(tm)[:, None], tm[:, None] - lams.reshape(len(lams), -1, 1,
+                      1, 1) * lsr, np.inf).min(axis=4)  # (n, lambda, j, g)
         if G == 2:
             # group 0 on the n_0 positions where it saves most (a position one group cannot
             # hold goes to the other)
@@ -356,24 +524,74 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
             hsum = sum(hs[:, :, :ng[g], g].sum(axis=2) for g in range(G))
         return (lams * L + hsum).max(axis=1)
 
-    D = (L - K) * min(c.dsync) + K * min(c.dsync_d) + pp * min(c.dps_fixed) \
-        + min(c.emb_dps) + min(c.head_dps)
-    opt_sum = (L - K) * min(c.opt) + K * min(c.opt_d) + min(c.emb_opt) + min(c.head_opt)
-    a = fx.DP_TAIL_FRACTION * D / pp
-    b = D / pp
-    o = opt_sum / pp
+    def tail(self) -> tuple[Any, Any, Any]:
+        """a, b, o of the DP tail of every key (B,): the least DP-sync and optimizer sums."""
+        L = self.t.space.num_layers
+        K = self.t.dense_prefix if self.t.main_kind else 0
+        pp = self.pp
+
+        def lo(name: str) -> Any:
+            return self.co[name].min(axis=1)
+
+        D = (L - K) * lo("dsync") + K * lo("dsync_d") + pp * lo("dps_fixed") \
+            + lo("emb_dps") + lo("head_dps")
+        opt_sum = (L - K) * lo("opt") + K * lo("opt_d") + lo("emb_opt") + lo("head_opt")
+        return fx.DP_TAIL_FRACTION * D / pp, D / pp, opt_sum / pp
+
+    def uncoupled(self) -> list[float]:
+        """Every key's bound: phi(T_lb, S_lb) (`key_bound`, coupled=False)."""
+        T_lb = self.t_lb()
+        out = [math.inf] * len(self.m)
+        ok = np.flatnonzero(np.isfinite(T_lb))
+        if ok.size == 0:
+            return out
+        S_all = self.s_lb(self.tmin[ok], self.lams(ok))
+        a, b, o = self.tail()
+        with np.errstate(invalid="ignore"):
+            best = _phi(T_lb[ok], S_all, self.pp, self.vpp, self.m[ok], a[ok], b[ok], o[ok])
+        for i, v in zip(ok, best.tolist(), strict=True):
+            # inf (or nan from 0 * inf): no placement fills a stage
+            out[i] = v * (1 - 1e-9) - 1e-12 if math.isfinite(v) else math.inf
+        return out
+
+
+def _phi(T0: Any, S_lb: Any, pp: int, vpp: int, m: Any, a: Any, b: Any, o: Any) -> Any:
+    """The least step over S >= max(S_lb, T0) with T = max(T0, S/pp) (elementwise)."""
+    S0 = np.maximum(S_lb, T0)
+
+    def step(S: Any) -> Any:
+        T = np.maximum(T0, S / pp)
+        return (m - 1.0 / vpp) * T + S / vpp + np.maximum(a, b - BACKWARD_SHARE * S / pp) + o
+
+    brk = np.broadcast_to((b - a) * pp / BACKWARD_SHARE, S0.shape)
+    return np.minimum.reduce([step(np.maximum(S0, x)) for x in (S0, pp * T0, brk)])
+
+
+def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
+    """`key_bound(coupled=True)`: the least bound(T') over the candidates T' >= T_lb (the
+    second half of `key_bound`'s docstring)."""
+    cls = _klass(t, key, min(c.rho) >= 0.0)
+    bt = _Batch.build(t, cls, [key], _stack([c])) if cls is not None else None
+    if bt is None:
+        return math.inf
+    T_lb_ = bt.t_lb()
+    if not math.isfinite(T_lb_[0]):
+        return math.inf
+    T_lb = float(T_lb_[0])
+    L = t.space.num_layers
+    G = t.groups
+    K = t.dense_prefix if t.main_kind else 0
+    pp, vpp, m = key.pp, key.vpp, key.m
+    tmin = bt.tmin[0]
+    ls = bt.ls
+    lsr = ls.reshape(1, 1, -1)
+    cands = np.unique(tmin[np.isfinite(tmin)])
+    lams = bt.lams(np.arange(1))
+    S_all = bt.s_lb(tmin[None], lams)
+    a, b, o = (float(x[0]) for x in bt.tail())
 
     def phi(T0: Any, S_lb: Any) -> Any:
-        """The least step over S >= max(S_lb, T0) with T = max(T0, S/pp) (elementwise)."""
-        S0 = np.maximum(S_lb, T0)
-
-        def step(S: Any) -> Any:
-            T = np.maximum(T0, S / pp)
-            return (m - 1.0 / vpp) * T + S / vpp \
-                + np.maximum(a, b - BACKWARD_SHARE * S / pp) + o
-
-        return np.minimum.reduce([step(np.maximum(S0, x)) for x in (
-            S0, pp * T0, np.full_like(S0, (b - a) * pp / BACKWARD_SHARE))])
+        return _phi(T0, S_lb, pp, vpp, m, a, b, o)
 
     # per-stage DP sync d and optimizer time o of every (j, g, l) (the plan_cost composition)
     jj = np.arange(pp).reshape(-1, 1, 1)
@@ -412,7 +630,7 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
                 break
             mid = (lo_ + hi_) // 2
             W = vals[np.minimum(mid, vals.size - 1)].reshape(-1, 1, 1, 1)
-            ok = placed(np.where(suf <= W, lsr[None], 0.0).max(axis=-1)) >= L
+            ok = bt.placed(np.where(suf <= W, lsr[None], 0.0).max(axis=-1)) >= L
             hi_ = np.where(act & ok, mid, hi_)
             lo_ = np.where(act & ~ok, mid + 1, lo_)
         return np.where(lo_ < vals.size, vals[np.minimum(lo_, vals.size - 1)], np.inf)
@@ -420,18 +638,12 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
     def bound_at(Tc: Any) -> Any:
         """max(phi(T', S_lb(T')), (m - 1/vpp) T' + max(S_lb(T'), T')/vpp + W_lb(T'))."""
         tm = np.where(tmin[None] <= Tc.reshape(-1, 1, 1, 1), tmin[None], np.inf)
-        Sc = s_lb(tm)
+        Sc = bt.s_lb(tm, lams)
         with np.errstate(invalid="ignore"):
             v = np.maximum(phi(Tc, Sc),
                            (m - 1.0 / vpp) * Tc + np.maximum(Sc, Tc) / vpp + w_lb(Tc))
         return np.where(np.isnan(v), np.inf, v)
 
-    S_all = s_lb(tmin[None])
-    if not coupled:
-        best = float(phi(np.array([T_lb]), S_all)[0])
-        if not math.isfinite(best):  # inf (or nan from 0 * inf): no placement fills a stage
-            return math.inf
-        return best * (1 - 1e-9) - 1e-12
     # A partition whose least stage times tmin[j, g(j), l_j] peak at T' (a candidate >= T_lb)
     # has T >= T', S >= S_lb(T') (the Lagrangian over the entries <= T' only) and a step >=
     # bound_at(T'); the least over T' bounds every partition. The scan stops once a lower

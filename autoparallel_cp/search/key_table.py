@@ -70,12 +70,16 @@ class KeyTable:
     def key(self, i: int) -> Key:
         return Key(*(int(v) for v in self.cols[i]))
 
+    def upto(self, hi: int) -> int:
+        """How many keys have LB <= hi (the first ones: the keys are sorted by LB)."""
+        return int(np.searchsorted(self.lb, hi, side="right"))
+
     def window(self, lo: int | None, hi: int, cap: int = WINDOW_CAP
                ) -> tuple[list[tuple[int, Key]], bool]:
         """Every key with lo < LB <= hi, sorted by (LB, key order), and whether the window
         holds `cap` keys or more (then the keys are not returned: the caller narrows it)."""
         a = 0 if lo is None else int(np.searchsorted(self.lb, lo, side="right"))
-        b = int(np.searchsorted(self.lb, hi, side="right"))
+        b = self.upto(hi)
         if b - a >= cap:
             return [], True
         return [(int(self.lb[i]), self.key(i)) for i in range(a, b)], False

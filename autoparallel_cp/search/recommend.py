@@ -202,7 +202,7 @@ def simplest_within(
     from ortools.sat.python import cp_model
 
     from autoparallel_cp.search.cpsat_master import KEY_AXES, build_master
-    from autoparallel_cp.search.key_bounds import key_bound
+    from autoparallel_cp.search.key_bounds import key_bounds
     from autoparallel_cp.search.key_table import build_key_table
     from autoparallel_cp.search.limits import Budget, check
     from autoparallel_cp.search.solve import best_for_key
@@ -265,10 +265,11 @@ def simplest_within(
             listed, capped = table.window(None, limit)
         if not capped:
             cands = []
+            new = [k for _, k in listed if k not in bounds]
+            # Ctrl-C (limits.request_stop) is checked between the bound's schedule classes
+            bounds.update(zip(new, key_bounds(space_tables, new, between=check),
+                          strict=True))
             for _, k in listed:
-                if k not in bounds:
-                    check()  # Ctrl-C (limits.request_stop) between keys
-                    bounds[k] = key_bound(space_tables, k)
                 kb = bounds[k]
                 if kb <= max_step_s * (1 + 1e-12):
                     cands.append((key_complexity(k), kb, k.order(), k))

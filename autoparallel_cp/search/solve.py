@@ -16,17 +16,28 @@ Search (a bound table and one CP-SAT model per key, neither listing plans):
    best is above it cannot enter the top k, so the model is then infeasible and the key is
    dropped without being solved to optimality).
 Best-first with a certificate: the least LB seeds the first window, then the keys with LB in a
-growing window (lo, hi] (a slice of the keys sorted by LB) are scored exactly with model 2 in
-the order of the per-key bound `key_bounds.key_bound` (numpy, proven <= the key's exact best);
-a key whose bound is above the current k-th best is skipped without a model (and so are the
-window's later keys). The search stops once the k-th best exact step time is <= hi, since
-every unseen key has LB > hi and every skipped key a bound above the k-th best, so an exact
-step time above it. Status `optimal` means this proof completed. The per-key models' limits
-are deterministic time (`limits.Budget`), so the answer does not depend on the machine's load.
+growing window (lo, hi] (a slice of the keys sorted by LB) join one heap over all windows,
+keyed by the per-key bound `key_bounds.key_bound` (numpy, proven <= the key's exact best; at
+least LB). Keys are scored exactly with model 2 least bound first while the least bound is
+<= hi (an unlisted key has LB > hi, so a larger bound: none of them comes first) and <= the
+current k-th best; a key about to get its model first gets the coupled bound and goes back to
+the heap with it. Its model is first solved with a trial cutoff just above its bound
+(`TRIAL_MARGINS`; CP-SAT closes a model with a tight cutoff far sooner): a plan under it is the
+key's best, as with any cutoff it satisfies; proven infeasible, no plan of the key is <= the
+trial cutoff, which becomes its bound, and the key goes back to the heap. A key whose bound is
+above the k-th best is skipped without a model (and so is every key behind it in the heap).
+The search stops once the k-th best exact step time is <= hi, since every unseen key has
+LB > hi and every skipped key a bound above the k-th best, so an exact step time above it.
+Status `optimal` means this proof completed. The per-key models' limits are deterministic time
+(`limits.Budget`), so the answer does not depend on the machine's load.
+
+Kept whole (about 415 lines): `solve`'s loop is the proof above step by step (windows, heap,
+coupled bounds, trial cutoffs); split, its invariants would sit apart from the code they hold.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -82,6 +93,13 @@ class SolveResult:
             "space_size": self.space_size,
             "plans": [p.to_json() for p in self.plans],
         }
+
+
+#: keys bounded at once beyond a window's end (`solve.bound_upto`): a few windows' worth
+BOUND_AHEAD = 512
+#: a key's model is first solved with the cutoff bound * (1 + margin), the next margin after
+#: each proof that the key has no plan under it, then with the k-th best
+TRIAL_MARGINS = (1e-3, 1.6e-2, 0.25)
 
 
 def _key(plan: Plan) -> tuple[Any, ...]:
@@ -171,7 +189,7 @@ def solve(
     and unused: the master's keys are a numpy table and every per-key model is solved by one
     deterministic worker.
     """
-    from autoparallel_cp.search.key_bounds import key_bound
+    from autoparallel_cp.search.key_bounds import key_bound, key_bounds
     from autoparallel_cp.search.key_table import build_key_table
     from autoparallel_cp.search.tables import build_tables
 
@@ -203,6 +221,9 @@ def solve(
     bounds: dict[Any, float] = {}
     above: dict[Any, float] = {}  # keys proven to have no plan <= the value
     tight: set[Any] = set()  # keys whose bound is the coupled one (`key_bound(coupled=True)`)
+    heap: list[tuple[float, tuple[Any, ...], int, Any]] = []  # (bound, order, LB, key) to score
+    trials: dict[Any, int] = {}  # keys proven above their trial cutoffs: how many times
+    models = 0  # per-key models solved (trial cutoffs included)
     evaluated = 0
     proven = True
     lo: int | None = None
@@ -210,6 +231,23 @@ def solve(
     listed = 0
     all_listed: list[tuple[int, Any]] = []  # every key of the complete windows, with its LB
     listed_hi: int | None = None  # the windows (-inf, listed_hi] are listed completely
+
+    ahead = 0  # the keys table.key(0 .. ahead - 1) have their `key_bound` in `bounds`
+
+    def bound_upto(hi: int) -> None:
+        """`key_bound` of every key with LB <= hi and of the next ones, BOUND_AHEAD keys at
+        least (`key_bounds`: numpy over each schedule class at once, the same floats), so the
+        small windows near the k-th best do not each pay numpy's per-call cost."""
+        nonlocal ahead
+        end = table.upto(hi)
+        if end > ahead:
+            end = min(len(table), max(end, ahead + BOUND_AHEAD))
+            new = [k for k in map(table.key, range(ahead, end)) if k not in bounds]
+            bounds.update(zip(new, key_bounds(tabs, new, between=check), strict=True))
+            ahead = end
+
+    def push(lb_u: int, key: Any) -> None:
+        heapq.heappush(heap, (max(bounds[key], lb_u * unit), key.order(), lb_u, key))
 
     def kth() -> float:
         costs = sorted((r.step_s, r.plan.key()) for r in found.values())
@@ -229,42 +267,57 @@ def solve(
         all_listed.extend(keys)
         listed_hi = hi
         stop = False
-        # score the window's keys in the order of the per-key bound (`key_bound`: numpy, about
-        # 0.5 ms, far tighter than LB): the k-th best then drops sooner, and every key whose
-        # bound is above the k-th best is skipped without building its model
+        # every listed key waits in one heap by its bound (`key_bound`, far tighter than LB;
+        # the coupled one once computed): keys are scored least bound first across windows, so
+        # the first k scored are near the k best and the k-th best (every later model's
+        # cutoff) is near its final value early
         tp1 = time.perf_counter()
-        for _, key in keys:
-            if key not in bounds:
-                check()  # Ctrl-C (limits.request_stop) between keys
-                bounds[key] = key_bound(tabs, key)
-        order = sorted(((max(bounds[key], lb_u * unit), key.order(), lb_u, key)
-                        for lb_u, key in keys), key=lambda x: x[:2])
+        bound_upto(hi)
+        for lb_u, key in keys:
+            push(lb_u, key)
         phase["key_bound_s"] = phase.get("key_bound_s", 0.0) + time.perf_counter() - tp1
         tp0 = time.perf_counter()
         tb_s = 0.0  # the coupled bounds' time, counted with the key bounds
-        listed += len(order)
-        for kb, _, lb_u, key in order:
+        listed += len(keys)
+        while heap:
+            kb, _, lb_u, key = heap[0]
             cut = kth()
             if kb > cut or kb == math.inf:
                 # proven: every plan of this key and of the later ones is slower (or none fits)
                 break
+            if kb > hi * unit and hi < top_u:
+                break  # an unlisted key (LB > hi) may come before it: list the next window
+            heapq.heappop(heap)
             if lb_u * unit >= cut:
                 continue
             if key not in tight:
                 # the coupled bound (a few ms, so only for the keys that would get a model):
-                # a key whose bound is still above the k-th best is skipped without its model
+                # the key goes back to the heap with it, to be scored in its turn
                 check()
                 tight.add(key)
                 tb0 = time.perf_counter()
-                bounds[key] = max(kb, key_bound(tabs, key, coupled=True))
+                bounds[key] = max(bounds[key], key_bound(tabs, key, coupled=True))
                 tb_s += time.perf_counter() - tb0
-            if bounds[key] > cut:
+                push(lb_u, key)
                 continue
             if budget.exhausted():
                 stop = True
                 break
-            res = best_for_key(sp, key, seed=int(seed or 0), tables=tabs, cutoff_s=cut,
-                               budget=budget, above=above)
+            # a trial cutoff first; proven empty, it is the key's bound and the key goes back
+            tries = trials.get(key, 0)
+            trial = kb * (1 + TRIAL_MARGINS[tries]) if tries < len(TRIAL_MARGINS) else cut
+            res = best_for_key(sp, key, seed=int(seed or 0), tables=tabs,
+                               cutoff_s=min(cut, trial), budget=budget, above=above)
+            models += 1
+            if res is None and trial < cut:
+                if above.get(key, -math.inf) >= trial:
+                    trials[key] = tries + 1
+                    bounds[key] = max(bounds[key], trial)
+                    push(lb_u, key)
+                    continue
+                res = best_for_key(sp, key, seed=int(seed or 0), tables=tabs, cutoff_s=cut,
+                                   budget=budget, above=above)  # unproven: as without it
+                models += 1
             evaluated += 1
             if res is not None:
                 found[key] = res
@@ -278,15 +331,24 @@ def solve(
             break
         k = kth()
         if k <= hi * unit or hi >= top_u:
-            break  # every key with LB <= hi is scored: nothing unseen can enter the top k
+            # every listed key is scored or its bound is above k (the heap stopped at a bound
+            # above the k-th best or above hi * unit >= k), and every unlisted key has LB > hi:
+            # nothing unseen can enter the top k
+            break
         lo = hi
         if k < float("inf"):
             # widen geometrically towards the k-th best: keys are scored in bound order and the
             # k-th best usually drops while they are, so a window up to the current k-th best at
             # once would list many keys that the final k-th best rules out
-            hi = min(int(math.ceil(k / unit)), hi + max(hi - lb0, lb0 // 100, 1), top_u)
+            grow = hi + max(hi - lb0, lb0 // 100, 1)
         else:
-            hi = min(hi + max(2 * (hi - lb0), lb0 // 20, 1), top_u)
+            grow = hi + max(2 * (hi - lb0), lb0 // 20, 1)
+        # and no further than the least bound waiting in the heap (the next key to score once
+        # the keys with LB up to it are listed) or the k-th best
+        target = min(k, heap[0][0] if heap else math.inf)
+        if math.isfinite(target):
+            grow = min(grow, max(int(math.ceil(target / unit)), hi + 1))
+        hi = min(grow, top_u)
     ranked = sorted(found.values(), key=lambda r: (r.step_s, r.plan.key()))
     if not ranked:
         if proven:
@@ -308,6 +370,7 @@ def solve(
         iterations=evaluated,
         stats={"phases": phase, "master_keys": len(table),
                "keys_scored": evaluated, "keys_skipped": listed - evaluated,
+               "models": models,
                "root_bound_s": best_lb,
                "ranked": [(r.step_s, r.plan) for r in ranked[:top_k]],
                **_limit_stats(budget)},
