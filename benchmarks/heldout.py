@@ -41,6 +41,12 @@ DATA = Path(__file__).resolve().parent / "data"
 #: (NVIDIA A800 datasheet); compute and HBM as the A100 80GB.
 A800_NVLINK = LinkSpec(bandwidth_gbps=200.0, latency_us=3.0,
                        source="A800 datasheet: NVLink 400 GB/s (200 per direction)")
+#: Jean Zay's A100 nodes as the BLOOM README states them ("8 GPUs per node ... 4 OmniPath links",
+#: "Inter-node connect: Omni-Path Architecture (OPA)"): four 100 Gb/s Omni-Path 100 ports per
+#: node of 8 GPUs = 6.25 GB/s per GPU per direction (the DGX A100 preset has 25).
+OPA_4X100 = LinkSpec(bandwidth_gbps=4 * 12.5 / 8, latency_us=8.0,
+                     source="BLOOM README: 4 Omni-Path links per node; OPA 100 Series 100 Gb/s "
+                            "per port")
 
 
 @dataclass
@@ -548,6 +554,9 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             skip(f"GPU {r['gpu']!r} not modelled", family)
             continue
         group, _ = ng
+        if "4 opa links per node" in r["extra_config"].lower():
+            group = group.model_copy(update={"inter_node": OPA_4X100})
+            assumed.append("inter-node 4 x 100 Gb/s Omni-Path per node (the source's hardware)")
         precision = r["precision"].strip()
         if not precision:
             precision = "bf16"
