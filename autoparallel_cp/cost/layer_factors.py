@@ -124,6 +124,28 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     return total + copies  # plain copies: one kernel, fused or not
 
 
+def _dtensor_sp_copy_bytes(job: Job, tp: FloatArray, sp: FloatArray,
+                           options: CostOptions) -> FloatArray:
+    """HBM bytes per token of the copies PyTorch's DTensor sequence parallelism adds around
+    its collectives, per layer and per pass (forward; backward runs as many).
+
+    torchtitan shards the [batch, seq, hidden] activations on dim 1 (`SequenceParallel`,
+    `PrepareModuleInput(input_layouts=Shard(1))`); NCCL gathers and scatters along dim 0, so
+    torch's functional collectives copy: an all-gather along dim 1 ends in
+    `torch.cat(chunk(out, tp, dim=0), dim=1)` and a reduce-scatter along it begins with
+    `torch.cat(chunk(x, tp, dim=1))` (torch/distributed/_functional_collectives.py
+    `all_gather_tensor` / `reduce_scatter_tensor`). Each reads and writes the full b·s·h tensor:
+    2 all-gathers (before QKV and the MLP) + 2 reduce-scatters (after the output projection
+    and the MLP) = 4 x 2 x h x activation bytes per token of the layer's sequence. Megatron
+    gathers along its leading sequence dim (no copy); async TP (`tp_comm_overlap` > 0 in a
+    PyTorch recipe) runs the fused all-gather-matmul / matmul-reduce-scatter instead.
+    """
+    recipe = job.recipe
+    on = _is_pytorch(recipe) and options.tp_comm_overlap == 0.0
+    per = 4 * 2 * float(recipe.activation_bytes) * job.model.hidden_size
+    return np.where(on & (tp > 1) & (sp > 0), per, 0.0)
+
+
 def _selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
                         tokens: FloatArray, tp: FloatArray, sp: FloatArray, att_f: FloatArray,
                         fwd: dict[str, FloatArray]) -> FloatArray:
@@ -261,8 +283,9 @@ def layer_factors(
         att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
     ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_) * tokens)
     ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
-    fwd_compute = gemm_f + att_f + ew_f
-    compute = fwd_compute + gemm_b + att_b + ew_b
+    sp_copy = hbm_time(gpu, _dtensor_sp_copy_bytes(job, tp_, sp_, opts) * tokens)
+    fwd_compute = gemm_f + att_f + ew_f + sp_copy
+    compute = fwd_compute + gemm_b + att_b + ew_b + sp_copy
     if opts.selective_policy == "op":
         # op-level SAC replays every other forward matmul and all elementwise ops
         sac = _op_sac_recompute_s(job, moe, gpu, tokens, tp_, gemm_f)

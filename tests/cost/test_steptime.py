@@ -278,3 +278,40 @@ def test_explicit_options_act_exactly_like_the_recipe_behaviour() -> None:
     # and the override matters on both edge stages (eager ops, dropout masks)
     assert all(x > y for x, y in zip(a.stage_time_s, plain.stage_time_s, strict=True))
     assert all(x > y for x, y in zip(a.stage_peak_bytes, plain.stage_peak_bytes, strict=True))
+
+
+def test_dtensor_sequence_parallel_copies() -> None:
+    """PyTorch DTensor SP gathers and scatters the [b, s, h] activations along dim 1: each of
+    the 2 all-gathers and 2 reduce-scatters of a layer's forward copies the full b·s·h tensor
+    (read + write, 2·2·h bytes per token in bf16): 16·h bytes per token and pass. None without
+    SP, with tp 1, with async TP (fused all-gather-matmul), or in Megatron (dim-0 sequence);
+    the layer's forward and backward each pay it once."""
+    import numpy as np
+
+    from autoparallel_cp.cost import factors as F
+    from autoparallel_cp.cost import layer_factors as LF
+    from autoparallel_cp.cost.efficiency import hbm_time
+
+    job = _llama8b_fsdp()
+    h = 4096
+    tp, on, off = np.float64(4.0), np.float64(1.0), np.float64(0.0)
+    plain = F.CostOptions(fused=True)
+    assert float(LF._dtensor_sp_copy_bytes(job, tp, on, plain)) == pytest.approx(16.0 * h)
+    assert float(LF._dtensor_sp_copy_bytes(job, tp, off, plain)) == 0.0
+    assert float(LF._dtensor_sp_copy_bytes(job, np.float64(1.0), on, plain)) == 0.0
+    asynctp = F.CostOptions(fused=True, tp_comm_overlap=0.8)
+    assert float(LF._dtensor_sp_copy_bytes(job, tp, on, asynctp)) == 0.0
+    meg = job.model_copy(update={"recipe": RECIPES["megatron-bf16"]})
+    assert float(LF._dtensor_sp_copy_bytes(meg, tp, on, F.CostOptions())) == 0.0
+    # in the layer: forward + backward = 2 x the copies' HBM time of one pass
+    with_sp = F.layer_factors(job, 0, 4, 1, 1, 1, 1, "none", options=plain)
+    # the same layer with the copies taken out (async TP hides none of the comm here: 0 share)
+    tokens = 1 * job.seq_len
+    one_pass = float(hbm_time(job.cluster.node_groups[0].gpu, 16.0 * h * tokens))
+    no_copy = LF._dtensor_sp_copy_bytes
+    try:
+        LF._dtensor_sp_copy_bytes = lambda *a, **k: np.float64(0.0)  # type: ignore[assignment]
+        without = F.layer_factors(job, 0, 4, 1, 1, 1, 1, "none", options=plain)
+    finally:
+        LF._dtensor_sp_copy_bytes = no_copy  # type: ignore[assignment]
+    assert float(with_sp.time_s - without.time_s) == pytest.approx(2 * one_pass, rel=1e-9)
