@@ -189,6 +189,15 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
                 update={"attention_kernel": "fa2"})})
             assumed.append("FlashAttention-2 on Hopper (source's flag)")
+        defaults = _megatron_lm_defaults(r)
+        if defaults:
+            # a plain Megatron-LM run at a stated commit, its flags not stated: the argument
+            # defaults of that commit (megatron/arguments.py), see MEGATRON_LM_DEFAULTS
+            behaviour = recipe.behaviour.model_copy(update={"dropout": True})
+            recipe = recipe.model_copy(update={"flash_attention": False,
+                                               "behaviour": behaviour})
+            assumed.append(f"Megatron-LM {defaults['commit']} defaults: no flash attention, "
+                           "dropout 0.1, no distributed optimizer; " + str(defaults["memory"]))
         if not nemo and "overlap-grad-reduce" not in extra:
             # Megatron-LM runs gradient reduction after the backward unless
             # `--overlap-grad-reduce` is given (default False, megatron/training/arguments.py;
@@ -407,6 +416,36 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
 }
 
 
+#: Argument defaults of the plain Megatron-LM commits rows state as their software, for the
+#: flags a row's source does not state (`megatron/arguments.py` at that commit; read at the
+#: NVIDIA/Megatron-LM mirror). 285068c8 (2023-01-11, MegaScale's baseline): `--use-flash-attn`
+#: store_true (l. 655: attention through the fused-softmax kernel otherwise),
+#: `--attention-dropout` / `--hidden-dropout` default 0.1 (ll. 531-534),
+#: `--use-distributed-optimizer` store_true (l. 874); with bf16, gradients are accumulated and
+#: all-reduced in fp32 (ll. 155-158), as the megatron-bf16 recipe has it. Those defaults alone
+#: do not fit a 175B model on 80 GB (attention scores materialised on every layer), so the
+#: memory flags are the ones Megatron-LM's authors give for GPT-3 175B at that time: sequence
+#: parallelism with selective recomputation (`--sequence-parallel`, `--recompute-activations`;
+#: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+#: MLSys 2023, Table 5: GPT-3 175B with both; the Megatron-LM README of 2022 reports its
+#: scaling table with the same two).
+MEGATRON_LM_DEFAULTS: dict[str, dict[str, object]] = {
+    "285068c8": {"commit": "285068c8", "distributed_optimizer": False,
+                 "memory": "sequence parallelism + selective recompute (Korthikanti et al. "
+                           "2022, the Megatron-LM authors' 175B setting)"},
+}
+
+
+def _megatron_lm_defaults(r: dict[str, str]) -> dict[str, object]:
+    """MEGATRON_LM_DEFAULTS of a plain Megatron-LM row's stated commit ({} otherwise)."""
+    if r["framework"] != "megatron":
+        return {}
+    m = re.search(r"Megatron-LM commit ([0-9a-f]{7,40})", r["framework_version"])
+    if m is None:
+        return {}
+    return next((v for k, v in MEGATRON_LM_DEFAULTS.items() if m.group(1).startswith(k)), {})
+
+
 def _model_name(r: dict[str, str]) -> str:
     """The row's model name as the lookup tables spell their prefixes."""
     return r["model"].lower().replace("_", " ")
@@ -608,11 +647,17 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             # MaxText's configs/base.yml default `remat_policy: 'full'`
             recompute = "full"
             assumed.append("full remat (MaxText default remat_policy)")
+        elif recompute is None and _megatron_lm_defaults(r):
+            # the memory flags of MEGATRON_LM_DEFAULTS (sp follows from the "tp>1" rule)
+            recompute = "selective"
         elif recompute is None:
             recompute = "none"
             assumed.append("no recompute (not stated)")
         zero = _zero(r["zero_stage"])
-        if zero is None:
+        lm_defaults = _megatron_lm_defaults(r)
+        if zero is None and lm_defaults:
+            zero = 1 if lm_defaults["distributed_optimizer"] else 0
+        elif zero is None:
             zero = 1 if family in ("megatron-core", "megatron-deepspeed") else 0
             assumed.append(f"zero={zero} (distributed optimizer)" if zero else "zero=0")
         sp = 1 if (r["sp"].strip().lower() == "yes" or (sp_rule == "tp>1" and tp > 1)) else 0

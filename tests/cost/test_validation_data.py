@@ -108,3 +108,22 @@ def test_every_unstated_choice_is_flagged() -> None:
             assert flag(k) in h.assumed, (h.idx, k)
             n += 1
     assert n > 0
+
+
+def test_plain_megatron_lm_rows_take_their_commits_defaults() -> None:
+    """MegaScale's Megatron-LM baseline states only commit 285068c8: the flags it leaves out
+    take that commit's argument defaults (megatron/arguments.py: `--use-flash-attn` and
+    `--use-distributed-optimizer` are store_true, dropout defaults to 0.1, DP reduction is not
+    overlapped), and the memory flags Korthikanti et al. 2022 (Table 5) give GPT-3 175B:
+    sequence parallelism + selective recompute. Rows of other frameworks keep theirs."""
+    from heldout import heldout_rows
+
+    ms = [h for h in heldout_rows() if h.source == "megascale-2024" and h.plan is not None]
+    assert len(ms) == 8
+    for h in ms:
+        assert h.job.recipe.flash_attention is False
+        assert h.options.dropout is True and h.options.dp_overlap is False
+        assert (h.plan.sp, h.plan.zero, h.plan.recompute) == (1, 0, "selective")
+        assert any("285068c8 defaults" in a for a in h.assumed)
+    others = [h for h in heldout_rows() if h.source == "flagperf" and h.plan is not None]
+    assert others and not any("285068c8" in a for h in others for a in h.assumed)
