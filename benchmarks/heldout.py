@@ -239,6 +239,14 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         recipe = RECIPES["deepspeed"]
         if "flash" not in extra:
             recipe = recipe.model_copy(update={"flash_attention": False})
+        stated = _stated_settings(r)
+        if stated.get("dropout"):
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"dropout": True})})
+            assumed.append(f"dropout ({stated['dropout']})")
+        if stated.get("no_sp"):
+            assumed.append(f"no sequence parallelism ({stated['no_sp']})")
+            return recipe, "0", ()
         return recipe, "tp>1", ()
     if family == "pytorch-fsdp":
         # the `pytorch-fsdp` preset (FSDP1 as llm-foundry / Composer run it); MPT's modules
@@ -413,6 +421,12 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
         "": {"optimizer": "fp32"},
     },
     "mbridge-perf": {"": {"bf16_grads": "Megatron-Bridge benchmark default"}},
+    # bigscience train/tr11-176B-ml/tr11-176B-ml.slurm @9e64ede sets no dropout flag, so the
+    # fork's defaults hold (bigscience-workshop/Megatron-DeepSpeed megatron/arguments.py
+    # @8387ae17: --attention-dropout / --hidden-dropout 0.1), and that fork has no sequence
+    # parallelism (no such argument)
+    "bloom-tr11": {"bloom": {"dropout": "tr11 slurm sets none: the fork's default 0.1",
+                             "no_sp": "the bigscience Megatron-DeepSpeed fork has none"}},
 }
 
 

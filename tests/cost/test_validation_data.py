@@ -127,3 +127,14 @@ def test_plain_megatron_lm_rows_take_their_commits_defaults() -> None:
         assert any("285068c8 defaults" in a for a in h.assumed)
     others = [h for h in heldout_rows() if h.source == "flagperf" and h.plan is not None]
     assert others and not any("285068c8" in a for h in others for a in h.assumed)
+
+
+def test_bloom_row_runs_its_slurm_scripts_settings() -> None:
+    """BLOOM's tr11 slurm script sets no dropout flag (the bigscience Megatron-DeepSpeed fork's
+    default is 0.1) and the fork has no sequence parallelism: dropout on, sp off."""
+    from heldout import heldout_rows
+
+    (h,) = [h for h in heldout_rows() if h.source == "bloom-tr11" and h.plan is not None]
+    assert h.options.dropout is True
+    assert h.plan.sp == 0 and h.plan.tp == 4
+    assert h.job.recipe.flash_attention is False
