@@ -43,7 +43,12 @@ from autoparallel_cp.cost.flops import (
     expert_token_factor,
     layer_gemms,
 )
-from autoparallel_cp.cost.moe_comm import dispatch_time, ep_overlapped, folded_moe_comm
+from autoparallel_cp.cost.moe_comm import (
+    dispatch_time,
+    ep_overlapped,
+    folded_moe_comm,
+    sort_chunks_bytes,
+)
 from autoparallel_cp.spec import GPUSpec, Job
 
 # ---------------------------------------------------------------------------------------------
@@ -283,9 +288,12 @@ def layer_factors(
         att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
     ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_) * tokens)
     ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
-    sp_copy = hbm_time(gpu, _dtensor_sp_copy_bytes(job, tp_, sp_, opts) * tokens)
-    fwd_compute = gemm_f + att_f + ew_f + sp_copy
-    compute = fwd_compute + gemm_b + att_b + ew_b + sp_copy
+    copies = hbm_time(gpu, _dtensor_sp_copy_bytes(job, tp_, sp_, opts) * tokens)
+    if moe and model.moe is not None:  # the alltoall dispatcher's re-sort (a copy each pass)
+        copies = copies + hbm_time(gpu, sort_chunks_bytes(
+            job, tp_, ep_, etp_, opts.ep_dispatcher == "flex") * tokens)
+    fwd_compute = gemm_f + att_f + ew_f + copies
+    compute = fwd_compute + gemm_b + att_b + ew_b + copies
     if opts.selective_policy == "op":
         # op-level SAC replays every other forward matmul and all elementwise ops
         sac = _op_sac_recompute_s(job, moe, gpu, tokens, tp_, gemm_f)

@@ -7,6 +7,7 @@ import numpy as np
 
 from autoparallel_cp.cost import comm
 from autoparallel_cp.cost.common import FloatArray, node
+from autoparallel_cp.cost.flops import expert_token_factor
 from autoparallel_cp.spec import Job
 
 
@@ -48,6 +49,32 @@ def folded_moe_comm(job: Job, g: int, tokens: FloatArray, tp: FloatArray, ep: Fl
     gathered = etp * copy * model.moe.top_k
     etp_coll = comm.all_gather(nd, etp, 1, gathered) + comm.reduce_scatter(nd, etp, 1, gathered)
     return 2 * a2a + etp_coll
+
+
+def sort_chunks_bytes(job: Job, tp: FloatArray, ep: FloatArray, etp: FloatArray | None,
+                      flex: bool) -> FloatArray:
+    """HBM bytes per token of the alltoall dispatcher's local re-sort, per pass.
+
+    Megatron-Core's `MoEAlltoAllTokenDispatcher` (megatron/core/transformer/moe/
+    token_dispatcher.py @d98e8a64) permutes the routed copies by expert before the dispatch
+    all-to-all and unpermutes them after the combine (charged with the layer's elementwise
+    ops), and, with more than one local expert, also regroups the received copies from
+    source-rank order to local-expert order (`dispatch_postprocess`: `sort_chunks_by_idxs`,
+    fused or not) and back before the combine (`combine_preprocess`): two more copies of the
+    top_k routed copies an EP rank holds (`flops.expert_token_factor` with parallel folding),
+    each read and written once = 2 x 2 x h x activation bytes x top_k per token. A backward
+    pass runs the inverse permutations (same bytes, not the 2x of an elementwise op's
+    backward). The flex (DeepEP / HybridEP) dispatcher permutes once after its dispatch and
+    has no such re-sort; with one local expert the sort is skipped.
+    """
+    moe = job.model.moe
+    assert moe is not None
+    tp_ = np.asarray(tp, dtype=np.float64)
+    ep_ = np.asarray(ep, dtype=np.float64)
+    per = (4.0 * float(job.recipe.activation_bytes) * job.model.hidden_size * moe.top_k
+           * expert_token_factor(tp_, etp))
+    local = moe.num_experts / np.maximum(ep_, 1.0)
+    return np.where((local > 1) & (not flex), per, 0.0 * per)
 
 
 #: The expert GEMMs of Megatron-Core's "mlp" schedule node (flops.moe_gemms names); the rest
