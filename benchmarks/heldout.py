@@ -171,6 +171,25 @@ def _zero(text: str) -> int | None:
     return int(t) if t.isdigit() else None
 
 
+#: MPT sizes the llm-foundry "Large Scale" H100 table ran with `--attn_impl flash`
+#: (scripts/train/benchmarking/sweep.py @5e85bd62d, the commit that added the table: 1b, 3b,
+#: 7b, 70b flash; 13b, 30b triton), on `.[gpu-flash2]` = flash-attn 2.4.2, the first release
+#: with ALiBi (llm-foundry attention.py requires it for alibi_slopes).
+LLMFOUNDRY_LARGE_SCALE_FLASH = ("MPT-1b", "MPT-3b", "MPT-7b", "MPT-70b")
+
+
+def _llmfoundry_attention(r: dict[str, str]) -> str:
+    """The attention kernel an llm-foundry benchmark row ran (efficiency.ATTN_KERNELS).
+
+    Every other table was written by scripts/train/benchmarking/sweep.sh, which passes no
+    `--attn_impl`, through submit_benchmarks.py, whose default `--attn_impl triton` overwrites
+    the YAML's attn_config (llm-foundry a7d6a4475 .. 5e85bd62d): FlashAttention in Triton on
+    the pre-MLIR compiler (`triton-pre-mlir` in setup.py `gpu` extras, v0.3.0)."""
+    if "Large Scale" in r["source"] and r["model"] in LLMFOUNDRY_LARGE_SCALE_FLASH:
+        return "fa2"
+    return "triton"
+
+
 def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             assumed: list[str], tp_overlap: bool | None = None
             ) -> tuple[TrainingRecipe, str, tuple[str, ...]] | None:
@@ -253,6 +272,11 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         # are not HF Llama code, so no repeat_kv (MHA anyway) and generic eager ops
         recipe = RECIPES["pytorch-fsdp"].model_copy(update={
             "compute_dtype": "fp8" if fp8 else "bf16"})
+        if r["source_id"] == "llmfoundry-bench":
+            kernel = _llmfoundry_attention(r)
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"attention_kernel": kernel})})
+            assumed.append(f"attention kernel {kernel} (the benchmark sweep's attn_impl)")
         return recipe, "0", ()
     if family == "torchtitan":
         base = RECIPES["torchtitan-fsdp"]

@@ -82,6 +82,27 @@ ATTN_KERNELS: dict[str, tuple[float, float, float, float]] = {
     # kernel: (fwd fraction, fwd s_half, fwd+bwd fraction, fwd+bwd s_half)
     "cudnn": (0.6732, 570.0, 0.6099, 1241.0),
     "fa2": (0.3571, 420.0, 0.3395, 314.0),
+    # FlashAttention in Triton (HazyResearch `flash_attn_triton.py`, shipped by llm-foundry as
+    # `attn_impl: triton` on the pre-MLIR Triton compiler, whose code generator predates
+    # Hopper: Ampere `mma.sync`, no wgmma/TMA). No H100 figure publishes it; an Ampere-ISA
+    # kernel gains on H100 what the two published ones gained: FlashAttention and
+    # FlashAttention-2, causal d=128 fwd+bwd, H100 over A100 1.57-1.78x at every s = 512..16k
+    # (FA2 paper Figs. 4d and the H100 figure, flash-attention assets/flash2_{a100,h100}_
+    # fwd_bwd_benchmark.png @4f285b35). Points: the A100 Triton bars below x FlashAttention's
+    # H100/A100 ratio at the same s = 89/107/106/123/132/132 TFLOP/s; fitted as one curve for
+    # forward and forward+backward (the figure gives fwd+bwd only).
+    "triton": (0.1315, 241.0, 0.1315, 241.0),
+}
+#: The same kernels on GPUs without Hopper's tensor-core instructions (A100 / A800: no fp8
+#: tensor cores), as fractions of *their* dense peak (312 TFLOP/s): FlashAttention-2 paper
+#: (Dao 2023) Fig. 4d, A100 80GB SXM4, causal, head dim 128, forward+backward at s = 512..16k:
+#: FlashAttention-2 99/133/155/173/182/189 and FlashAttention Triton 50/61/68/74/78/80
+#: TFLOP/s (fit_attention_points; FlashAttention-2's forward curve shares the fwd+bwd fit, the
+#: figure gives fwd+bwd only). FA2's 0.62 of the A100 peak against 0.34 of the H100 peak is
+#: the Ampere-ISA kernel not using Hopper's wgmma. "cudnn" keeps the calibration fractions.
+ATTN_KERNELS_SM80: dict[str, tuple[float, float, float, float]] = {
+    "fa2": (0.6208, 487.0, 0.6208, 487.0),
+    "triton": (0.2567, 313.0, 0.2567, 313.0),
 }
 
 #: Fraction of the HBM spec bandwidth reached by streaming kernels (H200 copy test 4174/4800).
@@ -132,7 +153,9 @@ def flash_attention_time(
 
     `seq` is the key length each query block sees (sets the curve's position). Backward does
     2.5x the forward FLOP (FlashAttention-2 paper, §3.1 counting) at the fwd+bwd rate.
-    `kernel` selects the kernel generation (`ATTN_KERNELS`; "fa3" is treated as "cudnn").
+    `kernel` selects the kernel generation (`ATTN_KERNELS`; "fa3" is treated as "cudnn");
+    on a GPU without fp8 tensor cores (Ampere) an Ampere-ISA kernel takes its
+    `ATTN_KERNELS_SM80` fractions.
     """
     f = np.asarray(flops_fwd_causal, dtype=np.float64)
     s = np.asarray(seq, dtype=np.float64)
@@ -140,6 +163,8 @@ def flash_attention_time(
     if kernel in ("cudnn", "fa3"):
         ff, fs, bf, bs = ATTN_FWD_FRACTION, ATTN_FWD_S_HALF, ATTN_FWDBWD_FRACTION, \
             ATTN_FWDBWD_S_HALF
+    elif not gpu.fp8_tflops and kernel in ATTN_KERNELS_SM80:
+        ff, fs, bf, bs = ATTN_KERNELS_SM80[kernel]
     else:
         ff, fs, bf, bs = ATTN_KERNELS[kernel]
     fwd = f / _attn_rate(gpu, s, d, ff, fs)

@@ -46,7 +46,9 @@ class GPUSpec(Strict):
     name: str
     memory_gib: MemoryGiB
     bf16_tflops: Tflops  # dense peak
-    fp8_tflops: Tflops | None = None  # dense peak; None: no fp8 tensor cores
+    #: dense peak; None: no fp8 tensor cores (pre-Hopper: Ampere-ISA attention kernels then
+    #: take their A100-class share of peak, efficiency.ATTN_KERNELS_SM80)
+    fp8_tflops: Tflops | None = None
     fp32_tflops: Tflops | None = None  # non-tensor-core fp32 (for memory-bound estimates)
     hbm_gbps: HbmGBps  # HBM bandwidth, GB/s
     source: str = ""

@@ -40,8 +40,10 @@ class FrameworkBehaviour(Strict):
       the attention core, Korthikanti §5) or "op" (torchtitan op-level SAC: keep the layer
       input, the attention output and every other matmul output; recompute the rest).
     - ``attention_kernel``: flash-attention kernel generation, "cudnn" (default: cuDNN /
-      FlashAttention-3 class, what the H200 curves measured) or "fa2" (FlashAttention-2, e.g.
-      PyTorch SDPA 2.5-2.10 on H100; efficiency.ATTN_KERNELS).
+      FlashAttention-3 class, what the H200 curves measured), "fa2" (FlashAttention-2, e.g.
+      PyTorch SDPA 2.5-2.10 on H100) or "triton" (FlashAttention in Triton on the pre-MLIR
+      compiler, llm-foundry's `attn_impl: triton` for ALiBi in 2023); efficiency.ATTN_KERNELS,
+      with Ampere fractions in efficiency.ATTN_KERNELS_SM80.
     - ``gqa_repeat_kv``: grouped-query K, V are expanded to all query heads with a copy before
       the attention kernel (torchtitan 2024 Llama `repeat_kv`; SDPA then saves the expanded
       K, V), instead of a kernel that reads the shared heads (TE, SDPA `enable_gqa`).
@@ -93,7 +95,7 @@ class FrameworkBehaviour(Strict):
     tp_comm_overlap_bwd: Fraction | None = None
     dp_overlap: bool = True
     fused: bool | None = None  # None: fused for megatron, eager for pytorch
-    attention_kernel: Literal["cudnn", "fa3", "fa2"] = "cudnn"
+    attention_kernel: Literal["cudnn", "fa3", "fa2", "triton"] = "cudnn"
     gqa_repeat_kv: bool = False
     eager_ops: Literal["generic", "llama-upcast"] = "generic"
     cp_ring: Literal["p2p", "torch-allgather"] = "p2p"

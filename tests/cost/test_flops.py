@@ -70,7 +70,8 @@ def test_fa2_constants_match_published_fit() -> None:
 def test_fa2_kernel_reproduces_published_h100_rates() -> None:
     from autoparallel_cp.spec import GPUSpec
 
-    h100 = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989.0, hbm_gbps=3350.0)
+    h100 = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989.0, fp8_tflops=1979.0,
+                   hbm_gbps=3350.0)
     for s, f_pub, b_pub in zip(FA2_SEQ, FA2_FWD, FA2_BWD, strict=True):
         flops = 1e12
         fwd, bwd = E.flash_attention_time(h100, flops, s, 128, kernel="fa2")
