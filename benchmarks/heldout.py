@@ -484,6 +484,28 @@ def _megatron_lm_defaults(r: dict[str, str]) -> dict[str, object]:
     return next((v for k, v in MEGATRON_LM_DEFAULTS.items() if m.group(1).startswith(k)), {})
 
 
+#: The first NeMo container of Megatron-Core 0.13 (tag core_v0.13.0, c550cf6c41, 2025-07-25,
+#: the first tag holding 2659630721 "Memory efficient token permutation", which moved the
+#: router-probability scaling from the unpermute into the experts' activation): NeMo
+#: containers ship a released Megatron-Core, and 25.07 is the first one dated after it.
+#: Megatron-Bridge rows run Megatron-Core 0.14 or later (Megatron-Bridge v0.1.0 pyproject:
+#: megatron-core>=0.14.0a0; v0.2.0: >=0.15.0a0).
+_NEMO_MCORE_013 = (25, 7)
+
+
+def _mcore_before_013(r: dict[str, str]) -> bool:
+    """Whether the row's stated software is a Megatron-Core older than 0.13 (its MoE layers
+    scale by the router probabilities at the combine: behaviour `moe_prob_scaling`)."""
+    ver = r["framework_version"]
+    if "megatron-bridge" in ver.lower():
+        return False
+    m = re.search(r"core_v0\.(\d+)", ver)
+    if m is not None:
+        return int(m.group(1)) < 13
+    m = re.search(r"NeMo (\d\d)\.(\d\d)", ver)
+    return m is not None and (int(m.group(1)), int(m.group(2))) < _NEMO_MCORE_013
+
+
 def _model_name(r: dict[str, str]) -> str:
     """The row's model name as the lookup tables spell their prefixes."""
     return r["model"].lower().replace("_", " ")
@@ -728,6 +750,11 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
                 update={"ep_dispatcher": dispatcher, "ep_overlap": overlap})})
             assumed.append(f"{dispatcher} MoE dispatcher" + (", EP overlap" if overlap else "")
                            + f" ({where})")
+        if family == "megatron-core" and _int(r["moe_experts"]) and _mcore_before_013(r):
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"moe_prob_scaling": "combine"})})
+            assumed.append("router probabilities applied at the combine (Megatron-Core "
+                           "before 0.13)")
         cl = ClusterSpec(name=group.name, node_groups=[group])
         try:
             job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)

@@ -75,7 +75,10 @@ def layer_activation_per_token(
       SwiGLU: fc1 output (gate+up, 2·2·ffn) + down-proj input (2·ffn) (+ silu output 2·ffn when
       unfused); MLP dropout mask - /tp except masks;
     - MoE: router logits and probabilities in fp32, dispatched tokens (top_k copies of the
-      fc1 input), expert hidden states per routed copy, expert outputs for the weighted combine;
+      fc1 input), expert hidden states per routed copy, and for the probabilities' gradient
+      (behaviour `moe_prob_scaling`) the fp32 probability of each routed copy where the
+      experts' activation applies it (Megatron-Core >= 0.13), the expert outputs where the
+      combine does;
       with an expert-TP size `etp` (parallel folding) an expert rank holds etp/tp times the
       default layout's dispatched tokens (`flops.expert_token_factor`), each expert hidden
       state 1/etp wide, so only the fc1 input changes per rank token;
@@ -177,7 +180,12 @@ def layer_activation_per_token(
         block = block + lin * h * k * expert_token_factor(tp_, etp) * one
         ex, big = mlp_bytes(mo.expert_ffn_hidden_size)
         block = block + k * ex
-        block = block + ab * h * k * rep  # expert outputs kept for the weighted combine
+        if options.moe_prob_scaling == "combine":
+            # the unpermute scales the expert outputs and keeps them (Megatron-Core < 0.13)
+            block = block + ab * h * k * rep
+        else:
+            # the weighted activation keeps the fp32 probability of each routed copy
+            block = block + 4.0 * k * expert_token_factor(tp_, etp) * one
         largest = np.maximum(largest, k * big)
         sh = np.zeros(shape)
         if mo.num_shared_experts:

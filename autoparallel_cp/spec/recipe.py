@@ -81,6 +81,16 @@ class FrameworkBehaviour(Strict):
       recompute, with "moe" among the recompute modules, and with pp > 1 without interleaving
       (transformer_config.py:3002-3037); the cost model leaves EP exposed in the first two and
       `--emit megatron` refuses the third.
+    - ``moe_prob_scaling``: where Megatron-Core multiplies the routed tokens by their router
+      probabilities, and so what the MoE block keeps for the probabilities' gradient:
+      "activation" (Megatron-Core 0.13 and later, "Memory efficient token permutation",
+      commit 2659630721, 2025-04-09, first tagged core_v0.13.0: the experts' weighted
+      activation `weighted_bias_swiglu_impl` scales the activation output and keeps only the
+      fp32 probabilities beside the fc1 output it saves anyway; the unpermute after the
+      combine takes no probabilities and saves no tokens, experts.py / token_dispatcher.py
+      @d98e8a64) or "combine" (earlier Megatron-Core: the unpermute multiplies the expert
+      outputs by the probabilities and keeps those outputs, top_k x h per token, for the
+      probabilities' gradient).
     - ``fp8_linear``: which library runs the fp8 linear layers of a `compute_dtype: fp8`
       recipe, and so what they save for backward: "te" (Transformer Engine: `te.Linear` /
       `LayerNormLinear` quantize their input and save that fp8 copy for the weight gradient,
@@ -104,6 +114,7 @@ class FrameworkBehaviour(Strict):
     ep_dispatcher: Literal["alltoall", "flex"] = "alltoall"
     ep_overlap: bool = False
     fp8_linear: Literal["te", "torchao"] | None = None
+    moe_prob_scaling: Literal["activation", "combine"] = "activation"
 
 
 class TrainingRecipe(Strict):

@@ -165,15 +165,17 @@ def test_expert_parameters_per_gpu() -> None:
 
 
 def test_fc1_input_activation_shrinks_with_etp() -> None:
-    """Per layer and micro-batch the only activation that depends on etp is the dispatched
-    tokens' copy kept as the expert fc1 input: 2 B x h x top_k x (etp/tp) per rank token.
-    tp 2, etp 1, 4096 tokens: 2 x 4096 x 8 x (1 - 1/2) x 4096 bytes less than the default."""
+    """Per layer and micro-batch the only activations that depend on etp are those an expert
+    rank keeps per routed copy it processes: the dispatched tokens' copy kept as the expert fc1
+    input (2 B x h) and the fp32 probability the weighted SwiGLU keeps (4 B), top_k x (etp/tp)
+    copies per rank token. tp 2, etp 1, 4096 tokens: (2 x 4096 + 4) x 8 x (1 - 1/2) x 4096
+    bytes less than the default."""
     job = _job()
     args = (job, 0, 2, 1, 32, 1, 1, "none")
     default = layer_factors(*args, moe=True)
     folded = layer_factors(*args, moe=True, etp=1)
     assert float(default.act_bytes) - float(folded.act_bytes) == pytest.approx(
-        2 * 4096 * 8 * 0.5 * 4096, rel=1e-12)
+        (2 * 4096 + 4) * 8 * 0.5 * 4096, rel=1e-12)
 
 
 # ------------------------------------------------------------------------------- communication
