@@ -141,8 +141,17 @@ def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     if experts and topk:
         moe = MoESpec(num_experts=experts, top_k=topk, expert_ffn_hidden_size=ffn)
     head_dim = next((v for k, v in HEAD_DIM.items() if _model_name(r).startswith(k)), None)
+    # the output layer shares the word embedding where the framework's GPT / BLOOM / MPT
+    # model does unless told otherwise: Megatron-LM 285068c8 has no untie flag (always
+    # shared), NeMo's megatron_gpt_model.py (@v2.0.0 l. 513) defaults
+    # share_embeddings_and_output_weights to True and the launcher's gpt3 YAMLs (24.07) do not
+    # set it, BLOOM's README states tied embeddings, llm-foundry's MPT (v0.3.0
+    # modeling_mpt.py) computes the logits with the token embedding
+    tied = pos in ("learned", "alibi")
+    if tied:
+        assumed.append("tied embedding and output weights (the framework's default)")
     return ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
-                     num_attention_heads=a, num_kv_heads=kv, head_dim=head_dim,
+                     tie_embeddings=tied, num_attention_heads=a, num_kv_heads=kv, head_dim=head_dim,
                      vocab_size=vocab,
                      max_position_embeddings=max(_int(r["seq_len"]) or 4096, 4096),
                      position_embedding=pos, mlp="swiglu" if gated else "gelu",

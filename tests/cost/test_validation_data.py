@@ -138,3 +138,17 @@ def test_bloom_row_runs_its_slurm_scripts_settings() -> None:
     assert h.options.dropout is True
     assert h.plan.sp == 0 and h.plan.tp == 4
     assert h.job.recipe.flash_attention is False
+
+
+def test_gpt_bloom_mpt_rows_share_embedding_and_output() -> None:
+    """Megatron-LM / NeMo GPT, BLOOM and MPT tie the output layer to the word embedding by
+    default (none of these rows' configurations unties it); Llama-family rows do not."""
+    from heldout import heldout_rows
+
+    rows = [h for h in heldout_rows() if h.job is not None]
+    for h in rows:
+        name = h.job.model.name.lower()
+        if any(k in name for k in ("gpt3", "gpt-3", "gpt 175b", "bloom", "mpt")):
+            assert h.job.model.tie_embeddings, h.idx
+        if "llama" in name:
+            assert not h.job.model.tie_embeddings, h.idx
