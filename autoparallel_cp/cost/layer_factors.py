@@ -14,7 +14,6 @@ from autoparallel_cp.cost.activations import (
     _op_sac_recompute_s,
     layer_activation_per_token,
 )
-from autoparallel_cp.cost.comm import overlap_exposed
 from autoparallel_cp.cost.common import (
     ArrayLike,
     CostOptions,
@@ -36,6 +35,7 @@ from autoparallel_cp.cost.constants import (
     EAGER_LLAMA_SWIGLU_BYTES,
     ELEMENTWISE_BWD_FACTOR,
 )
+from autoparallel_cp.cost.cp_ring import ring_exchange, torch_ring_merge_bytes
 from autoparallel_cp.cost.efficiency import flash_attention_time, gemm_time, hbm_time
 from autoparallel_cp.cost.flops import (
     attention_core_flops,
@@ -292,8 +292,14 @@ def layer_factors(
     if moe and model.moe is not None:  # the alltoall dispatcher's re-sort (a copy each pass)
         copies = copies + hbm_time(gpu, sort_chunks_bytes(
             job, tp_, ep_, etp_, opts.ep_dispatcher == "flex") * tokens)
-    fwd_compute = gemm_f + att_f + ew_f + copies
-    compute = fwd_compute + gemm_b + att_b + ew_b + copies
+    if opts.cp_ring == "torch-allgather":  # torch ring attention's fp32 merge per step
+        kvh_ring = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
+        mg_f, mg_b = torch_ring_merge_bytes(tokens, a * dv / tp_, kvh_ring * dv / tp_, cp_)
+        copies_f, copies_b = copies + hbm_time(gpu, mg_f), copies + hbm_time(gpu, mg_b)
+    else:
+        copies_f = copies_b = copies
+    fwd_compute = gemm_f + att_f + ew_f + copies_f
+    compute = fwd_compute + gemm_b + att_b + ew_b + copies_b
     if opts.selective_policy == "op":
         # op-level SAC replays every other forward matmul and all elementwise ops
         sac = _op_sac_recompute_s(job, moe, gpu, tokens, tp_, gemm_f)
@@ -336,23 +342,8 @@ def layer_factors(
     kvh = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
     kv_chunk = 2.0 * tokens * kvh * (dqk + dv) / 2.0 * act_b / tp_  # K and V of one chunk
     intra_cp = 1.0 - comm.crosses_nodes(tp_ * cp_, nd.gpus_per_node)
-    step = comm.p2p(nd, intra_cp, kv_chunk)
-    att_step_f = att_f / np.maximum(cp_, 1)
-    att_step_b = att_b / np.maximum(cp_, 1)
-    if opts.cp_ring == "torch-allgather":
-        # torch ring attention with torchtitan's default rotate method "allgather": the K, V
-        # of all cp ranks are gathered at the first step and waited for at the second (one
-        # step of compute to hide cp-1 transfers), in forward and again in backward; dK, dV
-        # accumulate in fp32 (`_cp_options.convert_to_f32`) and travel every step (all-to-all
-        # shift, twice the bf16 K, V bytes), the last one after the loop
-        gather = (cp_ - 1) * step
-        cp_f = np.where(cp_ > 1, overlap_exposed(gather, att_step_f), 0.0)
-        cp_b = np.where(cp_ > 1, overlap_exposed(gather, att_step_b)
-                        + (cp_ - 1) * overlap_exposed(2 * step, att_step_b) + 2 * step, 0.0)
-    else:
-        cp_f = np.where(cp_ > 1, (cp_ - 1) * overlap_exposed(step, att_step_f) + step, 0.0)
-        cp_b = np.where(cp_ > 1, (cp_ - 1) * overlap_exposed(2 * step, att_step_b)
-                        + 2 * step, 0.0)
+    cp_f, cp_b = ring_exchange(nd, intra_cp, kv_chunk, cp_, att_f, att_b, opts.cp_ring,
+                               _fused(recipe, opts))
     cp_total = cp_f + cp_b
 
     # ---- EP communication ----

@@ -55,7 +55,9 @@ class FrameworkBehaviour(Strict):
       Engine: one send/recv per ring step, each hidden behind that step's attention; dK, dV
       in bf16) or "torch-allgather" (PyTorch ring attention with torchtitan's default
       `context_parallel_rotate_method="allgather"`: all K, V gathered behind the first step
-      only, fp32 dK, dV shifted every step).
+      only, fp32 dK, dV shifted every step, fp32 merge of every step's output and gradients;
+      under torch.compile (`fused`) the traced collectives are waited on at once and hide
+      behind nothing, `cost/cp_ring.py`).
     - ``fsdp_copy_out``: ZeRO-3 in PyTorch copies the all-gathered parameters out of the
       communication buffer in forward and again in backward (FSDP2 `split_with_sizes_copy`,
       torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py); FSDP1 gathers straight into

@@ -254,7 +254,9 @@ def test_torch_allgather_ring_hides_behind_one_step_only() -> None:
                          options=F.CostOptions(fused=True, gqa_repeat_kv=True,
                                                cp_ring="torch-allgather"))
     assert float(ag.cp_s) > float(p2p.cp_s) > 0
-    assert float(ag.compute_s) == pytest.approx(float(p2p.compute_s))
+    # the torch ring adds its fp32 merge traffic (tests/cost/test_cp_ring.py), nothing else
+    assert float(ag.compute_s) > float(p2p.compute_s)
+    assert float(ag.compute_s) - float(p2p.compute_s) < 0.05 * float(p2p.compute_s)
 
 
 def test_explicit_options_act_exactly_like_the_recipe_behaviour() -> None:
