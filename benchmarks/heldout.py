@@ -272,6 +272,10 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
                 update={"dropout": True})})
             assumed.append(f"dropout ({stated['dropout']})")
+        if stated.get("bf16_grad_accum"):
+            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
+                update={"bf16_accum_pass": False})})
+            assumed.append(f"bf16 gradient accumulation ({stated['bf16_grad_accum']})")
         if stated.get("no_sp"):
             assumed.append(f"no sequence parallelism ({stated['no_sp']})")
             return recipe, "0", ()
@@ -460,6 +464,12 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     # parallelism (no such argument)
     "bloom-tr11": {"bloom": {"dropout": "tr11 slurm sets none: the fork's default 0.1",
                              "no_sp": "the bigscience Megatron-DeepSpeed fork has none"}},
+    # FlagOpen/FlagPerf @1b5a030398 training/nvidia/llama2_7b-megatron-deepspeed/config/
+    # ds_config.json: bf16, ZeRO stage 1, "data_types": {"grad_accum_dtype": "bf16"}; DeepSpeed
+    # then runs its ZeRO optimizer, not BF16_Optimizer (engine.py @v0.11.1
+    # `_do_optimizer_sanity_check` l. 1135-1177: BF16_Optimizer only with fp32 accumulation)
+    "flagperf": {"llama2 7b": {"bf16_grad_accum": "ds_config.json: ZeRO-1 with "
+                                                  "grad_accum_dtype bf16, no BF16_Optimizer"}},
 }
 
 

@@ -71,6 +71,7 @@ from autoparallel_cp.cost.sync import (
     dp_sync_factors,
     expert_dp_size,
     inflight,
+    microbatch_grad_factors,
     optimizer_factor,
     p2p_factor,
     stage_inflight,
@@ -85,4 +86,5 @@ __all__ = [
     "buffer_bytes_per_param", "layer_param_counts", "other_bytes", "overhead_bytes",
     "state_bytes_per_param", "zero3_buffer_bytes", "dp_sync_factors", "inflight",
     "optimizer_factor", "p2p_factor", "zero3_copy_factor", "stage_inflight", "expert_dp_size",
+    "microbatch_grad_factors",
 ]

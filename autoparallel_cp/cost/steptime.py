@@ -3,7 +3,7 @@
 Per stage j (on its node group's GPU), per micro-batch:
 
     t_j = Σ_kind((n_k - r_k)·time_k + r_k·(time_k + recompute_k)) + [j=0]·emb_time
-          + [j=last]·head_time + p2p + z3_j
+          + [j=last]·head_time + p2p + z3_j + g_j
     pipeline = m·T_max + (Σ_j t_j - T_max)/vpp,   T_max = max_j t_j
     step = pipeline + max_j exposed_dp_j + max_j optimizer_j + per_step_s
 
@@ -17,6 +17,10 @@ Per stage j (on its node group's GPU), per micro-batch:
   compute: exposed l·overlap_exposed(ag, time) (what sticks out, or the SMs the gather takes
   from the overlapped compute) + one layer's gather (prologue) + FSDP2's copy-out / reduce
   packing traffic (factors.zero3_copy_factor);
+- g_j: gradient work after every micro-batch's backward, not overlapped
+  (factors.microbatch_grad_factors x the stage's parameters: DeepSpeed ZeRO-2's per-micro-batch
+  reduce-scatter, reported with the DP communication, and BF16_Optimizer's fp32 accumulation
+  pass, reported with the optimizer);
 - exposed DP: fully exposed without overlap; overlapped with the last micro-batch's backward
   (2/3 of t_j) otherwise, never less than DP_TAIL_FRACTION of it (the last bucket, plus the
   SMs the overlapped part takes from backward: factors.overlap_exposed);
@@ -57,10 +61,13 @@ class StageTime:
     zero3_s: float
     dp_sync_s: float  # raw DP synchronisation of the stage (before overlap)
     optimizer_s: float
+    grad_reduce_s: float = 0.0  # per-micro-batch gradient reduction (DeepSpeed ZeRO-2)
+    grad_accum_s: float = 0.0  # per-micro-batch fp32 accumulation pass (BF16_Optimizer)
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s + self.zero3_s
+        return (self.compute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s + self.zero3_s
+                + self.grad_reduce_s + self.grad_accum_s)
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,15 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     def sync(g: int) -> tuple[float, ...]:
         return tuple(float(x) for x in F.dp_sync_factors(
             job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, plan.etp))
+
+    @functools.cache
+    def mb_grad(g: int, accum: bool) -> tuple[float, float]:
+        # the ZeRO-2 reduction (zero == 2) and the accumulation pass (zero <= 1) never both apply
+        d, e = F.microbatch_grad_factors(job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero,
+                                         plan.etp)
+        if (plan.zero <= 1) != accum:
+            return 0.0, 0.0
+        return float(d), float(e)
 
     out: list[StageTime] = []
     for j, (nd, nm, rd, rm) in enumerate(kinds):
@@ -142,9 +158,13 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         shard_d = plan.dp * plan.cp if plan.zero >= 1 else 1
         shard_e = plan.expert_dp if plan.zero >= 1 else 1
         opt = F.optimizer_factor(job, g) * (dense_p / shard_d + exp_p / shard_e)
+        red_d, red_e = mb_grad(g, False)
+        acc_d, acc_e = mb_grad(g, True)
         out.append(StageTime(stage=j, group=g, compute_s=comp, tp_s=tp, cp_s=cp, ep_s=ep,
                              pp_s=p2p, zero3_s=z3 if plan.zero >= 3 else 0.0,
-                             dp_sync_s=dp_sync, optimizer_s=opt))
+                             dp_sync_s=dp_sync, optimizer_s=opt,
+                             grad_reduce_s=red_d * dense_p + red_e * exp_p,
+                             grad_accum_s=acc_d * dense_p + acc_e * exp_p))
     return out
 
 
@@ -177,8 +197,8 @@ def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Ste
         cp_comm_s=m * t.cp_s,
         ep_comm_s=m * t.ep_s,
         pp_comm_s=m * t.pp_s,
-        dp_comm_s=dp_exp + m * t.zero3_s,
-        optimizer_s=opt,
+        dp_comm_s=dp_exp + m * (t.zero3_s + t.grad_reduce_s),
+        optimizer_s=opt + m * t.grad_accum_s,
         stages=tuple(sts),
         slowest_stage=t.stage,
         fixed_s=fixed,

@@ -86,19 +86,68 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     n_exp = expert_dp_size(tp_, cp_, dp_, ep_, etp)
     ref = 1e9  # reference message (bytes) to separate the bandwidth term from the latency
 
-    def sync(n: FloatArray, st: FloatArray, nbytes: float) -> FloatArray:
+    # DeepSpeed ZeRO-2 reduce-scatters every micro-batch (`microbatch_grad_factors`): only the
+    # all-gather of the updated weights is left for the end of the step (bandwidth terms; the
+    # latency of the reduce-scatter stays in `fixed`, once per step)
+    mb2 = job.recipe.behaviour.zero2_reduce == "microbatch"
+
+    def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: bool = False) -> FloatArray:
         ar = comm.all_reduce(nd, n, st, nbytes * gb)
-        rs = comm.reduce_scatter(nd, n, st, nbytes * gb) + comm.all_gather(nd, n, st,
-                                                                           nbytes * wb)
+        ag = comm.all_gather(nd, n, st, nbytes * wb)
+        rs = comm.reduce_scatter(nd, n, st, nbytes * gb) + ag
         rs3 = comm.reduce_scatter(nd, n, st, nbytes * gb)
-        return np.where(z == 0, ar, np.where(z >= 3, rs3, rs))
+        z12 = np.where(z == 2, ag, rs) if per_mb else rs
+        return np.where(z == 0, ar, np.where(z >= 3, rs3, z12))
 
     fixed = sync(n_dense, tp_, 0.0)
-    per_dense = (sync(n_dense, tp_, ref) - fixed) / ref
-    per_exp = (sync(n_exp, etp_ * ep_, ref) - sync(n_exp, etp_ * ep_, 0.0)) / ref
+    per_dense = (sync(n_dense, tp_, ref, mb2) - sync(n_dense, tp_, 0.0, mb2)) / ref
+    per_exp = (sync(n_exp, etp_ * ep_, ref, mb2) - sync(n_exp, etp_ * ep_, 0.0, mb2)) / ref
     ag0 = comm.all_gather(nd, n_dense, tp_, 0.0)
     z3 = np.where(z >= 3, 2.0 * (comm.all_gather(nd, n_dense, tp_, ref * wb) - ag0) / ref, 0.0)
     return per_dense, per_exp, z3, fixed
+
+
+def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
+                           ep: ArrayLike, zero: ArrayLike, etp: ArrayLike | None = None
+                           ) -> tuple[FloatArray, FloatArray]:
+    """Seconds per (tp-local) dense and per expert parameter of a stage, per micro-batch, of
+    the gradient work a framework does after every micro-batch's backward, not overlapped:
+
+    - DeepSpeed ZeRO-2 (`zero2_reduce == "microbatch"`, zero == 2): the reduce-scatter of the
+      micro-batch's gradients over the dp·cp group (experts: the expert-DP group), in the
+      communication dtype, the model dtype by default (`communication_data_type`, engine.py
+      @v0.11.1 l. 798-809: bf16 = `weight_bytes`); stage_1_and_2.py @v0.11.1 l. 1327-1328
+      reduces every micro-batch when `partition_gradients`. Bandwidth term only: the latency
+      of a synchronisation stays once per step in `dp_sync_factors`' fixed term.
+    - DeepSpeed BF16_Optimizer (`bf16_accum_pass`, zero <= 1): `update_hp_grads` adds each
+      bf16 gradient into its fp32 one, an unfused cast (r weight_bytes, w grad_bytes) and add
+      (r 2·grad_bytes, w grad_bytes): 18 B per parameter at bf16/fp32, at HBM bandwidth.
+    """
+    nd = node(job, g)
+    beh = job.recipe.behaviour
+    tp_, cp_, dp_, ep_, z = (_f(x) for x in (tp, cp, dp, ep, zero))
+    etp_ = tp_ if etp is None else _f(etp)
+    zeros = np.zeros(np.broadcast(tp_, cp_, dp_, ep_, z, etp_).shape)
+    dense, expert = zeros.copy(), zeros.copy()
+    if beh.zero2_reduce == "microbatch":
+        cb = float(job.recipe.weight_bytes)
+        ref = 1e9
+        n_dense = dp_ * cp_
+        n_exp = expert_dp_size(tp_, cp_, dp_, ep_, etp)
+
+        def rs(n: FloatArray, st: FloatArray) -> FloatArray:
+            one = comm.reduce_scatter(nd, n, st, ref * cb) - comm.reduce_scatter(nd, n, st, 0.0)
+            return np.where(n > 1, one / ref, 0.0)
+
+        dense = dense + np.where(z == 2, rs(n_dense, tp_), 0.0)
+        expert = expert + np.where(z == 2, rs(n_exp, etp_ * ep_), 0.0)
+    if beh.bf16_accum_pass:
+        rec = job.recipe
+        per = float(rec.weight_bytes + 4 * rec.grad_bytes)
+        acc = np.where(z <= 1, float(hbm_time(nd.gpu, per)), 0.0)
+        dense = dense + acc
+        expert = expert + acc
+    return dense, expert
 
 
 def optimizer_factor(job: Job, g: int) -> float:

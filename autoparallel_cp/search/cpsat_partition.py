@@ -35,7 +35,6 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from autoparallel_cp.cost import factors as fx
-from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search.key_bounds import KeyCoefs, key_coefs
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.tables import Tables
@@ -314,8 +313,8 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         model.add(tj <= T)
     S = sum(times)
     E = model.new_int_var(0, BD + BT, "E")
-    fr = int(math.floor(fx.DP_TAIL_FRACTION * FRAC_SCALE))
-    bs = int(math.ceil(BACKWARD_SHARE * FRAC_SCALE))
+    fr = int(math.floor(t.tail_frac * FRAC_SCALE))
+    bs = int(math.ceil(t.bwd_share * FRAC_SCALE))
     for dj, tj, e in E_cons:
         model.add(fr * dj <= FRAC_SCALE * E)
         model.add(FRAC_SCALE * dj - bs * (tj + e) <= FRAC_SCALE * E)

@@ -33,7 +33,6 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
-from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.search.space import Degrees, SearchSpace
 from autoparallel_cp.search.tables import MODES, Tables, build_tables, stage_groups_of
@@ -186,6 +185,9 @@ class _Slices:
     head_work: F
     head_time: F
     p2p: F
+    mbl: F  # (G, K, Z)
+    emb_mb: F  # (G, Z)
+    head_mb: F
 
 
 def _slices(t: Tables, d: Degrees) -> _Slices:
@@ -219,6 +221,7 @@ def _slices(t: Tables, d: Degrees) -> _Slices:
         emb_act=g1(t.emb_act, ie), emb_time=g1(t.emb_time, ie), head_act=g1(t.head_act, ie),
         head_work=g1(t.head_work, ie), head_time=g1(t.head_time, ie),
         p2p=g1(t.p2p, (*ie, ivpp, idp)),
+        mbl=gk(t.mbl, i5), emb_mb=g1(t.emb_mb, i4), head_mb=g1(t.head_mb, i4),
     )
 
 
@@ -263,6 +266,7 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
         c, r = cnt.astype(float), rc.astype(float)
         ttime = np.where(on, ttime + (c * s.time[gr, kk, spc, mode] + r * s.rec[gr, kk, spc]),
                          ttime)
+        ttime = np.where(on, ttime + c * s.mbl[gr, kk, zi], ttime)
         act = np.where(on, act + ((c - r) * s.act[gr, kk, spc, mode] + r * s.ckpt[gr, kk, spc]),
                        act)
         states = np.where(on, states + c * s.states[kk, zi], states)
@@ -276,13 +280,13 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
     ttime = ttime + z3first
     dsync = dsync + s.dps_fixed[gr, zi]
     act = np.where(first, act + s.emb_act[gr, spc], act)
-    ttime = np.where(first, ttime + s.emb_time[gr, spc], ttime)
+    ttime = np.where(first, ttime + s.emb_time[gr, spc] + s.emb_mb[gr, zi], ttime)
     states = np.where(first, states + s.emb_states[zi], states)
     dsync = np.where(first, dsync + s.emb_dpsync[gr, zi], dsync)
     opt = np.where(first, opt + s.emb_opt[gr, zi], opt)
     extra = np.where(last, s.head_act[gr, spc], 0.0)
     work = np.where(last, _later(s.head_work[gr, spc], work), work)
-    ttime = np.where(last, ttime + s.head_time[gr, spc], ttime)
+    ttime = np.where(last, ttime + s.head_time[gr, spc] + s.head_mb[gr, zi], ttime)
     states = np.where(last, states + s.head_states[zi], states)
     dsync = np.where(last, dsync + s.head_dpsync[gr, zi], dsync)
     opt = np.where(last, opt + s.head_opt[gr, zi], opt)
@@ -299,7 +303,7 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
     peak = states + f * act + extra + work + s.z3[zi] + t.other
     cap = np.array(t.capacity, float)[gr]
     fits = peak <= cap
-    a, b = fx.DP_TAIL_FRACTION * dsync, dsync - BACKWARD_SHARE * ttime
+    a, b = t.tail_frac * dsync, dsync - t.bwd_share * ttime
     dps = np.where(b > a, b, a)
     return ttime, dps, opt, fits
 

@@ -106,7 +106,9 @@ def key_coefs(t: Tables, key: Any) -> KeyCoefs:
 
     def kind_vals(kind: bool) -> dict[str, Any]:
         return dict(
-            tau=per(kind, t.time, i6m), rho=per(kind, t.rec, i6), act=per(kind, t.act, i6m),
+            tau=[a + b for a, b in zip(per(kind, t.time, i6m), per(kind, t.mbl, i5),
+                                        strict=True)],
+            rho=per(kind, t.rec, i6), act=per(kind, t.act, i6m),
             ckpt=per(kind, t.ckpt, i6), sigma=float(t.states[kind][i5]),
             dsync=per(kind, t.dpsync, i5), opt=per(kind, t.opt, i5),
             work=per(kind, t.work, i6m), work_full=per(kind, t.work_full, i6),
@@ -120,12 +122,12 @@ def key_coefs(t: Tables, key: Any) -> KeyCoefs:
            else zero_l())
     return KeyCoefs(
         **mv, **{k + "_d": v for k, v in dv.items()},
-        emb_time=[float(t.emb_time[g][ie]) for g in G],
+        emb_time=[float(t.emb_time[g][ie]) + float(t.emb_mb[g][i4]) for g in G],
         emb_act=[float(t.emb_act[g][ie]) for g in G],
         emb_states=float(t.emb_states[i4]),
         emb_dps=[float(t.emb_dpsync[g][i4]) for g in G],
         emb_opt=[float(t.emb_opt[g][i4]) for g in G],
-        head_time=[float(t.head_time[g][ie]) for g in G],
+        head_time=[float(t.head_time[g][ie]) + float(t.head_mb[g][i4]) for g in G],
         head_act=[float(t.head_act[g][ie]) for g in G],
         head_work=[float(t.head_work[g][ie]) for g in G],
         head_states=float(t.head_states[i4]),
@@ -164,7 +166,8 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
       group picks its n_g best positions on its own (a relaxation: two groups may pick the
       same position);
     - tail = max_j dp_exposed_j + max_j opt_j >= max(a, b - 2/3 S/pp) + o with D, O the least
-      DP-sync and optimizer sums (a = DP_TAIL_FRACTION*D/pp, b = D/pp, o = O/pp);
+      DP-sync and optimizer sums (a = DP_TAIL_FRACTION*D/pp, b = D/pp, o = O/pp); without DP
+      overlap (`Tables.tail_frac`, `bwd_share` = 1, 0) the tail is exactly b + o;
     - step = (m - 1/vpp) T + S/vpp + tail, nondecreasing in T (m >= 1): the least value over
       S >= max(S_lb, T_lb) with T = max(T_lb, S/pp), a convex piecewise-linear function of S
       whose minimum is at a breakpoint: phi(T_lb, S_lb).
@@ -268,7 +271,8 @@ def coef_arrays(t: Tables, keys: Sequence[Any]) -> dict[str, npt.NDArray[np.floa
             return {g: tab[g, kind] for g in G}
 
         return dict(
-            tau=per(k_(t.time), i6m), rho=per(k_(t.rec), i6), act=per(k_(t.act), i6m),
+            tau=per(k_(t.time), i6m) + per(k_(t.mbl), i5), rho=per(k_(t.rec), i6),
+            act=per(k_(t.act), i6m),
             ckpt=per(k_(t.ckpt), i6), sigma=np.asarray(t.states[kind][i5], float),
             dsync=per(k_(t.dpsync), i5), opt=per(k_(t.opt), i5),
             work=per(k_(t.work), i6m), work_full=per(k_(t.work_full), i6),
@@ -278,9 +282,9 @@ def coef_arrays(t: Tables, keys: Sequence[Any]) -> dict[str, npt.NDArray[np.floa
     dv = kind_vals(False) if dense else {k: np.zeros_like(v) for k, v in mv.items()}
     multi = np.array([k.pp > 1 for k in keys], bool)
     co = {**mv, **{k + "_d": v for k, v in dv.items()},
-          "emb_time": per(t.emb_time, ie), "emb_act": per(t.emb_act, ie),
+          "emb_time": per(t.emb_time, ie) + per(t.emb_mb, i4), "emb_act": per(t.emb_act, ie),
           "emb_states": np.asarray(t.emb_states[i4], float), "emb_dps": per(t.emb_dpsync, i4),
-          "emb_opt": per(t.emb_opt, i4), "head_time": per(t.head_time, ie),
+          "emb_opt": per(t.emb_opt, i4), "head_time": per(t.head_time, ie) + per(t.head_mb, i4),
           "head_act": per(t.head_act, ie), "head_work": per(t.head_work, ie),
           "head_states": np.asarray(t.head_states[i4], float),
           "head_dps": per(t.head_dpsync, i4), "head_opt": per(t.head_opt, i4),
@@ -536,7 +540,7 @@ class _Batch:
         D = (L - K) * lo("dsync") + K * lo("dsync_d") + pp * lo("dps_fixed") \
             + lo("emb_dps") + lo("head_dps")
         opt_sum = (L - K) * lo("opt") + K * lo("opt_d") + lo("emb_opt") + lo("head_opt")
-        return fx.DP_TAIL_FRACTION * D / pp, D / pp, opt_sum / pp
+        return self.t.tail_frac * D / pp, D / pp, opt_sum / pp
 
     def uncoupled(self) -> list[float]:
         """Every key's bound: phi(T_lb, S_lb) (`key_bound`, coupled=False)."""
@@ -548,22 +552,25 @@ class _Batch:
         S_all = self.s_lb(self.tmin[ok], self.lams(ok))
         a, b, o = self.tail()
         with np.errstate(invalid="ignore"):
-            best = _phi(T_lb[ok], S_all, self.pp, self.vpp, self.m[ok], a[ok], b[ok], o[ok])
+            best = _phi(T_lb[ok], S_all, self.pp, self.vpp, self.m[ok], a[ok], b[ok], o[ok],
+                        self.t.bwd_share)
         for i, v in zip(ok, best.tolist(), strict=True):
             # inf (or nan from 0 * inf): no placement fills a stage
             out[i] = v * (1 - 1e-9) - 1e-12 if math.isfinite(v) else math.inf
         return out
 
 
-def _phi(T0: Any, S_lb: Any, pp: int, vpp: int, m: Any, a: Any, b: Any, o: Any) -> Any:
-    """The least step over S >= max(S_lb, T0) with T = max(T0, S/pp) (elementwise)."""
+def _phi(T0: Any, S_lb: Any, pp: int, vpp: int, m: Any, a: Any, b: Any, o: Any,
+         bs: float = BACKWARD_SHARE) -> Any:
+    """The least step over S >= max(S_lb, T0) with T = max(T0, S/pp) (elementwise); `bs`: the
+    backward share the DP tail hides behind (0 without DP overlap: the step grows with S)."""
     S0 = np.maximum(S_lb, T0)
 
     def step(S: Any) -> Any:
         T = np.maximum(T0, S / pp)
-        return (m - 1.0 / vpp) * T + S / vpp + np.maximum(a, b - BACKWARD_SHARE * S / pp) + o
+        return (m - 1.0 / vpp) * T + S / vpp + np.maximum(a, b - bs * S / pp) + o
 
-    brk = np.broadcast_to((b - a) * pp / BACKWARD_SHARE, S0.shape)
+    brk = np.broadcast_to((b - a) * pp / bs if bs > 0 else S0, S0.shape)
     return np.minimum.reduce([step(np.maximum(S0, x)) for x in (S0, pp * T0, brk)])
 
 
@@ -591,7 +598,7 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
     a, b, o = (float(x[0]) for x in bt.tail())
 
     def phi(T0: Any, S_lb: Any) -> Any:
-        return _phi(T0, S_lb, pp, vpp, m, a, b, o)
+        return _phi(T0, S_lb, pp, vpp, m, a, b, o, t.bwd_share)
 
     # per-stage DP sync d and optimizer time o of every (j, g, l) (the plan_cost composition)
     jj = np.arange(pp).reshape(-1, 1, 1)
@@ -607,13 +614,13 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
     oj = nmj * gv(c.opt) + nd * gv(c.opt_d) + first * gv(c.emb_opt) + last * gv(c.head_opt)
     # exposed_j + opt_j >= max(DTF d_j, d_j - 2/3 t_j) + o_j, and t_j <= T; the T term only
     # where (m - 1/vpp) T + that stays nondecreasing in T (slope m - 1/vpp - 2/3 >= 0)
-    use_t = m - 1.0 / vpp >= BACKWARD_SHARE
-    wbase = fx.DP_TAIL_FRACTION * dj + oj
+    use_t = m - 1.0 / vpp >= t.bwd_share
+    wbase = t.tail_frac * dj + oj
 
     def w_lb(Tc: Any) -> Any:
         """W_lb(T') per T' of Tc: the least W such that the stages, each with
         tmin[j, g, l] <= T' and max(DTF d, d - 2/3 T') + o <= W, hold L layers."""
-        w = np.maximum(wbase[None], (dj - BACKWARD_SHARE * Tc.reshape(-1, 1, 1, 1)) + oj) \
+        w = np.maximum(wbase[None], (dj - t.bwd_share * Tc.reshape(-1, 1, 1, 1)) + oj) \
             if use_t else np.broadcast_to(wbase[None], (len(Tc), *wbase.shape))
         w = np.where(tmin[None] <= Tc.reshape(-1, 1, 1, 1), w, np.inf)
         # cap_j(W) >= l iff some l' >= l has w <= W: the suffix minimum over l

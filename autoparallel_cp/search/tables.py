@@ -52,6 +52,11 @@ class Tables:
     # ZeRO-3 gathers [g][kind]: per layer (tp,cp,ep,sp,mbs,mode,dp); one layer (tp,cp,ep,dp)
     z3l: dict[tuple[int, bool], F] = field(default_factory=dict)
     z3f: dict[tuple[int, bool], F] = field(default_factory=dict)
+    # gradient work after every micro-batch [g][kind] -> (tp, ep, zero, dp, cp): one layer's
+    # seconds per micro-batch (factors.microbatch_grad_factors); edges [g] -> (tp, zero, dp, cp)
+    mbl: dict[tuple[int, bool], F] = field(default_factory=dict)
+    emb_mb: dict[int, F] = field(default_factory=dict)
+    head_mb: dict[int, F] = field(default_factory=dict)
     # edges [g] -> (tp, cp, sp, mbs) ; edge states (tp, zero, dp, cp)
     emb_act: dict[int, F] = field(default_factory=dict)
     emb_time: dict[int, F] = field(default_factory=dict)
@@ -70,6 +75,10 @@ class Tables:
     p2p: dict[int, F] = field(default_factory=dict)
     capacity: tuple[float, ...] = ()  # per group: bytes the allocated peak may reach
     other: float = 0.0
+    # exposed DP sync of a stage = max(tail_frac·d, d - bwd_share·t) (steptime.exposed_dp):
+    # (DP_TAIL_FRACTION, BACKWARD_SHARE) when the recipe overlaps the DP reduction, else (1, 0)
+    tail_frac: float = fx.DP_TAIL_FRACTION
+    bwd_share: float = BACKWARD_SHARE
 
     # ------------------------------------------------------------------ index helpers
     def i(self, axis: str, v: int) -> int:
@@ -105,6 +114,8 @@ def build_tables(space: SearchSpace) -> Tables:
     kinds: tuple[bool, ...] = (False,) if model.moe is None else (
         (False, True) if model.moe.first_k_dense_layers else (True,))
     t = Tables(space=space, dp=tuple(dps), m=ms, kinds=kinds)
+    if not fx.options_for(job, None).dp_overlap:
+        t.tail_frac, t.bwd_share = 1.0, 0.0
     tp = np.array(space.tp, float)
     cp = np.array(space.cp, float)
     ep = np.array(space.ep, float)
@@ -178,6 +189,8 @@ def build_tables(space: SearchSpace) -> Tables:
             t.dpsync[g, kind] = np.broadcast_to(on * (sd * pd) + on_e * (se * pe),
                                                 shape5).copy()
             t.opt[g, kind] = np.broadcast_to(opt * (pd * loc_d + pe * loc_e), shape5).copy()
+            md, me = fx.microbatch_grad_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp)
+            t.mbl[g, kind] = np.broadcast_to(md * pd + me * pe, shape5).copy()
     ef0 = fx.edge_factors(job, 0, tp, 1, 0, 1)
     emb_p = np.asarray(ef0.emb_params, float).reshape(-1, 1, 1, 1)
     head_p = np.asarray(ef0.head_params, float).reshape(-1, 1, 1, 1)
@@ -199,6 +212,9 @@ def build_tables(space: SearchSpace) -> Tables:
         t.head_dpsync[g] = np.broadcast_to(head_p * sd, shape4).copy()
         t.emb_opt[g] = np.broadcast_to(emb_p * opt * loc4, shape4).copy()
         t.head_opt[g] = np.broadcast_to(head_p * opt * loc4, shape4).copy()
+        md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
+        t.emb_mb[g] = np.broadcast_to(emb_p * md4, shape4).copy()
+        t.head_mb[g] = np.broadcast_to(head_p * md4, shape4).copy()
     tp3, ep3, z3_ = np.ix_(tp, ep, zero)
     t.z3 = np.broadcast_to(fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
                            (len(tp), len(ep), len(zero))).copy()
@@ -272,6 +288,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
             if cnt == 0:
                 continue
             ttime += cnt * t.time[g, kind][i6m] + rc * t.rec[g, kind][i6]
+            ttime += cnt * t.mbl[g, kind][i5]
             act += (cnt - rc) * t.act[g, kind][i6m] + rc * t.ckpt[g, kind][i6]
             states += cnt * t.states[kind][i5]
             dsync += cnt * t.dpsync[g, kind][i5]
@@ -285,14 +302,14 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
         extra = 0.0
         if first:
             act += t.emb_act[g][ie]
-            ttime += t.emb_time[g][ie]
+            ttime += t.emb_time[g][ie] + t.emb_mb[g][i4]
             states += t.emb_states[i4]
             dsync += t.emb_dpsync[g][i4]
             opt += t.emb_opt[g][i4]
         if last:
             extra += t.head_act[g][ie]
             work = max(work, t.head_work[g][ie])
-            ttime += t.head_time[g][ie]
+            ttime += t.head_time[g][ie] + t.head_mb[g][i4]
             states += t.head_states[i4]
             dsync += t.head_dpsync[g][i4]
             opt += t.head_opt[g][i4]
@@ -301,7 +318,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
         peak = states + f * act + extra + work + t.z3[itp, iep, iz] + t.other
         times.append(ttime)
         peaks.append(peak)
-        dps.append(max(fx.DP_TAIL_FRACTION * dsync, dsync - BACKWARD_SHARE * ttime))
+        dps.append(max(t.tail_frac * dsync, dsync - t.bwd_share * ttime))
         opts.append(opt)
     tmax = max(times)
     pipeline = m * tmax + (sum(times) - tmax) / plan.vpp

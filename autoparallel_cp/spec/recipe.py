@@ -93,6 +93,18 @@ class FrameworkBehaviour(Strict):
       @d98e8a64) or "combine" (earlier Megatron-Core: the unpermute multiplies the expert
       outputs by the probabilities and keeps those outputs, top_k x h per token, for the
       probabilities' gradient).
+    - ``zero2_reduce``: when ZeRO-2 reduces the gradients: "step" (once, after the last
+      micro-batch: Megatron's distributed optimizer, FSDP's no_sync accumulation) or
+      "microbatch" (DeepSpeed: stage_1_and_2.py @v0.11.1 l. 1327-1328
+      `reduce_ready_partitions_and_remove_grads` reduces when `partition_gradients` (stage 2)
+      or at the accumulation boundary, so stage 2 reduce-scatters every micro-batch's
+      gradients in `communication_data_type`, the model dtype by default, engine.py
+      @v0.11.1 l. 798-809; the updated weights are all-gathered once per step).
+    - ``bf16_accum_pass``: DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0, or stage 1
+      with fp32 `grad_accum_dtype`: engine.py @v0.11.1 `_do_optimizer_sanity_check` l.
+      1135-1177, `get_data_types` l. 859-872) adds every micro-batch's bf16 gradients into
+      fp32 ones, one unfused cast and add per parameter (`update_hp_grads`, bf16_optimizer.py;
+      called after each backward, pipe/engine.py @v0.11.1 l. 762): applies at zero <= 1.
     - ``fp8_linear``: which library runs the fp8 linear layers of a `compute_dtype: fp8`
       recipe, and so what they save for backward: "te" (Transformer Engine: `te.Linear` /
       `LayerNormLinear` quantize their input and save that fp8 copy for the weight gradient,
@@ -117,6 +129,8 @@ class FrameworkBehaviour(Strict):
     ep_overlap: bool = False
     fp8_linear: Literal["te", "torchao"] | None = None
     moe_prob_scaling: Literal["activation", "combine"] = "activation"
+    zero2_reduce: Literal["step", "microbatch"] = "step"
+    bf16_accum_pass: bool = False
 
 
 class TrainingRecipe(Strict):
@@ -231,12 +245,15 @@ RECIPES: dict[str, TrainingRecipe] = {
         master_weight_bytes=4,
         optimizer_state_bytes=8,
         compute_dtype="bf16",
-        behaviour=FrameworkBehaviour(dp_overlap=False),
+        behaviour=FrameworkBehaviour(dp_overlap=False, zero2_reduce="microbatch",
+                                     bf16_accum_pass=True),
         source=("DeepSpeed engine with Megatron-DeepSpeed's fused Megatron layers: bf16 "
                 "weights, fp32 gradient accumulation and master weights (BF16_Optimizer / "
                 "ZeRO bf16), fp32 Adam, ZeRO-1/2/3 as zero=1/2/3; gradient reduction not "
                 "overlapped with backward (`zero_optimization.overlap_comm` defaults to "
-                "false, DeepSpeed config docs); 18 B/param"),
+                "false, DeepSpeed config docs); ZeRO-2 reduce-scatters every micro-batch "
+                "(stage_1_and_2.py), BF16_Optimizer's fp32 accumulation pass every "
+                "micro-batch at zero <= 1; 18 B/param"),
     ),
     "megatron-fp8": TrainingRecipe(
         name="megatron-fp8",

@@ -159,3 +159,94 @@ def test_zero3_gathered_buffers() -> None:
     assert float(zero3_buffer_bytes(job, 2, 1, 3)) == pytest.approx(2 * 2 * per + 4 * per,
                                                                    rel=1e-12)
     assert float(zero3_buffer_bytes(job, 2, 1, 1)) == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed: per-micro-batch gradient work (ZeRO-2 reduce-scatter, BF16_Optimizer accumulation)
+# ---------------------------------------------------------------------------------------------
+
+
+def _mb(job: Job, tp: int, cp: int, dp: int, ep: int, zero: int) -> tuple[float, float]:
+    from autoparallel_cp.cost.sync import microbatch_grad_factors
+
+    d, e = microbatch_grad_factors(job, 0, tp, cp, dp, ep, zero)
+    return float(np.asarray(d)), float(np.asarray(e))
+
+
+def test_deepspeed_zero2_reduces_every_microbatch_in_bf16() -> None:
+    """dp=8 on one NVLink node, ZeRO-2 under the deepspeed preset: every micro-batch
+    reduce-scatters its gradients in bf16 (2 B, DeepSpeed's default communication_data_type
+    for bf16): 2·7/8 bytes per parameter over NVLink; the step keeps only the all-gather of
+    the bf16 weights (2·7/8 / NV) and one synchronisation's latency (RS + AG: 2·7 hops)."""
+    job = _job(recipe="deepspeed")
+    d, e = _mb(job, 1, 1, 8, 1, 2)
+    assert d == pytest.approx(2 * 7 / 8 / NV, rel=1e-9)
+    per, _, z3, fixed = _sync(job, 1, 1, 8, 1, 2)
+    assert per == pytest.approx(2 * 7 / 8 / NV, rel=1e-9)
+    assert fixed == pytest.approx(2 * 7 * NV_US * 1e-6, rel=1e-9)
+    assert z3 == 0.0
+    # ZeRO-1 and ZeRO-3 keep their once-per-step reduction (fp32 RS + bf16 AG; fp32 RS)
+    assert _sync(job, 1, 1, 8, 1, 1)[0] == pytest.approx((4 + 2) * 7 / 8 / NV, rel=1e-9)
+    assert _mb(job, 1, 1, 8, 1, 3) == (0.0, 0.0)
+    # no data parallelism: nothing to reduce
+    assert _mb(job, 8, 1, 1, 1, 2) == (0.0, 0.0)
+
+
+def test_deepspeed_zero2_expert_gradients_reduce_over_expert_dp() -> None:
+    """ep=2 of dp=8: expert gradients reduce-scatter over 4 NVLink ranks every micro-batch
+    (2·3/4 bytes per parameter); ep=8 leaves one rank."""
+    job = _job(moe=True, recipe="deepspeed")
+    assert _mb(job, 1, 1, 8, 2, 2)[1] == pytest.approx(2 * 3 / 4 / NV, rel=1e-9)
+    assert _mb(job, 1, 1, 8, 8, 2)[1] == 0.0
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_bf16_optimizer_accumulation_pass(zero: int) -> None:
+    """BF16_Optimizer's `update_hp_grads` after every backward: cast bf16 -> fp32 (read 2, write
+    4) and add into the fp32 gradient (read 4 + 4, write 4) = 18 B per parameter at the H100's
+    3350 GB/s x HBM_EFFICIENCY, on dense and expert parameters alike."""
+    from autoparallel_cp.cost.efficiency import HBM_EFFICIENCY
+
+    job = _job(moe=True, recipe="deepspeed")
+    want = 18.0 / (3350e9 * HBM_EFFICIENCY)
+    d, e = _mb(job, 1, 1, 8, 2, zero)
+    assert d == pytest.approx(want, rel=1e-12)
+    assert e == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("recipe", ["megatron-bf16", "pytorch-fsdp", "torchtitan-fsdp"])
+def test_other_recipes_have_no_microbatch_gradient_work(recipe: str) -> None:
+    """Megatron and PyTorch accumulate into their fp32 main gradients inside the backward
+    (no separate pass) and reduce once per step; their ZeRO-2 sync is unchanged."""
+    job = _job(moe=True, recipe=recipe)
+    for zero in (0, 1, 2, 3):
+        assert _mb(job, 1, 1, 8, 2, zero) == (0.0, 0.0)
+    gb = float(job.recipe.grad_reduce_bytes)
+    assert _sync(job, 1, 1, 8, 1, 2)[0] == pytest.approx((gb + 2) * 7 / 8 / NV, rel=1e-9)
+
+
+def test_deepspeed_microbatch_work_enters_every_microbatch_of_the_step() -> None:
+    """dp=8 on one node, pp=1, m=4 micro-batches. ZeRO-2: the per-micro-batch reduce-scatter
+    (bf16, 2·7/8 B per parameter) equals the step-end all-gather (bf16, same volume) less the
+    latency of one synchronisation (2·7 NVLink hops), and the step pays it m times on top of
+    the tail. ZeRO-1: the accumulation pass is 18 B per parameter at HBM speed, the same
+    parameters: ratio 18/(HBM·eff) over 2·7/8/NV. Breakdown components still sum to the step."""
+    from autoparallel_cp.cost.efficiency import HBM_EFFICIENCY
+    from autoparallel_cp.cost.steptime import step_time
+    from autoparallel_cp.spec.plan import Plan
+
+    job = _job(recipe="deepspeed").model_copy(update={"global_batch": 32})
+    z2 = step_time(job, Plan(dp=8, zero=2, mbs=1, num_microbatches=4, recompute="none"))
+    s2 = z2.stages[0]
+    assert s2.grad_reduce_s == pytest.approx(s2.dp_sync_s - 2 * 7 * NV_US * 1e-6, rel=1e-9)
+    assert s2.grad_accum_s == 0.0
+    assert z2.dp_comm_s == pytest.approx(s2.dp_sync_s + 4 * s2.grad_reduce_s, rel=1e-12)
+    z1 = step_time(job, Plan(dp=8, zero=1, mbs=1, num_microbatches=4, recompute="none"))
+    s1 = z1.stages[0]
+    assert s1.grad_reduce_s == 0.0
+    ratio = (18.0 / (3350e9 * HBM_EFFICIENCY)) / (2 * 7 / 8 / NV)
+    assert s1.grad_accum_s == pytest.approx(ratio * s2.grad_reduce_s, rel=1e-9)
+    for st in (z1, z2):
+        parts = (st.compute_s + st.bubble_s + st.tp_comm_s + st.cp_comm_s + st.ep_comm_s
+                 + st.pp_comm_s + st.dp_comm_s + st.optimizer_s + st.fixed_s)
+        assert parts == pytest.approx(st.step_s, rel=1e-12)

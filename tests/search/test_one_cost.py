@@ -74,7 +74,7 @@ def _cases(draw: Any, new_splits: bool = False) -> tuple[Job, Plan]:
     """A random plan; `new_splits`: always interleaved, with Megatron's uneven splits."""
     moe = draw(st.booleans())
     layers = draw(st.sampled_from([4, 8, 7, 6]))
-    recipe = draw(st.sampled_from(["megatron-bf16", "torchtitan-fsdp"]))
+    recipe = draw(st.sampled_from(["megatron-bf16", "torchtitan-fsdp", "deepspeed"]))
     batch = draw(st.sampled_from([BATCH, 6, 10]))  # 6, 10: m that pp does not divide
     job = Job(model=_model(moe, layers), cluster=_two_groups(), recipe=RECIPES[recipe],
               seq_len=draw(st.sampled_from([4096, 8192])), global_batch=batch)

@@ -162,6 +162,35 @@ def test_master_bound_holds_for_the_torchtitan_recipe() -> None:
         assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
 
 
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(moe=st.booleans(), layers=st.sampled_from([4, 6]), gpus=st.sampled_from([4, 8]))
+def test_deepspeed_recipe_matches_enumeration(moe: bool, layers: int, gpus: int) -> None:
+    """DeepSpeed's per-micro-batch gradient work (ZeRO-2 reduce-scatter every micro-batch,
+    BF16_Optimizer's accumulation pass at zero <= 1) reaches the solver's stage tables: with
+    global batch 32 every plan runs m > 1 micro-batches."""
+    from autoparallel_cp.spec import RECIPES
+
+    job = Job(model=_mini(moe, layers), cluster=load_cluster("dgx-h100").take_gpus(gpus),
+              recipe=RECIPES["deepspeed"], seq_len=2048, global_batch=32)
+    space = SearchSpace.for_job(job, max_pp=2, max_vpp=2, max_mbs=2, zero=(1, 2))
+    _compare_tol(job, space, 4)
+
+
+def test_master_bound_holds_for_the_deepspeed_recipe() -> None:
+    from autoparallel_cp.search.cpsat_master import build_master
+    from autoparallel_cp.search.tables import build_tables
+    from autoparallel_cp.spec import RECIPES
+
+    job = Job(model=_mini(False, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
+              recipe=RECIPES["deepspeed"], seq_len=4096, global_batch=32)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(0, 1, 2, 3))
+    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    assert any(p.zero == 2 and p.num_microbatches > 1 for _, p in ranked)
+    master = build_master(build_tables(space))
+    for cost, plan in ranked[::5]:
+        assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
+
+
 # ---------------------------------------------------------------------------------------------
 # MoE parallel folding: one expert-TP size per space (--fix etp), ep laid over tp*cp*dp ranks
 # ---------------------------------------------------------------------------------------------
