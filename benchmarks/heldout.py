@@ -214,16 +214,14 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             # the source names FlashAttention-2 (`--use-flash-attn`), not cuDNN's fused
             # attention: on Hopper that is the FA2 curve (efficiency.ATTN_KERNELS); on Ampere
             # FA2 is what the default curve already describes
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"attention_kernel": "fa2"})})
+            recipe = _with_behaviour(recipe, {"attention_kernel": "fa2"})
             assumed.append("FlashAttention-2 on Hopper (source's flag)")
         defaults = _megatron_lm_defaults(r)
         if defaults:
             # a plain Megatron-LM run at a stated commit, its flags not stated: the argument
             # defaults of that commit (megatron/arguments.py), see MEGATRON_LM_DEFAULTS
-            behaviour = recipe.behaviour.model_copy(update={"dropout": True})
-            recipe = recipe.model_copy(update={"flash_attention": False,
-                                               "behaviour": behaviour})
+            recipe = _with_behaviour(recipe.model_copy(update={"flash_attention": False}),
+                                     {"dropout": True})
             assumed.append(f"Megatron-LM {defaults['commit']} defaults: no flash attention, "
                            "dropout 0.1, no distributed optimizer; " + str(defaults["memory"]))
         if not nemo and "overlap-grad-reduce" not in extra:
@@ -232,16 +230,14 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             # the flag arrived in 2d5220a, 2023-08-16, after MegaScale's 285068c8 baseline).
             # NeMo's recipes turn it on; a plain Megatron-LM row that does not state it runs
             # the framework default.
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"dp_overlap": False})})
+            recipe = _with_behaviour(recipe, {"dp_overlap": False})
             assumed.append("DP reduction not overlapped (Megatron-LM default)")
         stated = _stated_settings(r)
         if stated.get("bf16_grads"):
             recipe = recipe.model_copy(update={"grad_bytes": 2, "grad_reduce_bytes": 2})
             assumed.append(f"bf16 grads ({stated['bf16_grads']})")
         if stated.get("dropout"):
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"dropout": True})})
+            recipe = _with_behaviour(recipe, {"dropout": True})
             assumed.append(f"dropout ({stated['dropout']})")
         if stated.get("optimizer"):
             dt = 2.0 if stated["optimizer"] == "bf16" else 4.0
@@ -269,12 +265,10 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"flash_attention": False})
         stated = _stated_settings(r)
         if stated.get("dropout"):
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"dropout": True})})
+            recipe = _with_behaviour(recipe, {"dropout": True})
             assumed.append(f"dropout ({stated['dropout']})")
         if stated.get("bf16_grad_accum"):
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"bf16_accum_pass": False})})
+            recipe = _with_behaviour(recipe, {"bf16_accum_pass": False})
             assumed.append(f"bf16 gradient accumulation ({stated['bf16_grad_accum']})")
         if stated.get("no_sp"):
             assumed.append(f"no sequence parallelism ({stated['no_sp']})")
@@ -287,8 +281,7 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             "compute_dtype": "fp8" if fp8 else "bf16"})
         if r["source_id"] == "llmfoundry-bench":
             kernel = _llmfoundry_attention(r)
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"attention_kernel": kernel})})
+            recipe = _with_behaviour(recipe, {"attention_kernel": kernel})
             assumed.append(f"attention kernel {kernel} (the benchmark sweep's attn_impl)")
         return recipe, "0", ()
     if family == "torchtitan":
@@ -487,20 +480,22 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
 #: MLSys 2023, Table 5: GPT-3 175B with both; the Megatron-LM README of 2022 reports its
 #: scaling table with the same two).
 MEGATRON_LM_DEFAULTS: dict[str, dict[str, object]] = {
-    "285068c8": {"commit": "285068c8", "distributed_optimizer": False,
+    "285068c8": {"distributed_optimizer": False,
                  "memory": "sequence parallelism + selective recompute (Korthikanti et al. "
                            "2022, the Megatron-LM authors' 175B setting)"},
 }
 
 
 def _megatron_lm_defaults(r: dict[str, str]) -> dict[str, object]:
-    """MEGATRON_LM_DEFAULTS of a plain Megatron-LM row's stated commit ({} otherwise)."""
+    """MEGATRON_LM_DEFAULTS of a plain Megatron-LM row's stated commit, with the commit under
+    "commit" ({} otherwise)."""
     if r["framework"] != "megatron":
         return {}
     m = re.search(r"Megatron-LM commit ([0-9a-f]{7,40})", r["framework_version"])
     if m is None:
         return {}
-    return next((v for k, v in MEGATRON_LM_DEFAULTS.items() if m.group(1).startswith(k)), {})
+    return next(({"commit": k, **v} for k, v in MEGATRON_LM_DEFAULTS.items()
+                 if m.group(1).startswith(k)), {})
 
 
 #: The first NeMo container of Megatron-Core 0.13 (tag core_v0.13.0, c550cf6c41, 2025-07-25,
@@ -523,6 +518,11 @@ def _mcore_before_013(r: dict[str, str]) -> bool:
         return int(m.group(1)) < 13
     m = re.search(r"NeMo (\d\d)\.(\d\d)", ver)
     return m is not None and (int(m.group(1)), int(m.group(2))) < _NEMO_MCORE_013
+
+
+def _with_behaviour(recipe: TrainingRecipe, update: dict[str, object]) -> TrainingRecipe:
+    """`recipe` with its behaviour fields in `update` replaced."""
+    return recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(update=update)})
 
 
 def _model_name(r: dict[str, str]) -> str:
@@ -692,8 +692,7 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         recipe, sp_rule, tags = got
         if "megatron_tp_overlap" in tags or "torchtitan_async_tp" in tags:
             name_k = tags[0]
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"tp_comm_overlap": knob(knobs, name_k)})})
+            recipe = _with_behaviour(recipe, {"tp_comm_overlap": knob(knobs, name_k)})
             assumed.append(flag(name_k, knobs))
         if "h100_96_peak" in tags:
             peak = knob(knobs, "h100_96_peak")
@@ -712,28 +711,26 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         if recompute in (None, "selective") and modules is not None:
             # the Megatron-Bridge performance recipe of this model and GPU states them
             recompute = "selective"
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"recompute_modules": modules})})
+            recipe = _with_behaviour(recipe, {"recompute_modules": modules})
             assumed.append("selective recompute of " + "/".join(modules) + (
                 " (the card's recipe)" if src == CARD_SOURCE
                 else " (Megatron-Bridge perf recipe @067f987)"))
         if _card_settings(r).get("dp_overlap") == "0":
             # the card's recipe sets ddp.overlap_grad_reduce=False
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"dp_overlap": False})})
+            recipe = _with_behaviour(recipe, {"dp_overlap": False})
             assumed.append("DP reduction not overlapped (the card's recipe)")
+        lm_defaults = _megatron_lm_defaults(r)
         if recompute is None and family == "maxtext":
             # MaxText's configs/base.yml default `remat_policy: 'full'`
             recompute = "full"
             assumed.append("full remat (MaxText default remat_policy)")
-        elif recompute is None and _megatron_lm_defaults(r):
+        elif recompute is None and lm_defaults:
             # the memory flags of MEGATRON_LM_DEFAULTS (sp follows from the "tp>1" rule)
             recompute = "selective"
         elif recompute is None:
             recompute = "none"
             assumed.append("no recompute (not stated)")
         zero = _zero(r["zero_stage"])
-        lm_defaults = _megatron_lm_defaults(r)
         if zero is None and lm_defaults:
             zero = 1 if lm_defaults["distributed_optimizer"] else 0
         elif zero is None:
@@ -765,13 +762,11 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             assumed.append(f"etp={etp} ({where})")
         if moe_comm is not None and _int(r["moe_experts"]):
             dispatcher, overlap, _ = moe_comm
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"ep_dispatcher": dispatcher, "ep_overlap": overlap})})
+            recipe = _with_behaviour(recipe, {"ep_dispatcher": dispatcher, "ep_overlap": overlap})
             assumed.append(f"{dispatcher} MoE dispatcher" + (", EP overlap" if overlap else "")
                            + f" ({where})")
         if family == "megatron-core" and _int(r["moe_experts"]) and _mcore_before_013(r):
-            recipe = recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(
-                update={"moe_prob_scaling": "combine"})})
+            recipe = _with_behaviour(recipe, {"moe_prob_scaling": "combine"})
             assumed.append("router probabilities applied at the combine (Megatron-Core "
                            "before 0.13)")
         cl = ClusterSpec(name=group.name, node_groups=[group])

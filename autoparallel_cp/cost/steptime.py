@@ -103,12 +103,9 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
             job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, plan.etp))
 
     @functools.cache
-    def mb_grad(g: int, accum: bool) -> tuple[float, float]:
-        # the ZeRO-2 reduction (zero == 2) and the accumulation pass (zero <= 1) never both apply
+    def mb_grad(g: int) -> tuple[float, float]:
         d, e = F.microbatch_grad_factors(job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero,
                                          plan.etp)
-        if (plan.zero <= 1) != accum:
-            return 0.0, 0.0
         return float(d), float(e)
 
     out: list[StageTime] = []
@@ -158,21 +155,28 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         shard_d = plan.dp * plan.cp if plan.zero >= 1 else 1
         shard_e = plan.expert_dp if plan.zero >= 1 else 1
         opt = F.optimizer_factor(job, g) * (dense_p / shard_d + exp_p / shard_e)
-        red_d, red_e = mb_grad(g, False)
-        acc_d, acc_e = mb_grad(g, True)
+        mb_d, mb_e = mb_grad(g)
+        grad_mb = mb_d * dense_p + mb_e * exp_p
+        # the accumulation pass (zero <= 1) and the ZeRO-2 reduction never both apply
+        grad_accum, grad_reduce = (grad_mb, 0.0) if plan.zero <= 1 else (0.0, grad_mb)
         out.append(StageTime(stage=j, group=g, compute_s=comp, tp_s=tp, cp_s=cp, ep_s=ep,
                              pp_s=p2p, zero3_s=z3 if plan.zero >= 3 else 0.0,
                              dp_sync_s=dp_sync, optimizer_s=opt,
-                             grad_reduce_s=red_d * dense_p + red_e * exp_p,
-                             grad_accum_s=acc_d * dense_p + acc_e * exp_p))
+                             grad_reduce_s=grad_reduce, grad_accum_s=grad_accum))
     return out
+
+
+def dp_exposure(overlap: bool) -> tuple[float, float]:
+    """(tail share, backward share) of the exposed DP sync max(tail·d, d - share·t) of a stage
+    with raw sync d and micro-batch time t: (DP_TAIL_FRACTION, BACKWARD_SHARE) when the recipe
+    overlaps the reduction with the last backward, (1, 0) (all of d) when it does not."""
+    return (F.DP_TAIL_FRACTION, BACKWARD_SHARE) if overlap else (1.0, 0.0)
 
 
 def exposed_dp(st: StageTime, overlap: bool) -> float:
     """DP synchronisation left after the last micro-batch's backward (see module docstring)."""
-    if not overlap:
-        return st.dp_sync_s
-    return max(F.DP_TAIL_FRACTION * st.dp_sync_s, st.dp_sync_s - BACKWARD_SHARE * st.total_s)
+    tail, share = dp_exposure(overlap)
+    return max(tail * st.dp_sync_s, st.dp_sync_s - share * st.total_s)
 
 
 def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> StepTime:

@@ -94,8 +94,8 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: bool = False) -> FloatArray:
         ar = comm.all_reduce(nd, n, st, nbytes * gb)
         ag = comm.all_gather(nd, n, st, nbytes * wb)
-        rs = comm.reduce_scatter(nd, n, st, nbytes * gb) + ag
         rs3 = comm.reduce_scatter(nd, n, st, nbytes * gb)
+        rs = rs3 + ag
         z12 = np.where(z == 2, ag, rs) if per_mb else rs
         return np.where(z == 0, ar, np.where(z >= 3, rs3, z12))
 

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
-from autoparallel_cp.cost.steptime import BACKWARD_SHARE
+from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec.plan import Plan
 
@@ -75,8 +75,7 @@ class Tables:
     p2p: dict[int, F] = field(default_factory=dict)
     capacity: tuple[float, ...] = ()  # per group: bytes the allocated peak may reach
     other: float = 0.0
-    # exposed DP sync of a stage = max(tail_frac·d, d - bwd_share·t) (steptime.exposed_dp):
-    # (DP_TAIL_FRACTION, BACKWARD_SHARE) when the recipe overlaps the DP reduction, else (1, 0)
+    # exposed DP sync of a stage = max(tail_frac·d, d - bwd_share·t) (steptime.dp_exposure)
     tail_frac: float = fx.DP_TAIL_FRACTION
     bwd_share: float = BACKWARD_SHARE
 
@@ -114,8 +113,7 @@ def build_tables(space: SearchSpace) -> Tables:
     kinds: tuple[bool, ...] = (False,) if model.moe is None else (
         (False, True) if model.moe.first_k_dense_layers else (True,))
     t = Tables(space=space, dp=tuple(dps), m=ms, kinds=kinds)
-    if not fx.options_for(job, None).dp_overlap:
-        t.tail_frac, t.bwd_share = 1.0, 0.0
+    t.tail_frac, t.bwd_share = dp_exposure(fx.options_for(job, None).dp_overlap)
     tp = np.array(space.tp, float)
     cp = np.array(space.cp, float)
     ep = np.array(space.ep, float)
