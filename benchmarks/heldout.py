@@ -540,6 +540,13 @@ def _mcore_before_013(r: dict[str, str]) -> bool:
     return m is not None and (int(m.group(1)), int(m.group(2))) < _NEMO_MCORE_013
 
 
+def _plain_mcore_minor(r: dict[str, str]) -> int | None:
+    """The Megatron-Core minor version (core_v0.N) a plain Megatron-LM row states, or None.
+    `moe_comm.allgather_permute_bytes` counts the allgather dispatcher of core_v0.6.0."""
+    m = re.search(r"core_v0\.(\d+)", r["framework_version"])
+    return int(m.group(1)) if m is not None and r["framework"] == "megatron" else None
+
+
 def _with_behaviour(recipe: TrainingRecipe, update: dict[str, object]) -> TrainingRecipe:
     """`recipe` with its behaviour fields in `update` replaced."""
     return recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(update=update)})
@@ -836,6 +843,11 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             recipe = _with_behaviour(recipe, {"moe_prob_scaling": "combine"})
             assumed.append("router probabilities applied at the combine (Megatron-Core "
                            "before 0.13)")
+        if moe_comm is None and _int(r["moe_experts"]) and _plain_mcore_minor(r) == 6:
+            # a plain Megatron-LM launch that names no dispatcher runs the default
+            recipe = _with_behaviour(recipe, {"ep_dispatcher": "allgather"})
+            assumed.append("allgather MoE dispatcher (Megatron core_v0.6.0 default, "
+                           "arguments.py l. 1592-1594; the launch sets none)")
         cl = ClusterSpec(name=group.name, node_groups=[group])
         try:
             job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)
