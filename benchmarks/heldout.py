@@ -417,8 +417,6 @@ def _bridge_expert_tp(r: dict[str, str]) -> int | None:
 #:   param dtype.
 #: - `fp8_params`: fp8 weight storage in FP8 runs (`model.fp8_params: true`).
 #: - `recompute`: `activations_checkpoint_granularity` (null unless listed).
-#: - `launch_recompute`: (mode, citation) where the launch command's recompute flags contradict
-#:   the recompute the row's table or prose records; the command wins.
 #: - `dropout`: `hidden_dropout` / `attention_dropout` 0.1 (the GPT-3 YAMLs of both sources;
 #:   their Llama, Nemotron and Grok YAMLs set 0.0).
 #: - `optimizer`: `optim.name: distributed_fused_adam` (Apex DistributedFusedAdam; the Grok-1 and
@@ -436,13 +434,6 @@ def _bridge_expert_tp(r: dict[str, str]) -> int | None:
 #: nemotron}/*.yaml (only Nemotron 340B sets grad_sync_dtype and selective recompute).
 _FLAGPERF_DROPOUT = ("FlagPerf @1b5a030398 training/benchmarks/%s sets no dropout flag: "
                      "Megatron core_v0.6.0 arguments.py default 0.1")
-#: FlagPerf @1b5a030398 training/benchmarks/llama3_{8B,70B}/megatron/pretrain_llama3.sh pass no
-#: `--recompute-*` flag (nor did any earlier commit of them, from 8f45ae0a on; the nvidia
-#: case's training_adapter.sh only echoes), although the nvidia READMEs list
-#: "recompute-activations" among the optimisations (copied across the Llama 3 and Mixtral
-#: cases; Mixtral's megatron_main.sh does pass it): the command line is what ran.
-_FLAGPERF_LLAMA3_RECOMPUTE = ("none", "pretrain_llama3.sh passes no --recompute-activations "
-                                      "(FlagPerf @1b5a030398; its README lists it)")
 _YAML_GRADS = "optim.grad_sync_dtype in the source's YAML"
 _YAML_DROPOUT = "hidden/attention dropout 0.1 in the source's YAML"
 STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
@@ -479,8 +470,7 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     "flagperf": {
         "llama2 7b": {"bf16_grad_accum": "ds_config.json: ZeRO-1 with grad_accum_dtype bf16, "
                                          "no BF16_Optimizer"},
-        "llama3": {"dropout": _FLAGPERF_DROPOUT % "llama3_{8B,70B}/megatron/pretrain_llama3.sh",
-                   "launch_recompute": _FLAGPERF_LLAMA3_RECOMPUTE},
+        "llama3": {"dropout": _FLAGPERF_DROPOUT % "llama3_{8B,70B}/megatron/pretrain_llama3.sh"},
         "mixtral": {"dropout": _FLAGPERF_DROPOUT % "mixtral_8x7B/megatron/megatron_main.sh"},
     },
 }
@@ -772,11 +762,6 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             skip("fp8 on a GPU without fp8", family)
             continue
         recompute = _recompute(r["recompute"])
-        launch_rc = _stated_settings(r).get("launch_recompute")
-        if isinstance(launch_rc, tuple):
-            # the launch script's flags, where the source's prose says otherwise
-            recompute = str(launch_rc[0])
-            assumed.append(f"{recompute} recompute ({launch_rc[1]})")
         stated_rc = _stated_settings(r).get("recompute") if family == "megatron-core" else None
         if recompute is None and stated_rc is not None:
             recompute = str(stated_rc)
