@@ -432,6 +432,8 @@ def _bridge_expert_tp(r: dict[str, str]) -> int | None:
 #: nemotron/nemotron4-{15b,340b}-synth.yaml, grok1/grok1_314b.yaml; nemo-perf-24.07:
 #: NVIDIA/NeMo-Framework-Launcher tag 24.07, launcher_scripts/conf/training/{gpt3,llama,
 #: nemotron}/*.yaml (only Nemotron 340B sets grad_sync_dtype and selective recompute).
+_FLAGPERF_DROPOUT = ("FlagPerf @1b5a030398 training/benchmarks/%s sets no dropout flag: "
+                     "Megatron core_v0.6.0 arguments.py default 0.1")
 _YAML_GRADS = "optim.grad_sync_dtype in the source's YAML"
 _YAML_DROPOUT = "hidden/attention dropout 0.1 in the source's YAML"
 STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
@@ -460,9 +462,17 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     # FlagOpen/FlagPerf @1b5a030398 training/nvidia/llama2_7b-megatron-deepspeed/config/
     # ds_config.json: bf16, ZeRO stage 1, "data_types": {"grad_accum_dtype": "bf16"}; DeepSpeed
     # then runs its ZeRO optimizer, not BF16_Optimizer (engine.py @v0.11.1
-    # `_do_optimizer_sanity_check` l. 1135-1177: BF16_Optimizer only with fp32 accumulation)
-    "flagperf": {"llama2 7b": {"bf16_grad_accum": "ds_config.json: ZeRO-1 with "
-                                                  "grad_accum_dtype bf16, no BF16_Optimizer"}},
+    # `_do_optimizer_sanity_check` l. 1135-1177: BF16_Optimizer only with fp32 accumulation).
+    # The Megatron-Core rows (core_v0.6.0, cac60ce4) launch with the flags of FlagPerf's
+    # training/benchmarks/<model>/megatron/*.sh, which set no --attention-dropout /
+    # --hidden-dropout, so Megatron's defaults hold (megatron/training/arguments.py @core_v0.6.0
+    # l. 854-857: 0.1 each). FlagScale's llama2_70B megatron_main.sh sets both to 0.0.
+    "flagperf": {
+        "llama2 7b": {"bf16_grad_accum": "ds_config.json: ZeRO-1 with grad_accum_dtype bf16, "
+                                         "no BF16_Optimizer"},
+        "llama3": {"dropout": _FLAGPERF_DROPOUT % "llama3_{8B,70B}/megatron/pretrain_llama3.sh"},
+        "mixtral": {"dropout": _FLAGPERF_DROPOUT % "mixtral_8x7B/megatron/megatron_main.sh"},
+    },
 }
 
 
@@ -520,6 +530,13 @@ def _mcore_before_013(r: dict[str, str]) -> bool:
     return m is not None and (int(m.group(1)), int(m.group(2))) < _NEMO_MCORE_013
 
 
+def _plain_mcore_minor(r: dict[str, str]) -> int | None:
+    """The Megatron-Core minor version (core_v0.N) a plain Megatron-LM row states, or None.
+    `moe_comm.allgather_permute_bytes` counts the allgather dispatcher of core_v0.6.0."""
+    m = re.search(r"core_v0\.(\d+)", r["framework_version"])
+    return int(m.group(1)) if m is not None and r["framework"] == "megatron" else None
+
+
 def _with_behaviour(recipe: TrainingRecipe, update: dict[str, object]) -> TrainingRecipe:
     """`recipe` with its behaviour fields in `update` replaced."""
     return recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(update=update)})
@@ -528,6 +545,44 @@ def _with_behaviour(recipe: TrainingRecipe, update: dict[str, object]) -> Traini
 def _model_name(r: dict[str, str]) -> str:
     """The row's model name as the lookup tables spell their prefixes."""
     return r["model"].lower().replace("_", " ")
+
+
+#: Layer-shape flags a source's launch command leaves at its framework's defaults, where the
+#: row's public model config says otherwise (source id -> model prefix -> (ModelSpec updates,
+#: citation)):
+#: - FlagPerf Llama 3 on Megatron-Core core_v0.6.0 (cac60ce4): pretrain_llama3.sh @1b5a030398
+#:   passes neither --position-embedding-type rope / --use-rotary-position-embeddings, nor
+#:   --untie-embeddings-and-output-weights, nor --disable-bias-linear, so arguments.py @core_v0.6.0
+#:   defaults hold: learned absolute position embeddings (l. 709), the output layer sharing the
+#:   word embedding (l. 754, store_true), biases on every linear layer (l. 1033, store_false
+#:   `add_bias_linear`). RMSNorm and SwiGLU are passed.
+#: - FlagPerf Llama 2 7B on Megatron-DeepSpeed: megatron-deepspeed_main.sh @1b5a030398 builds the
+#:   command in one double-quoted string with backslash continuations and runs `eval $cmd`; the
+#:   line `#--recompute-activations \` puts a `#` word inside it, so eval reads everything after
+#:   it as a comment: `--normalization rmsnorm`, `--disable-bias-linear`,
+#:   `--num-key-value-heads` and the ds_args (whose `--zero-stage=$ZERO_STAGE` is empty and
+#:   would not parse) never reach pretrain_gpt.py. Megatron-DeepSpeed's defaults
+#:   (microsoft/Megatron-DeepSpeed megatron/arguments.py @6d4c535e, the last commit before the
+#:   case was added on 2024-02-06): `--normalization` layernorm (l. 635), biases on (l. 907);
+#:   the kv heads default to the 32 heads, as stated.
+_BIASES = {"qkv_bias": True, "attn_out_bias": True, "mlp_bias": True}
+STATED_SHAPE: dict[str, dict[str, tuple[dict[str, object], str]]] = {
+    "flagperf": {
+        "llama3": ({"position_embedding": "learned", "tie_embeddings": True, **_BIASES},
+                   "learned absolute positions, tied output layer, linear biases "
+                   "(pretrain_llama3.sh leaves Megatron core_v0.6.0 defaults)"),
+        "llama2 7b": ({"norm": "layernorm", **_BIASES},
+                      "LayerNorm and linear biases (megatron-deepspeed_main.sh: the "
+                      "'#--recompute-activations' line comments out the flags after it under "
+                      "eval; Megatron-DeepSpeed defaults)"),
+    },
+}
+
+
+def _stated_shape(r: dict[str, str]) -> tuple[dict[str, object], str] | None:
+    """The STATED_SHAPE updates and citation of this row's source and model, or None."""
+    table = STATED_SHAPE.get(r["source_id"], {})
+    return next((v for k, v in table.items() if _model_name(r).startswith(k)), None)
 
 
 def _stated_settings(r: dict[str, str]) -> dict[str, object]:
@@ -667,6 +722,10 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         if model is None:
             skip("model shape not stated", family)
             continue
+        shape = _stated_shape(r)
+        if shape is not None:
+            model = model.model_copy(update=shape[0])
+            assumed.append(shape[1])
         ng = _node_group(r["gpu"], gpus)
         if ng is None:
             skip(f"GPU {r['gpu']!r} not modelled", family)
@@ -769,6 +828,11 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             recipe = _with_behaviour(recipe, {"moe_prob_scaling": "combine"})
             assumed.append("router probabilities applied at the combine (Megatron-Core "
                            "before 0.13)")
+        if moe_comm is None and _int(r["moe_experts"]) and _plain_mcore_minor(r) == 6:
+            # a plain Megatron-LM launch that names no dispatcher runs the default
+            recipe = _with_behaviour(recipe, {"ep_dispatcher": "allgather"})
+            assumed.append("allgather MoE dispatcher (Megatron core_v0.6.0 default, "
+                           "arguments.py l. 1592-1594; the launch sets none)")
         cl = ClusterSpec(name=group.name, node_groups=[group])
         try:
             job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)

@@ -44,6 +44,7 @@ from autoparallel_cp.cost.flops import (
     layer_gemms,
 )
 from autoparallel_cp.cost.moe_comm import (
+    allgather_permute_bytes,
     dispatch_time,
     ep_overlapped,
     folded_moe_comm,
@@ -100,8 +101,10 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     if moe and model.moe is not None:
         ffn = model.moe.top_k * model.moe.expert_ffn_hidden_size + (
             model.moe.num_shared_experts * model.moe.shared_ffn)
-        # permute + unpermute copies of the routed tokens
-        adds = adds + 4 * ab * h * model.moe.top_k * expert_token_factor(tp, etp)
+        if options.ep_dispatcher != "allgather":
+            # permute + unpermute copies of the routed tokens (the allgather dispatcher's own
+            # gathers and scatters are `moe_comm.allgather_permute_bytes`)
+            adds = adds + 4 * ab * h * model.moe.top_k * expert_token_factor(tp, etp)
     else:
         ffn = model.ffn_hidden_size
     act = (3 if model.mlp == "swiglu" else 2) * ab * ffn / tp
@@ -289,15 +292,20 @@ def layer_factors(
     ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_) * tokens)
     ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
     copies = hbm_time(gpu, _dtensor_sp_copy_bytes(job, tp_, sp_, opts) * tokens)
-    if moe and model.moe is not None:  # the alltoall dispatcher's re-sort (a copy each pass)
-        copies = copies + hbm_time(gpu, sort_chunks_bytes(
+    copies_f = copies_b = copies
+    if moe and model.moe is not None and opts.ep_dispatcher == "allgather":
+        # Megatron-Core <= 0.6's gathers and scatters (no alltoall re-sort)
+        ag_f, ag_b = allgather_permute_bytes(job, tp_, ep_, etp_)
+        copies_f = copies_f + hbm_time(gpu, ag_f * tokens)
+        copies_b = copies_b + hbm_time(gpu, ag_b * tokens)
+    elif moe and model.moe is not None:  # the alltoall dispatcher's re-sort (a copy each pass)
+        resort = hbm_time(gpu, sort_chunks_bytes(
             job, tp_, ep_, etp_, opts.ep_dispatcher == "flex") * tokens)
+        copies_f, copies_b = copies_f + resort, copies_b + resort
     if opts.cp_ring == "torch-allgather":  # torch ring attention's fp32 merge per step
         kvh_ring = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
         mg_f, mg_b = torch_ring_merge_bytes(tokens, a * dv / tp_, kvh_ring * dv / tp_, cp_)
-        copies_f, copies_b = copies + hbm_time(gpu, mg_f), copies + hbm_time(gpu, mg_b)
-    else:
-        copies_f = copies_b = copies
+        copies_f, copies_b = copies_f + hbm_time(gpu, mg_f), copies_b + hbm_time(gpu, mg_b)
     fwd_compute = gemm_f + att_f + ew_f + copies_f
     compute = fwd_compute + gemm_b + att_b + ew_b + copies_b
     if opts.selective_policy == "op":

@@ -77,6 +77,34 @@ def sort_chunks_bytes(job: Job, tp: FloatArray, ep: FloatArray, etp: FloatArray 
     return np.where((local > 1) & (not flex), per, 0.0 * per)
 
 
+def allgather_permute_bytes(job: Job, tp: FloatArray, ep: FloatArray,
+                            etp: FloatArray | None) -> tuple[FloatArray, FloatArray]:
+    """(forward, backward) HBM bytes per token of Megatron-Core's allgather dispatcher's local
+    permutation, per micro-batch pass (`MoEAllGatherTokenDispatcher`, megatron/core/
+    transformer/moe/token_dispatcher.py @core_v0.6.0 l. 85-272).
+
+    With N tokens gathered over the tp x ep ranks (N = ep x the `tokens` of a layer: each
+    rank enters with tokens/tp, tp x ep ranks gather) and L routed copies held by the rank's
+    experts (L = top_k x tokens x `flops.expert_token_factor` on balanced routing: N·top_k/ep),
+    in rows of h x activation bytes:
+    forward: the two index gathers (`torch.gather` to the local copies, then to expert order:
+    read + write L each, 4L); the unpermute's zeros (L), out-of-place `scatter` (clone: 2L,
+    scatter: 2L), the probability product (2L), the gathered zeros (N), out-of-place
+    `scatter_add` (clone 2N; the add reads the L sources and reads and writes L rows, 3L):
+    14L + 3N. Backward (PyTorch autograd formulas): `scatter_add` and `scatter` give their
+    sources `grad.gather` (2L each); the product gives the tokens grad x probs (2L) and the
+    probabilities (grad x tokens) summed over h through an [L, h] temporary (read 2L, write L,
+    read L: 4L); each `gather` gives zeros of its input plus an in-place `scatter_add_`
+    (L + 3L, and N + 3L): 17L + N. These replace the generic permute / unpermute copies and
+    the alltoall re-sort (`sort_chunks_bytes`)."""
+    moe = job.model.moe
+    assert moe is not None
+    row = job.model.hidden_size * float(job.recipe.activation_bytes)
+    n = np.asarray(ep, dtype=np.float64)
+    copies = moe.top_k * expert_token_factor(np.asarray(tp, dtype=np.float64), etp)
+    return (14.0 * copies + 3.0 * n) * row, (17.0 * copies + n) * row
+
+
 #: The expert GEMMs of Megatron-Core's "mlp" schedule node (flops.moe_gemms names); the rest
 #: of a MoE layer's compute is its "pre_dispatch" node (norms, attention, router).
 MLP_NODE = ("expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2")

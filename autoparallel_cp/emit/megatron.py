@@ -114,6 +114,8 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
             # node-deduplicating dispatch (DeepEP; transformer_config.py:898 default backend)
             a += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend",
                   "deepep"]
+        elif job.recipe.behaviour.ep_dispatcher == "allgather":
+            a += ["--moe-token-dispatcher-type", "allgather"]
         else:
             a += ["--moe-token-dispatcher-type", "alltoall"]
         moe_replayed = plan.recompute == "selective" and \

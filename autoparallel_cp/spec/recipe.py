@@ -75,7 +75,12 @@ class FrameworkBehaviour(Strict):
       `--moe-token-dispatcher-type alltoall`: every routed copy crosses to its expert's rank,
       NCCL all-to-all) or "flex" (`--moe-token-dispatcher-type flex` with the DeepEP or
       HybridEP backend: a token crosses the network once per destination node and is fanned
-      out over NVLink there, DeepSeek-V3 report §3.2.2; `comm.flex_dispatch`).
+      out over NVLink there, DeepSeek-V3 report §3.2.2; `comm.flex_dispatch`) or "allgather"
+      (`--moe-token-dispatcher-type allgather`, Megatron-Core's default through core_v0.6.0,
+      arguments.py l. 1592-1594: every token gathered over the tp x ep ranks and permuted
+      locally with index gathers and scatters, `moe_comm.allgather_permute_bytes`; its
+      gather over tp is the MLP's sequence-parallel all-gather; with ep > 1 the cost model
+      still prices the exchange as the all-to-all's).
     - ``ep_overlap``: Megatron-Core `--overlap-moe-expert-parallel-comm` (with
       `--delay-wgrad-compute`): the forward of one micro-batch and the backward of another run
       as one schedule node, each one's dispatch and combine hidden behind the other's compute
@@ -125,7 +130,7 @@ class FrameworkBehaviour(Strict):
     cp_ring: Literal["p2p", "torch-allgather"] = "p2p"
     fsdp_copy_out: bool = True
     recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
-    ep_dispatcher: Literal["alltoall", "flex"] = "alltoall"
+    ep_dispatcher: Literal["alltoall", "flex", "allgather"] = "alltoall"
     ep_overlap: bool = False
     fp8_linear: Literal["te", "torchao"] | None = None
     moe_prob_scaling: Literal["activation", "combine"] = "activation"
