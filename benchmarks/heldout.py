@@ -397,9 +397,10 @@ def _bridge_moe_comm(r: dict[str, str], tp: int, pp: int, vpp: int, ep: int,
 #: Models whose Megatron-Bridge provider sets a clamped GLU activation with expert biases:
 #: GPT-OSS (src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py @067f987:
 #: `activation_func_clamp_value = 7.0`, `add_bias_linear = True`, `bias_activation_fusion =
-#: True`, quick_gelu GLU). Every GPT-OSS row ran Megatron Core 0.15 (NeMo 25.11) or later
-#: (docs/releases/software-versions.md), whose TEGroupedMLP runs the clamp and the fc2 bias
-#: eagerly (behaviour `moe_glu_clamp_bias`, cost/moe_glu_bias.py).
+#: True`, quick_gelu GLU; the same fields in v0.2.0's gpt_oss_provider.py, the Bridge of
+#: NeMo 25.11, with `attention_dropout = 0.0`). Every GPT-OSS row ran Megatron Core 0.15
+#: (NeMo 25.11) or later (docs/releases/software-versions.md), whose TEGroupedMLP runs the
+#: clamp and the fc2 bias eagerly (behaviour `moe_glu_clamp_bias`, cost/moe_glu_bias.py).
 CLAMPED_GLU_BIAS_MODELS: tuple[str, ...] = ("gpt oss",)
 
 BRIDGE_EXPERT_TP: dict[str, int] = {"qwen3": 1, "deepseekv3": 1, "gpt oss": 1}
