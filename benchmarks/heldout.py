@@ -394,6 +394,15 @@ def _bridge_moe_comm(r: dict[str, str], tp: int, pp: int, vpp: int, ep: int,
 #: perf_recipes/qwen/{h100,b200}/qwen3_moe.py via perf_recipes/qwen/common.py); Qwen3 30B-A3B:
 #: :60 and :174; DeepSeek-V3: recipes/deepseek/h100/deepseek_v3.py:132 (via
 #: recipes/deepseek/deepseek_v3.py); GPT-OSS 120B: recipes/gpt_oss/h100/gpt_oss.py:190.
+#: Models whose Megatron-Bridge provider sets a clamped GLU activation with expert biases:
+#: GPT-OSS (src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py @067f987:
+#: `activation_func_clamp_value = 7.0`, `add_bias_linear = True`, `bias_activation_fusion =
+#: True`, quick_gelu GLU; the same fields in v0.2.0's gpt_oss_provider.py, the Bridge of
+#: NeMo 25.11, with `attention_dropout = 0.0`). Every GPT-OSS row ran Megatron Core 0.15
+#: (NeMo 25.11) or later (docs/releases/software-versions.md), whose TEGroupedMLP runs the
+#: clamp and the fc2 bias eagerly (behaviour `moe_glu_clamp_bias`, cost/moe_glu_bias.py).
+CLAMPED_GLU_BIAS_MODELS: tuple[str, ...] = ("gpt oss",)
+
 BRIDGE_EXPERT_TP: dict[str, int] = {"qwen3": 1, "deepseekv3": 1, "gpt oss": 1}
 
 
@@ -774,6 +783,11 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             assumed.append("selective recompute of " + "/".join(modules) + (
                 " (the card's recipe)" if src == CARD_SOURCE
                 else " (Megatron-Bridge perf recipe @067f987)"))
+        if family == "megatron-core" and _model_name(r).startswith(CLAMPED_GLU_BIAS_MODELS):
+            recipe = _with_behaviour(recipe, {"moe_glu_clamp_bias": True})
+            assumed.append("eager clamp/cat before the fused quick-GEGLU and fp32 per-expert fc2 "
+                           "bias (Megatron-Core core_v0.15.0-0.18.0 TEGroupedMLP, GPT-OSS "
+                           "clamp 7.0 + expert biases per Megatron-Bridge gpt_oss_bridge.py)")
         if _card_settings(r).get("dp_overlap") == "0":
             # the card's recipe sets ddp.overlap_grad_reduce=False
             recipe = _with_behaviour(recipe, {"dp_overlap": False})

@@ -19,6 +19,7 @@ from autoparallel_cp.cost.common import (
 )
 from autoparallel_cp.cost.efficiency import gemm_time
 from autoparallel_cp.cost.flops import attention_dims, expert_token_factor
+from autoparallel_cp.cost.moe_glu_bias import glu_clamp_bias_bytes
 from autoparallel_cp.spec import (
     ClusterSpec,
     GPUSpec,
@@ -186,6 +187,11 @@ def layer_activation_per_token(
         else:
             # the weighted activation keeps the fp32 probability of each routed copy
             block = block + 4.0 * k * expert_token_factor(tp_, etp) * one
+        clamp_saved = np.zeros(shape)
+        if options.moe_glu_clamp_bias:
+            # the clamp keeps the unclamped fc1 output (cost/moe_glu_bias.py)
+            clamp_saved = glu_clamp_bias_bytes(model, ab, tp_, etp).clamp_saved * one
+            block = block + clamp_saved
         largest = np.maximum(largest, k * big)
         sh = np.zeros(shape)
         if mo.num_shared_experts:
@@ -199,7 +205,7 @@ def layer_activation_per_token(
             if "moe_act" in mods:
                 # the activation output each routed copy's fc2 saved (+ unfused silu output)
                 dropped["moe_act"] = k * (lin + (0.0 if fused or not swiglu else ab)) \
-                    * mo.expert_ffn_hidden_size / tp_ * one
+                    * mo.expert_ffn_hidden_size / tp_ * one + clamp_saved
             if "shared_experts" in mods and mo.num_shared_experts:
                 dropped["shared_experts"] = sh
     else:

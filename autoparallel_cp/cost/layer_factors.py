@@ -50,6 +50,7 @@ from autoparallel_cp.cost.moe_comm import (
     folded_moe_comm,
     sort_chunks_bytes,
 )
+from autoparallel_cp.cost.moe_glu_bias import glu_clamp_bias_bytes
 from autoparallel_cp.spec import GPUSpec, Job
 
 # ---------------------------------------------------------------------------------------------
@@ -306,6 +307,14 @@ def layer_factors(
         kvh_ring = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
         mg_f, mg_b = torch_ring_merge_bytes(tokens, a * dv / tp_, kvh_ring * dv / tp_, cp_)
         copies_f, copies_b = copies_f + hbm_time(gpu, mg_f), copies_b + hbm_time(gpu, mg_b)
+    glu_replay = np.zeros_like(tokens)
+    if moe and opts.moe_glu_clamp_bias and model.moe is not None:
+        # Megatron-Core's eager clamp chain and fp32 fc2 bias (cost/moe_glu_bias.py)
+        gb = glu_clamp_bias_bytes(model, recipe.activation_bytes, tp_, etp_)
+        copies_f = copies_f + hbm_time(gpu, (gb.clamp_fwd + gb.bias_fwd) * tokens)
+        copies_b = copies_b + hbm_time(gpu, (gb.clamp_bwd + gb.bias_bwd) * tokens)
+        if "moe_act" in br.dropped:  # the checkpointed activation replays its clamp chain
+            glu_replay = hbm_time(gpu, gb.clamp_fwd * tokens)
     fwd_compute = gemm_f + att_f + ew_f + copies_f
     compute = fwd_compute + gemm_b + att_b + ew_b + copies_b
     if opts.selective_policy == "op":
@@ -315,7 +324,7 @@ def layer_factors(
     else:
         # the recipe's selective modules replayed in backward (Megatron --recompute-modules)
         replay = _selective_replay_s(job, moe, br, gpu, tokens, tp_, sp_, att_f, fwd_by_name)
-        compute = compute + np.where(md == 1, replay, 0.0)
+        compute = compute + np.where(md == 1, replay + glu_replay, 0.0)
     rc_compute = fwd_compute
     if not _fused(recipe, opts):
         # eager PyTorch: the host issues kernels no faster than EAGER_HOST_S_* allows; host and

@@ -110,6 +110,12 @@ class FrameworkBehaviour(Strict):
       1135-1177, `get_data_types` l. 859-872) adds every micro-batch's bf16 gradients into
       fp32 ones, one unfused cast and add per parameter (`update_hp_grads`, bf16_optimizer.py;
       called after each backward, pipe/engine.py @v0.11.1 l. 762): applies at zero <= 1.
+    - ``moe_glu_clamp_bias``: the routed experts run Megatron-Core's `TEGroupedMLP` with a
+      clamped GLU and expert biases (GPT-OSS: `activation_func_clamp_value`,
+      `add_bias_linear`) without the TE op fuser: the clamp/cat chain before the fused
+      activation and the fc2 bias added per expert in fp32 outside the GEMM are eager passes
+      over the routed copies (experts.py / fusions/fused_bias_geglu.py, core_v0.15.0 to
+      core_v0.18.0; cost/moe_glu_bias.py).
     - ``fp8_linear``: which library runs the fp8 linear layers of a `compute_dtype: fp8`
       recipe, and so what they save for backward: "te" (Transformer Engine: `te.Linear` /
       `LayerNormLinear` quantize their input and save that fp8 copy for the weight gradient,
@@ -136,6 +142,7 @@ class FrameworkBehaviour(Strict):
     moe_prob_scaling: Literal["activation", "combine"] = "activation"
     zero2_reduce: Literal["step", "microbatch"] = "step"
     bf16_accum_pass: bool = False
+    moe_glu_clamp_bias: bool = False
 
 
 class TrainingRecipe(Strict):
