@@ -3,8 +3,8 @@
 For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chunks):
 
     mem_j = states_j + f_j·Σ_kind((n_k - r_k)·act_k + r_k·ckpt_k) + f_j·[j=0]·emb_act
-            + [j=last]·(head_act + mtp_act) + max(work_k, [j=last]·head_work,
-            [j=last]·mtp_work) + buffers_j + other
+            + [j=last]·(head_act + mtp_act) + max(work_k, [j=last]·head_work) + buffers_j
+            + other     (work_k over the MTP layers' kind too)
 
 - states_j: parameters of the stage per GPU (layers, + embedding on the first stage, + final
   norm and LM head on the last) x (weights, grads, optimizer) bytes per parameter by ZeRO stage,
