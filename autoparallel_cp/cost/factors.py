@@ -23,6 +23,9 @@ is a scalar node-group index into `job.cluster.node_groups`; `mode` is 0 none / 
 - ``edge_factors(job, g, tp, cp, sp, mbs, options) -> EdgeFactors`` first stage (embedding:
   ``emb_*``) and last stage (final norm + LM head + loss: ``head_*``): params per GPU, bytes per
   in-flight micro-batch (first stage), transient bytes (last stage), time per micro-batch.
+- ``mtp_factors(job, g, tp, cp, sp, mbs, options) -> MtpFactors`` one DeepSeek-V3 MTP depth
+  without its transformer layer (last stage; ``mtp_layer_kind(job)`` is that layer's kind,
+  ``mtp_recomputed(plan)`` whether the plan's recompute replays it).
 - ``buffer_bytes_per_param(job, zero)`` transient copies per parameter on the GPU
   (pytorch-amp autocast weight copies); ``zero3_buffer_bytes(job, tp, ep, zero)``.
 - ``p2p_factor(job, g, tp, cp, sp, mbs, pp, vpp, dp)`` per micro-batch pipeline send/recv time.
@@ -67,6 +70,7 @@ from autoparallel_cp.cost.model_state import (
     state_bytes_per_param,
     zero3_buffer_bytes,
 )
+from autoparallel_cp.cost.mtp import MtpFactors, mtp_factors, mtp_layer_kind, mtp_recomputed
 from autoparallel_cp.cost.sync import (
     dp_sync_factors,
     expert_dp_size,
@@ -86,5 +90,5 @@ __all__ = [
     "buffer_bytes_per_param", "layer_param_counts", "other_bytes", "overhead_bytes",
     "state_bytes_per_param", "zero3_buffer_bytes", "dp_sync_factors", "inflight",
     "optimizer_factor", "p2p_factor", "zero3_copy_factor", "stage_inflight", "expert_dp_size",
-    "microbatch_grad_factors",
+    "microbatch_grad_factors", "MtpFactors", "mtp_factors", "mtp_layer_kind", "mtp_recomputed",
 ]

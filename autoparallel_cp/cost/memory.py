@@ -3,7 +3,8 @@
 For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chunks):
 
     mem_j = states_j + f_j·Σ_kind((n_k - r_k)·act_k + r_k·ckpt_k) + f_j·[j=0]·emb_act
-            + [j=last]·head_act + max(work_k, [j=last]·head_work) + buffers_j + other
+            + [j=last]·(head_act + mtp_act) + max(work_k, [j=last]·head_work) + buffers_j
+            + other     (work_k over the MTP layers' kind too)
 
 - states_j: parameters of the stage per GPU (layers, + embedding on the first stage, + final
   norm and LM head on the last) x (weights, grads, optimizer) bytes per parameter by ZeRO stage,
@@ -15,6 +16,8 @@ For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chu
   (Megatron `--recompute-method block`: the first r layers of the stage);
 - work: transient working set of one layer's backward (the recomputed layer's activations
   under full recompute) or, on the last stage, the fp32 logits at the loss, whichever is larger;
+- mtp: DeepSeek-V3 MTP depths on the last stage (`mtp_terms`): their layers' activations in
+  the plan's mode for one micro-batch, their parameters in states_j (and the embedding copy);
 - buffers_j: autocast weight copies (pytorch-amp), ZeRO-3 gathered layers;
 - other: framework buckets (factors.other_bytes).
 `fits` compares peak + factors.overhead_bytes(peak) (CUDA context, fragmentation) to capacity.
@@ -105,6 +108,61 @@ def plan_factors(job: Job, plan: Plan, opts: F.CostOptions
     return layer, edges
 
 
+@dataclass(frozen=True)
+class MtpTerms:
+    """The last stage's MTP additions: `mtp_layers` x (one layer of `F.mtp_layer_kind` in the
+    plan's mode, `F.mtp_recomputed` deciding full recompute, + `F.mtp_factors`), the embedding
+    copy when pp > 1. Activations are one micro-batch's (the last model chunk's, as the head's)."""
+
+    dense_p: float
+    exp_p: float
+    act: float
+    work: float
+    compute_s: float
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    z3_layer: tuple[float, float]  # (dense params of one MTP layer, its base time) for ZeRO-3
+
+
+def mtp_cache(job: Job, plan: Plan, opts: F.CostOptions) -> Callable[[int], F.MtpFactors]:
+    """`F.mtp_factors` of the plan by node group, computed once."""
+
+    @functools.cache
+    def mtp(g: int) -> F.MtpFactors:
+        return F.mtp_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
+
+    return mtp
+
+
+def mtp_terms(job: Job, plan: Plan, layer: Callable[[int, str, bool], F.LayerFactors],
+              mtps: Callable[[int], F.MtpFactors], g: int) -> MtpTerms | None:
+    """The MTP terms of the last stage on node group `g` (None without MTP)."""
+    n = job.model.mtp_layers
+    if n == 0:
+        return None
+    kind = F.mtp_layer_kind(job)
+    rc = F.mtp_recomputed(plan.recompute, plan.recompute_layers)
+    base = layer(g, _base_mode(plan), kind)
+    lf = layer(g, "full", kind) if rc else base
+    mf = mtps(g)
+    d_, e_ = F.layer_param_counts(job, kind, plan.tp, plan.ep, plan.etp)
+    copy = float(mf.copy_params) if plan.pp > 1 else 0.0
+    rcf = 1.0 if rc else 0.0
+    return MtpTerms(
+        dense_p=n * (float(d_) + float(mf.params)) + copy,
+        exp_p=n * float(e_),
+        act=n * (float(lf.ckpt_bytes if rc else lf.act_bytes) + float(mf.act_bytes)),
+        work=float(lf.work_bytes),
+        compute_s=n * (float(lf.compute_s) + rcf * float(lf.rc_compute_s)
+                       + float(mf.compute_s)),
+        tp_s=n * (float(lf.tp_s) + rcf * float(lf.rc_tp_s) + float(mf.tp_s)),
+        cp_s=n * (float(lf.cp_s) + rcf * float(lf.rc_cp_s)),
+        ep_s=n * (float(lf.ep_s) + rcf * float(lf.rc_ep_s)),
+        z3_layer=(float(d_), float(base.time_s)),
+    )
+
+
 def _base_mode(plan: Plan) -> str:
     return "selective" if plan.recompute == "selective" else "none"
 
@@ -124,6 +182,7 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     z3 = float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero, plan.etp))
     other = F.other_bytes(job)
     layer, edges = plan_factors(job, plan, opts)
+    mtps = mtp_cache(job, plan, opts)
     chunks = plan.chunks_per_stage(job.model.num_layers)
     out: list[StageMemory] = []
     for j, (nd, nm, rd, rm) in enumerate(kinds):
@@ -152,6 +211,12 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
             dense_p += float(edge.head_params)
             act += float(edge.head_act_bytes)
             work = max(work, float(edge.head_work_bytes))
+            mt = mtp_terms(job, plan, layer, mtps, g)
+            if mt is not None:
+                dense_p += mt.dense_p
+                exp_p += mt.exp_p
+                act += mt.act
+                work = max(work, mt.work)
         buffers = buf_pp * (dense_p + exp_p) + z3 + other
         out.append(StageMemory(
             stage=j, group=g,

@@ -3,7 +3,8 @@
 Per stage j (on its node group's GPU), per micro-batch:
 
     t_j = Σ_kind((n_k - r_k)·time_k + r_k·(time_k + recompute_k)) + [j=0]·emb_time
-          + [j=last]·head_time + p2p + z3_j + g_j
+          + [j=last]·(head_time + mtp·(time_mtp + [uniform full]·recompute_mtp + extra_mtp))
+          + p2p + z3_j + g_j
     pipeline = m·T_max + (Σ_j t_j - T_max)/vpp,   T_max = max_j t_j
     step = pipeline + max_j exposed_dp_j + max_j optimizer_j + per_step_s
 
@@ -13,6 +14,10 @@ Per stage j (on its node group's GPU), per micro-batch:
   (`Plan.chunks_per_stage`) enter through the stage totals t_j only: the fill and drain are
   still charged as 1/vpp of each other stage (an approximation: Megatron's fill runs chunk 0
   of each stage, which a slot split makes one layer lighter on the first stage);
+- mtp: DeepSeek-V3 MTP depths on the last stage (memory.mtp_terms): one layer of the last
+  layer's kind each (replayed only under uniform full recompute, factors.mtp_recomputed) plus
+  factors.mtp_factors (embedding, norms, projection, second head and loss); their parameters
+  join the stage's DP sync, optimizer and ZeRO-3 gathers;
 - z3_j: ZeRO-3 per-layer weight all-gathers (forward and backward) overlapped with the layer's
   compute: exposed l·overlap_exposed(ag, time) (what sticks out, or the SMs the gather takes
   from the overlapped compute) + one layer's gather (prologue) + FSDP2's copy-out / reduce
@@ -35,6 +40,8 @@ from dataclasses import dataclass
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.memory import (
     _base_mode,
+    mtp_cache,
+    mtp_terms,
     plan_factors,
     stage_groups,
     stage_layer_kinds,
@@ -96,6 +103,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     pp = plan.pp
 
     layer, edges = plan_factors(job, plan, opts)
+    mtps = mtp_cache(job, plan, opts)
 
     @functools.cache
     def sync(g: int) -> tuple[float, ...]:
@@ -112,6 +120,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
         per_dense, per_exp, z3_per, fixed = sync(g)
+        per_z3 = z3_per
         comp = tp = cp = ep = z3 = 0.0
         dense_p = exp_p = 0.0
         z3_first = 0.0
@@ -146,6 +155,18 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
             comp += float(edge.head_compute_s)
             tp += float(edge.head_time_s - edge.head_compute_s)
             dense_p += float(edge.head_params)
+            mt = mtp_terms(job, plan, layer, mtps, g)
+            if mt is not None:
+                comp += mt.compute_s
+                tp += mt.tp_s
+                cp += mt.cp_s
+                ep += mt.ep_s
+                dense_p += mt.dense_p
+                exp_p += mt.exp_p
+                d_mtp, t_mtp = mt.z3_layer
+                z3 += job.model.mtp_layers * (
+                    float(F.overlap_exposed(per_z3 * d_mtp, t_mtp))
+                    + F.zero3_copy_factor(job, g) * d_mtp)
         p2p = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp, plan.vpp,
                                  plan.dp))
         # expert gradients reduce over the expert-DP group, which folding can make larger than

@@ -22,7 +22,7 @@ a lower bound of the exact step time of the same partition, off by at most `erro
 the feasible set holds every partition that fits exactly (the few that fit only by rounding are
 cut off by the caller's exact re-check). Model size: O(pp * groups) variables.
 
-Kept whole (about 430 lines): one CP-SAT model, its read-back and its solve portfolio; the
+Kept whole (about 470 lines): one CP-SAT model, its read-back and its solve portfolio; the
 proof that the objective is a lower bound spans the whole build.
 """
 
@@ -37,6 +37,7 @@ from ortools.sat.python import cp_model
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.search.key_bounds import KeyCoefs, key_coefs
 from autoparallel_cp.search.limits import Budget
+from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, canonical
 
@@ -92,10 +93,16 @@ class PartitionModel:
         m.add_bool_or(alts)
 
 
-def _time_unit(c: KeyCoefs, L: int, m: int) -> float:
+def _mtp_time(mc: MtpCoefs | None) -> float:
+    """The largest MTP time of the last stage (0 without MTP)."""
+    return max(mc.time) + max(mc.rec) if mc is not None else 0.0
+
+
+def _time_unit(c: KeyCoefs, L: int, m: int, mc: MtpCoefs | None = None) -> float:
     """1e-7 s, coarsened until vpp*m*(a stage's largest time) stays far below 2^53."""
     big = (max(c.tau) + max(c.rho) + max(c.z3l) + max(c.tau_d) + max(c.rho_d)) * (L + 1) * 2 \
-        + max(c.emb_time) + max(c.head_time) + max(c.p2p) + max(c.z3f) + max(c.z3f_d) + 1.0
+        + max(c.emb_time) + max(c.head_time) + max(c.p2p) + max(c.z3f) + max(c.z3f_d) + 1.0 \
+        + _mtp_time(mc)
     tu = 1e-7
     while 8 * m * big / tu > 2**50:
         tu *= 2
@@ -111,6 +118,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     pp, vpp, m = key.pp, key.vpp, key.m
     K = t.dense_prefix if t.main_kind else 0
     c = key_coefs(t, key)
+    mc = mtp_coefs(t, key)
     G = list(range(t.groups))
     hetero = len(G) > 1
     counts = []
@@ -118,7 +126,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         if (grp.num_gpus * pp) % N:
             return None
         counts.append(grp.num_gpus * pp // N)
-    tu = _time_unit(c, L, m)
+    tu = _time_unit(c, L, m, mc)
     mu = mem_unit
     full = RECOMPUTE_MODES[key.mode] == "full"
     z3 = key.zero >= 3
@@ -205,6 +213,19 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
             rm.append([rmj])
             rd.append([rdj])
     model.add(sum(layers) == L)
+    # MTP layers are recomputed iff the plan's recompute_layers is None (factors.mtp_recomputed),
+    # which `read_plan` writes exactly when r >= every l_j: hf <=> r >= max_j l_j
+    hf = model.new_bool_var("hf")
+    if not (full and mc is not None):
+        model.add(hf == 0)
+    else:
+        short = []
+        for j, l_j in enumerate(layers):
+            model.add(r >= l_j).only_enforce_if(hf)
+            sb = model.new_bool_var(f"short{j}")
+            model.add(r <= l_j - 1).only_enforce_if(sb)
+            short.append(sb)
+        model.add_bool_or(short).only_enforce_if(hf.negated())
     if s.partition == "uniform":
         for l_j in layers:
             model.add(l_j == L // pp)
@@ -224,10 +245,11 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     opts: list[Any] = []
     BT = ti(max(c.tau) * 4 * (L + 2) + max(c.rho) * (L + 2) + max(c.z3l) * (L + 2)
             + max(c.tau_d) * 4 * (K + 2) + max(c.emb_time) + max(c.head_time) + max(c.p2p)
-            + max(c.z3f) + max(c.z3f_d)) + 64
+            + max(c.z3f) + max(c.z3f_d) + _mtp_time(mc)) + 64
     dmax = (max(c.dsync) * L + max(c.dsync_d) * K + max(c.emb_dps) + max(c.head_dps)
-            + max(c.dps_fixed))
-    omax = max(c.opt) * L + max(c.opt_d) * K + max(c.emb_opt) + max(c.head_opt)
+            + max(c.dps_fixed) + (max(mc.dps) if mc is not None else 0.0))
+    omax = max(c.opt) * L + max(c.opt_d) * K + max(c.emb_opt) + max(c.head_opt) \
+        + (max(mc.opt) if mc is not None else 0.0)
     BD = ti(max(dmax, omax)) + 64
     for j in range(pp):
         first, last = j == 0, j == pp - 1
@@ -244,6 +266,23 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         mem_expr: Any = 0
         d_expr: Any = 0
         o_expr: Any = 0
+        # MTP (last stage): hg[g] = hf and the stage on group g
+        hg: list[Any] = []
+        if last and mc is not None:
+            for g in G:
+                if hetero:
+                    v = model.new_bool_var(f"hf{g}")
+                    model.add_implication(v, hf)
+                    model.add_implication(v, yj[g])
+                    model.add_bool_or([v, hf.negated(), yj[g].negated()])
+                    hg.append(v)
+                else:
+                    hg.append(hf)
+                t_expr += ti(mc.time[g]) * yj[g] + ti(mc.rec[g]) * hg[g]
+                mem_expr += (mi(mc.act[g]) + mi(mc.states)) * yj[g] \
+                    + (mi(mc.ckpt[g]) - mi(mc.act[g])) * hg[g]
+                d_expr += ti(mc.dps[g]) * yj[g]
+                o_expr += ti(mc.opt[g]) * yj[g]
         for g in G:
             a, b, d, yg = nm[j][g], rm[j][g], rd[j][g], yj[g]
             t_expr += ti(c.tau[g] + (c.z3l[g] if z3 else 0.0)) * a + ti(c.rho[g]) * b
@@ -291,6 +330,9 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
             model.add(w >= mi(c.work_full[g]) * (yj[g] + hr - 1))
             if last:
                 model.add(w >= mi(c.head_work[g]) * yj[g])
+                if mc is not None:  # the MTP layer's working set, full when recomputed
+                    model.add(w >= mi(c.work[g]) * (yj[g] - hg[g]))
+                    model.add(w >= mi(c.work_full[g]) * hg[g])
         if kd:
             hd = model.new_bool_var(f"hd{j}")
             model.add(rd_t[j] <= kd * hd)
@@ -303,10 +345,10 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         model.add(tj == t_expr)
         times.append(tj)
         # t_j is short of the exact time by < one unit per floored term times its count
-        # (nm + rm + rd + constants <= 2 l_j + 12)
+        # (nm + rm + rd + constants <= 2 l_j + 14: the last stage adds its two MTP terms)
         dj = model.new_int_var(0, BD, f"d{j}")
         model.add(dj == d_expr)
-        E_cons.append((dj, tj, 2 * layers[j] + 12))
+        E_cons.append((dj, tj, 2 * layers[j] + 14))
         opts.append(o_expr)
     T = model.new_int_var(0, BT, "T")
     for tj in times:
@@ -324,12 +366,12 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     obj = model.new_int_var(0, vpp * m * BT + pp * BT + vpp * 2 * (BD + BT), "obj")
     model.add(obj == vpp * m * T + S - T + vpp * (E + Ov))
     model.minimize(obj)
-    # error bound (seconds): each t_j is < 2 l_j + 12 units short (one unit per floored term
-    # times its count), so m*T < m (2L + 12), the bubble < (2L + 12 pp)/vpp; d_j and opt_j are
-    # < L + 12 short and t_j^up over-estimates by < 2 (2L + 12), so E < (L + 12) + 2 (2L + 12);
+    # error bound (seconds): each t_j is < 2 l_j + 14 units short (one unit per floored term
+    # times its count), so m*T < m (2L + 14), the bubble < (2L + 14 pp)/vpp; d_j and opt_j are
+    # < L + 14 short and t_j^up over-estimates by < 2 (2L + 14), so E < (L + 14) + 2 (2L + 14);
     # the fixed-point fractions lose < 2^-20 of the largest d_j and t_j
-    per = 2 * L + 12
-    err_u = m * per + (2 * L + 12 * pp) / vpp + (L + 12) + 2 * per + (L + 12) + 2
+    per = 2 * L + 14
+    err_u = m * per + (2 * L + 14 * pp) / vpp + (L + 14) + 2 * per + (L + 14) + 2
     err = err_u * tu + (dmax + BT * tu) * 2.0 / FRAC_SCALE
     cl = s.fixed.get("chunk_layers")
     return PartitionModel(model, layers, r, y if hetero else None, obj, tu / vpp, err, key,

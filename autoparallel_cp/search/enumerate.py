@@ -16,7 +16,7 @@ Plans are processed in chunks of partitions so memory stays bounded. It refuses 
 than `DEFAULT_LIMIT` plans with an InputError saying so: restrict the space
 (`partition="uniform"`, `partial_recompute=False`, or `--fix`) or use the CP-SAT solver.
 
-Kept whole (about 430 lines): the partition and placement generators, the vectorized stage
+Kept whole (about 510 lines): the partition and placement generators, the vectorized stage
 terms and the per-degree best are one pass over the same arrays; split, each part would need
 the others' slices.
 """
@@ -188,6 +188,16 @@ class _Slices:
     mbl: F  # (G, K, Z)
     emb_mb: F  # (G, Z)
     head_mb: F
+    mtp_time: F  # (G, 2), zeros without MTP (tables.Tables mtp_*)
+    mtp_act: F
+    mtp_states: F  # (Z,)
+    mtpc_states: F
+    mtp_dpsync: F  # (G, Z)
+    mtpc_dpsync: F
+    mtp_opt: F
+    mtpc_opt: F
+    mtp_mb: F
+    mtpc_mb: F
 
 
 def _slices(t: Tables, d: Degrees) -> _Slices:
@@ -222,7 +232,25 @@ def _slices(t: Tables, d: Degrees) -> _Slices:
         head_work=g1(t.head_work, ie), head_time=g1(t.head_time, ie),
         p2p=g1(t.p2p, (*ie, ivpp, idp)),
         mbl=gk(t.mbl, i5), emb_mb=g1(t.emb_mb, i4), head_mb=g1(t.head_mb, i4),
+        **_mtp_slices(t, ie, i4),
     )
+
+
+def _mtp_slices(t: Tables, ie: tuple[Any, ...], i4: tuple[Any, ...]) -> dict[str, F]:
+    """The MTP extras of one degree combination (zeros when the model has none)."""
+    gs = range(t.groups)
+    if not t.mtp:
+        ze, z4 = np.zeros((t.groups, 2)), np.zeros((t.groups, len(t.space.zero)))
+        zz = np.zeros(len(t.space.zero))
+        return {"mtp_time": ze, "mtp_act": ze, "mtp_states": zz, "mtpc_states": zz,
+                **{k: z4 for k in ("mtp_dpsync", "mtpc_dpsync", "mtp_opt", "mtpc_opt",
+                                   "mtp_mb", "mtpc_mb")}}
+    out = {k: np.array([getattr(t, k)[g][ie] for g in gs], float)
+           for k in ("mtp_time", "mtp_act")}
+    out |= {k: np.array([getattr(t, k)[g][i4] for g in gs], float)
+            for k in ("mtp_dpsync", "mtpc_dpsync", "mtp_opt", "mtpc_opt", "mtp_mb", "mtpc_mb")}
+    out |= {k: np.array(getattr(t, k)[i4], float) for k in ("mtp_states", "mtpc_states")}
+    return out
 
 
 def _later(x: F, cur: F) -> F:
@@ -231,9 +259,10 @@ def _later(x: F, cur: F) -> F:
 
 
 def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
-                 j: Ints, g: Ints, n: Ints, rr: Ints) -> tuple[F, F, F, B]:
+                 j: Ints, g: Ints, n: Ints, rr: Ints, mrc: B) -> tuple[F, F, F, B]:
     """Stage time, DP-sync tail term, optimizer time and fits of distinct stages (rows) over the
-    (sp, zero) grid: the per-stage part of `plan_cost`, operation for operation."""
+    (sp, zero) grid: the per-stage part of `plan_cost`, operation for operation (`mrc`: the
+    last stage's MTP layers are recomputed, `factors.mtp_recomputed`)."""
     zeros = np.array(t.space.zero)
     col = (slice(None), None, None)
     jr, gr, nr, rrr = (np.asarray(a)[col] for a in (j, g, n, rr))  # (U, 1, 1)
@@ -290,6 +319,27 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
     states = np.where(last, states + s.head_states[zi], states)
     dsync = np.where(last, dsync + s.head_dpsync[gr, zi], dsync)
     opt = np.where(last, opt + s.head_opt[gr, zi], opt)
+    if t.mtp:
+        mk, nn = kpos[t.mtp_kind], float(t.mtp)
+        rc = np.asarray(mrc)[col]
+        lt = nn * s.time[gr, mk, spc, mode] + np.where(rc, nn * s.rec[gr, mk, spc], 0.0)
+        ttime = np.where(last, ttime + lt, ttime)
+        ttime = np.where(last, ttime + (nn * s.mbl[gr, mk, zi] + s.mtp_time[gr, spc]
+                                        + s.mtp_mb[gr, zi]), ttime)
+        la = np.where(rc, nn * s.ckpt[gr, mk, spc], nn * s.act[gr, mk, spc, mode])
+        extra = np.where(last, extra + (la + s.mtp_act[gr, spc]), extra)
+        states = np.where(last, states + (nn * s.states[mk, zi] + s.mtp_states[zi]), states)
+        dsync = np.where(last, dsync + (nn * s.dpsync[gr, mk, zi] + s.mtp_dpsync[gr, zi]),
+                         dsync)
+        opt = np.where(last, opt + (nn * s.opt[gr, mk, zi] + s.mtp_opt[gr, zi]), opt)
+        w = np.where(rc, s.work_full[gr, mk, spc], s.work[gr, mk, spc, mode])
+        work = np.where(last, _later(w, work), work)
+        ttime = np.where(last & z3, ttime + nn * s.z3l[gr, mk, spc, mode], ttime)
+        if d.pp > 1:
+            ttime = np.where(last, ttime + s.mtpc_mb[gr, zi], ttime)
+            states = np.where(last, states + s.mtpc_states[zi], states)
+            dsync = np.where(last, dsync + s.mtpc_dpsync[gr, zi], dsync)
+            opt = np.where(last, opt + s.mtpc_opt[gr, zi], opt)
     if d.pp > 1:
         ttime = ttime + s.p2p[gr, spc]
     if t.space.fixed_split:
@@ -369,14 +419,20 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
             rr = np.where(rv < 0, ls, np.minimum(rv, ls))
         else:
             rr = np.zeros_like(ls)
-        code = ((jj[None, :] * t.groups + gs) * (L + 1) + ls) * (L + 1) + rr
+        # the last stage's MTP layers are recomputed only with recompute_layers None
+        mflag = np.zeros_like(ls)
+        if full and t.mtp:
+            mflag = ((rvals[ri][:, None] < 0) & (jj[None, :] == pp - 1)).astype(np.int64)
+        code = (((jj[None, :] * t.groups + gs) * (L + 1) + ls) * (L + 1) + rr) * 2 + mflag
         uniq, inv = np.unique(code, return_inverse=True)
         inv = inv.reshape(code.shape)
-        urr = uniq % (L + 1)
-        un = (uniq // (L + 1)) % (L + 1)
-        ug = (uniq // (L + 1) ** 2) % t.groups
-        uj = uniq // ((L + 1) ** 2 * t.groups)
-        tt3, dps3, opt3, fits3 = _stage_terms(t, s, d, mode, sps, uj, ug, un, urr)
+        umr = (uniq % 2).astype(bool)
+        base = uniq // 2
+        urr = base % (L + 1)
+        un = (base // (L + 1)) % (L + 1)
+        ug = (base // (L + 1) ** 2) % t.groups
+        uj = base // ((L + 1) ** 2 * t.groups)
+        tt3, dps3, opt3, fits3 = _stage_terms(t, s, d, mode, sps, uj, ug, un, urr, umr)
         shape3 = (len(uniq), len(sps), len(space.zero))
         tt = tt3.reshape(len(uniq), ncol)
         dps = dps3.reshape(len(uniq), ncol)

@@ -3,7 +3,10 @@
 `KeyCoefs` holds the constants of one key (every key axis pinned) that the per-key CP-SAT model
 (`cpsat_partition`) is linear in; `key_bound` bounds every plan of the key from below without
 CP-SAT, so the master can skip keys that cannot enter the top k; `key_bounds` computes it for
-many keys at once (numpy over the keys of a schedule class, the same floats).
+many keys at once (numpy over the keys of a schedule class, the same floats). The last stage's
+DeepSeek-V3 MTP terms (search/mtp_coefs.py) are left out: they are non-negative times, bytes,
+DP-sync and optimizer seconds of one stage, so every bound below stays a lower bound (of time,
+and of memory where it rules a key out) without them.
 
 Kept whole (about 660 lines): `key_bound` is one proof (its docstring) whose steps share the
 stage-time grid tmin (`_Batch`) and the placement helpers; split, the proof's steps would sit

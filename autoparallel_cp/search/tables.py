@@ -71,6 +71,23 @@ class Tables:
     dps_fixed: dict[int, F] = field(default_factory=dict)  # (tp, zero, dp, cp), per stage
     head_opt: dict[int, F] = field(default_factory=dict)
     z3: F = field(default_factory=lambda: np.zeros(0))  # (tp, ep, zero)
+    # DeepSeek-V3 MTP on the last stage (cost/mtp.py, memory.mtp_terms): `mtp` depths, each one
+    # layer of kind `mtp_kind` read from the per-layer tables above plus these extras, already
+    # times `mtp`: [g] -> (tp, cp, sp, mbs) time / kept bytes; (tp, zero, dp, cp) states and
+    # [g] -> (tp, zero, dp, cp) DP sync / optimizer / per-micro-batch gradient seconds of the
+    # extras' parameters, and of the embedding copy (`mtpc_*`, pp > 1 only)
+    mtp: int = 0
+    mtp_kind: bool = False
+    mtp_time: dict[int, F] = field(default_factory=dict)
+    mtp_act: dict[int, F] = field(default_factory=dict)
+    mtp_states: F = field(default_factory=lambda: np.zeros(0))
+    mtpc_states: F = field(default_factory=lambda: np.zeros(0))
+    mtp_dpsync: dict[int, F] = field(default_factory=dict)
+    mtpc_dpsync: dict[int, F] = field(default_factory=dict)
+    mtp_opt: dict[int, F] = field(default_factory=dict)
+    mtpc_opt: dict[int, F] = field(default_factory=dict)
+    mtp_mb: dict[int, F] = field(default_factory=dict)
+    mtpc_mb: dict[int, F] = field(default_factory=dict)
     # p2p [g] -> (tp, cp, sp, mbs, vpp, dp), used when pp > 1
     p2p: dict[int, F] = field(default_factory=dict)
     capacity: tuple[float, ...] = ()  # per group: bytes the allocated peak may reach
@@ -149,6 +166,11 @@ def build_tables(space: SearchSpace) -> Tables:
         t.head_act[g] = np.broadcast_to(ef.head_act_bytes, t.emb_act[g].shape).copy()
         t.head_work[g] = np.broadcast_to(ef.head_work_bytes, t.emb_act[g].shape).copy()
         t.head_time[g] = np.broadcast_to(ef.head_time_s, t.emb_act[g].shape).copy()
+        if model.mtp_layers:
+            mf = fx.mtp_factors(job, g, ax4[0], ax4[1], ax4[2], ax4[3])
+            shape_e = t.emb_act[g].shape
+            t.mtp_time[g] = model.mtp_layers * np.broadcast_to(mf.time_s, shape_e).copy()
+            t.mtp_act[g] = model.mtp_layers * np.broadcast_to(mf.act_bytes, shape_e).copy()
         ax_p = np.ix_(tp, cp, sp, mbs, vpp, dp)
         p2p = fx.p2p_factor(job, g, ax_p[0], ax_p[1], ax_p[2], ax_p[3], 2, ax_p[4], ax_p[5])
         t.p2p[g] = np.broadcast_to(
@@ -213,6 +235,26 @@ def build_tables(space: SearchSpace) -> Tables:
         md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
         t.emb_mb[g] = np.broadcast_to(emb_p * md4, shape4).copy()
         t.head_mb[g] = np.broadcast_to(head_p * md4, shape4).copy()
+    if model.mtp_layers:
+        t.mtp = model.mtp_layers
+        t.mtp_kind = fx.mtp_layer_kind(job)
+        if t.mtp_kind != t.main_kind:  # space.py admits no MoE layer frequency > 1
+            raise ValueError("the MTP layer's kind is not the search space's main layer kind")
+        mf0 = fx.mtp_factors(job, 0, tp, 1, 0, 1)
+        mtp_p = t.mtp * np.asarray(mf0.params, float).reshape(-1, 1, 1, 1)
+        copy_p = np.asarray(mf0.copy_params, float).reshape(-1, 1, 1, 1)
+        t.mtp_states = np.broadcast_to(mtp_p * per4, shape4).copy()
+        t.mtpc_states = np.broadcast_to(copy_p * per4, shape4).copy()
+        for g in range(len(job.cluster.node_groups)):
+            sd, _, _, _ = fx.dp_sync_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
+            sd = sd * (dp4 * cp4 > 1).astype(float)
+            opt = fx.optimizer_factor(job, g)
+            md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
+            for p_, ds, op, mb in ((mtp_p, t.mtp_dpsync, t.mtp_opt, t.mtp_mb),
+                                   (copy_p, t.mtpc_dpsync, t.mtpc_opt, t.mtpc_mb)):
+                ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
+                op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
+                mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
     tp3, ep3, z3_ = np.ix_(tp, ep, zero)
     t.z3 = np.broadcast_to(fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
                            (len(tp), len(ep), len(zero))).copy()
@@ -311,6 +353,26 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
             states += t.head_states[i4]
             dsync += t.head_dpsync[g][i4]
             opt += t.head_opt[g][i4]
+        if last and t.mtp:
+            # mtp x (one layer of mtp_kind, recomputed only under uniform full recompute) + the
+            # extras (memory.mtp_terms); activations of one micro-batch, as the head's
+            kd_, n_ = t.mtp_kind, t.mtp
+            rc = fx.mtp_recomputed(plan.recompute, plan.recompute_layers)
+            ttime += n_ * t.time[g, kd_][i6m] + (n_ * t.rec[g, kd_][i6] if rc else 0.0)
+            ttime += n_ * t.mbl[g, kd_][i5] + t.mtp_time[g][ie] + t.mtp_mb[g][i4]
+            extra += (n_ * t.ckpt[g, kd_][i6] if rc else n_ * t.act[g, kd_][i6m]) \
+                + t.mtp_act[g][ie]
+            states += n_ * t.states[kd_][i5] + t.mtp_states[i4]
+            dsync += n_ * t.dpsync[g, kd_][i5] + t.mtp_dpsync[g][i4]
+            opt += n_ * t.opt[g, kd_][i5] + t.mtp_opt[g][i4]
+            work = max(work, t.work_full[g, kd_][i6] if rc else t.work[g, kd_][i6m])
+            if z3:
+                ttime += n_ * t.z3l[g, kd_][(itp, icp, iep, plan.sp, imb, mode, idp)]
+            if plan.pp > 1:
+                ttime += t.mtpc_mb[g][i4]
+                states += t.mtpc_states[i4]
+                dsync += t.mtpc_dpsync[g][i4]
+                opt += t.mtpc_opt[g][i4]
         if plan.pp > 1:
             ttime += t.p2p[g][(itp, icp, plan.sp, imb, t.i("vpp", plan.vpp), idp)]
         peak = states + f * act + extra + work + t.z3[itp, iep, iz] + t.other

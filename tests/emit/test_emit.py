@@ -91,6 +91,25 @@ def test_megatron_moe_expert_parallel() -> None:
     assert _arg(args, "--moe-router-topk") == "2"
 
 
+def test_megatron_mtp_layers_and_its_recompute_method() -> None:
+    """DeepSeek-V3's MTP depth is built (`--mtp-num-layers`, Megatron-LM arguments.py); the cost
+    model replays it exactly when the emitted method is uniform (factors.mtp_recomputed):
+    Megatron's MTP layer checkpoints under uniform and skips recompute under block."""
+    from autoparallel_cp.cost.factors import mtp_recomputed
+
+    job = make_job("deepseek-v3", "dgx-h800", gpus=1024, seq_len=4096, global_batch=1024)
+    for text in ("tp=2,pp=8,ep=64,sp=1,zero=1,mbs=1,recompute=full",
+                 "tp=2,pp=8,ep=64,sp=1,zero=1,mbs=1,recompute=full,recompute_layers=2"):
+        plan = parse_plan(text, job)
+        args, _ = megatron_args(job, plan)
+        assert _arg(args, "--mtp-num-layers") == "1"
+        assert (_arg(args, "--recompute-method") == "uniform") == mtp_recomputed(
+            plan.recompute, plan.recompute_layers)
+    dense = make_job("llama3-8b", "dgx-h100", gpus=8, seq_len=4096, global_batch=32)
+    args, _ = megatron_args(dense, parse_plan("tp=8,mbs=1", dense))
+    assert "--mtp-num-layers" not in args
+
+
 def test_megatron_text_is_a_bash_array(job: Job) -> None:
     plan = parse_plan("tp=8,pp=2,mbs=1,zero=1", job)
     text = emit(job, plan, "megatron").text

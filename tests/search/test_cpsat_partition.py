@@ -16,7 +16,7 @@ from autoparallel_cp.search.cpsat_partition import solve_partition
 from autoparallel_cp.search.solve import enumerate_plans
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import build_tables
-from autoparallel_cp.spec import Job
+from autoparallel_cp.spec import Job, ModelSpec
 from autoparallel_cp.spec.loaders import load_cluster
 
 
@@ -230,3 +230,27 @@ def test_bounds_and_partition_model_for_megatron_splits(fix: str, layers: int,
         assert any(d.vpp > 1 and d.num_microbatches % d.pp for d in space.degrees())
     assert _check_key_bound(space) > 0
     assert _check_every_key(space, stride=2) > 0
+
+
+def _mini_mtp(layers: int) -> ModelSpec:
+    """The MoE mini model with one DeepSeek-V3 MTP depth (a MoE layer + head on the last
+    stage)."""
+    return _mini(True, layers).model_copy(update={"mtp_layers": 1})
+
+
+@pytest.mark.parametrize("cluster,fix,stride,partial", [
+    ("dgx-a100-40g", "", 3, True),  # one group: the flag with partial and uniform recompute
+    ("mixed", "tp=4", 1, False),  # two groups: full recompute replays MTP on either group
+])
+def test_partition_model_and_bounds_with_mtp(cluster: str, fix: str, stride: int,
+                                             partial: bool) -> None:
+    """With MTP the per-key model (its replay flag: r >= every l_j), the enumerator and the
+    bounds that leave the MTP terms out agree as without it: the model's best equals the
+    enumerator's within its error bound and is never below it, and every bound stays below
+    every key's best."""
+    c = _mixed_small() if cluster == "mixed" else load_cluster(cluster).take_gpus(8)
+    job = Job(model=_mini_mtp(6), cluster=c, seq_len=8192, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3), fix=fix,
+                                partial_recompute=partial)
+    assert _check_every_key(space, stride=stride) > 0
+    assert _check_key_bound(space) > 0

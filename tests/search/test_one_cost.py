@@ -34,9 +34,9 @@ def _two_groups() -> ClusterSpec:
                                                 for g in c.node_groups]})
 
 
-def _model(moe: bool, layers: int) -> ModelSpec:
+def _model(moe: bool, layers: int, mtp: int = 0) -> ModelSpec:
     return ModelSpec(
-        name="mini-moe" if moe else "mini", num_layers=layers, hidden_size=1024,
+        name="mini-moe" if moe else "mini", num_layers=layers, hidden_size=1024, mtp_layers=mtp,
         ffn_hidden_size=2816, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
         moe=MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=1408,
                     first_k_dense_layers=1) if moe else None)
@@ -76,7 +76,9 @@ def _cases(draw: Any, new_splits: bool = False) -> tuple[Job, Plan]:
     layers = draw(st.sampled_from([4, 8, 7, 6]))
     recipe = draw(st.sampled_from(["megatron-bf16", "torchtitan-fsdp", "deepspeed"]))
     batch = draw(st.sampled_from([BATCH, 6, 10]))  # 6, 10: m that pp does not divide
-    job = Job(model=_model(moe, layers), cluster=_two_groups(), recipe=RECIPES[recipe],
+    # DeepSeek-V3 multi-token prediction: one MTP depth on the last stage
+    job = Job(model=_model(moe, layers, draw(st.sampled_from([0, 1]))), cluster=_two_groups(),
+              recipe=RECIPES[recipe],
               seq_len=draw(st.sampled_from([4096, 8192])), global_batch=batch)
     pp = draw(st.sampled_from([2, 4]))
     vpp = 2 if new_splits else draw(st.sampled_from([2, 1]))
@@ -116,6 +118,11 @@ def _cases(draw: Any, new_splits: bool = False) -> tuple[Job, Plan]:
                 recompute_layers=r_layers, stage_layers=stage_layers,
                 stage_groups=tuple(groups), chunk_layers=chunk_layers, etp=etp)
     assume(not plan_violations(job, plan))
+    if plan.recompute_layers is not None and job.model.mtp_layers \
+            and plan.recompute_layers >= max(plan.layers_per_stage(layers)):
+        # every layer recomputed: the search writes recompute_layers None (Megatron's uniform
+        # method, which also replays the MTP layer; block with as many layers skips it)
+        plan = plan.model_copy(update={"recompute_layers": None})
     return job, plan
 
 
@@ -133,6 +140,23 @@ def _explicit() -> tuple[Job, Plan]:
                      stage_groups=(1, 0))
 
 
+def _explicit_mtp() -> tuple[Job, Plan]:
+    """A MoE model with one MTP depth: uniform full recompute replays it, on two groups."""
+    job = Job(model=_model(True, 8, 1), cluster=_two_groups(), seq_len=4096,
+              global_batch=BATCH)
+    return job, Plan(dp=2, tp=2, cp=1, pp=4, vpp=1, ep=2, sp=1, zero=1, mbs=1,
+                     num_microbatches=8, recompute="full", stage_groups=(0, 1, 0, 1))
+
+
+def _explicit_mtp_partial() -> tuple[Job, Plan]:
+    """The same with partial (block) recompute: the MTP layer is kept, ZeRO-3."""
+    job = Job(model=_model(True, 8, 1), cluster=_two_groups(), seq_len=4096,
+              global_batch=BATCH)
+    return job, Plan(dp=4, tp=2, cp=1, pp=2, vpp=1, ep=2, sp=1, zero=3, mbs=1,
+                     num_microbatches=4, recompute="full", recompute_layers=2,
+                     stage_layers=(3, 5), stage_groups=(1, 0))
+
+
 def _explicit_slots() -> tuple[Job, Plan]:
     """7 layers on pp 2 x vpp 2, the default split: 9 slots over 4 chunks, 3,2,2,2 less the
     embedding and the loss = 2,2,2,1 (layout order), so stages of 4 and 3 layers, the last in
@@ -146,6 +170,8 @@ def _explicit_slots() -> tuple[Job, Plan]:
 @example(case=_explicit())
 @example(case=_explicit_folded())
 @example(case=_explicit_slots())
+@example(case=_explicit_mtp())
+@example(case=_explicit_mtp_partial())
 @given(case=_cases())
 def test_plan_cost_enumerator_solver_and_evaluate_agree(case: tuple[Job, Plan]) -> None:
     _agree(case)
@@ -168,7 +194,8 @@ def _agree(case: tuple[Job, Plan]) -> None:
                      ("ep > dp*cp", plan.ep > plan.dp * plan.cp),
                      ("uneven chunks", uneven_chunks(plan, job.model.num_layers)),
                      ("chunk_layers", plan.chunk_layers is not None),
-                     ("m % pp != 0", plan.vpp > 1 and plan.num_microbatches % plan.pp > 0)):
+                     ("m % pp != 0", plan.vpp > 1 and plan.num_microbatches % plan.pp > 0),
+                     ("mtp", job.model.mtp_layers > 0)):
         if on:
             event(name)
     space = SearchSpace.for_job(job, fix=_fix(plan, job.model.num_layers), max_pp=4,
