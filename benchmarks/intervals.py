@@ -13,8 +13,8 @@ A regime with fewer than MIN_ROWS runs uses its family's pooled table.
 
 Memory: ln(measured / predicted) of every measured memory row: the H200 single-GPU pytorch-amp
 runs (torch.cuda.max_memory_allocated vs the predicted allocated peak) and the torchtitan
-rows (max reserved vs the predicted peak x (1 + fragmentation)). One table for all recipes
-(no Megatron memory rows are published with their plans).
+rows (max reserved vs the predicted peak + fragmentation on its transient bytes). One table
+for all recipes (no Megatron memory rows are published with their plans).
 
 Coverage is scored honestly, nested: for each source, percentiles from the other sources'
 errors only, applied to the source's rows. Prints the table to paste into uncertainty.py, the
@@ -30,7 +30,7 @@ from collections import defaultdict
 
 import crossval as X
 import numpy as np
-from validate import ALLOCATOR_FRAGMENTATION, h200_rows, published_rows
+from validate import h200_rows, predicted_reserved_bytes, published_rows
 
 from autoparallel_cp.cost.evaluate import evaluate
 
@@ -71,7 +71,7 @@ def memory_errors() -> list[tuple[str, float]]:
         if row.job is None or row.plan is None or not row.measured_mem_gib:
             continue
         ev = evaluate(row.job, row.plan, row.options)
-        pred = ev.memory.peak_bytes * (1 + ALLOCATOR_FRAGMENTATION) / 2**30
+        pred = predicted_reserved_bytes(ev) / 2**30
         out.append((str(row.source), math.log(row.measured_mem_gib / pred)))
     return out
 

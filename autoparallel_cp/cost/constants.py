@@ -13,9 +13,19 @@ MODE_CODES = {"none": 0, "selective": 1, "full": 2}
 #: CUDA context + cuBLAS workspaces + NCCL communicator buffers, outside the caching allocator
 #: (typical `nvidia-smi` minus `memory_reserved` on H100 with NCCL initialised: 0.7-1.2 GiB).
 CUDA_CONTEXT_BYTES = 1.0 * GIB
-#: Caching-allocator fragmentation: reserved / allocated at the peak (H200 rows: 1.02-1.09 for
-#: a fresh shape; torch docs recommend headroom). Applied to the allocated peak.
-ALLOCATOR_FRAGMENTATION = 0.05
+#: Caching-allocator fragmentation: cached-but-free bytes per byte of *transient* (per-step)
+#: allocations at the peak, `model_state.fragmentation_bytes`. The allocator splits cached
+#: segments to serve smaller requests (best fit) and packs 1-10 MiB requests into 20 MiB
+#: segments (PyTorch docs, "CUDA semantics > Memory management", `max_split_size_mb`;
+#: c10/cuda/CUDACachingAllocator.cpp header and `kLargeBuffer`), so the free space lies in the
+#: segments that activations come and go in; buffers allocated once at start-up and never
+#: freed get segments of their own size (> 10 MiB requests are rounded up to 2 MiB) and leave
+#: none. Fitted on the one fresh-cache point we have: benchmarks/data/h200_pytorch_amp_train
+#: row 0 (tiny1b, seq 2048, mbs 1, first row after `torch.cuda.empty_cache()`; params, grads
+#: and Adam states all persistent there, `zero_grad(set_to_none=False)`): (max reserved - max
+#: allocated) / (max allocated - static) = (21.202 - 20.728) / (20.728 - 15.319) GB = 0.088.
+#: The other 17 rows of that file reuse a cache grown by earlier shapes (not fresh).
+ALLOCATOR_FRAGMENTATION = 0.088
 #: Layers whose full (unsharded) bf16 parameters are resident at once under ZeRO-3 / FSDP:
 #: the layer being computed and the prefetched next one (FSDP `forward_prefetch` / FSDP2).
 ZERO3_RESIDENT_LAYERS = 2

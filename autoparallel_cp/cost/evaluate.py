@@ -1,9 +1,10 @@
 """`evaluate(job, plan) -> Evaluation`: the exact memory / time / throughput of one plan.
 
 `Evaluation.to_json()` is the INTERFACE.md `PLAN` object (plan, fits, memory, time,
-throughput), extended with `stages`, `overhead_bytes`, `required_bytes` and
-`model_flops_per_token`. Plans that break a rule of `plan.plan_violations` raise ValueError
-listing every broken rule; plans that do not fit are evaluated (`fits: false`).
+throughput), extended with `stages`, `overhead_bytes`, `required_bytes`, `persistent_bytes`,
+`fragmentation_bytes` and `model_flops_per_token`. Plans that break a rule of
+`plan.plan_violations` raise ValueError listing every broken rule; plans that do not fit are
+evaluated (`fits: false`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class MemoryBreakdown(BaseModel):
     required_bytes: float  # peak + overhead, compared with capacity
     stage: int  # which pipeline stage is the most loaded
     peak_bytes_interval: tuple[float, float] | None = None  # nominal 80 % (cost/uncertainty.py)
+    # of the peak: bytes in buffers never freed (no fragmentation); fragmentation: the
+    # allocator's free cached bytes at the peak, ALLOCATOR_FRAGMENTATION x (peak - persistent)
+    persistent_bytes: float = 0.0
+    fragmentation_bytes: float = 0.0
 
 
 class TimeBreakdown(BaseModel):
@@ -138,7 +143,8 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
         other_bytes=worst.other_bytes, peak_bytes=worst.peak_bytes,
         capacity_bytes=worst.capacity_bytes, overhead_bytes=worst.overhead_bytes,
         required_bytes=worst.required_bytes, stage=worst.stage,
-        peak_bytes_interval=iv.peak_bytes,
+        peak_bytes_interval=iv.peak_bytes, persistent_bytes=worst.persistent_bytes,
+        fragmentation_bytes=worst.fragmentation_bytes,
     )
     tb = TimeBreakdown(
         step_s=st.step_s, compute_s=st.compute_s, bubble_s=st.bubble_s,

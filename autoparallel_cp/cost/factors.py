@@ -35,7 +35,9 @@ is a scalar node-group index into `job.cluster.node_groups`; `mode` is 0 none / 
 - ``inflight(pp, vpp, m, stage)`` in-flight micro-batches of a stage (1F1B / interleaved);
   ``stage_inflight(pp, vpp, m, stage, chunks)`` the same for a stage whose model chunks hold
   unequal layer counts (``Plan.chunks_per_stage``).
-- ``OTHER_BYTES``, ``overhead_bytes(peak)``: constant allowances.
+- ``OTHER_BYTES``, ``overhead_bytes(peak, persistent)``: constant allowances and the
+  allocator's fragmentation on the transient bytes; ``charged_bytes``, ``transient_charge``,
+  ``grad_charge``: the same rule as the per-byte charges the search's tables apply.
 
 This module is the contract between the cost model and the search: it gathers the factor
 functions, which live one concern per module in this package. The composition (docs/design.md)
@@ -64,10 +66,16 @@ from autoparallel_cp.cost.layer_factors import LayerFactors, layer_factors
 from autoparallel_cp.cost.model_state import (
     OTHER_BYTES,
     buffer_bytes_per_param,
+    charged_bytes,
+    fragmentation_bytes,
+    grad_charge,
     layer_param_counts,
     other_bytes,
     overhead_bytes,
+    persistent_bytes,
+    persistent_grads,
     state_bytes_per_param,
+    transient_charge,
     zero3_buffer_bytes,
 )
 from autoparallel_cp.cost.mtp import MtpFactors, mtp_factors, mtp_layer_kind, mtp_recomputed
@@ -91,4 +99,6 @@ __all__ = [
     "state_bytes_per_param", "zero3_buffer_bytes", "dp_sync_factors", "inflight",
     "optimizer_factor", "p2p_factor", "zero3_copy_factor", "stage_inflight", "expert_dp_size",
     "microbatch_grad_factors", "MtpFactors", "mtp_factors", "mtp_layer_kind", "mtp_recomputed",
+    "charged_bytes", "fragmentation_bytes", "grad_charge",
+    "persistent_bytes", "persistent_grads", "transient_charge",
 ]

@@ -20,7 +20,11 @@ For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chu
   the plan's mode for one micro-batch, their parameters in states_j (and the embedding copy);
 - buffers_j: autocast weight copies (pytorch-amp), ZeRO-3 gathered layers;
 - other: framework buckets (factors.other_bytes).
-`fits` compares peak + factors.overhead_bytes(peak) (CUDA context, fragmentation) to capacity.
+`fits` compares required = peak + factors.overhead_bytes(peak, persistent) to the capacity:
+CUDA context + ALLOCATOR_FRAGMENTATION x (peak - persistent), where persistent = the model
+states held in buffers allocated once and never freed (factors.persistent_bytes: weights,
+optimizer states, gradients where the framework keeps a contiguous buffer); the caching
+allocator's free space sits in the segments serving the transient allocations only.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class StageMemory:
     activations_bytes: float
     other_bytes: float
     capacity_bytes: float
+    persistent_bytes: float  # of the peak, in buffers never freed (factors.persistent_bytes)
 
     @property
     def peak_bytes(self) -> float:
@@ -55,8 +60,18 @@ class StageMemory:
                 + self.activations_bytes + self.other_bytes)
 
     @property
+    def fragmentation_bytes(self) -> float:
+        return float(F.fragmentation_bytes(self.peak_bytes, self.persistent_bytes))
+
+    @property
     def overhead_bytes(self) -> float:
-        return float(F.overhead_bytes(self.peak_bytes))
+        return float(F.overhead_bytes(self.peak_bytes, self.persistent_bytes))
+
+    @property
+    def charged_bytes(self) -> float:
+        """required_bytes less the CUDA context: what the solver's tables compare with the
+        capacity less the context (factors.charged_bytes)."""
+        return float(F.charged_bytes(self.peak_bytes, self.persistent_bytes))
 
     @property
     def required_bytes(self) -> float:
@@ -218,14 +233,18 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
                 act += mt.act
                 work = max(work, mt.work)
         buffers = buf_pp * (dense_p + exp_p) + z3 + other
+        params_b = wd * dense_p + we * exp_p
+        grads_b = gd * dense_p + ge * exp_p
+        opt_b = od * dense_p + oe * exp_p
         out.append(StageMemory(
             stage=j, group=g,
-            params_bytes=wd * dense_p + we * exp_p,
-            grads_bytes=gd * dense_p + ge * exp_p,
-            optimizer_bytes=od * dense_p + oe * exp_p,
+            params_bytes=params_b,
+            grads_bytes=grads_b,
+            optimizer_bytes=opt_b,
             activations_bytes=act + work,
             other_bytes=buffers,
             capacity_bytes=usable_bytes(job, job.cluster.node_groups[g].gpu.memory_bytes),
+            persistent_bytes=F.persistent_bytes(job.recipe, params_b, grads_b, opt_b),
         ))
     return out
 

@@ -94,6 +94,57 @@ def other_bytes(job: Job) -> float:
     return OTHER_BYTES["pytorch" if _is_pytorch(job.recipe) else "megatron"] + reserve
 
 
-def overhead_bytes(peak: ArrayLike) -> FloatArray:
-    """Memory the GPU needs beyond the allocated peak: CUDA context + allocator fragmentation."""
-    return CUDA_CONTEXT_BYTES + ALLOCATOR_FRAGMENTATION * _f(peak)
+def persistent_grads(recipe: TrainingRecipe) -> bool:
+    """Whether the recipe's gradients live in buffers allocated once and never freed.
+
+    Megatron recipes: yes. Megatron-Core DDP keeps them in `_ParamAndGradBuffer`
+    (megatron/core/distributed/param_and_grad_buffer.py), NeMo's Apex DistributedFusedAdam in
+    its contiguous grad buffer (NeMo-Framework-Launcher conf/training/gpt3/20b.yaml
+    `contiguous_grad_buffer: True`), DeepSpeed's BF16_Optimizer in flat fp32 gradient buffers
+    made at construction. PyTorch recipes: no, conservatively: `Optimizer.zero_grad` frees the
+    `.grad` tensors by default (`set_to_none=True`, PyTorch docs since 2.0) and FSDP2 allocates
+    each reduce-scattered gradient shard anew every step.
+    """
+    return not _is_pytorch(recipe)
+
+
+def persistent_bytes(recipe: TrainingRecipe, params: float, grads: float,
+                     optimizer: float) -> float:
+    """Bytes of a GPU's allocated peak held in buffers allocated once at start-up and never
+    freed: weights (or their ZeRO-3 / FSDP shards), master weights and optimizer states, and
+    the gradients where `persistent_grads`. Everything else (activations, logits and loss
+    buffers, ZeRO-3 gathered layers, autocast weight copies, communication buckets, the
+    calibrated reserve) counts as transient, conservatively."""
+    return params + optimizer + (grads if persistent_grads(recipe) else 0.0)
+
+
+def transient_charge() -> float:
+    """Bytes a GPU must hold per byte of transient allocation: the byte itself plus the
+    fragmentation it brings into the cached segments (1 + ALLOCATOR_FRAGMENTATION)."""
+    return 1.0 + ALLOCATOR_FRAGMENTATION
+
+
+def grad_charge(recipe: TrainingRecipe) -> float:
+    """Charge per gradient byte: 1 for persistent gradient buffers, `transient_charge()` else."""
+    return 1.0 if persistent_grads(recipe) else transient_charge()
+
+
+def fragmentation_bytes(peak: ArrayLike, persistent: ArrayLike) -> FloatArray:
+    """Free bytes the caching allocator holds in its cached segments at the peak:
+    ALLOCATOR_FRAGMENTATION x the transient part of the allocated peak (constants.py)."""
+    return ALLOCATOR_FRAGMENTATION * (_f(peak) - _f(persistent))
+
+
+def overhead_bytes(peak: ArrayLike, persistent: ArrayLike) -> FloatArray:
+    """Memory the GPU needs beyond the allocated peak: CUDA context + allocator fragmentation
+    on the transient allocations (`fragmentation_bytes`)."""
+    return CUDA_CONTEXT_BYTES + fragmentation_bytes(peak, persistent)
+
+
+def charged_bytes(peak: ArrayLike, persistent: ArrayLike) -> FloatArray:
+    """What the allocated peak costs inside the caching allocator: persistent bytes once,
+    transient bytes x `transient_charge()`; equals peak + fragmentation_bytes, i.e. the
+    required bytes less the CUDA context. The solver's tables charge every term this way and
+    compare it with the capacity less CUDA_CONTEXT_BYTES."""
+    p = _f(persistent)
+    return p + transient_charge() * (_f(peak) - p)

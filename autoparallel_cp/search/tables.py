@@ -6,6 +6,16 @@ model-state bytes per layer over (tp, ep, zero, dp, cp), edges over (tp, cp, sp,
 `StageCost` / `plan_cost` apply the design.md composition to one plan in exact floats; the
 enumerator vectorizes the same composition and cpsat_partition.py mirrors it with integer
 variables (one key at a time).
+
+Memory is tabulated as *charged* bytes (factors.charged_bytes): every transient term
+(activations, checkpoints, working sets, logits, ZeRO-3 gathered layers, autocast copies,
+buckets) x transient_charge() = 1 + ALLOCATOR_FRAGMENTATION, gradients x grad_charge(recipe),
+weights and optimizer states x 1; the capacity is the usable memory less CUDA_CONTEXT_BYTES.
+Proof that this is `evaluate`'s test: with P the persistent and T the transient bytes of a
+stage (peak = P + T), evaluate requires peak + context + f·T <= usable, i.e.
+P + (1 + f)·T <= usable - context; the tables' stage sum is exactly P + (1 + f)·T because each
+term is charged by its own class and the charges are linear (the max of working sets commutes
+with a positive scale).
 """
 
 from __future__ import annotations
@@ -90,7 +100,7 @@ class Tables:
     mtpc_mb: dict[int, F] = field(default_factory=dict)
     # p2p [g] -> (tp, cp, sp, mbs, vpp, dp), used when pp > 1
     p2p: dict[int, F] = field(default_factory=dict)
-    capacity: tuple[float, ...] = ()  # per group: bytes the allocated peak may reach
+    capacity: tuple[float, ...] = ()  # per group: charged bytes a stage may reach
     other: float = 0.0
     # exposed DP sync of a stage = max(tail_frac·d, d - bwd_share·t) (steptime.dp_exposure)
     tail_frac: float = fx.DP_TAIL_FRACTION
@@ -117,8 +127,9 @@ class Tables:
 
 
 def capacity_bytes(total: float) -> float:
-    """Largest allocated peak that fits a GPU of `total` bytes (context + fragmentation)."""
-    return (total - fx.CUDA_CONTEXT_BYTES) / (1.0 + fx.ALLOCATOR_FRAGMENTATION)
+    """Largest charged memory (fx.charged_bytes: fragmentation already in the tables' terms)
+    that fits a GPU of `total` usable bytes: the total less the CUDA context."""
+    return total - fx.CUDA_CONTEXT_BYTES
 
 
 def build_tables(space: SearchSpace) -> Tables:
@@ -131,6 +142,8 @@ def build_tables(space: SearchSpace) -> Tables:
         (False, True) if model.moe.first_k_dense_layers else (True,))
     t = Tables(space=space, dp=tuple(dps), m=ms, kinds=kinds)
     t.tail_frac, t.bwd_share = dp_exposure(fx.options_for(job, None).dp_overlap)
+    tch = fx.transient_charge()  # every transient byte's charge (module docstring)
+    gch = fx.grad_charge(job.recipe)
     tp = np.array(space.tp, float)
     cp = np.array(space.cp, float)
     ep = np.array(space.ep, float)
@@ -144,15 +157,15 @@ def build_tables(space: SearchSpace) -> Tables:
         for kind in kinds:
             lf = fx.layer_factors(job, g, ax6[0], ax6[1], ax6[2], ax6[3], ax6[4], ax6[5], moe=kind,
                                   etp=space.etp)
-            act = np.array(lf.act_bytes, float)
+            act = tch * np.array(lf.act_bytes, float)
             tim = np.array(lf.time_s, float)
-            wrk = np.array(lf.work_bytes, float)
+            wrk = tch * np.array(lf.work_bytes, float)
             # base mode of a `full` plan is none (its non-recomputed layers)
             act[..., 2] = act[..., 0]
             tim[..., 2] = tim[..., 0]
             t.act[g, kind] = act
             t.time[g, kind] = tim
-            t.ckpt[g, kind] = np.array(lf.ckpt_bytes, float)[..., 2]
+            t.ckpt[g, kind] = tch * np.array(lf.ckpt_bytes, float)[..., 2]
             # extra time of a recomputed layer over a kept one (base mode none)
             full_t = np.array(lf.time_s, float)[..., 2] + np.array(lf.recompute_s, float)[..., 2]
             t.rec[g, kind] = full_t - tim[..., 0]
@@ -161,16 +174,20 @@ def build_tables(space: SearchSpace) -> Tables:
             t.work[g, kind] = wrk
         ax4 = np.ix_(tp, cp, sp, mbs)
         ef = fx.edge_factors(job, g, ax4[0], ax4[1], ax4[2], ax4[3])
-        t.emb_act[g] = np.broadcast_to(ef.emb_act_bytes, (len(tp), len(cp), 2, len(mbs))).copy()
+        t.emb_act[g] = np.broadcast_to(tch * np.asarray(ef.emb_act_bytes, float),
+                                       (len(tp), len(cp), 2, len(mbs))).copy()
         t.emb_time[g] = np.broadcast_to(ef.emb_time_s, t.emb_act[g].shape).copy()
-        t.head_act[g] = np.broadcast_to(ef.head_act_bytes, t.emb_act[g].shape).copy()
-        t.head_work[g] = np.broadcast_to(ef.head_work_bytes, t.emb_act[g].shape).copy()
+        t.head_act[g] = np.broadcast_to(tch * np.asarray(ef.head_act_bytes, float),
+                                        t.emb_act[g].shape).copy()
+        t.head_work[g] = np.broadcast_to(tch * np.asarray(ef.head_work_bytes, float),
+                                         t.emb_act[g].shape).copy()
         t.head_time[g] = np.broadcast_to(ef.head_time_s, t.emb_act[g].shape).copy()
         if model.mtp_layers:
             mf = fx.mtp_factors(job, g, ax4[0], ax4[1], ax4[2], ax4[3])
             shape_e = t.emb_act[g].shape
             t.mtp_time[g] = model.mtp_layers * np.broadcast_to(mf.time_s, shape_e).copy()
-            t.mtp_act[g] = model.mtp_layers * np.broadcast_to(mf.act_bytes, shape_e).copy()
+            t.mtp_act[g] = tch * model.mtp_layers * np.broadcast_to(mf.act_bytes,
+                                                                    shape_e).copy()
         ax_p = np.ix_(tp, cp, sp, mbs, vpp, dp)
         p2p = fx.p2p_factor(job, g, ax_p[0], ax_p[1], ax_p[2], ax_p[3], 2, ax_p[4], ax_p[5])
         t.p2p[g] = np.broadcast_to(
@@ -192,14 +209,14 @@ def build_tables(space: SearchSpace) -> Tables:
     shard_e = fx.expert_dp_size(tp5, cp5, dp5, ep5, space.etp)
     wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d)
     we, ge, oe = fx.state_bytes_per_param(job.recipe, z5, shard_e)
-    buf = fx.buffer_bytes_per_param(job, z5)
+    buf = tch * fx.buffer_bytes_per_param(job, z5)
     loc_d = np.where(z5 >= 1, 1.0 / shard_d, 1.0)
     loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(shard_e), 1.0), 1.0)
     shape5 = (len(tp), len(ep), len(zero), len(dp), len(cp))
     for kind in kinds:
         pd, pe = fx.layer_param_counts(job, kind, tp5, ep5, space.etp)
         t.states[kind] = np.broadcast_to(
-            pd * (wd + gd + od + buf) + pe * (we + ge + oe + buf), shape5).copy()
+            pd * (wd + gch * gd + od + buf) + pe * (we + gch * ge + oe + buf), shape5).copy()
         for g in range(len(job.cluster.node_groups)):
             sd, se, _z3, _fixed = fx.dp_sync_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp)
             opt = fx.optimizer_factor(job, g)
@@ -217,7 +234,7 @@ def build_tables(space: SearchSpace) -> Tables:
     g4 = np.ix_(tp, zero, dp, cp)
     _, z4, dp4, cp4 = g4
     w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4)
-    per4 = w4 + g4b + o4 + fx.buffer_bytes_per_param(job, z4)
+    per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
     shape4 = (len(tp), len(zero), len(dp), len(cp))
     t.emb_states = np.broadcast_to(emb_p * per4, shape4).copy()
     t.head_states = np.broadcast_to(head_p * per4, shape4).copy()
@@ -256,11 +273,11 @@ def build_tables(space: SearchSpace) -> Tables:
                 op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
                 mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
     tp3, ep3, z3_ = np.ix_(tp, ep, zero)
-    t.z3 = np.broadcast_to(fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
+    t.z3 = np.broadcast_to(tch * fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
                            (len(tp), len(ep), len(zero))).copy()
     t.capacity = tuple(capacity_bytes(usable_bytes(job, g.gpu.memory_bytes))
                        for g in job.cluster.node_groups)
-    t.other = fx.other_bytes(job)
+    t.other = tch * fx.other_bytes(job)
     return t
 
 
@@ -271,13 +288,13 @@ def build_tables(space: SearchSpace) -> Tables:
 
 @dataclass(frozen=True)
 class PlanCost:
-    """Exact (float) step time and per-stage peaks of one plan under the tables."""
+    """Exact (float) step time and per-stage charged memory of one plan under the tables."""
 
     step_s: float
     pipeline_s: float
     tail_s: float
     stage_time_s: tuple[float, ...]
-    stage_peak: tuple[float, ...]
+    stage_charged: tuple[float, ...]  # StageMemory.charged_bytes (module docstring)
     fits: bool
 
 

@@ -96,7 +96,7 @@ def _every_partition(t: Tables, key: Key) -> tuple[int, int, float]:
             b = plan_cost(t, _plan(key, swapped, None if not full else L, None))
             assert b.step_s == pytest.approx(a.step_s, rel=1e-12)
             # one node group: the largest peak decides whether a split fits
-            assert max(b.stage_peak) <= max(a.stage_peak) * (1 + 1e-12)
+            assert max(b.stage_charged) <= max(a.stage_charged) * (1 + 1e-12)
             continue
         for r in (range(1, max(ls) + 1) if full else [None]):
             for groups in _placements(job, key.pp):
@@ -117,7 +117,7 @@ def _every_partition(t: Tables, key: Key) -> tuple[int, int, float]:
                 st = solver.solve(pm.model)
                 checked += 1
                 margin = max(p - t.capacity[g] for p, g in
-                             zip(exact.stage_peak, groups or (0,) * key.pp, strict=True))
+                             zip(exact.stage_charged, groups or (0,) * key.pp, strict=True))
                 if abs(margin) < 4096:  # within the model's rounding of the bytes: either way
                     continue
                 assert (st == cp_model.OPTIMAL) == exact.fits, (ls, r, groups, margin)

@@ -15,7 +15,9 @@ import pytest
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
+from autoparallel_cp.cost.constants import CUDA_CONTEXT_BYTES
 from autoparallel_cp.cost.evaluate import evaluate
+from autoparallel_cp.cost.memory import stage_memory
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.search.solve import enumerate_plans, solve
 from autoparallel_cp.search.space import SearchSpace
@@ -205,8 +207,15 @@ def _agree(case: tuple[Job, Plan]) -> None:
     ev = evaluate(job, plan)
     assert pc.step_s == pytest.approx(ev.time.step_s, rel=1e-9)
     assert list(pc.stage_time_s) == pytest.approx(ev.stage_time_s, rel=1e-9)
-    assert list(pc.stage_peak) == pytest.approx(ev.stage_peak_bytes, rel=1e-9)
-    assert max(pc.stage_peak) == pytest.approx(ev.memory.peak_bytes, rel=1e-9)
+    # the tables charge transient bytes x (1 + fragmentation) against the capacity less the
+    # CUDA context: the same quantity as evaluate's required bytes less the context
+    stages = stage_memory(job, plan)
+    assert list(pc.stage_charged) == pytest.approx([s.charged_bytes for s in stages], rel=1e-9)
+    assert list(pc.stage_charged) == pytest.approx(
+        [s.required_bytes - CUDA_CONTEXT_BYTES for s in stages], rel=1e-9)
+    worst = max(range(len(stages)), key=lambda j: stages[j].required_bytes
+                / stages[j].capacity_bytes)
+    assert stages[worst].peak_bytes == pytest.approx(ev.memory.peak_bytes, rel=1e-9)
     assert pc.fits == ev.fits
     if not ev.fits:
         for search in (lambda: enumerate_plans(job, space, top_k=1),
