@@ -154,3 +154,23 @@ def test_gpt_bloom_mpt_rows_share_embedding_and_output() -> None:
         if "llama" in name:
             flagperf_llama3 = h.source == "flagperf" and name.startswith("llama3")
             assert h.job.model.tie_embeddings == flagperf_llama3, h.idx
+
+
+def test_dgxc_rows_run_their_launch_files_plan_and_fp8_params() -> None:
+    """dgxc-benchmarking v25.02 (@8f5cbb3799): nemotron/configure.sh runs the 340B with CP=2 in
+    BF16 only (128 GPUs / (tp 8 x pp 8 x cp 2) = dp 1, 16 micro-batches of GBS 32 become 32),
+    and the FP8 runs of Llama 3.1, Nemotron-4 and Grok-1 pass fp8_params=true (1-byte weights);
+    BF16 runs keep 2 bytes."""
+    from heldout import heldout_rows
+
+    rows = [h for h in heldout_rows() if h.source == "dgxc-bench-25.02" and h.plan is not None]
+    nem = {(h.job.recipe.compute_dtype, h.plan.tp * h.plan.pp * h.plan.cp * h.plan.dp):
+           h.plan for h in rows if h.name == "Nemotron-4 340B"}
+    assert (nem[("bf16", 128)].cp, nem[("bf16", 128)].dp) == (2, 1)
+    assert nem[("bf16", 128)].num_microbatches == 32
+    assert (nem[("bf16", 2048)].cp, nem[("bf16", 2048)].dp) == (2, 16)
+    assert (nem[("fp8", 128)].cp, nem[("fp8", 128)].dp) == (1, 2)
+    for h in rows:
+        if h.name.startswith(("Llama 3.1", "Nemotron-4", "Grok-1", "GPT-3")):
+            fp8 = h.job.recipe.compute_dtype == "fp8"
+            assert h.job.recipe.weight_bytes == (1 if fp8 else 2), h.name
