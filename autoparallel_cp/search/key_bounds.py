@@ -4,11 +4,10 @@
 (`cpsat_partition`) is linear in; `key_bound` bounds every plan of the key from below without
 CP-SAT, so the master can skip keys that cannot enter the top k; `key_bounds` computes it for
 many keys at once (numpy over the keys of a schedule class, the same floats). The last stage's
-DeepSeek-V3 MTP terms (search/mtp_coefs.py) are left out: they are non-negative times, bytes,
-DP-sync and optimizer seconds of one stage, so every bound below stays a lower bound (of time,
-and of memory where it rules a key out) without them.
+DeepSeek-V3 MTP terms (search/mtp_coefs.py, `KeyCoefs.mtp_*`) enter exactly as `plan_cost`
+adds them, with the replay flag relaxed (`key_bound`'s docstring, last item).
 
-Kept whole (about 660 lines): `key_bound` is one proof (its docstring) whose steps share the
+Kept whole (about 790 lines): `key_bound` is one proof (its docstring) whose steps share the
 stage-time grid tmin (`_Batch`) and the placement helpers; split, the proof's steps would sit
 apart from their code.
 """
@@ -26,6 +25,7 @@ import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
+from autoparallel_cp.search.mtp_coefs import mtp_coefs
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
@@ -73,6 +73,14 @@ class KeyCoefs:
     p2p: list[float]
     const_mem: float  # ZeRO-3 buffers + other allocations
     capacity: list[float]
+    # DeepSeek-V3 MTP on the last stage (`mtp_coefs.MtpCoefs`; zeros without MTP)
+    mtp_time: list[float]
+    mtp_rec: list[float]  # added when the MTP layers are replayed
+    mtp_act: list[float]  # kept bytes (one micro-batch), not replayed
+    mtp_ckpt: list[float]  # kept bytes, replayed
+    mtp_states: float
+    mtp_dps: list[float]
+    mtp_opt: list[float]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -123,6 +131,7 @@ def key_coefs(t: Tables, key: Any) -> KeyCoefs:
         k: (0.0 if k.startswith("sigma") else zero_l()) for k in mv}
     p2p = ([float(t.p2p[g][ie + (t.i("vpp", key.vpp), idp)]) for g in G] if key.pp > 1
            else zero_l())
+    mc = mtp_coefs(t, key)
     return KeyCoefs(
         **mv, **{k + "_d": v for k, v in dv.items()},
         emb_time=[float(t.emb_time[g][ie]) + float(t.emb_mb[g][i4]) for g in G],
@@ -140,6 +149,10 @@ def key_coefs(t: Tables, key: Any) -> KeyCoefs:
         p2p=p2p,
         const_mem=float(t.z3[itp, iep, iz]) + float(t.other),
         capacity=list(t.capacity),
+        mtp_time=mc.time if mc else zero_l(), mtp_rec=mc.rec if mc else zero_l(),
+        mtp_act=mc.act if mc else zero_l(), mtp_ckpt=mc.ckpt if mc else zero_l(),
+        mtp_states=mc.states if mc else 0.0, mtp_dps=mc.dps if mc else zero_l(),
+        mtp_opt=mc.opt if mc else zero_l(),
     )
 
 
@@ -176,6 +189,23 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
       whose minimum is at a breakpoint: phi(T_lb, S_lb).
     Dropped terms (>= 0): the coupling of r across stages, of T, S and the tail (each bound
     takes its own partition), and of positions across groups beyond two.
+
+    MTP (DeepSeek-V3, `t.mtp` depths; `tables.plan_cost`): the last stage, position pp - 1 on
+    whichever group g holds it, adds mtp_time[g] + (rc ? mtp_rec[g]) to its time, mtp_states to
+    its states, (rc ? mtp_ckpt[g] : mtp_act[g]) to its one-micro-batch bytes, the MTP layer's
+    working set (rc ? work_full : work of the main kind, the MTP layer's) into the max, and
+    mtp_dps[g], mtp_opt[g] to its DP sync and optimizer time; rc (`mtp_recomputed`) holds iff
+    the mode is full and recompute_layers is None, when every stage replays all its layers, so
+    the last one's r_j = l_j. tmin[pp - 1, g, l] is therefore taken as the least, over rc in
+    {False, True}, of the fitting stage time with these terms: rc = True only where full and
+    r_j = l (the closed form: r_j = l, its peak checked directly); rc = False unless the mode
+    is full with neither partial recompute nor a pinned recompute_layers (then
+    recompute_layers is always None). Every plan's last stage takes one of these (r, rc)
+    combinations, so its time is >= this entry, and every step above holds as before. Dropped:
+    the coupling of rc with the other stages' r (one flag for all), nothing else; the group is
+    the stage's own in tmin (the placement argument). The tail: the last stage is on some
+    group, so D and O gain min_g mtp_dps[g], min_g mtp_opt[g] (each <= the stage's own); the
+    coupled d_j, o_j gain the last position's own mtp_dps[g], mtp_opt[g].
 
     `coupled=True` (a few ms; `solve` asks for it only for the keys about to get a model)
     couples them: take any partition and let T' = max_j tmin[j, g(j), l_j] <= T, a value of
@@ -295,7 +325,43 @@ def coef_arrays(t: Tables, keys: Sequence[Any]) -> dict[str, npt.NDArray[np.floa
           "p2p": per(t.p2p, (*ie, ix("vpp"), idp), multi),
           "const_mem": np.asarray(t.z3[itp, iep, iz], float) + float(t.other),
           "capacity": np.tile(np.asarray(t.capacity, float), (B, 1))}
-    return co
+    return co | _mtp_arrays(t, per, i6, i6m, i5, i4, ie, idp, z3, multi)
+
+
+def _mtp_arrays(t: Tables, per: Callable[..., npt.NDArray[np.float64]], i6: Any, i6m: Any,
+                i5: Any, i4: Any, ie: Any, idp: Any, z3: Any, multi: Any
+                ) -> dict[str, npt.NDArray[np.float64]]:
+    """The `mtp_*` fields of `coef_arrays`: `mtp_coefs.mtp_coefs` of every key, the same
+    operations in the same order (the same floats; zeros without MTP)."""
+    B = len(z3)
+    G = range(t.groups)
+    if not t.mtp:
+        zg = np.zeros((B, len(G)))
+        return {"mtp_time": zg, "mtp_rec": zg, "mtp_act": zg, "mtp_ckpt": zg,
+                "mtp_states": np.zeros(B), "mtp_dps": zg, "mtp_opt": zg}
+    k, n = t.mtp_kind, float(t.mtp)
+
+    def kg(tab: dict[tuple[int, bool], Any]) -> dict[int, Any]:
+        return {g: tab[g, k] for g in G}
+
+    def cpy(tab: Any, idx: tuple[Any, ...]) -> npt.NDArray[np.float64]:
+        """The embedding copy's term (pp > 1 keys only, else 0.0)."""
+        return np.where(multi[:, None], per(tab, idx), 0.0) if isinstance(tab, dict) \
+            else np.where(multi, np.asarray(tab[idx], float), 0.0)
+
+    time = n * per(kg(t.time), i6m) + n * per(kg(t.mbl), i5) + per(t.mtp_time, ie) \
+        + per(t.mtp_mb, i4)
+    time = np.where(z3[:, None], time + n * per(kg(t.z3l), (*i6m, idp), z3), time)
+    mact = per(t.mtp_act, ie)
+    return {
+        "mtp_time": time + cpy(t.mtpc_mb, i4),
+        "mtp_rec": n * per(kg(t.rec), i6),
+        "mtp_act": n * per(kg(t.act), i6m) + mact,
+        "mtp_ckpt": n * per(kg(t.ckpt), i6) + mact,
+        "mtp_states": n * np.asarray(t.states[k][i5], float)
+        + np.asarray(t.mtp_states[i4], float) + cpy(t.mtpc_states, i4),
+        "mtp_dps": n * per(kg(t.dpsync), i5) + per(t.mtp_dpsync, i4) + cpy(t.mtpc_dpsync, i4),
+        "mtp_opt": n * per(kg(t.opt), i5) + per(t.mtp_opt, i4) + cpy(t.mtpc_opt, i4)}
 
 
 def _klass(t: Tables, key: Any, rho_ok: bool) -> tuple[int, int, bool, bool] | None:
@@ -380,14 +446,21 @@ class _Batch:
         ga = {name: A(name) for name in (
             "tau", "tau_d", "rho", "rho_d", "emb_time", "head_time", "p2p", "z3l", "z3l_d",
             "z3f", "z3f_d", "act", "ckpt", "act_d", "ckpt_d", "emb_act", "work", "work_full",
-            "work_d", "work_full_d", "head_work", "head_act", "capacity")}
+            "work_d", "work_full_d", "head_work", "head_act", "capacity", "mtp_time",
+            "mtp_rec", "mtp_act", "mtp_ckpt")}
         gs = {name: P(name) for name in (
-            "sigma", "sigma_d", "emb_states", "head_states", "const_mem")}
+            "sigma", "sigma_d", "emb_states", "head_states", "const_mem", "mtp_states")}
         capx = ga["capacity"] * (1 + 1e-9) + 1.0  # fits up to float rounding of a reordered sum
         lv = ls.reshape(1, 1, 1, -1, 1)
 
-        def grid(j: Any, rs: Any) -> Any:
-            """tmin over stage positions j, every allowed r (the plan_cost composition)."""
+        # the last stage's MTP layers: replayed (rc True) only with recompute_layers None, every
+        # stage fully recomputed, so the last one's r_j = l_j; not replayed (False) in any
+        # other mode and under full recompute with recompute_layers set (partial or pinned)
+        rc_false_ok = not full or s.partial_recompute or "recompute_layers" in s.fixed
+
+        def grid(j: Any, rs: Any, mtp: bool | None = None) -> Any:
+            """tmin over stage positions j, every allowed r (the plan_cost composition); with
+            `mtp` (False / True: the replay flag) the last stage's MTP terms added."""
             f = inflight_at(j)
             first = (j == 0).astype(float).reshape(1, -1, 1, 1, 1)
             last = (j == pp - 1).astype(float).reshape(1, -1, 1, 1, 1)
@@ -413,27 +486,47 @@ class _Batch:
                 np.where(nm > 0, np.where(rm > 0, ga["work_full"], ga["work"]), 0.0),
                 np.where(nd > 0, np.where(rd > 0, ga["work_full_d"], ga["work_d"]), 0.0))
             work = np.maximum(work, last * ga["head_work"])
-            peak = states + f * acts + last * ga["head_act"] + work + gs["const_mem"]
+            extra = last * ga["head_act"]
+            if mtp is not None:  # mtp_coefs: n layers of the main kind + the extras
+                time_ = time_ + last * (ga["mtp_time"] + ga["mtp_rec"] if mtp
+                                        else ga["mtp_time"])
+                states = states + last * gs["mtp_states"]
+                extra = extra + last * (ga["mtp_ckpt"] if mtp else ga["mtp_act"])
+                work = np.maximum(work, last * (ga["work_full"] if mtp else ga["work"]))
+                ok_l = ok_l & (((rk == lv) & full) if mtp else rc_false_ok)
+            peak = states + f * acts + extra + work + gs["const_mem"]
             fits = (peak <= capx) & ok_l
             return np.where(fits, time_, np.inf).min(axis=4)
 
-        def closed(j: Any) -> Any:
+        def closed(j: Any, mtp: bool | None = None) -> Any:
             """tmin over positions j >= 1 with partial full recompute (r_j in [1, l]): the stage
             time grows with r_j (rho >= 0) and its peak is linear in r_j >= 1 (work_full), so
             the least fitting r_j has a closed form (rounded down: a smaller r_j only lowers the
-            bound)."""
+            bound). With `mtp` the last stage's MTP terms added: not replayed (False), constants
+            in the peak and the time; replayed (True), r_j = l (recompute_layers None)."""
             f = inflight_at(j)
             last = (j == pp - 1).astype(float).reshape(1, -1, 1, 1, 1)
+            work = np.maximum(ga["work_full"], last * ga["head_work"])
             p0 = lv * gs["sigma"] + last * gs["head_states"] + f * lv * ga["act"] \
-                + last * ga["head_act"] + np.maximum(ga["work_full"], last * ga["head_work"]) \
-                + gs["const_mem"]
+                + last * ga["head_act"] + work + gs["const_mem"]
+            if mtp is not None:
+                p0 = p0 + last * (gs["mtp_states"] + (ga["mtp_ckpt"] if mtp else ga["mtp_act"]))
+                if not mtp:  # the replayed layer's working set is work_full, already there
+                    p0 = p0 - work + np.maximum(work, last * ga["work"])
             d = f * (ga["act"] - ga["ckpt"])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                need = np.ceil((p0 - capx) / d - 1e-6)
-            r1 = np.where(d > 0, np.maximum(need, 1.0), 1.0)
-            ok = np.where(d > 0, r1 <= lv, p0 - d <= capx) & count_ok(j)
-            r1 = np.minimum(r1, lv)
+            if mtp:
+                r1 = lv + 0.0 * d
+                ok = (p0 - lv * d <= capx) & count_ok(j)
+            else:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    need = np.ceil((p0 - capx) / d - 1e-6)
+                r1 = np.where(d > 0, np.maximum(need, 1.0), 1.0)
+                ok = np.where(d > 0, r1 <= lv, p0 - d <= capx) & count_ok(j)
+                r1 = np.minimum(r1, lv)
             time_ = lv * ga["tau"] + r1 * ga["rho"] + last * ga["head_time"]
+            if mtp is not None:
+                time_ = time_ + last * (ga["mtp_time"] + ga["mtp_rec"] if mtp
+                                        else ga["mtp_time"])
             if pp > 1:
                 time_ = time_ + ga["p2p"]
             if z3:
@@ -445,6 +538,10 @@ class _Batch:
             tmin = np.concatenate([grid(jall[:1], rs), closed(jall[1:])], axis=1)
         else:
             tmin = grid(jall, rs)
+        if t.mtp:  # the last position with its MTP terms: the least over the replay flag
+            jl = jall[-1:]
+            opts = [closed(jl, rc) if closed_form else grid(jl, rs, rc) for rc in (False, True)]
+            tmin[:, -1:] = np.minimum(*opts)
         tmin = tmin * (1 - 1e-9)  # (B, pp, G, nl)
         pinned = s.fixed.get("stage_groups")
         if pinned is not None and G > 1:  # a pinned placement: position j only on its group
@@ -543,6 +640,8 @@ class _Batch:
         D = (L - K) * lo("dsync") + K * lo("dsync_d") + pp * lo("dps_fixed") \
             + lo("emb_dps") + lo("head_dps")
         opt_sum = (L - K) * lo("opt") + K * lo("opt_d") + lo("emb_opt") + lo("head_opt")
+        if self.t.mtp:  # the last stage's, on some group
+            D, opt_sum = D + lo("mtp_dps"), opt_sum + lo("mtp_opt")
         return self.t.tail_frac * D / pp, D / pp, opt_sum / pp
 
     def uncoupled(self) -> list[float]:
@@ -615,6 +714,8 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
     dj = nmj * gv(c.dsync) + nd * gv(c.dsync_d) + gv(c.dps_fixed) + first * gv(c.emb_dps) \
         + last * gv(c.head_dps)
     oj = nmj * gv(c.opt) + nd * gv(c.opt_d) + first * gv(c.emb_opt) + last * gv(c.head_opt)
+    if t.mtp:  # the last stage's MTP DP sync and optimizer time
+        dj, oj = dj + last * gv(c.mtp_dps), oj + last * gv(c.mtp_opt)
     # exposed_j + opt_j >= max(DTF d_j, d_j - 2/3 t_j) + o_j, and t_j <= T; the T term only
     # where (m - 1/vpp) T + that stays nondecreasing in T (slope m - 1/vpp - 2/3 >= 0)
     use_t = m - 1.0 / vpp >= t.bwd_share

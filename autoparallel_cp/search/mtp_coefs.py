@@ -5,10 +5,10 @@ MTP layers (`factors.mtp_recomputed`: only with `recompute_layers` None, i.e. ev
 recomputed), so the terms are a base value plus what that replay adds; `cpsat_partition` reads
 them with a boolean for the replay. The indexing is `tables.plan_cost`'s.
 
-Bounds: the MTP terms are non-negative and only raise the last stage's time, memory, DP sync
-and optimizer time, so `key_bounds` / `cpsat_master`, which leave them out, stay lower bounds of
-every plan's exact step time and never call a fitting plan infeasible (they are just looser
-for MTP models).
+Bounds: `key_bounds` adds these terms to its last stage position (`KeyCoefs.mtp_*`, the least
+over the replay flag). `cpsat_master` leaves them out: they are non-negative and only raise the
+last stage's time, memory, DP sync and optimizer time, so it stays a lower bound of every
+plan's exact step time and never calls a fitting plan infeasible (just looser for MTP models).
 """
 
 from __future__ import annotations
