@@ -16,6 +16,9 @@ stage (peak = P + T), evaluate requires peak + context + f·T <= usable, i.e.
 P + (1 + f)·T <= usable - context; the tables' stage sum is exactly P + (1 + f)·T because each
 term is charged by its own class and the charges are linear (the max of working sets commutes
 with a positive scale).
+
+Kept whole (about 410 lines): the tables and `plan_cost`, their one exact reader, must change
+together; splitting them would put the composition the solver proves against in two files.
 """
 
 from __future__ import annotations
