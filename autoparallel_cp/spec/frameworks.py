@@ -370,17 +370,18 @@ def refusals(job: Job, plan: Plan, fmt: str) -> list[Refusal]:
 def pins(fmt: str, given: dict[str, int] | None = None) -> dict[str, int]:
     """Plan fields that framework `fmt` runs at one value only, given the user's own pins.
 
-    DeepSpeed (rows above): no interleaving or ring CP; with a pipeline, ZeRO <= 1 and no TP;
-    with TP (AutoTP), no pipeline and no sequence parallelism.
+    DeepSpeed (rows above): no interleaving, ring CP or sequence parallelism (AutoTP splits
+    linears only; sp is meaningless at tp 1, so it is pinned off whatever tp the search picks);
+    with a pipeline, ZeRO <= 1 and no TP; with TP (AutoTP), no pipeline.
     """
     g = given or {}
     if _family(fmt) != "deepspeed":
         return {}
-    out = {"vpp": 1, "cp": 1}
+    out = {"vpp": 1, "cp": 1, "sp": 0}
     if g.get("pp", 1) > 1:
         out.update(tp=1, zero=1)
     if g.get("tp", 1) > 1:
-        out.update(pp=1, sp=0)
+        out.update(pp=1)
     return out
 
 

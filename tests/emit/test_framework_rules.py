@@ -130,8 +130,9 @@ def test_deepspeed_zero_pipeline_exclusion(job: Job) -> None:
 
 
 def test_deepspeed_pins_restrict_the_search() -> None:
-    assert with_pins(None, "deepspeed") == "vpp=1,cp=1"
-    assert with_pins("cp=2", "deepspeed") == "cp=2,vpp=1"
+    assert with_pins(None, "deepspeed") == "vpp=1,cp=1,sp=0"
+    assert with_pins("cp=2", "deepspeed") == "cp=2,vpp=1,sp=0"
+    assert with_pins("tp=2", "deepspeed") == "tp=2,vpp=1,cp=1,sp=0,pp=1"
     assert with_pins("tp=8", "megatron") == "tp=8"
 
 
