@@ -51,6 +51,7 @@ from autoparallel_cp.cost.moe_comm import (
     sort_chunks_bytes,
 )
 from autoparallel_cp.cost.moe_glu_bias import glu_clamp_bias_bytes
+from autoparallel_cp.cost.unfused_ops import rope_unfused, swiglu_unfused, unfused_op_bytes
 from autoparallel_cp.spec import GPUSpec, Job
 
 # ---------------------------------------------------------------------------------------------
@@ -87,7 +88,8 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     layout's with parallel folding, `flops.expert_token_factor`). PyTorch
     models also copy the bshd attention output to a contiguous tensor and, with
     `gqa_repeat_kv`, expand K, V to every query head; these plain copies are one kernel each,
-    fused or not.
+    fused or not. The ops a fused recipe names in `unfused_ops` are left out here and costed
+    forward and backward by `unfused_ops.unfused_op_bytes`.
     """
     model = job.model
     recipe = job.recipe
@@ -110,6 +112,12 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
         ffn = model.ffn_hidden_size
     act = (3 if model.mlp == "swiglu" else 2) * ab * ffn / tp
     rope = 2 * ab * (a + kvh) * dqk / tp if model.position_embedding == "rope" else 0.0 * tp
+    if _fused(recipe, options):
+        # ops the recipe runs as their PyTorch ops are costed by `unfused_ops` instead
+        if rope_unfused(options.unfused_ops, model) is not None:
+            rope = 0.0 * tp
+        if swiglu_unfused(options.unfused_ops, model, moe):
+            act = 0.0 * tp
     drop = (3 * ab * h * rep) * (3 if options.dropout else 0)
     copies = 0.0 * tp
     if _is_pytorch(recipe) and recipe.flash_attention:
@@ -292,6 +300,12 @@ def layer_factors(
         att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
     ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_) * tokens)
     ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
+    if opts.unfused_ops and _fused(recipe, opts):
+        # the recipe's unfused elementwise ops, op by op (cost/unfused_ops.py)
+        ub = unfused_op_bytes(model, opts.unfused_ops, moe, float(recipe.activation_bytes),
+                              tp_, mbs_)
+        ew_f = ew_f + hbm_time(gpu, ub.fwd * tokens)
+        ew_b = ew_b + hbm_time(gpu, ub.bwd * tokens)
     copies = hbm_time(gpu, _dtensor_sp_copy_bytes(job, tp_, sp_, opts) * tokens)
     copies_f = copies_b = copies
     if moe and model.moe is not None and opts.ep_dispatcher == "allgather":
