@@ -46,9 +46,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoparallel_cp.cost.common import FloatArray
+from autoparallel_cp.cost.common import CostOptions, FloatArray, _fused
 from autoparallel_cp.cost.flops import attention_dims
-from autoparallel_cp.spec import ModelSpec
+from autoparallel_cp.spec import Job, ModelSpec
 
 #: (forward, backward) bytes per q/k element of the unfused RoPE, in activation-dtype units
 ROPE_RW = {"rope": (12.0, 17.0), "rope-legacy": (10.0, 13.0)}
@@ -104,3 +104,16 @@ def unfused_op_bytes(model: ModelSpec, ops: tuple[str, ...], moe: bool, ab: floa
         fwd = fwd + f * ab * ffn
         bwd = bwd + b * ab * ffn
     return UnfusedBytes(fwd=fwd, bwd=bwd)
+
+
+def active_ops(job: Job, options: CostOptions) -> tuple[str, ...]:
+    """The recipe's `unfused_ops` where its layer is otherwise fused; an eager layer
+    (`fused` False) is costed whole by its eager path."""
+    return tuple(options.unfused_ops) if _fused(job.recipe, options) else ()
+
+
+def layer_unfused_bytes(job: Job, options: CostOptions, moe: bool, tp: FloatArray,
+                        mbs: FloatArray) -> UnfusedBytes:
+    """`unfused_op_bytes` of the job's layer under `options` (zero when none apply)."""
+    return unfused_op_bytes(job.model, active_ops(job, options), moe,
+                            float(job.recipe.activation_bytes), tp, mbs)
