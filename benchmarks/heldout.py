@@ -199,6 +199,16 @@ def _llmfoundry_attention(r: dict[str, str]) -> str:
     return "triton"
 
 
+def _with_unfused(recipe: TrainingRecipe, stated: object, assumed: list[str]
+                  ) -> TrainingRecipe:
+    """The recipe with the STATED_SETTINGS `unfused_ops` (ops, citation) set, noted in the
+    row's `assumed` list."""
+    assert isinstance(stated, tuple) and len(stated) == 2
+    ops, cite = stated
+    assumed.append(f"unfused {', '.join(ops)} ({cite})")
+    return _with_behaviour(recipe, {"unfused_ops": tuple(ops)})
+
+
 def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             assumed: list[str], tp_overlap: bool | None = None
             ) -> tuple[TrainingRecipe, str, tuple[str, ...]] | None:
@@ -239,6 +249,8 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         if stated.get("dropout"):
             recipe = _with_behaviour(recipe, {"dropout": True})
             assumed.append(f"dropout ({stated['dropout']})")
+        if stated.get("unfused_ops"):
+            recipe = _with_unfused(recipe, stated["unfused_ops"], assumed)
         if stated.get("optimizer"):
             dt = 2.0 if stated["optimizer"] == "bf16" else 4.0
             master = 0.0 if dt == 2.0 else (4.0 if stated.get("fp8_params") and fp8 else 2.0)
@@ -267,6 +279,8 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         if stated.get("dropout"):
             recipe = _with_behaviour(recipe, {"dropout": True})
             assumed.append(f"dropout ({stated['dropout']})")
+        if stated.get("unfused_ops"):
+            recipe = _with_unfused(recipe, stated["unfused_ops"], assumed)
         if stated.get("bf16_grad_accum"):
             recipe = _with_behaviour(recipe, {"bf16_accum_pass": False})
             assumed.append(f"bf16 gradient accumulation ({stated['bf16_grad_accum']})")
@@ -478,11 +492,39 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     # training/benchmarks/<model>/megatron/*.sh, which set no --attention-dropout /
     # --hidden-dropout, so Megatron's defaults hold (megatron/training/arguments.py @core_v0.6.0
     # l. 854-857: 0.1 each). FlagScale's llama2_70B megatron_main.sh sets both to 0.0.
+    # Unfused elementwise ops (behaviour `unfused_ops`, cost/unfused_ops.py):
+    # - Llama 2 70B: FlagPerf's llama2_70B/megatron/megatron_main.sh passes --swiglu and
+    #   --use-rotary-position-embeddings and neither --use-mcore-models nor --transformer-impl,
+    #   so FlagScale @26cd664 builds its legacy layer (arguments.py l. 614 default 'local'):
+    #   megatron/model/transformer.py l. 138-145 `F.silu(x[0]) * x[1]`, l. 868-869
+    #   Megatron-Core's unfused `apply_rotary_pos_emb`; the RMSNorm is Apex's
+    #   MixedFusedRMSNorm (megatron/model/__init__.py) and bias-dropout-add jit-fused.
+    # - Llama 2 7B: megatron-deepspeed_main.sh passes --swiglu and
+    #   --use-rotary-position-embeddings before its '#' line; microsoft/Megatron-DeepSpeed
+    #   @6d4c535e megatron/model/transformer.py l. 130-134 (swiglu, its fc1 bias added before
+    #   it: skip_bias_add=True, l. 117, 163-165) and l. 777-778 (megatron/model/
+    #   rotary_pos_embedding.py); the LayerNorm is Apex's MixedFusedLayerNorm.
+    # - Mixtral: mixtral_8x7B/megatron/megatron_main.sh passes --no-rope-fusion: Megatron-LM
+    #   core_v0.6.0 (cac60ce4) attention.py l. 289-292 then runs rotary_pos_embedding.py
+    #   `apply_rotary_pos_emb_bshd` (l. 173-196); the TE layer keeps the rest fused.
     "flagperf": {
         "llama2 7b": {"bf16_grad_accum": "ds_config.json: ZeRO-1 with grad_accum_dtype bf16, "
-                                         "no BF16_Optimizer"},
+                                         "no BF16_Optimizer",
+                      "unfused_ops": (("rope-legacy", "swiglu"),
+                                      "megatron-deepspeed_main.sh @1b5a030398 --swiglu "
+                                      "--use-rotary-position-embeddings: Megatron-DeepSpeed "
+                                      "@6d4c535e megatron/model/transformer.py l. 130-134, "
+                                      "777-778")},
+        "llama2 70b": {"unfused_ops": (("rope", "swiglu"),
+                                       "llama2_70B/megatron/megatron_main.sh @1b5a030398: "
+                                       "FlagScale @26cd664 legacy layer, "
+                                       "megatron/model/transformer.py l. 138-145, 868-869")},
         "llama3": {"dropout": _FLAGPERF_DROPOUT % "llama3_{8B,70B}/megatron/pretrain_llama3.sh"},
-        "mixtral": {"dropout": _FLAGPERF_DROPOUT % "mixtral_8x7B/megatron/megatron_main.sh"},
+        "mixtral": {"dropout": _FLAGPERF_DROPOUT % "mixtral_8x7B/megatron/megatron_main.sh",
+                    "unfused_ops": (("rope",),
+                                    "mixtral_8x7B/megatron/megatron_main.sh @1b5a030398 "
+                                    "--no-rope-fusion: Megatron-LM cac60ce4 "
+                                    "rotary_pos_embedding.py l. 173-196")},
     },
 }
 

@@ -20,6 +20,7 @@ from autoparallel_cp.cost.common import (
 from autoparallel_cp.cost.efficiency import gemm_time
 from autoparallel_cp.cost.flops import attention_dims, expert_token_factor
 from autoparallel_cp.cost.moe_glu_bias import glu_clamp_bias_bytes
+from autoparallel_cp.cost.unfused_ops import swiglu_unfused
 from autoparallel_cp.spec import (
     ClusterSpec,
     GPUSpec,
@@ -160,10 +161,10 @@ def layer_activation_per_token(
     kept = kept + (res * h + lin * h) * rep  # norm-2 input, MLP / router input
     swiglu = model.mlp == "swiglu"
 
-    def mlp_bytes(ffn: float) -> tuple[FloatArray, FloatArray]:
+    def mlp_bytes(ffn: float, eager_silu: bool = False) -> tuple[FloatArray, FloatArray]:
         if swiglu:
-            # fc1 output (gate + up), fc2 input, silu output when unfused
-            per = (2 * ab + lin + (0.0 if fused else ab)) * ffn
+            # fc1 output (gate + up), fc2 input, silu output when unfused (the mul saves it)
+            per = (2 * ab + lin + (0.0 if fused and not eager_silu else ab)) * ffn
             big = 2 * ab * ffn
         else:
             per = (ab + lin) * ffn  # fc1 output, GELU output (= fc2 input)
@@ -209,7 +210,8 @@ def layer_activation_per_token(
             if "shared_experts" in mods and mo.num_shared_experts:
                 dropped["shared_experts"] = sh
     else:
-        mb, big = mlp_bytes(model.ffn_hidden_size)
+        mb, big = mlp_bytes(model.ffn_hidden_size,
+                            swiglu_unfused(options.unfused_ops, model, moe=False))
         kept = kept + mb
         largest = np.maximum(largest, big)
         if "mlp" in mods:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoparallel_cp.cost import comm
+from autoparallel_cp.cost import comm, unfused_ops
 from autoparallel_cp.cost.activations import (
     ActBreakdown,
     _op_sac_per_token,
@@ -84,10 +84,10 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     Norm: read input, write output; residual add: read two, write one; SwiGLU read 2·ffn,
     write ffn (GELU: read, write ffn); rotary embedding on q, k (read + write); the MoE
     permute / unpermute copies of the routed tokens an expert rank holds (etp/tp of the default
-    layout's with parallel folding, `flops.expert_token_factor`). PyTorch
-    models also copy the bshd attention output to a contiguous tensor and, with
-    `gqa_repeat_kv`, expand K, V to every query head; these plain copies are one kernel each,
-    fused or not.
+    layout's with parallel folding, `flops.expert_token_factor`). PyTorch models also copy the
+    bshd attention output to a contiguous tensor and, with `gqa_repeat_kv`, expand K, V to every
+    query head; these plain copies are one kernel each, fused or not. A fused recipe's
+    `unfused_ops` are left out here (`unfused_ops.unfused_op_bytes`).
     """
     model = job.model
     recipe = job.recipe
@@ -108,8 +108,11 @@ def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
             adds = adds + 4 * ab * h * model.moe.top_k * expert_token_factor(tp, etp)
     else:
         ffn = model.ffn_hidden_size
-    act = (3 if model.mlp == "swiglu" else 2) * ab * ffn / tp
-    rope = 2 * ab * (a + kvh) * dqk / tp if model.position_embedding == "rope" else 0.0 * tp
+    unf = unfused_ops.active_ops(job, options)  # costed by unfused_ops
+    act = (0 if unfused_ops.swiglu_unfused(unf, model, moe) else 2 + (model.mlp == "swiglu")) \
+        * ab * ffn / tp
+    rope = 2 * ab * (a + kvh) * dqk / tp if model.position_embedding == "rope" \
+        and unfused_ops.rope_unfused(unf, model) is None else 0.0 * tp
     drop = (3 * ab * h * rep) * (3 if options.dropout else 0)
     copies = 0.0 * tp
     if _is_pytorch(recipe) and recipe.flash_attention:
@@ -292,6 +295,8 @@ def layer_factors(
         att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
     ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_) * tokens)
     ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
+    ub = unfused_ops.layer_unfused_bytes(job, opts, moe, tp_, mbs_)  # op by op
+    ew_f, ew_b = ew_f + hbm_time(gpu, ub.fwd * tokens), ew_b + hbm_time(gpu, ub.bwd * tokens)
     copies = hbm_time(gpu, _dtensor_sp_copy_bytes(job, tp_, sp_, opts) * tokens)
     copies_f = copies_b = copies
     if moe and model.moe is not None and opts.ep_dispatcher == "allgather":

@@ -16,6 +16,8 @@ Fraction = Annotated[float, Bounded(0.0, 1.0, "a fraction", low_open=False)]
 #: Megatron-Core `--recompute-modules` choices the cost model prices (transformer_config.py).
 RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe",
                           "shared_experts"]
+#: Elementwise ops a Megatron layer can run as its PyTorch ops (cost/unfused_ops.py).
+UnfusedOp = Literal["rope", "rope-legacy", "swiglu"]
 
 
 class FrameworkBehaviour(Strict):
@@ -122,6 +124,12 @@ class FrameworkBehaviour(Strict):
       transformer_engine/pytorch/module/linear.py) or "torchao" (torchao float8 training
       saves the high-precision input and re-casts it in backward). None = the framework's
       default: "te" for Megatron, "torchao" for PyTorch recipes (torchtitan's float8).
+    - ``unfused_ops``: elementwise ops a fused (Megatron) layer runs as their plain PyTorch
+      ops, costed op by op, forward and backward (cost/unfused_ops.py): "rope" (Megatron-Core's
+      `apply_rotary_pos_emb` without `--apply-rope-fusion`, e.g. FlagScale's legacy layer),
+      "rope-legacy" (Megatron-DeepSpeed's megatron/model/rotary_pos_embedding.py), "swiglu"
+      (the legacy `ParallelMLP`'s `silu(x1) * x2`, its fc1 bias added before it). Default
+      empty: every op fused. Ignored when the whole layer is eager (`fused` False).
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -143,6 +151,7 @@ class FrameworkBehaviour(Strict):
     zero2_reduce: Literal["step", "microbatch"] = "step"
     bf16_accum_pass: bool = False
     moe_glu_clamp_bias: bool = False
+    unfused_ops: tuple[UnfusedOp, ...] = ()
 
 
 class TrainingRecipe(Strict):
