@@ -206,6 +206,11 @@ def _megatron_model_args(job: Job, tp: int) -> list[str]:
             a += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
     if m.mlp == "swiglu":
         a.append("--swiglu")
+    unfused = job.recipe.behaviour.unfused_ops
+    if any(op.startswith("rope") for op in unfused) and m.position_embedding == "rope":
+        a.append("--no-rope-fusion")  # arguments.py:2902 @d98e8a64 (store_false rope_fusion)
+    if "swiglu" in unfused and m.mlp == "swiglu":
+        a.append("--no-bias-swiglu-fusion")  # arguments.py:2895 @d98e8a64
     a += ["--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"]
     if m.qk_norm or m.mla is not None:
         # with MLA this flag builds the q/kv low-rank norms (q_a/kv_a_layernorm) as

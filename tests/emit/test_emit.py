@@ -196,3 +196,17 @@ def test_torchtitan_selective_is_op_sac(job: Job) -> None:
     ac = tomllib.loads(emit(tt, plan, "torchtitan-toml").text)["activation_checkpoint"]
     assert ac == {"mode": "selective", "selective_ac_option": "op"}
     assert "SelectiveAC.Config()" in emit(tt, plan, "torchtitan").text
+
+
+def test_megatron_unfused_ops_turn_off_megatron_fusions(job: Job) -> None:
+    """A recipe whose layer runs RoPE and SwiGLU unfused (behaviour `unfused_ops`) is launched
+    with Megatron-LM's switches for those fusions (arguments.py @d98e8a64: --no-rope-fusion,
+    --no-bias-swiglu-fusion); the default recipe keeps both fusions."""
+    plan = parse_plan("tp=2,sp=1,zero=1,mbs=1", job)
+    args, _ = megatron_args(job, plan)
+    assert "--no-rope-fusion" not in args and "--no-bias-swiglu-fusion" not in args
+    r = job.recipe
+    unfused = r.model_copy(update={"behaviour": r.behaviour.model_copy(
+        update={"unfused_ops": ("rope", "swiglu")})})
+    args, _ = megatron_args(job.model_copy(update={"recipe": unfused}), plan)
+    assert "--no-rope-fusion" in args and "--no-bias-swiglu-fusion" in args
