@@ -23,7 +23,8 @@ from autoparallel_cp.spec import GPUSpec, Job
 #: Produced by `python benchmarks/intervals.py` on 2026-12-01, session 9 (174 runs from 14
 #: sources, after GPT-OSS's eager GLU clamp and expert-bias passes, DeepSeek-V3's MTP module,
 #: FlagPerf's and DGXC's launch-file settings, Megatron's unfused RoPE / SwiGLU); nested
-#: leave-one-source-out coverage 75.3 %, median relative width 21.5 % (benchmarks/RESULTS.md, "Calibration and intervals").
+#: leave-one-source-out coverage 75.3 %, median relative width 21.5 % (benchmarks/RESULTS.md,
+#: "Calibration and intervals").
 THROUGHPUT_LOG_ERROR: dict[str, tuple[float, float]] = {
     "megatron": (-0.2191, 0.0503),
     "megatron-dense": (-0.1751, 0.0469),
