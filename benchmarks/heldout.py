@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from tuned import flag, knob
 from validate import H100_96_500W, NDR_IB, NVLINK4
@@ -140,7 +141,7 @@ def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     experts, topk = _int(r["moe_experts"]), _int(r["moe_topk"])
     if experts and topk:
         moe = MoESpec(num_experts=experts, top_k=topk, expert_ffn_hidden_size=ffn)
-    head_dim = next((v for k, v in HEAD_DIM.items() if _model_name(r).startswith(k)), None)
+    head_dim = _for_model(HEAD_DIM, r)
     # the output layer shares the word embedding where the framework's GPT / BLOOM / MPT
     # model does unless told otherwise: Megatron-LM 285068c8 has no untie flag (always
     # shared), NeMo's megatron_gpt_model.py (@v2.0.0 l. 513) defaults
@@ -206,7 +207,7 @@ def _with_unfused(recipe: TrainingRecipe, stated: object, assumed: list[str]
     assert isinstance(stated, tuple) and len(stated) == 2
     ops, cite = stated
     assumed.append(f"unfused {', '.join(ops)} ({cite})")
-    return _with_behaviour(recipe, {"unfused_ops": tuple(ops)})
+    return recipe.with_behaviour(unfused_ops=tuple(ops))
 
 
 def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
@@ -224,14 +225,14 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             # the source names FlashAttention-2 (`--use-flash-attn`), not cuDNN's fused
             # attention: on Hopper that is the FA2 curve (efficiency.ATTN_KERNELS); on Ampere
             # FA2 is what the default curve already describes
-            recipe = _with_behaviour(recipe, {"attention_kernel": "fa2"})
+            recipe = recipe.with_behaviour(attention_kernel="fa2")
             assumed.append("FlashAttention-2 on Hopper (source's flag)")
         defaults = _megatron_lm_defaults(r)
         if defaults:
             # a plain Megatron-LM run at a stated commit, its flags not stated: the argument
             # defaults of that commit (megatron/arguments.py), see MEGATRON_LM_DEFAULTS
-            recipe = _with_behaviour(recipe.model_copy(update={"flash_attention": False}),
-                                     {"dropout": True})
+            recipe = recipe.model_copy(update={"flash_attention": False}).with_behaviour(
+                dropout=True)
             assumed.append(f"Megatron-LM {defaults['commit']} defaults: no flash attention, "
                            "dropout 0.1, no distributed optimizer; " + str(defaults["memory"]))
         if not nemo and "overlap-grad-reduce" not in extra:
@@ -240,14 +241,14 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             # the flag arrived in 2d5220a, 2023-08-16, after MegaScale's 285068c8 baseline).
             # NeMo's recipes turn it on; a plain Megatron-LM row that does not state it runs
             # the framework default.
-            recipe = _with_behaviour(recipe, {"dp_overlap": False})
+            recipe = recipe.with_behaviour(dp_overlap=False)
             assumed.append("DP reduction not overlapped (Megatron-LM default)")
         stated = _stated_settings(r)
         if stated.get("bf16_grads"):
             recipe = recipe.model_copy(update={"grad_bytes": 2, "grad_reduce_bytes": 2})
             assumed.append(f"bf16 grads ({stated['bf16_grads']})")
         if stated.get("dropout"):
-            recipe = _with_behaviour(recipe, {"dropout": True})
+            recipe = recipe.with_behaviour(dropout=True)
             assumed.append(f"dropout ({stated['dropout']})")
         if stated.get("unfused_ops"):
             recipe = _with_unfused(recipe, stated["unfused_ops"], assumed)
@@ -277,12 +278,12 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"flash_attention": False})
         stated = _stated_settings(r)
         if stated.get("dropout"):
-            recipe = _with_behaviour(recipe, {"dropout": True})
+            recipe = recipe.with_behaviour(dropout=True)
             assumed.append(f"dropout ({stated['dropout']})")
         if stated.get("unfused_ops"):
             recipe = _with_unfused(recipe, stated["unfused_ops"], assumed)
         if stated.get("bf16_grad_accum"):
-            recipe = _with_behaviour(recipe, {"bf16_accum_pass": False})
+            recipe = recipe.with_behaviour(bf16_accum_pass=False)
             assumed.append(f"bf16 gradient accumulation ({stated['bf16_grad_accum']})")
         if stated.get("no_sp"):
             assumed.append(f"no sequence parallelism ({stated['no_sp']})")
@@ -295,7 +296,7 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             "compute_dtype": "fp8" if fp8 else "bf16"})
         if r["source_id"] == "llmfoundry-bench":
             kernel = _llmfoundry_attention(r)
-            recipe = _with_behaviour(recipe, {"attention_kernel": kernel})
+            recipe = recipe.with_behaviour(attention_kernel=kernel)
             assumed.append(f"attention kernel {kernel} (the benchmark sweep's attn_impl)")
         return recipe, "0", ()
     if family == "torchtitan":
@@ -426,8 +427,7 @@ def _bridge_expert_tp(r: dict[str, str]) -> int | None:
         return int(_card_settings(r)["etp"])
     if r["source_id"] != "mbridge-perf" or not _int(r["moe_experts"]):
         return None
-    model = _model_name(r)
-    return next((v for k, v in BRIDGE_EXPERT_TP.items() if model.startswith(k)), None)
+    return _for_model(BRIDGE_EXPERT_TP, r)
 
 
 #: Settings the sources' published configuration files state, per source and model prefix
@@ -621,14 +621,17 @@ def _plain_mcore_minor(r: dict[str, str]) -> int | None:
     return int(m.group(1)) if m is not None and r["framework"] == "megatron" else None
 
 
-def _with_behaviour(recipe: TrainingRecipe, update: dict[str, object]) -> TrainingRecipe:
-    """`recipe` with its behaviour fields in `update` replaced."""
-    return recipe.model_copy(update={"behaviour": recipe.behaviour.model_copy(update=update)})
-
-
 def _model_name(r: dict[str, str]) -> str:
     """The row's model name as the lookup tables spell their prefixes."""
     return r["model"].lower().replace("_", " ")
+
+
+T = TypeVar("T")
+
+
+def _for_model(table: Mapping[str, T], r: dict[str, str]) -> T | None:
+    """The entry of a model-prefix table that this row's model name starts with, or None."""
+    return next((v for k, v in table.items() if _model_name(r).startswith(k)), None)
 
 
 #: Layer-shape flags a source's launch command leaves at its framework's defaults, where the
@@ -665,16 +668,14 @@ STATED_SHAPE: dict[str, dict[str, tuple[dict[str, object], str]]] = {
 
 def _stated_shape(r: dict[str, str]) -> tuple[dict[str, object], str] | None:
     """The STATED_SHAPE updates and citation of this row's source and model, or None."""
-    table = STATED_SHAPE.get(r["source_id"], {})
-    return next((v for k, v in table.items() if _model_name(r).startswith(k)), None)
+    return _for_model(STATED_SHAPE.get(r["source_id"], {}), r)
 
 
 def _stated_settings(r: dict[str, str]) -> dict[str, object]:
     """The STATED_SETTINGS of this row's source and model ({} when none are listed)."""
     if _card_settings(r).get("grads") == "bf16":
         return {"bf16_grads": "the card's recipe: grad_reduce_in_fp32=False"}
-    table = STATED_SETTINGS.get(r["source_id"], {})
-    return next((v for k, v in table.items() if _model_name(r).startswith(k)), {})
+    return _for_model(STATED_SETTINGS.get(r["source_id"], {}), r) or {}
 
 
 def _bridge_recompute_modules(r: dict[str, str]) -> tuple[str, ...] | None:
@@ -842,7 +843,7 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         recipe, sp_rule, tags = got
         if "megatron_tp_overlap" in tags or "torchtitan_async_tp" in tags:
             name_k = tags[0]
-            recipe = _with_behaviour(recipe, {"tp_comm_overlap": knob(knobs, name_k)})
+            recipe = recipe.with_behaviour(tp_comm_overlap=knob(knobs, name_k))
             assumed.append(flag(name_k, knobs))
         if "h100_96_peak" in tags:
             peak = knob(knobs, "h100_96_peak")
@@ -861,18 +862,18 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         if recompute in (None, "selective") and modules is not None:
             # the Megatron-Bridge performance recipe of this model and GPU states them
             recompute = "selective"
-            recipe = _with_behaviour(recipe, {"recompute_modules": modules})
+            recipe = recipe.with_behaviour(recompute_modules=modules)
             assumed.append("selective recompute of " + "/".join(modules) + (
                 " (the card's recipe)" if src == CARD_SOURCE
                 else " (Megatron-Bridge perf recipe @067f987)"))
         if family == "megatron-core" and _model_name(r).startswith(CLAMPED_GLU_BIAS_MODELS):
-            recipe = _with_behaviour(recipe, {"moe_glu_clamp_bias": True})
+            recipe = recipe.with_behaviour(moe_glu_clamp_bias=True)
             assumed.append("eager clamp/cat before the fused quick-GEGLU and fp32 per-expert fc2 "
                            "bias (Megatron-Core core_v0.15.0-0.18.0 TEGroupedMLP, GPT-OSS "
                            "clamp 7.0 + expert biases per Megatron-Bridge gpt_oss_bridge.py)")
         if _card_settings(r).get("dp_overlap") == "0":
             # the card's recipe sets ddp.overlap_grad_reduce=False
-            recipe = _with_behaviour(recipe, {"dp_overlap": False})
+            recipe = recipe.with_behaviour(dp_overlap=False)
             assumed.append("DP reduction not overlapped (the card's recipe)")
         lm_defaults = _megatron_lm_defaults(r)
         if recompute is None and family == "maxtext":
@@ -917,16 +918,16 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             assumed.append(f"etp={etp} ({where})")
         if moe_comm is not None and _int(r["moe_experts"]):
             dispatcher, overlap, _ = moe_comm
-            recipe = _with_behaviour(recipe, {"ep_dispatcher": dispatcher, "ep_overlap": overlap})
+            recipe = recipe.with_behaviour(ep_dispatcher=dispatcher, ep_overlap=overlap)
             assumed.append(f"{dispatcher} MoE dispatcher" + (", EP overlap" if overlap else "")
                            + f" ({where})")
         if family == "megatron-core" and _int(r["moe_experts"]) and _mcore_before_013(r):
-            recipe = _with_behaviour(recipe, {"moe_prob_scaling": "combine"})
+            recipe = recipe.with_behaviour(moe_prob_scaling="combine")
             assumed.append("router probabilities applied at the combine (Megatron-Core "
                            "before 0.13)")
         if moe_comm is None and _int(r["moe_experts"]) and _plain_mcore_minor(r) == 6:
             # a plain Megatron-LM launch that names no dispatcher runs the default
-            recipe = _with_behaviour(recipe, {"ep_dispatcher": "allgather"})
+            recipe = recipe.with_behaviour(ep_dispatcher="allgather")
             assumed.append("allgather MoE dispatcher (Megatron core_v0.6.0 default, "
                            "arguments.py l. 1592-1594; the launch sets none)")
         cl = ClusterSpec(name=group.name, node_groups=[group])

@@ -120,7 +120,6 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
         per_dense, per_exp, z3_per, fixed = sync(g)
-        per_z3 = z3_per
         comp = tp = cp = ep = z3 = 0.0
         dense_p = exp_p = 0.0
         z3_first = 0.0
@@ -165,7 +164,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                 exp_p += mt.exp_p
                 d_mtp, t_mtp = mt.z3_layer
                 z3 += job.model.mtp_layers * (
-                    float(F.overlap_exposed(per_z3 * d_mtp, t_mtp))
+                    float(F.overlap_exposed(z3_per * d_mtp, t_mtp))
                     + F.zero3_copy_factor(job, g) * d_mtp)
         p2p = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp, plan.vpp,
                                  plan.dp))

@@ -242,19 +242,9 @@ def build_tables(space: SearchSpace) -> Tables:
     t.emb_states = np.broadcast_to(emb_p * per4, shape4).copy()
     t.head_states = np.broadcast_to(head_p * per4, shape4).copy()
     loc4 = np.where(z4 >= 1, 1.0 / (dp4 * cp4), 1.0)
-    for g in range(len(job.cluster.node_groups)):
-        sd, _, _, fixed = fx.dp_sync_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
-        on4 = (dp4 * cp4 > 1).astype(float)
-        sd = sd * on4
-        t.dps_fixed[g] = np.broadcast_to(fixed * on4, shape4).copy()
-        opt = fx.optimizer_factor(job, g)
-        t.emb_dpsync[g] = np.broadcast_to(emb_p * sd, shape4).copy()
-        t.head_dpsync[g] = np.broadcast_to(head_p * sd, shape4).copy()
-        t.emb_opt[g] = np.broadcast_to(emb_p * opt * loc4, shape4).copy()
-        t.head_opt[g] = np.broadcast_to(head_p * opt * loc4, shape4).copy()
-        md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
-        t.emb_mb[g] = np.broadcast_to(emb_p * md4, shape4).copy()
-        t.head_mb[g] = np.broadcast_to(head_p * md4, shape4).copy()
+    # (parameters, dp-sync / optimizer / per-micro-batch tables) of the stage extras
+    extras = [(emb_p, t.emb_dpsync, t.emb_opt, t.emb_mb),
+              (head_p, t.head_dpsync, t.head_opt, t.head_mb)]
     if model.mtp_layers:
         t.mtp = model.mtp_layers
         t.mtp_kind = fx.mtp_layer_kind(job)
@@ -265,16 +255,19 @@ def build_tables(space: SearchSpace) -> Tables:
         copy_p = np.asarray(mf0.copy_params, float).reshape(-1, 1, 1, 1)
         t.mtp_states = np.broadcast_to(mtp_p * per4, shape4).copy()
         t.mtpc_states = np.broadcast_to(copy_p * per4, shape4).copy()
-        for g in range(len(job.cluster.node_groups)):
-            sd, _, _, _ = fx.dp_sync_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
-            sd = sd * (dp4 * cp4 > 1).astype(float)
-            opt = fx.optimizer_factor(job, g)
-            md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
-            for p_, ds, op, mb in ((mtp_p, t.mtp_dpsync, t.mtp_opt, t.mtp_mb),
-                                   (copy_p, t.mtpc_dpsync, t.mtpc_opt, t.mtpc_mb)):
-                ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
-                op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
-                mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
+        extras += [(mtp_p, t.mtp_dpsync, t.mtp_opt, t.mtp_mb),
+                   (copy_p, t.mtpc_dpsync, t.mtpc_opt, t.mtpc_mb)]
+    for g in range(len(job.cluster.node_groups)):
+        sd, _, _, fixed = fx.dp_sync_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
+        on4 = (dp4 * cp4 > 1).astype(float)
+        sd = sd * on4
+        t.dps_fixed[g] = np.broadcast_to(fixed * on4, shape4).copy()
+        opt = fx.optimizer_factor(job, g)
+        md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
+        for p_, ds, op, mb in extras:
+            ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
+            op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
+            mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
     tp3, ep3, z3_ = np.ix_(tp, ep, zero)
     t.z3 = np.broadcast_to(tch * fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
                            (len(tp), len(ep), len(zero))).copy()

@@ -189,6 +189,10 @@ class TrainingRecipe(Strict):
     behaviour: FrameworkBehaviour = Field(default_factory=FrameworkBehaviour)
     source: str = ""
 
+    def with_behaviour(self, **update: object) -> TrainingRecipe:
+        """This recipe with the named `behaviour` fields replaced (the rest kept)."""
+        return self.model_copy(update={"behaviour": self.behaviour.model_copy(update=update)})
+
     @property
     def state_bytes_per_param(self) -> int:
         """Unsharded model-state bytes per parameter (18 for megatron-bf16, 16 for pytorch-amp)."""

@@ -20,33 +20,23 @@ from autoparallel_cp.cost.moe_comm import allgather_permute_bytes
 from autoparallel_cp.emit import megatron_args
 from autoparallel_cp.spec import (
     RECIPES,
-    ClusterSpec,
-    GPUSpec,
     Job,
-    LinkSpec,
     ModelSpec,
     MoESpec,
-    NodeGroup,
 )
 from autoparallel_cp.spec.plan import parse_plan
+from tests.cost.toy_cluster import h100_cluster
 
 H, K, E, S, HBM = 1024, 2, 8, 2048, 3350.0
 ROW = H * 2  # one token row in bf16
 
 
 def _job(dispatcher: str) -> Job:
-    gpu = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989, fp8_tflops=1979, hbm_gbps=HBM)
-    nd = NodeGroup(name="n", gpu=gpu, gpus_per_node=8, num_nodes=2,
-                   intra_node=LinkSpec(bandwidth_gbps=450, latency_us=3.0),
-                   inter_node=LinkSpec(bandwidth_gbps=50, latency_us=8.0))
     m = ModelSpec(name="toy-moe", num_layers=2, hidden_size=H, ffn_hidden_size=4096,
                   num_attention_heads=8, num_kv_heads=8, vocab_size=32000,
                   moe=MoESpec(num_experts=E, top_k=K, expert_ffn_hidden_size=2048))
-    base = RECIPES["megatron-bf16"]
-    rec = base.model_copy(update={"behaviour": base.behaviour.model_copy(
-        update={"ep_dispatcher": dispatcher})})
-    return Job(model=m, cluster=ClusterSpec(name="c", node_groups=[nd]), recipe=rec,
-               seq_len=S, global_batch=16)
+    rec = RECIPES["megatron-bf16"].with_behaviour(ep_dispatcher=dispatcher)
+    return Job(model=m, cluster=h100_cluster(2, HBM), recipe=rec, seq_len=S, global_batch=16)
 
 
 def _by_hand(n: float, ell: float) -> tuple[float, float]:

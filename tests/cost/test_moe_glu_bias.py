@@ -16,20 +16,17 @@ from autoparallel_cp.cost.factors import layer_factors
 from autoparallel_cp.cost.moe_glu_bias import glu_clamp_bias_bytes
 from autoparallel_cp.spec import (
     RECIPES,
-    ClusterSpec,
-    GPUSpec,
     Job,
-    LinkSpec,
     ModelSpec,
     MoESpec,
-    NodeGroup,
 )
+from tests.cost.toy_cluster import h100_cluster
 
 # GPT-OSS 120B widths (Megatron-Bridge docs/models/gpt_oss/gpt-oss.md): hidden 2880, expert
 # FFN 2880, top-4 of 128
 H, F, K, E = 2880, 2880, 4, 128
 S = 4096
-GPU = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989, fp8_tflops=1979, hbm_gbps=3350)
+GPU = h100_cluster().node_groups[0].gpu
 
 
 def _model() -> ModelSpec:
@@ -39,14 +36,9 @@ def _model() -> ModelSpec:
 
 
 def _job(on: bool, modules: tuple[str, ...] = ("core_attn",)) -> Job:
-    nd = NodeGroup(name="n", gpu=GPU, gpus_per_node=8, num_nodes=1,
-                   intra_node=LinkSpec(bandwidth_gbps=450, latency_us=3.0),
-                   inter_node=LinkSpec(bandwidth_gbps=50, latency_us=8.0))
-    base = RECIPES["megatron-bf16"]
-    rec = base.model_copy(update={"behaviour": base.behaviour.model_copy(
-        update={"moe_glu_clamp_bias": on, "recompute_modules": modules})})
-    return Job(model=_model(), cluster=ClusterSpec(name="c", node_groups=[nd]), recipe=rec,
-               seq_len=S, global_batch=8)
+    rec = RECIPES["megatron-bf16"].with_behaviour(moe_glu_clamp_bias=on,
+                                                  recompute_modules=modules)
+    return Job(model=_model(), cluster=h100_cluster(), recipe=rec, seq_len=S, global_batch=8)
 
 
 # Per token at tp 1: the fc1 output holds K x 2F elements, the fc2 output K x H.

@@ -18,32 +18,22 @@ import pytest
 from autoparallel_cp.cost.factors import layer_factors
 from autoparallel_cp.spec import (
     RECIPES,
-    ClusterSpec,
-    GPUSpec,
     Job,
-    LinkSpec,
     ModelSpec,
     MoESpec,
-    NodeGroup,
 )
+from tests.cost.toy_cluster import h100_cluster
 
 H, HEADS, FFN_E, K, E = 1024, 8, 512, 4, 16
 S = 2048
 
 
 def _job(scaling: str) -> Job:
-    gpu = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989, fp8_tflops=1979, hbm_gbps=3350)
-    nd = NodeGroup(name="n", gpu=gpu, gpus_per_node=8, num_nodes=1,
-                   intra_node=LinkSpec(bandwidth_gbps=450, latency_us=3.0),
-                   inter_node=LinkSpec(bandwidth_gbps=50, latency_us=8.0))
     m = ModelSpec(name="toy-moe", num_layers=2, hidden_size=H, ffn_hidden_size=4096,
                   num_attention_heads=HEADS, num_kv_heads=HEADS, vocab_size=32000,
                   moe=MoESpec(num_experts=E, top_k=K, expert_ffn_hidden_size=FFN_E))
-    base = RECIPES["megatron-bf16"]
-    rec = base.model_copy(update={"behaviour": base.behaviour.model_copy(
-        update={"moe_prob_scaling": scaling})})
-    return Job(model=m, cluster=ClusterSpec(name="c", node_groups=[nd]), recipe=rec,
-               seq_len=S, global_batch=8)
+    rec = RECIPES["megatron-bf16"].with_behaviour(moe_prob_scaling=scaling)
+    return Job(model=m, cluster=h100_cluster(), recipe=rec, seq_len=S, global_batch=8)
 
 
 # Bytes per token, by hand (all bf16 = 2 B unless said):

@@ -15,15 +15,12 @@ from autoparallel_cp.cost.efficiency import HBM_EFFICIENCY
 from autoparallel_cp.cost.factors import layer_factors
 from autoparallel_cp.spec import (
     RECIPES,
-    ClusterSpec,
     FrameworkBehaviour,
-    GPUSpec,
     Job,
-    LinkSpec,
     ModelSpec,
     MoESpec,
-    NodeGroup,
 )
+from tests.cost.toy_cluster import h100_cluster
 
 H, FFN_E, K, E = 1024, 512, 4, 16
 S, MBS = 2048, 1
@@ -32,20 +29,13 @@ HBM = 3350e9  # the toy GPU's HBM bandwidth, bytes/s
 
 def _job(recipe: str = "megatron-bf16", modules: tuple[str, ...] = ("core_attn",),
          moe: bool = True) -> Job:
-    gpu = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989, fp8_tflops=1979,
-                  hbm_gbps=HBM / 1e9)
-    nd = NodeGroup(name="n", gpu=gpu, gpus_per_node=8, num_nodes=1,
-                   intra_node=LinkSpec(bandwidth_gbps=450, latency_us=3.0),
-                   inter_node=LinkSpec(bandwidth_gbps=50, latency_us=8.0))
     m = ModelSpec(name="toy-moe", num_layers=2, hidden_size=H, ffn_hidden_size=4096,
                   num_attention_heads=8, num_kv_heads=8, vocab_size=32000,
                   moe=MoESpec(num_experts=E, top_k=K, expert_ffn_hidden_size=FFN_E)
                   if moe else None)
-    base = RECIPES[recipe]
-    rec = base.model_copy(update={"behaviour": base.behaviour.model_copy(
-        update={"recompute_modules": modules})})
-    return Job(model=m, cluster=ClusterSpec(name="c", node_groups=[nd]), recipe=rec,
-               seq_len=S, global_batch=8)
+    rec = RECIPES[recipe].with_behaviour(recompute_modules=modules)
+    return Job(model=m, cluster=h100_cluster(hbm_gbps=HBM / 1e9), recipe=rec, seq_len=S,
+               global_batch=8)
 
 
 def _lf(job: Job, mode: str, ep: int = 1, moe: bool = True):  # type: ignore[no-untyped-def]

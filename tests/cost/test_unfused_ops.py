@@ -18,18 +18,15 @@ from autoparallel_cp.cost.factors import layer_factors
 from autoparallel_cp.cost.unfused_ops import unfused_op_bytes
 from autoparallel_cp.spec import (
     RECIPES,
-    ClusterSpec,
-    GPUSpec,
     Job,
-    LinkSpec,
     ModelSpec,
     MoESpec,
-    NodeGroup,
 )
+from tests.cost.toy_cluster import h100_cluster
 
 H, A, KV, D, F = 64, 4, 2, 16, 96
 TP, MBS, S = 2, 2, 256
-GPU = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989, fp8_tflops=1979, hbm_gbps=3350)
+GPU = h100_cluster().node_groups[0].gpu
 
 # per token: q and k elements on one tp rank, and ffn-output elements
 QK = (A + KV) * D // TP  # 48
@@ -68,14 +65,9 @@ def _model(bias: bool = False, moe: bool = False) -> ModelSpec:
 
 def _job(ops: tuple[str, ...], model: ModelSpec | None = None, fused: bool | None = None
          ) -> Job:
-    nd = NodeGroup(name="n", gpu=GPU, gpus_per_node=8, num_nodes=1,
-                   intra_node=LinkSpec(bandwidth_gbps=450, latency_us=3.0),
-                   inter_node=LinkSpec(bandwidth_gbps=50, latency_us=8.0))
-    base = RECIPES["megatron-bf16"]
-    rec = base.model_copy(update={"behaviour": base.behaviour.model_copy(
-        update={"unfused_ops": ops, "fused": fused})})
-    return Job(model=model or _model(), cluster=ClusterSpec(name="c", node_groups=[nd]),
-               recipe=rec, seq_len=S, global_batch=8)
+    rec = RECIPES["megatron-bf16"].with_behaviour(unfused_ops=ops, fused=fused)
+    return Job(model=model or _model(), cluster=h100_cluster(), recipe=rec, seq_len=S,
+               global_batch=8)
 
 
 @pytest.mark.parametrize("ops,fwd,bwd", [

@@ -205,8 +205,6 @@ def test_megatron_unfused_ops_turn_off_megatron_fusions(job: Job) -> None:
     plan = parse_plan("tp=2,sp=1,zero=1,mbs=1", job)
     args, _ = megatron_args(job, plan)
     assert "--no-rope-fusion" not in args and "--no-bias-swiglu-fusion" not in args
-    r = job.recipe
-    unfused = r.model_copy(update={"behaviour": r.behaviour.model_copy(
-        update={"unfused_ops": ("rope", "swiglu")})})
+    unfused = job.recipe.with_behaviour(unfused_ops=("rope", "swiglu"))
     args, _ = megatron_args(job.model_copy(update={"recipe": unfused}), plan)
     assert "--no-rope-fusion" in args and "--no-bias-swiglu-fusion" in args
