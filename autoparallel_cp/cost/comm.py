@@ -107,6 +107,28 @@ def all_gather(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
     return _rs_or_ag(node, group, stride, nbytes)
 
 
+def ring_call_latency(node: NodeGroup, group: npt.ArrayLike,
+                      stride: npt.ArrayLike) -> FloatArray:
+    """Latency of one NCCL ring all-gather or reduce-scatter over `group` ranks (0 for one).
+
+    NCCL runs these two collectives as a flat ring over every rank of the communicator (no
+    hierarchical phase), and its tuning model charges a call (NVIDIA/nccl src/graph/tuning.cc
+    `ncclTopoTuneModel`, ring branch) `nsteps - nInterSteps` intra-node hops plus
+    `nInterSteps` network hops, with nsteps = nRanks - 1 and nInterSteps = nNodes - 1 for
+    AllGather / ReduceScatter. With k members per node that is (n - nodes) hops at the
+    NVLink latency and (nodes - 1) at the network latency of the node group. A pipelined
+    ring pays them once per call whatever the message size, so a framework that issues one
+    call per module (FSDP units) pays them once per module.
+    """
+    n = _arr(group)
+    k = members_per_node(n, stride, node.gpus_per_node)
+    nodes = np.maximum(n / k, 1.0)
+    _, lat_in = _link(node, np.ones_like(n))
+    _, lat_out = _link(node, np.zeros_like(n))
+    t = (n - nodes) * lat_in + (nodes - 1.0) * lat_out
+    return np.where(n > 1, t, 0.0)
+
+
 def all_to_all(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
                nbytes: npt.ArrayLike) -> FloatArray:
     """All-to-all where each rank sends `nbytes` in total ((n-1)/n of it leaves the rank).

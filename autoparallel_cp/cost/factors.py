@@ -31,6 +31,8 @@ is a scalar node-group index into `job.cluster.node_groups`; `mode` is 0 none / 
 - ``p2p_factor(job, g, tp, cp, sp, mbs, pp, vpp, dp)`` per micro-batch pipeline send/recv time.
 - ``dp_sync_factors(job, g, tp, cp, dp, ep, zero, etp=None)`` -> (s per dense param on the GPU,
   s per expert param, zero3 all-gather s per dense param per micro-batch, fixed latency s).
+- ``fsdp_call_latency(job, g, tp, cp, dp, zero)`` -> (s per layer per micro-batch, s per
+  layer per step) of PyTorch FSDP's per-unit collective calls (NCCL ring latency).
 - ``optimizer_factor(job, g)`` -> s per parameter shard element updated.
 - ``inflight(pp, vpp, m, stage)`` in-flight micro-batches of a stage (1F1B / interleaved);
   ``stage_inflight(pp, vpp, m, stage, chunks)`` the same for a stage whose model chunks hold
@@ -82,6 +84,7 @@ from autoparallel_cp.cost.mtp import MtpFactors, mtp_factors, mtp_layer_kind, mt
 from autoparallel_cp.cost.sync import (
     dp_sync_factors,
     expert_dp_size,
+    fsdp_call_latency,
     inflight,
     microbatch_grad_factors,
     optimizer_factor,
@@ -98,7 +101,8 @@ __all__ = [
     "buffer_bytes_per_param", "layer_param_counts", "other_bytes", "overhead_bytes",
     "state_bytes_per_param", "zero3_buffer_bytes", "dp_sync_factors", "inflight",
     "optimizer_factor", "p2p_factor", "zero3_copy_factor", "stage_inflight", "expert_dp_size",
-    "microbatch_grad_factors", "MtpFactors", "mtp_factors", "mtp_layer_kind", "mtp_recomputed",
+    "microbatch_grad_factors", "fsdp_call_latency", "MtpFactors", "mtp_factors",
+    "mtp_layer_kind", "mtp_recomputed",
     "charged_bytes", "fragmentation_bytes", "grad_charge",
     "persistent_bytes", "persistent_grads", "transient_charge",
 ]

@@ -21,7 +21,9 @@ Per stage j (on its node group's GPU), per micro-batch:
 - z3_j: ZeRO-3 per-layer weight all-gathers (forward and backward) overlapped with the layer's
   compute: exposed l·overlap_exposed(ag, time) (what sticks out, or the SMs the gather takes
   from the overlapped compute) + one layer's gather (prologue) + FSDP2's copy-out / reduce
-  packing traffic (factors.zero3_copy_factor);
+  packing traffic (factors.zero3_copy_factor); for PyTorch FSDP `ag` includes the per-call
+  ring latency of each layer's gathers, and the stage's DP sync that of each layer's
+  reduce-scatter (factors.fsdp_call_latency);
 - g_j: gradient work after every micro-batch's backward, not overlapped
   (factors.microbatch_grad_factors x the stage's parameters: DeepSpeed ZeRO-2's per-micro-batch
   reduce-scatter, reported with the DP communication, and BF16_Optimizer's fp32 accumulation
@@ -116,10 +118,17 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                                          plan.etp)
         return float(d), float(e)
 
+    @functools.cache
+    def unit_lat(g: int) -> tuple[float, float]:
+        mb, st = F.fsdp_call_latency(job, g, plan.tp, plan.cp, plan.dp, plan.zero)
+        return float(mb), float(st)
+
     out: list[StageTime] = []
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
         per_dense, per_exp, z3_per, fixed = sync(g)
+        lat_mb, lat_step = unit_lat(g)
+        layers = 0.0
         comp = tp = cp = ep = z3 = 0.0
         dense_p = exp_p = 0.0
         z3_first = 0.0
@@ -141,7 +150,8 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
             tp += r * float(full.rc_tp_s)
             cp += r * float(full.rc_cp_s)
             ep += r * float(full.rc_ep_s)
-            ag = z3_per * float(d_)
+            layers += n
+            ag = z3_per * float(d_) + lat_mb
             z3 += n * (float(F.overlap_exposed(ag, float(base.time_s)))
                        + F.zero3_copy_factor(job, g) * float(d_))
             z3_first = max(z3_first, ag)
@@ -171,7 +181,8 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         # expert gradients reduce over the expert-DP group, which folding can make larger than
         # dp*cp (tp*cp*dp/(etp*ep) ranks); by default it is never larger
         synced = plan.dp * plan.cp > 1 or plan.expert_dp > 1
-        dp_sync = (fixed + per_dense * dense_p + per_exp * exp_p) if synced else 0.0
+        dp_sync = (fixed + per_dense * dense_p + per_exp * exp_p
+                   + lat_step * layers) if synced else 0.0
         shard_d = plan.dp * plan.cp if plan.zero >= 1 else 1
         shard_e = plan.expert_dp if plan.zero >= 1 else 1
         opt = F.optimizer_factor(job, g) * (dense_p / shard_d + exp_p / shard_e)

@@ -107,6 +107,32 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     return per_dense, per_exp, z3, fixed
 
 
+def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
+                      zero: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """Per-call latency of PyTorch FSDP's collectives, per transformer layer: (seconds per
+    micro-batch, seconds per step); both 0 for Megatron recipes and for zero < 2.
+
+    FSDP wraps every transformer block as one unit (llm-foundry's MPT `fsdp_wrap_fn` returns
+    True for `MPTBlock`, modeling_mpt.py @v0.3.0; torchtitan calls `fully_shard` on each
+    TransformerBlock; HF Accelerate's transformer_layer_cls policy) and issues one collective
+    per unit: under FULL_SHARD (zero 3) an all-gather before the unit's forward and another
+    before its backward (parameters resharded after forward), every micro-batch; a
+    reduce-scatter of its gradients; under SHARD_GRAD_OP (zero 2) one all-gather and one
+    reduce-scatter, charged once per step as `dp_sync_factors` charges their volume. Each
+    call is an NCCL ring over the dp·cp group at stride tp and pays `comm.ring_call_latency`;
+    `dp_sync_factors` keeps only the bandwidth of the ZeRO-3 gathers and one latency per step.
+    """
+    zeros = np.zeros(np.broadcast(_f(tp), _f(cp), _f(dp), _f(zero)).shape)
+    if not _is_pytorch(job.recipe):
+        return zeros, zeros.copy()
+    nd = node(job, g)
+    tp_, cp_, dp_, z = (_f(x) for x in (tp, cp, dp, zero))
+    one = comm.ring_call_latency(nd, dp_ * cp_, tp_) + zeros
+    per_mb = np.where(z >= 3, 2.0 * one, 0.0)
+    per_step = np.where(z >= 3, one, np.where(z == 2, 2.0 * one, 0.0))
+    return per_mb, per_step
+
+
 def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
                            ep: ArrayLike, zero: ArrayLike, etp: ArrayLike | None = None
                            ) -> tuple[FloatArray, FloatArray]:

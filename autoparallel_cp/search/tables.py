@@ -201,7 +201,8 @@ def build_tables(space: SearchSpace) -> Tables:
             _, _, z3per, _ = fx.dp_sync_factors(job, g, ax7[0], ax7[1], ax7[6], ax7[2], 3,
                                                 space.etp)
             dl, _ = fx.layer_param_counts(job, kind, ax7[0], ax7[2], space.etp)
-            ag = z3per * dl
+            lat_mb, _ = fx.fsdp_call_latency(job, g, ax7[0], ax7[1], ax7[6], 3)
+            ag = z3per * dl + lat_mb
             base_t = t.time[g, kind][..., None]
             t.z3l[g, kind] = fx.overlap_exposed(ag, base_t) + fx.zero3_copy_factor(job, g) * dl
             t.z3f[g, kind] = np.broadcast_to(ag, t.z3l[g, kind].shape)[:, :, :, 0, 0, 0, :].copy()
@@ -226,7 +227,8 @@ def build_tables(space: SearchSpace) -> Tables:
             on = (dp5 * cp5 > 1).astype(float)
             # expert gradients reduce over the expert-DP group (steptime.stage_times)
             on_e = np.maximum(on, (shard_e > 1).astype(float))
-            t.dpsync[g, kind] = np.broadcast_to(on * (sd * pd) + on_e * (se * pe),
+            _, lat_step = fx.fsdp_call_latency(job, g, tp5, cp5, dp5, z5)
+            t.dpsync[g, kind] = np.broadcast_to(on * (sd * pd + lat_step) + on_e * (se * pe),
                                                 shape5).copy()
             t.opt[g, kind] = np.broadcast_to(opt * (pd * loc_d + pe * loc_e), shape5).copy()
             md, me = fx.microbatch_grad_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp)
