@@ -296,8 +296,19 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             "compute_dtype": "fp8" if fp8 else "bf16"})
         if r["source_id"] == "llmfoundry-bench":
             kernel = _llmfoundry_attention(r)
-            recipe = recipe.with_behaviour(attention_kernel=kernel)
+            recipe = recipe.with_behaviour(attention_kernel=kernel,
+                                           attention_unpad=kernel == "fa2")
             assumed.append(f"attention kernel {kernel} (the benchmark sweep's attn_impl)")
+            if kernel == "fa2":
+                # `attn_impl: flash` runs llm-foundry's flash_attn_fn (attention.py
+                # @5e85bd62d): unpad_input on q, k, v and pad_input on the output every call
+                assumed.append("flash_attn_fn unpads q, k, v and pads the output (llm-foundry)")
+        if "mixed_precision pure" in extra:
+            # the table's "MP Mode" PURE: Composer's get_mixed_precision (composer/trainer/
+            # mosaic_fsdp_utils.py @v0.16.4 l. 68-100) sets param, reduce and buffer dtype to
+            # the precision (bf16), so gradients reduce-scatter in bf16; DEFAULT reduces in fp32
+            recipe = recipe.model_copy(update={"grad_reduce_bytes": 2})
+            assumed.append("bf16 gradient reduction (FSDP mixed_precision PURE, Composer)")
         return recipe, "0", ()
     if family == "torchtitan":
         base = RECIPES["torchtitan-fsdp"]

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoparallel_cp.cost.attention_padding import unpad_pad_bytes
 from autoparallel_cp.cost.common import CostOptions, FloatArray, _fused
 from autoparallel_cp.cost.flops import attention_dims
 from autoparallel_cp.spec import Job, ModelSpec
@@ -114,6 +115,12 @@ def active_ops(job: Job, options: CostOptions) -> tuple[str, ...]:
 
 def layer_unfused_bytes(job: Job, options: CostOptions, moe: bool, tp: FloatArray,
                         mbs: FloatArray) -> UnfusedBytes:
-    """`unfused_op_bytes` of the job's layer under `options` (zero when none apply)."""
-    return unfused_op_bytes(job.model, active_ops(job, options), moe,
-                            float(job.recipe.activation_bytes), tp, mbs)
+    """`unfused_op_bytes` of the job's layer under `options` (zero when none apply), plus the
+    unpad / pad copies around a variable-length attention call when the recipe's behaviour
+    has `attention_unpad` (cost/attention_padding.py; PyTorch index ops, fused or not)."""
+    ab = float(job.recipe.activation_bytes)
+    ub = unfused_op_bytes(job.model, active_ops(job, options), moe, ab, tp, mbs)
+    if not options.attention_unpad:
+        return ub
+    f, b = unpad_pad_bytes(job.model, ab, tp)
+    return UnfusedBytes(fwd=ub.fwd + f, bwd=ub.bwd + b)

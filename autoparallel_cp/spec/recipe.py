@@ -130,6 +130,11 @@ class FrameworkBehaviour(Strict):
       "rope-legacy" (Megatron-DeepSpeed's megatron/model/rotary_pos_embedding.py), "swiglu"
       (the legacy `ParallelMLP`'s `silu(x1) * x2`, its fc1 bias added before it). Default
       empty: every op fused. Ignored when the whole layer is eager (`fused` False).
+    - ``attention_unpad``: every attention call unpads q, k, v into packed tokens and pads the
+      output back (flash-attn's `bert_padding.unpad_input` / `pad_input` around
+      `flash_attn_varlen_func`), padding or not: llm-foundry's `attn_impl: flash`
+      (llmfoundry/models/layers/attention.py `flash_attn_fn` @5e85bd62d). Gathers forward,
+      zero-fill and scatter backward (cost/attention_padding.py). Default False.
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -152,6 +157,7 @@ class FrameworkBehaviour(Strict):
     bf16_accum_pass: bool = False
     moe_glu_clamp_bias: bool = False
     unfused_ops: tuple[UnfusedOp, ...] = ()
+    attention_unpad: bool = False
 
 
 class TrainingRecipe(Strict):

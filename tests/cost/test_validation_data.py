@@ -174,3 +174,22 @@ def test_dgxc_rows_run_their_launch_files_plan_and_fp8_params() -> None:
         if h.name.startswith(("Llama 3.1", "Nemotron-4", "Grok-1", "GPT-3")):
             fp8 = h.job.recipe.compute_dtype == "fp8"
             assert h.job.recipe.weight_bytes == (1 if fp8 else 2), h.name
+
+
+def test_llmfoundry_pure_rows_reduce_gradients_in_bf16() -> None:
+    """llm-foundry's benchmark tables state the FSDP "MP Mode": Composer's PURE sets the
+    reduce dtype to the precision (bf16, 2 bytes on the wire), DEFAULT to fp32
+    (composer/trainer/mosaic_fsdp_utils.py @v0.16.4 `get_mixed_precision`)."""
+    import csv
+
+    from heldout import DATA, heldout_rows
+
+    with open(DATA / "published_runs_heldout.csv", newline="") as fh:
+        notes = [r["notes"] for r in csv.DictReader(fh)]
+    rows = [h for h in heldout_rows() if h.source == "llmfoundry-bench" and h.job is not None]
+    modes = {"PURE": 0, "DEFAULT": 0}
+    for h in rows:
+        mode = "PURE" if "MP mode PURE" in notes[h.idx] else "DEFAULT"
+        modes[mode] += 1
+        assert h.job.recipe.grad_reduce_bytes == (2 if mode == "PURE" else 4), h.idx
+    assert modes["PURE"] > 0 and modes["DEFAULT"] > 0
