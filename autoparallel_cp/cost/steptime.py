@@ -173,8 +173,9 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                 dense_p += mt.dense_p
                 exp_p += mt.exp_p
                 d_mtp, t_mtp = mt.z3_layer
+                layers += job.model.mtp_layers  # an MTP depth's layer is a unit too
                 z3 += job.model.mtp_layers * (
-                    float(F.overlap_exposed(z3_per * d_mtp, t_mtp))
+                    float(F.overlap_exposed(z3_per * d_mtp + lat_mb, t_mtp))
                     + F.zero3_copy_factor(job, g) * d_mtp)
         p2p = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp, plan.vpp,
                                  plan.dp))

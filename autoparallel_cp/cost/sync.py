@@ -121,6 +121,11 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     reduce-scatter, charged once per step as `dp_sync_factors` charges their volume. Each
     call is an NCCL ring over the dp·cp group at stride tp and pays `comm.ring_call_latency`;
     `dp_sync_factors` keeps only the bandwidth of the ZeRO-3 gathers and one latency per step.
+
+    Solver bounds: both terms are non-negative, independent of the micro-batch count, and
+    enter the search through the same per-layer tables as the step time (search/tables.py:
+    the per-micro-batch one inside the gather of `z3l`, the per-step one in `dpsync`), so
+    every bound taken as a minimum over those tables stays a lower bound of this cost.
     """
     zeros = np.zeros(np.broadcast(_f(tp), _f(cp), _f(dp), _f(zero)).shape)
     if not _is_pytorch(job.recipe):
