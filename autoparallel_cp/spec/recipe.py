@@ -17,7 +17,7 @@ Fraction = Annotated[float, Bounded(0.0, 1.0, "a fraction", low_open=False)]
 RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe",
                           "shared_experts"]
 #: Elementwise ops a Megatron layer can run as its PyTorch ops (cost/unfused_ops.py).
-UnfusedOp = Literal["rope", "rope-legacy", "swiglu"]
+UnfusedOp = Literal["rope", "rope-legacy", "swiglu", "qkv-slice"]
 
 
 class FrameworkBehaviour(Strict):
@@ -128,8 +128,11 @@ class FrameworkBehaviour(Strict):
       ops, costed op by op, forward and backward (cost/unfused_ops.py): "rope" (Megatron-Core's
       `apply_rotary_pos_emb` without `--apply-rope-fusion`, e.g. FlagScale's legacy layer),
       "rope-legacy" (Megatron-DeepSpeed's megatron/model/rotary_pos_embedding.py), "swiglu"
-      (the legacy `ParallelMLP`'s `silu(x1) * x2`, its fc1 bias added before it). Default
-      empty: every op fused. Ignored when the whole layer is eager (`fused` False).
+      (the legacy `ParallelMLP`'s `silu(x1) * x2`, its fc1 bias added before it), "qkv-slice"
+      (Megatron-DeepSpeed's slice/select split of the fused QKV output and its FlashAttention
+      path's `.contiguous()` copies). With `gqa_repeat_kv` an unfused RoPE runs on the
+      expanded K (FlagScale's legacy layer repeats before its RoPE). Default empty: every op
+      fused. Ignored when the whole layer is eager (`fused` False).
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
