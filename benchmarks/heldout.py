@@ -286,8 +286,12 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         if stated.get("unfused_ops"):
             recipe = _with_unfused(recipe, stated["unfused_ops"], assumed)
         if stated.get("bf16_grad_accum"):
-            recipe = recipe.with_behaviour(bf16_accum_pass=False)
-            assumed.append(f"bf16 gradient accumulation ({stated['bf16_grad_accum']})")
+            # ZeRO-1 then leaves each micro-batch's gradient in `.grad`, where autograd adds
+            # the next one in place (`autograd_grad_accum`; stage_1_and_2.py @v0.11.0
+            # l. 284-291, 1327-1329; FlagPerf's image pins deepspeed==0.11.0)
+            recipe = recipe.with_behaviour(bf16_accum_pass=False, autograd_grad_accum=True)
+            assumed.append(f"bf16 gradient accumulation in .grad by autograd "
+                           f"({stated['bf16_grad_accum']})")
         if stated.get("no_sp"):
             assumed.append(f"no sequence parallelism ({stated['no_sp']})")
             return recipe, "0", ()

@@ -112,6 +112,15 @@ class FrameworkBehaviour(Strict):
       1135-1177, `get_data_types` l. 859-872) adds every micro-batch's bf16 gradients into
       fp32 ones, one unfused cast and add per parameter (`update_hp_grads`, bf16_optimizer.py;
       called after each backward, pipe/engine.py @v0.11.1 l. 762): applies at zero <= 1.
+    - ``autograd_grad_accum``: gradients accumulate across micro-batches in each parameter's
+      `.grad` through autograd, in the parameter dtype: PyTorch's AccumulateGrad adds every
+      later micro-batch's gradient in place (`variable_grad += new_grad`,
+      torch/csrc/autograd/functions/accumulate_grad.h), one unfused pass per parameter per
+      micro-batch. DeepSpeed ZeRO-1 with `grad_accum_dtype` equal to the bf16 parameters
+      keeps them there until the accumulation boundary (stage_1_and_2.py @v0.11.0 l. 284-291
+      `use_grad_accum_attribute` False, l. 1327-1329 no reduction before the boundary at stage
+      1); BF16_Optimizer (`bf16_accum_pass`) clears them after every micro-batch instead, and
+      Megatron's fused `main_grad` accumulation has no such pass. Applies at zero <= 1.
     - ``moe_glu_clamp_bias``: the routed experts run Megatron-Core's `TEGroupedMLP` with a
       clamped GLU and expert biases (GPT-OSS: `activation_func_clamp_value`,
       `add_bias_linear`) without the TE op fuser: the clamp/cat chain before the fused
@@ -153,6 +162,7 @@ class FrameworkBehaviour(Strict):
     moe_prob_scaling: Literal["activation", "combine"] = "activation"
     zero2_reduce: Literal["step", "microbatch"] = "step"
     bf16_accum_pass: bool = False
+    autograd_grad_accum: bool = False
     moe_glu_clamp_bias: bool = False
     unfused_ops: tuple[UnfusedOp, ...] = ()
 
