@@ -252,6 +252,9 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             assumed.append(f"dropout ({stated['dropout']})")
         if stated.get("unfused_ops"):
             recipe = _with_unfused(recipe, stated["unfused_ops"], assumed)
+        if stated.get("repeat_kv"):
+            recipe = recipe.with_behaviour(gqa_repeat_kv=True)
+            assumed.append(f"K, V repeated to every query head ({stated['repeat_kv']})")
         if stated.get("optimizer"):
             dt = 2.0 if stated["optimizer"] == "bf16" else 4.0
             master = 0.0 if dt == 2.0 else (4.0 if stated.get("fp8_params") and fp8 else 2.0)
@@ -283,8 +286,12 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         if stated.get("unfused_ops"):
             recipe = _with_unfused(recipe, stated["unfused_ops"], assumed)
         if stated.get("bf16_grad_accum"):
-            recipe = recipe.with_behaviour(bf16_accum_pass=False)
-            assumed.append(f"bf16 gradient accumulation ({stated['bf16_grad_accum']})")
+            # ZeRO-1 then leaves each micro-batch's gradient in `.grad`, where autograd adds
+            # the next one in place (`autograd_grad_accum`; stage_1_and_2.py @v0.11.0
+            # l. 284-291, 1327-1329; FlagPerf's image pins deepspeed==0.11.0)
+            recipe = recipe.with_behaviour(bf16_accum_pass=False, autograd_grad_accum=True)
+            assumed.append(f"bf16 gradient accumulation in .grad by autograd "
+                           f"({stated['bf16_grad_accum']})")
         if stated.get("no_sp"):
             assumed.append(f"no sequence parallelism ({stated['no_sp']})")
             return recipe, "0", ()
@@ -515,21 +522,31 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     #   @6d4c535e megatron/model/transformer.py l. 130-134 (swiglu, its fc1 bias added before
     #   it: skip_bias_add=True, l. 117, 163-165) and l. 777-778 (megatron/model/
     #   rotary_pos_embedding.py); the LayerNorm is Apex's MixedFusedLayerNorm.
+    #   Megatron-DeepSpeed's attention also splits the fused QKV output with slices and
+    #   selects (l. 641-644: a zeros-filled gradient of the whole output per part in backward)
+    #   and copies the strided v before FlashAttention-2 (l. 799-800); FlagPerf's image pins
+    #   11f2d934 (training/nvidia/docker_image/megatron-deepspeed/megatron-deepspeed_install.sh),
+    #   two commits before 6d4c535e with the same megatron/model/.
+    # - Llama 2 70B, grouped-query: the legacy layer expands K and V to all 64 heads with
+    #   `repeat_interleave` (l. 855-864) before the RoPE (behaviour `gqa_repeat_kv`; the RoPE
+    #   then runs on 64 K heads, cost/unfused_ops.py).
     # - Mixtral: mixtral_8x7B/megatron/megatron_main.sh passes --no-rope-fusion: Megatron-LM
     #   core_v0.6.0 (cac60ce4) attention.py l. 289-292 then runs rotary_pos_embedding.py
     #   `apply_rotary_pos_emb_bshd` (l. 173-196); the TE layer keeps the rest fused.
     "flagperf": {
         "llama2 7b": {"bf16_grad_accum": "ds_config.json: ZeRO-1 with grad_accum_dtype bf16, "
                                          "no BF16_Optimizer",
-                      "unfused_ops": (("rope-legacy", "swiglu"),
+                      "unfused_ops": (("rope-legacy", "swiglu", "qkv-slice"),
                                       "megatron-deepspeed_main.sh @1b5a030398 --swiglu "
-                                      "--use-rotary-position-embeddings: Megatron-DeepSpeed "
-                                      "@6d4c535e megatron/model/transformer.py l. 130-134, "
-                                      "777-778")},
+                                      "--use-rotary-position-embeddings --use-flash-attn-v2: "
+                                      "Megatron-DeepSpeed @6d4c535e megatron/model/"
+                                      "transformer.py l. 130-134, 641-644, 777-778, 799-800")},
         "llama2 70b": {"unfused_ops": (("rope", "swiglu"),
                                        "llama2_70B/megatron/megatron_main.sh @1b5a030398: "
                                        "FlagScale @26cd664 legacy layer, "
-                                       "megatron/model/transformer.py l. 138-145, 868-869")},
+                                       "megatron/model/transformer.py l. 138-145, 868-869"),
+                       "repeat_kv": "FlagScale @26cd664 legacy layer: repeat_interleave "
+                                    "before RoPE, megatron/model/transformer.py l. 855-864"},
         "llama3": {"dropout": _FLAGPERF_DROPOUT % "llama3_{8B,70B}/megatron/pretrain_llama3.sh"},
         "mixtral": {"dropout": _FLAGPERF_DROPOUT % "mixtral_8x7B/megatron/megatron_main.sh",
                     "unfused_ops": (("rope",),

@@ -153,6 +153,10 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     - DeepSpeed BF16_Optimizer (`bf16_accum_pass`, zero <= 1): `update_hp_grads` adds each
       bf16 gradient into its fp32 one, an unfused cast (r weight_bytes, w grad_bytes) and add
       (r 2·grad_bytes, w grad_bytes): 18 B per parameter at bf16/fp32, at HBM bandwidth.
+    - autograd accumulation into `.grad` (`autograd_grad_accum`, zero <= 1): AccumulateGrad's
+      in-place add in the parameter dtype (r 2·weight_bytes, w weight_bytes): 6 B per
+      parameter in bf16. Charged on every micro-batch; the first one's gradient is taken as
+      is (no add), one pass per step that this counts over (1/m of the term).
     """
     nd = node(job, g)
     beh = job.recipe.behaviour
@@ -178,6 +182,10 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
         acc = np.where(z <= 1, float(hbm_time(nd.gpu, per)), 0.0)
         dense = dense + acc
         expert = expert + acc
+    if beh.autograd_grad_accum:
+        add = np.where(z <= 1, float(hbm_time(nd.gpu, 3.0 * job.recipe.weight_bytes)), 0.0)
+        dense = dense + add
+        expert = expert + add
     return dense, expert
 
 

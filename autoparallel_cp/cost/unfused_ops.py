@@ -35,6 +35,25 @@ activation outside the GEMM) also the add r2 w2 = 4 forward (per f: the fc1 outp
 the bias gradient's reduction r2 = 2 backward. The dense MLP only (MoE experts keep their
 kernels).
 
+RoPE after the K, V repeat: a fused layer whose recipe also expands grouped K, V to every query
+head (`gqa_repeat_kv`) is FlagScale's legacy layer, which does so (`repeat_interleave`,
+transformer.py l. 855-864 @26cd664) before its unfused RoPE (l. 866-869), so the RoPE runs on a
+K heads, not kv_heads (the copies themselves are `gqa_repeat_kv`'s). Megatron-Core's own layers
+never repeat K, V; eager recipes (torchtitan's `repeat_kv` after RoPE) are not costed here.
+
+"qkv-slice": Megatron-DeepSpeed's `split_tensor` (microsoft/Megatron-DeepSpeed @6d4c535e, the
+same file at FlagPerf's image pin 11f2d934, megatron/model/transformer.py l. 641-644): the fused
+QKV output viewed [s, b, kv groups, g + 2, d] gives q as a slice (reshaped), k and v as `select`s
+of it. Backward, PyTorch's `slice_backward` / `select_backward` each fill a zeros tensor of the
+whole QKV output and copy their gradient into their part, and the three are summed: per element
+of the QKV output (Q = (a·dqk + kvh·(dqk + dv)) / tp per token) zeros 3 x w1, the copies r1 w1
+on their parts (2 in all), two sums r2 w1 each (6): 11; Megatron-Core's `torch.split`, whose
+backward is one cat (r1 w1: 2), is left in the fused baseline with the rest of its layer, so 9
+are charged. Forward, the FlashAttention path's `rearrange(x, 's b ... -> b s ...')
+.contiguous()` (l. 799-800) copies v, a strided select (r1 w1 per v element); with a micro-batch
+over 1 the s, b transpose also copies q and k, and the attention output's `rearrange(...,
+'b s h d -> s b (h d)').contiguous()` (l. 809) copies it (r1 w1 per q, k and output element).
+
 The fused counts `layer_factors._elementwise_bytes_fwd` gives these ops (RoPE read + write,
 SwiGLU read 2f write f, backward ELEMENTWISE_BWD_FACTOR x forward) are left out for the ops
 named here and these counts added instead.
@@ -59,6 +78,11 @@ ROPE_FREQS_BYTES_PER_CALL = 2 * (4.0 + 4.0 + 4.0 + 2.0)
 SWIGLU_RW = (5.0, 13.0)
 #: (forward, backward) of the fc1 bias added before the unfused activation, per ffn element
 SWIGLU_BIAS_RW = (4.0, 2.0)
+#: backward bytes per QKV-output element of Megatron-DeepSpeed's slice/select split beyond
+#: Megatron-Core's split (11 - 2, module docstring), activation units
+QKV_SLICE_BWD = 9.0
+#: forward bytes per copied element (read + write) of the legacy FlashAttention path's copies
+COPY_RW = 2.0
 
 
 @dataclass(frozen=True)
@@ -82,18 +106,21 @@ def swiglu_unfused(ops: tuple[str, ...], model: ModelSpec, moe: bool) -> bool:
 
 
 def unfused_op_bytes(model: ModelSpec, ops: tuple[str, ...], moe: bool, ab: float,
-                     tp: FloatArray, mbs: FloatArray) -> UnfusedBytes:
+                     tp: FloatArray, mbs: FloatArray, kv_repeated: bool = False
+                     ) -> UnfusedBytes:
     """Forward and backward HBM bytes per token of the layer's `ops` (module docstring).
 
-    q has a, k kv_heads heads of dqk, tp-sharded; the freqs are per sequence position, so per
-    token of the micro-batch they divide by its batch size `mbs`.
+    q has a, k kv_heads heads of dqk (a when `kv_repeated`: K was expanded to every query head
+    before the RoPE), tp-sharded; the freqs are per sequence position, so per token of the
+    micro-batch they divide by its batch size `mbs`.
     """
     fwd = np.zeros(np.broadcast_shapes(np.shape(tp), np.shape(mbs)))
     bwd = fwd.copy()
     rope = rope_unfused(ops, model)
     if rope is not None:
         a, dqk, _ = attention_dims(model)
-        elems = (a + model.kv_heads) * dqk / tp
+        k_heads = a if kv_repeated else model.kv_heads
+        elems = (a + k_heads) * dqk / tp
         f, b = ROPE_RW[rope]
         fwd = fwd + f * ab * elems + 2 * ROPE_FREQS_BYTES_PER_CALL * dqk / mbs
         bwd = bwd + b * ab * elems
@@ -104,6 +131,13 @@ def unfused_op_bytes(model: ModelSpec, ops: tuple[str, ...], moe: bool, ab: floa
             f, b = f + SWIGLU_BIAS_RW[0], b + SWIGLU_BIAS_RW[1]
         fwd = fwd + f * ab * ffn
         bwd = bwd + b * ab * ffn
+    if "qkv-slice" in ops and model.mla is None:
+        a, dqk, dv = attention_dims(model)
+        kvh = model.kv_heads
+        qkv = (a * dqk + kvh * (dqk + dv)) / tp
+        transposed = np.where(np.asarray(mbs) > 1, ((a + kvh) * dqk + a * dv) / tp, 0.0)
+        fwd = fwd + COPY_RW * ab * (kvh * dv / tp + transposed)
+        bwd = bwd + QKV_SLICE_BWD * ab * qkv
     return UnfusedBytes(fwd=fwd, bwd=bwd)
 
 
@@ -119,7 +153,8 @@ def layer_unfused_bytes(job: Job, options: CostOptions, moe: bool, tp: FloatArra
     unpad / pad copies around a variable-length attention call when the recipe's behaviour
     has `attention_unpad` (cost/attention_padding.py; PyTorch index ops, fused or not)."""
     ab = float(job.recipe.activation_bytes)
-    ub = unfused_op_bytes(job.model, active_ops(job, options), moe, ab, tp, mbs)
+    ub = unfused_op_bytes(job.model, active_ops(job, options), moe, ab, tp, mbs,
+                          kv_repeated=options.gqa_repeat_kv)
     if not options.attention_unpad:
         return ub
     f, b = unpad_pad_bytes(job.model, ab, tp)

@@ -31,7 +31,10 @@ def deepspeed_config(job: Job, plan: Plan) -> tuple[dict[str, Any], list[str]]:
         # the recipe's layout: bf16 weights, fp32 master and fp32 gradient accumulation
         # (0.19.8 runtime/constants.py:384 grad_accum_dtype)
         cfg["bf16"] = {"enabled": True}
-        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+        # a recipe that accumulates in the bf16 `.grad` (behaviour autograd_grad_accum)
+        # asks for bf16 accumulation instead
+        accum = "bf16" if job.recipe.behaviour.autograd_grad_accum else "fp32"
+        cfg["data_types"] = {"grad_accum_dtype": accum}
     else:
         # fp32 weights and grads with bf16 autocast (constants.py:177-186 torch_autocast)
         cfg["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}

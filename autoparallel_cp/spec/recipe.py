@@ -17,7 +17,7 @@ Fraction = Annotated[float, Bounded(0.0, 1.0, "a fraction", low_open=False)]
 RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe",
                           "shared_experts"]
 #: Elementwise ops a Megatron layer can run as its PyTorch ops (cost/unfused_ops.py).
-UnfusedOp = Literal["rope", "rope-legacy", "swiglu"]
+UnfusedOp = Literal["rope", "rope-legacy", "swiglu", "qkv-slice"]
 
 
 class FrameworkBehaviour(Strict):
@@ -112,6 +112,15 @@ class FrameworkBehaviour(Strict):
       1135-1177, `get_data_types` l. 859-872) adds every micro-batch's bf16 gradients into
       fp32 ones, one unfused cast and add per parameter (`update_hp_grads`, bf16_optimizer.py;
       called after each backward, pipe/engine.py @v0.11.1 l. 762): applies at zero <= 1.
+    - ``autograd_grad_accum``: gradients accumulate across micro-batches in each parameter's
+      `.grad` through autograd, in the parameter dtype: PyTorch's AccumulateGrad adds every
+      later micro-batch's gradient in place (`variable_grad += new_grad`,
+      torch/csrc/autograd/functions/accumulate_grad.h), one unfused pass per parameter per
+      micro-batch. DeepSpeed ZeRO-1 with `grad_accum_dtype` equal to the bf16 parameters
+      keeps them there until the accumulation boundary (stage_1_and_2.py @v0.11.0 l. 284-291
+      `use_grad_accum_attribute` False, l. 1327-1329 no reduction before the boundary at stage
+      1); BF16_Optimizer (`bf16_accum_pass`) clears them after every micro-batch instead, and
+      Megatron's fused `main_grad` accumulation has no such pass. Applies at zero <= 1.
     - ``moe_glu_clamp_bias``: the routed experts run Megatron-Core's `TEGroupedMLP` with a
       clamped GLU and expert biases (GPT-OSS: `activation_func_clamp_value`,
       `add_bias_linear`) without the TE op fuser: the clamp/cat chain before the fused
@@ -128,8 +137,11 @@ class FrameworkBehaviour(Strict):
       ops, costed op by op, forward and backward (cost/unfused_ops.py): "rope" (Megatron-Core's
       `apply_rotary_pos_emb` without `--apply-rope-fusion`, e.g. FlagScale's legacy layer),
       "rope-legacy" (Megatron-DeepSpeed's megatron/model/rotary_pos_embedding.py), "swiglu"
-      (the legacy `ParallelMLP`'s `silu(x1) * x2`, its fc1 bias added before it). Default
-      empty: every op fused. Ignored when the whole layer is eager (`fused` False).
+      (the legacy `ParallelMLP`'s `silu(x1) * x2`, its fc1 bias added before it), "qkv-slice"
+      (Megatron-DeepSpeed's slice/select split of the fused QKV output and its FlashAttention
+      path's `.contiguous()` copies). With `gqa_repeat_kv` an unfused RoPE runs on the
+      expanded K (FlagScale's legacy layer repeats before its RoPE). Default empty: every op
+      fused. Ignored when the whole layer is eager (`fused` False).
     - ``attention_unpad``: every attention call unpads q, k, v into packed tokens and pads the
       output back (flash-attn's `bert_padding.unpad_input` / `pad_input` around
       `flash_attn_varlen_func`), padding or not: llm-foundry's `attn_impl: flash`
@@ -155,6 +167,7 @@ class FrameworkBehaviour(Strict):
     moe_prob_scaling: Literal["activation", "combine"] = "activation"
     zero2_reduce: Literal["step", "microbatch"] = "step"
     bf16_accum_pass: bool = False
+    autograd_grad_accum: bool = False
     moe_glu_clamp_bias: bool = False
     unfused_ops: tuple[UnfusedOp, ...] = ()
     attention_unpad: bool = False

@@ -214,6 +214,24 @@ def test_bf16_optimizer_accumulation_pass(zero: int) -> None:
     assert e == pytest.approx(want, rel=1e-12)
 
 
+def test_autograd_accumulation_into_bf16_grad() -> None:
+    """DeepSpeed ZeRO-1 with bf16 grad_accum_dtype: autograd adds each micro-batch's bf16
+    gradient into `.grad` in place (read 2 + 2, write 2) = 6 B per parameter at the H100's
+    3350 GB/s x HBM_EFFICIENCY; no BF16_Optimizer pass; ZeRO-2 reduces and drops the
+    gradients every micro-batch instead, so there it is only the bf16 reduce-scatter."""
+    from autoparallel_cp.cost.efficiency import HBM_EFFICIENCY
+
+    ds = _job(moe=True, recipe="deepspeed")
+    job = ds.model_copy(update={"recipe": ds.recipe.with_behaviour(
+        bf16_accum_pass=False, autograd_grad_accum=True)})
+    want = 6.0 / (3350e9 * HBM_EFFICIENCY)
+    for zero in (0, 1):
+        d, e = _mb(job, 1, 1, 8, 2, zero)
+        assert d == pytest.approx(want, rel=1e-12)
+        assert e == pytest.approx(want, rel=1e-12)
+    assert _mb(job, 1, 1, 8, 1, 2)[0] == pytest.approx(2 * 7 / 8 / NV, rel=1e-9)
+
+
 @pytest.mark.parametrize("recipe", ["megatron-bf16", "pytorch-fsdp", "torchtitan-fsdp"])
 def test_other_recipes_have_no_microbatch_gradient_work(recipe: str) -> None:
     """Megatron and PyTorch accumulate into their fp32 main gradients inside the backward

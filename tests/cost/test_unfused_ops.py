@@ -117,3 +117,44 @@ def test_moe_layer_and_eager_recipes_ignore_swiglu() -> None:
     d = layer_factors(_job(("rope", "swiglu"), fused=False), *args)
     assert float(d.compute_s) == pytest.approx(float(c.compute_s))
     assert float(d.act_bytes) == pytest.approx(float(c.act_bytes))
+
+
+# Megatron-DeepSpeed's slice / select split of the fused QKV output [s, b, kv groups, g+2, d]
+# (megatron/model/transformer.py l. 641-644 @6d4c535e), per QKV-output element on one tp rank:
+# backward: three zeros tensors of the whole output w2 each; the three copies of the parts'
+# gradients r2 w2 (over the parts, once per element in all); two sums r4 w2 each: 6 + 4 + 12
+# = 22 B, less Megatron-Core's split backward (one cat, r2 w2 = 4 B) = 18 B
+QKV = (A * D + KV * (D + D)) // TP  # 64
+SLICE_BWD = (3 * 2 + (2 + 2) + 2 * (4 + 2)) - (2 + 2)
+# forward: `.contiguous()` before FlashAttention copies the strided v (r2 w2 per element); with
+# a micro-batch over 1 the s, b transpose copies q and k too, and the output is copied back
+V_ELEMS = KV * D // TP  # 16
+TRANSPOSED = ((A + KV) * D + A * D) // TP  # 80
+
+
+@pytest.mark.parametrize("mbs,fwd", [(1, 4 * V_ELEMS), (MBS, 4 * (V_ELEMS + TRANSPOSED))])
+def test_qkv_slice_bytes(mbs: int, fwd: float) -> None:
+    ub = unfused_op_bytes(_model(), ("qkv-slice",), False, 2.0, TP, mbs)
+    assert float(ub.fwd) == pytest.approx(fwd)
+    assert float(ub.bwd) == pytest.approx(SLICE_BWD * QKV)
+
+
+def test_rope_after_the_kv_repeat_runs_on_every_query_head() -> None:
+    """FlagScale's legacy layer repeats K, V to the 4 query heads before its RoPE: the RoPE
+    touches 4 + 4 heads of 16 per token instead of 4 + 2; the layer also pays the repeat
+    copies (read 2 K/V heads, write 4, for K and V: 2 x (2 + 4) x 16 / tp elements, bf16,
+    backward twice the forward like every plain elementwise copy)."""
+    ub = unfused_op_bytes(_model(), ("rope",), False, 2.0, TP, MBS, kv_repeated=True)
+    qk_rep = (A + A) * D // TP  # 64
+    assert float(ub.fwd) == pytest.approx(ROPE_FWD * qk_rep + FREQS)
+    assert float(ub.bwd) == pytest.approx(ROPE_BWD * qk_rep)
+    tokens = MBS * S
+    args = (0, TP, 1, 1, 1, MBS, "none")
+    job = _job(("rope",))
+    base = layer_factors(job, *args)
+    rep = layer_factors(job.model_copy(update={
+        "recipe": job.recipe.with_behaviour(gqa_repeat_kv=True)}), *args)
+    copies = 2 * 2 * (KV + A) * D // TP
+    extra = (ROPE_FWD + ROPE_BWD) * (A - KV) * D // TP + copies * (1 + 2)
+    assert float(rep.compute_s - base.compute_s) == pytest.approx(
+        float(hbm_time(GPU, extra * tokens)), rel=1e-9)

@@ -292,6 +292,11 @@ def test_precision_layout_must_be_the_recipes(job: Job, tt: Job) -> None:
     assert cfg["bf16"] == {"enabled": True} and cfg["data_types"] == {"grad_accum_dtype": "fp32"}
     cfg, _ = deepspeed_config(tt, plan)
     assert cfg["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"} and "bf16" not in cfg
+    # gradients accumulated in the bf16 .grad by autograd: DeepSpeed's bf16 grad_accum_dtype
+    acc = job.model_copy(update={"recipe": job.recipe.with_behaviour(
+        bf16_accum_pass=False, autograd_grad_accum=True)})
+    cfg, _ = deepspeed_config(acc, parse_plan("zero=1,mbs=1", acc))
+    assert cfg["data_types"] == {"grad_accum_dtype": "bf16"}
 
 
 def test_deepspeed_expert_parallel_is_autoep() -> None:
