@@ -73,8 +73,11 @@ def cluster(gpu: GPUSpec, intra: LinkSpec, inter: LinkSpec, gpus: int) -> Cluste
 #: Megatron-LM 2021/2022 (SC21, Korthikanti): fp16/bf16 mixed precision, fused softmax (no flash
 #: attention), no distributed optimizer. fp16 mixed precision: Megatron of 2021 all-reduced the
 #: fp16 gradients (fp32 accumulation/all-reduce was forced only for bf16), so 2 B on the wire.
+#: Megatron-LM of 2021-22 scattered each stage's output over the tp ranks before sending it
+#: (`--scatter-gather-tensors-in-pipeline`, default on from 72e4230bb5, 2021-02-16, until
+#: 3c92fa93b5, 2023-03-23; megatron/p2p_communication.py l. 148-190 at 3c92fa93b5^).
 MEGATRON_2021 = TrainingRecipe(name="megatron-2021", framework="megatron", flash_attention=False,
-                               grad_reduce_bytes=2)
+                               grad_reduce_bytes=2).with_behaviour(pp_scatter_gather=True)
 #: torchtitan FSDP2: fp32 sharded params, bf16 compute (param_dtype), fp32 reduce, no autocast
 #: copies (FSDP mixed precision casts on all-gather).
 #: The `torchtitan-fsdp` preset (FSDP2 fp32 sharded params, bf16 compute, fp32 reduce; foreach

@@ -18,6 +18,7 @@ from autoparallel_cp.cost.common import (
 from autoparallel_cp.cost.constants import (
     ADAM_BYTES_PER_PARAM,
     ADAM_FOREACH_BYTES_PER_PARAM,
+    COMM_SM_SHARE,
     FSDP_COPY_OUT_BYTES_PER_PARAM,
     GRAD_CLIP_BYTES_PER_PARAM,
 )
@@ -34,17 +35,59 @@ def p2p_factor(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike, mb
                pp: ArrayLike, vpp: ArrayLike, dp: ArrayLike) -> FloatArray:
     """Pipeline send/recv time per micro-batch on one stage (forward activation + backward grad).
 
-    Narayanan §3.2/§4.1: b·s·h per micro-batch per direction, split over the tp ranks
-    (scatter/gather optimisation: /tp); interleaving multiplies the sends by vpp (§2.2).
-    The stages are `tp·cp·dp` ranks apart: on NVLink only if that span fits in one node.
+    Narayanan §3.2/§4.1: b·s·h per micro-batch per direction (s/cp on each cp rank);
+    interleaving multiplies the sends by vpp (§2.2). What each tp rank sends: Megatron-Core
+    (since 3c92fa93b5, 2023-03-23, which moved the p2p into megatron/core) sends the tensor
+    [s/cp, b, h] from every tp rank, divided by tp only under sequence parallelism
+    (schedules.py core_v0.10.0 l. 676-679, d98e8a64 l. 1183-1187); behaviour
+    `pp_scatter_gather` sends 1/tp from each rank without it too (Megatron-LM's
+    `--scatter-gather-tensors-in-pipeline`, on by default from 72e4230bb5 (2021-02) until that
+    move; DeepSpeed's PipelineEngine, `is_pipe_partitioned` / `is_grad_partitioned`,
+    deepspeed/runtime/pipe/engine.py @v0.11.1 l. 132-133); the receivers' all-gather over
+    NVLink is not charged. The stages are `tp·cp·dp` ranks apart: on NVLink only if that span
+    fits in one node.
+
+    Behaviour `overlap_p2p_comm` (Megatron-Core's, interleaved schedule only: vpp > 1) hides the
+    steady state's transfers; see `p2p_exposed_share`.
     """
     nd = node(job, g)
     tp_, cp_, sp_, mbs_, pp_, vpp_, dp_ = (_f(x) for x in (tp, cp, sp, mbs, pp, vpp, dp))
     tokens = mbs_ * job.seq_len / cp_
-    nbytes = tokens * job.model.hidden_size * job.recipe.activation_bytes / tp_
+    split = tp_ if job.recipe.behaviour.pp_scatter_gather else np.where(sp_ > 0, tp_, 1.0)
+    nbytes = tokens * job.model.hidden_size * job.recipe.activation_bytes / split
     intra = 1.0 - comm.crosses_nodes(tp_ * cp_ * dp_, nd.gpus_per_node)
     one = comm.p2p(nd, intra, nbytes)
-    return np.where(pp_ > 1, 2.0 * one * vpp_, 0.0)
+    share = np.ones_like(one)
+    if job.recipe.behaviour.overlap_p2p_comm:
+        m = np.maximum(np.floor(job.global_batch / (dp_ * mbs_)), 1.0)
+        share = p2p_exposed_share(pp_, vpp_, m)
+    return np.where(pp_ > 1, 2.0 * one * vpp_ * share, 0.0)
+
+
+def p2p_exposed_share(pp: ArrayLike, vpp: ArrayLike, m: ArrayLike) -> FloatArray:
+    """Share of the first stage's pipeline transfers that costs their full time under
+    Megatron-Core's `overlap_p2p_comm` (the rest costs COMM_SM_SHARE of theirs); 1 for vpp = 1.
+
+    Interleaved schedule (`forward_backward_pipelining_with_interleaving`, schedules.py): in
+    the steady state each forward chunk's send and the next chunk's receive are posted right
+    after that forward and waited on only before the next forward, with a backward chunk in
+    between, the gradient's likewise around a forward chunk (core_v0.10.0 l. 1169-1300;
+    core_v0.8.0 l. 930-1012), so a transfer runs beside a chunk's compute and takes the SMs of
+    its NCCL kernel from it (`comm.overlap_exposed` for a transfer shorter than the chunk:
+    COMM_SM_SHARE of it). The W warm-up forwards and W cool-down backwards of a stage have no
+    compute between a transfer's post and its wait (core_v0.10.0: blocking
+    `send_forward_recv_forward` l. 1076 and `send_backward_recv_backward` l. 1437; core_v0.8.0:
+    posted l. 881 and waited before the next warm-up forward l. 819-821, blocking cool-down l.
+    1114-1115), so they are exposed. The first stage runs the most: W = 2(pp - 1) + (vpp - 1)·N
+    of its m·vpp chunks (N = `microbatch_group`, pp when pp | m; core_v0.10.0 l. 692-696),
+    capped at m·vpp. Megatron turns the overlap off without interleaving
+    (megatron/training/arguments.py core_v0.10.0 l. 356)."""
+    pp_, vpp_, m_ = np.broadcast_arrays(*(np.maximum(np.floor(_f(x)), 1.0) for x in (pp, vpp, m)))
+    group = np.where(m_ % pp_ == 0, pp_, _group(pp_, m_) if (m_ % pp_).any() else pp_)
+    group = np.where(group > 0, group, pp_)  # m < pp: no group (the plan is refused)
+    chunks = m_ * vpp_
+    f = np.minimum(2.0 * (pp_ - 1.0) + (vpp_ - 1.0) * group, chunks) / chunks
+    return np.where(vpp_ > 1, f + (1.0 - f) * COMM_SM_SHARE, 1.0)
 
 
 def expert_dp_size(tp: ArrayLike, cp: ArrayLike, dp: ArrayLike, ep: ArrayLike,

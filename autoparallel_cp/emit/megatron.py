@@ -128,6 +128,18 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     if plan.sp:
         a.append("--sequence-parallel")
     a += split_args(job, plan)
+    if plan.pp > 2 and plan.vpp > 1 and not job.recipe.behaviour.overlap_p2p_comm:
+        # Megatron-LM overlaps the interleaved schedule's sends and receives unless told not to
+        # (arguments.py:3118-3120 @d98e8a64, store_false `overlap_p2p_comm`); the recipe's cost
+        # charges them exposed, so the launch matches it (behaviour `overlap_p2p_comm`)
+        a.append("--no-overlap-p2p-communication")
+    elif plan.pp == 2 and plan.vpp > 1 and not job.recipe.behaviour.overlap_p2p_comm:
+        # Megatron refuses interleaving without the overlap on two stages (arguments.py:
+        # 1000-1009 @d98e8a64): it runs this plan with the overlap, faster than costed
+        notes.append("Megatron overlaps the pipeline sends of an interleaved plan on pp 2 (it "
+                     "refuses --no-overlap-p2p-communication there); the recipe "
+                     f"{job.recipe.name!r} costs them exposed, so the step time is an upper "
+                     "estimate (set behaviour overlap_p2p_comm to cost the overlap)")
     # ZeRO: 1 = distributed optimizer; 2/3 = Megatron-FSDP sharding strategies.
     if plan.zero >= 1:
         a.append("--use-distributed-optimizer")

@@ -101,7 +101,7 @@ class Tables:
     mtpc_opt: dict[int, F] = field(default_factory=dict)
     mtp_mb: dict[int, F] = field(default_factory=dict)
     mtpc_mb: dict[int, F] = field(default_factory=dict)
-    # p2p [g] -> (tp, cp, sp, mbs, vpp, dp), used when pp > 1
+    # p2p [g] -> (tp, cp, sp, mbs, vpp, dp) (pp = N/(tp·cp·dp)), used when pp > 1
     p2p: dict[int, F] = field(default_factory=dict)
     capacity: tuple[float, ...] = ()  # per group: charged bytes a stage may reach
     other: float = 0.0
@@ -192,7 +192,10 @@ def build_tables(space: SearchSpace) -> Tables:
             t.mtp_act[g] = tch * model.mtp_layers * np.broadcast_to(mf.act_bytes,
                                                                     shape_e).copy()
         ax_p = np.ix_(tp, cp, sp, mbs, vpp, dp)
-        p2p = fx.p2p_factor(job, g, ax_p[0], ax_p[1], ax_p[2], ax_p[3], 2, ax_p[4], ax_p[5])
+        # pp = N / (tp·cp·dp) (space.py: dp is derived), so the table keeps its axes
+        pp_of = job.num_gpus / (ax_p[0] * ax_p[1] * ax_p[5])
+        p2p = fx.p2p_factor(job, g, ax_p[0], ax_p[1], ax_p[2], ax_p[3], pp_of, ax_p[4],
+                            ax_p[5])
         t.p2p[g] = np.broadcast_to(
             p2p, (len(tp), len(cp), 2, len(mbs), len(vpp), len(dp))).copy()
         # ZeRO-3 per-layer exposed all-gather (used when zero == 3): (tp,cp,ep,sp,mbs,mode,dp)

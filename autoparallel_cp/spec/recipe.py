@@ -147,6 +147,19 @@ class FrameworkBehaviour(Strict):
       `flash_attn_varlen_func`), padding or not: llm-foundry's `attn_impl: flash`
       (llmfoundry/models/layers/attention.py `flash_attn_fn` @5e85bd62d). Gathers forward,
       zero-fill and scatter backward (cost/attention_padding.py). Default False.
+    - ``overlap_p2p_comm``: Megatron-Core's `overlap_p2p_comm` (with `batch_p2p_comm` off): the
+      interleaved schedule posts each send and receive before the other direction's model chunk
+      and waits for it after, so the steady state's transfers run beside compute; the warm-up
+      and cool-down ones stay exposed (cost/sync.py `p2p_exposed_share`). No effect without
+      interleaving (Megatron turns it off there). Default off, every transfer exposed:
+      Megatron-LM before 2023-05-31 (f9283c5a8a) and NeMo 1.x without the YAML key.
+      Megatron-LM main defaults it on with interleaving, so `--emit megatron` writes
+      `--no-overlap-p2p-communication` for an interleaved plan of a recipe without it.
+    - ``pp_scatter_gather``: each tp rank sends 1/tp of a stage's output to the next stage even
+      without sequence parallelism (Megatron-LM's `--scatter-gather-tensors-in-pipeline`
+      before Megatron-Core, 2021-02 to 2023-03; DeepSpeed's PipelineEngine); off: Megatron-Core
+      sends the whole [s/cp, b, h] from every tp rank unless sequence parallel (cost/sync.py
+      `p2p_factor`).
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -171,6 +184,8 @@ class FrameworkBehaviour(Strict):
     moe_glu_clamp_bias: bool = False
     unfused_ops: tuple[UnfusedOp, ...] = ()
     attention_unpad: bool = False
+    overlap_p2p_comm: bool = False
+    pp_scatter_gather: bool = False
 
 
 class TrainingRecipe(Strict):
@@ -290,14 +305,15 @@ RECIPES: dict[str, TrainingRecipe] = {
         optimizer_state_bytes=8,
         compute_dtype="bf16",
         behaviour=FrameworkBehaviour(dp_overlap=False, zero2_reduce="microbatch",
-                                     bf16_accum_pass=True),
+                                     bf16_accum_pass=True, pp_scatter_gather=True),
         source=("DeepSpeed engine with Megatron-DeepSpeed's fused Megatron layers: bf16 "
                 "weights, fp32 gradient accumulation and master weights (BF16_Optimizer / "
                 "ZeRO bf16), fp32 Adam, ZeRO-1/2/3 as zero=1/2/3; gradient reduction not "
                 "overlapped with backward (`zero_optimization.overlap_comm` defaults to "
                 "false, DeepSpeed config docs); ZeRO-2 reduce-scatters every micro-batch "
                 "(stage_1_and_2.py), BF16_Optimizer's fp32 accumulation pass every "
-                "micro-batch at zero <= 1; 18 B/param"),
+                "micro-batch at zero <= 1; the PipelineEngine sends 1/tp of each activation "
+                "and gradient per rank (pipe/engine.py @v0.11.1 l. 132-133); 18 B/param"),
     ),
     "megatron-fp8": TrainingRecipe(
         name="megatron-fp8",

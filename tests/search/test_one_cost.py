@@ -79,8 +79,12 @@ def _cases(draw: Any, new_splits: bool = False) -> tuple[Job, Plan]:
     recipe = draw(st.sampled_from(["megatron-bf16", "torchtitan-fsdp", "deepspeed"]))
     batch = draw(st.sampled_from([BATCH, 6, 10]))  # 6, 10: m that pp does not divide
     # DeepSeek-V3 multi-token prediction: one MTP depth on the last stage
+    # Megatron-Core's p2p overlap (the exposed share depends on pp and m, which the tables
+    # derive from tp, cp, dp and mbs) and the scatter/gather of the pipeline sends
+    behaviour = {"overlap_p2p_comm": draw(st.booleans()),
+                 "pp_scatter_gather": draw(st.booleans())}
     job = Job(model=_model(moe, layers, draw(st.sampled_from([0, 1]))), cluster=_two_groups(),
-              recipe=RECIPES[recipe],
+              recipe=RECIPES[recipe].with_behaviour(**behaviour),
               seq_len=draw(st.sampled_from([4096, 8192])), global_batch=batch)
     pp = draw(st.sampled_from([2, 4]))
     vpp = 2 if new_splits else draw(st.sampled_from([2, 1]))
@@ -159,6 +163,15 @@ def _explicit_mtp_partial() -> tuple[Job, Plan]:
                      stage_layers=(3, 5), stage_groups=(1, 0))
 
 
+def _explicit_p2p_overlap() -> tuple[Job, Plan]:
+    """Megatron-Core's p2p overlap on pp 4 x vpp 2 with m = 10 (groups of N = 5), no sequence
+    parallelism (whole tensors sent from every tensor rank)."""
+    job = Job(model=_model(False, 8), cluster=_two_groups(), seq_len=4096, global_batch=20,
+              recipe=RECIPES["megatron-bf16"].with_behaviour(overlap_p2p_comm=True))
+    return job, Plan(dp=2, tp=2, pp=4, vpp=2, sp=0, zero=1, mbs=1, num_microbatches=10,
+                     recompute="none", stage_groups=(0, 1, 0, 1))
+
+
 def _explicit_slots() -> tuple[Job, Plan]:
     """7 layers on pp 2 x vpp 2, the default split: 9 slots over 4 chunks, 3,2,2,2 less the
     embedding and the loss = 2,2,2,1 (layout order), so stages of 4 and 3 layers, the last in
@@ -172,6 +185,7 @@ def _explicit_slots() -> tuple[Job, Plan]:
 @example(case=_explicit())
 @example(case=_explicit_folded())
 @example(case=_explicit_slots())
+@example(case=_explicit_p2p_overlap())
 @example(case=_explicit_mtp())
 @example(case=_explicit_mtp_partial())
 @given(case=_cases())
