@@ -51,6 +51,7 @@ from autoparallel_cp.cost.moe_comm import (
     sort_chunks_bytes,
 )
 from autoparallel_cp.cost.moe_glu_bias import glu_clamp_bias_bytes
+from autoparallel_cp.cost.straggler import job_compute_stretch
 from autoparallel_cp.spec import GPUSpec, Job
 
 # ---------------------------------------------------------------------------------------------
@@ -264,14 +265,16 @@ def layer_factors(
     ckpt_bytes = ckpt
 
     # ---- compute ----
+    # GEMMs and attention run at the pace of the job's slowest GPU (cost/straggler.py)
+    slow = job_compute_stretch(job)
     gemm_f = np.zeros_like(tokens)
     gemm_b = np.zeros_like(tokens)
     fwd_by_name: dict[str, FloatArray] = {}
     bwd_by_name: dict[str, FloatArray] = {}
     for gm in layer_gemms(model, moe, tokens, tp_, ep_, etp_):
-        f = gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, dtype)
-        dg = gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, dtype)
-        wg = gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, dtype)
+        f = slow * gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, dtype)
+        dg = slow * gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, dtype)
+        wg = slow * gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, dtype)
         fwd_by_name[gm.name] = f
         bwd_by_name[gm.name] = dg + wg
         gemm_f = gemm_f + f
@@ -283,13 +286,14 @@ def layer_factors(
         # (Megatron CP / torch ring attention): the curve sits at key length s/cp
         att_f, att_b = flash_attention_time(gpu, fl, s / cp_, (dqk + dv) / 2.0,
                                             opts.attention_kernel)
+        att_f, att_b = slow * att_f, slow * att_b
     else:
         # two batched GEMMs (QKᵀ, attn·V) over b·a/tp heads, full (masked) s x s, plus softmax
         # (+dropout) traffic: read/write 2·a·s² bytes fwd (Megatron fused scale-mask-softmax).
         heads = mbs_ * a / tp_
         sq = s / cp_
-        qk = gemm_time(gpu, sq, dqk, s, "bf16", batch=heads)
-        av = gemm_time(gpu, sq, s, dv, "bf16", batch=heads)
+        qk = slow * gemm_time(gpu, sq, dqk, s, "bf16", batch=heads)
+        av = slow * gemm_time(gpu, sq, s, dv, "bf16", batch=heads)
         sm_bytes = heads * sq * s * (2 * recipe.activation_bytes + (5.0 if opts.dropout else 0.0))
         att_f = qk + av + hbm_time(gpu, sm_bytes)
         att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
