@@ -214,8 +214,8 @@ def layer_factors(
 ) -> LayerFactors:
     """Per layer, per micro-batch factors on node group `g` (docs/design.md factor form).
 
-    Time = GEMMs (forward, dgrad, wgrad, each at its shape's efficiency; efficiency.py)
-    + attention core (flash curve, or two batched GEMMs + softmax traffic without flash)
+    Time = GEMMs (forward, dgrad, wgrad, each at its shape's efficiency; efficiency.py) and the
+    attention core (flash curve, or 2 batched GEMMs + softmax traffic without flash), x straggler.py
     + memory-bound elementwise ops at HBM bandwidth + exposed communication:
     TP: 2 all-reduces forward + 2 backward of b·s·h (Narayanan §3.2), or with SP 2 all-gathers
     + 2 reduce-scatters each way (Korthikanti §4.2.2, same volume); CP: ring exchange of the
@@ -249,7 +249,7 @@ def layer_factors(
         ep_ = np.ones_like(ep_)
     s = float(job.seq_len)
     tokens = mbs_ * s / cp_
-    dtype = recipe.compute_dtype
+    dtype, slow = recipe.compute_dtype, job_compute_stretch(job)  # the slowest GPU's pace
 
     # ---- activations ----
     br = layer_activation_per_token(job, moe, tp_, cp_, ep_, sp_, opts, etp=etp_)
@@ -265,8 +265,6 @@ def layer_factors(
     ckpt_bytes = ckpt
 
     # ---- compute ----
-    # GEMMs and attention run at the pace of the job's slowest GPU (cost/straggler.py)
-    slow = job_compute_stretch(job)
     gemm_f = np.zeros_like(tokens)
     gemm_b = np.zeros_like(tokens)
     fwd_by_name: dict[str, FloatArray] = {}
@@ -284,9 +282,8 @@ def layer_factors(
         fl = attention_core_flops(model, mbs_, job.seq_len, cp_, tp_, causal=True)
         # context parallelism runs the kernel once per ring step on s/cp-long blocks
         # (Megatron CP / torch ring attention): the curve sits at key length s/cp
-        att_f, att_b = flash_attention_time(gpu, fl, s / cp_, (dqk + dv) / 2.0,
-                                            opts.attention_kernel)
-        att_f, att_b = slow * att_f, slow * att_b
+        att_f, att_b = (slow * t for t in flash_attention_time(
+            gpu, fl, s / cp_, (dqk + dv) / 2.0, opts.attention_kernel))
     else:
         # two batched GEMMs (QKᵀ, attn·V) over b·a/tp heads, full (masked) s x s, plus softmax
         # (+dropout) traffic: read/write 2·a·s² bytes fwd (Megatron fused scale-mask-softmax).
