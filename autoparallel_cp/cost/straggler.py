@@ -33,7 +33,7 @@ the step's compute. The expected stretch of the compute-bound time is
 
     E[max_i t_i] / t_med = 1 + σ·E[max of N standard normals],   N = the job's GPU count.
 
-E[max of N] = ∫ x·N·φ(x)·Φ(x)^(N-1) dx (integrated numerically, cached per N): 0 at N = 1,
+E[max of N] = ∫ x·N·φ(x)·Φ(x)^(N-1) dx (Simpson quadrature, cached per N): 0 at N = 1,
 1/√π = 0.5642 at N = 2, 1.4236 at 8, 3.2482 at 1,024, 3.9714 at 16,384: +0.84%, +2.1%, +4.8%
 and +5.9% of the compute-bound time at σ = 1.48%.
 
@@ -63,8 +63,9 @@ from __future__ import annotations
 
 import functools
 import math
+from statistics import NormalDist
 
-from scipy import integrate, special
+import numpy as np
 
 from autoparallel_cp.spec import Job
 
@@ -72,29 +73,32 @@ from autoparallel_cp.spec import Job
 #: the whisker span / median of per-GPU performance (see module docstring).
 SINHA_AVERAGE_VARIATION = 0.08
 #: Whisker span of a normal in sigmas: 4·IQR = 4·2·Φ⁻¹(0.75).
-WHISKER_SPAN_SIGMAS = 8.0 * float(special.ndtri(0.75))
+WHISKER_SPAN_SIGMAS = 8.0 * NormalDist().inv_cdf(0.75)
 #: Per-GPU relative sigma of the sustained speed of compute-bound kernels.
 GPU_SPEED_SIGMA = SINHA_AVERAGE_VARIATION / WHISKER_SPAN_SIGMAS
+
+#: Simpson grid for E[max], each half-line on its own (the integrand jumps by 1 at x = 0):
+#: Φ(x)^n is 1 (x > 12) / 0 (x < -12) to double precision for every n up to 10^7; step 1/512
+#: keeps the quadrature error below 1e-9.
+_XU = np.linspace(0.0, 12.0, 12 * 512 + 1)
+_LOG_PHI_U = np.log1p(-np.array([0.5 * math.erfc(x / math.sqrt(2.0)) for x in _XU]))
+_LOG_PHI_L = np.log([0.5 * math.erfc(x / math.sqrt(2.0)) for x in _XU])  # log Φ(-x)
+_SIMPSON = np.ones_like(_XU)
+_SIMPSON[1:-1:2], _SIMPSON[2:-1:2] = 4.0, 2.0
+_SIMPSON *= float(_XU[1] - _XU[0]) / 3.0
 
 
 @functools.cache
 def expected_max_std_normal(n: int) -> float:
-    """E[max of n i.i.d. standard normals]: ∫_0^∞ (1 - Φ(x)^n) dx - ∫_-∞^0 Φ(x)^n dx."""
+    """E[max of n i.i.d. standard normals] = ∫_0^∞ (1 - Φ(x)^n) dx - ∫_0^∞ Φ(-x)^n dx
+    (composite Simpson on `_XU`; Φ^n as exp(n·log Φ), stable for large n)."""
     if n < 1:
         raise ValueError(f"need at least one GPU, got {n}")
     if n == 1:
         return 0.0
-    # Φ(x)^n via log_ndtr, stable for large n; the upper tail ends well before x = 12
-    def upper(x: float) -> float:
-        return -math.expm1(n * float(special.log_ndtr(x)))
-
-    def lower(x: float) -> float:
-        return math.exp(n * float(special.log_ndtr(x)))
-
-    mode = float(special.ndtri(1.0 - 1.0 / n))  # where Φ^n turns over
-    up, _ = integrate.quad(upper, 0.0, 12.0, points=[mode], limit=200)
-    lo, _ = integrate.quad(lower, -12.0, 0.0, limit=200)
-    return up - lo
+    upper = -np.expm1(n * _LOG_PHI_U)
+    lower = np.exp(n * _LOG_PHI_L)
+    return float(np.dot(_SIMPSON, upper - lower))
 
 
 def compute_stretch(num_gpus: int, sigma: float = GPU_SPEED_SIGMA) -> float:
