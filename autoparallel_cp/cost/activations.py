@@ -20,6 +20,7 @@ from autoparallel_cp.cost.common import (
 from autoparallel_cp.cost.efficiency import gemm_time
 from autoparallel_cp.cost.flops import attention_dims, expert_token_factor
 from autoparallel_cp.cost.moe_glu_bias import glu_clamp_bias_bytes
+from autoparallel_cp.cost.straggler import job_compute_stretch
 from autoparallel_cp.cost.unfused_ops import swiglu_unfused
 from autoparallel_cp.spec import (
     ClusterSpec,
@@ -331,4 +332,4 @@ def _op_sac_recompute_s(job: Job, moe: bool, gpu: GPUSpec, tokens: FloatArray, t
         k = i if col else i / tp
         n = o / tp if col else o + 0.0 * tp
         t = t + gemm_time(gpu, tokens, k, n, dtype)
-    return t
+    return job_compute_stretch(job) * t

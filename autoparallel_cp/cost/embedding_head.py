@@ -24,6 +24,7 @@ from autoparallel_cp.cost.constants import (
 )
 from autoparallel_cp.cost.efficiency import gemm_time, hbm_time
 from autoparallel_cp.cost.flops import head_gemm
+from autoparallel_cp.cost.straggler import job_compute_stretch
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.params import count_params
 
@@ -80,9 +81,9 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
     head_work = tokens * v / tp_ * lb
     hg = head_gemm(model, tokens, tp_)
     dtype = recipe.compute_dtype
-    head_compute = (gemm_time(gpu, hg.m, hg.k, hg.n, dtype)
-                    + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
-                    + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))
+    head_compute = job_compute_stretch(job) * (gemm_time(gpu, hg.m, hg.k, hg.n, dtype)
+                                               + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
+                                               + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))
     # fp32 logits: cast, max/exp/sum, softmax, grad, cast back (CE_BYTES_PER_LOGIT)
     ce_bytes = tokens * v / tp_ * CE_BYTES_PER_LOGIT["pytorch" if _is_pytorch(recipe)
                                                      else "megatron"]

@@ -51,6 +51,7 @@ from autoparallel_cp.cost.moe_comm import (
     sort_chunks_bytes,
 )
 from autoparallel_cp.cost.moe_glu_bias import glu_clamp_bias_bytes
+from autoparallel_cp.cost.straggler import job_compute_stretch
 from autoparallel_cp.spec import GPUSpec, Job
 
 # ---------------------------------------------------------------------------------------------
@@ -213,8 +214,8 @@ def layer_factors(
 ) -> LayerFactors:
     """Per layer, per micro-batch factors on node group `g` (docs/design.md factor form).
 
-    Time = GEMMs (forward, dgrad, wgrad, each at its shape's efficiency; efficiency.py)
-    + attention core (flash curve, or two batched GEMMs + softmax traffic without flash)
+    Time = GEMMs (forward, dgrad, wgrad, each at its shape's efficiency; efficiency.py) and the
+    attention core (flash curve, or 2 batched GEMMs + softmax traffic without flash), x straggler.py
     + memory-bound elementwise ops at HBM bandwidth + exposed communication:
     TP: 2 all-reduces forward + 2 backward of b·s·h (Narayanan §3.2), or with SP 2 all-gathers
     + 2 reduce-scatters each way (Korthikanti §4.2.2, same volume); CP: ring exchange of the
@@ -248,7 +249,7 @@ def layer_factors(
         ep_ = np.ones_like(ep_)
     s = float(job.seq_len)
     tokens = mbs_ * s / cp_
-    dtype = recipe.compute_dtype
+    dtype, slow = recipe.compute_dtype, job_compute_stretch(job)  # the slowest GPU's pace
 
     # ---- activations ----
     br = layer_activation_per_token(job, moe, tp_, cp_, ep_, sp_, opts, etp=etp_)
@@ -269,9 +270,9 @@ def layer_factors(
     fwd_by_name: dict[str, FloatArray] = {}
     bwd_by_name: dict[str, FloatArray] = {}
     for gm in layer_gemms(model, moe, tokens, tp_, ep_, etp_):
-        f = gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, dtype)
-        dg = gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, dtype)
-        wg = gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, dtype)
+        f = slow * gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, dtype)
+        dg = slow * gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, dtype)
+        wg = slow * gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, dtype)
         fwd_by_name[gm.name] = f
         bwd_by_name[gm.name] = dg + wg
         gemm_f = gemm_f + f
@@ -281,15 +282,15 @@ def layer_factors(
         fl = attention_core_flops(model, mbs_, job.seq_len, cp_, tp_, causal=True)
         # context parallelism runs the kernel once per ring step on s/cp-long blocks
         # (Megatron CP / torch ring attention): the curve sits at key length s/cp
-        att_f, att_b = flash_attention_time(gpu, fl, s / cp_, (dqk + dv) / 2.0,
-                                            opts.attention_kernel)
+        att_f, att_b = (slow * t for t in flash_attention_time(
+            gpu, fl, s / cp_, (dqk + dv) / 2.0, opts.attention_kernel))
     else:
         # two batched GEMMs (QKᵀ, attn·V) over b·a/tp heads, full (masked) s x s, plus softmax
         # (+dropout) traffic: read/write 2·a·s² bytes fwd (Megatron fused scale-mask-softmax).
         heads = mbs_ * a / tp_
         sq = s / cp_
-        qk = gemm_time(gpu, sq, dqk, s, "bf16", batch=heads)
-        av = gemm_time(gpu, sq, s, dv, "bf16", batch=heads)
+        qk = slow * gemm_time(gpu, sq, dqk, s, "bf16", batch=heads)
+        av = slow * gemm_time(gpu, sq, s, dv, "bf16", batch=heads)
         sm_bytes = heads * sq * s * (2 * recipe.activation_bytes + (5.0 if opts.dropout else 0.0))
         att_f = qk + av + hbm_time(gpu, sm_bytes)
         att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)

@@ -34,6 +34,7 @@ from autoparallel_cp.cost.common import (
 from autoparallel_cp.cost.constants import ELEMENTWISE_BWD_FACTOR
 from autoparallel_cp.cost.efficiency import gemm_time, hbm_time
 from autoparallel_cp.cost.embedding_head import edge_factors
+from autoparallel_cp.cost.straggler import job_compute_stretch
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.params import count_params, layer_breakdown
 
@@ -99,8 +100,9 @@ def mtp_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
     ew = hbm_time(gpu, tokens * rep * (3 * (res + ab) * h + 2 * 2 * ab * h))
     dtype = recipe.compute_dtype
     m, k, n = tokens, 2.0 * h, h / tp_
-    gemm = (gemm_time(gpu, m, k, n, dtype) + gemm_time(gpu, m, n, k, dtype)
-            + gemm_time(gpu, k, m, n, dtype))
+    gemm = job_compute_stretch(job) * (gemm_time(gpu, m, k, n, dtype)
+                                       + gemm_time(gpu, m, n, k, dtype)
+                                       + gemm_time(gpu, k, m, n, dtype))
     compute = edge.emb_time_s + ew * (1.0 + ELEMENTWISE_BWD_FACTOR) + gemm + edge.head_compute_s
     msg = tokens * h * ab
     tp_sp = (comm.all_gather(nd, tp_, 1, 2 * msg) + comm.all_gather(nd, tp_, 1, msg)
