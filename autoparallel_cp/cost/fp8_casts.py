@@ -60,8 +60,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoparallel_cp.cost.common import ArrayLike, FloatArray, _f
+from autoparallel_cp.cost.common import ArrayLike, CostOptions, FloatArray, _f, _is_pytorch
+from autoparallel_cp.cost.efficiency import hbm_time
 from autoparallel_cp.cost.flops import Gemm
+from autoparallel_cp.spec import GPUSpec, Job
 
 #: GPU time of one minimal kernel on H100 (torchao roofline_utils.py KERNEL_LAUNCH_OVERHEAD_SEC).
 FP8_KERNEL_FLOOR_S = 2e-6
@@ -174,3 +176,22 @@ def layer_cast_cost(lib: str, scaling: str, gemms: list[Gemm], tp: ArrayLike, sp
         return torchao_cast_cost(gemms, tp, sp)
     zero = 0.0 * _f(tp) * _f(sp)
     return CastCost(zero, zero, zero, zero)
+
+
+def dtype_of(gemm: Gemm, dtype: str) -> str:
+    """The precision `gemm` runs in under a recipe computing in `dtype` (`NOT_FP8` stay bf16)."""
+    return "bf16" if gemm.name in NOT_FP8 else dtype
+
+
+def with_cast_time(job: Job, opts: CostOptions, gpu: GPUSpec, gemms: list[Gemm], tp: ArrayLike,
+                   sp: ArrayLike, fwd_s: FloatArray, bwd_s: FloatArray
+                   ) -> tuple[FloatArray, FloatArray]:
+    """(`fwd_s`, `bwd_s`) plus the layer's quantization time when the recipe computes in fp8:
+    its bytes at the achieved HBM bandwidth, at least `FP8_KERNEL_FLOOR_S` per kernel. The
+    library is behaviour `fp8_linear` (None: TE for Megatron recipes, torchao for PyTorch)."""
+    if job.recipe.compute_dtype != "fp8":
+        return fwd_s, bwd_s
+    lib = opts.fp8_linear or ("torchao" if _is_pytorch(job.recipe) else "te")
+    cc = layer_cast_cost(lib, opts.fp8_scaling, gemms, tp, sp, not gpu.fp8_transpose_free)
+    return (fwd_s + np.maximum(hbm_time(gpu, cc.fwd_bytes), cc.fwd_kernels * FP8_KERNEL_FLOOR_S),
+            bwd_s + np.maximum(hbm_time(gpu, cc.bwd_bytes), cc.bwd_kernels * FP8_KERNEL_FLOOR_S))

@@ -268,10 +268,8 @@ def layer_factors(
     gemm_b = np.zeros_like(tokens)
     fwd_by_name: dict[str, FloatArray] = {}
     bwd_by_name: dict[str, FloatArray] = {}
-    gemm_list = layer_gemms(model, moe, tokens, tp_, ep_, etp_)
-    for gm in gemm_list:
-        gdt = "bf16" if gm.name in fp8_casts.NOT_FP8 else dtype
-        f = gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, gdt)
+    for gm in (gemm_list := layer_gemms(model, moe, tokens, tp_, ep_, etp_)):
+        f = gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, gdt := fp8_casts.dtype_of(gm, dtype))
         dg = gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, gdt)
         wg = gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, gdt)
         fwd_by_name[gm.name] = f
@@ -297,15 +295,7 @@ def layer_factors(
         att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
     ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_) * tokens)
     ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
-    if dtype == "fp8":
-        # fp8 quantization kernels around every fp8 GEMM (cost/fp8_casts.py)
-        lib = opts.fp8_linear or ("torchao" if _is_pytorch(recipe) else "te")
-        cc = fp8_casts.layer_cast_cost(lib, opts.fp8_scaling, gemm_list, tp_, sp_,
-                                       not gpu.fp8_transpose_free)
-        ew_f = ew_f + np.maximum(hbm_time(gpu, cc.fwd_bytes),
-                                 cc.fwd_kernels * fp8_casts.FP8_KERNEL_FLOOR_S)
-        ew_b = ew_b + np.maximum(hbm_time(gpu, cc.bwd_bytes),
-                                 cc.bwd_kernels * fp8_casts.FP8_KERNEL_FLOOR_S)
+    ew_f, ew_b = fp8_casts.with_cast_time(job, opts, gpu, gemm_list, tp_, sp_, ew_f, ew_b)
     ub = unfused_ops.layer_unfused_bytes(job, opts, moe, tp_, mbs_)  # op by op
     ew_f, ew_b = ew_f + hbm_time(gpu, ub.fwd * tokens), ew_b + hbm_time(gpu, ub.bwd * tokens)
     copies = hbm_time(gpu, _dtensor_sp_copy_bytes(job, tp_, sp_, opts) * tokens)
