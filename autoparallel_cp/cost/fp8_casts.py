@@ -35,8 +35,8 @@ routed experts):
   quantized by a separate kernel.
 - Weights are cast (and transposed) once per step: Megatron-Core passes `is_first_microbatch`
   (extensions/transformer_engine.py @d98e8a64 l. 1338-1345) so later micro-batches reuse TE's
-  cached fp8 weight; once per step is under 0.5% of a step at every held-out plan and is not
-  charged here.
+  cached fp8 weight; once per step (read 2, write 1 + 1 per weight element: about 11 ms for
+  Llama 3.1 8B at tp 1 on H100 against dgxc's 9.4 s step) it is not charged here.
 
 torchao float8 (`fp8_linear` "torchao", tensorwise dynamic scaling under torch.compile, as
 torchtitan runs it): torchao's own roofline (torchao/testing/training/roofline_utils.py
