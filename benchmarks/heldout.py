@@ -210,6 +210,22 @@ def _with_unfused(recipe: TrainingRecipe, stated: object, assumed: list[str]
     return recipe.with_behaviour(unfused_ops=tuple(ops))
 
 
+def _fp8_scaling(r: dict[str, str]) -> tuple[str, str] | None:
+    """(Transformer Engine fp8 recipe, citation) of an fp8 Megatron row other than the default
+    delayed scaling: what the row's source states, or Megatron-Bridge's performance default
+    for the row's GPU where it states none (H100: `fp8_cs`, scripts/performance/
+    dump_perf_configs.py @067f987df, every H100 fp8 config; Hopper has no MXFP8)."""
+    extra = r["extra_config"].lower()
+    if "mxfp8" in extra:
+        return "mxfp8", "MXFP8 block scaling (the source's table)"
+    if "current scaling" in extra:
+        return "current", "fp8 current scaling (the source's table)"
+    if r["source_id"] == "mbridge-perf" and "h100" in r["gpu"].lower():
+        return "current", ("fp8 current scaling (Megatron-Bridge's H100 fp8 perf configs are "
+                           "fp8_cs, dump_perf_configs.py @067f987df)")
+    return None
+
+
 def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             assumed: list[str], tp_overlap: bool | None = None
             ) -> tuple[TrainingRecipe, str, tuple[str, ...]] | None:
@@ -265,6 +281,11 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         if stated.get("fp8_params") and fp8:
             recipe = recipe.model_copy(update={"weight_bytes": 1})
             assumed.append("fp8 params (model.fp8_params in the source's YAML)")
+        if fp8:
+            scaling = _fp8_scaling(r)
+            if scaling is not None:
+                recipe = recipe.with_behaviour(fp8_scaling=scaling[0])
+                assumed.append(scaling[1])
         if nemo and tp > 1 and tp_overlap is False:
             assumed.append("no TP overlap (the recipe's tp_comm_overlap=False)")
         elif nemo and tp > 1:
@@ -340,6 +361,11 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
                                          "optimizer_kernel": "fused",
                                          "compute_dtype": "fp8" if fp8 else "bf16"})
         assumed.append("MaxText: fused XLA, cuDNN attention, fused Adam")
+        if fp8:
+            # MaxText's fp8 matmuls are XLA-rewritten fp8 dots (`quantization: fp8`), the
+            # casts fused into the producing fusions (cost/fp8_casts.py)
+            recipe = recipe.with_behaviour(fp8_linear="xla")
+            assumed.append("fp8 through XLA's fused fp8 dots (MaxText quantization=fp8)")
         return recipe, "0", ()
     return None
 

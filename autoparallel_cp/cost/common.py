@@ -43,13 +43,19 @@ def _is_pytorch(recipe: TrainingRecipe) -> bool:
     return recipe.framework == "pytorch"
 
 
-def _te_fp8(recipe: TrainingRecipe) -> bool:
-    """The recipe's fp8 linears are Transformer Engine's (behaviour `fp8_linear`; None: TE
-    for Megatron recipes, torchao float8 for PyTorch ones)."""
+def _fp8_lib(job_or_recipe: Job | TrainingRecipe) -> str:
+    """The library of the recipe's fp8 linears (behaviour `fp8_linear`; None: TE for
+    Megatron recipes, torchao float8 for PyTorch ones)."""
+    recipe = job_or_recipe.recipe if isinstance(job_or_recipe, Job) else job_or_recipe
     lib = recipe.behaviour.fp8_linear
     if lib is None:
         lib = "torchao" if _is_pytorch(recipe) else "te"
-    return recipe.compute_dtype == "fp8" and lib == "te"
+    return lib
+
+
+def _te_fp8(recipe: TrainingRecipe) -> bool:
+    """The recipe computes in fp8 through Transformer Engine linears (`_fp8_lib`)."""
+    return recipe.compute_dtype == "fp8" and _fp8_lib(recipe) == "te"
 
 
 def _fp32_residual(recipe: TrainingRecipe) -> bool:

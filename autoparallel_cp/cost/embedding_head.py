@@ -80,7 +80,12 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
         lb = LOGITS_BYTES["megatron"] + 0.0 * tp_
     head_work = tokens * v / tp_ * lb
     hg = head_gemm(model, tokens, tp_)
-    dtype = recipe.compute_dtype
+    # the LM head stays in bf16 under fp8 training: Megatron-Core's output layer is
+    # tensor_parallel.ColumnParallelLinear, not a TE module (models/gpt/gpt_model.py @d98e8a64
+    # l. 271-277, TE only with the MXFP8 output-projection option), and torchtitan's float8
+    # converter skips `output` (filter_fqns = ["output"] in its llama3 train configs @ce5ace24d;
+    # `fqn != "output"` before, torchtitan/float8.py @aff949468)
+    dtype = "bf16"
     head_compute = job_compute_stretch(job) * (gemm_time(gpu, hg.m, hg.k, hg.n, dtype)
                                                + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
                                                + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))

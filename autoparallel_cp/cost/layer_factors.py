@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoparallel_cp.cost import comm, unfused_ops
+from autoparallel_cp.cost import comm, fp8_casts, unfused_ops
 from autoparallel_cp.cost.activations import (
     ActBreakdown,
     _op_sac_per_token,
@@ -54,9 +54,7 @@ from autoparallel_cp.cost.moe_glu_bias import glu_clamp_bias_bytes
 from autoparallel_cp.cost.straggler import job_compute_stretch
 from autoparallel_cp.spec import GPUSpec, Job
 
-# ---------------------------------------------------------------------------------------------
-# Per-layer factors
-# ---------------------------------------------------------------------------------------------
+# ---- per-layer factors ----
 
 
 @dataclass(frozen=True)
@@ -269,10 +267,11 @@ def layer_factors(
     gemm_b = np.zeros_like(tokens)
     fwd_by_name: dict[str, FloatArray] = {}
     bwd_by_name: dict[str, FloatArray] = {}
-    for gm in layer_gemms(model, moe, tokens, tp_, ep_, etp_):
-        f = slow * gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, dtype)
-        dg = slow * gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, dtype)
-        wg = slow * gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, dtype)
+    for gm in (gemm_list := layer_gemms(model, moe, tokens, tp_, ep_, etp_)):
+        gdt = fp8_casts.dtype_of(gm, dtype)
+        f = slow * gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, gdt)
+        dg = slow * gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, gdt)
+        wg = slow * gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, gdt)
         fwd_by_name[gm.name] = f
         bwd_by_name[gm.name] = dg + wg
         gemm_f = gemm_f + f
@@ -296,6 +295,7 @@ def layer_factors(
         att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
     ew_f = hbm_time(gpu, _elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_) * tokens)
     ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
+    ew_f, ew_b = fp8_casts.with_cast_time(job, opts, gpu, gemm_list, tp_, sp_, ew_f, ew_b)
     ub = unfused_ops.layer_unfused_bytes(job, opts, moe, tp_, mbs_)  # op by op
     ew_f, ew_b = ew_f + hbm_time(gpu, ub.fwd * tokens), ew_b + hbm_time(gpu, ub.bwd * tokens)
     copies = hbm_time(gpu, _dtensor_sp_copy_bytes(job, tp_, sp_, opts) * tokens)

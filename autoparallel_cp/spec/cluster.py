@@ -50,6 +50,10 @@ class GPUSpec(Strict):
     #: take their A100-class share of peak, efficiency.ATTN_KERNELS_SM80)
     fp8_tflops: Tflops | None = None
     fp32_tflops: Tflops | None = None  # non-tensor-core fp32 (for memory-bound estimates)
+    #: tensor-scaled fp8 GEMMs accept every operand layout, so fp8 training writes no
+    #: transposed copies (Blackwell sm100-sm11x: Transformer Engine v2.9
+    #: pytorch/utils.py `is_non_tn_fp8_gemm_supported`); False: TN only (Hopper, Ada)
+    fp8_transpose_free: bool = False
     hbm_gbps: HbmGBps  # HBM bandwidth, GB/s
     source: str = ""
 

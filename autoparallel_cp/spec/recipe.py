@@ -131,8 +131,15 @@ class FrameworkBehaviour(Strict):
       recipe, and so what they save for backward: "te" (Transformer Engine: `te.Linear` /
       `LayerNormLinear` quantize their input and save that fp8 copy for the weight gradient,
       transformer_engine/pytorch/module/linear.py) or "torchao" (torchao float8 training
-      saves the high-precision input and re-casts it in backward). None = the framework's
-      default: "te" for Megatron, "torchao" for PyTorch recipes (torchtitan's float8).
+      saves the high-precision input and re-casts it in backward) or "xla" (MaxText: XLA
+      fuses the casts into the producing ops; saves as torchao does). None = the framework's
+      default: "te" for Megatron, "torchao" for PyTorch recipes (torchtitan's float8). The
+      library also sets the quantization traffic each GEMM pays (cost/fp8_casts.py).
+    - ``fp8_scaling``: Transformer Engine's fp8 recipe, which sets that traffic: "delayed"
+      (`DelayedScaling`, TE's and NeMo's default: nemo/lightning/pytorch/plugins/
+      mixed_precision.py @8cfedd7203 l. 71 `fp8_recipe="delayed"`), "current"
+      (`Float8CurrentScaling`, Megatron-Bridge's `fp8_cs`) or "mxfp8" (`MXFP8BlockScaling`,
+      Blackwell). Ignored by torchao (tensorwise dynamic) and XLA.
     - ``unfused_ops``: elementwise ops a fused (Megatron) layer runs as their plain PyTorch
       ops, costed op by op, forward and backward (cost/unfused_ops.py): "rope" (Megatron-Core's
       `apply_rotary_pos_emb` without `--apply-rope-fusion`, e.g. FlagScale's legacy layer),
@@ -176,7 +183,8 @@ class FrameworkBehaviour(Strict):
     recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
     ep_dispatcher: Literal["alltoall", "flex", "allgather"] = "alltoall"
     ep_overlap: bool = False
-    fp8_linear: Literal["te", "torchao"] | None = None
+    fp8_linear: Literal["te", "torchao", "xla"] | None = None
+    fp8_scaling: Literal["delayed", "current", "mxfp8"] = "delayed"
     moe_prob_scaling: Literal["activation", "combine"] = "activation"
     zero2_reduce: Literal["step", "microbatch"] = "step"
     bf16_accum_pass: bool = False
