@@ -1,5 +1,8 @@
 """Per-layer, per-micro-batch factors: saved bytes and time of forward, backward and recompute,
-with the TP / CP / EP collectives each layer runs and how much of them compute hides."""
+with the TP / CP / EP collectives each layer runs and how much of them compute hides.
+
+Kept whole: `layer_factors` is one pass over a layer's compute, collectives and host-bound
+terms that share its intermediate GPU times; split up it would pass a dozen arrays around."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoparallel_cp.cost import comm, unfused_ops
+from autoparallel_cp.cost import comm, moe_host, unfused_ops
 from autoparallel_cp.cost.activations import (
     ActBreakdown,
     _op_sac_per_token,
@@ -299,6 +302,7 @@ def layer_factors(
     ew_f, ew_b = ew_f + hbm_time(gpu, ub.fwd * tokens), ew_b + hbm_time(gpu, ub.bwd * tokens)
     copies = hbm_time(gpu, _dtensor_sp_copy_bytes(job, tp_, sp_, opts) * tokens)
     copies_f = copies_b = copies
+    expert_f = np.zeros_like(tokens)  # forward GPU time after the MoE host wait (moe_host)
     if moe and model.moe is not None and opts.ep_dispatcher == "allgather":
         # Megatron-Core <= 0.6's gathers and scatters (no alltoall re-sort)
         ag_f, ag_b = allgather_permute_bytes(job, tp_, ep_, etp_)
@@ -308,6 +312,7 @@ def layer_factors(
         resort = hbm_time(gpu, sort_chunks_bytes(
             job, tp_, ep_, etp_, opts.ep_dispatcher == "flex") * tokens)
         copies_f, copies_b = copies_f + resort, copies_b + resort
+        expert_f = expert_f + resort
     if opts.cp_ring == "torch-allgather":  # torch ring attention's fp32 merge per step
         kvh_ring = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
         mg_f, mg_b = torch_ring_merge_bytes(tokens, a * dv / tp_, kvh_ring * dv / tp_, cp_)
@@ -317,10 +322,12 @@ def layer_factors(
         # Megatron-Core's eager clamp chain and fp32 fc2 bias (cost/moe_glu_bias.py)
         gb = glu_clamp_bias_bytes(model, recipe.activation_bytes, tp_, etp_)
         copies_f = copies_f + hbm_time(gpu, (gb.clamp_fwd + gb.bias_fwd) * tokens)
+        expert_f = expert_f + hbm_time(gpu, (gb.clamp_fwd + gb.bias_fwd) * tokens)
         copies_b = copies_b + hbm_time(gpu, (gb.clamp_bwd + gb.bias_bwd) * tokens)
         if "moe_act" in br.dropped:  # the checkpointed activation replays its clamp chain
             glu_replay = hbm_time(gpu, gb.clamp_fwd * tokens)
     fwd_compute = gemm_f + att_f + ew_f + copies_f
+    expert_f = expert_f + fwd_by_name.get("expert_fc1", 0.0) + fwd_by_name.get("expert_fc2", 0.0)
     compute = fwd_compute + gemm_b + att_b + ew_b + copies_b
     if opts.selective_policy == "op":
         # op-level SAC replays every other forward matmul and all elementwise ops
@@ -385,6 +392,18 @@ def layer_factors(
         ep_total = np.where(md == 2, ep_total,
                             ep_overlapped(ep_f / 2, fwd_compute, compute, fwd_by_name,
                                            bwd_by_name))
+
+    if moe and model.moe is not None and _fused(recipe, opts):
+        # Megatron-Core's dropless dispatchers block the host once per MoE forward
+        half = ep_f / 2  # HybridEP / DeepEP wait on the dispatch itself: it runs before
+        g_post = expert_f + np.where(opts.ep_dispatcher == "flex", half, ep_f)
+        g_fwd = fwd_compute + tp_fwd + cp_f + ep_f
+        host, host_rc = moe_host.moe_host_exposed(
+            job, opts, model.moe.num_experts / ep_, tp_, g_post, g_fwd - g_post,
+            compute + tp_total + cp_total + ep_total - g_fwd)
+        compute = compute + host
+        replay = (md == 2) | ((md == 1) & ("moe" in br.dropped))
+        rc_compute = rc_compute + np.where(replay, host_rc, 0.0)
 
     # calibrated fixed host / launch time of a micro-batch, each layer's share
     # (spec/calibration.py `per_microbatch_s`)

@@ -18,6 +18,9 @@ RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "m
                           "shared_experts"]
 #: Elementwise ops a Megatron layer can run as its PyTorch ops (cost/unfused_ops.py).
 UnfusedOp = Literal["rope", "rope-legacy", "swiglu"]
+#: Megatron-Core `--cuda-graph-scope` parts of a layer the host does not issue op by op
+#: (cost/moe_host.py).
+CudaGraphScope = Literal["attn", "moe_router", "moe_preprocess"]
 
 
 class FrameworkBehaviour(Strict):
@@ -130,6 +133,13 @@ class FrameworkBehaviour(Strict):
       "rope-legacy" (Megatron-DeepSpeed's megatron/model/rotary_pos_embedding.py), "swiglu"
       (the legacy `ParallelMLP`'s `silu(x1) * x2`, its fc1 bias added before it). Default
       empty: every op fused. Ignored when the whole layer is eager (`fused` False).
+    - ``cuda_graph_scopes``: the parts of each layer Megatron-Core replays as Transformer
+      Engine CUDA graphs (`--cuda-graph-impl transformer_engine --cuda-graph-scope ...`,
+      transformer_config.py `cuda_graph_scope`; Megatron-Bridge perf recipes set e.g.
+      ["moe_router", "moe_preprocess"]): "attn" (the attention block), "moe_router" (the
+      router and its aux loss), "moe_preprocess" (the dispatcher's metadata). A graphed part
+      costs the host one replay instead of its ops (cost/moe_host.py). Default empty (Megatron's
+      default `cuda_graph_impl` "none").
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -152,6 +162,7 @@ class FrameworkBehaviour(Strict):
     bf16_accum_pass: bool = False
     moe_glu_clamp_bias: bool = False
     unfused_ops: tuple[UnfusedOp, ...] = ()
+    cuda_graph_scopes: tuple[CudaGraphScope, ...] = ()
 
 
 class TrainingRecipe(Strict):
