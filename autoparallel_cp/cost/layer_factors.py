@@ -393,7 +393,7 @@ def layer_factors(
                             ep_overlapped(ep_f / 2, fwd_compute, compute, fwd_by_name,
                                            bwd_by_name))
 
-    if moe and model.moe is not None and _fused(recipe, opts):
+    if moe and model.moe is not None and not _is_pytorch(recipe) and _fused(recipe, opts):
         # Megatron-Core's dropless dispatchers block the host once per MoE forward
         half = ep_f / 2  # HybridEP / DeepEP wait on the dispatch itself: it runs before
         g_post = expert_f + np.where(opts.ep_dispatcher == "flex", half, ep_f)

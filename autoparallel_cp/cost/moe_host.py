@@ -68,7 +68,15 @@ grouped_linear.py), each at `MCORE_HOST_S_PER_OP`:
 - a scope in `cuda_graph_scopes` costs one replay instead of its ops, forward and backward.
 
 The per-expert launches are issued from C++ loops and cost the host less than a Python-issued
-op, so charging them `MCORE_HOST_S_PER_OP` makes that part an upper bound.
+op, so charging them `MCORE_HOST_S_PER_OP` makes that part an upper bound. Megatron recipes
+only (`framework: megatron`, fused layers); eager PyTorch layers keep `EAGER_HOST_S_*`.
+
+Solver bounds: the exposed time is >= 0 and is added to the layer's compute time (and to a
+replayed forward's) inside `layer_factors`, before the search's tables are built; the key and
+partition bounds (cpsat_master.py, key_bounds.py, cpsat_partition.py) use only how the
+per-layer factors compose and that they are >= 0, never how a factor depends on an axis, so
+they stay lower bounds of the exact step time (tests/search compares them with the
+enumerator).
 """
 
 from __future__ import annotations
