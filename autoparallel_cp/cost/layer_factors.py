@@ -78,6 +78,7 @@ class LayerFactors:
     rc_tp_s: FloatArray  # ... its TP collectives
     rc_cp_s: FloatArray  # ... its CP ring exchange
     rc_ep_s: FloatArray  # ... its EP all-to-alls
+    host_s: FloatArray | float = 0.0  # of compute_s: MoE host wait exposure (cost/moe_host.py)
 
 
 def _elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
@@ -393,6 +394,7 @@ def layer_factors(
                             ep_overlapped(ep_f / 2, fwd_compute, compute, fwd_by_name,
                                            bwd_by_name))
 
+    host_s = np.zeros_like(tokens)
     if moe and model.moe is not None and not _is_pytorch(recipe) and _fused(recipe, opts):
         # Megatron-Core's dropless dispatchers block the host once per MoE forward
         half = ep_f / 2  # HybridEP / DeepEP wait on the dispatch itself: it runs before
@@ -401,7 +403,7 @@ def layer_factors(
         host, host_rc = moe_host.moe_host_exposed(
             job, opts, model.moe.num_experts / ep_, tp_, g_post, g_fwd - g_post,
             compute + tp_total + cp_total + ep_total - g_fwd)
-        compute = compute + host
+        compute, host_s = compute + host, host
         replay = (md == 2) | ((md == 1) & ("moe" in br.dropped))
         rc_compute = rc_compute + np.where(replay, host_rc, 0.0)
 
@@ -414,5 +416,5 @@ def layer_factors(
     return LayerFactors(
         act_bytes=act, ckpt_bytes=ckpt_bytes, work_bytes=work, time_s=time,
         recompute_s=recompute, compute_s=compute, tp_s=tp_total, cp_s=cp_total, ep_s=ep_total,
-        rc_compute_s=rc_compute, rc_tp_s=tp_fwd, rc_cp_s=cp_f, rc_ep_s=ep_f,
+        rc_compute_s=rc_compute, rc_tp_s=tp_fwd, rc_cp_s=cp_f, rc_ep_s=ep_f, host_s=host_s,
     )

@@ -89,6 +89,7 @@ def test_host_bound_layer_takes_its_host_time() -> None:
     lf = layer_factors(job, 0, 1, 1, 8, 0, 1, "none", moe=True)
     host = (53 + 48 + 129) * C
     assert host <= float(lf.time_s) <= host * 1.1
+    assert 0.0 < float(lf.host_s) <= float(lf.compute_s)  # reported apart, inside compute
     # graphing router and preprocess saves (14 + 21 - 2) forward and (6 + 1 - 1) backward ops
     g = _job(hidden=256, seq=64, cuda_graph_scopes=("moe_router", "moe_preprocess"))
     lg = layer_factors(g, 0, 1, 1, 8, 0, 1, "none", moe=True)
@@ -101,6 +102,7 @@ def test_dense_layers_and_eager_recipes_untouched() -> None:
     graphed = _job(hidden=256, seq=64, cuda_graph_scopes=("attn",))
     assert float(layer_factors(graphed, 0, 1, 1, 1, 0, 1, "none", moe=False).time_s) \
         == float(dense.time_s)
+    assert float(dense.host_s) == 0.0
     # eager PyTorch MoE layers keep the EAGER_HOST_* floor, not this term
     eager = _job("pytorch-amp", hidden=256, seq=64)
     e16 = layer_factors(eager, 0, 1, 1, 8, 0, 1, "none", moe=True)
