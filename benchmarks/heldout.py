@@ -411,14 +411,31 @@ BRIDGE_MOE_COMM: dict[tuple[str, str, int, int, int, int, int], tuple[str, bool,
 }
 
 
+#: Transformer Engine CUDA-graph scopes (`cuda_graph_impl = "transformer_engine"`,
+#: `cuda_graph_scope`) of the Megatron-Bridge perf recipes the Qwen3 30B-A3B mbridge-perf rows
+#: ran, keyed by (model prefix, GPU prefix, container in `framework_version`, mbs); the
+#: behaviour `cuda_graph_scopes` (cost/moe_host.py). Rows of other models are GPU-bound in
+#: cost/moe_host.py whatever their scopes, and keep the default (none).
+#: - NeMo 25.11 (Megatron-Bridge v0.2.0) B200 FP8: scripts/performance/configs/qwen3/
+#:   workload_base_configs.py `QWEN3_30B_A3B_B200_FP8_CS_BASE_CONFIG` (FP8_MX is the same
+#:   config): ["moe_router", "moe_preprocess"]; the H100 FP8-CS config sets none;
+#: - NeMo 26.04.01 (v0.4.1) B200: scripts/performance/configs/qwen/
+#:   qwen3_workload_base_configs.py:394-407 (`QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_*_V1`,
+#:   mbs 4): ["attn", "moe_router", "moe_preprocess"].
+BRIDGE_CUDA_GRAPHS: dict[tuple[str, str, str, int], tuple[str, ...]] = {
+    ("qwen3 30b", "b200", "NeMo 25.11", 1): ("moe_router", "moe_preprocess"),
+    ("qwen3 30b", "b200", "NeMo 26.04", 4): ("attn", "moe_router", "moe_preprocess"),
+}
+
+
 #: Settings of the mbridge-cards rows (Megatron-Bridge model verification cards): each row's
 #: `extra_config` states, as `key=value` items separated by ';', what its card and the recipe
 #: at the card's bridge commit set (the citations are in the row's `source` and `notes`):
 #: `grads` (bf16: grad_reduce_in_fp32=False), `dispatcher` (alltoall, or flex after
 #: apply_flex_dispatcher_backend), `ep_overlap` (overlap_moe_expert_parallel_comm), `tp_overlap`
 #: (comm_overlap.tp_comm_overlap), `dp_overlap` (ddp.overlap_grad_reduce), `etp`
-#: (expert_tensor_parallel_size), `recompute_modules` ('/'-joined); `routing` and `cuda_graphs`
-#: are recorded, not modelled.
+#: (expert_tensor_parallel_size), `recompute_modules` ('/'-joined), `cuda_graphs` (TE CUDA-graph
+#: scopes, '/'-joined: behaviour `cuda_graph_scopes`); `routing` is recorded, not modelled.
 CARD_SOURCE = "mbridge-cards"
 
 
@@ -444,6 +461,19 @@ def _bridge_moe_comm(r: dict[str, str], tp: int, pp: int, vpp: int, ep: int,
     return next((v for (m, g, *plan), v in BRIDGE_MOE_COMM.items()
                  if model.startswith(m) and g in gpu and tuple(plan) == (tp, pp, vpp, ep, mbs)),
                 None)
+
+
+def _bridge_cuda_graphs(r: dict[str, str], mbs: int) -> tuple[str, ...]:
+    """The CUDA-graph scopes of this row's Megatron-Bridge recipe or card (() when none)."""
+    card = _card_settings(r)
+    if card:
+        return tuple(s for s in card.get("cuda_graphs", "").split("/") if s)
+    if r["source_id"] != "mbridge-perf":
+        return ()
+    model, gpu = _model_name(r), r["gpu"].lower()
+    return next((v for (m, g, c, b), v in BRIDGE_CUDA_GRAPHS.items()
+                 if model.startswith(m) and g in gpu and c in r["framework_version"]
+                 and b == mbs), ())
 
 
 #: Expert-tensor-parallel size of the Megatron-Bridge recipes the mbridge-perf MoE rows run
@@ -984,6 +1014,10 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             recipe = recipe.with_behaviour(ep_dispatcher=dispatcher, ep_overlap=overlap)
             assumed.append(f"{dispatcher} MoE dispatcher" + (", EP overlap" if overlap else "")
                            + f" ({where})")
+        graphs = _bridge_cuda_graphs(r, mbs) if _int(r["moe_experts"]) else ()
+        if graphs:
+            recipe = recipe.with_behaviour(cuda_graph_scopes=graphs)
+            assumed.append("TE CUDA graphs of " + "/".join(graphs) + f" ({where})")
         if family == "megatron-core" and _int(r["moe_experts"]) and _mcore_before_013(r):
             recipe = recipe.with_behaviour(moe_prob_scaling="combine")
             assumed.append("router probabilities applied at the combine (Megatron-Core "

@@ -114,3 +114,10 @@ EAGER_HOST_S_PER_LAYER = 2.5e-3
 #: Extra host time of a `torch.utils.checkpoint` layer (replayed forward + saved-tensor hooks);
 #: fitted on the H200 tiny1b s=2048 b=1 recompute row ((81.6 - 48.1) ms / 16 layers).
 EAGER_HOST_S_RECOMPUTE = 2.1e-3
+#: Host time of one operation issued from Python on a DGX-class x86 host: CPU time of one
+#: `torch.nn.Linear` forward (Python, ATen dispatch, autograd record, cuBLAS launch), BF16,
+#: hidden 2048, 8192 tokens, on a DGX H100 (Intel Xeon Platinum 8480C): 13.48 us
+#: (NVIDIA/TransformerEngine issue #2053, "[PyTorch] High CPU overhead on Grace systems",
+#: 2025-08-11, table "H100 DGX / torch"). Used for every host operation Megatron-Core's MoE
+#: layer issues (cost/moe_host.py); DGX B200's Xeon Platinum 8570 is the same core generation.
+MCORE_HOST_S_PER_OP = 13.48e-6

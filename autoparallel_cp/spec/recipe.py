@@ -18,6 +18,9 @@ RecomputeModule = Literal["core_attn", "layernorm", "moe_act", "mla_up_proj", "m
                           "shared_experts"]
 #: Elementwise ops a Megatron layer can run as its PyTorch ops (cost/unfused_ops.py).
 UnfusedOp = Literal["rope", "rope-legacy", "swiglu", "qkv-slice"]
+#: Megatron-Core `--cuda-graph-scope` parts of a layer the host does not issue op by op
+#: (cost/moe_host.py).
+CudaGraphScope = Literal["attn", "moe_router", "moe_preprocess"]
 
 
 class FrameworkBehaviour(Strict):
@@ -167,6 +170,13 @@ class FrameworkBehaviour(Strict):
       before Megatron-Core, 2021-02 to 2023-03; DeepSpeed's PipelineEngine); off: Megatron-Core
       sends the whole [s/cp, b, h] from every tp rank unless sequence parallel (cost/sync.py
       `p2p_factor`).
+    - ``cuda_graph_scopes``: the parts of each layer Megatron-Core replays as Transformer
+      Engine CUDA graphs (`--cuda-graph-impl transformer_engine --cuda-graph-scope ...`,
+      transformer_config.py `cuda_graph_scope`; Megatron-Bridge perf recipes set e.g.
+      ["moe_router", "moe_preprocess"]): "attn" (the attention block), "moe_router" (the
+      router and its aux loss), "moe_preprocess" (the dispatcher's metadata). A graphed part
+      costs the host one replay instead of its ops (cost/moe_host.py). Default empty (Megatron's
+      default `cuda_graph_impl` "none").
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -194,6 +204,7 @@ class FrameworkBehaviour(Strict):
     attention_unpad: bool = False
     overlap_p2p_comm: bool = False
     pp_scatter_gather: bool = False
+    cuda_graph_scopes: tuple[CudaGraphScope, ...] = ()
 
 
 class TrainingRecipe(Strict):

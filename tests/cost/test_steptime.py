@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from test_memory import _h200_rows
 
+from autoparallel_cp.cost import layer_ops
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.spec import RECIPES, ClusterSpec, GPUSpec, Job, LinkSpec, ModelSpec, NodeGroup
 from autoparallel_cp.spec.plan import Plan
@@ -142,7 +143,7 @@ def test_op_sac_replays_the_even_matmuls() -> None:
     op = F.CostOptions(selective_policy="op")
     sel = F.layer_factors(job, 0, 1, 1, 1, 0, 2, "selective", options=op)
     none = F.layer_factors(job, 0, 1, 1, 1, 0, 2, "none", options=op)
-    ew = LF.hbm_time(gpu, LF._elementwise_bytes_fwd(job, False, one, 0.0 * one, op) * t)
+    ew = LF.hbm_time(gpu, layer_ops.elementwise_bytes_fwd(job, False, one, 0.0 * one, op) * t)
     # the 8-GPU job's GEMMs wait for its slowest GPU (cost/straggler.py): E[max of 8 standard
     # normals] = 1.42360 (tables of normal order statistics)
     c8 = 1.0 + GPU_SPEED_SIGMA * 1.4236003
@@ -192,14 +193,13 @@ def test_gqa_repeat_kv_costs_a_copy_and_full_head_kv() -> None:
     import numpy as np
 
     from autoparallel_cp.cost import factors as F
-    from autoparallel_cp.cost import layer_factors as LF
 
     job = _llama8b_fsdp()
     one = np.float64(1.0)
     plain = F.CostOptions(fused=True)
     rep = F.CostOptions(fused=True, gqa_repeat_kv=True)
-    ew0 = LF._elementwise_bytes_fwd(job, False, one, 0.0 * one, plain)
-    ew1 = LF._elementwise_bytes_fwd(job, False, one, 0.0 * one, rep)
+    ew0 = layer_ops.elementwise_bytes_fwd(job, False, one, 0.0 * one, plain)
+    ew1 = layer_ops.elementwise_bytes_fwd(job, False, one, 0.0 * one, rep)
     assert float(ew1 - ew0) == pytest.approx(2.0 * 2 * (8 + 32) * 128)
     a0 = F.layer_activation_per_token(job, False, one, one, one, 0.0 * one, plain)
     a1 = F.layer_activation_per_token(job, False, one, one, one, 0.0 * one, rep)
@@ -212,16 +212,15 @@ def test_eager_llama_ops_counted_op_by_op() -> None:
     import numpy as np
 
     from autoparallel_cp.cost import factors as F
-    from autoparallel_cp.cost import layer_factors as LF
 
     job = _llama8b_fsdp()
     one = np.float64(1.0)
     opts = F.CostOptions(fused=False, eager_ops="llama-upcast")
-    got = float(LF._elementwise_bytes_fwd(job, False, one, 0.0 * one, opts))
+    got = float(layer_ops.elementwise_bytes_fwd(job, False, one, 0.0 * one, opts))
     h, f, qk = 4096, 14336, (32 + 8) * 128
     expect = 2 * 36 * h + 2 * 6 * h + 10 * f + 20 * qk + 2 * 2 * 32 * 128
     assert got == pytest.approx(expect)
-    generic = float(LF._elementwise_bytes_fwd(job, False, one, 0.0 * one,
+    generic = float(layer_ops.elementwise_bytes_fwd(job, False, one, 0.0 * one,
                                              F.CostOptions(fused=False)))
     assert got > generic  # the upcasts cost more than the 2x generic eager factor here
 
@@ -302,22 +301,22 @@ def test_dtensor_sequence_parallel_copies() -> None:
     h = 4096
     tp, on, off = np.float64(4.0), np.float64(1.0), np.float64(0.0)
     plain = F.CostOptions(fused=True)
-    assert float(LF._dtensor_sp_copy_bytes(job, tp, on, plain)) == pytest.approx(16.0 * h)
-    assert float(LF._dtensor_sp_copy_bytes(job, tp, off, plain)) == 0.0
-    assert float(LF._dtensor_sp_copy_bytes(job, np.float64(1.0), on, plain)) == 0.0
+    assert float(layer_ops.dtensor_sp_copy_bytes(job, tp, on, plain)) == pytest.approx(16.0 * h)
+    assert float(layer_ops.dtensor_sp_copy_bytes(job, tp, off, plain)) == 0.0
+    assert float(layer_ops.dtensor_sp_copy_bytes(job, np.float64(1.0), on, plain)) == 0.0
     asynctp = F.CostOptions(fused=True, tp_comm_overlap=0.8)
-    assert float(LF._dtensor_sp_copy_bytes(job, tp, on, asynctp)) == 0.0
+    assert float(layer_ops.dtensor_sp_copy_bytes(job, tp, on, asynctp)) == 0.0
     meg = job.model_copy(update={"recipe": RECIPES["megatron-bf16"]})
-    assert float(LF._dtensor_sp_copy_bytes(meg, tp, on, F.CostOptions())) == 0.0
+    assert float(layer_ops.dtensor_sp_copy_bytes(meg, tp, on, F.CostOptions())) == 0.0
     # in the layer: forward + backward = 2 x the copies' HBM time of one pass
     with_sp = F.layer_factors(job, 0, 4, 1, 1, 1, 1, "none", options=plain)
     # the same layer with the copies taken out (async TP hides none of the comm here: 0 share)
     tokens = 1 * job.seq_len
     one_pass = float(hbm_time(job.cluster.node_groups[0].gpu, 16.0 * h * tokens))
-    no_copy = LF._dtensor_sp_copy_bytes
+    no_copy = LF.dtensor_sp_copy_bytes
     try:
-        LF._dtensor_sp_copy_bytes = lambda *a, **k: np.float64(0.0)  # type: ignore[assignment]
+        LF.dtensor_sp_copy_bytes = lambda *a, **k: np.float64(0.0)  # type: ignore[assignment]
         without = F.layer_factors(job, 0, 4, 1, 1, 1, 1, "none", options=plain)
     finally:
-        LF._dtensor_sp_copy_bytes = no_copy  # type: ignore[assignment]
+        LF.dtensor_sp_copy_bytes = no_copy  # type: ignore[assignment]
     assert float(with_sp.time_s - without.time_s) == pytest.approx(2 * one_pass, rel=1e-9)
