@@ -286,6 +286,9 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             if scaling is not None:
                 recipe = recipe.with_behaviour(fp8_scaling=scaling[0])
                 assumed.append(scaling[1])
+        if stated.get("overlap_p2p") and (_int(r["vpp"]) or 1) > 1:
+            recipe = recipe.with_behaviour(overlap_p2p_comm=True)
+            assumed.append(f"pipeline p2p overlapped ({stated['overlap_p2p']})")
         if nemo and tp > 1 and tp_overlap is False:
             assumed.append("no TP overlap (the recipe's tp_comm_overlap=False)")
         elif nemo and tp > 1:
@@ -535,20 +538,35 @@ _FLAGPERF_DROPOUT = ("FlagPerf @1b5a030398 training/benchmarks/%s sets no dropou
                      "Megatron core_v0.6.0 arguments.py default 0.1")
 _YAML_GRADS = "optim.grad_sync_dtype in the source's YAML"
 _YAML_DROPOUT = "hidden/attention dropout 0.1 in the source's YAML"
+_YAML_P2P = "overlap_p2p_comm true, batch_p2p_comm false in the source's %s"
 STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     "dgxc-bench-25.02": {
-        "llama 3.1": {"bf16_grads": _YAML_GRADS, "optimizer": "fp32", "fp8_params": True},
+        "llama 3.1": {"bf16_grads": _YAML_GRADS, "optimizer": "fp32", "fp8_params": True,
+                      "overlap_p2p": _YAML_P2P % "llama3.1_{70b,405b}.yaml"},
         "gpt-3 175b": {"bf16_grads": _YAML_GRADS, "fp8_params": True, "dropout": _YAML_DROPOUT,
-                       "optimizer": "fp32"},
+                       "optimizer": "fp32",
+                       "overlap_p2p": _YAML_P2P % "gpt3_175b_hydra.yaml l. 91-92"},
         "nemotron-4 340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective",
-                            "optimizer": "bf16", "fp8_params": True},
+                            "optimizer": "bf16", "fp8_params": True,
+                            "overlap_p2p": _YAML_P2P % "nemotron/configure.sh l. 86-88 "
+                                                       "overrides"},
         "nemotron-4 15b": {"fp8_params": True},
-        "grok-1": {"bf16_grads": _YAML_GRADS, "fp8_params": True},
+        "grok-1": {"bf16_grads": _YAML_GRADS, "fp8_params": True,
+                   "overlap_p2p": _YAML_P2P % "grok1_314b.yaml l. 97-98"},
     },
     "nemo-perf-24.07": {
         "nemotron-340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective",
                           "optimizer": "bf16"},
-        "gpt3": {"dropout": _YAML_DROPOUT, "optimizer": "fp32"},
+        "gpt3": {"dropout": _YAML_DROPOUT, "optimizer": "fp32",
+                 "overlap_p2p": _YAML_P2P % "gpt3/175b.yaml l. 108-109 (24.07)"},
+        "llama2-13b": {"optimizer": "fp32",
+                       "overlap_p2p": _YAML_P2P % "llama/llama2_13b.yaml l. 137 (24.07)"},
+        "llama2-70b": {"optimizer": "fp32",
+                       "overlap_p2p": _YAML_P2P % "llama/llama2_70b.yaml l. 140 (24.07)"},
+        "llama3-70b": {"optimizer": "fp32",
+                       "overlap_p2p": _YAML_P2P % "llama/llama3_70b.yaml l. 138 (24.07)"},
+        "nemotron-22b": {"optimizer": "fp32",
+                         "overlap_p2p": _YAML_P2P % "nemotron/nemotron_22b.yaml l. 138 (24.07)"},
         "": {"optimizer": "fp32"},
     },
     "mbridge-perf": {"": {"bf16_grads": "Megatron-Bridge benchmark default"}},
@@ -641,6 +659,8 @@ STATED_PLAN: dict[str, dict[tuple[str, str], tuple[dict[str, int], str]]] = {
     "dgxc-bench-25.02": {
         ("nemotron-4 340b", "bf16"): ({"cp": 2}, "cp=2 in BF16 (nemotron/configure.sh "
                                                  "@8f5cbb3799)"),
+        ("gpt-3 175b", ""): ({"vpp": 6}, "vpp=6 (nemo_megatron/gpt3_175b_hydra.yaml l. 57 "
+                                         "@8f5cbb3799)"),
     },
 }
 
