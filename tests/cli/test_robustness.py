@@ -298,6 +298,25 @@ def test_ctrl_c_stops_and_leaves_outputs(tmp_path: Path, command: str) -> None:
     assert sorted(x.name for x in tmp_path.iterdir()) == ["old.json"]
 
 
+def test_ctrl_c_while_importing_is_exit_130() -> None:
+    """A Ctrl-C that lands while the solver's libraries import (a busy machine) is exit 130 with
+    "interrupted", not a traceback: an import hook raises KeyboardInterrupt at OR-Tools' import."""
+    hook = ("import sys\n"
+            "class Stop:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'ortools':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Stop())\n"
+            "import runpy\n"
+            "sys.argv = ['ap-solve', 'models']\n"
+            "runpy.run_module('autoparallel_cp.cli', run_name='__main__')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-c", hook], capture_output=True, env=env, cwd=ROOT,
+                       timeout=120)
+    assert p.returncode == 130, p.stderr
+    assert b"interrupted" in p.stderr and b"Traceback" not in p.stderr
+
+
 # -------------------------------------------------------------------------------- fuzzing
 
 HOSTILE_NUMBERS = ["nan", "NaN", "inf", "-inf", "+inf", "1e308", "1e-308", "-1", "0", "-0",

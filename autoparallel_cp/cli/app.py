@@ -1,0 +1,65 @@
+"""`ap-solve`'s command group (INTERFACE.md); `autoparallel_cp.cli.main` loads it.
+
+Exit codes: 0 success; 1 no feasible plan, proven (explanation on stderr); 2 bad input (one line
+naming the file / field on stderr); 3 no plan within the time limit, not proven infeasible (JSON
+status `timeout`); 4 (`whatif` only) a point's solve crashed or its worker was lost after the
+retries (row status `failed`, all rows written); 130 interrupted (outputs untouched). A user's
+mistake never shows a Python traceback. See docs/user-guide.md, "Exit codes, statuses and
+errors".
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from autoparallel_cp import __version__
+from autoparallel_cp.cli.calibrate_command import calibrate, measure
+from autoparallel_cp.cli.catalog_commands import clusters, models, validate
+from autoparallel_cp.cli.common import EXIT_INTERRUPTED, say
+from autoparallel_cp.cli.plan_commands import evaluate, explain
+from autoparallel_cp.cli.search_commands import enumerate_cmd, solve
+from autoparallel_cp.cli.whatif_command import whatif
+
+
+class _Main(click.Group):
+    """The command group; a Ctrl-C while click parses the options is exit 130 too (click itself
+    would say "Aborted!" and exit 1)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            say("ap-solve: interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            say("ap-solve: interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Main,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="ap-solve")
+def main() -> None:
+    """Find the fastest (and the simplest good) way to train a transformer on your GPUs.
+
+    Data, tensor, pipeline (interleaved), context and expert parallelism, sequence parallelism,
+    ZeRO, micro-batch size and activation recompute, chosen jointly by OR-Tools CP-SAT over an
+    analytical memory and step-time model.
+    """
+
+
+for _command in (solve, enumerate_cmd, evaluate, explain, whatif, models, clusters, validate):
+    main.add_command(_command)
+main.add_command(calibrate)
+main.add_command(measure)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
