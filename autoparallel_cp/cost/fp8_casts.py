@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoparallel_cp.cost.common import ArrayLike, CostOptions, FloatArray, _f, _is_pytorch
+from autoparallel_cp.cost.common import ArrayLike, CostOptions, FloatArray, _f, _fp8_lib
 from autoparallel_cp.cost.efficiency import hbm_time
 from autoparallel_cp.cost.flops import Gemm
 from autoparallel_cp.spec import GPUSpec, Job
@@ -191,7 +191,7 @@ def with_cast_time(job: Job, opts: CostOptions, gpu: GPUSpec, gemms: list[Gemm],
     library is behaviour `fp8_linear` (None: TE for Megatron recipes, torchao for PyTorch)."""
     if job.recipe.compute_dtype != "fp8":
         return fwd_s, bwd_s
-    lib = opts.fp8_linear or ("torchao" if _is_pytorch(job.recipe) else "te")
+    lib = opts.fp8_linear or _fp8_lib(job)
     cc = layer_cast_cost(lib, opts.fp8_scaling, gemms, tp, sp, not gpu.fp8_transpose_free)
     return (fwd_s + np.maximum(hbm_time(gpu, cc.fwd_bytes), cc.fwd_kernels * FP8_KERNEL_FLOOR_S),
             bwd_s + np.maximum(hbm_time(gpu, cc.bwd_bytes), cc.bwd_kernels * FP8_KERNEL_FLOOR_S))

@@ -192,8 +192,8 @@ def layer_factors(
     if moe and opts.moe_glu_clamp_bias and model.moe is not None:
         # Megatron-Core's eager clamp chain and fp32 fc2 bias (cost/moe_glu_bias.py)
         gb = glu_clamp_bias_bytes(model, recipe.activation_bytes, tp_, etp_)
-        copies_f = copies_f + hbm_time(gpu, (gb.clamp_fwd + gb.bias_fwd) * tokens)
-        expert_f = expert_f + hbm_time(gpu, (gb.clamp_fwd + gb.bias_fwd) * tokens)
+        glu_f = hbm_time(gpu, (gb.clamp_fwd + gb.bias_fwd) * tokens)
+        copies_f, expert_f = copies_f + glu_f, expert_f + glu_f
         copies_b = copies_b + hbm_time(gpu, (gb.clamp_bwd + gb.bias_bwd) * tokens)
         if "moe_act" in br.dropped:  # the checkpointed activation replays its clamp chain
             glu_replay = hbm_time(gpu, gb.clamp_fwd * tokens)
@@ -267,8 +267,8 @@ def layer_factors(
     host_s = np.zeros_like(tokens)
     if moe and model.moe is not None and not _is_pytorch(recipe) and _fused(recipe, opts):
         # Megatron-Core's dropless dispatchers block the host once per MoE forward
-        half = ep_f / 2  # HybridEP / DeepEP wait on the dispatch itself: it runs before
-        g_post = expert_f + np.where(opts.ep_dispatcher == "flex", half, ep_f)
+        # HybridEP / DeepEP wait on the dispatch itself: it runs before the wait
+        g_post = expert_f + (ep_f / 2 if opts.ep_dispatcher == "flex" else ep_f)
         g_fwd = fwd_compute + tp_fwd + cp_f + ep_f
         host, host_rc = moe_host.moe_host_exposed(
             job, opts, model.moe.num_experts / ep_, tp_, g_post, g_fwd - g_post,

@@ -83,7 +83,7 @@ def p2p_exposed_share(pp: ArrayLike, vpp: ArrayLike, m: ArrayLike) -> FloatArray
     capped at m·vpp. Megatron turns the overlap off without interleaving
     (megatron/training/arguments.py core_v0.10.0 l. 356)."""
     pp_, vpp_, m_ = np.broadcast_arrays(*(np.maximum(np.floor(_f(x)), 1.0) for x in (pp, vpp, m)))
-    group = np.where(m_ % pp_ == 0, pp_, _group(pp_, m_) if (m_ % pp_).any() else pp_)
+    group = _warmup_group(pp_, m_)
     group = np.where(group > 0, group, pp_)  # m < pp: no group (the plan is refused)
     chunks = m_ * vpp_
     f = np.minimum(2.0 * (pp_ - 1.0) + (vpp_ - 1.0) * group, chunks) / chunks
@@ -259,6 +259,11 @@ def zero3_copy_factor(job: Job, g: int) -> float:
     return float(hbm_time(node(job, g).gpu, per))
 
 
+def _warmup_group(pp: FloatArray, m: FloatArray) -> FloatArray:
+    """N of the interleaved warm-up, elementwise: pp where pp | m, else `_group`."""
+    return np.where(m % pp == 0, pp, _group(pp, m) if (m % pp).any() else pp)
+
+
 def _group(pp: FloatArray, m: FloatArray) -> FloatArray:
     """Megatron's micro-batch group size per virtual stage (`spec.plan.microbatch_group`)."""
     pairs = {(int(a), int(b)) for a, b in zip(pp.ravel(), m.ravel(), strict=True)}
@@ -281,7 +286,7 @@ def inflight(pp: ArrayLike, vpp: ArrayLike, m: ArrayLike, stage: ArrayLike) -> F
     """
     pp_, vpp_, m_, j = np.broadcast_arrays(*(_f(x) for x in (pp, vpp, m, stage)))
     one_f = np.minimum(pp_ - j, m_)
-    group = np.where(m_ % pp_ == 0, pp_, _group(pp_, m_) if (m_ % pp_).any() else pp_)
+    group = _warmup_group(pp_, m_)
     warm = (pp_ - j - 1) * 2 + (vpp_ - 1) * group + 1
     chunks = np.minimum(warm, m_ * vpp_)
     return np.where(vpp_ > 1, chunks / vpp_, one_f)
