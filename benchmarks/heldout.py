@@ -344,10 +344,14 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
     if family == "torchtitan":
         base = RECIPES["torchtitan-fsdp"]
         async_tp = "async tp" in extra
+        # the table's "async TP" column: Inductor micro-pipeline TP, costed by what it fuses
+        # (cost/async_tp.py); any tp_comm_overlap > 0 turns it on in a PyTorch recipe
         behaviour = base.behaviour.model_copy(update={
             "fused": "compile" in extra,
-            "tp_comm_overlap": 0.0, "tp_comm_overlap_bwd": 0.0})
-        knobs = ("torchtitan_async_tp",) if async_tp else ()
+            "tp_comm_overlap": 1.0 if async_tp else 0.0, "tp_comm_overlap_bwd": None})
+        if async_tp:
+            assumed.append("async TP: Inductor micro-pipeline TP (cost/async_tp.py)")
+        knobs: tuple[str, ...] = ()
         recipe = base.model_copy(update={"behaviour": behaviour,
                                          "compute_dtype": "fp8" if fp8 else "bf16"})
         if "96gb" in r["gpu"].lower():
@@ -954,7 +958,7 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             skip("no recipe", family)
             continue
         recipe, sp_rule, tags = got
-        if "megatron_tp_overlap" in tags or "torchtitan_async_tp" in tags:
+        if "megatron_tp_overlap" in tags:
             name_k = tags[0]
             recipe = recipe.with_behaviour(tp_comm_overlap=knob(knobs, name_k))
             assumed.append(flag(name_k, knobs))

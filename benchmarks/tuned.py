@@ -9,18 +9,12 @@ from collections.abc import Mapping
 #: Megatron-Core r0.8 README runs use --tp-comm-overlap (userbuffers): TP all-gather /
 #: reduce-scatter pipelined with the GEMM chunks; assumed 80% hidden (first/last chunk exposed).
 MCORE_TP_OVERLAP = 0.8
-#: torchtitan async TP (micro-pipelined collective matmuls): same assumption in forward; in
-#: backward none (CostOptions.tp_comm_overlap_bwd: the announcement's 70B numbers, ~20% forward
-#: vs ~8% end-to-end speed-up, are a forward-only effect).
-ASYNC_TP_OVERLAP = 0.8
 #: Constants chosen while looking at end-to-end rows (not at microbenchmarks of the hardware
 #: they describe): `--cv` re-fits them without the held-out source. name -> (value used here,
 #: grid searched by the cross-validation, what it is).
 TUNED: dict[str, tuple[float, tuple[float, ...], str]] = {
     "megatron_tp_overlap": (MCORE_TP_OVERLAP, tuple(i / 10 for i in range(11)),
                             "share of TP collectives hidden by Megatron --tp-comm-overlap"),
-    "torchtitan_async_tp": (ASYNC_TP_OVERLAP, tuple(i / 10 for i in range(11)),
-                            "share of forward TP collectives hidden by torchtitan async TP"),
     "h100_96_peak": (835.0, tuple(660.0 + 32.9 * i for i in range(11)),
                      "bf16 TFLOP/s of the 500 W H100 96 GB (between the NVL and SXM parts)"),
 }

@@ -280,12 +280,12 @@ def published_rows(knobs: Mapping[str, float] | None = None) -> list[Row]:
                                "multiple of vpp)")
             async_tp = "AsyncTP" in config
             if async_tp:
-                tags = (*tags, "torchtitan_async_tp")
-                assumed.append(flag("torchtitan_async_tp", knobs))
+                # Inductor micro-pipeline TP, costed by what it fuses (cost/async_tp.py)
+                assumed.append("async TP: Inductor micro-pipeline TP (cost/async_tp.py)")
             sp = 1 if tp > 1 else 0
             behaviour = recipe.behaviour.model_copy(update={
-                "tp_comm_overlap": knob(knobs, "torchtitan_async_tp") if async_tp else 0.0,
-                "tp_comm_overlap_bwd": 0.0, "fused": compiled,
+                "tp_comm_overlap": 1.0 if async_tp else 0.0,
+                "tp_comm_overlap_bwd": None, "fused": compiled,
                 "attention_kernel": TORCHTITAN_ATTENTION})
             recipe = recipe.model_copy(update={"behaviour": behaviour})
             opts = recipe_options(recipe)
@@ -508,7 +508,6 @@ def error_tables(cv: bool, markdown: bool) -> None:
 SENSITIVITY: dict[str, tuple[float, ...]] = {
     "h100_96_peak": (835.0, 912.0, 989.0),
     "megatron_tp_overlap": (0.0, 0.5, 0.8, 1.0),
-    "torchtitan_async_tp": (0.0, 0.5, 0.8, 1.0),
 }
 
 

@@ -16,6 +16,7 @@ from autoparallel_cp.cost.activations import (
     _op_sac_recompute_s,
     layer_activation_per_token,
 )
+from autoparallel_cp.cost.async_tp import async_tp_layer, op_sac_replayed_inputs
 from autoparallel_cp.cost.common import (
     ArrayLike,
     CostOptions,
@@ -43,6 +44,7 @@ from autoparallel_cp.cost.layer_ops import (
     dtensor_sp_copy_bytes,
     elementwise_bytes_fwd,
     selective_replay_s,
+    sp_gather_bytes,
 )
 from autoparallel_cp.cost.moe_comm import (
     allgather_permute_bytes,
@@ -89,7 +91,8 @@ def layer_factors(
     attention core (flash curve, or 2 batched GEMMs + softmax traffic without flash), x straggler.py
     + memory-bound elementwise ops at HBM bandwidth + exposed communication:
     TP: 2 all-reduces forward + 2 backward of b·s·h (Narayanan §3.2), or with SP 2 all-gathers
-    + 2 reduce-scatters each way (Korthikanti §4.2.2, same volume); CP: ring exchange of the
+    + 2 reduce-scatters each way (Korthikanti §4.2.2, same volume; torchao float8 gathers in
+    1 byte, `layer_ops.sp_gather_bytes`; PyTorch async TP: cost/async_tp.py); CP: ring exchange of the
     K,V chunks, (cp-1) steps forward and 2x in backward (K,V and dK,dV), overlapped with the
     attention of the chunk in flight (Megatron CP doc); EP: all-to-all dispatch + combine forward
     and backward of top_k·tokens·h (llm-analysis, nccl-tests (n-1)/n), or with the recipe's
@@ -140,6 +143,7 @@ def layer_factors(
     gemm_b = np.zeros_like(tokens)
     fwd_by_name: dict[str, FloatArray] = {}
     bwd_by_name: dict[str, FloatArray] = {}
+    dgrad_by_name: dict[str, FloatArray] = {}
     for gm in (gemm_list := layer_gemms(model, moe, tokens, tp_, ep_, etp_)):
         gdt = fp8_casts.dtype_of(gm, dtype)
         f = slow * gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, gdt)
@@ -147,6 +151,7 @@ def layer_factors(
         wg = slow * gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, gdt)
         fwd_by_name[gm.name] = f
         bwd_by_name[gm.name] = dg + wg
+        dgrad_by_name[gm.name] = dg
         gemm_f = gemm_f + f
         gemm_b = gemm_b + dg + wg
     a, dqk, dv = attention_dims(model)
@@ -171,8 +176,27 @@ def layer_factors(
     ew_f, ew_b = fp8_casts.with_cast_time(job, opts, gpu, gemm_list, tp_, sp_, ew_f, ew_b)
     ub = unfused_ops.layer_unfused_bytes(job, opts, moe, tp_, mbs_)  # op by op
     ew_f, ew_b = ew_f + hbm_time(gpu, ub.fwd * tokens), ew_b + hbm_time(gpu, ub.bwd * tokens)
-    copies = hbm_time(gpu, dtensor_sp_copy_bytes(job, tp_, sp_, opts) * tokens)
-    copies_f = copies_b = copies
+    # DTensor sequence-parallel layout copies (the all-gathers' in the gather dtype)
+    gather_b = sp_gather_bytes(job)
+    sp_copy = dtensor_sp_copy_bytes(job, tp_, sp_, opts, gather_b)
+    copies_f = copies_b = hbm_time(gpu, sp_copy * tokens)
+    act_b = float(recipe.activation_bytes)
+    h = model.hidden_size
+    msg = tokens * h * act_b  # one b·s·h tensor
+    ag_g = comm.all_gather(nd, tp_, 1, tokens * h * gather_b)  # one all-gather in the gather dtype
+    sp_on = (tp_ > 1) & (sp_ > 0)
+    op_sac = (md == 1) & (opts.selective_policy == "op") & sp_on
+    async_on = _is_pytorch(recipe) and opts.tp_comm_overlap > 0.0
+    if async_on:  # micro-pipeline TP leaves the backward's unfused reduce-scatters' copies
+        atp = async_tp_layer(
+            ag_g, comm.reduce_scatter(nd, tp_, 1, msg), tp_, fwd_by_name, dgrad_by_name,
+            hbm_time(gpu, 2.0 * tokens * h * gather_b / tp_),
+            hbm_time(gpu, msg * (1.0 + 1.0 / tp_)),
+            op_sac_replayed_inputs(job, moe, gpu, tokens, tp_), 2.0 * act_b * h)
+        copies_b = np.where(sp_on, hbm_time(gpu, atp.bwd_copy_bytes * tokens), copies_b)
+    else:
+        # op-level SAC replays both all-gathers with their layout copies (cost/async_tp.py)
+        copies_b = copies_b + np.where(op_sac, hbm_time(gpu, 2 * 2.0 * gather_b * h * tokens), 0.0)
     expert_f = np.zeros_like(tokens)  # forward GPU time after the MoE host wait (moe_host)
     if moe and model.moe is not None and opts.ep_dispatcher == "allgather":
         # Megatron-Core <= 0.6's gathers and scatters (no alltoall re-sort)
@@ -218,10 +242,8 @@ def layer_factors(
             - compute
 
     # ---- TP communication ----
-    act_b = float(recipe.activation_bytes)
-    msg = tokens * model.hidden_size * act_b  # one b·s·h tensor
     ar = comm.all_reduce(nd, tp_, 1, msg)
-    rs_ag = comm.reduce_scatter(nd, tp_, 1, msg) + comm.all_gather(nd, tp_, 1, msg)
+    rs_ag = comm.reduce_scatter(nd, tp_, 1, msg) + ag_g  # gathers in the gather dtype
     # forward: attention + MLP each end in an all-reduce (or AG before + RS after with SP)
     per_pair = np.where(sp_ > 0, 2 * rs_ag, 2 * ar)
     folded = None
@@ -231,10 +253,19 @@ def layer_factors(
         # experts (they use the expert grid); only shared experts, a dense tp MLP, keep theirs
         blocks = 1.0 + (1.0 if model.moe.num_shared_experts else 0.0)
         per_pair = np.where(folded, blocks * np.where(sp_ > 0, rs_ag, ar), per_pair)
-    tp_fwd = per_pair * (1.0 - opts.tp_comm_overlap)
-    bwd_overlap = opts.tp_comm_overlap if opts.tp_comm_overlap_bwd is None \
-        else opts.tp_comm_overlap_bwd
-    tp_total = tp_fwd + per_pair * (1.0 - bwd_overlap)
+    if async_on:
+        # PyTorch async TP: what Inductor's micro-pipeline TP fuses and hides (cost/async_tp.py)
+        plain = (sp_ <= 0) if folded is None else ((sp_ <= 0) | folded)
+        tp_fwd = np.where(plain, per_pair, atp.fwd_s)
+        replay_tp = np.where(plain, 2 * ag_g, atp.replay_s)
+        tp_total = tp_fwd + np.where(plain, per_pair, atp.bwd_s)
+    else:
+        tp_fwd = per_pair * (1.0 - opts.tp_comm_overlap)
+        bwd_overlap = opts.tp_comm_overlap if opts.tp_comm_overlap_bwd is None \
+            else opts.tp_comm_overlap_bwd
+        tp_total = tp_fwd + per_pair * (1.0 - bwd_overlap)
+        replay_tp = 2 * ag_g
+    tp_total = tp_total + np.where(op_sac, replay_tp, 0.0)
 
     # ---- CP communication (ring K/V exchange) ----
     # the ring runs inside the attention call: after a repeat_kv expansion it carries K, V at

@@ -10,6 +10,7 @@ from autoparallel_cp.cost.activations import ActBreakdown
 from autoparallel_cp.cost.common import (
     CostOptions,
     FloatArray,
+    _fp8_lib,
     _fp32_residual,
     _fused,
     _is_pytorch,
@@ -85,7 +86,7 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
 
 
 def dtensor_sp_copy_bytes(job: Job, tp: FloatArray, sp: FloatArray,
-                           options: CostOptions) -> FloatArray:
+                           options: CostOptions, gather_bytes: float | None = None) -> FloatArray:
     """HBM bytes per token of the copies PyTorch's DTensor sequence parallelism adds around
     its collectives, per layer and per pass (forward; backward runs as many).
 
@@ -99,11 +100,32 @@ def dtensor_sp_copy_bytes(job: Job, tp: FloatArray, sp: FloatArray,
     and the MLP) = 4 x 2 x h x activation bytes per token of the layer's sequence. Megatron
     gathers along its leading sequence dim (no copy); async TP (`tp_comm_overlap` > 0 in a
     PyTorch recipe) runs the fused all-gather-matmul / matmul-reduce-scatter instead.
+    `gather_bytes`: bytes per element of the gathered tensors (None: the activation dtype;
+    see `sp_gather_bytes`).
     """
     recipe = job.recipe
     on = _is_pytorch(recipe) and options.tp_comm_overlap == 0.0
-    per = 4 * 2 * float(recipe.activation_bytes) * job.model.hidden_size
+    ab = float(recipe.activation_bytes)
+    gb = ab if gather_bytes is None else gather_bytes
+    per = 2 * 2 * (gb + ab) * job.model.hidden_size
     return np.where(on & (tp > 1) & (sp > 0), per, 0.0)
+
+
+def sp_gather_bytes(job: Job) -> float:
+    """Bytes per element of the sequence-parallel all-gathers (forward: before QKV and the MLP;
+    backward: the gradients before the output and down projections).
+
+    torchao float8 tensor parallelism (torchtitan's `enable_float8_tensorwise_tp`, models/
+    llama3/parallelize_llama.py @820504e) casts to float8 before each Shard -> Replicate
+    redistribute: `PrepareFloat8ModuleInput` the attention / MLP input ("so that ... we perform
+    fp8 allgather only once"), and `Float8RowwiseParallel`'s output hook (`_NoopFwToFloat8Bw
+    Dynamic`, a no-op forward) the incoming gradient before its all-gather (torchao
+    float8/float8_tensor_parallel.py @0e0fba8): 1 byte. The reduce-scatters stay bf16.
+    """
+    recipe = job.recipe
+    if recipe.compute_dtype == "fp8" and _is_pytorch(recipe) and _fp8_lib(recipe) == "torchao":
+        return 1.0
+    return float(recipe.activation_bytes)
 
 
 def selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,

@@ -32,12 +32,13 @@ class FrameworkBehaviour(Strict):
     - ``dropout``: GPT-style dropout after attention, MLP and embedding (1-byte masks,
       Korthikanti §4.1); modern decoders train without it.
     - ``tp_comm_overlap``: fraction of TP collectives hidden behind GEMMs (Megatron
-      ``--tp-comm-overlap``, torchtitan async TP); 0 = exposed (Megatron default).
+      ``--tp-comm-overlap``); 0 = exposed (Megatron default). In a PyTorch recipe any value
+      > 0 turns on torch async TP (Inductor's micro-pipeline TP, torchtitan
+      ``enable_async_tensor_parallel``), which is costed by what that pass fuses and how much
+      each fused matmul hides (cost/async_tp.py), not as a fraction.
     - ``tp_comm_overlap_bwd``: the same for the backward pass; None = as forward (Megatron's
-      userbuffer overlap covers dgrad/wgrad). torchtitan's 2024 async TP micro-pipelines the
-      forward all-gather/matmul and matmul/reduce-scatter (the recompute replays them too);
-      its announcement reports "~20% forward pass speedup and ~8% E2E speedup in Llama3 70B",
-      i.e. a forward-only effect: 0.
+      userbuffer overlap covers dgrad/wgrad). Ignored by PyTorch async TP (cost/async_tp.py
+      says which backward collectives it fuses).
     - ``dp_overlap``: DP gradient reduction overlapped with backward (Megatron
       ``--overlap-grad-reduce``, FSDP/DDP default).
     - ``fused``: fused elementwise kernels (Megatron / torch.compile); None = framework default.
