@@ -92,9 +92,10 @@ def layer_factors(
     + memory-bound elementwise ops at HBM bandwidth + exposed communication:
     TP: 2 all-reduces forward + 2 backward of b·s·h (Narayanan §3.2), or with SP 2 all-gathers
     + 2 reduce-scatters each way (Korthikanti §4.2.2, same volume; torchao float8 gathers in
-    1 byte, `layer_ops.sp_gather_bytes`; PyTorch async TP: cost/async_tp.py); CP: ring exchange of the
-    K,V chunks, (cp-1) steps forward and 2x in backward (K,V and dK,dV), overlapped with the
-    attention of the chunk in flight (Megatron CP doc); EP: all-to-all dispatch + combine forward
+    1 byte, `layer_ops.sp_gather_bytes`; PyTorch async TP: cost/async_tp.py); CP: ring
+    exchange of the K,V chunks, (cp-1) steps forward and 2x in backward (K,V and dK,dV),
+    overlapped with the attention of the chunk in flight (Megatron CP doc); EP: all-to-all
+    dispatch + combine forward
     and backward of top_k·tokens·h (llm-analysis, nccl-tests (n-1)/n), or with the recipe's
     flex dispatcher one network copy per destination node (`comm.flex_dispatch`); with the
     recipe's EP overlap they are exposed only beyond the layer's compute (`overlap_exposed`),
