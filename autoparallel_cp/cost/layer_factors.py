@@ -95,9 +95,9 @@ def layer_factors(
     1 byte, `layer_ops.sp_gather_bytes`; PyTorch async TP: cost/async_tp.py); CP: ring
     exchange of the K,V chunks, (cp-1) steps forward and 2x in backward (K,V and dK,dV),
     overlapped with the attention of the chunk in flight (Megatron CP doc); EP: all-to-all
-    dispatch + combine forward
-    and backward of top_k·tokens·h (llm-analysis, nccl-tests (n-1)/n), or with the recipe's
-    flex dispatcher one network copy per destination node (`comm.flex_dispatch`); with the
+    dispatch + combine forward and backward of top_k·tokens·h (llm-analysis, nccl-tests
+    (n-1)/n), or with the recipe's flex dispatcher one network copy per destination node
+    (`comm.flex_dispatch`); with the
     recipe's EP overlap they are exposed only beyond the layer's compute (`overlap_exposed`),
     as in the steady state of Megatron's combined 1F1B (its warm-up and cool-down micro-batches,
     which have no partner, are not told apart: a few per hundred in the published recipes).
