@@ -2,7 +2,8 @@
 
 torchtitan's `enable_async_tensor_parallel` sets `torch._inductor.config._micro_pipeline_tp`
 (torchtitan models/llama3/parallelize_llama.py @820504e). Inductor's post-grad pass
-(torch/_inductor/fx_passes/micro_pipeline_tp.py, `micro_pipeline_tp_pass`, run on every graph
+(torch/_inductor/fx_passes/micro_pipeline_tp.py @5f65158a, `micro_pipeline_tp_pass`, called
+from `post_grad_passes` when `config._micro_pipeline_tp` is set, so on every graph
 it compiles: forward, backward and the recompute inside backward) rewrites
 
 - an all-gather whose result feeds matmuls as their left operand (`_find_consumer_matmuls`)
@@ -20,16 +21,17 @@ the QKV and up projections' dgrad do not: their input is the *sum* of two or thr
 outputs (wq/wk/wv, w1/w3 read the same gathered input), not a matmul. Those two stay plain
 NCCL collectives, with the DTensor layout copies around them (`layer_ops.dtensor_sp_copy_bytes`).
 
-Inside a fused op (torch/distributed/_symmetric_memory/__init__.py, at torch 38410cf9,
-`_pipelined_all_gather_and_consume` / `_pipelined_produce_and_all2all`) the matmul runs as
+Inside a fused op (torch/distributed/_symmetric_memory/__init__.py @006b161f, read in place of
+the rows' torch 38410cf9, which was not at hand; `_pipelined_all_gather_and_consume` /
+`_pipelined_produce_and_all2all`) the matmul runs as
 `tp` row chunks on two alternating streams while each peer's shard is copied over NVLink, one
 shard per step: the copies are hidden only behind the chunks' matmuls. With a collective of
 `C` seconds and a matmul of `G`, the first chunk's matmul (all-gather: the local shard;
 reduce-scatter: the chunk the first copy waits for) has no copy beside it, so the op takes
 max(G, C + G/tp) and exposes max(0, C - G (tp-1)/tp) beyond the matmul. Besides that, the
-all-gather first copies the local shard into the symmetric-memory buffer before its barrier,
-not overlapped ("we are giving up the chance to overlap mv and b with the first
-shard_consumer"), and the reduce-scatter sums the `tp` pulled partials in one more kernel
+all-gather first copies the local shard into the symmetric-memory buffer and waits on a
+barrier before any matmul starts (the source says it deliberately forgoes overlapping that
+copy with the first chunk), and the reduce-scatter sums the `tp` pulled partials in one more kernel
 (`torch.sum` over the stacked partials: reads the full b·s·h output, writes the shard).
 
 torchtitan's op-level SAC (`_save_list`, parallelize_llama.py @820504e) saves mm, SDPA and

@@ -117,10 +117,11 @@ def sp_gather_bytes(job: Job) -> float:
 
     torchao float8 tensor parallelism (torchtitan's `enable_float8_tensorwise_tp`, models/
     llama3/parallelize_llama.py @820504e) casts to float8 before each Shard -> Replicate
-    redistribute: `PrepareFloat8ModuleInput` the attention / MLP input ("so that ... we perform
-    fp8 allgather only once"), and `Float8RowwiseParallel`'s output hook (`_NoopFwToFloat8Bw
-    Dynamic`, a no-op forward) the incoming gradient before its all-gather (torchao
-    float8/float8_tensor_parallel.py @0e0fba8): 1 byte. The reduce-scatters stay bf16.
+    redistribute: `PrepareFloat8ModuleInput` the attention / MLP input (one float8 gather
+    shared by the QKV or w1/w3 linears), and `Float8RowwiseParallel`'s output hook
+    (`_NoopFwToFloat8BwDynamic`, a no-op forward) the incoming gradient before its all-gather
+    (torchao float8/float8_tensor_parallel.py @0e0fba8): 1 byte. The reduce-scatters stay
+    bf16.
     """
     recipe = job.recipe
     if recipe.compute_dtype == "fp8" and _is_pytorch(recipe) and _fp8_lib(recipe) == "torchao":
