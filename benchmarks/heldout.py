@@ -710,6 +710,25 @@ STATED_PLAN: dict[str, dict[tuple[str, str], tuple[dict[str, int], str]]] = {
 #:   `GPT_OSS_120B_H100_BF16_BASE_CONFIG` sets `pipeline_model_parallel_size=4` on the base's
 #:   `expert_model_parallel_size=8`, `micro_batch_size=1` (GA 512 / 16 = 32); the same in
 #:   v0.4.x `_H100_BF16_V1`, whose GBS-1280 `_V2` the 26.04.01 table states as MBS 1.
+#: Kept for the record (the per-step costs of these MoE rows, read in Megatron-Core 0d8e0714 =
+#: v0.2.0's 3rdparty/Megatron-LM and d7288711 = v0.4.1's; nothing added): the same-plan pair
+#: rows 32 / 44 (GPT-OSS H100 pp4 ep8 mbs1, 32 and 80 micro-batches, 25.11 / 26.04.01) gives
+#: 0.172 s per micro-batch + 0.32 s per step measured against the model's 0.143 + 0.46, so
+#: the gap is per micro-batch; 38 / 47 are no pair (EP 64 alltoall vs EP 8 HybridEP). Expert
+#: gradients sit in their own DDP buffers (`expert_parallel_buffers`,
+#: distributed/distributed_data_parallel.py:316-321) reduced over the expert-DP group, in
+#: buckets of max(40M, 1M x dp) parameters (:58-60), overlapped like the dense ones; with
+#: `overlap_param_gather` the distributed optimizer skips its synchronous all-gather
+#: (optimizer/distrib_optimizer.py:2593-2599) and the forward pre-hooks gather one bucket
+#: group ahead in the next step's first forward (param_and_grad_buffer.py:283-301), a window
+#: cost/steptime.py does not split out (charging all-gather and reduce-scatter against the last
+#: backward: 0.709 s exposed on row 47 against 0.46 s with the split; the split over
+#: every overlapped Megatron row moved in-sample all 12.1 / +6.2% to 12.2 / +6.5%, not
+#: applied). The perf runs turn off `check_for_nan_in_grad` and `check_for_nan_in_loss`
+#: (scripts/performance/utils/helpers.py v0.2.0 `set_common_perf_overrides`; overrides.py
+#: v0.4.1), leave `num_distributed_optimizer_instances` at 1; the grad-norm all-reduce, the
+#: per-step loss / MoE-metric reductions (`log_interval = 1`) and the calculate_per_token_loss
+#: token-count all-reduce are a few elements each.
 BRIDGE_STATED_PLAN: dict[tuple[str, str, str], tuple[dict[str, int], str]] = {
     ("gpt oss", "b200", "NeMo 25.11"): (
         {"ep": 64}, "ep=64 (Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/"
