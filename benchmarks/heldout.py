@@ -418,6 +418,20 @@ BRIDGE_MOE_COMM: dict[tuple[str, str, int, int, int, int, int], tuple[str, bool,
 }
 
 
+#: BRIDGE_MOE_COMM of rows whose container's performance config (scripts/performance/ of the
+#: Megatron-Bridge release in that container) sets the MoE communication, keyed by (model
+#: prefix, GPU prefix, container in `framework_version`, tp, pp, vpp, ep, mbs); consulted first.
+#: - GPT-OSS 120B 64 B200 BF16 GBS 1280, NeMo 26.04 / 26.04.01 (Megatron-Bridge v0.4.0 /
+#:   v0.4.1): scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py
+#:   `GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2` sets `expert_model_parallel_size=8`,
+#:   `moe_flex_dispatcher_backend="hybridep"` (applied by `apply_flex_dispatcher_backend` in
+#:   gpt_oss_llm_pretrain.py) and no `moe_a2a_overlap`; tp_comm_overlap: tp = 1.
+BRIDGE_MOE_COMM_CONTAINER: dict[tuple[str, str, str, int, int, int, int, int],
+                                tuple[str, bool, bool | None]] = {
+    ("gpt oss", "b200", "NeMo 26.04", 1, 1, 1, 8, 4): ("flex", False, None),
+}
+
+
 #: Transformer Engine CUDA-graph scopes (`cuda_graph_impl = "transformer_engine"`,
 #: `cuda_graph_scope`) of the Megatron-Bridge perf recipes the Qwen3 30B-A3B mbridge-perf rows
 #: ran, keyed by (model prefix, GPU prefix, container in `framework_version`, mbs); the
@@ -465,6 +479,11 @@ def _bridge_moe_comm(r: dict[str, str], tp: int, pp: int, vpp: int, ep: int,
     if r["source_id"] != "mbridge-perf" or not _int(r["moe_experts"]):
         return None
     model, gpu = _model_name(r), r["gpu"].lower()
+    by_container = next((v for (m, g, c, *plan), v in BRIDGE_MOE_COMM_CONTAINER.items()
+                         if model.startswith(m) and g in gpu and c in r["framework_version"]
+                         and tuple(plan) == (tp, pp, vpp, ep, mbs)), None)
+    if by_container is not None:
+        return by_container
     return next((v for (m, g, *plan), v in BRIDGE_MOE_COMM.items()
                  if model.startswith(m) and g in gpu and tuple(plan) == (tp, pp, vpp, ep, mbs)),
                 None)
@@ -669,8 +688,72 @@ STATED_PLAN: dict[str, dict[tuple[str, str], tuple[dict[str, int], str]]] = {
 }
 
 
+#: Plan cells of mbridge-perf rows where the performance-summary table disagrees with the
+#: Megatron-Bridge performance config of the row's own container, keyed by (model prefix, GPU
+#: prefix, container in `framework_version`) -> ({"ep"/"vpp"/"mbs": value}, citation); the config is
+#: taken as the run (NVIDIA-NeMo/Megatron-Bridge, read at the mirror; NeMo 25.11 ships
+#: Megatron-Bridge v0.2.0 = 717c62de40, docs/releases/software-versions.md @067f987df):
+#: - GPT-OSS 120B, 64 B200, BF16, GBS 512 (25.11 table: EP 8): v0.2.0 scripts/performance/
+#:   configs/gpt_oss/workload_base_configs.py `GPT_OSS_120B_B200_BF16_BASE_CONFIG` sets
+#:   `expert_model_parallel_size=64`, `micro_batch_size=4` (since 34641780a, 2025-11-20, "fix
+#:   GPT-OSS perf scripts"), and the GBS-512 B200 config keeps EP 64 in v0.3.0/v0.3.1/v0.4.x
+#:   (`..._B200_BF16_V1`); EP 8 (with HybridEP) is only the GBS-1280 `_V2` of v0.4.0. The
+#:   archive's tables follow the configs elsewhere: 26.02 (v0.3.0, V2 = V1 + GBS 1280, EP 64)
+#:   states EP 64 at 8,047 tokens/s/GPU, 26.02.01 EP 8 at 13,722; this row's 8,213 is the EP-64
+#:   figure. Its GA cell (2) holds for either EP (dp = 64).
+#: - Qwen3 30B-A3B, 16 H100, FP8-CS (25.11 table: VP 24): every version of v0.2.0's
+#:   scripts/performance/configs/qwen3/workload_base_configs.py
+#:   `QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG` (fbf96a3dc .. 717c62de40) sets
+#:   `pipeline_model_parallel_size=2`, `virtual_pipeline_model_parallel_size=12` (24 is the
+#:   layers per pipeline stage, 48 / 2). Its micro-batch stays the table's 2 (GA 32 agrees):
+#:   the config had `micro_batch_size=2` until 8aed9a229 (2025-11-21), which dropped it to 1 and
+#:   added `moe_a2a_overlap` together, so the table's cells are the earlier config's, without
+#:   the EP overlap.
+#: - GPT-OSS 120B, 64 H100, BF16, GBS 512 (25.11 table: MBS 4, EP 8, GA 2, the B200 row's cells
+#:   with PP 4; GA 2 contradicts gbs / (mbs * dp) = 8): v0.2.0's
+#:   `GPT_OSS_120B_H100_BF16_BASE_CONFIG` sets `pipeline_model_parallel_size=4` on the base's
+#:   `expert_model_parallel_size=8`, `micro_batch_size=1` (GA 512 / 16 = 32); the same in
+#:   v0.4.x `_H100_BF16_V1`, whose GBS-1280 `_V2` the 26.04.01 table states as MBS 1.
+#: Kept for the record (the per-step costs of these MoE rows, read in Megatron-Core 0d8e0714 =
+#: v0.2.0's 3rdparty/Megatron-LM and d7288711 = v0.4.1's; nothing added): the same-plan pair
+#: rows 32 / 44 (GPT-OSS H100 pp4 ep8 mbs1, 32 and 80 micro-batches, 25.11 / 26.04.01) gives
+#: 0.172 s per micro-batch + 0.32 s per step measured against the model's 0.143 + 0.46, so
+#: the gap is per micro-batch; 38 / 47 are no pair (EP 64 alltoall vs EP 8 HybridEP). Expert
+#: gradients sit in their own DDP buffers (`expert_parallel_buffers`,
+#: distributed/distributed_data_parallel.py:316-321) reduced over the expert-DP group, in
+#: buckets of max(40M, 1M x dp) parameters (:58-60), overlapped like the dense ones; with
+#: `overlap_param_gather` the distributed optimizer skips its synchronous all-gather
+#: (optimizer/distrib_optimizer.py:2593-2599) and the forward pre-hooks gather one bucket
+#: group ahead in the next step's first forward (param_and_grad_buffer.py:283-301), a window
+#: cost/steptime.py does not split out (charging all-gather and reduce-scatter against the last
+#: backward: 0.709 s exposed on row 47 against 0.46 s with the split; the split over
+#: every overlapped Megatron row moved in-sample all 12.1 / +6.2% to 12.2 / +6.5%, not
+#: applied). The perf runs turn off `check_for_nan_in_grad` and `check_for_nan_in_loss`
+#: (scripts/performance/utils/helpers.py v0.2.0 `set_common_perf_overrides`; overrides.py
+#: v0.4.1), leave `num_distributed_optimizer_instances` at 1; the grad-norm all-reduce, the
+#: per-step loss / MoE-metric reductions (`log_interval = 1`) and the calculate_per_token_loss
+#: token-count all-reduce are a few elements each.
+BRIDGE_STATED_PLAN: dict[tuple[str, str, str], tuple[dict[str, int], str]] = {
+    ("gpt oss", "b200", "NeMo 25.11"): (
+        {"ep": 64}, "ep=64 (Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/"
+                    "workload_base_configs.py GPT_OSS_120B_B200_BF16_BASE_CONFIG)"),
+    ("gpt oss", "h100", "NeMo 25.11"): (
+        {"mbs": 1}, "mbs=1 (Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/"
+                    "workload_base_configs.py BASE_GPT_OSS_120B_CONFIG, H100 BF16)"),
+    ("qwen3 30b", "h100", "NeMo 25.11"): (
+        {"vpp": 12}, "vpp=12 (Megatron-Bridge v0.2.0 scripts/performance/configs/qwen3/"
+                     "workload_base_configs.py QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG)"),
+}
+
+
 def _stated_plan(r: dict[str, str]) -> tuple[dict[str, int], str] | None:
-    """(plan cells, citation) a row's source's launch files set for its model and precision."""
+    """(plan cells, citation) a row's source's launch files set for its model and precision
+    (for mbridge-perf rows: its container's performance config, BRIDGE_STATED_PLAN)."""
+    if r["source_id"] == "mbridge-perf":
+        model, gpu = _model_name(r), r["gpu"].lower()
+        return next((v for (m, g, c), v in BRIDGE_STATED_PLAN.items()
+                     if model.startswith(m) and g in gpu and c in r["framework_version"]),
+                    None)
     table = STATED_PLAN.get(r["source_id"], {})
     prec = r["precision"].strip().lower()
     return next((v for (m, p), v in table.items()
@@ -903,6 +986,7 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             if cells.get("cp", cp) != cp:
                 cp, dp = cells["cp"], None
             vpp = cells.get("vpp", vpp)
+            ep = cells.get("ep", ep)
             assumed.append(why)
         if dp is None:
             if gpus % (tp * pp * cp):
@@ -913,6 +997,8 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             skip(f"tp*pp*cp*dp = {dp * tp * pp * cp} != {gpus} GPUs", family)
             continue
         mbs = _int(r["micro_batch"])
+        if stated_plan is not None and "mbs" in stated_plan[0]:
+            mbs = stated_plan[0]["mbs"]
         if mbs is None:
             mbs = 1
             assumed.append("mbs=1")
@@ -920,6 +1006,8 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             skip(f"global batch {gb} not a multiple of dp*mbs = {dp * mbs}", family)
             continue
         ga = _stated_grad_accum(r["notes"])
+        if stated_plan is not None and "mbs" in stated_plan[0]:
+            ga = None  # the launch files set the micro-batch: the table's GA cell follows it
         if ga is not None and ga != gb // (dp * mbs):
             # the source's own cells disagree (a table row whose GA cell does not match its
             # batch, micro-batch and parallel cells): which of them is wrong is not known, so

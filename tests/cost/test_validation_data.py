@@ -176,6 +176,35 @@ def test_dgxc_rows_run_their_launch_files_plan_and_fp8_params() -> None:
             assert h.job.recipe.weight_bytes == (1 if fp8 else 2), h.name
 
 
+def test_bridge_perf_rows_run_their_containers_perf_configs() -> None:
+    """Megatron-Bridge's 25.11 performance table (NeMo 25.11 = Megatron-Bridge v0.2.0) states
+    EP 8 for GPT-OSS 120B on 64 B200 and VP 24 for Qwen3 30B-A3B on 16 H100; v0.2.0's
+    scripts/performance/configs set expert_model_parallel_size=64 (gpt_oss
+    workload_base_configs.py, B200 BF16) and virtual_pipeline_model_parallel_size=12 (qwen3,
+    H100 FP8-CS). With EP 64 on 64 GPUs and tp = 1 the expert-DP group is 64 / 64 = 1 rank.
+    The table's 25.11 GPT-OSS H100 cells (MBS 4, GA 2) contradict each other (GBS 512 over
+    dp 64 / pp 4 = 16 at MBS 4 is GA 8); the config runs MBS 1: GA 512 / 16 = 32.
+    The 26.04.01 GPT-OSS B200 row (v0.4.x `_B200_BF16_V2`: EP 8, HybridEP) runs the flex
+    dispatcher; the 26.04.01 H100 row (`_H100_BF16_V2`, no backend set) stays on alltoall."""
+    from heldout import heldout_rows
+
+    rows = {(h.name, h.job.cluster.node_groups[0].gpu.name[:4], h.job.global_batch): h
+            for h in heldout_rows() if h.source == "mbridge-perf" and h.job is not None}
+    oss_25 = rows[("GPT OSS 120B", "B200", 512)]
+    assert (oss_25.plan.ep, oss_25.plan.dp, oss_25.plan.expert_dp) == (64, 64, 1)
+    assert oss_25.options.ep_dispatcher == "alltoall"
+    assert any("ep=64" in a for a in oss_25.assumed)
+    oss_h100 = rows[("GPT OSS 120B", "H100", 512)]
+    assert (oss_h100.plan.pp, oss_h100.plan.dp, oss_h100.plan.mbs) == (4, 16, 1)
+    assert oss_h100.plan.num_microbatches == 32
+    qwen_25 = rows[("Qwen3_30B_a3B", "H100", 512)]
+    assert (qwen_25.plan.pp, qwen_25.plan.vpp, qwen_25.plan.mbs) == (2, 12, 2)
+    assert qwen_25.plan.num_microbatches == 512 // (8 * 2)
+    oss_26 = rows[("GPT OSS 120B", "B200", 1280)]
+    assert (oss_26.plan.ep, oss_26.options.ep_dispatcher) == (8, "flex")
+    assert rows[("GPT OSS 120B", "H100", 1280)].options.ep_dispatcher == "alltoall"
+
+
 def test_llmfoundry_pure_rows_reduce_gradients_in_bf16() -> None:
     """llm-foundry's benchmark tables state the FSDP "MP Mode": Composer's PURE sets the
     reduce dtype to the precision (bf16, 2 bytes on the wire), DEFAULT to fp32
