@@ -144,6 +144,23 @@ def gemm_time(
     return np.where(flops > 0, fixed_s + flops / rate * slow, 0.0)
 
 
+def sm_reserve_stretch(gpu: GPUSpec, reserved: float) -> float:
+    """Time factor of a GEMM run on `gpu.sm_count - reserved` of the GPU's SMs.
+
+    Transformer Engine's userbuffers overlap with `set_sm_margin` hands cuBLAS
+    `_math_sms = sm_count - num_comm_sm` (common/comm_gemm_overlap/comm_gemm_overlap.cpp
+    l. 75 @v1.13, the same line in pytorch/csrc/comm_gemm_overlap.h @v1.7-v1.12), leaving
+    `num_comm_sm` SMs to the communication kernel: a GEMM of many tile waves runs at the rate
+    of the SMs it gets, sm_count / (sm_count - reserved) times as long. 1 when nothing is
+    reserved; `Job` refuses a reservation on a GPU without `sm_count` or with no SM left.
+    """
+    if reserved <= 0:
+        return 1.0
+    if gpu.sm_count is None or gpu.sm_count <= reserved:
+        raise ValueError(f"{gpu.name}: sm_count {gpu.sm_count} cannot spare {reserved:g} SMs")
+    return gpu.sm_count / (gpu.sm_count - reserved)
+
+
 def _attn_rate(gpu: GPUSpec, s: FloatArray, d: FloatArray, frac: float,
                s_half: float) -> FloatArray:
     dfac = d / (d + ATTN_D_HALF) * (128.0 + ATTN_D_HALF) / 128.0
