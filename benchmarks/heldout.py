@@ -667,6 +667,14 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
 #: dgxc-bench-25.02 models not listed run `ub_tp_comm_overlap` with Transformer Engine's
 #: default configuration (no SM margin: Nemotron-4 15B, and 340B via configure.sh) or without
 #: userbuffers (Grok-1, Llama 3.1 8B at tp 1).
+#: Kept for the record, not applied: the only launch setting that differs between a BF16 run
+#: and its FP8 twin besides fp8 / fp8_hybrid / fp8_params (and 340B's cp, STATED_PLAN) is
+#: `NVTE_UB_SPLIT_AG`, which nemo_megatron/ and nemotron/configure.sh take from
+#: NeMo-Framework-Launcher's conditional_cfgs.py `get_ag_overlap` (0 on sm90 in BF16: "Disable
+#: AG overlap with P2P ring-exchange at H100 BF16 training"); Transformer Engine stopped reading
+#: that variable in v1.4 (bdf1afeef, "Use arguments instead of env vars for TP comm overlap"),
+#: before NeMo 24.12's TE, so the BF16 runs keep the YAMLs' ring-exchange all-gathers. The
+#: 405B FP8 runs also set `fp8_buf` on proj_fprop / fc2_fprop (fp8 reduce-scatter buffers).
 UB_RS_SM_MARGIN: dict[str, dict[str, tuple[tuple[int, int], str]]] = {
     "dgxc-bench-25.02": {
         "llama 3.1 70b": ((24, 16), "llama3.1/llama3.1_70b.yaml @8f5cbb3799 "

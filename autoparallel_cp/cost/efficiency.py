@@ -17,6 +17,13 @@ as the loop itself (short K = low arithmetic intensity per output tile); the M t
 sustained-clock derate of long-running GEMMs (at M = 16384 every shape ran ~8% slower than at
 M = 4096: the GPU drops from boost clock under its power limit), saturating in M.
 
+Transfer check on H100 SXM (same peak, same 700 W): stas00/ml-engineering
+compute/accelerator/README.md @b9e29720 "Maximum Achievable Matmul FLOPS" (mamf-finder, torch
+2.7.0+cu126) gives 794.5 TFLOP/s bf16 at 2048x2048x13312 (MxNxK); the curve above gives 803
+(+1%), so the burst rate carries from the H200 to the H100 as a fraction of peak
+(tests/cost/test_gemm_transfer.py). The same table's A100 SXM (271.2 at 1024x10240x5120) sits
+5% above the curve (259): the A100 runs a larger fraction of its own peak.
+
 Flash attention (causal SDPA; forward FLOP counted 4·b·heads·s²·d/2, backward 2.5x forward):
 
     rate(s, d) = peak * ATTN_FRACTION * d/(d + ATTN_D_HALF) * (128 + ATTN_D_HALF)/128
