@@ -687,6 +687,19 @@ UB_RS_SM_MARGIN: dict[str, dict[str, tuple[tuple[int, int], str]]] = {
                                  "ub_tp_comm_overlap_cfg: proj_fprop num_sm 24, fc2_fprop "
                                  "num_sm 20, pipeline, set_sm_margin 1"),
     },
+    # the NeMo-Framework-Launcher 24.07 training YAMLs that set `ub_tp_comm_overlap: true` and
+    # name a tp_overlap file (launcher_scripts/conf/training/tp_overlap/*.yaml @24.07)
+    "nemo-perf-24.07": {
+        "llama2-70b": ((24, 16), "llama/llama2_70b.yaml -> tp_overlap/ub_cfg_h100_h8192_tp4_"
+                                 "mbs1_seqlen4096.yaml (24.07): proj_fprop / fc2_fprop num_sm "
+                                 "24 / 16, pipeline, set_sm_margin 1"),
+        "llama3-70b": ((24, 16), "llama/llama3_70b.yaml -> tp_overlap/ub_cfg_h100_h8192_tp4_"
+                                 "mbs1_seqlen8192.yaml (24.07): proj_fprop / fc2_fprop num_sm "
+                                 "24 / 16, pipeline, set_sm_margin 1"),
+        "gpt3-20b": ((16, 24), "gpt3/20b.yaml -> tp_overlap/ub_cfg_h100_h6144_tp2_mbs2_"
+                               "seqlen2048.yaml (24.07): proj_fprop / fc2_fprop num_sm 16 / 24, "
+                               "pipeline, set_sm_margin 1"),
+    },
 }
 
 
