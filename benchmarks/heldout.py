@@ -296,6 +296,11 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             # TP > 1 (nemo/collections/llm/recipes/tp_overlap_configs); not in each table.
             assumed.append("TP overlap on (NeMo perf recipes enable it with TP)")
             knobs = ("megatron_tp_overlap",)
+            margin = _for_model(UB_RS_SM_MARGIN.get(r["source_id"], {}), r)
+            if margin is not None:
+                recipe = recipe.with_behaviour(ub_rs_sm_margin=margin[0])
+                assumed.append(f"userbuffers reserve {margin[0][0]} / {margin[0][1]} SMs beside "
+                               f"the proj / fc2 forward GEMMs ({margin[1]})")
         return recipe, "tp>1", knobs
     if family == "megatron-deepspeed":
         # the `deepspeed` preset; BLOOM (2022) ran Megatron's fused softmax without flash
@@ -678,6 +683,49 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
 #: +5.5 -> 10.0 / +7.6), mcore's CV (the refitted TP-overlap constant) 10.6 -> 12.6, and LOSO
 #: all 14.1 / +8.0 -> 14.4 / +8.2% (held-out 16.2 -> 16.4%, ranking 870/896 unchanged): these
 #: rows are already optimistic, the hidden transfers only add to it.
+#: SMs the source's userbuffers configuration reserves from the forward GEMMs whose output it
+#: reduce-scatters in `pipeline` mode (source id -> model prefix -> ((proj_fprop, fc2_fprop)
+#: `num_sm` with `set_sm_margin: 1`, citation); behaviour `ub_rs_sm_margin`,
+#: cost/efficiency.py `sm_reserve_stretch`). Both precisions run the same YAML; the
+#: dgxc-bench-25.02 models not listed run `ub_tp_comm_overlap` with Transformer Engine's
+#: default configuration (no SM margin: Nemotron-4 15B, and 340B via configure.sh) or without
+#: userbuffers (Grok-1, Llama 3.1 8B at tp 1).
+#: Kept for the record, not applied: the only launch setting that differs between a BF16 run
+#: and its FP8 twin besides fp8 / fp8_hybrid / fp8_params (and 340B's cp, STATED_PLAN) is
+#: `NVTE_UB_SPLIT_AG`, which nemo_megatron/ and nemotron/configure.sh take from
+#: NeMo-Framework-Launcher's conditional_cfgs.py `get_ag_overlap` (0 on sm90 in BF16: "Disable
+#: AG overlap with P2P ring-exchange at H100 BF16 training"); Transformer Engine stopped reading
+#: that variable in v1.4 (bdf1afeef, "Use arguments instead of env vars for TP comm overlap"),
+#: before NeMo 24.12's TE, so the BF16 runs keep the YAMLs' ring-exchange all-gathers. The
+#: 405B FP8 runs also set `fp8_buf` on proj_fprop / fc2_fprop (fp8 reduce-scatter buffers).
+UB_RS_SM_MARGIN: dict[str, dict[str, tuple[tuple[int, int], str]]] = {
+    "dgxc-bench-25.02": {
+        "llama 3.1 70b": ((24, 16), "llama3.1/llama3.1_70b.yaml @8f5cbb3799 "
+                                    "ub_tp_comm_overlap_cfg: proj_fprop num_sm 24, fc2_fprop "
+                                    "num_sm 16, pipeline, set_sm_margin 1"),
+        "llama 3.1 405b": ((24, 8), "llama3.1/llama3.1_405b.yaml @8f5cbb3799 "
+                                    "ub_tp_comm_overlap_cfg: proj_fprop num_sm 24, fc2_fprop "
+                                    "num_sm 8, pipeline, set_sm_margin 1"),
+        "gpt-3 175b": ((24, 20), "nemo_megatron/gpt3_175b_hydra.yaml @8f5cbb3799 "
+                                 "ub_tp_comm_overlap_cfg: proj_fprop num_sm 24, fc2_fprop "
+                                 "num_sm 20, pipeline, set_sm_margin 1"),
+    },
+    # the NeMo-Framework-Launcher 24.07 training YAMLs that set `ub_tp_comm_overlap: true` and
+    # name a tp_overlap file (launcher_scripts/conf/training/tp_overlap/*.yaml @24.07)
+    "nemo-perf-24.07": {
+        "llama2-70b": ((24, 16), "llama/llama2_70b.yaml -> tp_overlap/ub_cfg_h100_h8192_tp4_"
+                                 "mbs1_seqlen4096.yaml (24.07): proj_fprop / fc2_fprop num_sm "
+                                 "24 / 16, pipeline, set_sm_margin 1"),
+        "llama3-70b": ((24, 16), "llama/llama3_70b.yaml -> tp_overlap/ub_cfg_h100_h8192_tp4_"
+                                 "mbs1_seqlen8192.yaml (24.07): proj_fprop / fc2_fprop num_sm "
+                                 "24 / 16, pipeline, set_sm_margin 1"),
+        "gpt3-20b": ((16, 24), "gpt3/20b.yaml -> tp_overlap/ub_cfg_h100_h6144_tp2_mbs2_"
+                               "seqlen2048.yaml (24.07): proj_fprop / fc2_fprop num_sm 16 / 24, "
+                               "pipeline, set_sm_margin 1"),
+    },
+}
+
+
 STATED_PLAN: dict[str, dict[tuple[str, str], tuple[dict[str, int], str]]] = {
     "dgxc-bench-25.02": {
         ("nemotron-4 340b", "bf16"): ({"cp": 2}, "cp=2 in BF16 (nemotron/configure.sh "

@@ -17,6 +17,13 @@ as the loop itself (short K = low arithmetic intensity per output tile); the M t
 sustained-clock derate of long-running GEMMs (at M = 16384 every shape ran ~8% slower than at
 M = 4096: the GPU drops from boost clock under its power limit), saturating in M.
 
+Transfer check on H100 SXM (same peak, same 700 W): stas00/ml-engineering
+compute/accelerator/README.md @b9e29720 "Maximum Achievable Matmul FLOPS" (mamf-finder, torch
+2.7.0+cu126) gives 794.5 TFLOP/s bf16 at 2048x2048x13312 (MxNxK); the curve above gives 803
+(+1%), so the burst rate carries from the H200 to the H100 as a fraction of peak
+(tests/cost/test_gemm_transfer.py). The same table's A100 SXM (271.2 at 1024x10240x5120) sits
+5% above the curve (259): the A100 runs a larger fraction of its own peak.
+
 Flash attention (causal SDPA; forward FLOP counted 4·b·heads·s²·d/2, backward 2.5x forward):
 
     rate(s, d) = peak * ATTN_FRACTION * d/(d + ATTN_D_HALF) * (128 + ATTN_D_HALF)/128
@@ -142,6 +149,23 @@ def gemm_time(
     flops = 2.0 * m_ * k_ * n_ * np.asarray(batch, dtype=np.float64)
     slow = 1.0 + GEMM_K_HALF / np.maximum(k_, 1.0) + GEMM_M_DERATE * m_ / (m_ + GEMM_M_HALF)
     return np.where(flops > 0, fixed_s + flops / rate * slow, 0.0)
+
+
+def sm_reserve_stretch(gpu: GPUSpec, reserved: float) -> float:
+    """Time factor of a GEMM run on `gpu.sm_count - reserved` of the GPU's SMs.
+
+    Transformer Engine's userbuffers overlap with `set_sm_margin` hands cuBLAS
+    `_math_sms = sm_count - num_comm_sm` (common/comm_gemm_overlap/comm_gemm_overlap.cpp
+    l. 75 @v1.13, the same line in pytorch/csrc/comm_gemm_overlap.h @v1.7-v1.12), leaving
+    `num_comm_sm` SMs to the communication kernel: a GEMM of many tile waves runs at the rate
+    of the SMs it gets, sm_count / (sm_count - reserved) times as long. 1 when nothing is
+    reserved; `Job` refuses a reservation on a GPU without `sm_count` or with no SM left.
+    """
+    if reserved <= 0:
+        return 1.0
+    if gpu.sm_count is None or gpu.sm_count <= reserved:
+        raise ValueError(f"{gpu.name}: sm_count {gpu.sm_count} cannot spare {reserved:g} SMs")
+    return gpu.sm_count / (gpu.sm_count - reserved)
 
 
 def _attn_rate(gpu: GPUSpec, s: FloatArray, d: FloatArray, frac: float,

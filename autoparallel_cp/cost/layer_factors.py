@@ -34,7 +34,12 @@ from autoparallel_cp.cost.constants import (
     ELEMENTWISE_BWD_FACTOR,
 )
 from autoparallel_cp.cost.cp_ring import ring_exchange, torch_ring_merge_bytes
-from autoparallel_cp.cost.efficiency import flash_attention_time, gemm_time, hbm_time
+from autoparallel_cp.cost.efficiency import (
+    flash_attention_time,
+    gemm_time,
+    hbm_time,
+    sm_reserve_stretch,
+)
 from autoparallel_cp.cost.flops import (
     attention_core_flops,
     attention_dims,
@@ -55,9 +60,22 @@ from autoparallel_cp.cost.moe_comm import (
 )
 from autoparallel_cp.cost.moe_glu_bias import glu_clamp_bias_bytes
 from autoparallel_cp.cost.straggler import job_compute_stretch
-from autoparallel_cp.spec import Job
+from autoparallel_cp.spec import GPUSpec, Job
 
 # ---- per-layer factors ----
+
+#: The forward GEMMs whose output Transformer Engine's userbuffers reduce-scatter (TE
+#: `initialize_ub`: "proj_fprop", "fc2_fprop"), in `FrameworkBehaviour.ub_rs_sm_margin` order.
+_UB_RS_GEMMS = ("out_proj", "mlp_fc2")
+
+
+def _ub_rs_stretch(gpu: GPUSpec, opts: CostOptions, name: str,
+                   tp: FloatArray) -> FloatArray | float:
+    """Time factor of forward GEMM `name` for the SMs userbuffers reserve beside it (tp > 1)."""
+    if name not in _UB_RS_GEMMS:
+        return 1.0
+    stretch = sm_reserve_stretch(gpu, opts.ub_rs_sm_margin[_UB_RS_GEMMS.index(name)])
+    return np.where(tp > 1, stretch, 1.0)
 
 
 @dataclass(frozen=True)
@@ -147,7 +165,8 @@ def layer_factors(
     dgrad_by_name: dict[str, FloatArray] = {}
     for gm in (gemm_list := layer_gemms(model, moe, tokens, tp_, ep_, etp_)):
         gdt = fp8_casts.dtype_of(gm, dtype)
-        f = slow * gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, gdt)
+        f = slow * gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, gdt) \
+            * _ub_rs_stretch(gpu, opts, gm.name, tp_)
         dg = slow * gm.count * gemm_time(gpu, gm.m, gm.n, gm.k, gdt)
         wg = slow * gm.count * gemm_time(gpu, gm.k, gm.m, gm.n, gdt)
         fwd_by_name[gm.name] = f

@@ -38,6 +38,7 @@ LatencyUs = Annotated[float, Bounded(0.0, MAX_LATENCY_US, "1 s, 3x a round trip 
 GpusPerNode = Annotated[int, Bounded(1, MAX_GPUS_PER_NODE, "~7x NVIDIA NVL576")]
 Nodes = Annotated[int, Bounded(1, MAX_GPUS, "~20x the largest published cluster")]
 Price = Annotated[float, Bounded(0.0, MAX_PRICE, "~1000x on-demand H100 prices", low_open=True)]
+SmCount = Annotated[int, Bounded(1, 1024, "~8x an H100's 132 SMs")]
 
 
 class GPUSpec(Strict):
@@ -55,6 +56,10 @@ class GPUSpec(Strict):
     #: pytorch/utils.py `is_non_tn_fp8_gemm_supported`); False: TN only (Hopper, Ada)
     fp8_transpose_free: bool = False
     hbm_gbps: HbmGBps  # HBM bandwidth, GB/s
+    #: streaming multiprocessors (datasheet / whitepaper); only kernels that reserve SMs for
+    #: communication read it (cost/layer_ops.py `ub_rs_gemm_stretch`). None: not stated, and
+    #: a recipe that reserves SMs is then refused with a clear error
+    sm_count: SmCount | None = None
     source: str = ""
 
     @property

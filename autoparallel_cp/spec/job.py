@@ -54,6 +54,16 @@ class Job(Strict):
                         f"(node group {g.name!r}) has no fp8_tflops: use a bf16 recipe, or "
                         "give the GPU's fp8_tflops"
                     )
+        reserved = max(self.recipe.behaviour.ub_rs_sm_margin)
+        if reserved > 0:
+            for g in self.cluster.node_groups:
+                if g.gpu.sm_count is None or g.gpu.sm_count <= reserved:
+                    raise ValueError(
+                        f"recipe {self.recipe.name!r} reserves {reserved} SMs for userbuffers "
+                        f"(ub_rs_sm_margin), but GPU {g.gpu.name!r} (node group {g.name!r}) "
+                        f"has sm_count {g.gpu.sm_count}: give the GPU's sm_count (more than "
+                        "the reserved SMs)"
+                    )
         act = 34.0 * self.tokens_per_step * self.model.hidden_size * self.model.num_layers
         if act > MAX_ACTIVATION_SCALE_BYTES:
             raise ValueError(

@@ -11,6 +11,7 @@ from .base import MAX_BYTES, Bounded, Strict
 Bytes = Annotated[int, Bounded(1, MAX_BYTES, "4x Adam's m and v in fp64")]
 Bytes0 = Annotated[int, Bounded(0, MAX_BYTES, "4x Adam's m and v in fp64")]
 Fraction = Annotated[float, Bounded(0.0, 1.0, "a fraction", low_open=False)]
+SmMargin = Annotated[int, Bounded(0, 1024, "~8x an H100's 132 SMs")]
 
 
 #: Megatron-Core `--recompute-modules` choices the cost model prices (transformer_config.py).
@@ -178,6 +179,13 @@ class FrameworkBehaviour(Strict):
       router and its aux loss), "moe_preprocess" (the dispatcher's metadata). A graphed part
       costs the host one replay instead of its ops (cost/moe_host.py). Default empty (Megatron's
       default `cuda_graph_impl` "none").
+    - ``ub_rs_sm_margin``: SMs that Transformer Engine's userbuffers take from the attention
+      output projection's and the MLP fc2's forward GEMMs (in that order) while they
+      reduce-scatter its output in `pipeline` mode with `set_sm_margin`: the GEMM then runs on
+      `GPUSpec.sm_count` minus `num_sm` SMs (cost/layer_ops.py `ub_rs_gemm_stretch`). Only
+      with tp > 1 (TE disables userbuffers at one TP rank). Default (0, 0): TE's own
+      defaults (`initialize_ub` `get_default_config`: `set_sm_margin` False) and every
+      framework without userbuffers.
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -206,6 +214,7 @@ class FrameworkBehaviour(Strict):
     overlap_p2p_comm: bool = False
     pp_scatter_gather: bool = False
     cuda_graph_scopes: tuple[CudaGraphScope, ...] = ()
+    ub_rs_sm_margin: tuple[SmMargin, SmMargin] = (0, 0)
 
 
 class TrainingRecipe(Strict):
