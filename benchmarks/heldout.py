@@ -194,7 +194,13 @@ def _llmfoundry_attention(r: dict[str, str]) -> str:
     Every other table was written by scripts/train/benchmarking/sweep.sh, which passes no
     `--attn_impl`, through submit_benchmarks.py, whose default `--attn_impl triton` overwrites
     the YAML's attn_config (llm-foundry a7d6a4475 .. 5e85bd62d): FlashAttention in Triton on
-    the pre-MLIR compiler (`triton-pre-mlir` in setup.py `gpu` extras, v0.3.0)."""
+    the pre-MLIR compiler. submit_benchmarks.run_config installs llm-foundry v0.3.0 whatever
+    `--git_commit` says (b2a43a147, the commit that added the H100 tables; sweep.sh image
+    mosaicml/pytorch:2.1.0_cu121), and v0.3.0's setup.py install_requires (not the `gpu`
+    extras) take `triton-pre-mlir` from vchiley/triton@triton_pre_mlir_sm90 (86c7fe23, pinned
+    by llm-foundry 9c941b03d): against triton_pre_mlir (2dd3b957) that branch only adds the
+    sm_90 JIT target and raises the NVVM compute-capability / PTX ceilings to 90 / 8.0, so on
+    H100 the kernel keeps the Ampere mma.sync code generator (efficiency.ATTN_KERNELS)."""
     if "Large Scale" in r["source"] and r["model"] in LLMFOUNDRY_LARGE_SCALE_FLASH:
         return "fa2"
     return "triton"
