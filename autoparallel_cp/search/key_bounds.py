@@ -460,10 +460,23 @@ class _Batch:
 
         def grid(j: Any, rs: Any, mtp: bool | None = None) -> Any:
             """tmin over stage positions j, every allowed r (the plan_cost composition); with
-            `mtp` (False / True: the replay flag) the last stage's MTP terms added."""
+            `mtp` (False / True: the replay flag) the last stage's MTP terms added. Positions
+            differ only by being first / last and by their in-flight count (and a pinned split's
+            own count), so each (first, last) class is composed once and only the peak's
+            f * acts term and what follows are per position: each entry is the same float."""
+            out = np.empty((B, len(j), G, ls.size))
+            isf, isl = j == 0, j == pp - 1
+            for fl in sorted(set(zip(isf.tolist(), isl.tolist(), strict=True))):
+                sel = np.flatnonzero((isf == fl[0]) & (isl == fl[1]))
+                out[:, sel] = grid_class(j[sel], fl[0], fl[1], rs, mtp)
+            return out
+
+        def grid_class(j: Any, is_first: bool, is_last: bool, rs: Any, mtp: bool | None
+                       ) -> Any:
+            """`grid` of positions j that are all first (or not) and all last (or not)."""
             f = inflight_at(j)
-            first = (j == 0).astype(float).reshape(1, -1, 1, 1, 1)
-            last = (j == pp - 1).astype(float).reshape(1, -1, 1, 1, 1)
+            first = np.full((1, 1, 1, 1, 1), float(is_first))
+            last = np.full((1, 1, 1, 1, 1), float(is_last))
             nd = first * K
             rv = rs.reshape(1, 1, 1, 1, -1)
             ok_l = (lv >= nd) & count_ok(j)  # the first stage holds the dense prefix
@@ -494,8 +507,15 @@ class _Batch:
                 extra = extra + last * (ga["mtp_ckpt"] if mtp else ga["mtp_act"])
                 work = np.maximum(work, last * (ga["work_full"] if mtp else ga["work"]))
                 ok_l = ok_l & (((rk == lv) & full) if mtp else rc_false_ok)
-            peak = states + f * acts + extra + work + gs["const_mem"]
-            fits = (peak <= capx) & ok_l
+            # peak = states + f * acts + extra + work + const_mem, summed in that order (in
+            # place on the per-position array: a + b == b + a exactly)
+            peak = f * acts  # (B, positions, G, nl, nr): every other term broadcasts into it
+            peak += states
+            peak += extra
+            peak += work
+            peak += gs["const_mem"]
+            fits = peak <= capx
+            fits &= ok_l
             return np.where(fits, time_, np.inf).min(axis=4)
 
         def closed(j: Any, mtp: bool | None = None) -> Any:
@@ -610,8 +630,15 @@ class _Batch:
         L = self.t.space.num_layers
         ng = self.ng
         lsr = self.ls.reshape(1, 1, -1)
-        hs = np.where(np.isfinite(tm)[:, None], tm[:, None] - lams.reshape(len(lams), -1, 1,
-                      1, 1) * lsr, np.inf).min(axis=4)  # (n, lambda, j, g)
+        lam_l = lams.reshape(len(lams), -1, 1, 1, 1) * lsr  # (n or 1, lambda, 1, 1, nl)
+        if np.isfinite(lam_l).all() and bool((tm > -np.inf).all()):
+            # tm finite or +inf and lambda*l finite: tm - lambda*l is already +inf where tm
+            # is, so the mask below changes no entry; one multiplier at a time keeps the
+            # difference array small (a min is exact in any order)
+            hs = np.stack([(tm - lam_l[:, i]).min(axis=3) for i in range(lam_l.shape[1])],
+                          axis=1)  # (n, lambda, j, g)
+        else:
+            hs = np.where(np.isfinite(tm)[:, None], tm[:, None] - lam_l, np.inf).min(axis=4)
         if G == 2:
             # group 0 on the n_0 positions where it saves most (a position one group cannot
             # hold goes to the other)
