@@ -587,13 +587,18 @@ class _Batch:
         least distinct value `key_bound` finds)."""
         L = self.t.space.num_layers
         B = self.tmin.shape[0]
-        lsr = self.ls.reshape(1, 1, -1)
         flat = np.sort(self.tmin.reshape(B, -1), axis=1)  # inf last
         nf = np.isfinite(flat).sum(axis=1)
         rows = np.arange(B)
 
+        # cap(T) = the largest l with tmin[..., l] <= T: the suffix minimum over l (NaN
+        # skipped, as a NaN entry is never <= T) is nondecreasing, so the l with suf <= T are
+        # a prefix and their count picks that l (0 when none)
+        suf = np.fmin.accumulate(self.tmin[..., ::-1], axis=3)[..., ::-1]
+        ls0 = np.concatenate([[0.0], self.ls])
+
         def holds(T: Any) -> Any:
-            caps = np.where(self.tmin <= T.reshape(-1, 1, 1, 1), lsr, 0.0).max(axis=3)
+            caps = ls0[np.count_nonzero(suf <= T.reshape(-1, 1, 1, 1), axis=3)]
             return self.placed(caps) >= L
 
         fills = np.isfinite(self.tmin).any(axis=(2, 3))  # (B, pp): some group and count
@@ -721,6 +726,7 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
     tmin = bt.tmin[0]
     ls = bt.ls
     lsr = ls.reshape(1, 1, -1)
+    ls0 = np.concatenate([[0.0], ls])
     cands = np.unique(tmin[np.isfinite(tmin)])
     lams = bt.lams(np.arange(1))
     S_all = bt.s_lb(tmin[None], lams)
@@ -759,6 +765,9 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
         vals = np.unique(suf[np.isfinite(suf)])
         if vals.size == 0:
             return np.full(len(Tc), np.inf)
+        # without NaN suf is nondecreasing in l: the l with suf <= W are a prefix whose count
+        # picks the largest one (`_Batch.t_lb`)
+        monotone = not np.isnan(suf).any()
         n = len(Tc)
         lo_ = np.zeros(n, int)
         hi_ = np.full(n, vals.size)  # vals.size: none holds
@@ -768,7 +777,8 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
                 break
             mid = (lo_ + hi_) // 2
             W = vals[np.minimum(mid, vals.size - 1)].reshape(-1, 1, 1, 1)
-            ok = bt.placed(np.where(suf <= W, lsr[None], 0.0).max(axis=-1)) >= L
+            ok = bt.placed(ls0[np.count_nonzero(suf <= W, axis=-1)] if monotone
+                           else np.where(suf <= W, lsr[None], 0.0).max(axis=-1)) >= L
             hi_ = np.where(act & ok, mid, hi_)
             lo_ = np.where(act & ~ok, mid + 1, lo_)
         return np.where(lo_ < vals.size, vals[np.minimum(lo_, vals.size - 1)], np.inf)
