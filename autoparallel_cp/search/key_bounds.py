@@ -624,6 +624,10 @@ class _Batch:
         per = tmin / self.ls.reshape(1, 1, 1, -1)
         lo = np.where(fin, per, np.inf).min(axis=(1, 2, 3))
         hi = np.where(fin, per, -np.inf).max(axis=(1, 2, 3))
+        with np.errstate(invalid="ignore"):
+            if np.all((hi - lo) / 8 != 0):  # numpy's linspace rows: arange * step + start
+                return np.linspace(lo, hi, 9, axis=1).reshape(-1, 9)
+        # a zero step takes linspace's other path for every row of a batch: row by row
         return np.array([np.linspace(a, b, 9) for a, b in zip(lo, hi, strict=True)]
                         ).reshape(-1, 9)
 
