@@ -591,15 +591,17 @@ class _Batch:
         nf = np.isfinite(flat).sum(axis=1)
         rows = np.arange(B)
 
-        # cap(T) = the largest l with tmin[..., l] <= T: the suffix minimum over l (NaN
-        # skipped, as a NaN entry is never <= T) is nondecreasing, so the l with suf <= T are
-        # a prefix and their count picks that l (0 when none)
-        suf = np.fmin.accumulate(self.tmin[..., ::-1], axis=3)[..., ::-1]
-        ls0 = np.concatenate([[0.0], self.ls])
+        # cap(T) = the largest l (ls ascending) with tmin[..., l] <= T, else 0: the first
+        # entry <= T from the end, found by argmax on the reversed counts (numpy's fast path
+        # for booleans; the masked max over all entries read and wrote each one)
+        rev = np.ascontiguousarray(self.tmin[..., ::-1])
+        ls_rev = self.ls[::-1]
 
         def holds(T: Any) -> Any:
-            caps = ls0[np.count_nonzero(suf <= T.reshape(-1, 1, 1, 1), axis=3)]
-            return self.placed(caps) >= L
+            le = rev <= T.reshape(-1, 1, 1, 1)
+            k = np.argmax(le, axis=3)
+            hit = np.take_along_axis(le, k[..., None], axis=3)[..., 0]
+            return self.placed(np.where(hit, ls_rev[k], 0.0)) >= L
 
         fills = np.isfinite(self.tmin).any(axis=(2, 3))  # (B, pp): some group and count
         ok = np.all(fills, axis=1) & (nf > 0)
@@ -770,8 +772,9 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
         if vals.size == 0:
             return np.full(len(Tc), np.inf)
         # without NaN suf is nondecreasing in l: the l with suf <= W are a prefix whose count
-        # picks the largest one (`_Batch.t_lb`)
+        # picks the largest one
         monotone = not np.isnan(suf).any()
+        suf = np.ascontiguousarray(suf)
         n = len(Tc)
         lo_ = np.zeros(n, int)
         hi_ = np.full(n, vals.size)  # vals.size: none holds
@@ -781,8 +784,12 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
                 break
             mid = (lo_ + hi_) // 2
             W = vals[np.minimum(mid, vals.size - 1)].reshape(-1, 1, 1, 1)
-            ok = bt.placed(ls0[np.count_nonzero(suf <= W, axis=-1)] if monotone
-                           else np.where(suf <= W, lsr[None], 0.0).max(axis=-1)) >= L
+            if monotone:  # the count of the prefix suf <= W: its first False (argmin)
+                le = suf <= W
+                caps = ls0[np.where(le[..., -1], le.shape[-1], np.argmin(le, axis=-1))]
+            else:
+                caps = np.where(suf <= W, lsr[None], 0.0).max(axis=-1)
+            ok = bt.placed(caps) >= L
             hi_ = np.where(act & ok, mid, hi_)
             lo_ = np.where(act & ~ok, mid + 1, lo_)
         return np.where(lo_ < vals.size, vals[np.minimum(lo_, vals.size - 1)], np.inf)
