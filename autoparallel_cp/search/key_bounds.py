@@ -29,6 +29,10 @@ from autoparallel_cp.search.mtp_coefs import mtp_coefs
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
+#: From how many entries a grid takes the paths that touch fewer entries with more numpy calls
+#: (below it numpy's per-call cost dominates); either path gives the same floats
+SPLIT_ENTRIES = 20_000
+
 
 @dataclass
 class KeyCoefs:
@@ -462,21 +466,24 @@ class _Batch:
             """tmin over stage positions j, every allowed r (the plan_cost composition); with
             `mtp` (False / True: the replay flag) the last stage's MTP terms added. Positions
             differ only by being first / last and by their in-flight count (and a pinned split's
-            own count), so each (first, last) class is composed once and only the peak's
-            f * acts term and what follows are per position: each entry is the same float."""
+            own count): on a large grid each (first, last) class is composed once and only the
+            peak's f * acts term and what follows are per position (each entry the same float;
+            on a small one numpy's per-call cost outweighs the entries saved)."""
+            first = (j == 0).astype(float).reshape(1, -1, 1, 1, 1)
+            last = (j == pp - 1).astype(float).reshape(1, -1, 1, 1, 1)
+            if len(j) <= 4 or B * len(j) * G * ls.size * rs.size < SPLIT_ENTRIES:
+                return grid_at(j, first, last, rs, mtp)
             out = np.empty((B, len(j), G, ls.size))
-            isf, isl = j == 0, j == pp - 1
-            for fl in sorted(set(zip(isf.tolist(), isl.tolist(), strict=True))):
-                sel = np.flatnonzero((isf == fl[0]) & (isl == fl[1]))
-                out[:, sel] = grid_class(j[sel], fl[0], fl[1], rs, mtp)
+            fl = first[0, :, 0, 0, 0] * 2 + last[0, :, 0, 0, 0]
+            for c in np.unique(fl):
+                sel = np.flatnonzero(fl == c)
+                out[:, sel] = grid_at(j[sel], first[:, sel[:1]], last[:, sel[:1]], rs, mtp)
             return out
 
-        def grid_class(j: Any, is_first: bool, is_last: bool, rs: Any, mtp: bool | None
-                       ) -> Any:
-            """`grid` of positions j that are all first (or not) and all last (or not)."""
+        def grid_at(j: Any, first: Any, last: Any, rs: Any, mtp: bool | None) -> Any:
+            """`grid` of positions j; first / last: 1.0 / 0.0 per position, or one value for
+            positions that are all alike."""
             f = inflight_at(j)
-            first = np.full((1, 1, 1, 1, 1), float(is_first))
-            last = np.full((1, 1, 1, 1, 1), float(is_last))
             nd = first * K
             rv = rs.reshape(1, 1, 1, 1, -1)
             ok_l = (lv >= nd) & count_ok(j)  # the first stage holds the dense prefix
@@ -507,15 +514,8 @@ class _Batch:
                 extra = extra + last * (ga["mtp_ckpt"] if mtp else ga["mtp_act"])
                 work = np.maximum(work, last * (ga["work_full"] if mtp else ga["work"]))
                 ok_l = ok_l & (((rk == lv) & full) if mtp else rc_false_ok)
-            # peak = states + f * acts + extra + work + const_mem, summed in that order (in
-            # place on the per-position array: a + b == b + a exactly)
-            peak = f * acts  # (B, positions, G, nl, nr): every other term broadcasts into it
-            peak += states
-            peak += extra
-            peak += work
-            peak += gs["const_mem"]
-            fits = peak <= capx
-            fits &= ok_l
+            peak = states + f * acts + extra + work + gs["const_mem"]
+            fits = (peak <= capx) & ok_l
             return np.where(fits, time_, np.inf).min(axis=4)
 
         def closed(j: Any, mtp: bool | None = None) -> Any:
@@ -594,10 +594,15 @@ class _Batch:
         # cap(T) = the largest l (ls ascending) with tmin[..., l] <= T, else 0: the first
         # entry <= T from the end, found by argmax on the reversed counts (numpy's fast path
         # for booleans; the masked max over all entries read and wrote each one)
-        rev = np.ascontiguousarray(self.tmin[..., ::-1])
+        big = self.tmin.size >= SPLIT_ENTRIES
+        rev = np.ascontiguousarray(self.tmin[..., ::-1]) if big else self.tmin
         ls_rev = self.ls[::-1]
+        lsr = self.ls.reshape(1, 1, -1)
 
         def holds(T: Any) -> Any:
+            if not big:
+                caps = np.where(self.tmin <= T.reshape(-1, 1, 1, 1), lsr, 0.0).max(axis=3)
+                return self.placed(caps) >= L
             le = rev <= T.reshape(-1, 1, 1, 1)
             k = np.argmax(le, axis=3)
             hit = np.take_along_axis(le, k[..., None], axis=3)[..., 0]
@@ -644,10 +649,13 @@ class _Batch:
         lam_l = lams.reshape(len(lams), -1, 1, 1, 1) * lsr  # (n or 1, lambda, 1, 1, nl)
         if np.isfinite(lam_l).all() and bool((tm > -np.inf).all()):
             # tm finite or +inf and lambda*l finite: tm - lambda*l is already +inf where tm
-            # is, so the mask below changes no entry; one multiplier at a time keeps the
-            # difference array small (a min is exact in any order)
-            hs = np.stack([(tm - lam_l[:, i]).min(axis=3) for i in range(lam_l.shape[1])],
-                          axis=1)  # (n, lambda, j, g)
+            # is, so the mask below changes no entry; on a large grid one multiplier at a
+            # time keeps the difference array small (a min is exact in any order)
+            if tm.size < SPLIT_ENTRIES:
+                hs = (tm[:, None] - lam_l).min(axis=4)
+            else:
+                hs = np.stack([(tm - lam_l[:, i]).min(axis=3) for i in range(lam_l.shape[1])],
+                              axis=1)  # (n, lambda, j, g)
         else:
             hs = np.where(np.isfinite(tm)[:, None], tm[:, None] - lam_l, np.inf).min(axis=4)
         if G == 2:
@@ -772,9 +780,10 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
         if vals.size == 0:
             return np.full(len(Tc), np.inf)
         # without NaN suf is nondecreasing in l: the l with suf <= W are a prefix whose count
-        # picks the largest one
-        monotone = not np.isnan(suf).any()
-        suf = np.ascontiguousarray(suf)
+        # picks the largest one (on a large grid: fewer entries written than the masked max)
+        monotone = suf.size >= SPLIT_ENTRIES and not np.isnan(suf).any()
+        if monotone:
+            suf = np.ascontiguousarray(suf)
         n = len(Tc)
         lo_ = np.zeros(n, int)
         hi_ = np.full(n, vals.size)  # vals.size: none holds
