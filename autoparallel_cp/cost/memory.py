@@ -34,7 +34,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -107,10 +107,32 @@ def stage_layer_kinds(job: Job, plan: Plan) -> list[tuple[int, int, int, int]]:
     return out
 
 
-#: How many (job, layer axes, options) `plan_factors` keeps (least recently used dropped)
-FACTOR_CACHE_SIZE = 64
-_SHARED: OrderedDict[tuple[Any, ...], tuple[Job, _PlanFactors]] = OrderedDict()
+#: How many shared factor sets (`shared`) are kept (least recently used dropped)
+FACTOR_CACHE_SIZE = 128
+_SHARED: OrderedDict[tuple[Any, ...], tuple[Job, Any]] = OrderedDict()
 _SHARED_LOCK = threading.Lock()
+_T = TypeVar("_T")
+
+
+def shared(job: Job, key: tuple[Any, ...], make: Callable[[], _T]) -> _T:
+    """make() kept for the same job object and `key` (at most FACTOR_CACHE_SIZE of them), so the
+    plans of one job that share a plan's axes share the factors computed from them: `evaluate`
+    composes the memory and the step time from the same factors, and a solve's top k or a
+    sensitivity sweep's plans mostly share tp / cp / mbs. Keyed by the job's identity (a frozen
+    model; the entry holds it, so its id names no other job while kept): the callers' factors
+    are pure functions of the job and the key, which names the functions themselves too."""
+    k = (id(job), key)
+    with _SHARED_LOCK:
+        hit = _SHARED.get(k)
+        if hit is not None and hit[0] is job:
+            _SHARED.move_to_end(k)
+            return cast(_T, hit[1])
+    value = make()
+    with _SHARED_LOCK:
+        _SHARED[k] = (job, value)
+        while len(_SHARED) > FACTOR_CACHE_SIZE:
+            _SHARED.popitem(last=False)
+    return value
 
 
 @dataclass(frozen=True)
@@ -124,44 +146,32 @@ class _PlanFactors:
 
 
 def _plan_factors(job: Job, plan: Plan, opts: F.CostOptions) -> _PlanFactors:
-    """The factors of `plan`'s layer axes, shared by every plan with the same axes for the same
-    job object: `evaluate` composes the memory and the step time from the same factors, and a
-    solve's top k (or a sensitivity sweep's plans) mostly share tp / cp / mbs. Pure functions
-    of their arguments, so a shared value is the value; keyed by the job's identity (a frozen
-    model; the entry holds it, so its id names no other job while kept) and by the factor
-    functions themselves, at most FACTOR_CACHE_SIZE entries."""
+    """The factors of `plan`'s layer axes, shared (`shared`) by the job's plans with the same
+    axes and options."""
     fns = (F.layer_factors, F.edge_factors, F.mtp_factors)
-    key = (id(job), plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, plan.etp, opts, fns)
-    with _SHARED_LOCK:
-        hit = _SHARED.get(key)
-        if hit is not None and hit[0] is job:
-            _SHARED.move_to_end(key)
-            return hit[1]
     tp, cp, ep, sp, mbs, etp = plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, plan.etp
     layer_f, edge_f, mtp_f = fns
 
-    @functools.cache
-    def layer(g: int, mode: str, moe: bool) -> F.LayerFactors:
-        return layer_f(job, g, tp, cp, ep, sp, mbs, mode, moe, opts, etp=etp)
+    def make() -> _PlanFactors:
+        @functools.cache
+        def layer(g: int, mode: str, moe: bool) -> F.LayerFactors:
+            return layer_f(job, g, tp, cp, ep, sp, mbs, mode, moe, opts, etp=etp)
 
-    @functools.cache
-    def edges(g: int) -> F.EdgeFactors:
-        return edge_f(job, g, tp, cp, sp, mbs, opts)
+        @functools.cache
+        def edges(g: int) -> F.EdgeFactors:
+            return edge_f(job, g, tp, cp, sp, mbs, opts)
 
-    @functools.cache
-    def mtp(g: int) -> F.MtpFactors:
-        return mtp_f(job, g, tp, cp, sp, mbs, opts)
+        @functools.cache
+        def mtp(g: int) -> F.MtpFactors:
+            return mtp_f(job, g, tp, cp, sp, mbs, opts)
 
-    pf = _PlanFactors(layer, edges, mtp)
-    with _SHARED_LOCK:
-        _SHARED[key] = (job, pf)
-        while len(_SHARED) > FACTOR_CACHE_SIZE:
-            _SHARED.popitem(last=False)
-    return pf
+        return _PlanFactors(layer, edges, mtp)
+
+    return shared(job, ("layer axes", tp, cp, ep, sp, mbs, etp, opts, fns), make)
 
 
 def clear_factor_cache() -> None:
-    """Drop every shared factor (`_plan_factors`)."""
+    """Drop every shared factor set (`shared`)."""
     with _SHARED_LOCK:
         _SHARED.clear()
 

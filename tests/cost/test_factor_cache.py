@@ -1,5 +1,6 @@
-"""The shared layer / edge / MTP factors of `memory._plan_factors` (what `evaluate`, `stage_memory`
-and `stage_times` compose): a cached value is the value the factor function returns for the same
+"""The shared factors of `memory.shared`: the layer / edge / MTP factors of `memory._plan_factors`
+and the DP ones of `steptime._dp_factors` (what `evaluate`, `stage_memory` and `stage_times`
+compose): a cached value is the value the factor function returns for the same
 arguments, shared only by the same job object with the same layer axes and options, and the cache
 stays bounded. Expected values come from calling the factor functions directly (the uncached
 path), never from the cache."""
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from autoparallel_cp.cost import factors as F
-from autoparallel_cp.cost import memory
+from autoparallel_cp.cost import memory, steptime
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.loaders import load_cluster, load_model
@@ -67,6 +68,12 @@ def test_cached_factors_equal_the_factor_functions(job_f: Any, plan: Plan) -> No
                       F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs,
                                       mode, moe, opts, etp=plan.etp))
         _same(edges(g), F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts))
+        sync, mb_grad, unit_lat = steptime._dp_factors(job, plan)
+        axes = (plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, plan.etp)
+        assert sync(g) == tuple(float(x) for x in F.dp_sync_factors(job, g, *axes))
+        assert mb_grad(g) == tuple(float(x) for x in F.microbatch_grad_factors(job, g, *axes))
+        assert unit_lat(g) == tuple(float(x) for x in F.fsdp_call_latency(
+            job, g, plan.tp, plan.cp, plan.dp, plan.zero))
         if job.model.mtp_layers:
             _same(mtp(g), F.mtp_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts))
 
@@ -92,6 +99,9 @@ def test_shared_only_by_the_same_job_axes_and_functions(monkeypatch: pytest.Monk
     assert memory.plan_factors(job, DENSE_B, opts)[0] is a  # same tp, cp, ep, sp, mbs
     assert memory.plan_factors(job, DENSE_C, opts)[0] is not a  # tp 4, mbs 2
     assert memory.plan_factors(_dense(), DENSE_A, opts)[0] is not a  # an equal job, not it
+    d = steptime._dp_factors(job, DENSE_A)
+    assert steptime._dp_factors(job, DENSE_A.model_copy(update={"recompute": "full"})) is d
+    assert steptime._dp_factors(job, DENSE_B) is not d  # dp 1, ZeRO-1
     # a replaced factor function is called, not the cached values of the old one
     before = float(evaluate(job, DENSE_A).time.step_s)
     real = F.layer_factors
@@ -107,8 +117,8 @@ def test_shared_only_by_the_same_job_axes_and_functions(monkeypatch: pytest.Monk
 
 def test_cache_is_bounded() -> None:
     memory.clear_factor_cache()
-    jobs = [_dense() for _ in range(memory.FACTOR_CACHE_SIZE + 5)]
+    jobs = [_dense() for _ in range(memory.FACTOR_CACHE_SIZE // 2 + 3)]
     for j in jobs:
-        evaluate(j, DENSE_A)
+        evaluate(j, DENSE_A)  # two sets per job: the layer axes' and the DP axes'
     assert len(memory._SHARED) == memory.FACTOR_CACHE_SIZE
     assert all(e[0] is not jobs[0] for e in memory._SHARED.values())  # the oldest dropped
