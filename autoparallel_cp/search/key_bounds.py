@@ -7,7 +7,7 @@ many keys at once (numpy over the keys of a schedule class, the same floats). Th
 DeepSeek-V3 MTP terms (search/mtp_coefs.py, `KeyCoefs.mtp_*`) enter exactly as `plan_cost`
 adds them, with the replay flag relaxed (`key_bound`'s docstring, last item).
 
-Kept whole (about 790 lines): `key_bound` is one proof (its docstring) whose steps share the
+Kept whole (about 830 lines): `key_bound` is one proof (its docstring) whose steps share the
 stage-time grid tmin (`_Batch`) and the placement helpers; split, the proof's steps would sit
 apart from their code.
 """
