@@ -32,6 +32,8 @@ from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 #: From how many entries a grid takes the paths that touch fewer entries with more numpy calls
 #: (below it numpy's per-call cost dominates); either path gives the same floats
 SPLIT_ENTRIES = 20_000
+#: ... and a grid of this many stage positions or more is composed per (first, last) class
+SPLIT_POSITIONS = 5
 
 
 @dataclass
@@ -471,7 +473,7 @@ class _Batch:
             on a small one numpy's per-call cost outweighs the entries saved)."""
             first = (j == 0).astype(float).reshape(1, -1, 1, 1, 1)
             last = (j == pp - 1).astype(float).reshape(1, -1, 1, 1, 1)
-            if len(j) <= 4 or B * len(j) * G * ls.size * rs.size < SPLIT_ENTRIES:
+            if len(j) < SPLIT_POSITIONS or B * len(j) * G * ls.size * rs.size < SPLIT_ENTRIES:
                 return grid_at(j, first, last, rs, mtp)
             out = np.empty((B, len(j), G, ls.size))
             fl = first[0, :, 0, 0, 0] * 2 + last[0, :, 0, 0, 0]
