@@ -30,8 +30,11 @@ allocator's free space sits in the segments serving the transient allocations on
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -104,23 +107,84 @@ def stage_layer_kinds(job: Job, plan: Plan) -> list[tuple[int, int, int, int]]:
     return out
 
 
+#: How many shared factor sets (`shared`) are kept (least recently used dropped)
+FACTOR_CACHE_SIZE = 128
+_SHARED: OrderedDict[tuple[Any, ...], tuple[Job, Any]] = OrderedDict()
+_SHARED_LOCK = threading.Lock()
+_T = TypeVar("_T")
+
+
+def shared(job: Job, key: tuple[Any, ...], make: Callable[[], _T]) -> _T:
+    """make() kept for the same job object and `key` (at most FACTOR_CACHE_SIZE of them), so the
+    plans of one job that share a plan's axes share the factors computed from them: `evaluate`
+    composes the memory and the step time from the same factors, and a solve's top k or a
+    sensitivity sweep's plans mostly share tp / cp / mbs. Keyed by the job's identity (a frozen
+    model; the entry holds it, so its id names no other job while kept): the callers' factors
+    are pure functions of the job and the key, which names the functions themselves too."""
+    k = (id(job), key)
+    with _SHARED_LOCK:
+        hit = _SHARED.get(k)
+        if hit is not None and hit[0] is job:
+            _SHARED.move_to_end(k)
+            return cast(_T, hit[1])
+    value = make()
+    with _SHARED_LOCK:
+        _SHARED[k] = (job, value)
+        while len(_SHARED) > FACTOR_CACHE_SIZE:
+            _SHARED.popitem(last=False)
+    return value
+
+
+@dataclass(frozen=True)
+class _PlanFactors:
+    """The layer, edge and MTP factors of one (job, tp, cp, ep, sp, mbs, etp, options), each
+    computed on first use."""
+
+    layer: Callable[[int, str, bool], F.LayerFactors]
+    edges: Callable[[int], F.EdgeFactors]
+    mtp: Callable[[int], F.MtpFactors]
+
+
+def _plan_factors(job: Job, plan: Plan, opts: F.CostOptions) -> _PlanFactors:
+    """The factors of `plan`'s layer axes, shared (`shared`) by the job's plans with the same
+    axes and options."""
+    fns = (F.layer_factors, F.edge_factors, F.mtp_factors)
+    tp, cp, ep, sp, mbs, etp = plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, plan.etp
+    layer_f, edge_f, mtp_f = fns
+
+    def make() -> _PlanFactors:
+        @functools.cache
+        def layer(g: int, mode: str, moe: bool) -> F.LayerFactors:
+            return layer_f(job, g, tp, cp, ep, sp, mbs, mode, moe, opts, etp=etp)
+
+        @functools.cache
+        def edges(g: int) -> F.EdgeFactors:
+            return edge_f(job, g, tp, cp, sp, mbs, opts)
+
+        @functools.cache
+        def mtp(g: int) -> F.MtpFactors:
+            return mtp_f(job, g, tp, cp, sp, mbs, opts)
+
+        return _PlanFactors(layer, edges, mtp)
+
+    return shared(job, ("layer axes", tp, cp, ep, sp, mbs, etp, opts, fns), make)
+
+
+def clear_factor_cache() -> None:
+    """Drop every shared factor set (`shared`)."""
+    with _SHARED_LOCK:
+        _SHARED.clear()
+
+
 def plan_factors(job: Job, plan: Plan, opts: F.CostOptions
                  ) -> tuple[Callable[[int, str, bool], F.LayerFactors],
                             Callable[[int], F.EdgeFactors]]:
     """The plan's layer factors by (node group, mode, MoE) and edge factors by node group,
     each computed once: they do not depend on the stage, so a 126-layer pipeline of 16 stages
-    needs 4 layer evaluations, not 64."""
-
-    @functools.cache
-    def layer(g: int, mode: str, moe: bool) -> F.LayerFactors:
-        return F.layer_factors(job, g, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, mode,
-                               moe, opts, etp=plan.etp)
-
-    @functools.cache
-    def edges(g: int) -> F.EdgeFactors:
-        return F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
-
-    return layer, edges
+    needs 4 layer evaluations, not 64 (and none for a plan of the same job with the same layer
+    axes evaluated recently: `_plan_factors`)."""
+    pf = _plan_factors(job, plan, opts)
+    return pf.layer, pf.edges
 
 
 @dataclass(frozen=True)
@@ -141,13 +205,8 @@ class MtpTerms:
 
 
 def mtp_cache(job: Job, plan: Plan, opts: F.CostOptions) -> Callable[[int], F.MtpFactors]:
-    """`F.mtp_factors` of the plan by node group, computed once."""
-
-    @functools.cache
-    def mtp(g: int) -> F.MtpFactors:
-        return F.mtp_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, opts)
-
-    return mtp
+    """`F.mtp_factors` of the plan by node group, computed once (`_plan_factors`)."""
+    return _plan_factors(job, plan, opts).mtp
 
 
 def mtp_terms(job: Job, plan: Plan, layer: Callable[[int, str, bool], F.LayerFactors],

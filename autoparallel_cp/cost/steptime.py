@@ -37,6 +37,7 @@ Per stage j (on its node group's GPU), per micro-batch:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from autoparallel_cp.cost import factors as F
@@ -45,6 +46,7 @@ from autoparallel_cp.cost.memory import (
     mtp_cache,
     mtp_terms,
     plan_factors,
+    shared,
     stage_groups,
     stage_layer_kinds,
 )
@@ -97,6 +99,37 @@ class StepTime:
     fixed_s: float = 0.0  # calibrated fixed time per step (spec/calibration.py `per_step_s`)
 
 
+def _dp_factors(job: Job, plan: Plan) -> tuple[Callable[[int], tuple[float, ...]],
+                                                 Callable[[int], tuple[float, float]],
+                                                 Callable[[int], tuple[float, float]]]:
+    """The DP-sync, per-micro-batch gradient and FSDP call-latency factors of the plan's
+    tp / cp / dp / ep / ZeRO / etp by node group, each computed once and shared by the job's plans
+    with the same axes (`memory.shared`)."""
+    fns = (F.dp_sync_factors, F.microbatch_grad_factors, F.fsdp_call_latency)
+    tp, cp, dp, ep, zero, etp = plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, plan.etp
+    sync_f, grad_f, lat_f = fns
+
+    def make() -> tuple[Callable[[int], tuple[float, ...]], Callable[[int], tuple[float, float]],
+                        Callable[[int], tuple[float, float]]]:
+        @functools.cache
+        def sync(g: int) -> tuple[float, ...]:
+            return tuple(float(x) for x in sync_f(job, g, tp, cp, dp, ep, zero, etp))
+
+        @functools.cache
+        def mb_grad(g: int) -> tuple[float, float]:
+            d, e = grad_f(job, g, tp, cp, dp, ep, zero, etp)
+            return float(d), float(e)
+
+        @functools.cache
+        def unit_lat(g: int) -> tuple[float, float]:
+            mb, st = lat_f(job, g, tp, cp, dp, zero)
+            return float(mb), float(st)
+
+        return sync, mb_grad, unit_lat
+
+    return shared(job, ("dp axes", tp, cp, dp, ep, zero, etp, fns), make)
+
+
 def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> list[StageTime]:
     """Per micro-batch time of every stage (the t_j of the module docstring)."""
     opts = F.options_for(job, options)
@@ -107,21 +140,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     layer, edges = plan_factors(job, plan, opts)
     mtps = mtp_cache(job, plan, opts)
 
-    @functools.cache
-    def sync(g: int) -> tuple[float, ...]:
-        return tuple(float(x) for x in F.dp_sync_factors(
-            job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, plan.etp))
-
-    @functools.cache
-    def mb_grad(g: int) -> tuple[float, float]:
-        d, e = F.microbatch_grad_factors(job, g, plan.tp, plan.cp, plan.dp, plan.ep, plan.zero,
-                                         plan.etp)
-        return float(d), float(e)
-
-    @functools.cache
-    def unit_lat(g: int) -> tuple[float, float]:
-        mb, st = F.fsdp_call_latency(job, g, plan.tp, plan.cp, plan.dp, plan.zero)
-        return float(mb), float(st)
+    sync, mb_grad, unit_lat = _dp_factors(job, plan)
 
     out: list[StageTime] = []
     for j, (nd, nm, rd, rm) in enumerate(kinds):

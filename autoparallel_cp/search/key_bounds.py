@@ -7,7 +7,7 @@ many keys at once (numpy over the keys of a schedule class, the same floats). Th
 DeepSeek-V3 MTP terms (search/mtp_coefs.py, `KeyCoefs.mtp_*`) enter exactly as `plan_cost`
 adds them, with the replay flag relaxed (`key_bound`'s docstring, last item).
 
-Kept whole (about 790 lines): `key_bound` is one proof (its docstring) whose steps share the
+Kept whole (about 830 lines): `key_bound` is one proof (its docstring) whose steps share the
 stage-time grid tmin (`_Batch`) and the placement helpers; split, the proof's steps would sit
 apart from their code.
 """
@@ -28,6 +28,12 @@ from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search.mtp_coefs import mtp_coefs
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
+
+#: From how many entries a grid takes the paths that touch fewer entries with more numpy calls
+#: (below it numpy's per-call cost dominates); either path gives the same floats
+SPLIT_ENTRIES = 20_000
+#: ... and a grid of this many stage positions or more is composed per (first, last) class
+SPLIT_POSITIONS = 5
 
 
 @dataclass
@@ -460,10 +466,26 @@ class _Batch:
 
         def grid(j: Any, rs: Any, mtp: bool | None = None) -> Any:
             """tmin over stage positions j, every allowed r (the plan_cost composition); with
-            `mtp` (False / True: the replay flag) the last stage's MTP terms added."""
-            f = inflight_at(j)
+            `mtp` (False / True: the replay flag) the last stage's MTP terms added. Positions
+            differ only by being first / last and by their in-flight count (and a pinned split's
+            own count): on a large grid each (first, last) class is composed once and only the
+            peak's f * acts term and what follows are per position (each entry the same float;
+            on a small one numpy's per-call cost outweighs the entries saved)."""
             first = (j == 0).astype(float).reshape(1, -1, 1, 1, 1)
             last = (j == pp - 1).astype(float).reshape(1, -1, 1, 1, 1)
+            if len(j) < SPLIT_POSITIONS or B * len(j) * G * ls.size * rs.size < SPLIT_ENTRIES:
+                return grid_at(j, first, last, rs, mtp)
+            out = np.empty((B, len(j), G, ls.size))
+            fl = first[0, :, 0, 0, 0] * 2 + last[0, :, 0, 0, 0]
+            for c in np.unique(fl):
+                sel = np.flatnonzero(fl == c)
+                out[:, sel] = grid_at(j[sel], first[:, sel[:1]], last[:, sel[:1]], rs, mtp)
+            return out
+
+        def grid_at(j: Any, first: Any, last: Any, rs: Any, mtp: bool | None) -> Any:
+            """`grid` of positions j; first / last: 1.0 / 0.0 per position, or one value for
+            positions that are all alike."""
+            f = inflight_at(j)
             nd = first * K
             rv = rs.reshape(1, 1, 1, 1, -1)
             ok_l = (lv >= nd) & count_ok(j)  # the first stage holds the dense prefix
@@ -567,14 +589,26 @@ class _Batch:
         least distinct value `key_bound` finds)."""
         L = self.t.space.num_layers
         B = self.tmin.shape[0]
-        lsr = self.ls.reshape(1, 1, -1)
         flat = np.sort(self.tmin.reshape(B, -1), axis=1)  # inf last
         nf = np.isfinite(flat).sum(axis=1)
         rows = np.arange(B)
 
+        # cap(T) = the largest l (ls ascending) with tmin[..., l] <= T, else 0: the first
+        # entry <= T from the end, found by argmax on the reversed counts (numpy's fast path
+        # for booleans; the masked max over all entries read and wrote each one)
+        big = self.tmin.size >= SPLIT_ENTRIES
+        rev = np.ascontiguousarray(self.tmin[..., ::-1]) if big else self.tmin
+        ls_rev = self.ls[::-1]
+        lsr = self.ls.reshape(1, 1, -1)
+
         def holds(T: Any) -> Any:
-            caps = np.where(self.tmin <= T.reshape(-1, 1, 1, 1), lsr, 0.0).max(axis=3)
-            return self.placed(caps) >= L
+            if not big:
+                caps = np.where(self.tmin <= T.reshape(-1, 1, 1, 1), lsr, 0.0).max(axis=3)
+                return self.placed(caps) >= L
+            le = rev <= T.reshape(-1, 1, 1, 1)
+            k = np.argmax(le, axis=3)
+            hit = np.take_along_axis(le, k[..., None], axis=3)[..., 0]
+            return self.placed(np.where(hit, ls_rev[k], 0.0)) >= L
 
         fills = np.isfinite(self.tmin).any(axis=(2, 3))  # (B, pp): some group and count
         ok = np.all(fills, axis=1) & (nf > 0)
@@ -599,6 +633,10 @@ class _Batch:
         per = tmin / self.ls.reshape(1, 1, 1, -1)
         lo = np.where(fin, per, np.inf).min(axis=(1, 2, 3))
         hi = np.where(fin, per, -np.inf).max(axis=(1, 2, 3))
+        with np.errstate(invalid="ignore"):
+            if np.all((hi - lo) / 8 != 0):  # numpy's linspace rows: arange * step + start
+                return np.linspace(lo, hi, 9, axis=1).reshape(-1, 9)
+        # a zero step takes linspace's other path for every row of a batch: row by row
         return np.array([np.linspace(a, b, 9) for a, b in zip(lo, hi, strict=True)]
                         ).reshape(-1, 9)
 
@@ -610,8 +648,18 @@ class _Batch:
         L = self.t.space.num_layers
         ng = self.ng
         lsr = self.ls.reshape(1, 1, -1)
-        hs = np.where(np.isfinite(tm)[:, None], tm[:, None] - lams.reshape(len(lams), -1, 1,
-                      1, 1) * lsr, np.inf).min(axis=4)  # (n, lambda, j, g)
+        lam_l = lams.reshape(len(lams), -1, 1, 1, 1) * lsr  # (n or 1, lambda, 1, 1, nl)
+        if np.isfinite(lam_l).all() and bool((tm > -np.inf).all()):
+            # tm finite or +inf and lambda*l finite: tm - lambda*l is already +inf where tm
+            # is, so the mask below changes no entry; on a large grid one multiplier at a
+            # time keeps the difference array small (a min is exact in any order)
+            if tm.size < SPLIT_ENTRIES:
+                hs = (tm[:, None] - lam_l).min(axis=4)
+            else:
+                hs = np.stack([(tm - lam_l[:, i]).min(axis=3) for i in range(lam_l.shape[1])],
+                              axis=1)  # (n, lambda, j, g)
+        else:
+            hs = np.where(np.isfinite(tm)[:, None], tm[:, None] - lam_l, np.inf).min(axis=4)
         if G == 2:
             # group 0 on the n_0 positions where it saves most (a position one group cannot
             # hold goes to the other)
@@ -694,6 +742,7 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
     tmin = bt.tmin[0]
     ls = bt.ls
     lsr = ls.reshape(1, 1, -1)
+    ls0 = np.concatenate([[0.0], ls])
     cands = np.unique(tmin[np.isfinite(tmin)])
     lams = bt.lams(np.arange(1))
     S_all = bt.s_lb(tmin[None], lams)
@@ -732,6 +781,11 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
         vals = np.unique(suf[np.isfinite(suf)])
         if vals.size == 0:
             return np.full(len(Tc), np.inf)
+        # without NaN suf is nondecreasing in l: the l with suf <= W are a prefix whose count
+        # picks the largest one (on a large grid: fewer entries written than the masked max)
+        monotone = suf.size >= SPLIT_ENTRIES and not np.isnan(suf).any()
+        if monotone:
+            suf = np.ascontiguousarray(suf)
         n = len(Tc)
         lo_ = np.zeros(n, int)
         hi_ = np.full(n, vals.size)  # vals.size: none holds
@@ -741,7 +795,12 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
                 break
             mid = (lo_ + hi_) // 2
             W = vals[np.minimum(mid, vals.size - 1)].reshape(-1, 1, 1, 1)
-            ok = bt.placed(np.where(suf <= W, lsr[None], 0.0).max(axis=-1)) >= L
+            if monotone:  # the count of the prefix suf <= W: its first False (argmin)
+                le = suf <= W
+                caps = ls0[np.where(le[..., -1], le.shape[-1], np.argmin(le, axis=-1))]
+            else:
+                caps = np.where(suf <= W, lsr[None], 0.0).max(axis=-1)
+            ok = bt.placed(caps) >= L
             hi_ = np.where(act & ok, mid, hi_)
             lo_ = np.where(act & ~ok, mid + 1, lo_)
         return np.where(lo_ < vals.size, vals[np.minimum(lo_, vals.size - 1)], np.inf)
