@@ -762,7 +762,21 @@ STATED_PLAN: dict[str, dict[tuple[str, str], tuple[dict[str, int], str]]] = {
 #:   layers per pipeline stage, 48 / 2). Its micro-batch stays the table's 2 (GA 32 agrees):
 #:   the config had `micro_batch_size=2` until 8aed9a229 (2025-11-21), which dropped it to 1 and
 #:   added `moe_a2a_overlap` together, so the table's cells are the earlier config's, without
-#:   the EP overlap.
+#:   the EP overlap (87aa39ce7: pp 2, vpp 12, mbs 2, no dispatcher backend, no CUDA graphs;
+#:   qwen3_llm_pretrain.py: recompute off, `moe_router_fusion`; Qwen3MoEModelProvider:
+#:   alltoall, `moe_permute_fusion`, grouped GEMM, no `moe_router_padding_for_fp8`).
+#:   Kept for the record (predicted +114%, nothing costed): the same archive file times this
+#:   plan's pipeline layout at about 33 ms per layer and micro-batch whatever the micro-batch:
+#:   25.11 mbs 2 (5,275 tokens/s/GPU: 24.8 s / (32 x 24)) and 26.02 (Megatron-Bridge v0.3.0
+#:   `QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1`: pp 2, vpp 12, ep 8, DeepEP, EP overlap)
+#:   mbs 1 GBS 1024 (5,113: 51.3 s / (64 x 24)); the 25.09 table's token-drop run of the same
+#:   plan (16 H100, mbs 2, PP 2, EP 8) made 10,494 (16.3 ms), and 26.02.01 pp 1 ep 16 (v0.3.1,
+#:   HybridEP) 8,901 (9.7 ms at mbs 1). A cost fixed per layer and micro-batch that only the
+#:   dropless pp-2 layout pays is no mechanism read in the sources: the interleaved schedule
+#:   (get_schedule_table, group = pp) with a per-chunk P2P latency of 0.7-3 ms adds 0.06-0.16 s
+#:   to this row's step (simulated; sync.py's overlap already hides the steady state), and
+#:   TE v2.9's current-scaling `split_quantize` (cast.cpp: per-expert allocation, amax,
+#:   scale and cast launches) adds host ops to a layer that stays GPU-bound in moe_host.py.
 #: - GPT-OSS 120B, 64 H100, BF16, GBS 512 (25.11 table: MBS 4, EP 8, GA 2, the B200 row's cells
 #:   with PP 4; GA 2 contradicts gbs / (mbs * dp) = 8): v0.2.0's
 #:   `GPT_OSS_120B_H100_BF16_BASE_CONFIG` sets `pipeline_model_parallel_size=4` on the base's
