@@ -603,7 +603,16 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
                          "overlap_p2p": _YAML_P2P % "nemotron/nemotron_22b.yaml l. 138 (24.07)"},
         "": {"optimizer": "fp32"},
     },
-    "mbridge-perf": {"": {"bf16_grads": "Megatron-Bridge benchmark default"}},
+    # Every Megatron-Bridge perf config runs with a CommOverlapConfig (scripts/performance/
+    # configs/{llama31,qwen3,deepseek}/*_llm_pretrain.py set or update `cfg.comm_overlap` at
+    # v0.2.0 717c62de40 and v0.4.1; the DeepSeek-V3 recipe creates one when unset), and its
+    # `_get_model_comm_overlap_cfgs` sets overlap_p2p_comm true / batch_p2p_comm false at
+    # pp > 1 with vpp > 1 (src/megatron/bridge/training/comm_overlap.py l. 451-457, the same
+    # at v0.1.0rc4, v0.2.0 and v0.4.1): the interleaved rows' p2p overlap is stated.
+    "mbridge-perf": {"": {"bf16_grads": "Megatron-Bridge benchmark default",
+                          "overlap_p2p": "overlap_p2p_comm true, batch_p2p_comm false by "
+                                         "Megatron-Bridge's CommOverlapConfig at vpp > 1 "
+                                         "(training/comm_overlap.py l. 451-457)"}},
     # bigscience train/tr11-176B-ml/tr11-176B-ml.slurm @9e64ede sets no dropout flag, so the
     # fork's defaults hold (bigscience-workshop/Megatron-DeepSpeed megatron/arguments.py
     # @8387ae17: --attention-dropout / --hidden-dropout 0.1), and that fork has no sequence
