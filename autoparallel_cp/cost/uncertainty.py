@@ -22,11 +22,12 @@ from autoparallel_cp.spec import GPUSpec, Job
 #: torchtitan, AMP) and per regime where the family's errors differ (Megatron dense / MoE).
 #: Produced by `python benchmarks/intervals.py` on 2026-12-02, session 11 (175 runs from 14
 #: sources, after torch async TP as Inductor's pass runs it, the Bridge perf rows' stated
-#: configs and the userbuffers SM reservation); nested leave-one-source-out coverage 77.7 %,
-#: median relative width 22.8 % (benchmarks/RESULTS.md, "Calibration and intervals").
+#: configs, their Bridge-set p2p overlap and the userbuffers SM reservation); nested
+#: leave-one-source-out coverage 77.1 %, median relative width 22.0 % (benchmarks/RESULTS.md,
+#: "Calibration and intervals").
 THROUGHPUT_LOG_ERROR: dict[str, tuple[float, float]] = {
-    "megatron": (-0.1838, 0.0722),
-    "megatron-dense": (-0.1522, 0.0769),
+    "megatron": (-0.1862, 0.0722),
+    "megatron-dense": (-0.1522, 0.0719),
     "megatron-moe": (-0.5230, 0.1285),
     "pytorch": (-0.1203, 0.2759),
 }
