@@ -29,6 +29,10 @@ from autoparallel_cp.cli import main
 from autoparallel_cp.search import limits
 from autoparallel_cp.sweep_backends import TaskFailure
 
+#: one Ray runtime for the module (one worker under xdist), and the Ctrl-C test's 10 s: see the
+#: "timing" group in pyproject.toml
+pytestmark = pytest.mark.xdist_group("timing")
+
 ROOT = Path(__file__).resolve().parents[1]
 #: 4 small points (2 GPU types x 2 GPU counts) that solve in well under a second each.
 SWEEP: dict[str, Any] = {"model": "gpt3-1.3b", "clusters": ["dgx-h100", "dgx-a100"],

@@ -14,6 +14,9 @@ from autoparallel_cp import api
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.recommend import simplest_within
 
+#: "stopped within 5 s": with the other time- or load-sensitive tests (pyproject.toml)
+pytestmark = pytest.mark.xdist_group("timing")
+
 
 @pytest.fixture(autouse=True)
 def _clean_stop() -> Iterator[None]:
