@@ -15,8 +15,8 @@ import pytest
 
 from autoparallel_cp import api
 
-#: the loaded run's spinners must not overlap another time- or load-sensitive test (pyproject)
-pytestmark = pytest.mark.xdist_group("timing")
+#: the loaded run's spinners: in the one-process pass, alone on the machine (pyproject.toml)
+pytestmark = pytest.mark.serial
 
 # (model, cluster, gpus, seq, batch, time limit): a heterogeneous cluster whose search the
 # budget cuts short (feasible, not proven) and one it proves optimal
