@@ -29,6 +29,10 @@ from autoparallel_cp.cli import main
 from autoparallel_cp.search import limits
 from autoparallel_cp.sweep_backends import TaskFailure
 
+#: one Ray runtime of 2 CPUs for the module and the Ctrl-C test's 10 s: in the one-process pass
+#: (the `serial` mark in pyproject.toml)
+pytestmark = pytest.mark.serial
+
 ROOT = Path(__file__).resolve().parents[1]
 #: 4 small points (2 GPU types x 2 GPU counts) that solve in well under a second each.
 SWEEP: dict[str, Any] = {"model": "gpt3-1.3b", "clusters": ["dgx-h100", "dgx-a100"],

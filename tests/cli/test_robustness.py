@@ -278,6 +278,7 @@ CTRL_C = {
 }
 
 
+@pytest.mark.serial  # exit within 10 s of the signal (pyproject.toml)
 @pytest.mark.parametrize("command", sorted(CTRL_C))
 def test_ctrl_c_stops_and_leaves_outputs(tmp_path: Path, command: str) -> None:
     """SIGINT 3 s into a long search: exit 130 promptly, "interrupted", files untouched."""
@@ -298,6 +299,7 @@ def test_ctrl_c_stops_and_leaves_outputs(tmp_path: Path, command: str) -> None:
     assert sorted(x.name for x in tmp_path.iterdir()) == ["old.json"]
 
 
+@pytest.mark.serial
 def test_ctrl_c_while_importing_is_exit_130() -> None:
     """A Ctrl-C that lands while the solver's libraries import (a busy machine) is exit 130 with
     "interrupted", not a traceback: an import hook raises KeyboardInterrupt at OR-Tools' import."""

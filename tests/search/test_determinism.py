@@ -15,6 +15,9 @@ import pytest
 
 from autoparallel_cp import api
 
+#: the loaded run's spinners: in the one-process pass, alone on the machine (pyproject.toml)
+pytestmark = pytest.mark.serial
+
 # (model, cluster, gpus, seq, batch, time limit): a heterogeneous cluster whose search the
 # budget cuts short (feasible, not proven) and one it proves optimal
 CASES = [

@@ -14,6 +14,9 @@ from autoparallel_cp import api
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.recommend import simplest_within
 
+#: "stopped within 5 s": in the one-process pass (the `serial` mark in pyproject.toml)
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture(autouse=True)
 def _clean_stop() -> Iterator[None]:

@@ -22,6 +22,10 @@ from autoparallel_cp.spec.plan import PLAN_FIELDS, Plan, parse_assignments, pars
 from autoparallel_cp.spec.presets import preset_path
 from autoparallel_cp.spec.validation import validate_cluster, validate_model, validate_spec
 
+#: test_fuzz_reached_the_accepting_paths reads what the fuzzers before it collected: the module
+#: runs in one process, in order (the `serial` mark in pyproject.toml)
+pytestmark = pytest.mark.serial
+
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
 
