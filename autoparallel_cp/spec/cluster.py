@@ -57,7 +57,7 @@ class GPUSpec(Strict):
     fp8_transpose_free: bool = False
     hbm_gbps: HbmGBps  # HBM bandwidth, GB/s
     #: streaming multiprocessors (datasheet / whitepaper); only kernels that reserve SMs for
-    #: communication read it (cost/layer_ops.py `ub_rs_gemm_stretch`). None: not stated, and
+    #: communication read it (cost/efficiency.py `sm_reserve_stretch`). None: not stated, and
     #: a recipe that reserves SMs is then refused with a clear error
     sm_count: SmCount | None = None
     source: str = ""

@@ -182,7 +182,7 @@ class FrameworkBehaviour(Strict):
     - ``ub_rs_sm_margin``: SMs that Transformer Engine's userbuffers take from the attention
       output projection's and the MLP fc2's forward GEMMs (in that order) while they
       reduce-scatter its output in `pipeline` mode with `set_sm_margin`: the GEMM then runs on
-      `GPUSpec.sm_count` minus `num_sm` SMs (cost/layer_ops.py `ub_rs_gemm_stretch`). Only
+      `GPUSpec.sm_count` minus `num_sm` SMs (cost/efficiency.py `sm_reserve_stretch`). Only
       with tp > 1 (TE disables userbuffers at one TP rank). Default (0, 0): TE's own
       defaults (`initialize_ub` `get_default_config`: `set_sm_margin` False) and every
       framework without userbuffers.
