@@ -194,24 +194,27 @@ def window_flops_ratio(seq: int, window: int | None) -> float:
 
 def window_kernel_length(seq: int, window: int | None,
                          tile: int = FLASH_QUERY_TILE) -> float | None:
-    """Causal kernel length L whose work per query tile equals a windowed kernel's, or None
-    when the window does not bind at tile granularity (then it runs as full causal).
+    """Length L of the causal kernel that a windowed kernel over s positions costs s/L of, or
+    None when the window does not bind at tile granularity (w >= s - B: full causal).
 
-    A flash kernel with a left window w loops each query tile m over the key tiles from
-    floor((m·B_M - w)/B_N) to its diagonal (flash-attn hopper/block.h @0251105a
-    `get_n_block_min_max`, Is_local): (w + B_M)/B_N tiles, fully masked tiles skipped. A causal
-    kernel of length L loops tile m over (m+1)·B_M/B_N key tiles, on average (L + B_M)/(2 B_N).
-    They match at L = 2w + B_M, and then the windowed kernel over s positions executes exactly
-    s/L times the tiles of a causal kernel of length L:
-    (s/B_M)(w+B_M)/B_N = (s/L)·(L/B_M)(L+B_M)/(2 B_N). So its time is s/L causal kernels of
-    length L: the causal FLOP count at s times L/s, at the rate the causal curve gives at L
-    (efficiency.flash_attention_time), the partly masked edge tiles included as the causal
-    fit includes its diagonal ones. L >= s: the band covers every causal tile, None.
+    Tiles (B = B_M = B_N query and key rows, M = s/B query tiles, k = w/B): a flash kernel with
+    left window w loops query tile m over key tiles max(0, m - k)..m, fully masked tiles
+    skipped (flash-attn hopper/block.h @0251105a `get_n_block_min_max`, Is_local): min(m+1, k+1)
+    tiles, (k+1)(M - k/2) in all, the tile form of `window_pairs`. A causal kernel of length
+    L' = M'B runs M'(M'+1)/2 tiles, (M'+1)/2 per query tile on average. Taking the causal
+    kernel with the same mean tiles per query tile, (M'+1)/2 = (k+1)(M - k/2)/M, i.e.
+    L' = (w + B)(2s - w)/s - B, the windowed kernel runs exactly s/L' times its tiles:
+    (k+1)(M - k/2) = (M/M') · M'(M'+1)/2. So its time is s/L' causal kernels of length L': the
+    causal FLOP count at s times L'/s, at the rate the causal curve gives at L'
+    (efficiency.flash_attention_time, whose rate depends on the key-loop length), the partly
+    masked edge tiles included as the causal fit includes its diagonal ones. L' -> 2w + B for
+    w << s and L' = s at w = s - B (continuous with full causal). Exact in tiles when B divides
+    w and s, otherwise within one tile per query tile.
     """
-    if window is None:
+    if window is None or window >= seq - tile:
         return None
-    length = 2.0 * window + tile
-    return length if length < seq else None
+    s, w, b = float(seq), float(window), float(tile)
+    return (w + b) * (2.0 * s - w) / s - b
 
 
 def head_gemm(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike) -> Gemm:

@@ -163,7 +163,7 @@ def _one_layer(
     size of MoE parallel folding; a layer with etp != tp is costed by
     `moe_comm.folded_moe_comm`.
     A windowed layer (flash attention): its attention core is s/L causal kernels of length
-    L = flops.window_kernel_length (the unmasked tiles; Transformer Engine v2.9 FusedAttention
+    L = flops.window_kernel_length (its unmasked tiles; Transformer Engine v2.9 FusedAttention
     runs (w, 0) windows, common/fused_attn/fused_attn.cpp l. 337-356, and GPT-OSS's learnable
     softmax from cuDNN 9.13.1, l. 372-374; the sink adds one logit per row, not charged). Its
     CP exchange is charged with no attention to hide behind: TE refuses the p2p ring for
