@@ -125,6 +125,13 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
             # EP dispatch/combine behind the other micro-batch's compute (combined 1F1B); the
             # delayed expert wgrad gives the backward dispatch compute to hide behind
             a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+    if plan.cp > 1 and m.sliding_window_left is not None:
+        # Transformer Engine refuses the p2p ring for sliding windows (context_parallel.py
+        # `attn_forward_func_with_cp` @v2.9: "a2a" or "all_gather"); the windowed layers run
+        # (and are costed as) the all-gather, the others the ring (transformer_config.py:1030
+        # @d98e8a64: one cp_comm_type per layer)
+        kinds = ["all_gather" if m.is_window_layer(i) else "p2p" for i in range(m.num_layers)]
+        a += ["--cp-comm-type", *(kinds if "p2p" in kinds else kinds[:1])]
     if plan.sp:
         a.append("--sequence-parallel")
     a += split_args(job, plan)

@@ -334,3 +334,20 @@ def test_megatron_emit_carries_the_sliding_window(pattern: tuple[bool, ...]) -> 
     m_args, _ = megatron_args(mistral, parse_plan("tp=8,zero=1,mbs=1", mistral))
     assert _arg(m_args, "--window-size") == "4095,0"
     assert "--window-attn-skip-freq" not in m_args  # every layer windowed
+
+
+def test_megatron_emit_windowed_layers_use_the_all_gather_cp() -> None:
+    """TE v2.9 runs sliding windows under CP only with the all-gather (or a2a) exchange."""
+    base = make_job("llama3-8b", "dgx-h100", gpus=16, seq_len=32768, global_batch=8)
+    model = base.model.model_copy(update={"sliding_window_left": 127,
+                                          "sliding_window_layers": (True, False)})
+    j = make_job(model, "dgx-h100", gpus=16, seq_len=32768, global_batch=8)
+    args, _ = megatron_args(j, parse_plan("tp=8,cp=2,zero=1,mbs=1", j))
+    i = args.index("--cp-comm-type")
+    assert args[i + 1:i + 33] == ["all_gather", "p2p"] * 16
+    no_cp, _ = megatron_args(j, parse_plan("tp=8,zero=1,mbs=1", j))
+    assert "--cp-comm-type" not in no_cp
+    mistral = make_job("mistral-7b", "dgx-h100", gpus=16, seq_len=32768, global_batch=8)
+    m_args, _ = megatron_args(mistral, parse_plan("tp=8,cp=2,zero=1,mbs=1", mistral))
+    i = m_args.index("--cp-comm-type")
+    assert m_args[i + 1] == "all_gather" and m_args[i + 2].startswith("--")
