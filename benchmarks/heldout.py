@@ -116,6 +116,23 @@ def _node_group(gpu_text: str, n: int) -> tuple[NodeGroup, str] | None:
 #: (GPT-OSS) their width.
 HEAD_DIM: dict[str, int] = {"qwen3 30b": 128, "qwen3 235b": 128, "gpt oss": 64}
 
+#: Sliding-window attention of the models whose source runs it (model prefix -> (framework
+#: versions whose window differs, their left window), the left window otherwise, the pattern,
+#: citation)), `ModelSpec.sliding_window_left` / `sliding_window_layers`. GPT-OSS on
+#: Megatron-Bridge, every other layer windowed (`window_attn_skip_freq = 2`: 1-based layers
+#: 1, 3, ... i.e. 0-based even layers, Megatron-Core transformer/utils.py
+#: `is_layer_window_attention` @d98e8a64) with learnable softmax: v0.2.0 (NeMo 25.11,
+#: tag 717c62de40) `GPTOSSProvider` `window_size=(128, 0)`, which its `GPTOSSBridge` keeps;
+#: from v0.4.0 (NeMo 26.04, and the cards' commits 6799f09971 / a8038f6d99) the bridge sets
+#: `window_size = (hf sliding_window - 1, 0)` = (127, 0) from openai/gpt-oss's config.json
+#: `sliding_window: 128` (gpt_oss_bridge.py l. 86-88 @067f987).
+SLIDING_WINDOW: dict[str, tuple[tuple[str, ...], int, int, tuple[bool, ...], str]] = {
+    "gpt oss": (("NeMo 25.11",), 128, 127, (True, False),
+                "window (w, 0) on every other layer: Megatron-Bridge gpt_oss_provider.py "
+                "window_size=(128, 0) @v0.2.0 / gpt_oss_bridge.py (sliding_window - 1, 0) "
+                "@v0.4.0+, window_attn_skip_freq=2"),
+}
+
 
 def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     name = r["model"]
@@ -151,13 +168,21 @@ def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     tied = pos in ("learned", "alibi")
     if tied:
         assumed.append("tied embedding and output weights (the framework's default)")
+    window: int | None = None
+    pattern: tuple[bool, ...] | None = None
+    swa = _for_model(SLIDING_WINDOW, r)
+    if swa is not None:
+        versions, w_old, w_new, pattern, cite = swa
+        window = w_old if any(v in r["framework_version"] for v in versions) else w_new
+        assumed.append(f"sliding window {window} ({cite})")
     return ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
                      tie_embeddings=tied, num_attention_heads=a, num_kv_heads=kv, head_dim=head_dim,
                      vocab_size=vocab,
                      max_position_embeddings=max(_int(r["seq_len"]) or 4096, 4096),
                      position_embedding=pos, mlp="swiglu" if gated else "gelu",
                      norm="rmsnorm" if gated else "layernorm",
-                     embedding_norm="bloom" in low, moe=moe)
+                     embedding_norm="bloom" in low, moe=moe,
+                     sliding_window_left=window, sliding_window_layers=pattern)
 
 
 def _recompute(text: str) -> str | None:

@@ -165,6 +165,58 @@ def attention_core_flops(model: ModelSpec, mbs: npt.ArrayLike, seq: int, cp: npt
     return f / 2.0 if causal else f
 
 
+#: Query rows per flash-attention tile (kBlockM): FlashAttention-3 `tile_size_fwd_sm90`
+#: (Dao-AILab/flash-attention hopper/tile_size.h @0251105a) gives 128 x 128 tiles for causal or
+#: local (windowed) kernels at head dim 128 (192 x 128 at head dim <= 64), the same tile for
+#: both masks. cuDNN's tiles are not published; the FA3 value stands for both.
+FLASH_QUERY_TILE = 128
+
+
+def window_pairs(seq: int, window: int) -> float:
+    """(query, key) pairs a causal layer with left window w attends over s positions.
+
+    Query i sees keys max(0, i-w)..i, i.e. min(i+1, w+1) keys (Megatron-Core / Transformer
+    Engine / flash-attn `window_size=(w, 0)`). For w < s:
+    sum_{i<=w} (i+1) + (s-w-1)(w+1) = (w+1)(w+2)/2 + (s-w-1)(w+1) = (w+1)(s - w/2);
+    for w >= s-1 every query sees its whole prefix: s(s+1)/2 (the same formula at w = s-1).
+    """
+    s, w = float(seq), float(min(window, seq - 1))
+    return (w + 1.0) * (s - w / 2.0)
+
+
+def window_flops_ratio(seq: int, window: int | None) -> float:
+    """Attention-core FLOPs of a windowed causal layer over those of a full causal one:
+    window_pairs(s, w) / window_pairs(s, s-1) (1 without a window or when it covers s)."""
+    if window is None or window >= seq - 1:
+        return 1.0
+    return window_pairs(seq, window) / window_pairs(seq, seq - 1)
+
+
+def window_kernel_length(seq: int, window: int | None,
+                         tile: int = FLASH_QUERY_TILE) -> float | None:
+    """Length L of the causal kernel that a windowed kernel over s positions costs s/L of, or
+    None when the window does not bind at tile granularity (w >= s - B: full causal).
+
+    Tiles (B = B_M = B_N query and key rows, M = s/B query tiles, k = w/B): a flash kernel with
+    left window w loops query tile m over key tiles max(0, m - k)..m, fully masked tiles
+    skipped (flash-attn hopper/block.h @0251105a `get_n_block_min_max`, Is_local): min(m+1, k+1)
+    tiles, (k+1)(M - k/2) in all, the tile form of `window_pairs`. A causal kernel of length
+    L' = M'B runs M'(M'+1)/2 tiles, (M'+1)/2 per query tile on average. Taking the causal
+    kernel with the same mean tiles per query tile, (M'+1)/2 = (k+1)(M - k/2)/M, i.e.
+    L' = (w + B)(2s - w)/s - B, the windowed kernel runs exactly s/L' times its tiles:
+    (k+1)(M - k/2) = (M/M') · M'(M'+1)/2. So its time is s/L' causal kernels of length L': the
+    causal FLOP count at s times L'/s, at the rate the causal curve gives at L'
+    (efficiency.flash_attention_time, whose rate depends on the key-loop length), the partly
+    masked edge tiles included as the causal fit includes its diagonal ones. L' -> 2w + B for
+    w << s and L' = s at w = s - B (continuous with full causal). Exact in tiles when B divides
+    w and s, otherwise within one tile per query tile.
+    """
+    if window is None or window >= seq - tile:
+        return None
+    s, w, b = float(seq), float(window), float(tile)
+    return (w + b) * (2.0 * s - w) / s - b
+
+
 def head_gemm(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike) -> Gemm:
     """The LM head `[tokens, h] @ [h, V/tp]` (vocab-parallel)."""
     t = _f(tokens)
@@ -178,10 +230,18 @@ def model_flops_per_token(model: ModelSpec, seq: int) -> float:
 
     6 x (matmul parameters active per token: layers + LM head, embedding lookup excluded)
     + 6 x layers x heads x (d_qk + d_v) x seq (Korthikanti Eq. 7; torchtitan/nanoGPT convention).
+    A sliding-window layer counts its attention term x `window_flops_ratio` (the pairs its
+    window leaves over a causal layer's), so the causal convention (not halved) carries over
+    and a window covering the sequence changes nothing. Megatron-LM's
+    `num_floating_point_operations` (megatron/training/training.py @d98e8a64) and torchtitan's
+    GPT-OSS `get_nparams_and_flops` (@b5bcd76) ignore windows (every layer full causal): their
+    logged MFU of a windowed model is higher than this one by the attention the window skips.
     """
     pc = count_params(model)
     matmul = pc.active_per_token - pc.embedding - pc.position_embedding - pc.embedding_norm
     if model.tie_embeddings:
         matmul += pc.embedding  # the tied head still does the V x h GEMM
     a, dqk, dv = attention_dims(model)
-    return 6.0 * matmul + 6.0 * model.num_layers * a * (dqk + dv) * seq
+    layers = sum(window_flops_ratio(seq, model.sliding_window_left)
+                 if model.is_window_layer(i) else 1.0 for i in range(model.num_layers))
+    return 6.0 * matmul + 6.0 * layers * a * (dqk + dv) * seq

@@ -6,7 +6,7 @@ terms that share its intermediate GPU times; split up it would pass a dozen arra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from autoparallel_cp.cost.flops import (
     attention_core_flops,
     attention_dims,
     layer_gemms,
+    window_kernel_length,
 )
 from autoparallel_cp.cost.layer_ops import (
     dtensor_sp_copy_bytes,
@@ -103,7 +104,44 @@ def layer_factors(
     mbs: ArrayLike, mode: ArrayLike | str, moe: bool = False,
     options: CostOptions | None = None, etp: ArrayLike | None = None,
 ) -> LayerFactors:
-    """Per layer, per micro-batch factors on node group `g` (docs/design.md factor form).
+    """Per layer, per micro-batch factors on node group `g` (docs/design.md factor form): those
+    of one layer of the kind (`_one_layer`), or, when some layers of the kind have a sliding
+    window that binds (flops.window_kernel_length, flash attention only), the mean over the
+    kind's layers: (1 - f)·full + f·windowed, f = `ModelSpec.window_share(moe)`.
+
+    The mean keeps the factor form (every layer of a kind costs the same, so the solver's
+    tables keep their axes) and is exact for a stage of n layers of the kind holding n·f
+    windowed ones, e.g. whenever the pattern's period divides n (GPT-OSS's period 2 and an
+    even n). Otherwise a stage's time is off by (w_j - n·f)·(t_windowed - t_full), w_j its
+    windowed layers: for a periodic pattern of q windowed layers in P, |w_j - n·f| <=
+    q(P - q)/P (n = kP + r consecutive layers hold kq + [max(0, r-P+q), min(r, q)]), half a
+    layer for GPT-OSS / Gemma 2, 5/6 of a layer for Gemma 3, per stage, in either direction.
+    The evaluation and the solver use the same mean, so the solver's bounds stay exact.
+    """
+    opts = options_for(job, options)
+    model = job.model
+    w = model.sliding_window_left
+    share = model.window_share(moe) if (
+        job.recipe.flash_attention and window_kernel_length(job.seq_len, w) is not None) else 0.0
+    args = (job, g, tp, cp, ep, sp, mbs, mode, moe, opts, etp)
+    if share <= 0.0:
+        return _one_layer(*args, window=None)
+    win = _one_layer(*args, window=w)
+    if share >= 1.0:
+        return win
+    full = _one_layer(*args, window=None)
+    mixed = {f.name: (1.0 - share) * getattr(full, f.name) + share * getattr(win, f.name)
+             for f in fields(LayerFactors)}
+    return LayerFactors(**mixed)
+
+
+def _one_layer(
+    job: Job, g: int, tp: ArrayLike, cp: ArrayLike, ep: ArrayLike, sp: ArrayLike,
+    mbs: ArrayLike, mode: ArrayLike | str, moe: bool, options: CostOptions,
+    etp: ArrayLike | None, window: int | None,
+) -> LayerFactors:
+    """Per layer, per micro-batch factors of one layer (`window`: its left window, None: full
+    causal attention).
 
     Time = GEMMs (forward, dgrad, wgrad, each at its shape's efficiency; efficiency.py) and the
     attention core (flash curve, or 2 batched GEMMs + softmax traffic without flash), x straggler.py
@@ -124,8 +162,18 @@ def layer_factors(
     `etp` (None: Megatron's default, the expert-TP size is tp) is the expert-tensor-parallel
     size of MoE parallel folding; a layer with etp != tp is costed by
     `moe_comm.folded_moe_comm`.
+    A windowed layer (flash attention): its attention core is s/L causal kernels of length
+    L = flops.window_kernel_length (its unmasked tiles; Transformer Engine v2.9 FusedAttention
+    runs (w, 0) windows, common/fused_attn/fused_attn.cpp l. 337-356, and GPT-OSS's learnable
+    softmax from cuDNN 9.13.1, l. 372-374; the sink adds one logit per row, not charged). Its
+    CP exchange is charged with no attention to hide behind: TE refuses the p2p ring for
+    sliding windows (context_parallel.py `attn_forward_func_with_cp` @v2.9: "a2a" or
+    "all_gather" only) and its all-gather CP exposes the K, V gather ("KV all-gather between CP
+    ranks is exposed", `AttnFuncWithCPAndKVAllGather`), cp - 1 ring steps, so the ring's
+    unhidden cp steps forward (2x the bytes backward) are an upper bound. Memory is unchanged:
+    flash attention keeps O(s) (the output and the softmax statistics) with or without a window.
     """
-    opts = options_for(job, options)
+    opts = options
     model = job.model
     recipe = job.recipe
     nd = node(job, g)
@@ -175,12 +223,16 @@ def layer_factors(
         gemm_f = gemm_f + f
         gemm_b = gemm_b + dg + wg
     a, dqk, dv = attention_dims(model)
+    length = window_kernel_length(job.seq_len, window)
     if recipe.flash_attention:
         fl = attention_core_flops(model, mbs_, job.seq_len, cp_, tp_, causal=True)
         # context parallelism runs the kernel once per ring step on s/cp-long blocks
         # (Megatron CP / torch ring attention): the curve sits at key length s/cp
+        pos = s / cp_
+        if length is not None:  # a windowed layer: s/L causal kernels of length L
+            fl, pos = fl * length / s, np.full_like(pos, length)
         att_f, att_b = (slow * t for t in flash_attention_time(
-            gpu, fl, s / cp_, (dqk + dv) / 2.0, opts.attention_kernel))
+            gpu, fl, pos, (dqk + dv) / 2.0, opts.attention_kernel))
     else:
         # two batched GEMMs (QKᵀ, attn·V) over b·a/tp heads, full (masked) s x s, plus softmax
         # (+dropout) traffic: read/write 2·a·s² bytes fwd (Megatron fused scale-mask-softmax).
@@ -293,7 +345,8 @@ def layer_factors(
     kvh = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
     kv_chunk = 2.0 * tokens * kvh * (dqk + dv) / 2.0 * act_b / tp_  # K and V of one chunk
     intra_cp = 1.0 - comm.crosses_nodes(tp_ * cp_, nd.gpus_per_node)
-    cp_f, cp_b = ring_exchange(nd, intra_cp, kv_chunk, cp_, att_f, att_b, opts.cp_ring,
+    hide_f, hide_b = (att_f, att_b) if length is None else (0.0 * att_f, 0.0 * att_b)
+    cp_f, cp_b = ring_exchange(nd, intra_cp, kv_chunk, cp_, hide_f, hide_b, opts.cp_ring,
                                _fused(recipe, opts))
     cp_total = cp_f + cp_b
 

@@ -125,6 +125,13 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
             # EP dispatch/combine behind the other micro-batch's compute (combined 1F1B); the
             # delayed expert wgrad gives the backward dispatch compute to hide behind
             a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+    if plan.cp > 1 and m.sliding_window_left is not None:
+        # Transformer Engine refuses the p2p ring for sliding windows (context_parallel.py
+        # `attn_forward_func_with_cp` @v2.9: "a2a" or "all_gather"); the windowed layers run
+        # (and are costed as) the all-gather, the others the ring (transformer_config.py:1030
+        # @d98e8a64: one cp_comm_type per layer)
+        kinds = ["all_gather" if m.is_window_layer(i) else "p2p" for i in range(m.num_layers)]
+        a += ["--cp-comm-type", *(kinds if "p2p" in kinds else kinds[:1])]
     if plan.sp:
         a.append("--sequence-parallel")
     a += split_args(job, plan)
@@ -251,7 +258,31 @@ def _megatron_model_args(job: Job, tp: int) -> list[str]:
             a += ["--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid"]
     if m.mtp_layers:
         a += ["--mtp-num-layers", str(m.mtp_layers)]
+    if m.sliding_window_left is not None:
+        # arguments.py:2384-2393 @d98e8a64: --window-size "w,0" (tuple_type),
+        # --window-attn-skip-freq N or a list expression (1 = windowed layer)
+        a += ["--window-size", f"{m.sliding_window_left},0"]
+        if m.sliding_window_layers is not None:
+            a += ["--window-attn-skip-freq", window_layer_pattern(job)]
     return a
+
+
+def window_layer_pattern(job: Job) -> str:
+    """--window-attn-skip-freq: N where the pattern is N-1 windowed layers and a full one
+    (transformer/utils.py `is_layer_window_attention`: layer_number % N != 0), else the
+    pattern as Megatron's list expression, e.g. ([1,0]*18)."""
+    m = job.model
+    pat = m.sliding_window_layers
+    assert pat is not None
+    n = len(pat)
+    if n > 1 and all(pat[:-1]) and not pat[-1]:
+        return str(n)
+    flags = ",".join(str(int(m.is_window_layer(i))) for i in range(n))
+    reps, rest = divmod(m.num_layers, n)
+    if rest == 0:
+        return f"([{flags}]*{reps})"
+    tail = ",".join(str(int(m.is_window_layer(i))) for i in range(reps * n, m.num_layers))
+    return f"([{flags}]*{reps}+[{tail}])"
 
 
 def vocab_divisor(vocab: int, tp: int) -> int:

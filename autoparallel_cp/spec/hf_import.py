@@ -73,6 +73,60 @@ def _heads(cfg: Mapping[str, Any], source: str, h: int, a: int) -> dict[str, Any
     return out
 
 
+def _period(flags: list[bool]) -> list[bool]:
+    """The shortest prefix whose repetition gives `flags` (the whole list if none shorter)."""
+    n = len(flags)
+    p = next(p for p in range(1, n + 1) if all(flags[i] == flags[i % p] for i in range(n)))
+    return flags[:p]
+
+
+def _sliding_window(cfg: Mapping[str, Any], source: str, arch: str,
+                    layers: int) -> dict[str, Any]:
+    """`sliding_window_left` / `sliding_window_layers` from a transformers config.
+
+    Which layers are windowed, as transformers decides it (huggingface/transformers): an
+    explicit `layer_types` list ("sliding_attention" / "full_attention", one per layer) wins;
+    else Gemma 3's `sliding_window_pattern` P (configuration_gemma3.py: layer i slides iff
+    (i + 1) % P != 0); else Qwen2's `use_sliding_window` with `max_window_layers` k
+    (configuration_qwen2.py @008e5743: `sliding_window` is dropped unless use_sliding_window,
+    and layer i slides iff i >= k); else a `sliding_window` applies to every layer
+    (MistralConfig: Mistral-7B-v0.1 has 4096, v0.3 null). The window: transformers'
+    `sliding_window` W counts the query itself (masking_utils.py `sliding_window_overlay`,
+    kv_idx > q_idx - W @2ccc6cae), so the left window is W - 1.
+    """
+    if arch == "Qwen2ForCausalLM" and not _bool(cfg, "use_sliding_window", source, False):
+        return {}
+    win = _int(cfg, "sliding_window", source, None)
+    types = _get(cfg, "layer_types", source, None)
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not all(
+                t in ("sliding_attention", "full_attention") for t in types):
+            raise InputError(
+                f"expected {layers} entries, each 'sliding_attention' or 'full_attention', "
+                f"got {types!r:.120}", source=source, field="layer_types")
+        flags = [t == "sliding_attention" for t in types]
+    elif "sliding_window_pattern" in cfg and cfg["sliding_window_pattern"] is not None:
+        period = _int(cfg, "sliding_window_pattern", source)
+        if period < 1:
+            raise InputError(f"expected a positive integer, got {period}", source=source,
+                             field="sliding_window_pattern")
+        flags = [(i + 1) % period != 0 for i in range(layers)]
+    elif arch == "Qwen2ForCausalLM":
+        first = _int(cfg, "max_window_layers", source, 28)
+        flags = [i >= first for i in range(layers)]
+    else:
+        flags = [True] * layers
+    if win is None or not any(flags):
+        return {}
+    if win < 1:
+        raise InputError(f"expected a window of at least 1 token, got {win}", source=source,
+                         field="sliding_window")
+    out: dict[str, Any] = {"sliding_window_left": win - 1}
+    if not all(flags):
+        out["sliding_window_layers"] = _period(flags)
+    return out
+
+
 def _llama_like(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
     h = _int(cfg, "hidden_size", source)
     a = _int(cfg, "num_attention_heads", source)
@@ -103,6 +157,7 @@ def _llama_like(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any
         out["attn_out_bias"] = True
     if _bool(cfg, "mlp_bias", source, False):
         out["mlp_bias"] = True
+    out.update(_sliding_window(cfg, source, arch, out["num_layers"]))
     if arch == "MixtralForCausalLM":
         out["moe"] = {
             "num_experts": _int(cfg, "num_local_experts", source),

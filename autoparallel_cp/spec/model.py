@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import model_validator
+from pydantic import StrictBool, model_validator
 
 from .base import (
     MAX_EXPERTS,
@@ -35,6 +35,7 @@ Positions = Annotated[int, Bounded(1, MAX_POSITIONS, "100x the longest published
 Experts = Annotated[int, Bounded(1, MAX_EXPERTS, "PEER's million experts")]
 Shared = Annotated[int, Bounded(0, MAX_SHARED_EXPERTS, "512x DeepSeek-V3's 2")]
 Mtp = Annotated[int, Bounded(0, MAX_MTP_LAYERS, "512x DeepSeek-V3's 1")]
+Window = Annotated[int, Bounded(0, MAX_POSITIONS, "100x the longest published context")]
 
 
 class MoESpec(Strict):
@@ -96,6 +97,15 @@ class ModelSpec(Strict):
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     mtp_layers: Mtp = 0  # DeepSeek-V3 multi-token-prediction modules
+    # Sliding-window attention. `sliding_window_left` = w: a windowed layer's query i attends
+    # keys i-w..i (w + 1 keys), Megatron-Core's `window_size=(w, 0)` and flash-attn's
+    # `window_size=(w, 0)`; Hugging Face's `sliding_window` W counts the query itself
+    # (transformers masking_utils `sliding_window_overlay`: kv_idx > q_idx - W), so W - 1 here.
+    # `sliding_window_layers`: which layers are windowed, a pattern repeated over the layers
+    # (layer i is windowed iff pattern[i % len(pattern)]; Megatron's `window_attn_skip_freq`
+    # N is N-1 trues and a false); None: every layer. None window: full causal everywhere.
+    sliding_window_left: Window | None = None
+    sliding_window_layers: tuple[StrictBool, ...] | None = None
     source: str = ""
 
     @model_validator(mode="after")
@@ -116,6 +126,7 @@ class ModelSpec(Strict):
                 f"moe.first_k_dense_layers ({self.moe.first_k_dense_layers}) exceeds "
                 f"num_layers ({self.num_layers})"
             )
+        self._check_window()
         total, _ = self.param_scale()
         if total > MAX_PARAMS:
             raise ValueError(
@@ -123,6 +134,20 @@ class ModelSpec(Strict):
                 "(~600x the largest published model)"
             )
         return self
+
+    def _check_window(self) -> None:
+        pat = self.sliding_window_layers
+        if pat is None:
+            return
+        if self.sliding_window_left is None:
+            raise ValueError("sliding_window_layers is set but sliding_window_left is not "
+                             "(give the window, or drop the pattern)")
+        if not 1 <= len(pat) <= self.num_layers:
+            raise ValueError(f"sliding_window_layers must hold 1 to num_layers "
+                             f"({self.num_layers}) entries, got {len(pat)}")
+        if not any(self.is_window_layer(i) for i in range(self.num_layers)):
+            raise ValueError("sliding_window_layers marks no layer as windowed "
+                             "(drop sliding_window_left for full attention everywhere)")
 
     def param_scale(self) -> tuple[float, float]:
         """(total, active per token) parameters, an upper estimate for bounds only.
@@ -169,3 +194,18 @@ class ModelSpec(Strict):
     @property
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    def is_window_layer(self, i: int) -> bool:
+        """Whether layer `i` (0-based) has sliding-window attention (Megatron-Core
+        `is_layer_window_attention` with 1-based layer_number = i + 1)."""
+        if self.sliding_window_left is None:
+            return False
+        pat = self.sliding_window_layers
+        return True if pat is None else bool(pat[i % len(pat)])
+
+    def window_share(self, moe: bool) -> float:
+        """Fraction of the layers of a kind (MoE or dense) that are windowed (0 if none)."""
+        idx = [i for i in range(self.num_layers) if self.is_moe_layer(i) == moe]
+        if not idx:
+            return 0.0
+        return sum(self.is_window_layer(i) for i in idx) / len(idx)

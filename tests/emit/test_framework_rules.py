@@ -307,3 +307,47 @@ def test_deepspeed_expert_parallel_is_autoep() -> None:
     assert cfg["expert_parallel"] == {"enabled": True, "autoep_size": 8}
     with pytest.raises(UserError, match="ep: .*closest plan it runs: tp=1"):
         deepspeed_config(mix, parse_plan("tp=2,ep=8,zero=1,mbs=1", mix))
+
+
+def _window_flags(args: list[str], layers: int) -> list[bool]:
+    """Megatron's reading of --window-attn-skip-freq (transformer/utils.py
+    `is_layer_window_attention`, 1-based layer_number): N -> layer_number % N != 0; a list
+    expression -> its entries."""
+    freq = _arg(args, "--window-attn-skip-freq")
+    if "[" not in freq:
+        return [(i + 1) % int(freq) != 0 for i in range(layers)]
+    flags = eval(freq)  # Megatron's own list syntax
+    assert len(flags) == layers
+    return [bool(f) for f in flags]
+
+
+@pytest.mark.parametrize("pattern", [(True, False), (True,) * 5 + (False,), (False, True, True)])
+def test_megatron_emit_carries_the_sliding_window(pattern: tuple[bool, ...]) -> None:
+    base = make_job("llama3-8b", "dgx-h100", gpus=8, seq_len=8192, global_batch=8)
+    model = base.model.model_copy(update={"sliding_window_left": 127,
+                                          "sliding_window_layers": pattern})
+    j = make_job(model, "dgx-h100", gpus=8, seq_len=8192, global_batch=8)
+    args, _ = megatron_args(j, parse_plan("tp=8,zero=1,mbs=1", j))
+    assert _arg(args, "--window-size") == "127,0"
+    assert _window_flags(args, 32) == [pattern[i % len(pattern)] for i in range(32)]
+    mistral = make_job("mistral-7b", "dgx-h100", gpus=8, seq_len=8192, global_batch=8)
+    m_args, _ = megatron_args(mistral, parse_plan("tp=8,zero=1,mbs=1", mistral))
+    assert _arg(m_args, "--window-size") == "4095,0"
+    assert "--window-attn-skip-freq" not in m_args  # every layer windowed
+
+
+def test_megatron_emit_windowed_layers_use_the_all_gather_cp() -> None:
+    """TE v2.9 runs sliding windows under CP only with the all-gather (or a2a) exchange."""
+    base = make_job("llama3-8b", "dgx-h100", gpus=16, seq_len=32768, global_batch=8)
+    model = base.model.model_copy(update={"sliding_window_left": 127,
+                                          "sliding_window_layers": (True, False)})
+    j = make_job(model, "dgx-h100", gpus=16, seq_len=32768, global_batch=8)
+    args, _ = megatron_args(j, parse_plan("tp=8,cp=2,zero=1,mbs=1", j))
+    i = args.index("--cp-comm-type")
+    assert args[i + 1:i + 33] == ["all_gather", "p2p"] * 16
+    no_cp, _ = megatron_args(j, parse_plan("tp=8,zero=1,mbs=1", j))
+    assert "--cp-comm-type" not in no_cp
+    mistral = make_job("mistral-7b", "dgx-h100", gpus=16, seq_len=32768, global_batch=8)
+    m_args, _ = megatron_args(mistral, parse_plan("tp=8,cp=2,zero=1,mbs=1", mistral))
+    i = m_args.index("--cp-comm-type")
+    assert m_args[i + 1] == "all_gather" and m_args[i + 2].startswith("--")

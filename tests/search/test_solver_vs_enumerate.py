@@ -284,3 +284,36 @@ def test_pinned_uneven_split_matches_enumeration(fix: str) -> None:
 
     for cost, plan in enumerate_plans(job, space, top_k=4).stats["ranked"]:
         assert evaluate(job, plan).time.step_s == pytest.approx(cost, rel=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sliding-window layers: every layer of a kind costs the windowed/full mean (cost/layer_factors)
+# ---------------------------------------------------------------------------------------------
+
+
+def _mini_windowed(moe: bool, layers: int) -> ModelSpec:
+    """GPT-OSS's pattern (every other layer windowed) on `_mini`, a window that binds at 8k."""
+    return _mini(moe, layers).model_copy(update={
+        "sliding_window_left": 255, "sliding_window_layers": (True, False)})
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(moe=st.booleans(), layers=st.sampled_from([5, 6]), gpus=st.sampled_from([4, 8]))
+def test_windowed_model_matches_enumeration(moe: bool, layers: int, gpus: int) -> None:
+    job = Job(model=_mini_windowed(moe, layers),
+              cluster=load_cluster("dgx-h100").take_gpus(gpus), seq_len=8192, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1,))
+    _compare_tol(job, space, 4)
+
+
+def test_master_bound_holds_for_a_windowed_model() -> None:
+    from autoparallel_cp.search.cpsat_master import build_master
+    from autoparallel_cp.search.tables import build_tables
+
+    job = Job(model=_mini_windowed(True, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=8192, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
+    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    master = build_master(build_tables(space))
+    for cost, plan in ranked[::7]:
+        assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9

@@ -115,3 +115,53 @@ def test_missing_and_bad_fields_name_the_field() -> None:
         model_from_hf_config({**LLAMA3_8B, "num_key_value_heads": 5}, "config.json")
     with pytest.raises(InputError, match=r"field 'hidden_act'"):
         model_from_hf_config({**LLAMA3_8B, "hidden_act": "relu"})
+
+
+# ---- sliding windows (transformers' conventions, typed from the configuration classes) ----
+
+QWEN2_SWA = {**QWEN25_72B, "num_hidden_layers": 8, "use_sliding_window": True,
+             "sliding_window": 4096, "max_window_layers": 6}
+
+
+def test_mistral_v01_window_counts_the_query_itself() -> None:
+    # HF sliding_window 4096 = the query and the 4095 keys before it (masking_utils)
+    spec = model_from_hf_config(MISTRAL_7B)
+    assert spec.sliding_window_left == 4095 and spec.sliding_window_layers is None
+    assert all(spec.is_window_layer(i) for i in range(32))
+    v03 = model_from_hf_config({**MISTRAL_7B, "sliding_window": None})  # v0.3: null
+    assert v03.sliding_window_left is None
+
+
+def test_qwen2_window_only_with_use_sliding_window() -> None:
+    # Qwen2Config: layers i >= max_window_layers slide, and only with use_sliding_window
+    spec = model_from_hf_config(QWEN2_SWA)
+    assert spec.sliding_window_left == 4095
+    assert [spec.is_window_layer(i) for i in range(8)] == [False] * 6 + [True] * 2
+    off = model_from_hf_config({**QWEN2_SWA, "use_sliding_window": False})
+    assert off.sliding_window_left is None
+    none_windowed = model_from_hf_config({**QWEN2_SWA, "max_window_layers": 8})
+    assert none_windowed.sliding_window_left is None
+
+
+def test_layer_types_and_gemma3_pattern() -> None:
+    base = {**LLAMA3_8B, "num_hidden_layers": 12, "sliding_window": 128}
+    alt = model_from_hf_config(
+        {**base, "layer_types": ["sliding_attention", "full_attention"] * 6})
+    assert alt.sliding_window_left == 127 and alt.sliding_window_layers == (True, False)
+    g3 = model_from_hf_config({**base, "sliding_window_pattern": 6})
+    # Gemma 3: layer i slides iff (i + 1) % 6 != 0: five local, then one global
+    assert g3.sliding_window_layers == (True,) * 5 + (False,)
+    assert g3.window_share(False) == pytest.approx(10 / 12)
+
+
+@pytest.mark.parametrize(("bad", "field"), [
+    ({"layer_types": ["sliding_attention"] * 3}, "layer_types"),
+    ({"layer_types": ["chunked_attention"] * 12}, "layer_types"),
+    ({"sliding_window_pattern": 0}, "sliding_window_pattern"),
+    ({"sliding_window": 0}, "sliding_window"),
+    ({"sliding_window": "wide"}, "sliding_window"),
+])
+def test_bad_window_fields_name_the_field(bad: dict[str, Any], field: str) -> None:
+    cfg = {**LLAMA3_8B, "num_hidden_layers": 12, "sliding_window": 128, **bad}
+    with pytest.raises(InputError, match=rf"field '{field}'"):
+        model_from_hf_config(cfg)
