@@ -317,9 +317,10 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             if scaling is not None:
                 recipe = recipe.with_behaviour(fp8_scaling=scaling[0])
                 assumed.append(scaling[1])
-        if stated.get("overlap_p2p") and (_int(r["vpp"]) or 1) > 1:
-            recipe = recipe.with_behaviour(overlap_p2p_comm=True)
-            assumed.append(f"pipeline p2p overlapped ({stated['overlap_p2p']})")
+        if (_int(r["vpp"]) or 1) > 1:
+            on, cite = _p2p_overlap(stated, defaults)
+            recipe = recipe.with_behaviour(overlap_p2p_comm=on)
+            assumed.append(f"pipeline p2p {'overlapped' if on else 'not overlapped'} ({cite})")
         if nemo and tp > 1 and tp_overlap is False:
             assumed.append("no TP overlap (the recipe's tp_comm_overlap=False)")
         elif nemo and tp > 1:
@@ -588,6 +589,11 @@ def _bridge_expert_tp(r: dict[str, str]) -> int | None:
 #:   master when the state is fp32 (store_param_remainders; Apex: "store bits required to
 #:   reconstruct FP32 params"), and a full fp32 copy with fp8 params (store_params True): master
 #:   0 / 2 / 4 B per parameter, Adam's two moments 2 x the state dtype.
+#: - `overlap_p2p` / `no_overlap_p2p`: Megatron-Core's interleaved-schedule p2p overlap on /
+#:   off (behaviour `overlap_p2p_comm`), as the YAML's `overlap_p2p_comm` / `batch_p2p_comm` or
+#:   the recipe's CommOverlapConfig sets it. Every interleaved Megatron-Core row's setting is
+#:   stated here or by its Megatron-LM commit (MEGATRON_LM_DEFAULTS), not taken from the
+#:   recipes' Megatron-LM main default (`_p2p_overlap`).
 #: Files: dgxc-bench-25.02: NVIDIA/dgxc-benchmarking @8f5cbb3799 (tag v25.02)
 #: llama3.1/llama3.1_{8b,70b,405b}.yaml, nemo_megatron/gpt3_175b_hydra.yaml,
 #: nemotron/nemotron4-{15b,340b}-synth.yaml, grok1/grok1_314b.yaml; nemo-perf-24.07:
@@ -615,7 +621,10 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     },
     "nemo-perf-24.07": {
         "nemotron-340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective",
-                          "optimizer": "bf16"},
+                          "optimizer": "bf16",
+                          "no_overlap_p2p": "overlap_p2p_comm false, batch_p2p_comm true in "
+                                            "the source's nemotron/nemotron_340b.yaml l. "
+                                            "135-136 (24.07)"},
         "gpt3": {"dropout": _YAML_DROPOUT, "optimizer": "fp32",
                  "overlap_p2p": _YAML_P2P % "gpt3/175b.yaml l. 108-109 (24.07)"},
         "llama2-13b": {"optimizer": "fp32",
@@ -634,6 +643,15 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     # `_get_model_comm_overlap_cfgs` sets overlap_p2p_comm true / batch_p2p_comm false at
     # pp > 1 with vpp > 1 (src/megatron/bridge/training/comm_overlap.py l. 451-457, the same
     # at v0.1.0rc4, v0.2.0 and v0.4.1): the interleaved rows' p2p overlap is stated.
+    # The mbridge-cards DeepSeek-V3 card's recipe (perf_recipes/deepseek/h100/deepseek_v3.py
+    # on recipes/deepseek/h100/deepseek_v3.py l. 228 `cfg.comm_overlap = CommOverlapConfig(
+    # tp_comm_overlap=False)` at the card's bridge_commit 79308d0d9) runs the same setup
+    # (training/config.py l. 2027-2029, comm_overlap.py l. 453-457 @79308d0d9): at vpp 4 its
+    # p2p overlap is on.
+    "mbridge-cards": {"deepseekv3": {"overlap_p2p": "overlap_p2p_comm true, batch_p2p_comm "
+                                                    "false by Megatron-Bridge's CommOverlapConfig "
+                                                    "at vpp > 1 (training/comm_overlap.py l. "
+                                                    "453-457 @79308d0d9)"}},
     "mbridge-perf": {"": {"bf16_grads": "Megatron-Bridge benchmark default",
                           "overlap_p2p": "overlap_p2p_comm true, batch_p2p_comm false by "
                                          "Megatron-Bridge's CommOverlapConfig at vpp > 1 "
@@ -876,11 +894,17 @@ def _stated_plan(r: dict[str, str]) -> tuple[dict[str, int], str] | None:
 #: parallelism with selective recomputation (`--sequence-parallel`, `--recompute-activations`;
 #: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
 #: MLSys 2023, Table 5: GPT-3 175B with both; the Megatron-LM README of 2022 reports its
-#: scaling table with the same two).
+#: scaling table with the same two). The interleaved schedule's p2p ran exposed: Megatron-LM
+#: gained `--overlap-p2p-communication` (store_true) in f9283c5a8a, 2023-05-31, and made the
+#: overlap the default (`--no-overlap-p2p-communication`) in 4eeff55d1f, 2023-10-23, both after
+#: 285068c8 (`git merge-base --is-ancestor` at the mirror: neither is its ancestor).
 MEGATRON_LM_DEFAULTS: dict[str, dict[str, object]] = {
     "285068c8": {"distributed_optimizer": False,
                  "memory": "sequence parallelism + selective recompute (Korthikanti et al. "
-                           "2022, the Megatron-LM authors' 175B setting)"},
+                           "2022, the Megatron-LM authors' 175B setting)",
+                 "overlap_p2p": (False, "Megatron-LM 285068c8 (2023-01-11) has no p2p overlap: "
+                                        "the option came with f9283c5a8a (2023-05-31), the "
+                                        "default with 4eeff55d1f (2023-10-23)")},
 }
 
 
@@ -894,6 +918,30 @@ def _megatron_lm_defaults(r: dict[str, str]) -> dict[str, object]:
         return {}
     return next(({"commit": k, **v} for k, v in MEGATRON_LM_DEFAULTS.items()
                  if m.group(1).startswith(k)), {})
+
+
+#: The `assumed` note of an interleaved Megatron-Core row whose source states no p2p overlap
+#: setting: it runs the megatron-bf16 / megatron-fp8 recipe's, Megatron-LM main's default
+#: (spec/recipe.py MEGATRON_MAIN_P2P_OVERLAP). No row of the corpus takes it (every
+#: interleaved row's source or software era states the setting; tests/cost/
+#: test_validation_data.py checks that).
+P2P_MAIN_DEFAULT = "Megatron-LM main default; the source states no setting"
+
+
+def _p2p_overlap(stated: Mapping[str, object], defaults: Mapping[str, object]
+                 ) -> tuple[bool, str]:
+    """(overlap_p2p_comm, citation) of an interleaved Megatron-Core row: what the source's
+    files state (STATED_SETTINGS `overlap_p2p` / `no_overlap_p2p`), else the default of the
+    plain Megatron-LM commit it names (MEGATRON_LM_DEFAULTS `overlap_p2p`), else the recipe's
+    (Megatron-LM main: on, flagged P2P_MAIN_DEFAULT)."""
+    if stated.get("overlap_p2p"):
+        return True, str(stated["overlap_p2p"])
+    if stated.get("no_overlap_p2p"):
+        return False, str(stated["no_overlap_p2p"])
+    era = defaults.get("overlap_p2p")
+    if isinstance(era, tuple):
+        return bool(era[0]), str(era[1])
+    return True, P2P_MAIN_DEFAULT
 
 
 #: The first NeMo container of Megatron-Core 0.13 (tag core_v0.13.0, c550cf6c41, 2025-07-25,
@@ -977,9 +1025,10 @@ def _stated_shape(r: dict[str, str]) -> tuple[dict[str, object], str] | None:
 
 def _stated_settings(r: dict[str, str]) -> dict[str, object]:
     """The STATED_SETTINGS of this row's source and model ({} when none are listed)."""
+    listed = _for_model(STATED_SETTINGS.get(r["source_id"], {}), r) or {}
     if _card_settings(r).get("grads") == "bf16":
-        return {"bf16_grads": "the card's recipe: grad_reduce_in_fp32=False"}
-    return _for_model(STATED_SETTINGS.get(r["source_id"], {}), r) or {}
+        return {**listed, "bf16_grads": "the card's recipe: grad_reduce_in_fp32=False"}
+    return listed
 
 
 def _bridge_recompute_modules(r: dict[str, str]) -> tuple[str, ...] | None:

@@ -137,8 +137,9 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     a += split_args(job, plan)
     if plan.pp > 2 and plan.vpp > 1 and not job.recipe.behaviour.overlap_p2p_comm:
         # Megatron-LM overlaps the interleaved schedule's sends and receives unless told not to
-        # (arguments.py:3118-3120 @d98e8a64, store_false `overlap_p2p_comm`); the recipe's cost
-        # charges them exposed, so the launch matches it (behaviour `overlap_p2p_comm`)
+        # (arguments.py:3118-3120 @d98e8a64, store_false `overlap_p2p_comm`; no flag turns it
+        # on, so a recipe with the overlap, megatron-bf16 / -fp8, needs none); this recipe's
+        # cost charges them exposed, so the launch matches it (behaviour `overlap_p2p_comm`)
         a.append("--no-overlap-p2p-communication")
     elif plan.pp == 2 and plan.vpp > 1 and not job.recipe.behaviour.overlap_p2p_comm:
         # Megatron refuses interleaving without the overlap on two stages (arguments.py:
