@@ -162,9 +162,13 @@ def _tt_model(job: Job, plan: Plan) -> dict[str, Any] | None:
 def _mg_model(job: Job, plan: Plan) -> dict[str, Any] | None:
     m = job.model
     biases_ok = (m.attn_out_bias == m.mlp_bias) and (m.qkv_bias or not m.attn_out_bias)
-    if m.position_embedding == "alibi" or m.embedding_norm or not biases_ok:
-        return {"model": "one with RoPE or learned positions, no embedding norm, and biases on "
-                         "all linears or on qkv only"}
+    # Megatron-Core's router has a bias exactly when every linear has one (moe/router.py:67
+    # @d98e8a64 `add_bias_linear`), as GPT-OSS's
+    router_ok = m.moe is None or not m.moe.router_linear_bias or m.mlp_bias
+    if m.position_embedding == "alibi" or m.embedding_norm or not biases_ok or not router_ok \
+            or m.post_norms:
+        return {"model": "one with RoPE or learned positions, no embedding norm, no post-"
+                         "sublayer norms (Gemma), and biases on all linears or on qkv only"}
     return None
 
 
