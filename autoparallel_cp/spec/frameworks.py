@@ -226,10 +226,12 @@ RULES: tuple[Rule, ...] = (
          f"{_DS} deepspeed/runtime/constants.py:177-186 (torch_autocast), 384 "
          "(grad_accum_dtype)", _recipe_for("deepspeed")),
     Rule("megatron", "model",
-         "Megatron builds no ALiBi and no embedding norm, and adds biases to all linears "
-         "(--add-bias-linear) or, with --disable-bias-linear, to qkv only (--add-qkv-bias)",
+         "Megatron builds no ALiBi, no embedding norm and no post-sublayer norms (Gemma), and "
+         "adds biases to all linears, the MoE router's included (--add-bias-linear) or, with "
+         "--disable-bias-linear, to qkv only (--add-qkv-bias)",
          f"{_MG} megatron/training/arguments.py:2397-2399 (--position-embedding-type choices, "
-         "--disable-bias-linear, --add-qkv-bias)", _mg_model),
+         "--disable-bias-linear, --add-qkv-bias), megatron/core/transformer/moe/router.py:67",
+         _mg_model),
     Rule("megatron", "seq_len",
          "learned positions: --max-position-embeddings sizes the position table, so a sequence "
          "longer than the model's table would build a bigger model than planned",
