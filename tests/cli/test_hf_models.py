@@ -11,7 +11,7 @@ from autoparallel_cp.spec.loaders import load_model
 from autoparallel_cp.spec.params import count_params
 from tests.cli.test_cli import FAST, assert_user_error, run
 
-CONFIGS = Path(__file__).resolve().parents[1] / "spec" / "hf_configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "hf_configs"
 JOB = ["--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096", "--global-batch", "64"]
 
 

@@ -1,6 +1,6 @@
 """HF import of Qwen3, Qwen3-MoE, Qwen2-MoE, GPT-OSS and Gemma 2 / 3: exact parameter counts.
 
-The fixtures in hf_configs/ are the published config.json files (see its README). Each
+The fixtures in benchmarks/data/hf_configs/ are the published config.json files (see its README). Each
 expected count is computed here by hand from the config's shapes, module by module as the
 transformers modeling file builds it, and checked against a published figure:
 
@@ -31,7 +31,7 @@ from autoparallel_cp.spec.hf_import import SUPPORTED_ARCHITECTURES, model_from_h
 from autoparallel_cp.spec.loaders import load_model
 from autoparallel_cp.spec.params import count_params
 
-CONFIGS = Path(__file__).parent / "hf_configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "hf_configs"
 
 
 def _cfg(name: str) -> dict[str, Any]:
