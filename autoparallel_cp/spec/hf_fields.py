@@ -86,11 +86,13 @@ def _sliding_window(cfg: Mapping[str, Any], source: str, arch: str,
     (i + 1) % P != 0); else Qwen2's `use_sliding_window` with `max_window_layers` k
     (configuration_qwen2.py @008e5743: `sliding_window` is dropped unless use_sliding_window,
     and layer i slides iff i >= k); else a `sliding_window` applies to every layer
-    (MistralConfig: Mistral-7B-v0.1 has 4096, v0.3 null). Qwen2-MoE / Qwen3 / Qwen3-MoE
-    follow Qwen2; Gemma 2 / 3 and GPT-OSS files without `layer_types` take their config
-    class's own default (`_WINDOW_DEFAULTS`). The window: transformers'
-    `sliding_window` W counts the query itself (masking_utils.py `sliding_window_overlay`,
-    kv_idx > q_idx - W @2ccc6cae), so the left window is W - 1.
+    (MistralConfig: Mistral-7B-v0.1 has 4096, v0.3 null). Qwen2-MoE and Qwen3 follow Qwen2;
+    Qwen3-MoE drops the window unless `use_sliding_window` too, but then windows every layer
+    (modeling_qwen3_moe.py @16b6c53c: one sliding mask for the model, no max_window_layers).
+    Gemma 2 / 3 and GPT-OSS files without `layer_types` take their config class's own default
+    (`_WINDOW_DEFAULTS`). The window: transformers' `sliding_window` W counts the query itself
+    (masking_utils.py `sliding_window_overlay`, kv_idx > q_idx - W @2ccc6cae), so the left
+    window is W - 1.
     """
     if arch in _QWEN_SWA and not _bool(cfg, "use_sliding_window", source, False):
         return {}
@@ -110,7 +112,7 @@ def _sliding_window(cfg: Mapping[str, Any], source: str, arch: str,
             raise InputError(f"expected a positive integer, got {period}", source=source,
                              field="sliding_window_pattern")
         flags = [(i + 1) % period != 0 for i in range(layers)]
-    elif arch in _QWEN_SWA:
+    elif arch in _QWEN_SWA and arch != "Qwen3MoeForCausalLM":
         first = _int(cfg, "max_window_layers", source, 28)
         flags = [i >= first for i in range(layers)]
     else:

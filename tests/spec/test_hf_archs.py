@@ -1,8 +1,8 @@
 """HF import of Qwen3, Qwen3-MoE, Qwen2-MoE, GPT-OSS and Gemma 2 / 3: exact parameter counts.
 
-The fixtures in benchmarks/data/hf_configs/ are the published config.json files (see its README). Each
-expected count is computed here by hand from the config's shapes, module by module as the
-transformers modeling file builds it, and checked against a published figure:
+The fixtures in benchmarks/data/hf_configs/ are the published config.json files (see its
+README). Each expected count is computed here by hand from the config's shapes, module by module
+as the transformers modeling file builds it, and checked against a published figure:
 
 - GPT-OSS-120B 116,829,156,672 and GPT-OSS-20B 20,914,757,184: Megatron-Bridge
   examples/model_verification_cards/gpt-oss-{120b,20b}/card.yaml @067f987df0 (HF export
@@ -168,6 +168,21 @@ def test_fields_mapped() -> None:
     # Gemma3TextConfig's default pattern 6 without the field
     no_pat = {k: v for k, v in _cfg("gemma-3-1b-pt").items() if k != "sliding_window_pattern"}
     assert model_from_hf_config(no_pat).sliding_window_layers == (True,) * 5 + (False,)
+
+
+def test_qwen_windows() -> None:
+    # use_sliding_window off (every published Qwen3 file): no window whatever sliding_window says
+    q3 = _cfg("Qwen3-8B")
+    assert model_from_hf_config({**q3, "sliding_window": 4096}).sliding_window_left is None
+    # on: Qwen3 slides from layer max_window_layers (Qwen3Config layer_types), Qwen3-MoE on
+    # every layer (modeling_qwen3_moe.py: one sliding mask), the left window W - 1
+    on = model_from_hf_config({**q3, "use_sliding_window": True, "sliding_window": 4096,
+                               "max_window_layers": 30})
+    assert on.sliding_window_left == 4095
+    assert [on.is_window_layer(i) for i in (0, 29, 30, 35)] == [False, False, True, True]
+    moe = model_from_hf_config({**_cfg("Qwen3-30B-A3B"), "use_sliding_window": True,
+                                "sliding_window": 4096, "max_window_layers": 30})
+    assert moe.sliding_window_left == 4095 and moe.sliding_window_layers is None
 
 
 def test_qwen_moe_layer_layout() -> None:
