@@ -32,6 +32,7 @@ from autoparallel_cp.spec.hf_fields import (
     _llama_like,
     _sliding_window,
     _str,
+    check_layers,
 )
 
 
@@ -43,6 +44,7 @@ def _sparse_layers(cfg: Mapping[str, Any], source: str, layers: int) -> tuple[in
     (i + 1) % `decoder_sparse_step` == 0; the spec's pattern is i >= k and (i - k) % f == 0,
     which covers a dense prefix and a fixed step; any other set is refused, naming the field.
     """
+    check_layers(layers, source)
     step = _int(cfg, "decoder_sparse_step", source, 1)
     if step < 1:
         raise InputError(f"expected a positive integer, got {step}", source=source,

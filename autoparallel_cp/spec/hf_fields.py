@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoparallel_cp.errors import InputError
+from autoparallel_cp.spec.base import MAX_LAYERS
 
 #: Families whose config drops `sliding_window` unless `use_sliding_window` (Qwen2Config,
 #: Qwen3Config @1f3ae2b3: layer i slides iff i >= max_window_layers, default 28).
@@ -69,6 +70,13 @@ def _heads(cfg: Mapping[str, Any], source: str, h: int, a: int,
     return out
 
 
+def check_layers(layers: int, source: str) -> None:
+    """Refuse a layer count outside the spec's bounds before building per-layer lists."""
+    if not 1 <= layers <= MAX_LAYERS:
+        raise InputError(f"expected 1 to {MAX_LAYERS} layers, got {layers}", source=source,
+                         field="num_hidden_layers")
+
+
 def _period(flags: list[bool]) -> list[bool]:
     """The shortest prefix whose repetition gives `flags` (the whole list if none shorter)."""
     n = len(flags)
@@ -96,6 +104,7 @@ def _sliding_window(cfg: Mapping[str, Any], source: str, arch: str,
     """
     if arch in _QWEN_SWA and not _bool(cfg, "use_sliding_window", source, False):
         return {}
+    check_layers(layers, source)
     win_default, period_default = _WINDOW_DEFAULTS.get(arch, (None, 1))
     win = _int(cfg, "sliding_window", source, win_default)
     types = _get(cfg, "layer_types", source, None)

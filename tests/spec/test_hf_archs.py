@@ -209,6 +209,10 @@ def test_qwen_moe_layer_layout() -> None:
 def test_refusals_name_the_field() -> None:
     with pytest.raises(InputError, match="experts_per_token"):
         model_from_hf_config({**_cfg("gpt-oss-20b"), "experts_per_token": 2})
+    for name in ("gpt-oss-20b", "Qwen3-30B-A3B"):  # refused before any per-layer list
+        bare = {k: v for k, v in _cfg(name).items() if k != "layer_types"}
+        with pytest.raises(InputError, match="num_hidden_layers"):
+            model_from_hf_config({**bare, "num_hidden_layers": 2**62})
     with pytest.raises(InputError, match="hidden_activation"):
         model_from_hf_config({**_cfg("gemma-2-2b"), "hidden_activation": "relu"})
     mm = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
