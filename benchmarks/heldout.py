@@ -107,14 +107,17 @@ def _node_group(gpu_text: str, n: int) -> tuple[NodeGroup, str] | None:
     return grp, preset
 
 
-#: Attention head dimension of the models whose query width is not hidden / heads (ModelSpec
-#: `head_dim`; the CSV has no column for it): Qwen3 MoE `head_dim: 128` in the public
-#: config.json of Qwen/Qwen3-30B-A3B (hidden 2048, 32 heads) and Qwen/Qwen3-235B-A22B (hidden
-#: 4096, 64 heads), as the rows' notes record; GPT-OSS "KV channels: 64" (Megatron-Bridge
-#: docs/models/gpt_oss/gpt-oss.md @067f987, hidden 2880, 64 heads). Without it the attention
-#: projections and the attention core of these models are costed at half (Qwen3) or 0.7x
-#: (GPT-OSS) their width.
-HEAD_DIM: dict[str, int] = {"qwen3 30b": 128, "qwen3 235b": 128, "gpt oss": 64}
+#: Models whose shape comes from their public Hugging Face config.json (model prefix -> file in
+#: data/hf_configs/, the Hub repository of the same name; see its README) through the importer
+#: (autoparallel_cp.spec.hf_import) instead of the CSV's columns, which cannot state head_dim
+#: (Qwen3 MoE: 128 at hidden 2048 / 32 heads and 4096 / 64; GPT-OSS 64 at 2880 / 64), the Qwen3
+#: q/k norms, or GPT-OSS's attention / expert / router biases and attention sinks. The CSV's
+#: own cells are checked against the config (`_hf_model`).
+HF_CONFIG: dict[str, str] = {
+    "qwen3 30b": "Qwen3-30B-A3B.json", "qwen3 235b": "Qwen3-235B-A22B.json",
+    "qwen3 8b": "Qwen3-8B.json", "gpt oss 120b": "gpt-oss-120b.json",
+    "gpt oss 20b": "gpt-oss-20b.json",
+}
 
 #: Sliding-window attention of the models whose source runs it (model prefix -> (framework
 #: versions whose window differs, their left window), the left window otherwise, the pattern,
@@ -134,11 +137,47 @@ SLIDING_WINDOW: dict[str, tuple[tuple[str, ...], int, int, tuple[bool, ...], str
 }
 
 
+def _window(r: dict[str, str], assumed: list[str]) -> tuple[int | None, tuple[bool, ...] | None]:
+    """(left window, layer pattern) the row's framework version runs (`SLIDING_WINDOW`)."""
+    swa = _for_model(SLIDING_WINDOW, r)
+    if swa is None:
+        return None, None
+    versions, w_old, w_new, pattern, cite = swa
+    window = w_old if any(v in r["framework_version"] for v in versions) else w_new
+    assumed.append(f"sliding window {window} ({cite})")
+    return window, pattern
+
+
+def _hf_model(r: dict[str, str], file: str, assumed: list[str]) -> ModelSpec:
+    """The row's model imported from its public config.json, its CSV cells checked against it
+    and the window its framework version runs."""
+    model = load_model(DATA / "hf_configs" / file).model_copy(update={"name": r["model"]})
+    moe = model.moe
+    stated = {"layers": model.num_layers, "hidden": model.hidden_size,
+              "heads": model.num_attention_heads, "kv_heads": model.kv_heads,
+              "vocab": model.vocab_size,
+              "ffn_hidden": moe.expert_ffn_hidden_size if moe else model.ffn_hidden_size,
+              "moe_experts": moe.num_experts if moe else None,
+              "moe_topk": moe.top_k if moe else None}
+    for col, value in stated.items():
+        if _int(r[col]) != value:
+            raise ValueError(f"held-out row {r['model']}: {col} {r[col]!r} != {value} in "
+                             f"data/hf_configs/{file}")
+    window, pattern = _window(r, assumed)
+    if window is not None:
+        model = model.model_copy(update={"sliding_window_left": window,
+                                         "sliding_window_layers": pattern})
+    return model
+
+
 def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     name = r["model"]
     low = name.lower()
     if "deepseek" in low:
         return load_model("deepseek-v3")
+    hf = _for_model(HF_CONFIG, r)
+    if hf is not None:
+        return _hf_model(r, hf, assumed)
     L, h, a = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"])
     if L is None or h is None or a is None:
         return None
@@ -158,7 +197,6 @@ def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     experts, topk = _int(r["moe_experts"]), _int(r["moe_topk"])
     if experts and topk:
         moe = MoESpec(num_experts=experts, top_k=topk, expert_ffn_hidden_size=ffn)
-    head_dim = _for_model(HEAD_DIM, r)
     # the output layer shares the word embedding where the framework's GPT / BLOOM / MPT
     # model does unless told otherwise: Megatron-LM 285068c8 has no untie flag (always
     # shared), NeMo's megatron_gpt_model.py (@v2.0.0 l. 513) defaults
@@ -168,15 +206,9 @@ def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     tied = pos in ("learned", "alibi")
     if tied:
         assumed.append("tied embedding and output weights (the framework's default)")
-    window: int | None = None
-    pattern: tuple[bool, ...] | None = None
-    swa = _for_model(SLIDING_WINDOW, r)
-    if swa is not None:
-        versions, w_old, w_new, pattern, cite = swa
-        window = w_old if any(v in r["framework_version"] for v in versions) else w_new
-        assumed.append(f"sliding window {window} ({cite})")
+    window, pattern = _window(r, assumed)
     return ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
-                     tie_embeddings=tied, num_attention_heads=a, num_kv_heads=kv, head_dim=head_dim,
+                     tie_embeddings=tied, num_attention_heads=a, num_kv_heads=kv,
                      vocab_size=vocab,
                      max_position_embeddings=max(_int(r["seq_len"]) or 4096, 4096),
                      position_embedding=pos, mlp="swiglu" if gated else "gelu",

@@ -158,6 +158,10 @@ def layer_activation_per_token(
     if lin < ab:
         kept = kept + out_bytes * lin / ab  # TE's fp8 copy of the out-projection input
     kept = kept + drop * h * rep  # attention-output dropout mask
+    if model.post_norms:
+        # Gemma's post-attention and post-feedforward norms save their inputs (the sublayer
+        # outputs; RMSNorm backward needs x: Korthikanti §4.1's norm-input term)
+        kept = kept + 2 * ab * h * rep
     # --- MLP block ---
     kept = kept + (res * h + lin * h) * rep  # norm-2 input, MLP / router input
     swiglu = model.mlp == "swiglu"

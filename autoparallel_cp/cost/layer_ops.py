@@ -30,8 +30,9 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
                            options: CostOptions, etp: FloatArray | None = None) -> FloatArray:
     """Forward HBM traffic per token of a layer's memory-bound ops (norms, adds, activation).
 
-    Norm: read input, write output; residual add: read two, write one; SwiGLU read 2·ffn,
-    write ffn (GELU: read, write ffn); rotary embedding on q, k (read + write); the MoE
+    Norm: read input, write output (two pre-norms, + Gemma's two post-norms); residual add:
+    read two, write one; SwiGLU read 2·ffn, write ffn (GELU: read, write ffn); rotary
+    embedding on q, k (read + write); the MoE
     permute / unpermute copies of the routed tokens an expert rank holds (etp/tp of the default
     layout's with parallel folding, `flops.expert_token_factor`). PyTorch models also copy the
     bshd attention output to a contiguous tensor and, with `gqa_repeat_kv`, expand K, V to every
@@ -47,6 +48,10 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     a, dqk, _ = attention_dims(model)
     kvh = a if model.mla is not None else model.kv_heads
     norms = 2 * (res + ab) * h * rep
+    if model.post_norms:
+        # Gemma's post-attention / post-feedforward norms: read the sublayer output (activation
+        # dtype), write the normed one
+        norms = norms + 2 * 2 * ab * h * rep
     adds = 2 * 3 * res * h * rep
     if moe and model.moe is not None:
         ffn = model.moe.top_k * model.moe.expert_ffn_hidden_size + (
@@ -75,7 +80,8 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
         if options.eager_ops == "llama-upcast" and model.norm == "rmsnorm":
             # op by op (EAGER_LLAMA_* below): fp32-upcast RMSNorm, complex/rotate-half RoPE in
             # fp32, silu then mul; residual adds and dropout as fused (one kernel each anyway)
-            total = (2 * EAGER_LLAMA_NORM_BYTES * h * rep + adds + drop
+            total = ((4 if model.post_norms else 2) * EAGER_LLAMA_NORM_BYTES * h * rep
+                     + adds + drop
                      + (EAGER_LLAMA_SWIGLU_BYTES if model.mlp == "swiglu"
                         else EAGER_ELEMENTWISE_FACTOR * 2 * ab) * ffn / tp
                      + (EAGER_LLAMA_ROPE_BYTES * (a + kvh) * dqk / tp

@@ -253,10 +253,18 @@ def _megatron_model_args(job: Job, tp: int) -> list[str]:
                   str(m.moe.num_shared_experts * width)]
         if m.moe.first_k_dense_layers or m.moe.moe_layer_freq > 1:
             a += ["--moe-layer-freq", moe_layer_pattern(job)]
+        if m.moe.shared_expert_gate:
+            # TransformerConfig.moe_shared_expert_gate (transformer_config.py:713 @d98e8a64),
+            # an argument by arguments.py:2373's ArgumentGroupFactory
+            a.append("--moe-shared-expert-gate")
         if m.moe.router_bias:
             # expert bias needs a sigmoid-type score (transformer_config.py:2621; DeepSeek-V3
             # scores with a sigmoid, arXiv 2412.19437 eq. 15)
             a += ["--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid"]
+    if m.attention_sinks:
+        # TransformerConfig.softmax_type "learnable": one learnable offset per head
+        # (transformer_config.py:170 @d98e8a64)
+        a += ["--softmax-type", "learnable"]
     if m.mtp_layers:
         a += ["--mtp-num-layers", str(m.mtp_layers)]
     if m.sliding_window_left is not None:
