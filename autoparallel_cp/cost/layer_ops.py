@@ -63,7 +63,7 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     else:
         ffn = model.ffn_hidden_size
     unf = unfused_ops.active_ops(job, options)  # costed by unfused_ops
-    act = (0 if unfused_ops.swiglu_unfused(unf, model, moe) else 2 + (model.mlp == "swiglu")) \
+    act = (0 if unfused_ops.swiglu_unfused(unf, model, moe) else 2 + model.gated_mlp) \
         * ab * ffn / tp
     rope = 2 * ab * (a + kvh) * dqk / tp if model.position_embedding == "rope" \
         and unfused_ops.rope_unfused(unf, model) is None else 0.0 * tp
@@ -82,7 +82,7 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
             # fp32, silu then mul; residual adds and dropout as fused (one kernel each anyway)
             total = ((4 if model.post_norms else 2) * EAGER_LLAMA_NORM_BYTES * h * rep
                      + adds + drop
-                     + (EAGER_LLAMA_SWIGLU_BYTES if model.mlp == "swiglu"
+                     + (EAGER_LLAMA_SWIGLU_BYTES if model.gated_mlp
                         else EAGER_ELEMENTWISE_FACTOR * 2 * ab) * ffn / tp
                      + (EAGER_LLAMA_ROPE_BYTES * (a + kvh) * dqk / tp
                         if model.position_embedding == "rope" else 0.0 * tp))
@@ -151,7 +151,7 @@ def selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
     res = 4.0 if _fp32_residual(job.recipe) else ab
     h = model.hidden_size
     rep = np.where(sp > 0, 1.0 / tp, 1.0)
-    act_rw = 3.0 if model.mlp == "swiglu" else 2.0
+    act_rw = 3.0 if model.gated_mlp else 2.0
     t = np.zeros_like(tokens)
 
     def gemms(*names: str) -> FloatArray:

@@ -95,6 +95,11 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     refuse_unrunnable(job, plan, "megatron")
     m = job.model
     notes: list[str] = []
+    if m.mlp == "quick-geglu":
+        notes.append("--quick-geglu builds the gated unit without GPT-OSS's clamp 7.0 and "
+                     "linear offset 1.0 (TransformerConfig activation_func_clamp_value and "
+                     "glu_linear_offset have no command-line flag at d98e8a64): same shapes and "
+                     "FLOPs; set them in a model provider for GPT-OSS's numerics")
     a: list[str] = [
         "--tensor-model-parallel-size", str(plan.tp),
         "--pipeline-model-parallel-size", str(plan.pp),
@@ -226,6 +231,11 @@ def _megatron_model_args(job: Job, tp: int) -> list[str]:
             a += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
     if m.mlp == "swiglu":
         a.append("--swiglu")
+    elif m.mlp == "quick-geglu":
+        # arguments.py:2452 @d98e8a64 -> argument_utils.py:323-326 (gated quick_gelu); GPT-OSS's
+        # clamp (7.0) and linear offset (1.0) are TransformerConfig fields with no flag
+        # (transformer_config.py:231-235): Megatron-LM's command line builds the unclamped unit
+        a.append("--quick-geglu")
     unfused = job.recipe.behaviour.unfused_ops
     if any(op.startswith("rope") for op in unfused) and m.position_embedding == "rope":
         a.append("--no-rope-fusion")  # arguments.py:2902 @d98e8a64 (store_false rope_fusion)

@@ -139,7 +139,7 @@ def _gpt_oss(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
         "max_position_embeddings": _int(cfg, "max_position_embeddings", source, 131072),
         "position_embedding": "rope",
         "tie_embeddings": _bool(cfg, "tie_word_embeddings", source, False),
-        "mlp": "swiglu",
+        "mlp": "quick-geglu",  # modeling_gpt_oss.py: gate * sigmoid(1.702 gate), (up + 1)
         "norm": "rmsnorm",
         "qkv_bias": True,
         "attn_out_bias": True,
@@ -175,7 +175,7 @@ def _gemma(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
         "max_position_embeddings": _int(cfg, "max_position_embeddings", source, 8192),
         "position_embedding": "rope",
         "tie_embeddings": _bool(cfg, "tie_word_embeddings", source, True),
-        "mlp": "swiglu",  # GeGLU: gate, up, down (the same matrices and FLOPs)
+        "mlp": "geglu",  # gate, up, down with a GELU gate
         "norm": "rmsnorm",
         "post_norms": True,
     }

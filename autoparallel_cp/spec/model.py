@@ -97,7 +97,11 @@ class ModelSpec(Strict):
     max_position_embeddings: Positions = 4096
     position_embedding: Literal["rope", "learned", "alibi"] = "rope"
     tie_embeddings: bool = False
-    mlp: Literal["gelu", "swiglu"] = "swiglu"
+    # MLP activation: "gelu" (two matrices) or a gated unit (gate, up, down: three matrices,
+    # the same FLOPs whatever the gate's function): "swiglu" (SiLU gate, Llama), "geglu" (GELU
+    # gate, Gemma's gelu_pytorch_tanh), "quick-geglu" (x * sigmoid(1.702 x) gate, GPT-OSS:
+    # transformers modeling_gpt_oss.py `GptOssExperts`, Megatron-LM `--quick-geglu`)
+    mlp: Literal["gelu", "swiglu", "geglu", "quick-geglu"] = "swiglu"
     norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
     qkv_bias: bool = False
     attn_out_bias: bool = False
@@ -193,6 +197,11 @@ class ModelSpec(Strict):
         if self.position_embedding == "learned":
             outside += float(self.max_position_embeddings) * h
         return total + outside, active + outside
+
+    @property
+    def gated_mlp(self) -> bool:
+        """Whether the MLP is a gated unit (three matrices; `mlp` other than "gelu")."""
+        return self.mlp != "gelu"
 
     @property
     def kv_heads(self) -> int:

@@ -39,9 +39,9 @@ def _norm(model: ModelSpec, size: int) -> int:
 
 
 def _mlp(model: ModelSpec, ffn: int) -> int:
-    """One MLP of width `ffn` (gated SwiGLU: 3 matrices; GELU / squared-ReLU: 2)."""
+    """One MLP of width `ffn` (gated SwiGLU / GeGLU: 3 matrices; GELU: 2)."""
     h = model.hidden_size
-    if model.mlp == "swiglu":
+    if model.gated_mlp:
         return 3 * h * ffn + ((2 * ffn + h) if model.mlp_bias else 0)
     return 2 * h * ffn + ((ffn + h) if model.mlp_bias else 0)
 

@@ -38,9 +38,28 @@ def test_gpt_oss_emits_its_attention() -> None:
                       "--fix", "pp=1,cp=1,vpp=1,tp=1", "--top-k", "1", "--emit", "megatron")
     assert res.exit_code == 0, res.output
     for flag in ("--softmax-type learnable", "--window-size 127,0", "--kv-channels 64",
-                 "--num-experts 32"):
+                 "--num-experts 32", "--quick-geglu"):
         assert flag in out, flag
     assert "--disable-bias-linear" not in out  # biases on every linear, the router's too
+    # GPT-OSS's gate is x * sigmoid(1.702 x) (modeling_gpt_oss.py), Megatron's --quick-geglu,
+    # not SiLU; the clamp and offset it cannot set on the command line are said in a note
+    assert "--swiglu" not in out and "clamp" in out
+
+
+def test_gelu_gated_mlp_is_refused_by_megatron(tmp_path: Path) -> None:
+    """Megatron-LM d98e8a64's activations are --swiglu, --quick-geglu, --squared-relu and
+    GELU (arguments.py:2444-2453): a GELU-gated MLP (Gemma's GeGLU) has no flag, so the emit
+    refuses the model instead of writing --swiglu."""
+    own = tmp_path / "geglu.yaml"
+    own.write_text("name: g\nnum_layers: 2\nhidden_size: 256\nffn_hidden_size: 512\n"
+                   "num_attention_heads: 4\nvocab_size: 1024\nmlp: geglu\n")
+    swiglu = tmp_path / "swiglu.yaml"
+    swiglu.write_text(own.read_text().replace("geglu", "swiglu"))
+    # a gated unit: three matrices whatever the gate's function
+    assert count_params(load_model(own)).total == count_params(load_model(swiglu)).total
+    job = ["--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "1024", "--global-batch", "8"]
+    assert_user_error(["evaluate", "--model", str(own), *job, "--plan", "tp=1,dp=8",
+                       "--emit", "megatron"], "megatron cannot run this plan", "model")
 
 
 def test_unsupported_and_multimodal_are_one_line(tmp_path: Path) -> None:

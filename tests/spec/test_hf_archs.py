@@ -145,6 +145,8 @@ def test_fields_mapped() -> None:
     assert oss.attention_sinks and oss.qkv_bias and oss.attn_out_bias and oss.mlp_bias
     assert oss.moe is not None and oss.moe.router_linear_bias and not oss.moe.router_bias
     assert oss.head_dim == 64 and oss.num_kv_heads == 8 and oss.num_moe_layers == 36
+    # the gates: GPT-OSS x * sigmoid(1.702 x) (quick GELU), Gemma gelu_pytorch_tanh
+    assert oss.mlp == "quick-geglu" and model_from_hf_config(_cfg("gemma-2-9b")).mlp == "geglu"
     # transformers' sliding_window 128 counts the query: left window 127, 0-based even layers
     assert oss.sliding_window_left == 127 and oss.sliding_window_layers == (True, False)
     # GptOssConfig forces attention_bias = True and fills layer_types when the file has none
