@@ -32,7 +32,9 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
 
     Norm: read input, write output (two pre-norms, + Gemma's two post-norms); residual add:
     read two, write one; SwiGLU read 2·ffn, write ffn (GELU: read, write ffn); rotary
-    embedding on q, k (read + write); the MoE
+    embedding on q, k (read + write); the per-head q and k norms of `qk_norm` models (Qwen3,
+    Gemma 3: Megatron's `--qk-layernorm` runs q_layernorm / k_layernorm over head_dim,
+    read + write of q and k); the MoE
     permute / unpermute copies of the routed tokens an expert rank holds (etp/tp of the default
     layout's with parallel folding, `flops.expert_token_factor`). PyTorch models also copy the
     bshd attention output to a contiguous tensor and, with `gqa_repeat_kv`, expand K, V to every
@@ -67,6 +69,7 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
         * ab * ffn / tp
     rope = 2 * ab * (a + kvh) * dqk / tp if model.position_embedding == "rope" \
         and unfused_ops.rope_unfused(unf, model) is None else 0.0 * tp
+    qk = (a + kvh) * dqk / tp if model.qk_norm and model.mla is None else 0.0 * tp
     drop = (3 * ab * h * rep) * (3 if options.dropout else 0)
     copies = 0.0 * tp
     if _is_pytorch(recipe) and recipe.flash_attention:
@@ -75,13 +78,13 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     if options.gqa_repeat_kv and model.mla is None and kvh < a:
         # repeat_kv: read K, V at kv heads, write them at all heads
         copies = copies + ab * 2 * (kvh + a) * dqk / tp
-    total = norms + adds + act + rope + drop
+    total = norms + adds + act + rope + drop + 2 * ab * qk
     if not _fused(recipe, options):
         if options.eager_ops == "llama-upcast" and model.norm == "rmsnorm":
             # op by op (EAGER_LLAMA_* below): fp32-upcast RMSNorm, complex/rotate-half RoPE in
             # fp32, silu then mul; residual adds and dropout as fused (one kernel each anyway)
             total = ((4 if model.post_norms else 2) * EAGER_LLAMA_NORM_BYTES * h * rep
-                     + adds + drop
+                     + EAGER_LLAMA_NORM_BYTES * qk + adds + drop
                      + (EAGER_LLAMA_SWIGLU_BYTES if model.gated_mlp
                         else EAGER_ELEMENTWISE_FACTOR * 2 * ab) * ffn / tp
                      + (EAGER_LLAMA_ROPE_BYTES * (a + kvh) * dqk / tp

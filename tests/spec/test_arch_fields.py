@@ -80,6 +80,21 @@ def test_post_norms_cost_their_traffic_and_saved_inputs() -> None:
         assert e1 - e0 == pytest.approx(2 * 2 * ab * H * rep)  # read + write, two norms
 
 
+def test_qk_norm_costs_its_traffic() -> None:
+    """q and k normed per head (Megatron --qk-layernorm: q_layernorm / k_layernorm over
+    head_dim, a separate kernel each): read + write of A + kv query / key heads of head_dim
+    64 per token, split over tp (heads are tp-sharded, sequence parallelism or not)."""
+    one = np.array([1.0])
+    plain, qk = _job(BASE), _job(_with(qk_norm=True))
+    opts = recipe_options(plain.recipe)
+    ab = float(plain.recipe.activation_bytes)
+    d = H // A
+    for tp, sp in ((1.0, 0.0), (4.0, 1.0)):
+        e0 = elementwise_bytes_fwd(plain, False, one * tp, one * sp, opts)
+        e1 = elementwise_bytes_fwd(qk, False, one * tp, one * sp, opts)
+        assert e1 - e0 == pytest.approx(2 * ab * (A + 2) * d / tp)
+
+
 def test_megatron_refuses_post_norms_and_a_lone_router_bias() -> None:
     ok = _job(BASE)
     assert job_refusal(ok, "megatron") is None
