@@ -185,7 +185,7 @@ def published_rows(knobs: Mapping[str, float] | None = None) -> list[Row]:
             gpu, intra, inter = A100_80, NVLINK3, HDR_IB
             recipe = MEGATRON_2021
             model = _megatron_gpt(name, L, h, ffn, a, vocab)
-            opts = CostOptions(dropout=True, dp_overlap=False)
+            opts = recipe.behaviour.model_copy(update={"dropout": True, "dp_overlap": False})
             assert seq is not None
             measured = float(r["measured_tflops_per_gpu"]) * 1e12 / _sc21_flops_per_token(
                 L, h, seq, vocab)
@@ -197,7 +197,7 @@ def published_rows(knobs: Mapping[str, float] | None = None) -> list[Row]:
             gpu, intra, inter = A100_80, NVLINK3, HDR_IB
             recipe = MEGATRON_2021
             model = _megatron_gpt(name, L, h, ffn, a, vocab)
-            opts = CostOptions(dropout=True, dp_overlap=False)
+            opts = recipe.behaviour.model_copy(update={"dropout": True, "dp_overlap": False})
             if vpp > 1:
                 assumed.append(P2P_2021)
         elif src.startswith("NVIDIA/Megatron-LM"):
@@ -217,8 +217,9 @@ def published_rows(knobs: Mapping[str, float] | None = None) -> list[Row]:
             # dropout not stated: Megatron's defaults (arguments.py --attention-dropout /
             # --hidden-dropout 0.1; the GPT-3 example script does not override them)
             assumed.append("dropout 0.1 (Megatron default)")
-            opts = CostOptions(tp_comm_overlap=knob(knobs, "megatron_tp_overlap"),
-                               dp_overlap=True, dropout=True)
+            opts = recipe.behaviour.model_copy(update={
+                "tp_comm_overlap": knob(knobs, "megatron_tp_overlap"), "dp_overlap": True,
+                "dropout": True})
             tags = ("megatron_tp_overlap",)
             assumed.append(flag("megatron_tp_overlap", knobs))
             assert seq is not None

@@ -86,6 +86,19 @@ def test_step_time_moves_by_the_hidden_transfers_only() -> None:
     assert a.time.pp_comm_s - b.time.pp_comm_s == pytest.approx(8 * saved, rel=1e-9)
 
 
+def test_an_options_override_reaches_the_pipeline_sends() -> None:
+    """`evaluate(job, plan, options)` (calibration runs pass each run's options) prices the
+    sends with the override's `overlap_p2p_comm`, as it prices everything else with it: the
+    same numbers as a job whose recipe says so."""
+    plan = Plan(dp=1, tp=2, pp=4, vpp=2, cp=1, sp=1, zero=1, mbs=1, num_microbatches=8,
+                recompute="none")
+    off, on = _job(False, 8), _job(True, 8)
+    over = evaluate(off, plan, on.recipe.behaviour)
+    assert over.time.pp_comm_s == pytest.approx(evaluate(on, plan).time.pp_comm_s, rel=1e-12)
+    assert over.time.step_s == pytest.approx(evaluate(on, plan).time.step_s, rel=1e-12)
+    assert over.time.pp_comm_s < evaluate(off, plan).time.pp_comm_s
+
+
 def test_what_each_tensor_rank_sends() -> None:
     """Megatron-Core sends [s/cp, b, h] from every tp rank, [s/(cp·tp), b, h] under sequence
     parallelism (schedules.py core_v0.10.0 l. 676-679); Megatron-LM's 2021-22 scatter/gather
