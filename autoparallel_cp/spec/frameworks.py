@@ -6,7 +6,7 @@ the framework source that enforces it (file:line at the commit or release named 
 can run; `--emit` refuses such a plan (exit 2) instead of printing settings that differ from it,
 and `solve --emit X` keeps only plans with no refusal (`pins(fw)` narrows the search up front).
 
-Kept whole (about 410 lines): one table of sourced rows and the predicates they name; split, a
+Kept whole (about 430 lines): one table of sourced rows and the predicates they name; split, a
 framework's rules would sit in several files.
 """
 
@@ -37,7 +37,8 @@ TORCHTITAN_MODELS: dict[str, tuple[str, str, str]] = {
 }
 
 
-JOB_FIELDS = ("model", "recipe", "seq_len")  # refusals no plan can fix
+# refusals no plan can fix (sliding_window_left: a model field)
+JOB_FIELDS = ("model", "recipe", "seq_len", "sliding_window_left")
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,12 @@ def _tt_model(job: Job, plan: Plan) -> dict[str, Any] | None:
                                                               + "/".join(TORCHTITAN_MODELS)}
 
 
+def _tt_window(job: Job, plan: Plan) -> dict[str, Any] | None:
+    if job.model.sliding_window_left is None:
+        return None
+    return {"sliding_window_left": "a model without it (full causal attention on every layer)"}
+
+
 def _mg_model(job: Job, plan: Plan) -> dict[str, Any] | None:
     m = job.model
     biases_ok = (m.attn_out_bias == m.mlp_bias) and (m.qkv_bias or not m.attn_out_bias)
@@ -244,6 +251,18 @@ RULES: tuple[Rule, ...] = (
          "schedule when pp > 1",
          f"{_MG} megatron/core/transformer/transformer_config.py:3007-3011",
          _mg_ep_overlap),
+    Rule("torchtitan", "sliding_window_left",
+         "the llama3 and deepseek_v3 flavors the settings name build full causal attention on "
+         "every layer (no window field); torchtitan's sliding windows belong to its gpt_oss "
+         "model (128 tokens on the even layers), which is not one of them",
+         f"{_TT} torchtitan/models/llama3/__init__.py:82 and deepseek_v3/__init__.py:106 "
+         "(inner_attention = get_attention_config(attn_backend)), "
+         "models/common/config_utils.py:83-96 (FlexAttention / VarlenAttention with default "
+         "configs), models/common/attention.py:112 (window_size (-1, 0), causal), "
+         "gpt_oss/__init__.py:200-209 (the windows); v0.2.2 "
+         "torchtitan/models/llama3/model/model.py:510-522 (causal or block-causal masks) and "
+         "models/attention.py:98 (varlen window_size (-1, 0))",
+         _tt_window),
     Rule("torchtitan", "model",
          "torchtitan builds models from its own registries, with a flavor for "
          + ", ".join(TORCHTITAN_MODELS) + " only",
