@@ -66,8 +66,9 @@ the matrix's cluster), and Transformer Engine's fused RoPE, which TransformerCon
 exist when `apply_rope_fusion` is on (its default), is stood in for by a placeholder;
 torchtitan's float8 converter sees compute capability 9.0 (H100) instead of asking CUDA. The
 meta-device model build gives core attention (no parameters) the MLA keyword arguments its local
-(non-Transformer-Engine) class lacks, and skips the MTP block, whose local spec needs Transformer
-Engine types (the plan counts MTP apart as well).
+(non-Transformer-Engine) class lacks, builds the MoE layers with the allgather token dispatcher
+(no parameters either; the alltoall one opens a CUDA stream in its constructor), and skips the MTP
+block, whose local spec needs Transformer Engine types (the plan counts MTP apart as well).
 """
 
 from __future__ import annotations
@@ -160,6 +161,8 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
     ("swa-tail-cp2-uneven", SWA_TAIL, 32, 16384, 64, "megatron-bf16", "evaluate",
      "tp=2,pp=4,cp=2,sp=1,zero=1,mbs=1,stage_layers=7:9:9:7", []),
     ("swa-tail-solve", SWA_TAIL, 16, 8192, 64, "megatron-bf16", "solve", "", []),
+    ("recipe-as-given", "llama3-8b", 32, 8192, 64, "megatron-bf16", "evaluate",
+     "tp=2,sp=1,zero=3,mbs=1", ["strict"]),
 ]
 
 PARAM_JOBS = [("llama3-8b", 32, "tp=8,zero=1,mbs=1"), ("gpt3-13b", 16, "tp=4,zero=1,mbs=1"),
@@ -430,6 +433,11 @@ def worker_megatron_params(jobs: list[dict[str, Any]], src: str) -> None:
                 args.decoder_last_pipeline_num_layers = None
                 args.num_layers_per_virtual_pipeline_stage = None
                 args.use_megatron_fsdp = False
+                # the token dispatcher holds no parameter; alltoall's constructor makes a CUDA
+                # stream (moe/token_dispatcher.py:471-472), which a CPU has not (the dispatcher
+                # flag itself is checked by the per-case worker)
+                if args.moe_token_dispatcher_type == "alltoall":
+                    args.moe_token_dispatcher_type = "allgather"
                 args.global_batch_size = args.micro_batch_size
                 a.validate_args(args, {})
                 from megatron.core.tokenizers.utils.build_tokenizer import (
@@ -752,7 +760,7 @@ def main() -> int:
             jobs = []
             for model, gpus, text in PARAM_JOBS:
                 job = make_job(model, "dgx-h100", gpus=gpus, seq_len=2048, global_batch=gpus)
-                f = tmp / f"params-{model}.sh"
+                f = tmp / f"params-{Path(model).stem}.sh"
                 f.write_text(emit(job, parse_plan(text, job), "megatron").text)
                 jobs.append({"model": model, "file": str(f),
                              "planned": count_params(job.model).total,
