@@ -10,12 +10,14 @@ the framework itself, in a subprocess per framework:
 - megatron: Megatron-LM main d98e8a64: the MEGATRON_ARGS bash array and the `export` lines are
   read back through bash, then `parse_args()`, `validate_args()` and
   `core_transformer_config_from_args()` (the TransformerConfig checks) run; Megatron's derived
-  data-parallel size, virtual stages and recompute count must equal the plan's. For a windowed
-  model, every layer's window as Megatron builds it (`is_layer_window_attention` over the parsed
-  `--window-size` / `--window-attn-skip-freq`) must be the plan's, and with cp > 1 every layer's
-  `cp_comm_type` must be the exchange the cost model charges (all_gather on windowed layers, p2p
-  on the others) and pass Transformer Engine v2.9's rule (context_parallel.py:3803-3809: a
-  sliding window runs only with a2a or all_gather; TE itself is not installed).
+  data-parallel size, virtual stages and recompute count must equal the plan's, and on an
+  interleaved plan its `overlap_p2p_comm` / `batch_p2p_comm` the recipe's p2p overlap. For a
+  windowed model, every layer's window as Megatron builds it (`is_layer_window_attention` over
+  the parsed `--window-size` / `--window-attn-skip-freq`) must be the plan's, and with cp > 1
+  every layer's `cp_comm_type` must be the exchange the cost model charges (all_gather on
+  windowed layers, p2p on the others) and pass Transformer Engine v2.9's rule
+  (context_parallel.py:3803-3809: a sliding window runs only with a2a or all_gather; TE itself
+  is not installed).
   `--params` also builds the whole model on the meta device from the emitted flags (tp = pp = ep =
   1) and compares Megatron's parameter count with the plan's (Llama 3 8B, GPT-3 13B, Mixtral
   8x7B, DeepSeek-V3, and the windowed Mistral 7B and test models, whose built layers' softmax
@@ -235,6 +237,7 @@ def emit_all(out: Path, only: str | None = None) -> list[dict[str, Any]]:
                 case["global_batch"] = gbs
                 case["planned_params"] = count_params(job.model).total_with_mtp
                 case["windows"] = planned_windows(job.model)
+                case["p2p_overlap"] = job.recipe.behaviour.overlap_p2p_comm
             cases.append(case)
     return cases
 
@@ -386,6 +389,13 @@ def worker_megatron(cases: list[dict[str, Any]], src: str) -> None:
                        "vpp": args.virtual_pipeline_model_parallel_size or 1,
                        "chunks": _megatron_chunks(cfg, p["pp"], p["vpp"])}
                 want = {"dp": p["dp"], "vpp": p["vpp"], "chunks": c["layout"]}
+                if p["pp"] > 1 and p["vpp"] > 1:
+                    # the interleaved p2p overlap Megatron runs (model_parallel_config
+                    # overlap_p2p_comm / batch_p2p_comm from the arguments) is the one the
+                    # recipe costs; on pp 2 Megatron always overlaps (the emit's note)
+                    got["overlap_p2p_comm"] = (cfg.overlap_p2p_comm, cfg.batch_p2p_comm)
+                    on = bool(c["p2p_overlap"]) or p["pp"] == 2
+                    want["overlap_p2p_comm"] = (on, not on)
                 if p["recompute"] == "full" and p["recompute_layers"] is not None and \
                         p["recompute_layers"] < max(c["stage_layers"]):
                     got["recompute_layers"] = args.recompute_num_layers * got["vpp"]

@@ -107,14 +107,17 @@ def _node_group(gpu_text: str, n: int) -> tuple[NodeGroup, str] | None:
     return grp, preset
 
 
-#: Attention head dimension of the models whose query width is not hidden / heads (ModelSpec
-#: `head_dim`; the CSV has no column for it): Qwen3 MoE `head_dim: 128` in the public
-#: config.json of Qwen/Qwen3-30B-A3B (hidden 2048, 32 heads) and Qwen/Qwen3-235B-A22B (hidden
-#: 4096, 64 heads), as the rows' notes record; GPT-OSS "KV channels: 64" (Megatron-Bridge
-#: docs/models/gpt_oss/gpt-oss.md @067f987, hidden 2880, 64 heads). Without it the attention
-#: projections and the attention core of these models are costed at half (Qwen3) or 0.7x
-#: (GPT-OSS) their width.
-HEAD_DIM: dict[str, int] = {"qwen3 30b": 128, "qwen3 235b": 128, "gpt oss": 64}
+#: Models whose shape comes from their public Hugging Face config.json (model prefix -> file in
+#: data/hf_configs/, the Hub repository of the same name; see its README) through the importer
+#: (autoparallel_cp.spec.hf_import) instead of the CSV's columns, which cannot state head_dim
+#: (Qwen3 MoE: 128 at hidden 2048 / 32 heads and 4096 / 64; GPT-OSS 64 at 2880 / 64), the Qwen3
+#: q/k norms, or GPT-OSS's attention / expert / router biases and attention sinks. The CSV's
+#: own cells are checked against the config (`_hf_model`).
+HF_CONFIG: dict[str, str] = {
+    "qwen3 30b": "Qwen3-30B-A3B.json", "qwen3 235b": "Qwen3-235B-A22B.json",
+    "qwen3 8b": "Qwen3-8B.json", "gpt oss 120b": "gpt-oss-120b.json",
+    "gpt oss 20b": "gpt-oss-20b.json",
+}
 
 #: Sliding-window attention of the models whose source runs it (model prefix -> (framework
 #: versions whose window differs, their left window), the left window otherwise, the pattern,
@@ -134,11 +137,47 @@ SLIDING_WINDOW: dict[str, tuple[tuple[str, ...], int, int, tuple[bool, ...], str
 }
 
 
+def _window(r: dict[str, str], assumed: list[str]) -> tuple[int | None, tuple[bool, ...] | None]:
+    """(left window, layer pattern) the row's framework version runs (`SLIDING_WINDOW`)."""
+    swa = _for_model(SLIDING_WINDOW, r)
+    if swa is None:
+        return None, None
+    versions, w_old, w_new, pattern, cite = swa
+    window = w_old if any(v in r["framework_version"] for v in versions) else w_new
+    assumed.append(f"sliding window {window} ({cite})")
+    return window, pattern
+
+
+def _hf_model(r: dict[str, str], file: str, assumed: list[str]) -> ModelSpec:
+    """The row's model imported from its public config.json, its CSV cells checked against it
+    and the window its framework version runs."""
+    model = load_model(DATA / "hf_configs" / file).model_copy(update={"name": r["model"]})
+    moe = model.moe
+    stated = {"layers": model.num_layers, "hidden": model.hidden_size,
+              "heads": model.num_attention_heads, "kv_heads": model.kv_heads,
+              "vocab": model.vocab_size,
+              "ffn_hidden": moe.expert_ffn_hidden_size if moe else model.ffn_hidden_size,
+              "moe_experts": moe.num_experts if moe else None,
+              "moe_topk": moe.top_k if moe else None}
+    for col, value in stated.items():
+        if _int(r[col]) != value:
+            raise ValueError(f"held-out row {r['model']}: {col} {r[col]!r} != {value} in "
+                             f"data/hf_configs/{file}")
+    window, pattern = _window(r, assumed)
+    if window is not None:
+        model = model.model_copy(update={"sliding_window_left": window,
+                                         "sliding_window_layers": pattern})
+    return model
+
+
 def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     name = r["model"]
     low = name.lower()
     if "deepseek" in low:
         return load_model("deepseek-v3")
+    hf = _for_model(HF_CONFIG, r)
+    if hf is not None:
+        return _hf_model(r, hf, assumed)
     L, h, a = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"])
     if L is None or h is None or a is None:
         return None
@@ -158,7 +197,6 @@ def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     experts, topk = _int(r["moe_experts"]), _int(r["moe_topk"])
     if experts and topk:
         moe = MoESpec(num_experts=experts, top_k=topk, expert_ffn_hidden_size=ffn)
-    head_dim = _for_model(HEAD_DIM, r)
     # the output layer shares the word embedding where the framework's GPT / BLOOM / MPT
     # model does unless told otherwise: Megatron-LM 285068c8 has no untie flag (always
     # shared), NeMo's megatron_gpt_model.py (@v2.0.0 l. 513) defaults
@@ -168,15 +206,9 @@ def _model(r: dict[str, str], assumed: list[str]) -> ModelSpec | None:
     tied = pos in ("learned", "alibi")
     if tied:
         assumed.append("tied embedding and output weights (the framework's default)")
-    window: int | None = None
-    pattern: tuple[bool, ...] | None = None
-    swa = _for_model(SLIDING_WINDOW, r)
-    if swa is not None:
-        versions, w_old, w_new, pattern, cite = swa
-        window = w_old if any(v in r["framework_version"] for v in versions) else w_new
-        assumed.append(f"sliding window {window} ({cite})")
+    window, pattern = _window(r, assumed)
     return ModelSpec(name=name, num_layers=L, hidden_size=h, ffn_hidden_size=ffn,
-                     tie_embeddings=tied, num_attention_heads=a, num_kv_heads=kv, head_dim=head_dim,
+                     tie_embeddings=tied, num_attention_heads=a, num_kv_heads=kv,
                      vocab_size=vocab,
                      max_position_embeddings=max(_int(r["seq_len"]) or 4096, 4096),
                      position_embedding=pos, mlp="swiglu" if gated else "gelu",
@@ -317,9 +349,10 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             if scaling is not None:
                 recipe = recipe.with_behaviour(fp8_scaling=scaling[0])
                 assumed.append(scaling[1])
-        if stated.get("overlap_p2p") and (_int(r["vpp"]) or 1) > 1:
-            recipe = recipe.with_behaviour(overlap_p2p_comm=True)
-            assumed.append(f"pipeline p2p overlapped ({stated['overlap_p2p']})")
+        if (_int(r["vpp"]) or 1) > 1:
+            on, cite = _p2p_overlap(stated, defaults)
+            recipe = recipe.with_behaviour(overlap_p2p_comm=on)
+            assumed.append(f"pipeline p2p {'overlapped' if on else 'not overlapped'} ({cite})")
         if nemo and tp > 1 and tp_overlap is False:
             assumed.append("no TP overlap (the recipe's tp_comm_overlap=False)")
         elif nemo and tp > 1:
@@ -588,6 +621,21 @@ def _bridge_expert_tp(r: dict[str, str]) -> int | None:
 #:   master when the state is fp32 (store_param_remainders; Apex: "store bits required to
 #:   reconstruct FP32 params"), and a full fp32 copy with fp8 params (store_params True): master
 #:   0 / 2 / 4 B per parameter, Adam's two moments 2 x the state dtype.
+#: - `overlap_p2p` / `no_overlap_p2p`: Megatron-Core's interleaved-schedule p2p overlap on /
+#:   off (behaviour `overlap_p2p_comm`), as the YAML's `overlap_p2p_comm` / `batch_p2p_comm` or
+#:   the recipe's CommOverlapConfig sets it. Every interleaved Megatron-Core row's setting is
+#:   stated here or by its Megatron-LM commit (MEGATRON_LM_DEFAULTS), not taken from the
+#:   recipes' Megatron-LM main default (`_p2p_overlap`).
+#: Kept for the record, not applied: the launcher 24.07 YAMLs of GPT-3 175B (gpt3/175b.yaml
+#: l. 149, 175b_fp8.yaml l. 149) and Nemotron-4 340B (nemotron/nemotron_340b.yaml l. 156) set
+#: `ub_tp_comm_overlap: False`, while the nemo-perf-24.07 rows assume TP overlap on (as every
+#: NeMo row with tp > 1). Those YAMLs (and examples/training/gpt/h100/175b_fp8_16node.sh) run
+#: plans the table does not (vpp 12 against the table's 6; pp 12 x vpp 8 against pp 8 x vpp
+#: 12), so they are not the table's launch files for these two models, and the table's GPT-3
+#: 175B FP8 at 128 GPUs (716 tokens/s/GPU) matches dgxc-bench-25.02's NeMo 24.12 run of the
+#: same plan with userbuffers on (256 x 2048 / 5.626 s / 128 = 728). Applied, the three rows
+#: went +6.9 / -6.3 / -0.7% to -3.3 / -15.0 / -13.6% (in-sample nemo-perf 5.8 / +3.5 -> 7.3 /
+#: +0.8%).
 #: Files: dgxc-bench-25.02: NVIDIA/dgxc-benchmarking @8f5cbb3799 (tag v25.02)
 #: llama3.1/llama3.1_{8b,70b,405b}.yaml, nemo_megatron/gpt3_175b_hydra.yaml,
 #: nemotron/nemotron4-{15b,340b}-synth.yaml, grok1/grok1_314b.yaml; nemo-perf-24.07:
@@ -615,7 +663,10 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     },
     "nemo-perf-24.07": {
         "nemotron-340b": {"bf16_grads": _YAML_GRADS, "recompute": "selective",
-                          "optimizer": "bf16"},
+                          "optimizer": "bf16",
+                          "no_overlap_p2p": "overlap_p2p_comm false, batch_p2p_comm true in "
+                                            "the source's nemotron/nemotron_340b.yaml l. "
+                                            "135-136 (24.07)"},
         "gpt3": {"dropout": _YAML_DROPOUT, "optimizer": "fp32",
                  "overlap_p2p": _YAML_P2P % "gpt3/175b.yaml l. 108-109 (24.07)"},
         "llama2-13b": {"optimizer": "fp32",
@@ -634,6 +685,15 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     # `_get_model_comm_overlap_cfgs` sets overlap_p2p_comm true / batch_p2p_comm false at
     # pp > 1 with vpp > 1 (src/megatron/bridge/training/comm_overlap.py l. 451-457, the same
     # at v0.1.0rc4, v0.2.0 and v0.4.1): the interleaved rows' p2p overlap is stated.
+    # The mbridge-cards DeepSeek-V3 card's recipe (perf_recipes/deepseek/h100/deepseek_v3.py
+    # on recipes/deepseek/h100/deepseek_v3.py l. 228 `cfg.comm_overlap = CommOverlapConfig(
+    # tp_comm_overlap=False)` at the card's bridge_commit 79308d0d9) runs the same setup
+    # (training/config.py l. 2027-2029, comm_overlap.py l. 453-457 @79308d0d9): at vpp 4 its
+    # p2p overlap is on.
+    "mbridge-cards": {"deepseekv3": {"overlap_p2p": "overlap_p2p_comm true, batch_p2p_comm "
+                                                    "false by Megatron-Bridge's CommOverlapConfig "
+                                                    "at vpp > 1 (training/comm_overlap.py l. "
+                                                    "453-457 @79308d0d9)"}},
     "mbridge-perf": {"": {"bf16_grads": "Megatron-Bridge benchmark default",
                           "overlap_p2p": "overlap_p2p_comm true, batch_p2p_comm false by "
                                          "Megatron-Bridge's CommOverlapConfig at vpp > 1 "
@@ -876,11 +936,17 @@ def _stated_plan(r: dict[str, str]) -> tuple[dict[str, int], str] | None:
 #: parallelism with selective recomputation (`--sequence-parallel`, `--recompute-activations`;
 #: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
 #: MLSys 2023, Table 5: GPT-3 175B with both; the Megatron-LM README of 2022 reports its
-#: scaling table with the same two).
+#: scaling table with the same two). The interleaved schedule's p2p ran exposed: Megatron-LM
+#: gained `--overlap-p2p-communication` (store_true) in f9283c5a8a, 2023-05-31, and made the
+#: overlap the default (`--no-overlap-p2p-communication`) in 4eeff55d1f, 2023-10-23, both after
+#: 285068c8 (`git merge-base --is-ancestor` at the mirror: neither is its ancestor).
 MEGATRON_LM_DEFAULTS: dict[str, dict[str, object]] = {
     "285068c8": {"distributed_optimizer": False,
                  "memory": "sequence parallelism + selective recompute (Korthikanti et al. "
-                           "2022, the Megatron-LM authors' 175B setting)"},
+                           "2022, the Megatron-LM authors' 175B setting)",
+                 "overlap_p2p": (False, "Megatron-LM 285068c8 (2023-01-11) has no p2p overlap: "
+                                        "the option came with f9283c5a8a (2023-05-31), the "
+                                        "default with 4eeff55d1f (2023-10-23)")},
 }
 
 
@@ -894,6 +960,30 @@ def _megatron_lm_defaults(r: dict[str, str]) -> dict[str, object]:
         return {}
     return next(({"commit": k, **v} for k, v in MEGATRON_LM_DEFAULTS.items()
                  if m.group(1).startswith(k)), {})
+
+
+#: The `assumed` note of an interleaved Megatron-Core row whose source states no p2p overlap
+#: setting: it runs the megatron-bf16 / megatron-fp8 recipe's, Megatron-LM main's default
+#: (spec/recipe.py MEGATRON_MAIN_P2P_OVERLAP). No row of the corpus takes it (every
+#: interleaved row's source or software era states the setting; tests/cost/
+#: test_validation_data.py checks that).
+P2P_MAIN_DEFAULT = "Megatron-LM main default; the source states no setting"
+
+
+def _p2p_overlap(stated: Mapping[str, object], defaults: Mapping[str, object]
+                 ) -> tuple[bool, str]:
+    """(overlap_p2p_comm, citation) of an interleaved Megatron-Core row: what the source's
+    files state (STATED_SETTINGS `overlap_p2p` / `no_overlap_p2p`), else the default of the
+    plain Megatron-LM commit it names (MEGATRON_LM_DEFAULTS `overlap_p2p`), else the recipe's
+    (Megatron-LM main: on, flagged P2P_MAIN_DEFAULT)."""
+    if stated.get("overlap_p2p"):
+        return True, str(stated["overlap_p2p"])
+    if stated.get("no_overlap_p2p"):
+        return False, str(stated["no_overlap_p2p"])
+    era = defaults.get("overlap_p2p")
+    if isinstance(era, tuple):
+        return bool(era[0]), str(era[1])
+    return True, P2P_MAIN_DEFAULT
 
 
 #: The first NeMo container of Megatron-Core 0.13 (tag core_v0.13.0, c550cf6c41, 2025-07-25,
@@ -977,9 +1067,10 @@ def _stated_shape(r: dict[str, str]) -> tuple[dict[str, object], str] | None:
 
 def _stated_settings(r: dict[str, str]) -> dict[str, object]:
     """The STATED_SETTINGS of this row's source and model ({} when none are listed)."""
+    listed = _for_model(STATED_SETTINGS.get(r["source_id"], {}), r) or {}
     if _card_settings(r).get("grads") == "bf16":
-        return {"bf16_grads": "the card's recipe: grad_reduce_in_fp32=False"}
-    return _for_model(STATED_SETTINGS.get(r["source_id"], {}), r) or {}
+        return {**listed, "bf16_grads": "the card's recipe: grad_reduce_in_fp32=False"}
+    return listed
 
 
 def _bridge_recompute_modules(r: dict[str, str]) -> tuple[str, ...] | None:

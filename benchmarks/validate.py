@@ -75,9 +75,16 @@ def cluster(gpu: GPUSpec, intra: LinkSpec, inter: LinkSpec, gpus: int) -> Cluste
 #: fp16 gradients (fp32 accumulation/all-reduce was forced only for bf16), so 2 B on the wire.
 #: Megatron-LM of 2021-22 scattered each stage's output over the tp ranks before sending it
 #: (`--scatter-gather-tensors-in-pipeline`, default on from 72e4230bb5, 2021-02-16, until
-#: 3c92fa93b5, 2023-03-23; megatron/p2p_communication.py l. 148-190 at 3c92fa93b5^).
+#: 3c92fa93b5, 2023-03-23; megatron/p2p_communication.py l. 148-190 at 3c92fa93b5^). Its
+#: interleaved schedule waited for every send and receive: the p2p overlap option came with
+#: f9283c5a8a (2023-05-31) and became the default with 4eeff55d1f (2023-10-23), so
+#: `overlap_p2p_comm` stays off here (the megatron-bf16 recipe has Megatron-LM main's on).
 MEGATRON_2021 = TrainingRecipe(name="megatron-2021", framework="megatron", flash_attention=False,
-                               grad_reduce_bytes=2).with_behaviour(pp_scatter_gather=True)
+                               grad_reduce_bytes=2).with_behaviour(pp_scatter_gather=True,
+                                                                   overlap_p2p_comm=False)
+#: `assumed` note of the interleaved MEGATRON_2021 rows (SC21, Korthikanti et al.)
+P2P_2021 = ("pipeline p2p not overlapped (Megatron-LM of 2021-22: no overlap option before "
+            "f9283c5a8a, 2023-05-31)")
 #: torchtitan FSDP2: fp32 sharded params, bf16 compute (param_dtype), fp32 reduce, no autocast
 #: copies (FSDP mixed precision casts on all-gather).
 #: The `torchtitan-fsdp` preset (FSDP2 fp32 sharded params, bf16 compute, fp32 reduce; foreach
@@ -178,17 +185,21 @@ def published_rows(knobs: Mapping[str, float] | None = None) -> list[Row]:
             gpu, intra, inter = A100_80, NVLINK3, HDR_IB
             recipe = MEGATRON_2021
             model = _megatron_gpt(name, L, h, ffn, a, vocab)
-            opts = CostOptions(dropout=True, dp_overlap=False)
+            opts = recipe.behaviour.model_copy(update={"dropout": True, "dp_overlap": False})
             assert seq is not None
             measured = float(r["measured_tflops_per_gpu"]) * 1e12 / _sc21_flops_per_token(
                 L, h, seq, vocab)
             assumed.append("tok/s derived from TFLOP/s via Eq. 3")
+            if vpp > 1:
+                assumed.append(P2P_2021)
         elif src.startswith("Korthikanti"):
             kind = "korthikanti"
             gpu, intra, inter = A100_80, NVLINK3, HDR_IB
             recipe = MEGATRON_2021
             model = _megatron_gpt(name, L, h, ffn, a, vocab)
-            opts = CostOptions(dropout=True, dp_overlap=False)
+            opts = recipe.behaviour.model_copy(update={"dropout": True, "dp_overlap": False})
+            if vpp > 1:
+                assumed.append(P2P_2021)
         elif src.startswith("NVIDIA/Megatron-LM"):
             kind = "mcore"
             gpu, intra, inter = H100_SXM, NVLINK4, NDR_IB
@@ -206,8 +217,9 @@ def published_rows(knobs: Mapping[str, float] | None = None) -> list[Row]:
             # dropout not stated: Megatron's defaults (arguments.py --attention-dropout /
             # --hidden-dropout 0.1; the GPT-3 example script does not override them)
             assumed.append("dropout 0.1 (Megatron default)")
-            opts = CostOptions(tp_comm_overlap=knob(knobs, "megatron_tp_overlap"),
-                               dp_overlap=True, dropout=True)
+            opts = recipe.behaviour.model_copy(update={
+                "tp_comm_overlap": knob(knobs, "megatron_tp_overlap"), "dp_overlap": True,
+                "dropout": True})
             tags = ("megatron_tp_overlap",)
             assumed.append(flag("megatron_tp_overlap", knobs))
             assert seq is not None

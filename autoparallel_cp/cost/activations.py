@@ -158,9 +158,13 @@ def layer_activation_per_token(
     if lin < ab:
         kept = kept + out_bytes * lin / ab  # TE's fp8 copy of the out-projection input
     kept = kept + drop * h * rep  # attention-output dropout mask
+    if model.post_norms:
+        # Gemma's post-attention and post-feedforward norms save their inputs (the sublayer
+        # outputs; RMSNorm backward needs x: Korthikanti §4.1's norm-input term)
+        kept = kept + 2 * ab * h * rep
     # --- MLP block ---
     kept = kept + (res * h + lin * h) * rep  # norm-2 input, MLP / router input
-    swiglu = model.mlp == "swiglu"
+    swiglu = model.gated_mlp
 
     def mlp_bytes(ffn: float, eager_silu: bool = False) -> tuple[FloatArray, FloatArray]:
         if swiglu:
@@ -284,7 +288,7 @@ def _op_sac_matmuls(job: Job, moe: bool) -> list[tuple[float, float, bool]] | No
     mms: list[tuple[float, float, bool]] = [
         (h, float(a * dqk), True), (h, float(kv * dqk), True), (h, float(kv * dv), True),
         (float(a * dv), h, False)]
-    if model.mlp == "swiglu":
+    if model.gated_mlp:
         mms += [(h, ffn, True), (h, ffn, True), (ffn, h, False)]
     else:
         mms += [(h, ffn, True), (ffn, h, False)]
@@ -314,7 +318,7 @@ def _op_sac_per_token(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
             model.moe.num_shared_experts * model.moe.shared_ffn)
     else:
         ffn = model.ffn_hidden_size
-    up = 2 * ffn if model.mlp == "swiglu" else ffn
+    up = 2 * ffn if model.gated_mlp else ffn
     mm_out = ab * ((a * dqk + 2 * kvh * dv + up) / tp + 2 * h * rep)
     return base + 0.5 * mm_out
 

@@ -87,7 +87,7 @@ def mlp_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike, ffn: i
     tp_ = _f(tp)
     one = np.ones_like(t * tp_)
     h = model.hidden_size
-    up = 2 * ffn if model.mlp == "swiglu" else ffn
+    up = 2 * ffn if model.gated_mlp else ffn
     return [
         Gemm(f"{name}_fc1", t * one, h * one, up / tp_ * one, one),
         Gemm(f"{name}_fc2", t * one, ffn / tp_ * one, h * one, one),
@@ -130,7 +130,7 @@ def moe_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike,
     fac = expert_token_factor(tp_, etp)
     one = np.ones_like(t * tp_ * ep_ * etp_)
     h = model.hidden_size
-    up = 2 * moe.expert_ffn_hidden_size if model.mlp == "swiglu" else moe.expert_ffn_hidden_size
+    up = 2 * moe.expert_ffn_hidden_size if model.gated_mlp else moe.expert_ffn_hidden_size
     per_expert = t * moe.top_k * ep_ / moe.num_experts * fac
     local = moe.num_experts / ep_
     out = [

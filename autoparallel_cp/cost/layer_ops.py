@@ -30,8 +30,11 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
                            options: CostOptions, etp: FloatArray | None = None) -> FloatArray:
     """Forward HBM traffic per token of a layer's memory-bound ops (norms, adds, activation).
 
-    Norm: read input, write output; residual add: read two, write one; SwiGLU read 2·ffn,
-    write ffn (GELU: read, write ffn); rotary embedding on q, k (read + write); the MoE
+    Norm: read input, write output (two pre-norms, + Gemma's two post-norms); residual add:
+    read two, write one; SwiGLU read 2·ffn, write ffn (GELU: read, write ffn); rotary
+    embedding on q, k (read + write); the per-head q and k norms of `qk_norm` models (Qwen3,
+    Gemma 3: Megatron's `--qk-layernorm` runs q_layernorm / k_layernorm over head_dim,
+    read + write of q and k); the MoE
     permute / unpermute copies of the routed tokens an expert rank holds (etp/tp of the default
     layout's with parallel folding, `flops.expert_token_factor`). PyTorch models also copy the
     bshd attention output to a contiguous tensor and, with `gqa_repeat_kv`, expand K, V to every
@@ -47,6 +50,10 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     a, dqk, _ = attention_dims(model)
     kvh = a if model.mla is not None else model.kv_heads
     norms = 2 * (res + ab) * h * rep
+    if model.post_norms:
+        # Gemma's post-attention / post-feedforward norms: read the sublayer output (activation
+        # dtype), write the normed one
+        norms = norms + 2 * 2 * ab * h * rep
     adds = 2 * 3 * res * h * rep
     if moe and model.moe is not None:
         ffn = model.moe.top_k * model.moe.expert_ffn_hidden_size + (
@@ -58,10 +65,11 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     else:
         ffn = model.ffn_hidden_size
     unf = unfused_ops.active_ops(job, options)  # costed by unfused_ops
-    act = (0 if unfused_ops.swiglu_unfused(unf, model, moe) else 2 + (model.mlp == "swiglu")) \
+    act = (0 if unfused_ops.swiglu_unfused(unf, model, moe) else 2 + model.gated_mlp) \
         * ab * ffn / tp
     rope = 2 * ab * (a + kvh) * dqk / tp if model.position_embedding == "rope" \
         and unfused_ops.rope_unfused(unf, model) is None else 0.0 * tp
+    qk = (a + kvh) * dqk / tp if model.qk_norm and model.mla is None else 0.0 * tp
     drop = (3 * ab * h * rep) * (3 if options.dropout else 0)
     copies = 0.0 * tp
     if _is_pytorch(recipe) and recipe.flash_attention:
@@ -70,13 +78,14 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     if options.gqa_repeat_kv and model.mla is None and kvh < a:
         # repeat_kv: read K, V at kv heads, write them at all heads
         copies = copies + ab * 2 * (kvh + a) * dqk / tp
-    total = norms + adds + act + rope + drop
+    total = norms + adds + act + rope + drop + 2 * ab * qk
     if not _fused(recipe, options):
         if options.eager_ops == "llama-upcast" and model.norm == "rmsnorm":
             # op by op (EAGER_LLAMA_* below): fp32-upcast RMSNorm, complex/rotate-half RoPE in
             # fp32, silu then mul; residual adds and dropout as fused (one kernel each anyway)
-            total = (2 * EAGER_LLAMA_NORM_BYTES * h * rep + adds + drop
-                     + (EAGER_LLAMA_SWIGLU_BYTES if model.mlp == "swiglu"
+            total = ((4 if model.post_norms else 2) * EAGER_LLAMA_NORM_BYTES * h * rep
+                     + EAGER_LLAMA_NORM_BYTES * qk + adds + drop
+                     + (EAGER_LLAMA_SWIGLU_BYTES if model.gated_mlp
                         else EAGER_ELEMENTWISE_FACTOR * 2 * ab) * ffn / tp
                      + (EAGER_LLAMA_ROPE_BYTES * (a + kvh) * dqk / tp
                         if model.position_embedding == "rope" else 0.0 * tp))
@@ -145,7 +154,7 @@ def selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
     res = 4.0 if _fp32_residual(job.recipe) else ab
     h = model.hidden_size
     rep = np.where(sp > 0, 1.0 / tp, 1.0)
-    act_rw = 3.0 if model.mlp == "swiglu" else 2.0
+    act_rw = 3.0 if model.gated_mlp else 2.0
     t = np.zeros_like(tokens)
 
     def gemms(*names: str) -> FloatArray:

@@ -95,6 +95,11 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     refuse_unrunnable(job, plan, "megatron")
     m = job.model
     notes: list[str] = []
+    if m.mlp == "quick-geglu":
+        notes.append("--quick-geglu builds the gated unit without GPT-OSS's clamp 7.0 and "
+                     "linear offset 1.0 (TransformerConfig activation_func_clamp_value and "
+                     "glu_linear_offset have no command-line flag at d98e8a64): same shapes and "
+                     "FLOPs; set them in a model provider for GPT-OSS's numerics")
     a: list[str] = [
         "--tensor-model-parallel-size", str(plan.tp),
         "--pipeline-model-parallel-size", str(plan.pp),
@@ -137,8 +142,9 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     a += split_args(job, plan)
     if plan.pp > 2 and plan.vpp > 1 and not job.recipe.behaviour.overlap_p2p_comm:
         # Megatron-LM overlaps the interleaved schedule's sends and receives unless told not to
-        # (arguments.py:3118-3120 @d98e8a64, store_false `overlap_p2p_comm`); the recipe's cost
-        # charges them exposed, so the launch matches it (behaviour `overlap_p2p_comm`)
+        # (arguments.py:3118-3120 @d98e8a64, store_false `overlap_p2p_comm`; no flag turns it
+        # on, so a recipe with the overlap, megatron-bf16 / -fp8, needs none); this recipe's
+        # cost charges them exposed, so the launch matches it (behaviour `overlap_p2p_comm`)
         a.append("--no-overlap-p2p-communication")
     elif plan.pp == 2 and plan.vpp > 1 and not job.recipe.behaviour.overlap_p2p_comm:
         # Megatron refuses interleaving without the overlap on two stages (arguments.py:
@@ -225,6 +231,11 @@ def _megatron_model_args(job: Job, tp: int) -> list[str]:
             a += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
     if m.mlp == "swiglu":
         a.append("--swiglu")
+    elif m.mlp == "quick-geglu":
+        # arguments.py:2452 @d98e8a64 -> argument_utils.py:323-326 (gated quick_gelu); GPT-OSS's
+        # clamp (7.0) and linear offset (1.0) are TransformerConfig fields with no flag
+        # (transformer_config.py:231-235): Megatron-LM's command line builds the unclamped unit
+        a.append("--quick-geglu")
     unfused = job.recipe.behaviour.unfused_ops
     if any(op.startswith("rope") for op in unfused) and m.position_embedding == "rope":
         a.append("--no-rope-fusion")  # arguments.py:2902 @d98e8a64 (store_false rope_fusion)
@@ -252,10 +263,18 @@ def _megatron_model_args(job: Job, tp: int) -> list[str]:
                   str(m.moe.num_shared_experts * width)]
         if m.moe.first_k_dense_layers or m.moe.moe_layer_freq > 1:
             a += ["--moe-layer-freq", moe_layer_pattern(job)]
+        if m.moe.shared_expert_gate:
+            # TransformerConfig.moe_shared_expert_gate (transformer_config.py:713 @d98e8a64),
+            # an argument by arguments.py:2373's ArgumentGroupFactory
+            a.append("--moe-shared-expert-gate")
         if m.moe.router_bias:
             # expert bias needs a sigmoid-type score (transformer_config.py:2621; DeepSeek-V3
             # scores with a sigmoid, arXiv 2412.19437 eq. 15)
             a += ["--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid"]
+    if m.attention_sinks:
+        # TransformerConfig.softmax_type "learnable": one learnable offset per head
+        # (transformer_config.py:170 @d98e8a64)
+        a += ["--softmax-type", "learnable"]
     if m.mtp_layers:
         a += ["--mtp-num-layers", str(m.mtp_layers)]
     if m.sliding_window_left is not None:

@@ -169,9 +169,14 @@ def _tt_window(job: Job, plan: Plan) -> dict[str, Any] | None:
 def _mg_model(job: Job, plan: Plan) -> dict[str, Any] | None:
     m = job.model
     biases_ok = (m.attn_out_bias == m.mlp_bias) and (m.qkv_bias or not m.attn_out_bias)
-    if m.position_embedding == "alibi" or m.embedding_norm or not biases_ok:
-        return {"model": "one with RoPE or learned positions, no embedding norm, and biases on "
-                         "all linears or on qkv only"}
+    # Megatron-Core's router has a bias exactly when every linear has one (moe/router.py:67
+    # @d98e8a64 `add_bias_linear`), as GPT-OSS's
+    router_ok = m.moe is None or not m.moe.router_linear_bias or m.mlp_bias
+    if m.position_embedding == "alibi" or m.embedding_norm or not biases_ok or not router_ok \
+            or m.post_norms or m.mlp == "geglu":
+        return {"model": "one with RoPE or learned positions, no embedding norm, no post-"
+                         "sublayer norms (Gemma), a GELU, SwiGLU or quick-GEGLU MLP, and biases "
+                         "on all linears or on qkv only"}
     return None
 
 
@@ -229,10 +234,13 @@ RULES: tuple[Rule, ...] = (
          f"{_DS} deepspeed/runtime/constants.py:177-186 (torch_autocast), 384 "
          "(grad_accum_dtype)", _recipe_for("deepspeed")),
     Rule("megatron", "model",
-         "Megatron builds no ALiBi and no embedding norm, and adds biases to all linears "
-         "(--add-bias-linear) or, with --disable-bias-linear, to qkv only (--add-qkv-bias)",
+         "Megatron builds no ALiBi, no embedding norm, no post-sublayer norms and no GELU-gated "
+         "MLP (Gemma: its activations are --swiglu, --quick-geglu, --squared-relu or GELU), and "
+         "adds biases to all linears, the MoE router's included (--add-bias-linear) or, with "
+         "--disable-bias-linear, to qkv only (--add-qkv-bias)",
          f"{_MG} megatron/training/arguments.py:2397-2399 (--position-embedding-type choices, "
-         "--disable-bias-linear, --add-qkv-bias)", _mg_model),
+         "--disable-bias-linear, --add-qkv-bias), 2444-2453 (activations), "
+         "megatron/core/transformer/moe/router.py:67", _mg_model),
     Rule("megatron", "seq_len",
          "learned positions: --max-position-embeddings sizes the position table, so a sequence "
          "longer than the model's table would build a bigger model than planned",

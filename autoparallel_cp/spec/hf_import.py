@@ -1,9 +1,11 @@
 """Hugging Face `config.json` -> `ModelSpec`.
 
 Field names follow the transformers configuration classes (LlamaConfig, MistralConfig,
-MixtralConfig, Qwen2Config, GPT2Config, DeepseekV2Config / DeepseekV3Config). The result uses
+MixtralConfig, Qwen2Config, GPT2Config, DeepseekV2Config / DeepseekV3Config, Qwen3Config,
+Qwen3MoeConfig, Qwen2MoeConfig, GptOssConfig, Gemma2Config, Gemma3TextConfig). The result uses
 the same conventions as the presets in `models/`: `num_kv_heads` / `head_dim` are set only when
 they differ from the multi-head default, so that an imported config equals its preset.
+The newer families (Qwen3, Qwen3-MoE, Qwen2-MoE, GPT-OSS, Gemma 2 / 3) live in hf_archs.py.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec import ModelSpec
+from autoparallel_cp.spec.hf_archs import _gemma, _gpt_oss, _qwen
+from autoparallel_cp.spec.hf_fields import _bool, _int, _llama_like, _str
 from autoparallel_cp.spec.validation import validate_model
 
 _ARCH_BY_MODEL_TYPE = {
@@ -23,148 +27,22 @@ _ARCH_BY_MODEL_TYPE = {
     "gpt2": "GPT2LMHeadModel",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
 }
+
+
+#: Multimodal classes refused with the way to import their text model.
+_MULTIMODAL = {"Gemma3ForConditionalGeneration": "Gemma3ForCausalLM"}
 
 
 def is_hf_config(data: Mapping[str, Any]) -> bool:
     """Whether a parsed JSON object looks like a Hugging Face config (not our own schema)."""
     return "architectures" in data or "model_type" in data
-
-
-def _get(cfg: Mapping[str, Any], key: str, source: str, default: Any = ...) -> Any:
-    if key in cfg and cfg[key] is not None:
-        return cfg[key]
-    if default is ...:
-        raise InputError("missing in the Hugging Face config", source=source, field=key)
-    return default
-
-
-def _int(cfg: Mapping[str, Any], key: str, source: str, default: Any = ...) -> Any:
-    v = _get(cfg, key, source, default)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise InputError(f"expected an integer, got {v!r:.80}", source=source, field=key)
-    return v
-
-
-def _bool(cfg: Mapping[str, Any], key: str, source: str, default: bool) -> bool:
-    v = _get(cfg, key, source, default)
-    if not isinstance(v, bool):
-        raise InputError(f"expected true or false, got {v!r:.80}", source=source, field=key)
-    return v
-
-
-def _str(cfg: Mapping[str, Any], key: str, source: str, default: str) -> str:
-    v = _get(cfg, key, source, default)
-    if not isinstance(v, str):
-        raise InputError(f"expected a string, got {v!r:.80}", source=source, field=key)
-    return v
-
-
-def _heads(cfg: Mapping[str, Any], source: str, h: int, a: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    kv = _int(cfg, "num_key_value_heads", source, a)
-    if kv != a:
-        out["num_kv_heads"] = kv
-    hd = _int(cfg, "head_dim", source, None)
-    if hd is not None and hd * a != h:
-        out["head_dim"] = hd
-    return out
-
-
-def _period(flags: list[bool]) -> list[bool]:
-    """The shortest prefix whose repetition gives `flags` (the whole list if none shorter)."""
-    n = len(flags)
-    p = next(p for p in range(1, n + 1) if all(flags[i] == flags[i % p] for i in range(n)))
-    return flags[:p]
-
-
-def _sliding_window(cfg: Mapping[str, Any], source: str, arch: str,
-                    layers: int) -> dict[str, Any]:
-    """`sliding_window_left` / `sliding_window_layers` from a transformers config.
-
-    Which layers are windowed, as transformers decides it (huggingface/transformers): an
-    explicit `layer_types` list ("sliding_attention" / "full_attention", one per layer) wins;
-    else Gemma 3's `sliding_window_pattern` P (configuration_gemma3.py: layer i slides iff
-    (i + 1) % P != 0); else Qwen2's `use_sliding_window` with `max_window_layers` k
-    (configuration_qwen2.py @008e5743: `sliding_window` is dropped unless use_sliding_window,
-    and layer i slides iff i >= k); else a `sliding_window` applies to every layer
-    (MistralConfig: Mistral-7B-v0.1 has 4096, v0.3 null). The window: transformers'
-    `sliding_window` W counts the query itself (masking_utils.py `sliding_window_overlay`,
-    kv_idx > q_idx - W @2ccc6cae), so the left window is W - 1.
-    """
-    if arch == "Qwen2ForCausalLM" and not _bool(cfg, "use_sliding_window", source, False):
-        return {}
-    win = _int(cfg, "sliding_window", source, None)
-    types = _get(cfg, "layer_types", source, None)
-    if types is not None:
-        if not isinstance(types, list) or len(types) != layers or not all(
-                t in ("sliding_attention", "full_attention") for t in types):
-            raise InputError(
-                f"expected {layers} entries, each 'sliding_attention' or 'full_attention', "
-                f"got {types!r:.120}", source=source, field="layer_types")
-        flags = [t == "sliding_attention" for t in types]
-    elif "sliding_window_pattern" in cfg and cfg["sliding_window_pattern"] is not None:
-        period = _int(cfg, "sliding_window_pattern", source)
-        if period < 1:
-            raise InputError(f"expected a positive integer, got {period}", source=source,
-                             field="sliding_window_pattern")
-        flags = [(i + 1) % period != 0 for i in range(layers)]
-    elif arch == "Qwen2ForCausalLM":
-        first = _int(cfg, "max_window_layers", source, 28)
-        flags = [i >= first for i in range(layers)]
-    else:
-        flags = [True] * layers
-    if win is None or not any(flags):
-        return {}
-    if win < 1:
-        raise InputError(f"expected a window of at least 1 token, got {win}", source=source,
-                         field="sliding_window")
-    out: dict[str, Any] = {"sliding_window_left": win - 1}
-    if not all(flags):
-        out["sliding_window_layers"] = _period(flags)
-    return out
-
-
-def _llama_like(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
-    h = _int(cfg, "hidden_size", source)
-    a = _int(cfg, "num_attention_heads", source)
-    act = _str(cfg, "hidden_act", source, "silu")
-    if act not in ("silu", "swish"):
-        raise InputError(
-            f"{arch}: only the gated SiLU MLP (SwiGLU) is supported, got {act!r}",
-            source=source, field="hidden_act",
-        )
-    attn_bias = _bool(cfg, "attention_bias", source, False)
-    out: dict[str, Any] = {
-        "num_layers": _int(cfg, "num_hidden_layers", source),
-        "hidden_size": h,
-        "ffn_hidden_size": _int(cfg, "intermediate_size", source),
-        "num_attention_heads": a,
-        **_heads(cfg, source, h, a),
-        "vocab_size": _int(cfg, "vocab_size", source),
-        "max_position_embeddings": _int(cfg, "max_position_embeddings", source, 4096),
-        "position_embedding": "rope",
-        "tie_embeddings": _bool(cfg, "tie_word_embeddings", source, False),
-        "mlp": "swiglu",
-        "norm": "rmsnorm",
-    }
-    if arch == "Qwen2ForCausalLM":
-        out["qkv_bias"] = True  # Qwen2Attention: q/k/v projections with bias, o without
-    elif attn_bias:
-        out["qkv_bias"] = True  # LlamaAttention: attention_bias applies to q, k, v and o
-        out["attn_out_bias"] = True
-    if _bool(cfg, "mlp_bias", source, False):
-        out["mlp_bias"] = True
-    out.update(_sliding_window(cfg, source, arch, out["num_layers"]))
-    if arch == "MixtralForCausalLM":
-        out["moe"] = {
-            "num_experts": _int(cfg, "num_local_experts", source),
-            "top_k": _int(cfg, "num_experts_per_tok", source),
-            "expert_ffn_hidden_size": out["ffn_hidden_size"],
-        }
-    return out
 
 
 def _gpt2(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
@@ -249,6 +127,12 @@ _IMPORTERS: dict[str, Callable[[Mapping[str, Any], str, str], dict[str, Any]]] =
     "GPT2LMHeadModel": _gpt2,
     "DeepseekV2ForCausalLM": _deepseek,
     "DeepseekV3ForCausalLM": _deepseek,
+    "Qwen3ForCausalLM": _qwen,
+    "Qwen3MoeForCausalLM": _qwen,
+    "Qwen2MoeForCausalLM": _qwen,
+    "GptOssForCausalLM": _gpt_oss,
+    "Gemma2ForCausalLM": _gemma,
+    "Gemma3ForCausalLM": _gemma,
 }
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_IMPORTERS)
@@ -264,6 +148,13 @@ def _architecture(cfg: Mapping[str, Any], source: str) -> str:
     for a in archs:
         if a in _IMPORTERS:
             return str(a)
+    for a in archs:
+        if a in _MULTIMODAL:
+            raise InputError(
+                f"{a}: the vision tower and projector are not modelled; to plan the language "
+                f"model alone, save its `text_config` object as a config.json with "
+                f"\"architectures\": [\"{_MULTIMODAL[a]}\"]", source=source,
+                field="architectures")
     mt = cfg.get("model_type")
     if not archs and isinstance(mt, str) and mt in _ARCH_BY_MODEL_TYPE:
         return _ARCH_BY_MODEL_TYPE[mt]

@@ -186,9 +186,22 @@ def _is_name(text: str) -> bool:
 
 
 def load_model(name_or_path: str | Path) -> ModelSpec:
-    """A model from a preset name, a YAML/JSON spec, or a Hugging Face config.json / folder."""
+    """A model from a preset name, a YAML/JSON spec, or a Hugging Face config.json / folder.
+
+    `hf:PATH` insists on a Hugging Face config (a file or a folder holding config.json).
+    """
+    hf_only = isinstance(name_or_path, str) and name_or_path.startswith("hf:")
+    if hf_only:
+        assert isinstance(name_or_path, str)
+        name_or_path = name_or_path[3:]
+        if not name_or_path:
+            raise InputError("hf: needs a path to a config.json or a folder holding one",
+                             source="hf:")
     path, source, is_preset = _resolve("models", name_or_path)
     data = _read(path, source)
+    if hf_only and not (isinstance(data, Mapping) and is_hf_config(data)):
+        raise InputError("not a Hugging Face config (no 'architectures' or 'model_type')",
+                         source=source)
     if isinstance(data, Mapping) and is_hf_config(data):
         name = None
         if not data.get("_name_or_path"):  # name it after its folder (hub snapshot layout)

@@ -49,6 +49,13 @@ class MoESpec(Strict):
     first_k_dense_layers: LayerCount = 0  # DeepSeek `first_k_dense_replace`
     moe_layer_freq: Layers = 1  # every n-th layer (after the dense prefix) is MoE
     router_bias: bool = False  # DeepSeek-V3 `e_score_correction_bias` (num_experts floats)
+    # GPT-OSS: the router is a Linear with a bias (num_experts trained floats, added to the
+    # logits; transformers modeling_gpt_oss.py `GptOssTopKRouter.bias` @6edf5b31)
+    router_linear_bias: bool = False
+    # Qwen2-MoE: a sigmoid gate Linear(h, 1, bias=False) scales the shared experts' output
+    # (modeling_qwen2_moe.py `shared_expert_gate` @1c351314; Megatron-Core
+    # `moe_shared_expert_gate`); h parameters per MoE layer
+    shared_expert_gate: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -56,6 +63,9 @@ class MoESpec(Strict):
             raise ValueError(
                 f"top_k ({self.top_k}) must not exceed num_experts ({self.num_experts})"
             )
+        if self.shared_expert_gate and not self.num_shared_experts:
+            raise ValueError("shared_expert_gate needs num_shared_experts >= 1 (it gates the "
+                             "shared experts' output)")
         return self
 
     @property
@@ -87,12 +97,24 @@ class ModelSpec(Strict):
     max_position_embeddings: Positions = 4096
     position_embedding: Literal["rope", "learned", "alibi"] = "rope"
     tie_embeddings: bool = False
-    mlp: Literal["gelu", "swiglu"] = "swiglu"
+    # MLP activation: "gelu" (two matrices) or a gated unit (gate, up, down: three matrices,
+    # the same FLOPs whatever the gate's function): "swiglu" (SiLU gate, Llama), "geglu" (GELU
+    # gate, Gemma's gelu_pytorch_tanh), "quick-geglu" (x * sigmoid(1.702 x) gate, GPT-OSS:
+    # transformers modeling_gpt_oss.py `GptOssExperts`, Megatron-LM `--quick-geglu`)
+    mlp: Literal["gelu", "swiglu", "geglu", "quick-geglu"] = "swiglu"
     norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
     qkv_bias: bool = False
     attn_out_bias: bool = False
     mlp_bias: bool = False
-    qk_norm: bool = False
+    qk_norm: bool = False  # per-head RMSNorm/LayerNorm of q and k over head_dim (Qwen3, Gemma 3)
+    # Gemma 2/3: a norm on the attention output and on the MLP output inside each residual
+    # branch, besides the two pre-norms (4 norms per layer: modeling_gemma2.py
+    # `post_attention_layernorm` / `pre_feedforward_layernorm` / `post_feedforward_layernorm`)
+    post_norms: bool = False
+    # GPT-OSS attention sinks: one learnable softmax logit per query head per layer
+    # (modeling_gpt_oss.py `GptOssAttention.sinks` @6edf5b31; Megatron-Core
+    # `softmax_type="learnable"`)
+    attention_sinks: bool = False
     embedding_norm: bool = False  # norm right after the word embedding (BLOOM)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
@@ -175,6 +197,11 @@ class ModelSpec(Strict):
         if self.position_embedding == "learned":
             outside += float(self.max_position_embeddings) * h
         return total + outside, active + outside
+
+    @property
+    def gated_mlp(self) -> bool:
+        """Whether the MLP is a gated unit (three matrices; `mlp` other than "gelu")."""
+        return self.mlp != "gelu"
 
     @property
     def kv_heads(self) -> int:

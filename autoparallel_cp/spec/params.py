@@ -2,13 +2,16 @@
 
 Counting follows the Hugging Face / Megatron module layout:
 
-- attention: q, k, v, o projections (+ biases when the spec has them, + per-head q/k norms);
+- attention: q, k, v, o projections (+ biases when the spec has them, + per-head q/k norms,
+  + GPT-OSS's sinks: one logit per query head);
   MLA (DeepSeek-V2/V3, arXiv 2405.04434 §2.1): q_a (h x q_lora) + q_a_norm + q_b,
   kv_a (h x (kv_lora + rope)) + kv_a_norm + kv_b (kv_lora x heads (nope + v)), o;
 - MLP: SwiGLU has 3 matrices (gate, up, down), GELU (and squared-ReLU) 2 (up, down);
-- norms: RMSNorm has a weight (h), LayerNorm a weight and a bias (2h); two per layer;
+- norms: RMSNorm has a weight (h), LayerNorm a weight and a bias (2h); two per layer, four
+  with Gemma's post-attention / post-feedforward norms (`post_norms`);
 - MoE layer: router (experts x h, + a bias of `experts` floats for DeepSeek-V3's
-  `e_score_correction_bias`), routed experts, shared experts (each an MLP of its own width);
+  `e_score_correction_bias` and another for GPT-OSS's router Linear bias), routed experts,
+  shared experts (each an MLP of its own width, + Qwen2-MoE's Linear(h, 1) shared-expert gate);
 - embedding (V x h), learned positions (max_pos x h), optional embedding norm (BLOOM),
   final norm, LM head (V x h; 0 when tied).
 
@@ -36,9 +39,9 @@ def _norm(model: ModelSpec, size: int) -> int:
 
 
 def _mlp(model: ModelSpec, ffn: int) -> int:
-    """One MLP of width `ffn` (gated SwiGLU: 3 matrices; GELU / squared-ReLU: 2)."""
+    """One MLP of width `ffn` (gated SwiGLU / GeGLU: 3 matrices; GELU: 2)."""
     h = model.hidden_size
-    if model.mlp == "swiglu":
+    if model.gated_mlp:
         return 3 * h * ffn + ((2 * ffn + h) if model.mlp_bias else 0)
     return 2 * h * ffn + ((ffn + h) if model.mlp_bias else 0)
 
@@ -69,6 +72,8 @@ def _attention(model: ModelSpec) -> int:
         out += h
     if model.qk_norm:
         out += 2 * _norm(model, d)
+    if model.attention_sinks:
+        out += a
     return out
 
 
@@ -81,7 +86,7 @@ class LayerParams:
     router: int
     routed_experts: int  # all experts of the layer (expert-parallel part)
     shared_experts: int
-    norms: int  # the two pre-norms
+    norms: int  # the two pre-norms (+ Gemma's two post-norms)
 
     @property
     def dense(self) -> int:
@@ -101,13 +106,15 @@ def layer_breakdown(model: ModelSpec, i: int) -> LayerParams:
     """The parts of layer `i` (0-based); MoE or dense per `model.is_moe_layer(i)`."""
     h = model.hidden_size
     attn = _attention(model)
-    norms = 2 * _norm(model, h)
+    norms = (4 if model.post_norms else 2) * _norm(model, h)
     m = model.moe
     if m is None or not model.is_moe_layer(i):
         return LayerParams(attn, _mlp(model, model.ffn_hidden_size), 0, 0, 0, norms)
-    router = m.num_experts * h + (m.num_experts if m.router_bias else 0)
+    router = m.num_experts * (h + int(m.router_bias) + int(m.router_linear_bias))
     routed = m.num_experts * _mlp(model, m.expert_ffn_hidden_size)
     shared = m.num_shared_experts * _mlp(model, m.shared_ffn)
+    if m.shared_expert_gate:
+        shared += h
     return LayerParams(attn, 0, router, routed, shared, norms)
 
 

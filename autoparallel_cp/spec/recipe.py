@@ -163,10 +163,13 @@ class FrameworkBehaviour(Strict):
       interleaved schedule posts each send and receive before the other direction's model chunk
       and waits for it after, so the steady state's transfers run beside compute; the warm-up
       and cool-down ones stay exposed (cost/sync.py `p2p_exposed_share`). No effect without
-      interleaving (Megatron turns it off there). Default off, every transfer exposed:
-      Megatron-LM before 2023-05-31 (f9283c5a8a) and NeMo 1.x without the YAML key.
-      Megatron-LM main defaults it on with interleaving, so `--emit megatron` writes
-      `--no-overlap-p2p-communication` for an interleaved plan of a recipe without it.
+      interleaving (Megatron turns it off there). Field default off, every transfer exposed:
+      Megatron-LM before 4eeff55d1f (2023-10-23, "Make overlap_p2p_comm the default"; the
+      option itself came with f9283c5a8a, 2023-05-31, as store_true `--overlap-p2p-
+      communication`), Megatron-DeepSpeed, NeMo 1.x without the YAML key. The Megatron-LM main
+      recipes (`megatron-bf16`, `megatron-fp8`) turn it on, as Megatron-LM main does
+      (MEGATRON_MAIN_P2P_OVERLAP); `--emit megatron` writes `--no-overlap-p2p-communication`
+      for an interleaved plan of a recipe with it off.
     - ``pp_scatter_gather``: each tp rank sends 1/tp of a stage's output to the next stage even
       without sequence parallelism (Megatron-LM's `--scatter-gather-tensors-in-pipeline`
       before Megatron-Core, 2021-02 to 2023-03; DeepSpeed's PipelineEngine); off: Megatron-Core
@@ -265,6 +268,17 @@ class TrainingRecipe(Strict):
         )
 
 
+#: Megatron-LM main @ d98e8a64 (the `megatron` emit target, frameworks.VERSIONS) overlaps the
+#: interleaved schedule's pipeline sends by default: `--no-overlap-p2p-communication` is a
+#: store_false flag for `overlap_p2p_comm` (megatron/training/arguments.py:3118-3120), forced
+#: off only without interleaving (arguments.py:1010-1012), and `batch_p2p_comm = not
+#: overlap_p2p_comm` (megatron/training/argument_utils.py:307). Megatron-Core's own dataclass
+#: default stays False (model_parallel_config.py:385), which the training arguments override
+#: (arguments.py:2361 lists it as an "incompatible default"). Megatron-Bridge / NeMo 2 set the
+#: same at vpp > 1 (CommOverlapConfig, src/megatron/bridge/training/comm_overlap.py:453-457
+#: @067f987). Without interleaving the field changes nothing (cost/sync.py).
+MEGATRON_MAIN_P2P_OVERLAP = True
+
 RECIPES: dict[str, TrainingRecipe] = {
     "megatron-bf16": TrainingRecipe(
         name="megatron-bf16",
@@ -274,8 +288,10 @@ RECIPES: dict[str, TrainingRecipe] = {
         master_weight_bytes=4,
         optimizer_state_bytes=8,
         compute_dtype="bf16",
+        behaviour=FrameworkBehaviour(overlap_p2p_comm=MEGATRON_MAIN_P2P_OVERLAP),
         source=("Megatron-LM dist_optimizer.md: bf16 params, fp32 main grads, "
-                "fp32 Adam (18 B/param)"),
+                "fp32 Adam (18 B/param); Megatron-LM main's defaults (interleaved pipeline "
+                "sends overlapped)"),
     ),
     "pytorch-amp": TrainingRecipe(
         name="pytorch-amp",
@@ -333,6 +349,8 @@ RECIPES: dict[str, TrainingRecipe] = {
         master_weight_bytes=4,
         optimizer_state_bytes=8,
         compute_dtype="bf16",
+        # overlap_p2p_comm left off: DeepSpeed's PipelineEngine runs no interleaved schedule
+        # (frameworks.py refuses vpp > 1 for it), so no plan DeepSpeed runs has the overlap
         behaviour=FrameworkBehaviour(dp_overlap=False, zero2_reduce="microbatch",
                                      bf16_accum_pass=True, pp_scatter_gather=True),
         source=("DeepSpeed engine with Megatron-DeepSpeed's fused Megatron layers: bf16 "
@@ -352,6 +370,7 @@ RECIPES: dict[str, TrainingRecipe] = {
         master_weight_bytes=4,
         optimizer_state_bytes=8,
         compute_dtype="fp8",
+        behaviour=FrameworkBehaviour(overlap_p2p_comm=MEGATRON_MAIN_P2P_OVERLAP),
         source="megatron-bf16 with Transformer Engine fp8 GEMMs (delayed scaling)",
     ),
 }

@@ -230,7 +230,8 @@ def test_pipeline_p2p_bytes_and_link() -> None:
     many gradients back per micro-batch (2 transfers), in activation dtype (bf16, 2 B), split
     over the tp ranks (scatter/gather) and over cp (each cp rank holds s/cp); interleaving sends
     vpp times as often (§2.2). Adjacent stages are tp·cp·dp ranks apart: NVLink while that span
-    fits in one 8-GPU node, the network beyond."""
+    fits in one 8-GPU node, the network beyond. Every send exposed here (`overlap_p2p_comm`
+    off; the megatron-bf16 preset's interleaved overlap: test_pipeline_p2p_overlap.py)."""
     from autoparallel_cp.cost.sync import p2p_factor
     from autoparallel_cp.spec import RECIPES, ClusterSpec, Job, ModelSpec
 
@@ -238,7 +239,8 @@ def test_pipeline_p2p_bytes_and_link() -> None:
     model = ModelSpec(name="m", num_layers=8, hidden_size=4096, ffn_hidden_size=14336,
                       num_attention_heads=32, num_kv_heads=8, vocab_size=32000)
     job = Job(model=model, cluster=ClusterSpec(name="c", node_groups=[nd]),
-              recipe=RECIPES["megatron-bf16"], seq_len=8192, global_batch=64)
+              recipe=RECIPES["megatron-bf16"].with_behaviour(overlap_p2p_comm=False),
+              seq_len=8192, global_batch=64)
     b, s, h = 2, 8192, 4096
     tp, cp = 4, 2
     nbytes = b * (s / cp) * h * 2 / tp

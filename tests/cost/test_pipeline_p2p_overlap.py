@@ -8,6 +8,8 @@ hand."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,19 @@ def test_step_time_moves_by_the_hidden_transfers_only() -> None:
     assert a.time.pp_comm_s - b.time.pp_comm_s == pytest.approx(8 * saved, rel=1e-9)
 
 
+def test_an_options_override_reaches_the_pipeline_sends() -> None:
+    """`evaluate(job, plan, options)` (calibration runs pass each run's options) prices the
+    sends with the override's `overlap_p2p_comm`, as it prices everything else with it: the
+    same numbers as a job whose recipe says so."""
+    plan = Plan(dp=1, tp=2, pp=4, vpp=2, cp=1, sp=1, zero=1, mbs=1, num_microbatches=8,
+                recompute="none")
+    off, on = _job(False, 8), _job(True, 8)
+    over = evaluate(off, plan, on.recipe.behaviour)
+    assert over.time.pp_comm_s == pytest.approx(evaluate(on, plan).time.pp_comm_s, rel=1e-12)
+    assert over.time.step_s == pytest.approx(evaluate(on, plan).time.step_s, rel=1e-12)
+    assert over.time.pp_comm_s < evaluate(off, plan).time.pp_comm_s
+
+
 def test_what_each_tensor_rank_sends() -> None:
     """Megatron-Core sends [s/cp, b, h] from every tp rank, [s/(cp·tp), b, h] under sequence
     parallelism (schedules.py core_v0.10.0 l. 676-679); Megatron-LM's 2021-22 scatter/gather
@@ -100,3 +115,32 @@ def test_what_each_tensor_rank_sends() -> None:
     # the presets: Megatron-Core's rule by default, DeepSpeed's partitioned sends
     assert not RECIPES["megatron-bf16"].behaviour.pp_scatter_gather
     assert RECIPES["deepspeed"].behaviour.pp_scatter_gather
+
+
+def test_presets_follow_their_frameworks_p2p_default(tmp_path: Path) -> None:
+    """Megatron-LM main @ d98e8a64, the megatron recipes' target, overlaps the interleaved
+    schedule's p2p unless `--no-overlap-p2p-communication` (store_false, arguments.py:
+    3118-3120), so megatron-bf16 and megatron-fp8 cost the overlap; DeepSpeed's PipelineEngine
+    has no interleaved schedule and the PyTorch recipes are not Megatron: off. A recipe file
+    on a Megatron base keeps it unless it sets it (behaviour merged field by field)."""
+    from autoparallel_cp.spec.loaders import load_recipe
+
+    assert RECIPES["megatron-bf16"].behaviour.overlap_p2p_comm is True
+    assert RECIPES["megatron-fp8"].behaviour.overlap_p2p_comm is True
+    for name in ("deepspeed", "pytorch-amp", "pytorch-fsdp", "torchtitan-fsdp"):
+        assert RECIPES[name].behaviour.overlap_p2p_comm is False, name
+    (tmp_path / "kept.yaml").write_text("base: megatron-bf16\nbehaviour: {dropout: true}\n")
+    (tmp_path / "off.yaml").write_text("base: megatron-fp8\n"
+                                       "behaviour: {overlap_p2p_comm: false}\n")
+    kept = load_recipe(tmp_path / "kept.yaml")
+    assert kept.behaviour.overlap_p2p_comm is True and kept.behaviour.dropout is True
+    assert load_recipe(tmp_path / "off.yaml").behaviour.overlap_p2p_comm is False
+    # the preset prices the first stage's warm-up/cool-down transfers exposed, the rest
+    # beside compute: pp 4, vpp 2, m 8 -> 10 of 16 chunks exposed (as above)
+    plan = Plan(dp=1, tp=2, pp=4, vpp=2, cp=1, sp=1, zero=1, mbs=1, num_microbatches=8,
+                recompute="none")
+    preset = Job(model=_job(True, 8).model, cluster=h100_cluster(1),
+                 recipe=RECIPES["megatron-bf16"], seq_len=4096, global_batch=8)
+    assert evaluate(preset, plan).time.pp_comm_s == pytest.approx(
+        evaluate(_job(True, 8), plan).time.pp_comm_s, rel=1e-12)
+    assert evaluate(preset, plan).time.pp_comm_s < evaluate(_job(False, 8), plan).time.pp_comm_s

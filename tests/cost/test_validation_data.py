@@ -128,6 +128,40 @@ def test_plain_megatron_lm_rows_take_their_commits_defaults() -> None:
     assert others and not any("285068c8" in a for h in others for a in h.assumed)
 
 
+def test_interleaved_megatron_rows_take_their_sources_p2p_overlap() -> None:
+    """The megatron-bf16 / megatron-fp8 recipes overlap the interleaved p2p as Megatron-LM main
+    does (store_false `--no-overlap-p2p-communication`, arguments.py:3118-3120 @d98e8a64), but
+    a row runs what its source or software era had: on where the NeMo 24.07 / dgxc v25.02 YAMLs
+    set `overlap_p2p_comm: true` or Megatron-Bridge's CommOverlapConfig sets it at vpp > 1
+    (comm_overlap.py l. 453-457: mbridge-perf, the mbridge-cards DeepSeek-V3 card); off for
+    NeMo 24.07's Nemotron-340B (nemotron_340b.yaml l. 135 `overlap_p2p_comm: False`), for
+    MegaScale's Megatron-LM 285068c8 (2023-01-11) and the 2021-22 papers' Megatron-LM, which
+    predate the option (f9283c5a8a, 2023-05-31). No interleaved row is left to the recipe's
+    default."""
+    from heldout import P2P_MAIN_DEFAULT, heldout_rows
+
+    on = {"dgxc-bench-25.02", "mbridge-perf", "mbridge-cards"}
+    off = {"megascale-2024"}
+    seen: set[str] = set()
+    for h in heldout_rows():
+        if h.plan is None or h.plan.vpp == 1 or h.job is None or \
+                h.job.recipe.framework != "megatron" or h.job.recipe.name == "deepspeed":
+            continue
+        seen.add(h.source)
+        assert not any(P2P_MAIN_DEFAULT in a for a in h.assumed), h.idx
+        assert any(a.startswith("pipeline p2p ") for a in h.assumed), h.idx
+        want = h.source in on or (h.source == "nemo-perf-24.07" and h.name != "Nemotron-340B")
+        assert h.source in on | off | {"nemo-perf-24.07"}, h.source
+        assert h.job.recipe.behaviour.overlap_p2p_comm is want, (h.idx, h.name)
+    assert seen == on | off | {"nemo-perf-24.07"}
+    train = [r for r in validate.published_rows()
+             if r.plan is not None and r.plan.vpp > 1 and r.source in ("sc21", "korthikanti")]
+    assert len(train) == 8
+    for r in train:
+        assert r.job is not None and r.job.recipe.behaviour.overlap_p2p_comm is False
+        assert "pipeline p2p not overlapped" in r.assumed
+
+
 def test_bloom_row_runs_its_slurm_scripts_settings() -> None:
     """BLOOM's tr11 slurm script sets no dropout flag (the bigscience Megatron-DeepSpeed fork's
     default is 0.1) and the fork has no sequence parallelism: dropout on, sp off."""

@@ -38,8 +38,8 @@ def test_megatron_parallel_and_batch_args(job: Job) -> None:
     assert _arg(args, "--recompute-granularity") == "selective"
     assert "--bf16" in args and "--fp8-format" not in args
     assert _arg(args, "--num-query-groups") == "8"
-    # pp 2 interleaved: Megatron overlaps the pipeline sends the default recipe costs exposed
-    assert len(notes) == 1 and "overlap_p2p_comm" in notes[0]
+    # pp 2 interleaved: Megatron overlaps the pipeline sends, as the default recipe costs them
+    assert notes == [] and "--no-overlap-p2p-communication" not in args
 
 
 def test_megatron_selective_recompute_modules(job: Job) -> None:
@@ -212,21 +212,27 @@ def test_megatron_unfused_ops_turn_off_megatron_fusions(job: Job) -> None:
 
 
 def test_megatron_p2p_overlap_flag_follows_the_recipe(job: Job) -> None:
-    """Megatron-LM overlaps the interleaved schedule's p2p by default (arguments.py:3118-3120
-    @d98e8a64: `--no-overlap-p2p-communication` is store_false), turns it off without
-    interleaving (l. 1011-1012) and refuses interleaving without it on pp 2 (l. 1000-1009).
-    A recipe costed without the overlap (the default, behaviour `overlap_p2p_comm` False) is
-    launched with the switch on interleaved plans of pp > 2; on pp 2 Megatron overlaps and the
-    note says the cost is an upper estimate; a recipe costed with it gets Megatron's default."""
+    """Megatron-LM main overlaps the interleaved schedule's p2p by default (arguments.py:
+    3118-3120 @d98e8a64: `--no-overlap-p2p-communication` is store_false, there is no flag to
+    turn it on), turns it off without interleaving (l. 1010-1012) and refuses interleaving
+    without it on pp 2 (l. 1000-1009). The megatron-bf16 / megatron-fp8 recipes cost Megatron
+    main's default, so their interleaved plans launch without a p2p flag and without a note.
+    A recipe costed without the overlap (behaviour `overlap_p2p_comm` False, e.g. an era
+    recipe) is launched with the switch on interleaved plans of pp > 2; on pp 2 Megatron
+    overlaps anyway and the note says the cost is an upper estimate."""
+    assert job.recipe.name == "megatron-bf16" and job.recipe.behaviour.overlap_p2p_comm
     inter = parse_plan("tp=2,pp=4,vpp=2,sp=1,zero=1,mbs=1", job)
     plain = parse_plan("tp=2,pp=4,sp=1,zero=1,mbs=1", job)
     two = parse_plan("tp=2,pp=2,vpp=2,sp=1,zero=1,mbs=1", job)
-    assert "--no-overlap-p2p-communication" in megatron_args(job, inter)[0]
-    assert "--no-overlap-p2p-communication" not in megatron_args(job, plain)[0]
-    args, notes = megatron_args(job, two)
+    for p in (inter, plain, two):
+        args, notes = megatron_args(job, p)
+        assert "--no-overlap-p2p-communication" not in args and notes == []
+    fp8 = make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=8192, global_batch=64,
+                   recipe="megatron-fp8")
+    assert "--no-overlap-p2p-communication" not in megatron_args(fp8, inter)[0]
+    off = job.model_copy(update={"recipe": job.recipe.with_behaviour(overlap_p2p_comm=False)})
+    assert "--no-overlap-p2p-communication" in megatron_args(off, inter)[0]
+    assert "--no-overlap-p2p-communication" not in megatron_args(off, plain)[0]
+    args, notes = megatron_args(off, two)
     assert "--no-overlap-p2p-communication" not in args
     assert any("upper estimate" in n for n in notes)
-    over = job.model_copy(update={"recipe": job.recipe.with_behaviour(overlap_p2p_comm=True)})
-    for p in (inter, two):
-        args, notes = megatron_args(over, p)
-        assert "--no-overlap-p2p-communication" not in args and notes == []

@@ -4,8 +4,10 @@ Hugging Face configs, plan and --fix strings and job arguments. Only `UserError`
 
 from __future__ import annotations
 
+import json
 import math
 import string
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,9 +147,15 @@ HF_DEEPSEEK = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168,
                "num_nextn_predict_layers": 1}
 
 
+HF_NEWER = [json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+                        / "hf_configs" / f"{n}.json").read_text())
+            for n in ("gpt-oss-20b", "Qwen3-30B-A3B", "Qwen1.5-MoE-A2.7B", "gemma-3-1b-pt")]
+
+
 @FUZZ
-@given(st.sampled_from([HF_LLAMA, HF_DEEPSEEK]).flatmap(
-    lambda b: _mutate(b, [*b, "attention_bias", "mlp_bias", "_name_or_path"])))
+@given(st.sampled_from([HF_LLAMA, HF_DEEPSEEK, *HF_NEWER]).flatmap(
+    lambda b: _mutate(b, [*b, "attention_bias", "mlp_bias", "_name_or_path",
+                          "mlp_only_layers", "decoder_sparse_step", "use_sliding_window"])))
 def test_hf_configs(cfg: dict[str, Any]) -> None:
     try:
         _check_model(model_from_hf_config(cfg, "config.json"))
