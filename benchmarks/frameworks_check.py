@@ -91,6 +91,7 @@ EXT = {"megatron": "sh", "torchtitan": "py", "torchtitan-toml": "toml", "deepspe
 # model files of the windowed test models (not presets: see their `source`)
 SWA_ALT = str(Path(__file__).parent / "data" / "models" / "swa-alt-8b.yaml")
 SWA_TAIL = str(Path(__file__).parent / "data" / "models" / "swa-tail-8b.yaml")
+GPT_OSS_20B = str(Path(__file__).parent / "data" / "hf_configs" / "gpt-oss-20b.json")
 
 # (label, model, gpus, seq_len, global_batch, recipe, command, plan-or-fix, extra CLI args)
 JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
@@ -163,6 +164,12 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
     ("swa-tail-cp2-uneven", SWA_TAIL, 32, 16384, 64, "megatron-bf16", "evaluate",
      "tp=2,pp=4,cp=2,sp=1,zero=1,mbs=1,stage_layers=7:9:9:7", []),
     ("swa-tail-solve", SWA_TAIL, 16, 8192, 64, "megatron-bf16", "solve", "", []),
+    # GPT-OSS 20B from its config.json: windows with attention sinks (--softmax-type learnable)
+    ("gpt-oss-20b-ep8", GPT_OSS_20B, 16, 8192, 64, "megatron-bf16", "evaluate",
+     "ep=8,zero=1,mbs=1", []),
+    ("gpt-oss-20b-cp2", GPT_OSS_20B, 32, 16384, 64, "megatron-bf16", "evaluate",
+     "cp=2,ep=8,zero=1,mbs=1", []),
+    ("gpt-oss-20b-solve", GPT_OSS_20B, 16, 8192, 64, "megatron-bf16", "solve", "", []),
     ("recipe-as-given", "llama3-8b", 32, 8192, 64, "megatron-bf16", "evaluate",
      "tp=2,sp=1,zero=3,mbs=1", ["strict"]),
 ]
@@ -172,7 +179,8 @@ PARAM_JOBS = [("llama3-8b", 32, "tp=8,zero=1,mbs=1"), ("gpt3-13b", 16, "tp=4,zer
               ("deepseek-v3", 1024, "tp=8,pp=8,ep=32,sp=1,zero=1,mbs=1"),
               ("mistral-7b", 16, "tp=2,pp=2,cp=2,sp=1,zero=1,mbs=1"),
               (SWA_ALT, 16, "tp=2,pp=2,cp=2,sp=1,zero=1,mbs=1"),
-              (SWA_TAIL, 16, "tp=2,pp=2,cp=2,sp=1,zero=1,mbs=1")]
+              (SWA_TAIL, 16, "tp=2,pp=2,cp=2,sp=1,zero=1,mbs=1"),
+              (GPT_OSS_20B, 16, "ep=8,zero=1,mbs=1")]
 
 
 def emit_all(out: Path, only: str | None = None) -> list[dict[str, Any]]:
@@ -343,16 +351,18 @@ def _differences(got: dict[str, Any], want: dict[str, Any]) -> str:
     return "; ".join(out)
 
 
-def _megatron_windows(cfg: Any, cp: int) -> dict[str, Any]:
+def _megatron_attention(cfg: Any, cp: int) -> dict[str, Any]:
     """Each layer's window as Megatron builds it (transformer/utils.py:531-547
     `is_layer_window_attention`, 1-based layer numbers, read by both attention cores:
     dot_product_attention.py:93-98, extensions/transformer_engine.py:2163-2171) and, with
     cp > 1, each layer's context-parallel exchange (transformer_layer.py:378-385: the list's
-    entry layer_number - 1, or the one string) and the layers Transformer Engine would refuse:
-    v2.9 context_parallel.py:3803-3809 asserts that a sliding window (window_size other than
-    (-1, 0) / (-1, -1)) runs only with cp_comm_type "a2a" or "all_gather", and 3854-3888 knows
-    only p2p, a2a+p2p, all_gather and a2a. (TE is not installed here: its rule is applied as
-    written.)"""
+    entry layer_number - 1, or the one string) and the layers Transformer Engine would refuse
+    (v2.9 context_parallel.py, TE is not installed here: its rules are applied as written):
+    3803-3809, a sliding window (window_size other than (-1, 0) / (-1, -1)) runs only with
+    cp_comm_type "a2a" or "all_gather"; 3825-3827, a softmax_type other than "vanilla" (the
+    attention sinks of --softmax-type learnable, handed over at
+    extensions/transformer_engine.py:2184-2189) only with "a2a"; 3854-3888 knows only p2p,
+    a2a+p2p, all_gather and a2a."""
     from megatron.core.transformer.utils import is_layer_window_attention
 
     n = cfg.num_layers
@@ -367,7 +377,8 @@ def _megatron_windows(cfg: Any, cp: int) -> dict[str, Any]:
             i + 1 for i, (w, k) in enumerate(zip(win, kinds, strict=True))
             if k not in ("p2p", "a2a+p2p", "all_gather", "a2a")
             or (w is not None and tuple(w) not in ((-1, 0), (-1, -1))
-                and k not in ("a2a", "all_gather"))]
+                and k not in ("a2a", "all_gather"))
+            or (cfg.softmax_type != "vanilla" and k != "a2a")]
     return out
 
 
@@ -400,14 +411,13 @@ def worker_megatron(cases: list[dict[str, Any]], src: str) -> None:
                         p["recompute_layers"] < max(c["stage_layers"]):
                     got["recompute_layers"] = args.recompute_num_layers * got["vpp"]
                     want["recompute_layers"] = p["recompute_layers"]
-                if c.get("windows") is not None:
-                    got.update(_megatron_windows(cfg, p["cp"]))
-                    want["windows"] = c["windows"]
-                    if p["cp"] > 1:
-                        # the exchange the cost model charges: the all-gather on windowed
-                        # layers, the p2p ring on the others (cost/cp_ring.py)
-                        want["cp_comm"] = ["all_gather" if w else "p2p" for w in c["windows"]]
-                        want["te_refuses"] = []
+                got.update(_megatron_attention(cfg, p["cp"]))
+                want["windows"] = c["windows"] or [None] * c["num_layers"]
+                if p["cp"] > 1:
+                    # the exchange the cost model charges: the all-gather on windowed
+                    # layers, the p2p ring on the others (cost/cp_ring.py)
+                    want["cp_comm"] = ["all_gather" if w else "p2p" for w in want["windows"]]
+                    want["te_refuses"] = []
                 ok = got == want
                 print(json.dumps({"id": c["id"], "ok": ok, "why": _differences(got, want)}),
                       flush=True)

@@ -6,7 +6,7 @@ the framework source that enforces it (file:line at the commit or release named 
 can run; `--emit` refuses such a plan (exit 2) instead of printing settings that differ from it,
 and `solve --emit X` keeps only plans with no refusal (`pins(fw)` narrows the search up front).
 
-Kept whole (about 430 lines): one table of sourced rows and the predicates they name; split, a
+Kept whole (about 450 lines): one table of sourced rows and the predicates they name; split, a
 framework's rules would sit in several files.
 """
 
@@ -254,6 +254,15 @@ RULES: tuple[Rule, ...] = (
          f"{_MG} megatron/core/transformer/transformer_config.py:551-555 (per TransformerBlock = "
          "per chunk) and transformer_block.py _checkpointed_forward 'block'",
          _mg_recompute),
+    Rule("megatron", "cp",
+         "attention sinks (--softmax-type learnable) run under context parallelism only with "
+         "Transformer Engine's a2a exchange (an all-to-all over heads), not the p2p ring or the "
+         "all-gather the cost model charges",
+         f"{_MG} megatron/core/extensions/transformer_engine.py:2184-2189 (softmax_type handed "
+         "to TE) and Transformer Engine v2.9 transformer_engine/pytorch/attention/"
+         "dot_product_attention/context_parallel.py:3825-3827 (softmax_type other than vanilla "
+         "only with cp_comm_type 'a2a')",
+         lambda j, p: {"cp": 1} if j.model.attention_sinks and p.cp > 1 else None),
     Rule("megatron", "vpp",
          "the recipe's EP overlap (--overlap-moe-expert-parallel-comm) needs an interleaved "
          "schedule when pp > 1",

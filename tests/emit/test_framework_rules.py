@@ -423,3 +423,25 @@ def test_deepspeed_runs_windows_and_says_what_the_model_needs() -> None:
     assert "layers 0,2,4," in note and ",30 (0-based)" in note
     none = make_job("llama3-8b", "dgx-h100", gpus=16, seq_len=8192, global_batch=64)
     assert not [n for n in deepspeed_config(none, plan)[1] if "sliding" in n]
+
+
+def test_megatron_refuses_context_parallel_attention_sinks() -> None:
+    """Transformer Engine v2.9 context_parallel.py:3825-3827 asserts `softmax_type ==
+    "vanilla" or cp_comm_type == "a2a"`: GPT-OSS's sinks (--softmax-type learnable, handed to
+    TE at Megatron-LM d98e8a64 extensions/transformer_engine.py:2184-2189) never run on the
+    p2p ring or the all-gather the cost model charges, so cp > 1 is refused with cp = 1 as the
+    closest plan; cp = 1 is emitted with the sinks and the window."""
+    gpt_oss = Path(__file__).parents[2] / "benchmarks" / "data" / "hf_configs" / "gpt-oss-20b.json"
+    j = make_job(str(gpt_oss), "dgx-h100", gpus=32, seq_len=16384, global_batch=64)
+    assert j.model.attention_sinks and j.model.sliding_window_left == 127
+    cp2 = parse_plan("cp=2,ep=8,zero=1,mbs=1", j)
+    [bad] = refusals(j, cp2, "megatron")
+    assert bad.field == "cp" and bad.closest == {"cp": 1}
+    assert "context_parallel.py:3825-3827" in bad.source
+    with pytest.raises(UserError, match="megatron cannot run this plan: cp: attention sinks"):
+        emit(j, cp2, "megatron")
+    args, _ = megatron_args(j, parse_plan("ep=8,zero=1,mbs=1", j))
+    assert _arg(args, "--softmax-type") == "learnable" and _arg(args, "--window-size") == "127,0"
+    assert "--cp-comm-type" not in args
+    plain = make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=16384, global_batch=64)
+    assert not refusals(plain, parse_plan("cp=2,zero=1,mbs=1", plain), "megatron")
