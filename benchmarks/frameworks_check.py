@@ -2,8 +2,8 @@
 
 A fixed matrix of jobs (evaluate with a plan, solve, solve --fix, --emit-rank, every recipe;
 Llama 3, Mixtral, DeepSeek-V3; pipeline, interleaved, CP, EP, ZeRO-3, FP8, partial recompute;
-sliding-window attention: Mistral 7B v0.1 and the two windowed test models of
-benchmarks/data/models, at cp = 1 and cp > 1) is
+sliding-window attention: Mistral 7B v0.1, the two windowed test models of
+benchmarks/data/models and GPT-OSS 20B's config.json, at cp = 1 and cp > 1) is
 emitted in each format through the real CLI (`--emit X --emit-out FILE`). Each emit is checked by
 the framework itself, in a subprocess per framework:
 
@@ -15,13 +15,13 @@ the framework itself, in a subprocess per framework:
   windowed model, every layer's window as Megatron builds it (`is_layer_window_attention` over
   the parsed `--window-size` / `--window-attn-skip-freq`) must be the plan's, and with cp > 1
   every layer's `cp_comm_type` must be the exchange the cost model charges (all_gather on
-  windowed layers, p2p on the others) and pass Transformer Engine v2.9's rule
-  (context_parallel.py:3803-3809: a sliding window runs only with a2a or all_gather; TE itself
-  is not installed).
+  windowed layers, p2p on the others) and pass Transformer Engine v2.9's rules
+  (context_parallel.py:3803-3809: a sliding window runs only with a2a or all_gather; 3825-3827:
+  attention sinks only with a2a; TE itself is not installed).
   `--params` also builds the whole model on the meta device from the emitted flags (tp = pp = ep =
   1) and compares Megatron's parameter count with the plan's (Llama 3 8B, GPT-3 13B, Mixtral
-  8x7B, DeepSeek-V3, and the windowed Mistral 7B and test models, whose built layers' softmax
-  windows must be the plan's).
+  8x7B, DeepSeek-V3, and the windowed Mistral 7B, test models and GPT-OSS 20B, whose built
+  layers' softmax windows must be the plan's).
 - torchtitan: torchtitan 0.3.0 (PyPI): the emitted module is loaded by torchtitan's ConfigManager
   (`--module <file> --config autoparallel_plan`), `Trainer.Config.__post_init__` runs, then
   `ParallelDims` (its `_validate`), `_get_pipeline_metadata` and
