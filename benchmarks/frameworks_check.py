@@ -1,7 +1,9 @@
 """Run the frameworks' own validators over what `ap-solve ... --emit X` prints (issue 13).
 
 A fixed matrix of jobs (evaluate with a plan, solve, solve --fix, --emit-rank, every recipe;
-Llama 3, Mixtral, DeepSeek-V3; pipeline, interleaved, CP, EP, ZeRO-3, FP8, partial recompute) is
+Llama 3, Mixtral, DeepSeek-V3; pipeline, interleaved, CP, EP, ZeRO-3, FP8, partial recompute;
+sliding-window attention: Mistral 7B v0.1, the two windowed test models of
+benchmarks/data/models and GPT-OSS 20B's config.json, at cp = 1 and cp > 1) is
 emitted in each format through the real CLI (`--emit X --emit-out FILE`). Each emit is checked by
 the framework itself, in a subprocess per framework:
 
@@ -9,10 +11,17 @@ the framework itself, in a subprocess per framework:
   read back through bash, then `parse_args()`, `validate_args()` and
   `core_transformer_config_from_args()` (the TransformerConfig checks) run; Megatron's derived
   data-parallel size, virtual stages and recompute count must equal the plan's, and on an
-  interleaved plan its `overlap_p2p_comm` / `batch_p2p_comm` the recipe's p2p overlap.
+  interleaved plan its `overlap_p2p_comm` / `batch_p2p_comm` the recipe's p2p overlap. For a
+  windowed model, every layer's window as Megatron builds it (`is_layer_window_attention` over
+  the parsed `--window-size` / `--window-attn-skip-freq`) must be the plan's, and with cp > 1
+  every layer's `cp_comm_type` must be the exchange the cost model charges (all_gather on
+  windowed layers, p2p on the others) and pass Transformer Engine v2.9's rules
+  (context_parallel.py:3803-3809: a sliding window runs only with a2a or all_gather; 3825-3827:
+  attention sinks only with a2a; TE itself is not installed).
   `--params` also builds the whole model on the meta device from the emitted flags (tp = pp = ep =
-  1) and compares Megatron's parameter count with the plan's (Llama 3 8B, Mixtral 8x7B,
-  DeepSeek-V3).
+  1) and compares Megatron's parameter count with the plan's (Llama 3 8B, GPT-3 13B, Mixtral
+  8x7B, DeepSeek-V3, and the windowed Mistral 7B, test models and GPT-OSS 20B, whose built
+  layers' softmax windows must be the plan's).
 - torchtitan: torchtitan 0.3.0 (PyPI): the emitted module is loaded by torchtitan's ConfigManager
   (`--module <file> --config autoparallel_plan`), `Trainer.Config.__post_init__` runs, then
   `ParallelDims` (its `_validate`), `_get_pipeline_metadata` and
@@ -51,6 +60,7 @@ Setup (CPU only, ~2.5 GB; Python 3.11):
 Run:
     /work/venv-fw/bin/python benchmarks/frameworks_check.py --params \\
         --megatron-lm /tmp/fw-src/Megatron-LM --torchtitan-v022 /tmp/fw-src/torchtitan-v0.2.2
+(`--only TEXT` runs the jobs whose label contains TEXT, e.g. `--only swa`, without --params.)
 
 Megatron main needs Python 3.12 only for `typing.override` (a no-op decorator): the worker aliases
 it from typing_extensions. No GPU is used: Megatron's `get_device_arch_version` is set to 9 (H100,
@@ -58,8 +68,9 @@ the matrix's cluster), and Transformer Engine's fused RoPE, which TransformerCon
 exist when `apply_rope_fusion` is on (its default), is stood in for by a placeholder;
 torchtitan's float8 converter sees compute capability 9.0 (H100) instead of asking CUDA. The
 meta-device model build gives core attention (no parameters) the MLA keyword arguments its local
-(non-Transformer-Engine) class lacks, and skips the MTP block, whose local spec needs Transformer
-Engine types (the plan counts MTP apart as well).
+(non-Transformer-Engine) class lacks, builds the MoE layers with the allgather token dispatcher
+(no parameters either; the alltoall one opens a CUDA stream in its constructor), and skips the MTP
+block, whose local spec needs Transformer Engine types (the plan counts MTP apart as well).
 """
 
 from __future__ import annotations
@@ -76,6 +87,11 @@ from typing import Any
 
 FORMATS = ("megatron", "torchtitan", "torchtitan-toml", "deepspeed")
 EXT = {"megatron": "sh", "torchtitan": "py", "torchtitan-toml": "toml", "deepspeed": "json"}
+
+# model files of the windowed test models (not presets: see their `source`)
+SWA_ALT = str(Path(__file__).parent / "data" / "models" / "swa-alt-8b.yaml")
+SWA_TAIL = str(Path(__file__).parent / "data" / "models" / "swa-tail-8b.yaml")
+GPT_OSS_20B = str(Path(__file__).parent / "data" / "hf_configs" / "gpt-oss-20b.json")
 
 # (label, model, gpus, seq_len, global_batch, recipe, command, plan-or-fix, extra CLI args)
 JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
@@ -129,16 +145,45 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
      "tp=8,pp=2,sp=1,zero=1,mbs=1", []),
     ("gpt3-seq-over-table", "gpt3-13b", 16, 4096, 64, "megatron-bf16", "evaluate",
      "tp=4,pp=2,sp=1,zero=1,mbs=1", []),
+    # sliding-window attention: every layer (Mistral 7B v0.1), GPT-OSS's alternating pattern
+    # (--window-attn-skip-freq N) and a period that leaves a tail (its list expression); cp = 1
+    # and cp > 1 (per-layer --cp-comm-type)
+    ("mistral-swa", "mistral-7b", 16, 8192, 64, "megatron-bf16", "evaluate",
+     "tp=2,pp=2,sp=1,zero=1,mbs=1", []),
+    ("mistral-swa-cp2", "mistral-7b", 32, 16384, 64, "megatron-bf16", "evaluate",
+     "tp=2,pp=2,cp=2,sp=1,zero=1,mbs=1,recompute=selective", []),
+    ("mistral-swa-solve", "mistral-7b", 16, 8192, 64, "megatron-bf16", "solve", "", []),
+    ("mistral-swa-solve-fix-cp4", "mistral-7b", 32, 32768, 32, "megatron-bf16", "solve",
+     "cp=4", []),
+    ("swa-alt-interleaved", SWA_ALT, 16, 8192, 64, "megatron-bf16", "evaluate",
+     "tp=2,pp=2,vpp=2,sp=1,zero=1,mbs=1", []),
+    ("swa-alt-cp2", SWA_ALT, 32, 16384, 64, "megatron-bf16", "evaluate",
+     "tp=4,pp=2,cp=2,sp=1,zero=1,mbs=1", []),
+    ("swa-alt-solve", SWA_ALT, 16, 8192, 64, "megatron-bf16", "solve", "", []),
+    ("swa-alt-solve-fix-cp2", SWA_ALT, 32, 32768, 64, "megatron-bf16", "solve", "cp=2", []),
+    ("swa-tail-cp2-uneven", SWA_TAIL, 32, 16384, 64, "megatron-bf16", "evaluate",
+     "tp=2,pp=4,cp=2,sp=1,zero=1,mbs=1,stage_layers=7:9:9:7", []),
+    ("swa-tail-solve", SWA_TAIL, 16, 8192, 64, "megatron-bf16", "solve", "", []),
+    # GPT-OSS 20B from its config.json: windows with attention sinks (--softmax-type learnable)
+    ("gpt-oss-20b-ep8", GPT_OSS_20B, 16, 8192, 64, "megatron-bf16", "evaluate",
+     "ep=8,zero=1,mbs=1", []),
+    ("gpt-oss-20b-cp2", GPT_OSS_20B, 32, 16384, 64, "megatron-bf16", "evaluate",
+     "cp=2,ep=8,zero=1,mbs=1", []),
+    ("gpt-oss-20b-solve", GPT_OSS_20B, 16, 8192, 64, "megatron-bf16", "solve", "", []),
     ("recipe-as-given", "llama3-8b", 32, 8192, 64, "megatron-bf16", "evaluate",
      "tp=2,sp=1,zero=3,mbs=1", ["strict"]),
 ]
 
 PARAM_JOBS = [("llama3-8b", 32, "tp=8,zero=1,mbs=1"), ("gpt3-13b", 16, "tp=4,zero=1,mbs=1"),
               ("mixtral-8x7b", 64, "tp=2,pp=4,ep=8,sp=1,zero=1,mbs=1"),
-              ("deepseek-v3", 1024, "tp=8,pp=8,ep=32,sp=1,zero=1,mbs=1")]
+              ("deepseek-v3", 1024, "tp=8,pp=8,ep=32,sp=1,zero=1,mbs=1"),
+              ("mistral-7b", 16, "tp=2,pp=2,cp=2,sp=1,zero=1,mbs=1"),
+              (SWA_ALT, 16, "tp=2,pp=2,cp=2,sp=1,zero=1,mbs=1"),
+              (SWA_TAIL, 16, "tp=2,pp=2,cp=2,sp=1,zero=1,mbs=1"),
+              (GPT_OSS_20B, 16, "ep=8,zero=1,mbs=1")]
 
 
-def emit_all(out: Path) -> list[dict[str, Any]]:
+def emit_all(out: Path, only: str | None = None) -> list[dict[str, Any]]:
     """Run the CLI for every job and format; return the cases (emit file or refusal)."""
     import yaml
     from click.testing import CliRunner
@@ -155,6 +200,8 @@ def emit_all(out: Path) -> list[dict[str, Any]]:
         update={"name": "torchtitan-fsdp-fp8", "compute_dtype": "fp8"}).model_dump()))
     cases = []
     for label, model, gpus, seq, gbs, job_recipe, cmd, text, extra_args in JOBS:
+        if only is not None and only not in label:
+            continue
         strict = "strict" in extra_args  # keep the job's recipe even where fmt refuses it
         extra = [a for a in extra_args if a != "strict"]
         for fmt in FORMATS:
@@ -197,9 +244,19 @@ def emit_all(out: Path) -> list[dict[str, Any]]:
                 case["num_layers"] = job.model.num_layers
                 case["global_batch"] = gbs
                 case["planned_params"] = count_params(job.model).total_with_mtp
+                case["windows"] = planned_windows(job.model)
                 case["p2p_overlap"] = job.recipe.behaviour.overlap_p2p_comm
             cases.append(case)
     return cases
+
+
+def planned_windows(m: Any) -> list[list[int] | None] | None:
+    """Every layer's attention window as the plan has it, Megatron's `window_size` (w, 0) or
+    None for full causal attention; None for a model without windows."""
+    if m.sliding_window_left is None:
+        return None
+    return [[m.sliding_window_left, 0] if m.is_window_layer(i) else None
+            for i in range(m.num_layers)]
 
 
 def native_recipe(recipe: str, fmt: str, tt_fp8: str) -> str:
@@ -279,6 +336,52 @@ def _megatron_chunks(cfg: Any, pp: int, vpp: int) -> list[int]:
             for v in range(vpp) for j in range(pp)]
 
 
+def _differences(got: dict[str, Any], want: dict[str, Any]) -> str:
+    """What Megatron derived that differs from the plan (per-layer lists: the first layer)."""
+    out = []
+    for k, w in want.items():
+        g = got.get(k)
+        if g == w:
+            continue
+        if k in ("windows", "cp_comm") and isinstance(g, list) and len(g) == len(w):
+            i = next(i for i, (a, b) in enumerate(zip(g, w, strict=True)) if a != b)
+            out.append(f"{k}: layer {i + 1} (1-based) derived {g[i]} != plan {w[i]}")
+        else:
+            out.append(f"{k}: derived {g} != plan {w}")
+    return "; ".join(out)
+
+
+def _megatron_attention(cfg: Any, cp: int) -> dict[str, Any]:
+    """Each layer's window as Megatron builds it (transformer/utils.py:531-547
+    `is_layer_window_attention`, 1-based layer numbers, read by both attention cores:
+    dot_product_attention.py:93-98, extensions/transformer_engine.py:2163-2171) and, with
+    cp > 1, each layer's context-parallel exchange (transformer_layer.py:378-385: the list's
+    entry layer_number - 1, or the one string) and the layers Transformer Engine would refuse
+    (v2.9 context_parallel.py, TE is not installed here: its rules are applied as written):
+    3803-3809, a sliding window (window_size other than (-1, 0) / (-1, -1)) runs only with
+    cp_comm_type "a2a" or "all_gather"; 3825-3827, a softmax_type other than "vanilla" (the
+    attention sinks of --softmax-type learnable, handed over at
+    extensions/transformer_engine.py:2184-2189) only with "a2a"; 3854-3888 knows only p2p,
+    a2a+p2p, all_gather and a2a."""
+    from megatron.core.transformer.utils import is_layer_window_attention
+
+    n = cfg.num_layers
+    win = [list(cfg.window_size) if is_layer_window_attention(
+        cfg.window_size, cfg.window_attn_skip_freq, i + 1) else None for i in range(n)]
+    out: dict[str, Any] = {"windows": win}
+    if cp > 1:
+        kinds = cfg.cp_comm_type if isinstance(cfg.cp_comm_type, list) else \
+            [cfg.cp_comm_type] * n
+        out["cp_comm"] = kinds
+        out["te_refuses"] = [
+            i + 1 for i, (w, k) in enumerate(zip(win, kinds, strict=True))
+            if k not in ("p2p", "a2a+p2p", "all_gather", "a2a")
+            or (w is not None and tuple(w) not in ((-1, 0), (-1, -1))
+                and k not in ("a2a", "all_gather"))
+            or (cfg.softmax_type != "vanilla" and k != "a2a")]
+    return out
+
+
 def worker_megatron(cases: list[dict[str, Any]], src: str) -> None:
     a = _megatron_setup(src)
     for c in cases:
@@ -308,9 +411,15 @@ def worker_megatron(cases: list[dict[str, Any]], src: str) -> None:
                         p["recompute_layers"] < max(c["stage_layers"]):
                     got["recompute_layers"] = args.recompute_num_layers * got["vpp"]
                     want["recompute_layers"] = p["recompute_layers"]
+                got.update(_megatron_attention(cfg, p["cp"]))
+                want["windows"] = c["windows"] or [None] * c["num_layers"]
+                if p["cp"] > 1:
+                    # the exchange the cost model charges: the all-gather on windowed
+                    # layers, the p2p ring on the others (cost/cp_ring.py)
+                    want["cp_comm"] = ["all_gather" if w else "p2p" for w in want["windows"]]
+                    want["te_refuses"] = []
                 ok = got == want
-                print(json.dumps({"id": c["id"], "ok": ok,
-                                  "why": "" if ok else f"derived {got} != plan {want}"}),
+                print(json.dumps({"id": c["id"], "ok": ok, "why": _differences(got, want)}),
                       flush=True)
             except BaseException as exc:  # noqa: BLE001 - report every rejection
                 print(json.dumps({"id": c["id"], "ok": False,
@@ -344,6 +453,11 @@ def worker_megatron_params(jobs: list[dict[str, Any]], src: str) -> None:
                 args.decoder_last_pipeline_num_layers = None
                 args.num_layers_per_virtual_pipeline_stage = None
                 args.use_megatron_fsdp = False
+                # the token dispatcher holds no parameter; alltoall's constructor makes a CUDA
+                # stream (moe/token_dispatcher.py:471-472), which a CPU has not (the dispatcher
+                # flag itself is checked by the per-case worker)
+                if args.moe_token_dispatcher_type == "alltoall":
+                    args.moe_token_dispatcher_type = "allgather"
                 args.global_batch_size = args.micro_batch_size
                 a.validate_args(args, {})
                 from megatron.core.tokenizers.utils.build_tokenizer import (
@@ -379,9 +493,15 @@ def worker_megatron_params(jobs: list[dict[str, Any]], src: str) -> None:
                                      not args.untie_embeddings_and_output_weights))
                 n = sum(p.numel() for p in m.parameters())
                 bias = sum(b.numel() for k, b in m.named_buffers() if k.endswith("expert_bias"))
+                # the window each built layer's softmax masks with (local core attention:
+                # dot_product_attention.py:93-108 hands it to FusedScaleMaskSoftmax)
+                wins = [list(w) if (w := layer.self_attention.core_attention
+                                    .scale_mask_softmax.window_size) is not None else None
+                        for layer in m.decoder.layers]
                 print(json.dumps({"model": j["model"], "megatron_params": n,
                                   "expert_bias_buffers": bias, "mtp_layers": mtp_layers or 0,
-                                  "padded_vocab": args.padded_vocab_size}), flush=True)
+                                  "padded_vocab": args.padded_vocab_size,
+                                  "windows": wins}), flush=True)
             except BaseException as exc:  # noqa: BLE001
                 print(json.dumps({"model": j["model"], "error": f"{type(exc).__name__}: {exc}"}),
                       flush=True)
@@ -602,6 +722,8 @@ def main() -> int:
     ap.add_argument("--torchtitan-v022", default="/tmp/fw-src/torchtitan-v0.2.2")
     ap.add_argument("--params", action="store_true",
                     help="also build the three models with Megatron and count parameters")
+    ap.add_argument("--only", default=None,
+                    help="run only the jobs whose label contains this text (and no --params)")
     ap.add_argument("--worker", default=None)
     ap.add_argument("--cases", default=None)
     opts = ap.parse_args()
@@ -626,7 +748,7 @@ def main() -> int:
           f"{opts.torchtitan_v022}")
     with tempfile.TemporaryDirectory(prefix="fwcheck-") as tmpd:
         tmp = Path(tmpd)
-        cases = emit_all(tmp)
+        cases = emit_all(tmp, opts.only)
         for i, c in enumerate(cases):
             c["id"] = i
         results: dict[Any, dict[str, Any]] = {}
@@ -650,7 +772,7 @@ def main() -> int:
                 status = "failed"
                 print(f"FAILED    {where} exit {c['exit']}: {c.get('message', '')[:220]}")
             counts[status] += 1
-        if opts.params:
+        if opts.params and opts.only is None:
             from autoparallel_cp.api import make_job
             from autoparallel_cp.emit import emit
             from autoparallel_cp.spec.params import count_params
@@ -658,10 +780,12 @@ def main() -> int:
             jobs = []
             for model, gpus, text in PARAM_JOBS:
                 job = make_job(model, "dgx-h100", gpus=gpus, seq_len=2048, global_batch=gpus)
-                f = tmp / f"params-{model}.sh"
+                f = tmp / f"params-{Path(model).stem}.sh"
                 f.write_text(emit(job, parse_plan(text, job), "megatron").text)
                 jobs.append({"model": model, "file": str(f),
-                             "planned": count_params(job.model).total})
+                             "planned": count_params(job.model).total,
+                             "windows": planned_windows(job.model) or
+                             [None] * job.model.num_layers})
             got = _run_worker("megatron-params", jobs, opts, tmp)
             for j in jobs:
                 r = got.get(j["model"], {})
@@ -670,15 +794,20 @@ def main() -> int:
                     counts["failed"] += 1
                     continue
                 built = r["megatron_params"] + r["expert_bias_buffers"]
-                same = built == j["planned"]
-                print(f"PARAMS    {j['model']:14s} Megatron builds {r['megatron_params']:,} "
-                      f"+ {r['expert_bias_buffers']:,} expert-bias buffers = {built:,}; "
-                      f"planned {j['planned']:,} (MTP layers {r['mtp_layers']}, counted apart) "
+                same = built == j["planned"] and r["windows"] == j["windows"]
+                nwin = sum(w is not None for w in r["windows"])
+                as_planned = "as planned" if r["windows"] == j["windows"] else "NOT as planned"
+                wins = (f"; windows {as_planned} ({nwin} of {len(r['windows'])} layers)"
+                        if nwin or any(j["windows"]) else "")
+                print(f"PARAMS    {Path(j['model']).stem:14s} Megatron builds "
+                      f"{r['megatron_params']:,} + {r['expert_bias_buffers']:,} expert-bias "
+                      f"buffers = {built:,}; planned {j['planned']:,} (MTP layers "
+                      f"{r['mtp_layers']}, counted apart){wins} "
                       f"{'SAME' if same else 'DIFFERENT'}")
                 if not same:
                     counts["failed"] += 1
     total = len(cases)
-    print(f"summary: {total} cases ({len(JOBS)} jobs x {len(FORMATS)} formats): "
+    print(f"summary: {total} cases ({total // len(FORMATS)} jobs x {len(FORMATS)} formats): "
           f"{counts['accepted']} accepted by the framework, {counts['refused']} refused by "
           f"--emit (exit 2, closest plan named), {counts['infeasible']} proven without a "
           f"plan the framework runs that fits (exit 1), {counts['failed']} failed; "

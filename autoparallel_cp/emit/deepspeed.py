@@ -59,4 +59,17 @@ def deepspeed_config(job: Job, plan: Plan) -> tuple[dict[str, Any], list[str]]:
         notes.append(f"required: wrap {which} with deepspeed.checkpointing.checkpoint")
     if job.recipe.compute_dtype == "fp8":
         notes.append("required: fp8 GEMMs from Transformer Engine layers in the model code")
+    m = job.model
+    if m.sliding_window_left is not None:
+        # DeepSpeed trains the module it is given and has no attention setting of its own
+        # (0.19.8 deepspeed/__init__.py:433 initialize(model=...)); the windowed layers are
+        # costed as a local flash kernel that skips the masked-out tiles
+        # (cost/flops.py window_kernel_length)
+        which = "every layer" if m.sliding_window_layers is None else \
+            "layers " + ",".join(str(i) for i in range(m.num_layers) if m.is_window_layer(i))
+        notes.append(f"required: the model's attention runs the sliding window on {which} "
+                     f"(0-based) with a kernel that skips the masked-out keys, e.g. flash-attn "
+                     f"window_size=({m.sliding_window_left}, 0) (Hugging Face sliding_window "
+                     f"{m.sliding_window_left + 1}); a dense kernel under a window mask costs "
+                     "full causal attention")
     return cfg, notes

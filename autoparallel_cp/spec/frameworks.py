@@ -6,7 +6,7 @@ the framework source that enforces it (file:line at the commit or release named 
 can run; `--emit` refuses such a plan (exit 2) instead of printing settings that differ from it,
 and `solve --emit X` keeps only plans with no refusal (`pins(fw)` narrows the search up front).
 
-Kept whole (about 410 lines): one table of sourced rows and the predicates they name; split, a
+Kept whole (about 450 lines): one table of sourced rows and the predicates they name; split, a
 framework's rules would sit in several files.
 """
 
@@ -37,7 +37,8 @@ TORCHTITAN_MODELS: dict[str, tuple[str, str, str]] = {
 }
 
 
-JOB_FIELDS = ("model", "recipe", "seq_len")  # refusals no plan can fix
+# refusals no plan can fix (sliding_window_left: a model field)
+JOB_FIELDS = ("model", "recipe", "seq_len", "sliding_window_left")
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,12 @@ def _tt_model(job: Job, plan: Plan) -> dict[str, Any] | None:
                                                               + "/".join(TORCHTITAN_MODELS)}
 
 
+def _tt_window(job: Job, plan: Plan) -> dict[str, Any] | None:
+    if job.model.sliding_window_left is None:
+        return None
+    return {"sliding_window_left": "a model without it (full causal attention on every layer)"}
+
+
 def _mg_model(job: Job, plan: Plan) -> dict[str, Any] | None:
     m = job.model
     biases_ok = (m.attn_out_bias == m.mlp_bias) and (m.qkv_bias or not m.attn_out_bias)
@@ -247,11 +254,32 @@ RULES: tuple[Rule, ...] = (
          f"{_MG} megatron/core/transformer/transformer_config.py:551-555 (per TransformerBlock = "
          "per chunk) and transformer_block.py _checkpointed_forward 'block'",
          _mg_recompute),
+    Rule("megatron", "cp",
+         "attention sinks (--softmax-type learnable) run under context parallelism only with "
+         "Transformer Engine's a2a exchange (an all-to-all over heads), not the p2p ring or the "
+         "all-gather the cost model charges",
+         f"{_MG} megatron/core/extensions/transformer_engine.py:2184-2189 (softmax_type handed "
+         "to TE) and Transformer Engine v2.9 transformer_engine/pytorch/attention/"
+         "dot_product_attention/context_parallel.py:3825-3827 (softmax_type other than vanilla "
+         "only with cp_comm_type 'a2a')",
+         lambda j, p: {"cp": 1} if j.model.attention_sinks and p.cp > 1 else None),
     Rule("megatron", "vpp",
          "the recipe's EP overlap (--overlap-moe-expert-parallel-comm) needs an interleaved "
          "schedule when pp > 1",
          f"{_MG} megatron/core/transformer/transformer_config.py:3007-3011",
          _mg_ep_overlap),
+    Rule("torchtitan", "sliding_window_left",
+         "the llama3 and deepseek_v3 flavors the settings name build full causal attention on "
+         "every layer (no window field); torchtitan's sliding windows belong to its gpt_oss "
+         "model (128 tokens on the even layers), which is not one of them",
+         f"{_TT} torchtitan/models/llama3/__init__.py:82 and deepseek_v3/__init__.py:106 "
+         "(inner_attention = get_attention_config(attn_backend)), "
+         "models/common/config_utils.py:83-96 (FlexAttention / VarlenAttention with default "
+         "configs), models/common/attention.py:112 (window_size (-1, 0), causal), "
+         "gpt_oss/__init__.py:200-209 (the windows); v0.2.2 "
+         "torchtitan/models/llama3/model/model.py:510-522 (causal or block-causal masks) and "
+         "models/attention.py:98 (varlen window_size (-1, 0))",
+         _tt_window),
     Rule("torchtitan", "model",
          "torchtitan builds models from its own registries, with a flavor for "
          + ", ".join(TORCHTITAN_MODELS) + " only",

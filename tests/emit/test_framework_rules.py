@@ -351,3 +351,97 @@ def test_megatron_emit_windowed_layers_use_the_all_gather_cp() -> None:
     m_args, _ = megatron_args(mistral, parse_plan("tp=8,cp=2,zero=1,mbs=1", mistral))
     i = m_args.index("--cp-comm-type")
     assert m_args[i + 1] == "all_gather" and m_args[i + 2].startswith("--")
+
+
+def test_megatron_window_flags_of_the_validated_tail_case() -> None:
+    """The flags `benchmarks/frameworks_check.py` ran through Megatron-LM d98e8a64 for the
+    `swa-tail-cp2-uneven` case, written out by hand. Pattern (full, windowed, windowed) over
+    32 layers: 10 periods and a tail of 2; arguments.py:2387 `--window-attn-skip-freq` takes
+    Megatron's list expression (moe_freq_type, arguments.py:327-350; _eval_pattern, 245-253,
+    allows only digits, commas, brackets, parentheses, + and *), 1 = windowed layer
+    (transformer/utils.py:541-542, list entry layer_number - 1). `--cp-comm-type` is nargs='+'
+    (arguments.py:3221), one entry per layer (transformer_config.py:3103-3107, read at
+    transformer_layer.py:378-385): all_gather on the windowed layers, which Transformer Engine
+    v2.9 requires (context_parallel.py:3803-3809), p2p on the full ones."""
+    base = make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=16384, global_batch=64)
+    model = base.model.model_copy(update={"sliding_window_left": 1023,
+                                          "sliding_window_layers": (False, True, True)})
+    j = make_job(model, "dgx-h100", gpus=32, seq_len=16384, global_batch=64)
+    args, _ = megatron_args(j, parse_plan(
+        "tp=2,pp=4,cp=2,sp=1,zero=1,mbs=1,stage_layers=7:9:9:7", j))
+    assert _arg(args, "--window-size") == "1023,0"
+    assert _arg(args, "--window-attn-skip-freq") == "([0,1,1]*10+[0,1])"
+    i = args.index("--cp-comm-type")
+    assert args[i + 1:i + 33] == (["p2p", "all_gather", "all_gather"] * 11)[:32]
+    assert args[i + 33].startswith("--")
+
+
+def test_torchtitan_refuses_sliding_windows() -> None:
+    """torchtitan 0.3.0's llama3 / deepseek_v3 flavors build full causal attention
+    (models/llama3/__init__.py:82, config_utils.py:83-96, common/attention.py:112 window_size
+    (-1, 0)); v0.2.2 the same (llama3/model/model.py:510-522). A windowed model is refused
+    (exit 2) naming the model field, even under a registry name, rather than emitted as full
+    attention."""
+    from click.testing import CliRunner
+
+    from autoparallel_cp.cli import main
+
+    base = make_job("llama3-8b", "dgx-h100", gpus=8, seq_len=8192, global_batch=64,
+                    recipe="torchtitan-fsdp")
+    model = base.model.model_copy(update={"sliding_window_left": 127,
+                                          "sliding_window_layers": (True, False)})
+    j = make_job(model, "dgx-h100", gpus=8, seq_len=8192, global_batch=64,
+                 recipe="torchtitan-fsdp")
+    plan = parse_plan("zero=3,mbs=1", j)
+    for fmt in ("torchtitan", "torchtitan-toml"):
+        [bad] = refusals(j, plan, fmt)
+        assert bad.field == "sliding_window_left" and "torchtitan 0.3.0" in bad.source
+        with pytest.raises(UserError, match="sliding_window_left: the llama3 and deepseek_v3"):
+            emit(j, plan, fmt)
+    assert not refusals(base, plan, "torchtitan")
+    res = CliRunner().invoke(main, ["solve", "-m", "mistral-7b", "-c", "dgx-h100", "--gpus", "8",
+                                    "--seq-len", "8192", "--global-batch", "64", "--recipe",
+                                    "torchtitan-fsdp", "--emit", "torchtitan", "-q"])
+    assert res.exit_code == 2
+    assert "cannot train mistral-7b as planned: sliding_window_left" in res.output
+
+
+def test_deepspeed_runs_windows_and_says_what_the_model_needs() -> None:
+    """DeepSpeed trains the module it is given (0.19.8 deepspeed/__init__.py:433 initialize):
+    no refusal, and the note names the window in flash-attn's (w, 0) and HF's w + 1 terms."""
+    j = make_job("mistral-7b", "dgx-h100", gpus=16, seq_len=8192, global_batch=64)
+    plan = parse_plan("zero=1,mbs=1", j)
+    assert not refusals(j, plan, "deepspeed")
+    _, notes = deepspeed_config(j, plan)
+    [note] = [n for n in notes if "sliding window" in n]
+    assert "every layer" in note and "window_size=(4095, 0)" in note and "4096" in note
+    alt = make_job(j.model.model_copy(update={"sliding_window_left": 127,
+                                              "sliding_window_layers": (True, False)}),
+                   "dgx-h100", gpus=16, seq_len=8192, global_batch=64)
+    _, notes = deepspeed_config(alt, parse_plan("zero=1,mbs=1", alt))
+    [note] = [n for n in notes if "sliding window" in n]
+    assert "layers 0,2,4," in note and ",30 (0-based)" in note
+    none = make_job("llama3-8b", "dgx-h100", gpus=16, seq_len=8192, global_batch=64)
+    assert not [n for n in deepspeed_config(none, plan)[1] if "sliding" in n]
+
+
+def test_megatron_refuses_context_parallel_attention_sinks() -> None:
+    """Transformer Engine v2.9 context_parallel.py:3825-3827 asserts `softmax_type ==
+    "vanilla" or cp_comm_type == "a2a"`: GPT-OSS's sinks (--softmax-type learnable, handed to
+    TE at Megatron-LM d98e8a64 extensions/transformer_engine.py:2184-2189) never run on the
+    p2p ring or the all-gather the cost model charges, so cp > 1 is refused with cp = 1 as the
+    closest plan; cp = 1 is emitted with the sinks and the window."""
+    gpt_oss = Path(__file__).parents[2] / "benchmarks" / "data" / "hf_configs" / "gpt-oss-20b.json"
+    j = make_job(str(gpt_oss), "dgx-h100", gpus=32, seq_len=16384, global_batch=64)
+    assert j.model.attention_sinks and j.model.sliding_window_left == 127
+    cp2 = parse_plan("cp=2,ep=8,zero=1,mbs=1", j)
+    [bad] = refusals(j, cp2, "megatron")
+    assert bad.field == "cp" and bad.closest == {"cp": 1}
+    assert "context_parallel.py:3825-3827" in bad.source
+    with pytest.raises(UserError, match="megatron cannot run this plan: cp: attention sinks"):
+        emit(j, cp2, "megatron")
+    args, _ = megatron_args(j, parse_plan("ep=8,zero=1,mbs=1", j))
+    assert _arg(args, "--softmax-type") == "learnable" and _arg(args, "--window-size") == "127,0"
+    assert "--cp-comm-type" not in args
+    plain = make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=16384, global_batch=64)
+    assert not refusals(plain, parse_plan("cp=2,zero=1,mbs=1", plain), "megatron")
