@@ -152,3 +152,14 @@ def test_routed_elementwise_traffic(dispatcher: str) -> None:
     swiglu = 3 * 2 * K * FE  # one more rho's worth of routed activation traffic
     permute = 4 * 2 * H * K if dispatcher == "flex" else 0
     assert float(b2 - b1) == pytest.approx(swiglu + permute, rel=1e-12)
+
+
+def test_api_make_job_takes_rho() -> None:
+    from autoparallel_cp import api
+    from autoparallel_cp.errors import InputError
+
+    job = api.make_job("mixtral-8x7b", "dgx-h100", gpus=16, global_batch=64,
+                       moe_load_imbalance=1.5)
+    assert job.moe_load_imbalance == 1.5
+    with pytest.raises(InputError, match="--moe-load-imbalance"):
+        api.make_job("llama3-8b", "dgx-h100", gpus=8, moe_load_imbalance=2.0)
