@@ -139,8 +139,10 @@ def make_job(
     seq_len: int = 4096,
     global_batch: int = 512,
     recipe: str | TrainingRecipe = "megatron-bf16",
+    moe_load_imbalance: float = 1.0,
 ) -> Job:
-    """Build a Job from names/paths or specs; `gpus`/`nodes` select part of the cluster.
+    """Build a Job from names/paths or specs; `gpus`/`nodes` select part of the cluster;
+    `moe_load_imbalance` is --moe-load-imbalance (1: balanced routing).
 
     Bad arguments raise InputError naming the argument (as its CLI option)."""
     check_int(seq_len, "--seq-len", 1, MAX_SEQ_LEN, "3x the longest published context")
@@ -151,9 +153,15 @@ def make_job(
     part = select_gpus(c, gpus, nodes)
     r = resolve_recipe(recipe)
     try:
-        return Job(model=m, cluster=part, recipe=r, seq_len=seq_len, global_batch=global_batch)
+        job = Job(model=m, cluster=part, recipe=r, seq_len=seq_len, global_batch=global_batch)
     except ValidationError as exc:
         raise validation_error(exc, Job, "job") from None
+    if moe_load_imbalance == 1.0:
+        return job
+    try:
+        return job.with_moe_load_imbalance(moe_load_imbalance)
+    except (TypeError, ValueError) as exc:
+        raise InputError(str(exc), field="--moe-load-imbalance") from None
 
 
 def _check_job(job: Any) -> Job:

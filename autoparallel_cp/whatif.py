@@ -27,6 +27,8 @@ SWEEP_KEYS: tuple[str, ...] = ("cluster", "gpus", "inter_node_gbps", "seq_len", 
 ROW_COLUMNS: tuple[str, ...] = SWEEP_KEYS + (
     "gpu", "net_gbps", "status", "plan", "step_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu",
     "peak_gib", "days", "cost_usd", "usd_per_hour", "explanation",
+    # the job's stated MoE load imbalance (--moe-load-imbalance; 1 = balanced), echoed
+    "moe_load_imbalance",
 )
 
 
@@ -146,6 +148,7 @@ def _row(point: Point, out: dict[str, Any], tokens: float | None) -> dict[str, A
     row["net_gbps"] = _bw(job)
     row["status"] = out["status"]
     row["usd_per_hour"] = api.cluster_price_per_hour(job.cluster)
+    row["moe_load_imbalance"] = job.moe_load_imbalance
     best = out.get("best")
     for k in ("plan", "step_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "peak_gib",
               "days", "cost_usd"):

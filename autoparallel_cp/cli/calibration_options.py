@@ -1,4 +1,5 @@
-"""`--calibration FILE` and `--mem-headroom FRACTION`, shared by the planning commands.
+"""`--calibration FILE`, `--mem-headroom FRACTION` and `--moe-load-imbalance RHO`, shared by
+the planning commands.
 
 The options record their values on the click context (`expose_value=False`), and
 `common.build_job` applies them through `apply_options`, so no command signature changes.
@@ -11,12 +12,14 @@ from typing import Any, TypeVar
 
 import click
 
+from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec import Job
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _META_CAL = "ap_solve_calibration"
 _META_HEADROOM = "ap_solve_mem_headroom"
+_META_RHO = "ap_solve_moe_load_imbalance"
 
 
 def _store(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
@@ -47,12 +50,30 @@ def headroom_option(fn: F) -> F:
              "percentile memory under-prediction; 0 turns it off).")(fn)
 
 
+def moe_imbalance_option(fn: F) -> F:
+    """`--moe-load-imbalance RHO` (recorded on the click context; `apply_options` validates it
+    against the model through `Job.with_moe_load_imbalance`)."""
+    return click.option(
+        "--moe-load-imbalance", type=float, default=None, metavar="RHO", expose_value=False,
+        callback=_store(_META_RHO),
+        help="MoE expert-load imbalance of your run: the most-loaded expert-parallel rank's "
+             "routed tokens over the mean rank's, per MoE layer and micro-batch (from "
+             "Megatron's tokens_per_expert; see the user guide). Scales the routed experts' "
+             "GEMMs, copies, all-to-all bytes and activations. Default 1 (balanced).")(fn)
+
+
 def apply_options(job: Job) -> Job:
-    """The job with the current command's --calibration and --mem-headroom applied (each
-    only where the command has the option)."""
+    """The job with the current command's --calibration, --mem-headroom and
+    --moe-load-imbalance applied (each only where the command has the option)."""
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return job
+    rho = ctx.meta.get(_META_RHO)
+    if rho is not None:
+        try:
+            job = job.with_moe_load_imbalance(rho)
+        except ValueError as exc:
+            raise InputError(str(exc), field="--moe-load-imbalance") from None
     path = ctx.meta.get(_META_CAL)
     cal = None
     if path:

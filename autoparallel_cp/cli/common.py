@@ -20,6 +20,7 @@ from autoparallel_cp.cli.calibration_options import (
     apply_options,
     calibration_option,
     headroom_option,
+    moe_imbalance_option,
 )
 from autoparallel_cp.emit import EMIT_FORMATS, emit
 from autoparallel_cp.errors import InfeasibleError, UserError
@@ -168,6 +169,7 @@ def job_options(fn: F) -> F:
                      help=f"Recipe preset ({', '.join(RECIPES)}) or a YAML/JSON recipe file: "
                           "precisions, optimizer and framework behaviour."),
         calibration_option,
+        moe_imbalance_option,
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -216,8 +218,10 @@ def build_job(model: str, cluster: str, gpus: int | None, nodes: int | None, seq
 def job_header(job: Job) -> str:
     groups = " + ".join(
         f"{g.num_nodes}x{g.gpus_per_node} {g.gpu.name}" for g in job.cluster.node_groups)
+    rho = (f", MoE load imbalance {job.moe_load_imbalance:g}"
+           if job.moe_load_imbalance != 1.0 else "")
     return (f"{job.model.name} on {job.num_gpus} GPUs ({groups}), seq {job.seq_len}, "
-            f"global batch {job.global_batch}, {job.recipe.name}")
+            f"global batch {job.global_batch}, {job.recipe.name}{rho}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from autoparallel_cp.cli.calibration_options import (
     apply_options,
     calibration_option,
     headroom_option,
+    moe_imbalance_option,
 )
 from autoparallel_cp.cli.common import (
     EXIT_POINT_FAILED,
@@ -114,6 +115,7 @@ def _csv_list(kind: Callable[[str], Any], name: str, lo: float, hi: float
 @click.option("--quiet", "-q", is_flag=True, help="No progress or notes on stderr.")
 @calibration_option
 @headroom_option
+@moe_imbalance_option
 @guarded
 def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | None,
            inter_node_gbps: list[float] | None, seq_len: list[int], global_batch: list[int],

@@ -16,6 +16,7 @@ from autoparallel_cp.cost.common import (
     _is_pytorch,
     _te_fp8,
     options_for,
+    routed_load,
 )
 from autoparallel_cp.cost.efficiency import gemm_time
 from autoparallel_cp.cost.flops import attention_dims, expert_token_factor
@@ -182,23 +183,28 @@ def layer_activation_per_token(
         mo = model.moe
         e = mo.num_experts
         k = mo.top_k
-        block = 2 * 4.0 * e * rep  # router logits + probabilities (fp32)
-        # dispatched tokens (expert fc1 input) after the expert-TP all-gather
-        block = block + lin * h * k * expert_token_factor(tp_, etp) * one
+        # the most-loaded EP rank's routed copies over the balanced mean (--moe-load-imbalance):
+        # every routed term below is that rank's (its memory is the peak); the router's fp32
+        # logits / probabilities and the shared experts see every token once and do not scale
+        ld = routed_load(job, ep_) * one
+        block = 2 * 4.0 * e * rep  # router logits + probabilities (fp32): not routed
+        # dispatched tokens (expert fc1 input) after the expert-TP all-gather: routed, scales
+        block = block + lin * h * k * expert_token_factor(tp_, etp) * ld
         ex, big = mlp_bytes(mo.expert_ffn_hidden_size)
-        block = block + k * ex
+        block = block + k * ex * ld  # expert hidden states per routed copy: scale
         if options.moe_prob_scaling == "combine":
-            # the unpermute scales the expert outputs and keeps them (Megatron-Core < 0.13)
+            # the unpermute scales the expert outputs and keeps them (Megatron-Core < 0.13);
+            # the unpermuted outputs are the rank's own tokens' copies back: do not scale
             block = block + ab * h * k * rep
         else:
-            # the weighted activation keeps the fp32 probability of each routed copy
-            block = block + 4.0 * k * expert_token_factor(tp_, etp) * one
+            # the weighted activation keeps the fp32 probability of each routed copy: scales
+            block = block + 4.0 * k * expert_token_factor(tp_, etp) * ld
         clamp_saved = np.zeros(shape)
         if options.moe_glu_clamp_bias:
-            # the clamp keeps the unclamped fc1 output (cost/moe_glu_bias.py)
-            clamp_saved = glu_clamp_bias_bytes(model, ab, tp_, etp).clamp_saved * one
+            # the clamp keeps the unclamped fc1 output (cost/moe_glu_bias.py): routed, scales
+            clamp_saved = glu_clamp_bias_bytes(model, ab, tp_, etp, ld).clamp_saved * one
             block = block + clamp_saved
-        largest = np.maximum(largest, k * big)
+        largest = np.maximum(largest, k * big * ld)  # routed fc1 output workspace: scales
         sh = np.zeros(shape)
         if mo.num_shared_experts:
             sh, big2 = mlp_bytes(mo.num_shared_experts * mo.shared_ffn)
@@ -211,7 +217,7 @@ def layer_activation_per_token(
             if "moe_act" in mods:
                 # the activation output each routed copy's fc2 saved (+ unfused silu output)
                 dropped["moe_act"] = k * (lin + (0.0 if fused or not swiglu else ab)) \
-                    * mo.expert_ffn_hidden_size / tp_ * one + clamp_saved
+                    * mo.expert_ffn_hidden_size / tp_ * ld + clamp_saved
             if "shared_experts" in mods and mo.num_shared_experts:
                 dropped["shared_experts"] = sh
     else:

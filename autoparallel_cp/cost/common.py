@@ -71,3 +71,34 @@ def _fused(recipe: TrainingRecipe, options: CostOptions) -> bool:
 
 def node(job: Job, g: int) -> NodeGroup:
     return job.cluster.node_groups[int(g)]
+
+
+def routed_load(job: Job, ep: ArrayLike) -> FloatArray:
+    """Routed work of the most-loaded EP rank over the balanced mean, per MoE layer and
+    micro-batch: min(rho, ep), rho = `Job.moe_load_imbalance` (--moe-load-imbalance).
+
+    Mechanism: Megatron-Core's dropless MoE (no `moe_expert_capacity_factor`) hands each EP
+    rank's experts exactly the tokens routed to them: the dispatcher counts them per expert
+    (`tokens_per_expert`, megatron/core/transformer/moe/token_dispatcher.py
+    `MoEAlltoAllTokenDispatcher.preprocess` / `dispatch_postprocess`), the all-to-all splits
+    follow those counts, and `TEGroupedMLP.forward(permuted_input, tokens_per_expert)` runs the
+    grouped GEMM with one row block per local expert (experts.py). Every rank then waits in the
+    combine all-to-all (and in the next layer's collectives) for the rank that received the most
+    rows, so a layer's time on every rank is the most-loaded rank's. Its routed rows are
+    rho x the balanced top_k·tokens·ep/E, and so are its permute / re-sort copies, the routed
+    elementwise and activation traffic, the all-to-all bytes it receives (dispatch) and sends
+    back (combine), and its routed activation memory (peak memory is that rank's). Router,
+    attention, shared experts and dense layers see every token once and do not scale.
+
+    rho is the user's statement from their own run (max over EP ranks / mean of each rank's
+    summed `tokens_per_expert`, docs/user-guide.md), not a fitted number; the default 1 is
+    balanced routing and leaves every cost unchanged. It is capped at ep: a rank holds at most
+    all ep ranks' routed tokens (ep = 1: one rank holds every expert, nothing waits). A recipe
+    that drops tokens at a capacity factor would cap it at min(rho, capacity); no recipe here
+    drops (the spec has no capacity factor: every MoE is costed dropless).
+    """
+    ep_ = _f(ep)
+    rho = float(job.moe_load_imbalance)
+    if rho == 1.0:
+        return np.ones_like(ep_)
+    return np.minimum(rho, np.maximum(ep_, 1.0))

@@ -103,6 +103,8 @@ def expert_token_factor(tp: npt.ArrayLike, etp: npt.ArrayLike | None) -> FloatAr
     rank enters the MoE with its tokens/tp sequence-parallel share (moe_layer.py:636 requires
     SP with TP). An expert-TP rank therefore computes etp x tokens/tp routed tokens: the factor
     etp/tp (exactly 1 when etp is unset or equals tp, so the default costs are unchanged).
+    Balanced routing: a caller whose term is the rank's routed work multiplies it by
+    `common.routed_load` (--moe-load-imbalance).
     """
     tp_ = _f(tp)
     if etp is None:
@@ -112,14 +114,17 @@ def expert_token_factor(tp: npt.ArrayLike, etp: npt.ArrayLike | None) -> FloatAr
 
 
 def moe_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike,
-              ep: npt.ArrayLike, etp: npt.ArrayLike | None = None) -> list[Gemm]:
+              ep: npt.ArrayLike, etp: npt.ArrayLike | None = None,
+              load: npt.ArrayLike = 1.0) -> list[Gemm]:
     """Router, routed experts (E/ep local experts, balanced routing) and shared experts.
 
     Each rank's experts receive on average tokens·top_k·ep/E tokens each (balanced top-k routing
     over the ep group) in the default layout, where expert tensor parallelism equals tp; with
     an expert-TP size `etp` (parallel folding) that is scaled by `expert_token_factor` (etp/tp)
     and the expert linears split over etp instead of tp. Shared experts stay on the attention
-    tp group (a dense MLP).
+    tp group (a dense MLP). `load` is the most-loaded EP rank's routed rows over the balanced
+    mean (`common.routed_load`, --moe-load-imbalance): it multiplies the routed experts' rows
+    only; the router and the shared experts see every token once.
     """
     moe = model.moe
     assert moe is not None
@@ -131,7 +136,8 @@ def moe_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike,
     one = np.ones_like(t * tp_ * ep_ * etp_)
     h = model.hidden_size
     up = 2 * moe.expert_ffn_hidden_size if model.gated_mlp else moe.expert_ffn_hidden_size
-    per_expert = t * moe.top_k * ep_ / moe.num_experts * fac
+    # per-rank routed work: the most-loaded rank's rows (x load)
+    per_expert = t * moe.top_k * ep_ / moe.num_experts * fac * _f(load)
     local = moe.num_experts / ep_
     out = [
         Gemm("router", t * one, h * one, moe.num_experts * one, one),
@@ -145,11 +151,13 @@ def moe_gemms(model: ModelSpec, tokens: npt.ArrayLike, tp: npt.ArrayLike,
 
 
 def layer_gemms(model: ModelSpec, moe: bool, tokens: npt.ArrayLike, tp: npt.ArrayLike,
-                ep: npt.ArrayLike, etp: npt.ArrayLike | None = None) -> list[Gemm]:
-    """All forward GEMMs of one layer on one rank (attention projections + MLP or MoE)."""
+                ep: npt.ArrayLike, etp: npt.ArrayLike | None = None,
+                load: npt.ArrayLike = 1.0) -> list[Gemm]:
+    """All forward GEMMs of one layer on one rank (attention projections + MLP or MoE; `load`:
+    `moe_gemms`)."""
     g = attention_gemms(model, tokens, tp)
     if moe:
-        return g + moe_gemms(model, tokens, tp, ep, etp)
+        return g + moe_gemms(model, tokens, tp, ep, etp, load)
     return g + mlp_gemms(model, tokens, tp, model.ffn_hidden_size)
 
 

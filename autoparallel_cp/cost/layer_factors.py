@@ -27,6 +27,7 @@ from autoparallel_cp.cost.common import (
     _mode,
     node,
     options_for,
+    routed_load,
 )
 from autoparallel_cp.cost.constants import (
     EAGER_HOST_S_PER_LAYER,
@@ -190,6 +191,9 @@ def _one_layer(
         ep_ = np.ones_like(ep_)
     s = float(job.seq_len)
     tokens = mbs_ * s / cp_
+    # the most-loaded EP rank's routed work over the balanced mean (--moe-load-imbalance,
+    # common.routed_load; 1 on dense layers, where ep_ is 1)
+    load = routed_load(job, ep_)
     dtype, slow = recipe.compute_dtype, job_compute_stretch(job)  # the slowest GPU's pace
 
     # ---- activations ----
@@ -211,7 +215,7 @@ def _one_layer(
     fwd_by_name: dict[str, FloatArray] = {}
     bwd_by_name: dict[str, FloatArray] = {}
     dgrad_by_name: dict[str, FloatArray] = {}
-    for gm in (gemm_list := layer_gemms(model, moe, tokens, tp_, ep_, etp_)):
+    for gm in (gemm_list := layer_gemms(model, moe, tokens, tp_, ep_, etp_, load)):
         gdt = fp8_casts.dtype_of(gm, dtype)
         f = slow * gm.count * gemm_time(gpu, gm.m, gm.k, gm.n, gdt) \
             * _ub_rs_stretch(gpu, opts, gm.name, tp_)
@@ -243,7 +247,8 @@ def _one_layer(
         sm_bytes = heads * sq * s * (2 * recipe.activation_bytes + (5.0 if opts.dropout else 0.0))
         att_f = qk + av + hbm_time(gpu, sm_bytes)
         att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
-    ew_f = hbm_time(gpu, elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_) * tokens)
+    ew_f = hbm_time(gpu, elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_, load)
+                   * tokens)
     ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
     ew_f, ew_b = fp8_casts.with_cast_time(job, opts, gpu, gemm_list, tp_, sp_, ew_f, ew_b)
     ub = unfused_ops.layer_unfused_bytes(job, opts, moe, tp_, mbs_)  # op by op
@@ -287,7 +292,7 @@ def _one_layer(
     glu_replay = np.zeros_like(tokens)
     if moe and opts.moe_glu_clamp_bias and model.moe is not None:
         # Megatron-Core's eager clamp chain and fp32 fc2 bias (cost/moe_glu_bias.py)
-        gb = glu_clamp_bias_bytes(model, recipe.activation_bytes, tp_, etp_)
+        gb = glu_clamp_bias_bytes(model, recipe.activation_bytes, tp_, etp_, load)
         glu_f = hbm_time(gpu, (gb.clamp_fwd + gb.bias_fwd) * tokens)
         copies_f, expert_f = copies_f + glu_f, expert_f + glu_f
         copies_b = copies_b + hbm_time(gpu, (gb.clamp_bwd + gb.bias_bwd) * tokens)
@@ -374,6 +379,8 @@ def _one_layer(
         # HybridEP / DeepEP wait on the dispatch itself: it runs before the wait
         g_post = expert_f + (ep_f / 2 if opts.ep_dispatcher == "flex" else ep_f)
         g_fwd = fwd_compute + tp_fwd + cp_f + ep_f
+        # host operations are counted per call and local expert, not per token: the
+        # imbalance reaches the wait only through the scaled GPU times g_post / g_fwd
         host, host_rc = moe_host.moe_host_exposed(
             job, opts, model.moe.num_experts / ep_, tp_, g_post, g_fwd - g_post,
             compute + tp_total + cp_total + ep_total - g_fwd)

@@ -27,7 +27,8 @@ from autoparallel_cp.spec import GPUSpec, Job
 
 
 def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
-                           options: CostOptions, etp: FloatArray | None = None) -> FloatArray:
+                           options: CostOptions, etp: FloatArray | None = None,
+                           load: FloatArray | float = 1.0) -> FloatArray:
     """Forward HBM traffic per token of a layer's memory-bound ops (norms, adds, activation).
 
     Norm: read input, write output (two pre-norms, + Gemma's two post-norms); residual add:
@@ -40,6 +41,10 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
     bshd attention output to a contiguous tensor and, with `gqa_repeat_kv`, expand K, V to every
     query head; these plain copies are one kernel each, fused or not. A fused recipe's
     `unfused_ops` are left out here (`unfused_ops.unfused_op_bytes`).
+    `load` (`common.routed_load`, --moe-load-imbalance) multiplies the most-loaded EP rank's
+    routed terms (the routed experts' activation; the permute copies where they act on received
+    copies: the flex dispatcher); norms, adds, rotary and the shared experts' activation see
+    every token once.
     """
     model = job.model
     recipe = job.recipe
@@ -56,12 +61,21 @@ def elementwise_bytes_fwd(job: Job, moe: bool, tp: FloatArray, sp: FloatArray,
         norms = norms + 2 * 2 * ab * h * rep
     adds = 2 * 3 * res * h * rep
     if moe and model.moe is not None:
-        ffn = model.moe.top_k * model.moe.expert_ffn_hidden_size + (
+        # routed experts' activation: per-rank routed work (x load); shared: every token once
+        ffn = model.moe.top_k * model.moe.expert_ffn_hidden_size * load + (
             model.moe.num_shared_experts * model.moe.shared_ffn)
         if options.ep_dispatcher != "allgather":
             # permute + unpermute copies of the routed tokens (the allgather dispatcher's own
             # gathers and scatters are `moe_comm.allgather_permute_bytes`)
-            adds = adds + 4 * ab * h * model.moe.top_k * expert_token_factor(tp, etp)
+            # Imbalance: the alltoall dispatcher permutes the rank's own tokens' top_k copies
+            # before its dispatch and unpermutes them after the combine (token_dispatcher.py
+            # `MoEAlltoAllTokenDispatcher.dispatch_preprocess` / `combine_postprocess`): the
+            # same count on every rank whatever the routing, no scaling. The flex dispatcher
+            # permutes the received copies after its dispatch and unpermutes them before its
+            # combine (`MoEFlexTokenDispatcher.dispatch_postprocess` / `combine_preprocess`):
+            # the rank's routed work, x load.
+            own = load if options.ep_dispatcher == "flex" else 1.0
+            adds = adds + 4 * ab * h * model.moe.top_k * expert_token_factor(tp, etp) * own
     else:
         ffn = model.ffn_hidden_size
     unf = unfused_ops.active_ops(job, options)  # costed by unfused_ops

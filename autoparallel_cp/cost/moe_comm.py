@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoparallel_cp.cost import comm
-from autoparallel_cp.cost.common import FloatArray, node
+from autoparallel_cp.cost.common import FloatArray, node, routed_load
 from autoparallel_cp.cost.flops import expert_token_factor
 from autoparallel_cp.spec import Job
 
@@ -15,10 +15,14 @@ def dispatch_time(job: Job, g: int, ep: FloatArray, stride: FloatArray,
                   copy_bytes: FloatArray, flex: bool) -> FloatArray:
     """One dispatch (or combine) of a rank's routed tokens over its ep group of rank `stride`:
     `copy_bytes` is one copy of every routed token (x top_k copies travel). NCCL all-to-all of
-    the top_k copies, or the node-deduplicating flex dispatcher (`comm.flex_dispatch`)."""
+    the top_k copies, or the node-deduplicating flex dispatcher (`comm.flex_dispatch`).
+
+    Scales with `common.routed_load`: the most-loaded rank receives (dispatch) and sends back
+    (combine) load x the balanced volume, and the exchange ends when it has."""
     moe = job.model.moe
     assert moe is not None
     nd = node(job, g)
+    copy_bytes = copy_bytes * routed_load(job, ep)  # per-rank routed traffic: scales
     if flex:
         return comm.flex_dispatch(nd, ep, stride, copy_bytes, moe.top_k, moe.num_experts)
     return comm.all_to_all(nd, ep, stride, copy_bytes * moe.top_k)
@@ -45,8 +49,9 @@ def folded_moe_comm(job: Job, g: int, tokens: FloatArray, tp: FloatArray, ep: Fl
     assert model.moe is not None
     act_b = float(job.recipe.activation_bytes)
     copy = tokens / tp * model.hidden_size * act_b  # one copy of the rank's routed tokens
-    a2a = dispatch_time(job, g, ep, etp, copy, flex)
-    gathered = etp * copy * model.moe.top_k
+    a2a = dispatch_time(job, g, ep, etp, copy, flex)  # scaled by routed_load inside
+    # the etp gather / scatter of the received tokens: per-rank routed traffic, scales
+    gathered = etp * copy * model.moe.top_k * routed_load(job, ep)
     etp_coll = comm.all_gather(nd, etp, 1, gathered) + comm.reduce_scatter(nd, etp, 1, gathered)
     return 2 * a2a + etp_coll
 
@@ -71,8 +76,9 @@ def sort_chunks_bytes(job: Job, tp: FloatArray, ep: FloatArray, etp: FloatArray 
     assert moe is not None
     tp_ = np.asarray(tp, dtype=np.float64)
     ep_ = np.asarray(ep, dtype=np.float64)
+    # the rank's routed copies (x routed_load: per-rank routed work, scales)
     per = (4.0 * float(job.recipe.activation_bytes) * job.model.hidden_size * moe.top_k
-           * expert_token_factor(tp_, etp))
+           * expert_token_factor(tp_, etp) * routed_load(job, ep_))
     local = moe.num_experts / np.maximum(ep_, 1.0)
     return np.where((local > 1) & (not flex), per, 0.0 * per)
 
@@ -101,7 +107,10 @@ def allgather_permute_bytes(job: Job, tp: FloatArray, ep: FloatArray,
     assert moe is not None
     row = job.model.hidden_size * float(job.recipe.activation_bytes)
     n = np.asarray(ep, dtype=np.float64)
-    copies = moe.top_k * expert_token_factor(np.asarray(tp, dtype=np.float64), etp)
+    # L: the rank's routed copies (x routed_load: per-rank routed work, scales); N: every
+    # gathered token, once per rank whatever the routing (does not scale)
+    copies = (moe.top_k * expert_token_factor(np.asarray(tp, dtype=np.float64), etp)
+              * routed_load(job, n))
     return (14.0 * copies + 3.0 * n) * row, (17.0 * copies + n) * row
 
 

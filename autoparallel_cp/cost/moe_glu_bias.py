@@ -62,16 +62,19 @@ class GluBiasBytes:
 
 
 def glu_clamp_bias_bytes(model: ModelSpec, act_bytes: float, tp: ArrayLike,
-                         etp: ArrayLike | None = None) -> GluBiasBytes:
-    """Per-token bytes of the clamp chain and the eager fc2 bias (module docstring)."""
+                         etp: ArrayLike | None = None,
+                         load: ArrayLike = 1.0) -> GluBiasBytes:
+    """Per-token bytes of the clamp chain and the eager fc2 bias (module docstring); every term
+    is the rank's routed copies, so all scale with `load` (`common.routed_load`)."""
     tp_ = _f(tp)
     mo = model.moe
     if mo is None:
         z = np.zeros_like(tp_)
         return GluBiasBytes(z, z, z, z, z)
     ab = float(act_bytes)
-    fc1_out = mo.top_k * 2.0 * mo.expert_ffn_hidden_size / tp_  # [N, 2F] elements per token
-    fc2_out = mo.top_k * float(model.hidden_size) * expert_token_factor(tp_, etp)
+    ld = _f(load)  # per-rank routed work: the most-loaded rank's N
+    fc1_out = mo.top_k * 2.0 * mo.expert_ffn_hidden_size / tp_ * ld  # [N, 2F] per token
+    fc2_out = mo.top_k * float(model.hidden_size) * expert_token_factor(tp_, etp) * ld
     return GluBiasBytes(
         clamp_fwd=4.0 * ab * fc1_out,
         clamp_bwd=5.0 * ab * fc1_out,

@@ -142,7 +142,11 @@ def moe_host_exposed(job: Job, opts: CostOptions, n_local: ArrayLike, tp: ArrayL
                      ) -> tuple[FloatArray, FloatArray]:
     """(exposed host seconds of one MoE layer's forward + backward, of its replayed forward)
     per micro-batch, given the GPU seconds of the forward's post-wait block (dispatch, experts,
-    combine), of the rest of the forward, and of the backward."""
+    combine), of the rest of the forward, and of the backward.
+
+    --moe-load-imbalance: the host counts are per call and local expert, not per routed token,
+    so they do not scale; the most-loaded rank's longer GPU blocks arrive through g_post /
+    g_pre / g_bwd (`layer_factors`, `common.routed_load`)."""
     post, pre, bwd = host_ops(job, opts, n_local, tp)
     c = MCORE_HOST_S_PER_OP
     h1, h2, hb = post * c, pre * c, bwd * c

@@ -17,7 +17,17 @@ P + (1 + f)·T <= usable - context; the tables' stage sum is exactly P + (1 + f)
 term is charged by its own class and the charges are linear (the max of working sets commutes
 with a positive scale).
 
-Kept whole (about 410 lines): the tables and `plan_cost`, their one exact reader, must change
+A stated MoE load imbalance (`Job.moe_load_imbalance`, rho) needs nothing here: it enters only
+through the cost model's layer factors (`common.routed_load`: the MoE rows' routed terms x
+min(rho, ep), ep being a layer-factor axis already), so it changes table entries, never their
+axes or the composition. The bounds stay valid: the master's bound uses only the composition
+and that the factors are >= 0 (cpsat_master.py), key_bounds.py checks the signs of its per-key
+coefficients at run time (not to be confused with this rho), and a non-negative term times
+min(rho, ep) >= 1 stays non-negative and enters the same sums; the solver and `plan_cost` read
+the same scaled entries (tests/search/test_moe_imbalance_search.py: CP-SAT == enumeration at
+rho 1.5, LB(key) <= each key's best at rho 2).
+
+Kept whole (about 420 lines): the tables and `plan_cost`, their one exact reader, must change
 together; splitting them would put the composition the solver proves against in two files.
 """
 

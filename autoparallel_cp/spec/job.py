@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 from pydantic import Field, model_validator
@@ -38,9 +39,15 @@ class Job(Strict):
     calibration: Calibration | None = None
     #: fraction of each GPU's memory kept free (--mem-headroom): a capacity reduction
     mem_headroom: float = Field(0.0, ge=0.0, lt=0.5)
+    #: --moe-load-imbalance: the user's statement of the most-loaded EP rank's routed tokens over
+    #: the mean rank's, per MoE layer and micro-batch (1 = balanced routing; cost/common.py
+    #: `routed_load` applies it). Read from the run's own Megatron `tokens_per_expert` logs, it
+    #: is not a fitted number.
+    moe_load_imbalance: float = 1.0
 
     @model_validator(mode="after")
     def _check(self) -> Job:
+        self._check_moe_load_imbalance()
         if self.tokens_per_step > MAX_TOKENS_PER_STEP:
             raise ValueError(
                 f"global_batch x seq_len = {self.tokens_per_step:,} tokens per step, more than "
@@ -79,6 +86,29 @@ class Job(Strict):
                 "use more or faster GPUs"
             )
         return self
+
+    def _check_moe_load_imbalance(self) -> None:
+        rho = self.moe_load_imbalance
+        if not math.isfinite(rho) or rho < 1.0:
+            raise ValueError(
+                f"moe_load_imbalance must be a finite number >= 1 (the most-loaded EP rank's "
+                f"routed tokens over the mean rank's; 1 = balanced), got {rho}")
+        moe = self.model.moe
+        if moe is None and rho != 1.0:
+            raise ValueError(
+                f"moe_load_imbalance {rho:g} given for {self.model.name!r}, a dense model "
+                "(no routed experts): leave it at 1")
+        if moe is not None and rho > moe.num_experts:
+            # an EP rank holds at most all ep <= num_experts ranks' tokens: rho <= ep
+            raise ValueError(
+                f"moe_load_imbalance {rho:g} exceeds num_experts ({moe.num_experts}): the "
+                "most-loaded of ep ranks holds at most ep times the mean, and ep <= num_experts")
+
+    def with_moe_load_imbalance(self, rho: float) -> Job:
+        """This job with the stated MoE load imbalance (validated: ValueError on bad input)."""
+        job = self.model_copy(update={"moe_load_imbalance": float(rho)})
+        job._check_moe_load_imbalance()
+        return job
 
     def calibrated(self, calibration: Calibration | None = None,
                    mem_headroom: float | None = None) -> Job:
