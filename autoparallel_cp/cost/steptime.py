@@ -143,6 +143,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     sync, mb_grad, unit_lat = _dp_factors(job, plan)
 
     out: list[StageTime] = []
+    p2p_of: dict[int, float] = {}
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
         per_dense, per_exp, z3_per, fixed = sync(g)
@@ -196,8 +197,10 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                 z3 += job.model.mtp_layers * (
                     float(F.overlap_exposed(z3_per * d_mtp + lat_mb, t_mtp))
                     + F.zero3_copy_factor(job, g) * d_mtp)
-        p2p = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp, plan.vpp,
-                                 plan.dp))
+        if g not in p2p_of:  # the same for every stage of a node group
+            p2p_of[g] = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp,
+                                           plan.vpp, plan.dp))
+        p2p = p2p_of[g]
         # expert gradients reduce over the expert-DP group, which folding can make larger than
         # dp*cp (tp*cp*dp/(etp*ep) ranks); by default it is never larger
         synced = plan.dp * plan.cp > 1 or plan.expert_dp > 1
