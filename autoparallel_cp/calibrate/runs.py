@@ -2,7 +2,9 @@
 
 Training rows (INTERFACE.md): `model`, `cluster`, `gpus`, `seq_len`, `global_batch`, `recipe`,
 `plan` (a `--plan` string), and `step_s` or `tokens_per_s_per_gpu`; optional `peak_gib`
-(torch.cuda.max_memory_allocated, GiB). Missing model / cluster / recipe come from the command
+(torch.cuda.max_memory_allocated, GiB) and, for MoE runs, `moe_load_imbalance` (the run's
+most-loaded EP rank's routed tokens over the mean, as `--moe-load-imbalance` takes it; 1 when
+empty). Missing model / cluster / recipe come from the command
 line; a file name there is looked up relative to the working folder, then to the CSV's. A
 `kind` column, when present, tells training rows (`train`, the default) from the microbenchmark
 rows of `ap-solve measure` (`gemm`, `all_gather`, `reduce_scatter`,
@@ -141,6 +143,12 @@ def load_runs(path: str | Path, *, model: str | None = None, cluster: str | None
         except ValueError as exc:
             raise _err(p, i, "gpus", str(exc)) from None
         job = Job(model=m, cluster=sub, recipe=r, seq_len=seq, global_batch=gb)
+        rho = _num(p, i, rec, "moe_load_imbalance", required=False)
+        if rho is not None:
+            try:
+                job = job.with_moe_load_imbalance(rho)
+            except ValueError as exc:
+                raise _err(p, i, "moe_load_imbalance", str(exc)) from None
         plan_text = _text(p, i, rec, "plan", None)
         try:
             plan = parse_plan(plan_text, job)

@@ -57,6 +57,23 @@ def test_options_fill_missing_columns(tmp_path: Path) -> None:
         load_runs(empty)
 
 
+def test_moe_load_imbalance_column(tmp_path: Path) -> None:
+    """A MoE run's stated imbalance rides on its job (the cost it adds is the run's, not a
+    knob to fit); empty means balanced; a dense run with one, or rho < 1, names the field."""
+    header = "model,cluster,gpus,seq_len,global_batch,plan,step_s,moe_load_imbalance\n"
+    p = _csv(tmp_path, 'mixtral-8x7b,dgx-h100,16,4096,64,"tp=2,pp=2,ep=4,mbs=1",3.9,1.5\n',
+             'mixtral-8x7b,dgx-h100,16,4096,64,"tp=2,pp=2,ep=4,mbs=1",2.9,\n', header=header)
+    runs, _ = load_runs(p)
+    assert [r.job.moe_load_imbalance for r in runs] == [1.5, 1.0]
+    for row, words in (('llama3-8b,dgx-h100,8,4096,64,"tp=8",6.1,1.2\n', "dense model"),
+                       ('mixtral-8x7b,dgx-h100,16,4096,64,"tp=2,pp=2,ep=4",3.9,0.5\n',
+                        ">= 1")):
+        with pytest.raises(InputError) as exc:
+            load_runs(_csv(tmp_path, row, header=header))
+        msg = str(exc.value)
+        assert "row 1" in msg and "field 'moe_load_imbalance'" in msg and words in msg, msg
+
+
 def _runs_from_model(tmp_path: Path) -> Path:
     """Runs measured on a cluster 20 % slower than modelled, with a fixed 0.2 s per step."""
     from autoparallel_cp.api import as_plan, evaluate, make_job
