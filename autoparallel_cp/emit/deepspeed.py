@@ -65,8 +65,10 @@ def deepspeed_config(job: Job, plan: Plan) -> tuple[dict[str, Any], list[str]]:
         # (0.19.8 deepspeed/__init__.py:433 initialize(model=...)); the windowed layers are
         # costed as a local flash kernel that skips the masked-out tiles
         # (cost/flops.py window_kernel_length)
-        which = "every layer" if m.sliding_window_layers is None else \
-            "layers " + ",".join(str(i) for i in range(m.num_layers) if m.is_window_layer(i))
+        pat = m.sliding_window_layers
+        which = "every layer" if pat is None else (
+            f"the layers i with i mod {len(pat)} in "
+            "{" + ",".join(str(i) for i, w in enumerate(pat) if w) + "}")
         notes.append(f"required: the model's attention runs the sliding window on {which} "
                      f"(0-based) with a kernel that skips the masked-out keys, e.g. flash-attn "
                      f"window_size=({m.sliding_window_left}, 0) (Hugging Face sliding_window "
