@@ -268,6 +268,11 @@ RULES: tuple[Rule, ...] = (
          "schedule when pp > 1",
          f"{_MG} megatron/core/transformer/transformer_config.py:3007-3011",
          _mg_ep_overlap),
+    Rule("torchtitan", "model",
+         "torchtitan builds models from its own registries, with a flavor for "
+         + ", ".join(TORCHTITAN_MODELS) + " only",
+         f"{_TT} torchtitan/models/llama3/__init__.py:369, deepseek_v3/__init__.py:616 "
+         "(model_registry)", _tt_model),
     Rule("torchtitan", "sliding_window_left",
          "the llama3 and deepseek_v3 flavors the settings name build full causal attention on "
          "every layer (no window field); torchtitan's sliding windows belong to its gpt_oss "
@@ -280,11 +285,6 @@ RULES: tuple[Rule, ...] = (
          "torchtitan/models/llama3/model/model.py:510-522 (causal or block-causal masks) and "
          "models/attention.py:98 (varlen window_size (-1, 0))",
          _tt_window),
-    Rule("torchtitan", "model",
-         "torchtitan builds models from its own registries, with a flavor for "
-         + ", ".join(TORCHTITAN_MODELS) + " only",
-         f"{_TT} torchtitan/models/llama3/__init__.py:369, deepseek_v3/__init__.py:616 "
-         "(model_registry)", _tt_model),
     Rule("torchtitan", "zero",
          "no optimizer-only sharding: FSDP (zero=2 reshard never, zero=3 reshard always) or "
          "replication (zero=0)",
