@@ -26,12 +26,13 @@ from typing import Any
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec.hf_fields import (
     _bool,
+    _decoder,
+    _gated_act,
     _get,
     _heads,
     _int,
     _llama_like,
     _sliding_window,
-    _str,
     check_layers,
 )
 
@@ -114,33 +115,28 @@ def _qwen(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
     return out
 
 
+#: GptOssConfig's defaults of the integer fields a file may leave out
+#: (configuration_gpt_oss.py @828a27fd)
+_GPT_OSS_DEFAULTS = {"hidden_size": 2880, "num_attention_heads": 64, "num_hidden_layers": 36,
+                     "intermediate_size": 2880, "vocab_size": 201088,
+                     "max_position_embeddings": 131072}
+
+
 def _gpt_oss(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
     """GPT-OSS: every layer MoE, biases everywhere, attention sinks, alternating windows."""
-    h = _int(cfg, "hidden_size", source, 2880)
-    a = _int(cfg, "num_attention_heads", source, 64)
-    act = _str(cfg, "hidden_act", source, "silu")
-    if act not in ("silu", "swish"):
-        raise InputError(f"{arch}: only the gated SiLU expert MLP is supported, got {act!r}",
-                         source=source, field="hidden_act")
+    _gated_act(cfg, source, arch, "hidden_act", "silu", ("silu", "swish"),
+               "gated SiLU expert MLP")
     top_k = _int(cfg, "num_experts_per_tok", source, 4)
     alias = _int(cfg, "experts_per_token", source, top_k)
     if alias != top_k:
         raise InputError(f"experts_per_token ({alias}) disagrees with num_experts_per_tok "
                          f"({top_k}), which transformers reads", source=source,
                          field="experts_per_token")
-    ffn = _int(cfg, "intermediate_size", source, 2880)
-    out: dict[str, Any] = {
-        "num_layers": _int(cfg, "num_hidden_layers", source, 36),
-        "hidden_size": h,
-        "ffn_hidden_size": ffn,  # no dense layer; the experts' width
-        "num_attention_heads": a,
-        **_heads({"num_key_value_heads": 8, **cfg}, source, h, a, 64),
-        "vocab_size": _int(cfg, "vocab_size", source, 201088),
-        "max_position_embeddings": _int(cfg, "max_position_embeddings", source, 131072),
-        "position_embedding": "rope",
-        "tie_embeddings": _bool(cfg, "tie_word_embeddings", source, False),
-        "mlp": "quick-geglu",  # modeling_gpt_oss.py: gate * sigmoid(1.702 gate), (up + 1)
-        "norm": "rmsnorm",
+    # ffn_hidden_size: no dense layer; it is the experts' width.
+    # mlp: modeling_gpt_oss.py's gate * sigmoid(1.702 gate), times (up + 1)
+    out = _decoder({"num_key_value_heads": 8, **cfg}, source, mlp="quick-geglu", head_dim=64,
+                   defaults=_GPT_OSS_DEFAULTS)
+    out.update({
         "qkv_bias": True,
         "attn_out_bias": True,
         "mlp_bias": True,  # gate_up_proj_bias and down_proj_bias of every expert
@@ -148,37 +144,22 @@ def _gpt_oss(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
         "moe": {
             "num_experts": _int(cfg, "num_local_experts", source, 128),
             "top_k": top_k,
-            "expert_ffn_hidden_size": ffn,
+            "expert_ffn_hidden_size": out["ffn_hidden_size"],
             "router_linear_bias": True,
         },
-    }
+    })
     out.update(_sliding_window(cfg, source, arch, out["num_layers"]))
     return out
 
 
 def _gemma(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
     """Gemma 2 / Gemma 3 text: GeGLU, four norms per layer, explicit head_dim (Gemma 3: QK norm)."""
-    h = _int(cfg, "hidden_size", source)
-    a = _int(cfg, "num_attention_heads", source)
     key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
-    act = _str(cfg, key, source, "gelu_pytorch_tanh")
-    if not act.startswith("gelu"):
-        raise InputError(f"{arch}: only the gated GELU MLP (GeGLU) is supported, got {act!r}",
-                         source=source, field=key)
-    out: dict[str, Any] = {
-        "num_layers": _int(cfg, "num_hidden_layers", source),
-        "hidden_size": h,
-        "ffn_hidden_size": _int(cfg, "intermediate_size", source),
-        "num_attention_heads": a,
-        **_heads(cfg, source, h, a, 256),
-        "vocab_size": _int(cfg, "vocab_size", source),
-        "max_position_embeddings": _int(cfg, "max_position_embeddings", source, 8192),
-        "position_embedding": "rope",
-        "tie_embeddings": _bool(cfg, "tie_word_embeddings", source, True),
-        "mlp": "geglu",  # gate, up, down with a GELU gate
-        "norm": "rmsnorm",
-        "post_norms": True,
-    }
+    _gated_act(cfg, source, arch, key, "gelu_pytorch_tanh", ("gelu",), "gated GELU MLP (GeGLU)",
+               prefix=True)
+    out = _decoder(cfg, source, mlp="geglu", head_dim=256, tie=True,
+                   defaults={"max_position_embeddings": 8192})
+    out["post_norms"] = True
     if arch == "Gemma3ForCausalLM":
         out["qk_norm"] = True
     if _bool(cfg, "attention_bias", source, False):

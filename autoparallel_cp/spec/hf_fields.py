@@ -70,6 +70,42 @@ def _heads(cfg: Mapping[str, Any], source: str, h: int, a: int,
     return out
 
 
+def _gated_act(cfg: Mapping[str, Any], source: str, arch: str, key: str, default: str,
+               allowed: tuple[str, ...], what: str, *, prefix: bool = False) -> None:
+    """Refuse an MLP activation the gated unit `what` does not run (the config's `key`:
+    one of `allowed`, or with `prefix` one starting with one of them)."""
+    act = _str(cfg, key, source, default)
+    if not (act.startswith(allowed) if prefix else act in allowed):
+        raise InputError(f"{arch}: only the {what} is supported, got {act!r}", source=source,
+                         field=key)
+
+
+def _decoder(cfg: Mapping[str, Any], source: str, *, mlp: str, head_dim: int | None = None,
+             tie: bool = False, defaults: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The spec fields every RoPE / RMSNorm decoder config carries: layers, widths, heads
+    (`_heads`, `head_dim` its config class's default), vocabulary, positions, tied embeddings
+    (`tie` the class default) and the gated MLP `mlp`. `defaults`: config-class defaults of
+    the integer fields a file may leave out (an absent key without one is an error)."""
+    d: Mapping[str, Any] = defaults or {}
+    h = _int(cfg, "hidden_size", source, d.get("hidden_size", ...))
+    a = _int(cfg, "num_attention_heads", source, d.get("num_attention_heads", ...))
+    return {
+        "num_layers": _int(cfg, "num_hidden_layers", source, d.get("num_hidden_layers", ...)),
+        "hidden_size": h,
+        "ffn_hidden_size": _int(cfg, "intermediate_size", source,
+                                d.get("intermediate_size", ...)),
+        "num_attention_heads": a,
+        **_heads(cfg, source, h, a, head_dim),
+        "vocab_size": _int(cfg, "vocab_size", source, d.get("vocab_size", ...)),
+        "max_position_embeddings": _int(cfg, "max_position_embeddings", source,
+                                        d.get("max_position_embeddings", 4096)),
+        "position_embedding": "rope",
+        "tie_embeddings": _bool(cfg, "tie_word_embeddings", source, tie),
+        "mlp": mlp,
+        "norm": "rmsnorm",
+    }
+
+
 def check_layers(layers: int, source: str) -> None:
     """Refuse a layer count outside the spec's bounds before building per-layer lists."""
     if not 1 <= layers <= MAX_LAYERS:
@@ -138,28 +174,10 @@ def _sliding_window(cfg: Mapping[str, Any], source: str, arch: str,
 
 
 def _llama_like(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
-    h = _int(cfg, "hidden_size", source)
-    a = _int(cfg, "num_attention_heads", source)
-    act = _str(cfg, "hidden_act", source, "silu")
-    if act not in ("silu", "swish"):
-        raise InputError(
-            f"{arch}: only the gated SiLU MLP (SwiGLU) is supported, got {act!r}",
-            source=source, field="hidden_act",
-        )
+    _gated_act(cfg, source, arch, "hidden_act", "silu", ("silu", "swish"),
+               "gated SiLU MLP (SwiGLU)")
     attn_bias = _bool(cfg, "attention_bias", source, False)
-    out: dict[str, Any] = {
-        "num_layers": _int(cfg, "num_hidden_layers", source),
-        "hidden_size": h,
-        "ffn_hidden_size": _int(cfg, "intermediate_size", source),
-        "num_attention_heads": a,
-        **_heads(cfg, source, h, a),
-        "vocab_size": _int(cfg, "vocab_size", source),
-        "max_position_embeddings": _int(cfg, "max_position_embeddings", source, 4096),
-        "position_embedding": "rope",
-        "tie_embeddings": _bool(cfg, "tie_word_embeddings", source, False),
-        "mlp": "swiglu",
-        "norm": "rmsnorm",
-    }
+    out = _decoder(cfg, source, mlp="swiglu")
     if arch == "Qwen2ForCausalLM":
         out["qkv_bias"] = True  # Qwen2Attention: q/k/v projections with bias, o without
     elif attn_bias:
