@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from autoparallel_cp.cost.evaluate import evaluate
-from autoparallel_cp.search.cpsat_master import Key, build_master
-from autoparallel_cp.search.solve import enumerate_plans, solve
+from autoparallel_cp.search.cpsat_master import build_master
+from autoparallel_cp.search.solve import enumerate_plans
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import build_tables
 from autoparallel_cp.spec import Job, ModelSpec, MoESpec
 from autoparallel_cp.spec.loaders import load_cluster
-from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan
+from tests.search.test_solver_vs_enumerate import _compare_tol, _key, _pinned_lb
 
 
 def _mini_moe(layers: int) -> ModelSpec:
@@ -33,20 +33,8 @@ def test_cpsat_equals_enumeration_at_rho_1_5() -> None:
     job = _job(1.5)
     space = SearchSpace.for_job(job, max_pp=2, max_vpp=2, max_mbs=2, zero=(1,))
     assert any(d.ep > 1 for d in space.degrees())  # the imbalance reaches some plans
-    a = solve(job, space, top_k=4, time_limit=120, workers=2)
-    b = enumerate_plans(job, space, top_k=4)
-    assert a.status == "optimal"
-    ca = [c for c, _ in a.stats["ranked"]]
-    cb = [c for c, _ in b.stats["ranked"]]
-    tol = a.error_bound_s + 1e-9
-    assert len(ca) == len(cb) == 4
-    for x, y in zip(ca, cb, strict=True):
-        assert x == pytest.approx(y, abs=tol)
-    keys_a = [p.key()[:10] for _, p in a.stats["ranked"]]
-    keys_b = [p.key()[:10] for _, p in b.stats["ranked"]]
-    for i, (ka, kb) in enumerate(zip(keys_a, keys_b, strict=True)):
-        if ka != kb:
-            assert ca[i] == pytest.approx(cb[i], abs=tol)
+    a = _compare_tol(job, space, 4)
+    assert len(a.stats["ranked"]) == 4
     # the solver ranks the imbalanced costs: its best plan's step time is the rho = 1.5
     # evaluation, above the balanced one wherever that plan has ep > 1
     best = a.plans[0]
@@ -58,25 +46,12 @@ def test_cpsat_equals_enumeration_at_rho_1_5() -> None:
         assert best.time.step_s == pytest.approx(balanced, rel=1e-12)
 
 
-def _key(p: Plan) -> Key:
-    return Key(tp=p.tp, cp=p.cp, pp=p.pp, dp=p.dp, ep=p.ep, vpp=p.vpp, sp=p.sp, zero=p.zero,
-               mbs=p.mbs, m=p.num_microbatches, mode=RECOMPUTE_MODES.index(p.recompute))
-
-
 def test_master_bound_holds_at_rho_2() -> None:
     """LB(key) of the master at rho = 2 never exceeds that key's exact best step time."""
-    from ortools.sat.python import cp_model
-
     job = _job(2.0, layers=6)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
     ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
     assert any(p.ep > 1 for _, p in ranked)
     master = build_master(build_tables(space))
     for cost, plan in ranked[::9]:
-        m = master.model.clone()
-        for lit in master.key_lits(_key(plan)):
-            m.add_bool_or([lit])
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        assert solver.solve(m) == cp_model.OPTIMAL
-        assert int(solver.objective_value) * master.unit_s <= cost + 1e-9
+        assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9

@@ -72,7 +72,8 @@ def _pinned_lb(master: Any, key: Key) -> int:
 
 
 
-def _compare_tol(job: Job, space: SearchSpace, k: int) -> None:
+def _compare_tol(job: Job, space: SearchSpace, k: int) -> Any:
+    """CP-SAT's top k equals the enumerator's (within the proven bound); the solve result."""
     a = solve(job, space, top_k=k, time_limit=120, workers=2)
     b = enumerate_plans(job, space, top_k=k)
     assert a.status == "optimal"
@@ -92,6 +93,7 @@ def _compare_tol(job: Job, space: SearchSpace, k: int) -> None:
     for ev in a.plans:
         assert ev.fits
     assert a.max_objective_diff_s <= a.error_bound_s + 1e-12
+    return a
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
