@@ -126,7 +126,7 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
     if bad:
         raise ValueError("plan breaks: " + "; ".join(bad))
     opts = F.options_for(job, options)
-    if opts != job.recipe.behaviour:
+    if options is not None and options != job.recipe.behaviour:
         # an override: the recipe's behaviour becomes it, so the factors that read the job's
         # recipe (pipeline sends, DP sync, FSDP copies: cost/sync.py) see it as the rest do
         job = job.model_copy(update={"recipe": job.recipe.model_copy(update={"behaviour": opts})})
