@@ -160,10 +160,15 @@ def plans_table(
 
 
 def band(value: float | None, interval: Sequence[float] | None) -> str:
-    """` ±9%`: half the nominal 80 % interval's width relative to the value ('' without)."""
+    """` -13%/+7%`: the nominal 80 % interval's ends relative to the value ('' without).
+
+    Both ends are shown, not half the width: the uncalibrated intervals are not centred (the
+    model's leave-one-source-out errors lean optimistic, cost/uncertainty.py), so a `±` would
+    hide on which side of the prediction a measured run is likelier to fall."""
     if value is None or not interval or value <= 0:
         return ""
-    return f" ±{(float(interval[1]) - float(interval[0])) / 2.0 / value:.0%}"
+    lo, hi = float(interval[0]) / value - 1.0, float(interval[1]) / value - 1.0
+    return f" {lo:+.0%}/{hi:+.0%}"
 
 
 def versus(p: Mapping[str, Any], best: Mapping[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,15 @@ def test_limits_and_formatting_helpers() -> None:
     assert report.fmt_time(0.0123) == "12.3 ms"
     assert report.fmt_count(1_234_567) == "1.23M"
     assert report.plan_label(_plan_dict()["plan"]) == "dp8 tp8 pp4 sp z1 mbs1 rc:selective"
+
+
+def test_band_shows_both_ends_of_an_uncentred_interval() -> None:
+    # The Megatron dense table of cost/uncertainty.py: q10 -0.1439, q90 +0.0719 (ln ratio):
+    # the measured run is likelier below the prediction, and the band says so.
+    value = 1181.0
+    iv = [value * math.exp(-0.1439), value * math.exp(0.0719)]
+    assert report.band(value, iv) == " -13%/+7%"
+    assert report.band(1000.0, [900.0, 1100.0]) == " -10%/+10%"
+    assert report.band(1000.0, [1020.0, 1200.0]) == " +2%/+20%"  # a calibrated shift
+    assert report.band(1000.0, None) == ""
+    assert report.band(None, [1.0, 2.0]) == ""
