@@ -864,8 +864,11 @@ STATED_PLAN: dict[str, dict[tuple[str, str], tuple[dict[str, int], str]]] = {
 #:   25.11 mbs 2 (5,275 tokens/s/GPU: 24.8 s / (32 x 24)) and 26.02 (Megatron-Bridge v0.3.0
 #:   `QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1`: pp 2, vpp 12, ep 8, DeepEP, EP overlap)
 #:   mbs 1 GBS 1024 (5,113: 51.3 s / (64 x 24)); the 25.09 table's token-drop run of the same
-#:   plan (16 H100, mbs 2, PP 2, EP 8) made 10,494 (16.3 ms), and 26.02.01 pp 1 ep 16 (v0.3.1,
-#:   HybridEP) 8,901 (9.7 ms at mbs 1). The model predicts about the token-drop figure here
+#:   plan (16 H100, mbs 2, PP 2, EP 8) made 10,494 (16.3 ms). The next patch release's table
+#:   (26.02.01) prints the same cells (pp 2, vpp 12, ep 8, mbs 1, GBS 1024) at 9,058, but its
+#:   Megatron-Bridge v0.3.1 `QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1` runs pp 1, ep 16,
+#:   HybridEP, no EP overlap (the cells look carried over), as 26.04 (v0.4.0) states at 8,901
+#:   (9.7 ms at mbs 1). The model predicts about the token-drop figure here
 #:   (11,289) and on the 8 B200 mbs-1 row (16,604 against 25.09's token-drop 18,066 and 25.11's
 #:   dropless 9,299). A cost fixed per layer and micro-batch that only the
 #:   dropless pp-2 layout pays is no mechanism read in the sources: the interleaved schedule
