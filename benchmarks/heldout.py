@@ -1,6 +1,6 @@
 """Held-out published runs (`data/published_runs_heldout.csv`): rows to (job, plan, options).
 
-The 158 rows of 15 sources (`data/heldout_sources.md`) were collected after the cost model was
+The 166 rows of 16 sources (`data/heldout_sources.md`) were collected after the cost model was
 developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
 them. Each row becomes a job and a plan by rules per framework family, written once here and
 cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written
@@ -426,6 +426,8 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         if "96gb" in r["gpu"].lower():
             knobs = (*knobs, "h100_96_peak")
         return recipe, "tp>1", knobs
+    if family == "olmo-core":
+        return _olmo_core_recipe(precision == "fp8", assumed)
     if family == "maxtext":
         # MaxText (JAX/XLA): whole-graph fused, cuDNN flash attention on GPU, ZeRO-3-like FSDP
         # in bf16 with fp32 optimizer states (MaxText defaults; not stated per row).
@@ -444,6 +446,52 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             assumed.append("fp8 through XLA's fused fp8 dots (MaxText quantization=fp8)")
         return recipe, "0", ()
     return None
+
+
+#: OLMo-core's official training scripts at the README commit of the olmo-core rows
+#: (allenai/OLMo-core @a7de3f651c, 2024-11-05): what each row's run sets, beyond the plan cells.
+OLMO_CORE = "allenai/OLMo-core @a7de3f651c"
+
+
+def _olmo_core_recipe(fp8: bool, assumed: list[str]
+                      ) -> tuple[TrainingRecipe, str, tuple[str, ...]]:
+    """(recipe, sp rule, knobs) of an OLMo-core script run: the `torchtitan-fsdp` preset (FSDP2
+    with fp32 sharded parameters, bf16 compute, fp32 reduce; torch.compile per block; torchao
+    float8) with what the scripts state instead of torchtitan's defaults, each noted in
+    `assumed`:
+
+    - `AdamWConfig(fused=True)` (src/scripts/train/*.py): fused AdamW, not torchtitan's foreach;
+    - attention: `llama_like(compile=True)` sets `use_flash=False` (nn/transformer/config.py), so
+      `Attention.forward` calls F.scaled_dot_product_attention (nn/attention.py). The launch
+      image is the nightly one (internal/experiment.py `OLMoCoreBeakerImage.nightly`), torch
+      2.6.0.dev20241009 (Makefile NIGHTLY_VERSION, installed by src/Dockerfile's `nightly`
+      stage), before pytorch/pytorch#138522 (2024-10-22)
+      made cuDNN attention opt-in: its description states that main until then ran cuDNN
+      attention first on H100 (PyTorch 2.5's "cuDNN backend for SDPA" default), so "cudnn";
+    - grouped-query K, V repeated to every head before SDPA (nn/attention.py
+      `repeat_interleave`), the preset's `gqa_repeat_kv`;
+    - no TP: sequence parallelism never applies (rule "0").
+
+    Gradient clipping (GradClipperCallback max_grad_norm 1.0, internal/experiment.py) and the
+    fp32 reduce dtype are the preset's. With fp8, torchao's Float8Linear on every linear but
+    the output layer (TransformerConfig.build `modules_to_ignore={"w_out"}`) with dynamic
+    (tensorwise) scaling (float8.py Float8Config defaults): the preset's torchao fp8 linear,
+    the LM head kept in bf16 as the cost model does.
+    """
+    base = RECIPES["torchtitan-fsdp"]
+    recipe = base.model_copy(update={
+        "compute_dtype": "fp8" if fp8 else "bf16", "optimizer_kernel": "fused"}
+    ).with_behaviour(fused=True, attention_kernel="cudnn", gqa_repeat_kv=True,
+                     tp_comm_overlap=0.0, tp_comm_overlap_bwd=None)
+    assumed.append(f"fused AdamW (AdamWConfig fused=True, src/scripts/train/*.py {OLMO_CORE})")
+    assumed.append("torch.compile per block (compile=True; Transformer.apply_compile)")
+    assumed.append("SDPA on cuDNN attention (use_flash False under compile; torch "
+                   "2.6.0.dev20241009 of the nightly image, before pytorch/pytorch#138522 made "
+                   "cuDNN opt-in)")
+    if fp8:
+        assumed.append("torchao float8 dynamic (tensorwise) scaling, w_out in bf16 "
+                       "(float8.py Float8Config defaults; TransformerConfig.build)")
+    return recipe, "0", ()
 
 
 #: Megatron-Bridge performance recipes (src/megatron/bridge/perf_recipes/<model>/<gpu>/*.py at
@@ -1050,7 +1098,20 @@ def _for_model(table: Mapping[str, T], r: dict[str, str]) -> T | None:
 #:   case was added on 2024-02-06): `--normalization` layernorm (l. 635), biases on (l. 907);
 #:   the kv heads default to the 32 heads, as stated.
 _BIASES = {"qkv_bias": True, "attn_out_bias": True, "mlp_bias": True}
+#: - OLMo-core's OLMo-1124 models (the olmo-core rows): `TransformerConfig.olmo_{1B,7B,13B}`
+#:   (nn/transformer/config.py @a7de3f651c) are `llama_like` (SwiGLU FFN, RMSNorm, RoPE, no
+#:   biases) with `qk_norm=True` and the reordered-norm block (OLMo 2: each sublayer's output
+#:   normed before the residual add, in place of the input pre-norm: the same two norms per
+#:   layer, costed at the pre-norm positions). OLMo-core's q / k norms are RMSNorms over the
+#:   whole q and k projections (`qk_norm.build(size=d_model)`, nn/attention.py), the model's
+#:   `qk_norm` per head: the same elementwise traffic, 2·(h − head_dim) fewer norm weights
+#:   per layer (under 0.03% of the parameters).
 STATED_SHAPE: dict[str, dict[str, tuple[dict[str, object], str]]] = {
+    "olmo-core": {
+        "olmo-1124": ({"mlp": "swiglu", "norm": "rmsnorm", "qk_norm": True},
+                      "SwiGLU, RMSNorm, QK-norm (OLMo-core TransformerConfig.olmo_* "
+                      "@a7de3f651c; whole-projection q/k norms costed per head)"),
+    },
     "flagperf": {
         "llama3": ({"position_embedding": "learned", "tie_embeddings": True, **_BIASES},
                    "learned absolute positions, tied output layer, linear biases "
@@ -1102,7 +1163,7 @@ def _family(r: dict[str, str]) -> str | None:
     fw = r["framework"]
     if fw in ("nemo", "megatron"):
         return "megatron-core"
-    if fw in ("pytorch-fsdp", "torchtitan", "megatron-deepspeed"):
+    if fw in ("pytorch-fsdp", "torchtitan", "megatron-deepspeed", "olmo-core"):
         return fw
     if fw == "other" and "maxtext" in r["model"].lower():
         return "maxtext"

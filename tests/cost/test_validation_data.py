@@ -256,3 +256,46 @@ def test_llmfoundry_pure_rows_reduce_gradients_in_bf16() -> None:
         modes[mode] += 1
         assert h.job.recipe.grad_reduce_bytes == (2 if mode == "PURE" else 4), h.idx
     assert modes["PURE"] > 0 and modes["DEFAULT"] > 0
+
+
+def test_olmo_core_rows_take_the_scripts_settings() -> None:
+    """The olmo-core rows run what OLMo-core's scripts state at the README's commit
+    (allenai/OLMo-core @a7de3f651c): one 8-GPU node (BeakerLaunchConfig num_nodes=1,
+    num_gpus=8), FSDP2 resharding after forward (ZeRO-3), no activation checkpointing, the
+    `rank_microbatch_size` / `global_batch_size` token counts of each script divided by the
+    4096-token sequence, fused AdamW, SDPA on cuDNN attention (torch 2.6.0.dev20241009), torchao
+    float8 only in the BF16/FP8 rows, and `llama_like`'s FFN rounding with QK-norm on the
+    OLMo-1124 models only."""
+    from heldout import heldout_rows
+
+    def ffn(d: int, mult: float | None, of: int) -> int:
+        # llama_like: int(8d/3), times the multiplier, rounded up to a multiple of `of`
+        width = int(8 * d / 3)
+        if mult is not None:
+            width = int(mult * width)
+        return of * -(-width // of)
+
+    seq = 4096
+    # script: (rank_microbatch_size, global_batch_size) in tokens, d_model, ffn, qk-norm
+    stated = {"OLMo-1124 1B": (8 * seq, 1024 * seq, 2048, ffn(2048, None, 256), True),
+              "OLMo-1124 7B": (2 * seq, 1024 * seq, 4096, ffn(4096, None, 256), True),
+              "Llama 8B (OLMo-core)": (2 * seq, 1024 * seq, 4096, ffn(4096, 1.3, 1024), False),
+              "OLMo-1124 13B": (1 * seq, 2048 * seq, 5120, ffn(5120, None, 256), True)}
+    rows = [h for h in heldout_rows() if h.source == "olmo-core"]
+    assert len(rows) == 8 and all(h.job is not None and h.plan is not None for h in rows)
+    precisions = []
+    for h in rows:
+        assert h.job is not None and h.plan is not None
+        micro, glob, d, width, qk = stated[h.name]
+        p, job, rec = h.plan, h.job, h.job.recipe
+        assert (job.num_gpus, p.dp, p.tp, p.pp, p.cp, p.zero) == (8, 8, 1, 1, 1, 3)
+        assert p.recompute == "none" and job.seq_len == seq
+        assert p.mbs == micro // seq and job.global_batch == glob // seq
+        assert p.num_microbatches == glob // (8 * micro)
+        assert (job.model.hidden_size, job.model.ffn_hidden_size) == (d, width)
+        assert job.model.qk_norm is qk and not job.model.tie_embeddings
+        assert job.model.vocab_size == 128 * -(-100278 // 128)
+        assert rec.optimizer_kernel == "fused" and h.options.attention_kernel == "cudnn"
+        assert h.options.fused is True
+        precisions.append(rec.compute_dtype)
+    assert sorted(precisions) == ["bf16"] * 4 + ["fp8"] * 4
