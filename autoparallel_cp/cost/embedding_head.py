@@ -19,6 +19,8 @@ from autoparallel_cp.cost.common import (
 )
 from autoparallel_cp.cost.constants import (
     CE_BYTES_PER_LOGIT,
+    COMPILED_CE_BYTES_PER_LOGIT,
+    COMPILED_LOGITS_BYTES,
     LOGITS_BYTES,
     LOSS_PARALLEL_LOGITS_BYTES,
 )
@@ -74,8 +76,12 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
     emb_act = tokens * (8.0 + (h * rep if opts.dropout else 0.0))  # int64 ids (+ dropout mask)
     emb_time = hbm_time(gpu, tokens * h * (res + ab) * 3.0)
     head_act = tokens * (res + ab) * h * rep + tokens * 8.0  # final norm in, head in, labels
+    # a compiled loss (behaviour `compiled_loss`) fuses the upcast and the softmax chain; the
+    # vocab-parallel DTensor loss (tp > 1) keeps its own figure
+    compiled = _is_pytorch(recipe) and recipe.behaviour.compiled_loss
     if _is_pytorch(recipe):
-        lb = np.where(tp_ > 1, LOSS_PARALLEL_LOGITS_BYTES, LOGITS_BYTES["pytorch"])
+        lb = np.where(tp_ > 1, LOSS_PARALLEL_LOGITS_BYTES,
+                      COMPILED_LOGITS_BYTES if compiled else LOGITS_BYTES["pytorch"])
     else:
         lb = LOGITS_BYTES["megatron"] + 0.0 * tp_
     head_work = tokens * v / tp_ * lb
@@ -90,8 +96,10 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
                                                + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
                                                + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))
     # fp32 logits: cast, max/exp/sum, softmax, grad, cast back (CE_BYTES_PER_LOGIT)
-    ce_bytes = tokens * v / tp_ * CE_BYTES_PER_LOGIT["pytorch" if _is_pytorch(recipe)
-                                                     else "megatron"]
+    per_logit = CE_BYTES_PER_LOGIT["pytorch" if _is_pytorch(recipe) else "megatron"]
+    if compiled:
+        per_logit = np.where(tp_ > 1, per_logit, COMPILED_CE_BYTES_PER_LOGIT)
+    ce_bytes = tokens * v / tp_ * per_logit
     head_compute = head_compute + hbm_time(gpu, ce_bytes)
     # vocab-parallel CE all-reduces 3 scalars per token over tp (max, sum-exp, target logit)
     ce_comm = comm.all_reduce(nd, tp_, 1, tokens * 4.0 * 3)

@@ -119,6 +119,10 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     all-gather of the weights in forward and in backward per micro-batch (1.5x, ZeRO §7.2.2),
     overlapped per layer. Gradients travel in `recipe.grad_reduce_bytes` (fp32 by default: FSDP
     reduce_dtype, and Megatron bf16 training forces fp32 all-reduce, arguments.py).
+    With `zero3_reduce == "microbatch"` (PyTorch FSDP without no_sync, spec/recipe.py) the
+    dense reduce-scatter moves from the step into the per-micro-batch ZeRO-3 term beside the
+    two gathers (each unit reduces its gradients in every micro-batch's backward); expert
+    gradients keep their one reduction per step, as the ZeRO-3 term gathers dense units only.
     """
     nd = node(job, g)
     tp_, cp_, dp_, ep_, z = (_f(x) for x in (tp, cp, dp, ep, zero))
@@ -133,21 +137,26 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     # all-gather of the updated weights is left for the end of the step (bandwidth terms; the
     # latency of the reduce-scatter stays in `fixed`, once per step)
     mb2 = job.recipe.behaviour.zero2_reduce == "microbatch"
+    mb3 = job.recipe.behaviour.zero3_reduce == "microbatch"
 
-    def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: bool = False) -> FloatArray:
+    def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: bool = False,
+             per_mb3: bool = False) -> FloatArray:
         ar = comm.all_reduce(nd, n, st, nbytes * gb)
         ag = comm.all_gather(nd, n, st, nbytes * wb)
         rs3 = comm.reduce_scatter(nd, n, st, nbytes * gb)
         rs = rs3 + ag
         z12 = np.where(z == 2, ag, rs) if per_mb else rs
-        return np.where(z == 0, ar, np.where(z >= 3, rs3, z12))
+        return np.where(z == 0, ar, np.where(z >= 3, 0.0 * rs3 if per_mb3 else rs3, z12))
 
     fixed = sync(n_dense, tp_, 0.0)
-    per_dense = (sync(n_dense, tp_, ref, mb2) - sync(n_dense, tp_, 0.0, mb2)) / ref
+    per_dense = (sync(n_dense, tp_, ref, mb2, mb3) - sync(n_dense, tp_, 0.0, mb2, mb3)) / ref
     per_exp = (sync(n_exp, etp_ * ep_, ref, mb2) - sync(n_exp, etp_ * ep_, 0.0, mb2)) / ref
     ag0 = comm.all_gather(nd, n_dense, tp_, 0.0)
-    z3 = np.where(z >= 3, 2.0 * (comm.all_gather(nd, n_dense, tp_, ref * wb) - ag0) / ref, 0.0)
-    return per_dense, per_exp, z3, fixed
+    z3 = 2.0 * (comm.all_gather(nd, n_dense, tp_, ref * wb) - ag0) / ref
+    if mb3:
+        rs0 = comm.reduce_scatter(nd, n_dense, tp_, 0.0)
+        z3 = z3 + (comm.reduce_scatter(nd, n_dense, tp_, ref * gb) - rs0) / ref
+    return per_dense, per_exp, np.where(z >= 3, z3, 0.0), fixed
 
 
 def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
@@ -160,7 +169,8 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     TransformerBlock; HF Accelerate's transformer_layer_cls policy) and issues one collective
     per unit: under FULL_SHARD (zero 3) an all-gather before the unit's forward and another
     before its backward (parameters resharded after forward), every micro-batch; a
-    reduce-scatter of its gradients; under SHARD_GRAD_OP (zero 2) one all-gather and one
+    reduce-scatter of its gradients (every micro-batch under `zero3_reduce == "microbatch"`,
+    else once per step); under SHARD_GRAD_OP (zero 2) one all-gather and one
     reduce-scatter, charged once per step as `dp_sync_factors` charges their volume. Each
     call is an NCCL ring over the dp·cp group at stride tp and pays `comm.ring_call_latency`;
     `dp_sync_factors` keeps only the bandwidth of the ZeRO-3 gathers and one latency per step.
@@ -176,8 +186,9 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     nd = node(job, g)
     tp_, cp_, dp_, z = (_f(x) for x in (tp, cp, dp, zero))
     one = comm.ring_call_latency(nd, dp_ * cp_, tp_) + zeros
-    per_mb = np.where(z >= 3, 2.0 * one, 0.0)
-    per_step = np.where(z >= 3, one, np.where(z == 2, 2.0 * one, 0.0))
+    rs_mb = 1.0 if job.recipe.behaviour.zero3_reduce == "microbatch" else 0.0
+    per_mb = np.where(z >= 3, (2.0 + rs_mb) * one, 0.0)
+    per_step = np.where(z >= 3, (1.0 - rs_mb) * one, np.where(z == 2, 2.0 * one, 0.0))
     return per_mb, per_step
 
 

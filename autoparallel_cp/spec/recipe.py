@@ -112,6 +112,24 @@ class FrameworkBehaviour(Strict):
       or at the accumulation boundary, so stage 2 reduce-scatters every micro-batch's
       gradients in `communication_data_type`, the model dtype by default, engine.py
       @v0.11.1 l. 798-809; the updated weights are all-gathered once per step).
+    - ``zero3_reduce``: when ZeRO-3 (FSDP FULL_SHARD) reduce-scatters each unit's gradients:
+      "step" (once, after the last micro-batch: Megatron's buffers) or "microbatch" (in every
+      micro-batch's backward, overlapped like the unit's all-gathers). PyTorch FSDP skips the
+      reduction only under `no_sync` / `set_requires_gradient_sync(False)`, and the trainers
+      the PyTorch recipes stand for call neither for FSDP: Composer enters `no_sync` only for
+      a DistributedDataParallel model (trainer.py / dist_strategy.py `ddp_sync_context`
+      @640518880), OLMo-core only for DDP (train/trainer.py `_train_microbatch_context`
+      @a7de3f651c), torchtitan only on the LM head of its chunked loss
+      (components/loss.py @b5bcd76c6).
+    - ``compiled_loss``: the cross entropy (with its fp32 upcast) runs under torch.compile
+      (OLMo-core `compile_loss=True`, PR allenai/OLMo-core#77 "move logits FP32 casting into
+      loss function"; torchtitan compiles the loss with the model since pytorch/torchtitan#1033,
+      2025-04): Inductor fuses cast, log-softmax and its backward, so the loss holds its bf16
+      input and the bf16 gradient it writes (PyTorch compiler maintainers: "~0 [extra memory]
+      for just fwd and ~d_input for fw+bw", Dao-AILab/quack#48) and moves each logit a few
+      times instead of the eager chain's eight passes (cost/constants.py
+      COMPILED_LOGITS_BYTES, COMPILED_CE_BYTES_PER_LOGIT). PyTorch recipes at tp = 1 only:
+      the vocab-parallel DTensor loss keeps its own figure.
     - ``bf16_accum_pass``: DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0, or stage 1
       with fp32 `grad_accum_dtype`: engine.py @v0.11.1 `_do_optimizer_sanity_check` l.
       1135-1177, `get_data_types` l. 859-872) adds every micro-batch's bf16 gradients into
@@ -209,6 +227,8 @@ class FrameworkBehaviour(Strict):
     fp8_scaling: Literal["delayed", "current", "mxfp8"] = "delayed"
     moe_prob_scaling: Literal["activation", "combine"] = "activation"
     zero2_reduce: Literal["step", "microbatch"] = "step"
+    zero3_reduce: Literal["step", "microbatch"] = "step"
+    compiled_loss: bool = False
     bf16_accum_pass: bool = False
     autograd_grad_accum: bool = False
     moe_glu_clamp_bias: bool = False
@@ -315,9 +335,10 @@ RECIPES: dict[str, TrainingRecipe] = {
         optimizer_kernel="foreach",
         behaviour=FrameworkBehaviour(selective_policy="op", fused=True, attention_kernel="fa2",
                                      gqa_repeat_kv=True, eager_ops="llama-upcast",
-                                     cp_ring="torch-allgather"),
+                                     cp_ring="torch-allgather", zero3_reduce="microbatch"),
         source=("torchtitan 2024-12 Llama: FSDP2 with fp32 sharded params, bf16 compute, fp32 "
-                "reduce; foreach AdamW; torch.compile per block; op-level SAC as `selective`; "
+                "reduce, reduce-scattered every micro-batch; foreach AdamW; torch.compile per "
+                "block; op-level SAC as `selective`; "
                 "SDPA on FlashAttention-2; repeat_kv for GQA; all-gather ring attention "
                 "(16 B/param)"),
     ),
@@ -331,9 +352,11 @@ RECIPES: dict[str, TrainingRecipe] = {
         compute_dtype="bf16",
         optimizer_kernel="foreach",
         behaviour=FrameworkBehaviour(fused=False, attention_kernel="fa2", gqa_repeat_kv=True,
-                                     fsdp_copy_out=False, fp8_linear="te"),
+                                     fsdp_copy_out=False, fp8_linear="te",
+                                     zero3_reduce="microbatch"),
         source=("PyTorch FSDP1 as llm-foundry / Composer and HF Accelerate run it: fp32 flat "
-                "parameters sharded by FULL_SHARD (zero=3) or SHARD_GRAD_OP (zero=2), "
+                "parameters sharded by FULL_SHARD (zero=3, gradients reduce-scattered every "
+                "micro-batch) or SHARD_GRAD_OP (zero=2), "
                 "MixedPrecision(param_dtype=bf16, reduce_dtype=fp32) (Composer 'DEFAULT'), "
                 "eager modules (no torch.compile), FlashAttention-2, HF-style repeat_kv for "
                 "GQA, foreach AdamW (torch's default when fused is not set), clipping; 16 "

@@ -55,12 +55,22 @@ def test_one_rank_has_no_latency() -> None:
     assert float(comm.ring_call_latency(_node(), 1, 1)) == 0.0
 
 
+def _step_reduce(job: Job) -> Job:
+    """The job with ZeRO-3 reducing once per step (Megatron-style buffers)."""
+    return job.model_copy(update={"recipe": job.recipe.with_behaviour(zero3_reduce="step")})
+
+
 def test_fsdp_calls_by_sharding_strategy() -> None:
     """32 ranks on 4 nodes: one call = (32 - 4) x 3 + 3 x 8 = 108 us. FULL_SHARD: two gathers
-    per layer per micro-batch, one reduce-scatter per layer per step; SHARD_GRAD_OP: one
-    gather and one reduce-scatter per layer per step; DDP-style (zero <= 1): no unit calls."""
+    per layer per micro-batch and, as PyTorch FSDP runs it without no_sync, a reduce-scatter
+    per layer per micro-batch too (3 x 108 us, none left per step); reducing once per step
+    instead: 2 x 108 per micro-batch, 108 per step; SHARD_GRAD_OP: one gather and one
+    reduce-scatter per layer per step; DDP-style (zero <= 1): no unit calls."""
     job = _job(4)
+    assert job.recipe.behaviour.zero3_reduce == "microbatch"
     mb, st = (float(x) for x in fsdp_call_latency(job, 0, 1, 1, 32, 3))
+    assert (mb, st) == (pytest.approx(324.0 * US), 0.0)
+    mb, st = (float(x) for x in fsdp_call_latency(_step_reduce(job), 0, 1, 1, 32, 3))
     assert mb == pytest.approx(216.0 * US)
     assert st == pytest.approx(108.0 * US)
     mb, st = (float(x) for x in fsdp_call_latency(job, 0, 1, 1, 32, 2))
@@ -77,9 +87,9 @@ def test_megatron_recipes_pay_no_unit_calls() -> None:
 
 def test_stage_sync_pays_one_reduce_scatter_latency_per_layer(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 4-layer model under FULL_SHARD over 32 ranks: the stage's DP synchronisation grows by
-    4 layers x 108 us over the same step without unit calls."""
-    job = _job(4)
+    """A 4-layer model under FULL_SHARD over 32 ranks, reducing once per step: the stage's DP
+    synchronisation grows by 4 layers x 108 us over the same step without unit calls."""
+    job = _step_reduce(_job(4))
     plan = Plan(dp=32, zero=3, mbs=1, num_microbatches=2)
     with_calls = stage_times(job, plan)[0].dp_sync_s
 
@@ -90,3 +100,23 @@ def test_stage_sync_pays_one_reduce_scatter_latency_per_layer(
     monkeypatch.setattr(F, "fsdp_call_latency", none)
     without = stage_times(job, plan)[0].dp_sync_s
     assert with_calls - without == pytest.approx(4 * 108.0 * US, rel=1e-9)
+
+
+def test_microbatch_reduce_scatter_moves_from_the_step_into_every_micro_batch() -> None:
+    """FULL_SHARD over 32 ranks, 4 layers, 2 micro-batches: reducing in every micro-batch takes
+    the dense reduce-scatter's bandwidth out of the step's DP sync (left: the fixed latency of
+    one synchronisation, no per-layer call latency) and adds one reduce-scatter of each
+    layer's gradients (fp32, reduce_dtype) to the per-micro-batch ZeRO-3 term."""
+    job = _job(4)
+    plan = Plan(dp=32, zero=3, mbs=1, num_microbatches=2)
+    per = stage_times(job, plan)[0]
+    once = stage_times(_step_reduce(job), plan)[0]
+    _, _, _, fixed = F.dp_sync_factors(job, 0, 1, 1, 32, 1, 3)
+    assert per.dp_sync_s == pytest.approx(float(fixed), rel=1e-9)
+    assert once.dp_sync_s > 10 * per.dp_sync_s
+    _, _, z3_step, _ = F.dp_sync_factors(_step_reduce(job), 0, 1, 1, 32, 1, 3)
+    _, _, z3_mb, _ = F.dp_sync_factors(job, 0, 1, 1, 32, 1, 3)
+    nd = job.cluster.node_groups[0]
+    rs = (float(comm.reduce_scatter(nd, 32, 1, 4e9)) - float(comm.reduce_scatter(nd, 32, 1, 0.0))) / 1e9
+    assert float(z3_mb) - float(z3_step) == pytest.approx(rs, rel=1e-9)
+    assert per.zero3_s > once.zero3_s
