@@ -1,6 +1,6 @@
 """Held-out published runs (`data/published_runs_heldout.csv`): rows to (job, plan, options).
 
-The 158 rows of 15 sources (`data/heldout_sources.md`) were collected after the cost model was
+The 164 rows of 16 sources (`data/heldout_sources.md`) were collected after the cost model was
 developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
 them. Each row becomes a job and a plan by rules per framework family, written once here and
 cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import heldout_automodel as automodel
 from tuned import flag, knob
 from validate import H100_96_500W, NDR_IB, NVLINK4
 
@@ -142,6 +143,14 @@ def _window(r: dict[str, str], assumed: list[str]) -> tuple[int | None, tuple[bo
     swa = _for_model(SLIDING_WINDOW, r)
     if swa is None:
         return None, None
+    if r["source_id"] == automodel.SOURCE:
+        # AutoModel's GPT-OSS (components/models/gpt_oss/model.py @364f600be) windows the
+        # layers its config.json's `layer_types` marks "sliding_attention" (0-based even
+        # layers) with `sliding_window` 128; its FlexAttention mask keeps kv_idx <= q_idx and
+        # q_idx - kv_idx < 128 (components/attention/flex_attention.py): 127 to the left
+        assumed.append("sliding window 127 on even layers (AutoModel gpt_oss layers.py / "
+                       "flex_attention.py: q - kv < config.sliding_window 128)")
+        return 127, (True, False)
     versions, w_old, w_new, pattern, cite = swa
     window = w_old if any(v in r["framework_version"] for v in versions) else w_new
     assumed.append(f"sliding window {window} ({cite})")
@@ -410,6 +419,10 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"grad_reduce_bytes": 2})
             assumed.append("bf16 gradient reduction (FSDP mixed_precision PURE, Composer)")
         return recipe, "0", ()
+    if family == "automodel":
+        # NeMo AutoModel's FSDP2 + EP benchmark recipe, as its YAML sets it
+        rec = automodel.recipe(automodel.settings(r), _int(r["pp"]) or 1, assumed)
+        return rec, "0", ()
     if family == "torchtitan":
         base = RECIPES["torchtitan-fsdp"]
         async_tp = "async tp" in extra
@@ -1099,7 +1112,7 @@ def _family(r: dict[str, str]) -> str | None:
     fw = r["framework"]
     if fw in ("nemo", "megatron"):
         return "megatron-core"
-    if fw in ("pytorch-fsdp", "torchtitan", "megatron-deepspeed"):
+    if fw in ("pytorch-fsdp", "torchtitan", "megatron-deepspeed", "automodel"):
         return fw
     if fw == "other" and "maxtext" in r["model"].lower():
         return "maxtext"
@@ -1175,6 +1188,10 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         vpp = _int(r["vpp"]) or 1
         ep = _int(r["ep"]) or 1
         dp = _int(r["dp"])
+        am = automodel.settings(r)
+        if am and automodel.pipeline_ga_gap(am, pp):
+            skip("not expressible: " + automodel.pipeline_ga_gap(am, pp), family)
+            continue
         stated_plan = _stated_plan(r)
         if stated_plan is not None:
             cells, why = stated_plan
@@ -1218,6 +1235,11 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         if shape is not None:
             model = model.model_copy(update=shape[0])
             assumed.append(shape[1])
+        if am and model.mtp_layers:
+            # AutoModel's DeepseekV3ForCausalLM (components/models/deepseek_v3/model.py
+            # @364f600be) builds no multi-token-prediction module
+            model = model.model_copy(update={"mtp_layers": 0})
+            assumed.append("no MTP module (AutoModel's DeepSeek-V3 model has none)")
         ng = _node_group(r["gpu"], gpus)
         if ng is None:
             skip(f"GPU {r['gpu']!r} not modelled", family)
@@ -1286,7 +1308,7 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         elif recompute is None:
             recompute = "none"
             assumed.append("no recompute (not stated)")
-        zero = _zero(r["zero_stage"])
+        zero = automodel.zero_stage(am, pp, assumed) if am else _zero(r["zero_stage"])
         if zero is None and lm_defaults:
             zero = 1 if lm_defaults["distributed_optimizer"] else 0
         elif zero is None:
@@ -1298,7 +1320,15 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         L = model.num_layers
         stage_layers: tuple[int, ...] | None = None
         chunk_layers: tuple[int, ...] | None = None
-        if L % (pp * vpp) and vpp > 1:
+        if am and vpp > 1:
+            chunk_layers = automodel.chunk_layers(am, L, pp, vpp)
+            if chunk_layers is None:
+                skip(f"{L} layers: the YAML's layers_per_stage does not give pp {pp} x vpp "
+                     f"{vpp} virtual stages", family)
+                continue
+            assumed.append("virtual stages " + ":".join(map(str, chunk_layers))
+                           + " (AutoModel autopipeline split of layers_per_stage)")
+        elif L % (pp * vpp) and vpp > 1:
             if family != "megatron-core":
                 skip(f"{L} layers on pp {pp} x vpp {vpp}: no recipe layout for {family}",
                      family)
