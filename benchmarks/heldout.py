@@ -1,6 +1,6 @@
 """Held-out published runs (`data/published_runs_heldout.csv`): rows to (job, plan, options).
 
-The 166 rows of 16 sources (`data/heldout_sources.md`) were collected after the cost model was
+The 172 rows of 17 sources (`data/heldout_sources.md`) were collected after the cost model was
 developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
 them. Each row becomes a job and a plan by rules per framework family, written once here and
 cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import heldout_automodel as automodel
 from tuned import flag, knob
 from validate import H100_96_500W, NDR_IB, NVLINK4
 
@@ -142,6 +143,14 @@ def _window(r: dict[str, str], assumed: list[str]) -> tuple[int | None, tuple[bo
     swa = _for_model(SLIDING_WINDOW, r)
     if swa is None:
         return None, None
+    if r["source_id"] == automodel.SOURCE:
+        # AutoModel's GPT-OSS (components/models/gpt_oss/model.py @364f600be) windows the
+        # layers its config.json's `layer_types` marks "sliding_attention" (0-based even
+        # layers) with `sliding_window` 128; its FlexAttention mask keeps kv_idx <= q_idx and
+        # q_idx - kv_idx < 128 (components/attention/flex_attention.py): 127 to the left
+        assumed.append("sliding window 127 on even layers (AutoModel gpt_oss layers.py / "
+                       "flex_attention.py: q - kv < config.sliding_window 128)")
+        return 127, (True, False)
     versions, w_old, w_new, pattern, cite = swa
     window = w_old if any(v in r["framework_version"] for v in versions) else w_new
     assumed.append(f"sliding window {window} ({cite})")
@@ -410,14 +419,26 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.model_copy(update={"grad_reduce_bytes": 2})
             assumed.append("bf16 gradient reduction (FSDP mixed_precision PURE, Composer)")
         return recipe, "0", ()
+    if family == "automodel":
+        # NeMo AutoModel's FSDP2 + EP benchmark recipe, as its YAML sets it
+        rec = automodel.recipe(automodel.settings(r), _int(r["pp"]) or 1, assumed)
+        return rec, "0", ()
     if family == "torchtitan":
         base = RECIPES["torchtitan-fsdp"]
         async_tp = "async tp" in extra
         # the table's "async TP" column: Inductor micro-pipeline TP, costed by what it fuses
         # (cost/async_tp.py); any tp_comm_overlap > 0 turns it on in a PyTorch recipe
+        # torchtitan compiles the loss with the model since pytorch/torchtitan#1033
+        # (components/loss.py `build_cross_entropy_loss` @820504e and @e7c0cae, the 2025-06
+        # rows' commits: torch.compile when training.compile; the fp32 upcast inside)
+        compiled_loss = "compile" in extra and any(
+            f"torchtitan {c}" in r["framework_version"] for c in TORCHTITAN_COMPILED_LOSS)
         behaviour = base.behaviour.model_copy(update={
-            "fused": "compile" in extra,
+            "fused": "compile" in extra, "compiled_loss": compiled_loss,
             "tp_comm_overlap": 1.0 if async_tp else 0.0, "tp_comm_overlap_bwd": None})
+        if compiled_loss:
+            assumed.append("compiled loss (torchtitan build_cross_entropy_loss under "
+                           "training.compile, pytorch/torchtitan#1033)")
         if async_tp:
             assumed.append("async TP: Inductor micro-pipeline TP (cost/async_tp.py)")
         knobs: tuple[str, ...] = ()
@@ -448,6 +469,11 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
     return None
 
 
+#: torchtitan commits of held-out rows that compile the loss with the model (after
+#: pytorch/torchtitan#1033, 2025-04-01; `build_cross_entropy_loss`, components/loss.py).
+TORCHTITAN_COMPILED_LOSS = ("820504e", "e7c0cae")
+
+
 #: OLMo-core's official training scripts at the README commit of the olmo-core rows
 #: (allenai/OLMo-core @a7de3f651c, 2024-11-05): what each row's run sets, beyond the plan cells.
 OLMO_CORE = "allenai/OLMo-core @a7de3f651c"
@@ -468,6 +494,10 @@ def _olmo_core_recipe(fp8: bool, assumed: list[str]
       stage), before pytorch/pytorch#138522 (2024-10-22)
       made cuDNN attention opt-in: its description states that main until then ran cuDNN
       attention first on H100 (PyTorch 2.5's "cuDNN backend for SDPA" default), so "cudnn";
+    - `compile_loss=True` (each script's TrainerConfig): train/trainer.py wraps
+      `cross_entropy_loss` (the fp32 upcast and the z-loss inside) in torch.compile, the
+      preset's behaviour `compiled_loss`; FSDP reduce-scatters in every micro-batch
+      (`_train_microbatch_context` enters no_sync for DDP only), the preset's `zero3_reduce`;
     - grouped-query K, V repeated to every head before SDPA (nn/attention.py
       `repeat_interleave`), the preset's `gqa_repeat_kv`;
     - no TP: sequence parallelism never applies (rule "0").
@@ -482,9 +512,14 @@ def _olmo_core_recipe(fp8: bool, assumed: list[str]
     recipe = base.model_copy(update={
         "compute_dtype": "fp8" if fp8 else "bf16", "optimizer_kernel": "fused"}
     ).with_behaviour(fused=True, attention_kernel="cudnn", gqa_repeat_kv=True,
-                     tp_comm_overlap=0.0, tp_comm_overlap_bwd=None)
+                     tp_comm_overlap=0.0, tp_comm_overlap_bwd=None, compiled_loss=True)
     assumed.append(f"fused AdamW (AdamWConfig fused=True, src/scripts/train/*.py {OLMO_CORE})")
     assumed.append("torch.compile per block (compile=True; Transformer.apply_compile)")
+    assumed.append("compiled loss (TrainerConfig compile_loss=True in each script; "
+                   "train/trainer.py wraps cross_entropy_loss, fp32 upcast inside, in "
+                   "torch.compile)")
+    assumed.append("FSDP reduce-scatter every micro-batch (train/trainer.py "
+                   "_train_microbatch_context: no_sync for DDP only)")
     assumed.append("SDPA on cuDNN attention (use_flash False under compile; torch "
                    "2.6.0.dev20241009 of the nightly image, before pytorch/pytorch#138522 made "
                    "cuDNN opt-in)")
@@ -1163,7 +1198,8 @@ def _family(r: dict[str, str]) -> str | None:
     fw = r["framework"]
     if fw in ("nemo", "megatron"):
         return "megatron-core"
-    if fw in ("pytorch-fsdp", "torchtitan", "megatron-deepspeed", "olmo-core"):
+    if fw in ("pytorch-fsdp", "torchtitan", "megatron-deepspeed", "olmo-core",
+              "automodel"):
         return fw
     if fw == "other" and "maxtext" in r["model"].lower():
         return "maxtext"
@@ -1239,6 +1275,10 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         vpp = _int(r["vpp"]) or 1
         ep = _int(r["ep"]) or 1
         dp = _int(r["dp"])
+        am = automodel.settings(r)
+        if am and automodel.pipeline_ga_gap(am, pp):
+            skip("not expressible: " + automodel.pipeline_ga_gap(am, pp), family)
+            continue
         stated_plan = _stated_plan(r)
         if stated_plan is not None:
             cells, why = stated_plan
@@ -1282,6 +1322,11 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         if shape is not None:
             model = model.model_copy(update=shape[0])
             assumed.append(shape[1])
+        if am and model.mtp_layers:
+            # AutoModel's DeepseekV3ForCausalLM (components/models/deepseek_v3/model.py
+            # @364f600be) builds no multi-token-prediction module
+            model = model.model_copy(update={"mtp_layers": 0})
+            assumed.append("no MTP module (AutoModel's DeepSeek-V3 model has none)")
         ng = _node_group(r["gpu"], gpus)
         if ng is None:
             skip(f"GPU {r['gpu']!r} not modelled", family)
@@ -1350,7 +1395,7 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         elif recompute is None:
             recompute = "none"
             assumed.append("no recompute (not stated)")
-        zero = _zero(r["zero_stage"])
+        zero = automodel.zero_stage(am, pp, assumed) if am else _zero(r["zero_stage"])
         if zero is None and lm_defaults:
             zero = 1 if lm_defaults["distributed_optimizer"] else 0
         elif zero is None:
@@ -1362,7 +1407,15 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         L = model.num_layers
         stage_layers: tuple[int, ...] | None = None
         chunk_layers: tuple[int, ...] | None = None
-        if L % (pp * vpp) and vpp > 1:
+        if am and vpp > 1:
+            chunk_layers = automodel.chunk_layers(am, L, pp, vpp)
+            if chunk_layers is None:
+                skip(f"{L} layers: the YAML's layers_per_stage does not give pp {pp} x vpp "
+                     f"{vpp} virtual stages", family)
+                continue
+            assumed.append("virtual stages " + ":".join(map(str, chunk_layers))
+                           + " (AutoModel autopipeline split of layers_per_stage)")
+        elif L % (pp * vpp) and vpp > 1:
             if family != "megatron-core":
                 skip(f"{L} layers on pp {pp} x vpp {vpp}: no recipe layout for {family}",
                      family)

@@ -251,7 +251,8 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     shard_dense = plan.dp * plan.cp
     shard_exp = plan.expert_dp
     wd, gd, od = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_dense))
-    we, ge, oe = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_exp))
+    we, ge, oe = (float(x) for x in F.state_bytes_per_param(job.recipe.for_experts(),
+                                                            plan.zero, shard_exp))
     buf_pp = float(F.buffer_bytes_per_param(job, plan.zero))
     z3 = float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero, plan.etp))
     other = F.other_bytes(job)

@@ -225,7 +225,7 @@ def build_tables(space: SearchSpace) -> Tables:
     shard_d = dp5 * cp5
     shard_e = fx.expert_dp_size(tp5, cp5, dp5, ep5, space.etp)
     wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d)
-    we, ge, oe = fx.state_bytes_per_param(job.recipe, z5, shard_e)
+    we, ge, oe = fx.state_bytes_per_param(job.recipe.for_experts(), z5, shard_e)
     buf = tch * fx.buffer_bytes_per_param(job, z5)
     loc_d = np.where(z5 >= 1, 1.0 / shard_d, 1.0)
     loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(shard_e), 1.0), 1.0)

@@ -258,6 +258,13 @@ class TrainingRecipe(Strict):
     grad_reduce_bytes: Bytes = 4
     master_weight_bytes: Bytes0 = 4  # fp32 master copy; 0 when weights are already fp32
     optimizer_state_bytes: Bytes0 = 8  # Adam m and v in fp32
+    #: gradient and master-copy bytes of the routed experts' parameters where the framework
+    #: keeps them outside the dense parameters' sharding (None: as the dense ones). NeMo
+    #: AutoModel, for one: with one expert-data-parallel rank its experts are plain bf16
+    #: parameters that FSDP does not manage, so they accumulate bf16 `.grad`s and have no
+    #: second copy while the dense ones hold fp32 accumulated gradients (`for_experts`).
+    expert_grad_bytes: Bytes | None = None
+    expert_master_weight_bytes: Bytes0 | None = None
     activation_bytes: Bytes = 2  # bf16 activations
     compute_dtype: Literal["bf16", "fp8"] = "bf16"
     transient_weight_copy_bytes: Bytes0 = 0  # autocast bf16 weight copies (pytorch-amp)
@@ -274,6 +281,16 @@ class TrainingRecipe(Strict):
     #: TP overlap...); `evaluate(..., options=...)` overrides it for one call.
     behaviour: FrameworkBehaviour = Field(default_factory=FrameworkBehaviour)
     source: str = ""
+
+    def for_experts(self) -> TrainingRecipe:
+        """This recipe with the routed experts' gradient and master-copy bytes in place of the
+        dense ones (itself when it states none)."""
+        update: dict[str, object] = {}
+        if self.expert_grad_bytes is not None:
+            update["grad_bytes"] = self.expert_grad_bytes
+        if self.expert_master_weight_bytes is not None:
+            update["master_weight_bytes"] = self.expert_master_weight_bytes
+        return self.model_copy(update=update) if update else self
 
     def with_behaviour(self, **update: object) -> TrainingRecipe:
         """This recipe with the named `behaviour` fields replaced (the rest kept)."""

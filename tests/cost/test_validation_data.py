@@ -299,3 +299,53 @@ def test_olmo_core_rows_take_the_scripts_settings() -> None:
         assert h.options.fused is True
         precisions.append(rec.compute_dtype)
     assert sorted(precisions) == ["bf16"] * 4 + ["fp8"] * 4
+def test_automodel_rows_run_their_yamls_settings() -> None:
+    """NeMo AutoModel's pre-training table (automodel-perf) as its benchmark YAMLs and
+    framework code set it (benchmarks/heldout_automodel.py), derived by hand:
+
+    - DeepSeek-V3 on 256 GPUs, pp 4, `layers_per_stage: 2`: ceil(61 / 2) + 1 = 32 virtual
+      stages (a multiple of 4: vpp 8), 61 = 32 + 29, so stages 0-28 hold 2 layers and 29-31
+      one; stage s runs on rank s mod 4: rank 0 holds 8 x 2 = 16, ranks 1-3 7 x 2 + 1 = 15.
+      GA 1, so its 512 / 64 = 8 micro-batches of 1 are one pipeline schedule; FSDP under PP
+      with no reshard after forward gathers once per step (zero=1); no MTP module;
+    - the 1,024-GPU DeepSeek-V3 row (GA 4) and Kimi K2 (GA 2) run GA pipeline schedules a
+      step, which a plan cannot state: skipped with that reason;
+    - Qwen3 30B-A3B: FSDP optimizations on, no reshard after forward (zero=1, fp32 unsharded
+      gradients, the bf16 shard as the optimizer's copy); 512 / (8 x 4) = 16 micro-batches;
+    - GPT-OSS 20B: reshard_after_forward False without the optimizations (zero=2), 120B:
+      True (zero=3, no recompute); FlexAttention as the FA2-class curve, the window 128 - 1.
+    Every row: bf16 parameters and Adam states, fp32 reduction, no clipping, DeepEP (flex)."""
+    import heldout_automodel as am
+    from heldout import heldout_rows
+
+    rows = [h for h in heldout_rows() if h.source == am.SOURCE]
+    assert len(rows) == 6
+    skipped = {h.name: h.skip for h in rows if h.job is None}
+    assert set(skipped) == {"DeepSeek V3 671B", "Kimi K2"}
+    assert all("pipeline schedules per step" in why for why in skipped.values())
+    by = {h.name.split(" (")[0]: h for h in rows if h.job is not None}
+    ds = by["DeepSeek V3 671B"]
+    assert (ds.plan.pp, ds.plan.vpp, ds.plan.dp, ds.plan.ep, ds.plan.expert_dp) == (4, 8, 64, 64, 1)
+    assert (ds.plan.zero, ds.plan.mbs, ds.plan.num_microbatches) == (1, 1, 8)
+    assert ds.plan.chunk_layers == (2,) * 29 + (1,) * 3
+    assert ds.plan.layers_per_stage(61) == (16, 15, 15, 15)
+    assert ds.job.model.mtp_layers == 0 and ds.plan.recompute == "full"
+    qw = by["Qwen3 30B-A3B"]
+    assert (qw.plan.zero, qw.plan.ep, qw.plan.mbs, qw.plan.num_microbatches) == (1, 8, 4, 16)
+    assert (qw.job.recipe.grad_bytes, qw.job.recipe.master_weight_bytes) == (4, 2)
+    oss20, oss120 = by["GPT OSS 20B"], by["GPT OSS 120B"]
+    assert (oss20.plan.zero, oss20.plan.recompute) == (2, "full")
+    assert (oss120.plan.zero, oss120.plan.recompute) == (3, "none")
+    assert (oss20.job.recipe.grad_bytes, oss20.job.recipe.master_weight_bytes) == (2, 0)
+    assert oss20.job.model.sliding_window_left == 127
+    for h in by.values():
+        rec = h.job.recipe
+        assert (rec.weight_bytes, rec.optimizer_state_bytes, rec.grad_reduce_bytes) == (2, 4, 4)
+        assert not rec.grad_clip and rec.optimizer_kernel == "foreach"
+        assert h.options.ep_dispatcher == "flex" and h.options.unfused_ops == ("rope",)
+        want = "fa2" if h.name.startswith("GPT OSS") else "cudnn"
+        assert h.options.attention_kernel == want, h.name
+    # the split rule on its own: 36 layers by 2 on pp 2 is 19 stages, rounded down to 18
+    assert am.chunk_layers({"layers_per_stage": "2"}, 36, 2, 9) == (2,) * 18
+    assert am.chunk_layers({"layers_per_stage": "2"}, 61, 8, 4) == (2,) * 29 + (1,) * 3
+    assert am.chunk_layers({"layers_per_stage": "2"}, 61, 4, 4) is None
