@@ -96,9 +96,9 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
                                                + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
                                                + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))
     # fp32 logits: cast, max/exp/sum, softmax, grad, cast back (CE_BYTES_PER_LOGIT)
-    per_logit = CE_BYTES_PER_LOGIT["pytorch" if _is_pytorch(recipe) else "megatron"]
-    if compiled:
-        per_logit = np.where(tp_ > 1, per_logit, COMPILED_CE_BYTES_PER_LOGIT)
+    eager_per_logit = CE_BYTES_PER_LOGIT["pytorch" if _is_pytorch(recipe) else "megatron"]
+    per_logit = np.where(tp_ > 1, eager_per_logit,
+                         COMPILED_CE_BYTES_PER_LOGIT if compiled else eager_per_logit)
     ce_bytes = tokens * v / tp_ * per_logit
     head_compute = head_compute + hbm_time(gpu, ce_bytes)
     # vocab-parallel CE all-reduces 3 scalars per token over tp (max, sum-exp, target logit)

@@ -1,4 +1,9 @@
-"""Training recipe spec: precision, optimizer state, framework behaviour, and the presets."""
+"""Training recipe spec: precision, optimizer state, framework behaviour, and the presets.
+
+Kept whole (about 415 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
+each field means in the frameworks, beside the field; the presets are those fields' values, so
+the three read together.
+"""
 
 from __future__ import annotations
 

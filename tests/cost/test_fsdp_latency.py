@@ -117,6 +117,7 @@ def test_microbatch_reduce_scatter_moves_from_the_step_into_every_micro_batch() 
     _, _, z3_step, _ = F.dp_sync_factors(_step_reduce(job), 0, 1, 1, 32, 1, 3)
     _, _, z3_mb, _ = F.dp_sync_factors(job, 0, 1, 1, 32, 1, 3)
     nd = job.cluster.node_groups[0]
-    rs = (float(comm.reduce_scatter(nd, 32, 1, 4e9)) - float(comm.reduce_scatter(nd, 32, 1, 0.0))) / 1e9
+    rs = (float(comm.reduce_scatter(nd, 32, 1, 4e9))
+          - float(comm.reduce_scatter(nd, 32, 1, 0.0))) / 1e9
     assert float(z3_mb) - float(z3_step) == pytest.approx(rs, rel=1e-9)
     assert per.zero3_s > once.zero3_s
