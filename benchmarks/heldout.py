@@ -433,12 +433,17 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
         # rows' commits: torch.compile when training.compile; the fp32 upcast inside)
         compiled_loss = "compile" in extra and any(
             f"torchtitan {c}" in r["framework_version"] for c in TORCHTITAN_COMPILED_LOSS)
+        # torchao's float8 weight all-gather where the row states it
+        fp8_ag = fp8 and "enable_fsdp_float8_all_gather" in extra
         behaviour = base.behaviour.model_copy(update={
             "fused": "compile" in extra, "compiled_loss": compiled_loss,
+            "fsdp_float8_all_gather": fp8_ag,
             "tp_comm_overlap": 1.0 if async_tp else 0.0, "tp_comm_overlap_bwd": None})
         if compiled_loss:
             assumed.append("compiled loss (torchtitan build_cross_entropy_loss under "
                            "training.compile, pytorch/torchtitan#1033)")
+        if fp8_ag:
+            assumed.append("float8 FSDP all-gather (enable_fsdp_float8_all_gather, stated)")
         if async_tp:
             assumed.append("async TP: Inductor micro-pipeline TP (cost/async_tp.py)")
         knobs: tuple[str, ...] = ()
@@ -512,7 +517,8 @@ def _olmo_core_recipe(fp8: bool, assumed: list[str]
     recipe = base.model_copy(update={
         "compute_dtype": "fp8" if fp8 else "bf16", "optimizer_kernel": "fused"}
     ).with_behaviour(fused=True, attention_kernel="cudnn", gqa_repeat_kv=True,
-                     tp_comm_overlap=0.0, tp_comm_overlap_bwd=None, compiled_loss=True)
+                     tp_comm_overlap=0.0, tp_comm_overlap_bwd=None, compiled_loss=True,
+                     fsdp_float8_all_gather=fp8)
     assumed.append(f"fused AdamW (AdamWConfig fused=True, src/scripts/train/*.py {OLMO_CORE})")
     assumed.append("torch.compile per block (compile=True; Transformer.apply_compile)")
     assumed.append("compiled loss (TrainerConfig compile_loss=True in each script; "
@@ -524,8 +530,9 @@ def _olmo_core_recipe(fp8: bool, assumed: list[str]
                    "2.6.0.dev20241009 of the nightly image, before pytorch/pytorch#138522 made "
                    "cuDNN opt-in)")
     if fp8:
-        assumed.append("torchao float8 dynamic (tensorwise) scaling, w_out in bf16 "
-                       "(float8.py Float8Config defaults; TransformerConfig.build)")
+        assumed.append("torchao float8 dynamic (tensorwise) scaling, w_out in bf16, float8 "
+                       "FSDP all-gather (float8.py Float8Config defaults, "
+                       "enable_fsdp_float8_all_gather=True; TransformerConfig.build)")
     return recipe, "0", ()
 
 

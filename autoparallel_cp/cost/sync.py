@@ -119,6 +119,7 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     all-gather of the weights in forward and in backward per micro-batch (1.5x, ZeRO §7.2.2),
     overlapped per layer. Gradients travel in `recipe.grad_reduce_bytes` (fp32 by default: FSDP
     reduce_dtype, and Megatron bf16 training forces fp32 all-reduce, arguments.py).
+    With `fsdp_float8_all_gather` on an fp8 recipe the ZeRO-3 gathers move 1 B per weight.
     With `zero3_reduce == "microbatch"` (PyTorch FSDP without no_sync, spec/recipe.py) the
     dense reduce-scatter moves from the step into the per-micro-batch ZeRO-3 term beside the
     two gathers (each unit reduces its gradients in every micro-batch's backward); expert
@@ -151,8 +152,12 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     fixed = sync(n_dense, tp_, 0.0)
     per_dense = (sync(n_dense, tp_, ref, mb2, mb3) - sync(n_dense, tp_, 0.0, mb2, mb3)) / ref
     per_exp = (sync(n_exp, etp_ * ep_, ref, mb2) - sync(n_exp, etp_ * ep_, 0.0, mb2)) / ref
+    # torchao float8 all-gather (behaviour `fsdp_float8_all_gather`): the layers' fp8 linear
+    # weights travel in 1 B
+    beh = job.recipe.behaviour
+    wb3 = 1.0 if beh.fsdp_float8_all_gather and job.recipe.compute_dtype == "fp8" else wb
     ag0 = comm.all_gather(nd, n_dense, tp_, 0.0)
-    z3 = 2.0 * (comm.all_gather(nd, n_dense, tp_, ref * wb) - ag0) / ref
+    z3 = 2.0 * (comm.all_gather(nd, n_dense, tp_, ref * wb3) - ag0) / ref
     if mb3:
         rs0 = comm.reduce_scatter(nd, n_dense, tp_, 0.0)
         z3 = z3 + (comm.reduce_scatter(nd, n_dense, tp_, ref * gb) - rs0) / ref

@@ -1,6 +1,6 @@
 """Training recipe spec: precision, optimizer state, framework behaviour, and the presets.
 
-Kept whole (about 415 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
+Kept whole (about 425 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
 each field means in the frameworks, beside the field; the presets are those fields' values, so
 the three read together.
 """
@@ -126,6 +126,12 @@ class FrameworkBehaviour(Strict):
       @640518880), OLMo-core only for DDP (train/trainer.py `_train_microbatch_context`
       @a7de3f651c), torchtitan only on the LM head of its chunked loss
       (components/loss.py @b5bcd76c6).
+    - ``fsdp_float8_all_gather``: with torchao float8 linears (`compute_dtype: fp8`), FSDP2
+      all-gathers their weights cast to float8, 1 B per element instead of bf16's 2
+      (torchao `Float8LinearConfig.enable_fsdp_float8_all_gather`: torchtitan's
+      `enable_fsdp_float8_all_gather` option, OLMo-core's `Float8Config` default True,
+      float8.py @a7de3f651c l. 134). Costed on the ZeRO-3 per-micro-batch gathers of the
+      layers (cost/sync.py); the per-step scale precompute is one fused pass, not costed.
     - ``compiled_loss``: the cross entropy (with its fp32 upcast) runs under torch.compile
       (OLMo-core `compile_loss=True`, PR allenai/OLMo-core#77 "move logits FP32 casting into
       loss function"; torchtitan compiles the loss with the model since pytorch/torchtitan#1033,
@@ -234,6 +240,7 @@ class FrameworkBehaviour(Strict):
     zero2_reduce: Literal["step", "microbatch"] = "step"
     zero3_reduce: Literal["step", "microbatch"] = "step"
     compiled_loss: bool = False
+    fsdp_float8_all_gather: bool = False
     bf16_accum_pass: bool = False
     autograd_grad_accum: bool = False
     moe_glu_clamp_bias: bool = False

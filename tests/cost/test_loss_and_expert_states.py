@@ -80,3 +80,27 @@ def test_for_experts_is_the_recipe_itself_without_overrides() -> None:
     assert rec.for_experts() is rec
     over = rec.model_copy(update={"expert_grad_bytes": 2}).for_experts()
     assert (over.grad_bytes, over.master_weight_bytes) == (2, rec.master_weight_bytes)
+
+
+def test_float8_all_gather_halves_the_zero3_gathers_only() -> None:
+    """FSDP over 8 GPUs, fp8 torchao recipe: with the float8 weight all-gather the two
+    per-micro-batch gathers move 1 B per weight instead of 2 (the gathers' bandwidth term
+    halves); the reduce-scatter (fp32) and the step's terms do not move; a bf16 recipe
+    ignores the flag."""
+    from autoparallel_cp.cost import comm
+    from autoparallel_cp.cost.sync import dp_sync_factors
+
+    def job(fp8: bool, flag: bool) -> Job:
+        j = _dense_job(False)
+        rec = j.recipe.model_copy(update={"compute_dtype": "fp8" if fp8 else "bf16"})
+        return j.model_copy(update={"recipe": rec.with_behaviour(fsdp_float8_all_gather=flag)})
+
+    nd = job(True, True).cluster.node_groups[0]
+    ag = (float(comm.all_gather(nd, 8, 1, 2e9)) - float(comm.all_gather(nd, 8, 1, 0.0))) / 1e9
+    off = dp_sync_factors(job(True, False), 0, 1, 1, 8, 1, 3)
+    on = dp_sync_factors(job(True, True), 0, 1, 1, 8, 1, 3)
+    assert float(off[2]) - float(on[2]) == pytest.approx(ag, rel=1e-9)  # 2 gathers x 1 B
+    assert [float(x) for x in (off[0], off[1], off[3])] == [float(x) for x in (on[0], on[1],
+                                                                               on[3])]
+    bf16 = [float(x) for x in dp_sync_factors(job(False, True), 0, 1, 1, 8, 1, 3)]
+    assert bf16 == [float(x) for x in dp_sync_factors(job(False, False), 0, 1, 1, 8, 1, 3)]
