@@ -22,8 +22,9 @@ from autoparallel_cp.spec import GPUSpec, Job
 #: torchtitan, AMP) and per regime where the family's errors differ (Megatron dense / MoE).
 #: Produced by `python benchmarks/intervals.py` on 2026-12-02, session 13 (187 runs from 16
 #: sources, after the OLMo-core and NeMo AutoModel sources, FSDP's per-micro-batch
-#: reduce-scatter and the compiled loss); nested leave-one-source-out coverage 78.6 %, median
-#: relative width 21.3 % (benchmarks/RESULTS.md, "Calibration and intervals").
+#: reduce-scatter, the compiled loss and the float8 all-gather); nested leave-one-source-out
+#: coverage 78.1 %, median relative width 21.3 % (benchmarks/RESULTS.md, "Calibration and
+#: intervals").
 THROUGHPUT_LOG_ERROR: dict[str, tuple[float, float]] = {
     "megatron": (-0.1880, 0.0682),
     "megatron-dense": (-0.1439, 0.0719),
