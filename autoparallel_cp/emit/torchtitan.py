@@ -110,6 +110,16 @@ def torchtitan_settings(job: Job, plan: Plan, fmt: str = "torchtitan"
         # v0.2.2 registers the converter as "quantize.linear.float8"
         # (components/quantization/float8.py:238); 0.3.0 takes Float8LinearConverter.Config
         sections["model"] = {"converters": ["quantize.linear.float8"]}
+        if job.recipe.behaviour.fsdp_float8_all_gather:
+            if fmt == "torchtitan-toml":
+                # v0.2.2 job_config.py:732 `Float8Linear.enable_fsdp_float8_all_gather` (used
+                # when FSDP shards and no recipe_name is set: float8.py:60-90)
+                sections["quantize.linear.float8"] = {"enable_fsdp_float8_all_gather": True}
+            else:
+                notes.append("the recipe gathers fp8 weights (fsdp_float8_all_gather), but "
+                             "torchtitan 0.3.0's float8 converter has no such option (rowwise "
+                             "recipes only): its FSDP gathers move bf16, more than the plan's "
+                             "step time assumed")
     return sections, notes
 
 

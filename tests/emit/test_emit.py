@@ -236,3 +236,25 @@ def test_megatron_p2p_overlap_flag_follows_the_recipe(job: Job) -> None:
     args, notes = megatron_args(off, two)
     assert "--no-overlap-p2p-communication" not in args
     assert any("upper estimate" in n for n in notes)
+
+
+def test_torchtitan_float8_all_gather_follows_the_recipe() -> None:
+    """A recipe that gathers fp8 weights (behaviour fsdp_float8_all_gather) writes v0.2.2's
+    `[quantize.linear.float8] enable_fsdp_float8_all_gather = true` (job_config.py:732); the
+    0.3.0 module, whose float8 converter has no such option, says so in a note."""
+    tomllib = pytest.importorskip("tomllib")
+    from autoparallel_cp.spec import RECIPES
+
+    base = make_job("llama3-8b", "dgx-h100", gpus=8, seq_len=8192, global_batch=16,
+                    recipe="torchtitan-fsdp")
+    rec = RECIPES["torchtitan-fsdp"].model_copy(update={"compute_dtype": "fp8"})
+    plan = parse_plan("dp=8,zero=3,mbs=1", base)
+    plain = base.model_copy(update={"recipe": rec})
+    flag = base.model_copy(update={"recipe": rec.with_behaviour(fsdp_float8_all_gather=True)})
+    doc = tomllib.loads(emit(flag, plan, "torchtitan-toml").text)
+    assert doc["model"]["converters"] == ["quantize.linear.float8"]
+    assert doc["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
+    assert "quantize" not in tomllib.loads(emit(plain, plan, "torchtitan-toml").text)
+    out = emit(flag, plan, "torchtitan")
+    assert any("fsdp_float8_all_gather" in n for n in out.notes)
+    assert not any("fsdp_float8_all_gather" in n for n in emit(plain, plan, "torchtitan").notes)
