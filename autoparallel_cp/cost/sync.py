@@ -124,6 +124,10 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     dense reduce-scatter moves from the step into the per-micro-batch ZeRO-3 term beside the
     two gathers (each unit reduces its gradients in every micro-batch's backward); expert
     gradients keep their one reduction per step, as the ZeRO-3 term gathers dense units only.
+    Solver bounds: both options only move non-negative alpha-beta terms between the step's
+    sync and the per-micro-batch ZeRO-3 term, which the search's tables read from this same
+    function (search/tables.py `z3l`, `dpsync`), so every bound taken as a minimum over
+    those tables stays a lower bound of this cost.
     """
     nd = node(job, g)
     tp_, cp_, dp_, ep_, z = (_f(x) for x in (tp, cp, dp, ep, zero))
@@ -137,8 +141,9 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     # DeepSpeed ZeRO-2 reduce-scatters every micro-batch (`microbatch_grad_factors`): only the
     # all-gather of the updated weights is left for the end of the step (bandwidth terms; the
     # latency of the reduce-scatter stays in `fixed`, once per step)
-    mb2 = job.recipe.behaviour.zero2_reduce == "microbatch"
-    mb3 = job.recipe.behaviour.zero3_reduce == "microbatch"
+    beh = job.recipe.behaviour
+    mb2 = beh.zero2_reduce == "microbatch"
+    mb3 = beh.zero3_reduce == "microbatch"
 
     def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: bool = False,
              per_mb3: bool = False) -> FloatArray:
@@ -147,14 +152,14 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
         rs3 = comm.reduce_scatter(nd, n, st, nbytes * gb)
         rs = rs3 + ag
         z12 = np.where(z == 2, ag, rs) if per_mb else rs
-        return np.where(z == 0, ar, np.where(z >= 3, 0.0 * rs3 if per_mb3 else rs3, z12))
+        z3_step = np.zeros_like(rs3) if per_mb3 else rs3  # moved into the per-micro-batch term
+        return np.where(z == 0, ar, np.where(z >= 3, z3_step, z12))
 
     fixed = sync(n_dense, tp_, 0.0)
     per_dense = (sync(n_dense, tp_, ref, mb2, mb3) - sync(n_dense, tp_, 0.0, mb2, mb3)) / ref
     per_exp = (sync(n_exp, etp_ * ep_, ref, mb2) - sync(n_exp, etp_ * ep_, 0.0, mb2)) / ref
     # torchao float8 all-gather (behaviour `fsdp_float8_all_gather`): the layers' fp8 linear
     # weights travel in 1 B
-    beh = job.recipe.behaviour
     wb3 = 1.0 if beh.fsdp_float8_all_gather and job.recipe.compute_dtype == "fp8" else wb
     ag0 = comm.all_gather(nd, n_dense, tp_, 0.0)
     z3 = 2.0 * (comm.all_gather(nd, n_dense, tp_, ref * wb3) - ag0) / ref
