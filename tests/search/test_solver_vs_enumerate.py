@@ -72,6 +72,17 @@ def _pinned_lb(master: Any, key: Key) -> int:
 
 
 
+def _assert_master_bounds(job: Job, space: SearchSpace, stride: int) -> None:
+    """The master's LB of every `stride`-th enumerated plan's key never exceeds its exact cost."""
+    from autoparallel_cp.search.cpsat_master import build_master
+    from autoparallel_cp.search.tables import build_tables
+
+    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    master = build_master(build_tables(space))
+    for cost, plan in ranked[::stride]:
+        assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
+
+
 def _compare_tol(job: Job, space: SearchSpace, k: int) -> Any:
     """CP-SAT's top k equals the enumerator's (within the proven bound); the solve result."""
     a = solve(job, space, top_k=k, time_limit=120, workers=2)
@@ -123,17 +134,12 @@ def test_heterogeneous_matches_enumeration(layers: int, batch: int) -> None:
 
 def test_master_bound_is_below_every_key_best() -> None:
     """LB(key) from the master never exceeds the exact best step time of that key."""
-    from autoparallel_cp.search.cpsat_master import build_master
-    from autoparallel_cp.search.tables import build_tables
 
     for moe in (False, True):
         job = Job(model=_mini(moe, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
                   seq_len=4096, global_batch=16)
         space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
-        ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
-        master = build_master(build_tables(space))
-        for cost, plan in ranked[::7]:
-            assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
+        _assert_master_bounds(job, space, 7)
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
@@ -151,17 +157,12 @@ def test_torchtitan_recipe_matches_enumeration(layers: int, gpus: int, seq: int)
 
 
 def test_master_bound_holds_for_the_torchtitan_recipe() -> None:
-    from autoparallel_cp.search.cpsat_master import build_master
-    from autoparallel_cp.search.tables import build_tables
     from autoparallel_cp.spec import RECIPES
 
     job = Job(model=_mini(False, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
               recipe=RECIPES["torchtitan-fsdp"], seq_len=4096, global_batch=16)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(0, 1, 3))
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
-    master = build_master(build_tables(space))
-    for cost, plan in ranked[::5]:
-        assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
+    _assert_master_bounds(job, space, 5)
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
@@ -309,13 +310,7 @@ def test_windowed_model_matches_enumeration(moe: bool, layers: int, gpus: int) -
 
 
 def test_master_bound_holds_for_a_windowed_model() -> None:
-    from autoparallel_cp.search.cpsat_master import build_master
-    from autoparallel_cp.search.tables import build_tables
-
     job = Job(model=_mini_windowed(True, 6), cluster=load_cluster("dgx-h100").take_gpus(8),
               seq_len=8192, global_batch=16)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
-    master = build_master(build_tables(space))
-    for cost, plan in ranked[::7]:
-        assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
+    _assert_master_bounds(job, space, 7)
