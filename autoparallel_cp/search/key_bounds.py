@@ -97,6 +97,46 @@ def _inflight(pp: int, vpp: int, m: int) -> npt.NDArray[np.float64]:
     return out
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _stage_f(pp: int, vpp: int, m: int, j: int, chunks: tuple[int, ...]) -> float:
+    """`factors.stage_inflight` (a walk over the schedule), memoized: every key of a batch
+    with the same m and every family sharing a stage's chunks asks for the same value."""
+    return float(fx.stage_inflight(pp, vpp, m, j, chunks))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _stage_sums(cl: tuple[int, ...], pp: int) -> tuple[int, ...]:
+    """Layers per stage of a layout in `chunk_layers` order (chunk v of stage j at v*pp + j)."""
+    return tuple(sum(cl[j::pp]) for j in range(pp))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _layout_f(pp: int, vpp: int, m: int, cl: tuple[int, ...]) -> tuple[float, ...]:
+    """`_stage_f` of every stage of a layout."""
+    return tuple(_stage_f(pp, vpp, m, j, cl[j::pp]) for j in range(pp))
+
+
+def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]:
+    """The uncoupled bound of `key` over each of its partition families, in
+    `SearchSpace.split_families` order (inf for a family no split of which fits): the space's
+    own partitions (when they place the layers), then each named layout."""
+    cc = c if c is not None else key_coefs(t, key)
+    cls = _klass(t, key, min(cc.rho) >= 0.0)
+    out: list[float] = []
+    if t.space.free_ok(key.pp, key.vpp):
+        b = _Batch.build(t, cls, [key], _stack([cc])) if cls is not None else None
+        out.append(math.inf if b is None else float(b.uncoupled()[0]))
+    lays = t.space.layouts(key.pp, key.vpp)
+    if lays:
+        b = None
+        if cls is not None:
+            co = _stack([cc])
+            b = _Batch.build(t, cls, [key] * len(lays),
+                             {n: np.repeat(a, len(lays), axis=0) for n, a in co.items()}, lays)
+        out += [math.inf] * len(lays) if b is None else [float(v) for v in b.uncoupled()]
+    return out
+
+
 def key_coefs(t: Tables, key: Any) -> KeyCoefs:
     """Read one key's factor values from the tables (the indexing of `tables.plan_cost`)."""
     mode = key.mode
@@ -230,7 +270,14 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
     phi(T', S_lb) (<= bound(T'), nondecreasing in T') reaches the least bound so far.
     """
     if coupled:
-        return _coupled_bound(t, key, c if c is not None else key_coefs(t, key))
+        # the space's own partitions coupled; the named layouts (one split each, already
+        # tight) by their uncoupled bound: each bounds its family, the least bounds the key
+        cc = c if c is not None else key_coefs(t, key)
+        own = _coupled_bound(t, key, cc) if t.space.free_ok(key.pp, key.vpp) else math.inf
+        lays = t.space.layouts(key.pp, key.vpp)
+        if not lays:
+            return own
+        return min([own, *family_bounds(t, key, cc)[-len(lays):]])
     return key_bounds(t, [key], [c] if c is not None else None)[0]
 
 
@@ -258,12 +305,28 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
         if between is not None:
             between()
         rows = np.asarray(idx)
-        b = _Batch.build(t, cls, [keys[i] for i in idx], {n: a[rows] for n, a in co.items()})
-        if b is None:
-            continue
-        for i, v in zip(idx, b.uncoupled(), strict=True):
-            out[i] = v
+        sub = {n: a[rows] for n, a in co.items()}
+        ks = [keys[i] for i in idx]
+        pp, vpp = cls[0], cls[1]
+        # the space's own partitions, then every named layout at once (a row per key and
+        # layout): the key's bound is the least over its families (`tables.family_tables`)
+        if t.space.free_ok(pp, vpp):
+            b = _Batch.build(t, cls, ks, sub)
+            if b is not None:
+                for i, v in zip(idx, b.uncoupled(), strict=True):
+                    out[i] = min(out[i], v)
+        lays = t.space.layouts(pp, vpp)
+        if lays:
+            F = len(lays)
+            b = _Batch.build(t, cls, [k for k in ks for _ in lays],
+                             {n: np.repeat(a, F, axis=0) for n, a in sub.items()},
+                             [cl for _ in ks for cl in lays])
+            if b is not None:
+                per_key = np.asarray(b.uncoupled(), float).reshape(len(ks), F).min(axis=1)
+                for i, v in zip(idx, per_key, strict=True):
+                    out[i] = min(out[i], float(v))
     return out
+
 
 
 def _stack(cs: Sequence[KeyCoefs]) -> dict[str, npt.NDArray[np.float64]]:
@@ -401,8 +464,11 @@ class _Batch:
 
     @classmethod
     def build(cls, t: Tables, klass: tuple[int, int, bool, bool], keys: Sequence[Any],
-              co: dict[str, npt.NDArray[np.float64]]) -> _Batch | None:
-        """tmin of every key (None when no layer count is allowed at all)."""
+              co: dict[str, npt.NDArray[np.float64]],
+              layouts: Sequence[tuple[int, ...]] | None = None) -> _Batch | None:
+        """tmin of every key (None when no layer count is allowed at all); `layouts` (one
+        per key, `chunk_layers` order): key i's split is that named layout, each position
+        holding its own count with its own chunks' in-flight count (a pinned split per row)."""
         s = t.space
         L = s.num_layers
         N = s.job.num_gpus
@@ -422,11 +488,18 @@ class _Batch:
         else:
             rs = np.arange(1, L + 1, dtype=float)
         fixed = s.fixed_stage_layers(pp, vpp)
-        if fixed is not None:  # a pinned split: each position holds its own count only
+        n_fixed = np.zeros((1, pp))
+        if layouts is not None:  # a named layout per key (rows of one or several families)
+            n_fixed = np.array([_stage_sums(cl, pp) for cl in layouts], float)
+            ls = np.unique(n_fixed)
+            f_all = np.array([_layout_f(pp, vpp, m, cl) for m, cl in zip(ms, layouts,
+                                                                          strict=True)])
+        elif fixed is not None:  # a pinned split: each position holds its own count only
             ls = np.array(sorted(set(fixed)), dtype=float)
-            f_all = np.array([[fx.stage_inflight(pp, vpp, m, j, s.chunks_of(pp, vpp, j, n))
-                               for j, n in enumerate(fixed)] for m in ms], float)
-            n_fixed = np.array(fixed, float)
+            chunks = tuple(s.chunks_of(pp, vpp, j, n) for j, n in enumerate(fixed))
+            f_all = np.array([[_stage_f(pp, vpp, m, j, c) for j, c in enumerate(chunks)]
+                              for m in ms], float)
+            n_fixed = np.array(fixed, float).reshape(1, pp)
         else:
             ls = np.arange(vpp, L + 1, vpp, dtype=float)
             f_all = np.stack([_inflight(pp, vpp, m) for m in ms])
@@ -439,9 +512,9 @@ class _Batch:
 
         def count_ok(j: Any) -> Any:
             """Layer counts position j may hold (all of ls unless the split is pinned)."""
-            if fixed is None:
+            if fixed is None and layouts is None:
                 return True
-            return lv == n_fixed[j].reshape(1, -1, 1, 1, 1)
+            return lv == n_fixed[:, j].reshape(n_fixed.shape[0], -1, 1, 1, 1)
 
         def A(name: str) -> Any:  # per key and node group, broadcast over (b, j, g, l, r)
             return co[name].reshape(B, 1, G, 1, 1)

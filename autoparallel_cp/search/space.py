@@ -48,7 +48,7 @@ from autoparallel_cp.spec.plan import (
     parse_assignments,
     split_violations,
 )
-from autoparallel_cp.spec.splits import stage_chunks
+from autoparallel_cp.spec.splits import named_layouts, stage_chunks
 
 PartitionKind = Literal["uniform", "free"]
 
@@ -98,6 +98,11 @@ class SearchSpace:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     #: expert-tensor-parallel size of every plan (`--fix etp`); None: Megatron's default (tp)
     etp: int | None = None
+    #: search the named uneven layouts (`layouts`) besides the space's own partitions
+    named_splits: bool = True
+    #: `split_families` of each (pp, vpp), built once per space
+    _families: dict[tuple[int, int], tuple[SearchSpace, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -115,6 +120,7 @@ class SearchSpace:
         max_mbs: int = 8,
         max_ep: int | None = None,
         zero: tuple[int, ...] = (0, 1, 2, 3),
+        named_splits: bool = True,
     ) -> SearchSpace:
         """The default space of `job`, narrowed by `fix` (text `k=v,...` or a mapping)."""
         pins: dict[str, Any] = dict(parse_assignments(fix) if isinstance(fix, str) else fix or {})
@@ -193,6 +199,8 @@ class SearchSpace:
             partial_recompute=partial_recompute,
             fixed=pins,
             etp=pins.get("etp"),
+            named_splits=named_splits and partition == "free" and not (
+                "stage_layers" in pins or "chunk_layers" in pins),
         )
         return space
 
@@ -258,7 +266,8 @@ class SearchSpace:
 
     def degrees(self) -> Iterator[Degrees]:
         """Legal degree combinations (tp, pp, cp, dp, ep, vpp, mbs); the other axes are free."""
-        job, m, n = self.job, self.job.model, self.job.num_gpus
+        job, n = self.job, self.job.num_gpus
+        placeable: dict[tuple[int, int], bool] = {}
         for tp in self.tp:
             for cp in self.cp:
                 for pp in self.pp:
@@ -281,17 +290,70 @@ class SearchSpace:
                             for vpp in self.vpp:
                                 if vpp > 1 and (pp == 1 or nmb < pp):
                                     continue
-                                if self.fixed_split:
-                                    if not self._fixed_split_ok(pp, vpp):
-                                        continue
-                                elif self.partition == "uniform":
-                                    if m.num_layers % (pp * vpp):
-                                        continue
-                                elif m.num_layers < pp * vpp or m.num_layers % vpp:
-                                    continue
-                                if not self._moe_partition_ok(pp, vpp):
+                                if (pp, vpp) not in placeable:
+                                    placeable[pp, vpp] = self.placeable(pp, vpp)
+                                if not placeable[pp, vpp]:
                                     continue
                                 yield Degrees(tp, pp, cp, dp, ep, vpp, mbs, nmb)
+
+    def free_ok(self, pp: int, vpp: int) -> bool:
+        """The space's own partitions (pinned, uniform or free) place the layers on (pp, vpp)."""
+        L = self.num_layers
+        if self.fixed_split:
+            if not self._fixed_split_ok(pp, vpp):
+                return False
+        elif self.partition == "uniform":
+            if L % (pp * vpp):
+                return False
+        elif pp * vpp > L or L % vpp:
+            return False
+        return self._moe_partition_ok(pp, vpp)
+
+    def layouts(self, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+        """The named uneven layouts searched for (pp, vpp) besides the space's own partitions
+        (`spec.splits.named_layouts`, `chunk_layers` order): only with `named_splits`, legal
+        for the model (`split_violations`, the first stage holding the dense prefix), and not
+        already a partition of the free family (every stage's chunks equal, so a multiple of
+        vpp layers), which would list the same plan twice."""
+        return tuple(f.fixed["chunk_layers"] for f in self.split_families(pp, vpp)
+                     if f is not self)
+
+    def _named(self, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+        """`layouts`, computed."""
+        if not self.named_splits or pp == 1:
+            return ()
+        L = self.num_layers
+        free = self.free_ok(pp, vpp)
+        moe = self.job.model.moe
+        k = moe.first_k_dense_layers if moe is not None else 0
+        out = []
+        for cl in named_layouts(L, pp, vpp):
+            stages = [cl[j::pp] for j in range(pp)]
+            if free and all(len(set(c)) == 1 for c in stages):
+                continue
+            if sum(stages[0]) < k:
+                continue
+            if split_violations(L, Plan(pp=pp, vpp=vpp, chunk_layers=cl)):
+                continue
+            out.append(cl)
+        return tuple(out)
+
+    def split_families(self, pp: int, vpp: int) -> tuple[SearchSpace, ...]:
+        """The partition families of (pp, vpp), each a space the per-key model, the bounds and
+        the enumerator handle as they are: the space itself when its own partitions place the
+        layers (`free_ok`), then one space per named layout (`layouts`), that layout pinned as
+        `chunk_layers`. A key's best plan is the best over its families."""
+        if (pp, vpp) not in self._families:
+            out: list[SearchSpace] = [self] if self.free_ok(pp, vpp) else []
+            for cl in self._named(pp, vpp):
+                out.append(self.with_(fixed={**dict(self.fixed), "chunk_layers": cl},
+                                      partition="free", named_splits=False))
+            self._families[pp, vpp] = tuple(out)
+        return self._families[pp, vpp]
+
+    def placeable(self, pp: int, vpp: int) -> bool:
+        """Some partition family places the layers on (pp, vpp)."""
+        return bool(self.split_families(pp, vpp))
 
     def ep_ok(self, tp: int, cp: int, dp: int, ep: int) -> bool:
         """Expert parallelism fits the stage's ranks: ep | dp*cp by default (etp = tp), else
@@ -362,7 +424,10 @@ class SearchSpace:
             if mode == "full" and self.partial_recompute and "recompute_layers" not in self.fixed:
                 # r = 1 .. (largest possible stage) - 1, plus "all layers"
                 biggest = self.num_layers - (pp - 1) * self.layer_step(vpp)
-                if self.partition == "uniform":
+                pinned = self.fixed_stage_layers(pp, vpp)
+                if pinned is not None:
+                    biggest = max(pinned)
+                elif self.partition == "uniform":
                     biggest = self.num_layers // pp
                 total += max(1, biggest)
             else:
@@ -373,11 +438,15 @@ class SearchSpace:
         """Number of complete plans in the space (counted, not listed)."""
         per_rest = len(self.zero)
         total = 0
+        fams: dict[tuple[int, int], int] = {}
         for d in self.degrees():
+            if (d.pp, d.vpp) not in fams:
+                fams[d.pp, d.vpp] = sum(
+                    f.recompute_choices(d.pp, d.vpp) * f.num_partitions(d.pp, d.vpp)
+                    for f in self.split_families(d.pp, d.vpp))
             sps = sum(1 for s in self.sp if self.sp_ok(d.tp, s))
             total += (
-                sps * per_rest * self.recompute_choices(d.pp, d.vpp)
-                * self.num_partitions(d.pp, d.vpp)
+                sps * per_rest * fams[d.pp, d.vpp]
                 * self.num_placements(d.tp, d.cp, d.dp, d.pp)
             )
         return total
@@ -386,14 +455,28 @@ class SearchSpace:
         """Legal (tp, pp, cp, dp, ep, vpp, mbs) combinations."""
         return sum(1 for _ in self.degrees())
 
-    def describe(self) -> str:
-        """One line per axis with its domain."""
-        rows = [
-            f"tp {list(self.tp)}", f"pp {list(self.pp)}", f"cp {list(self.cp)}",
-            f"ep {list(self.ep)}", f"vpp {list(self.vpp)}", f"mbs {list(self.mbs)}",
-            f"zero {list(self.zero)}", f"sp {list(self.sp)}", f"recompute {list(self.recompute)}",
-            f"partition {self.partition}", f"partial_recompute {self.partial_recompute}",
-        ]
-        if self.etp is not None:
-            rows.append(f"etp {self.etp}")
-        return "\n".join(rows)
+    def partitions_searched(self) -> list[str]:
+        """The partition families the space covers (`split_families`), in words."""
+        if self.fixed_split:
+            return ["pinned split (--fix stage_layers / chunk_layers)"]
+        out = ["uniform: Megatron's even split, pp*vpp | layers" if self.partition == "uniform"
+               else "free: any per-stage counts, multiples of vpp, equal chunks per stage"]
+        if self.named_splits:
+            out.append("named uneven layouts: the layers plus 0/1 embedding and 0/1 loss slots "
+                       "spread evenly over the pp*vpp chunks, the remainder to the first or "
+                       "the last chunks (Megatron-Core --account-for-embedding/loss-in-"
+                       "pipeline-split, torchtitan's first/last-stage weights)")
+        return out
+
+    def describe(self) -> dict[str, list[Any]]:
+        """Every axis searched with the values covered (what a proven optimum is optimal over):
+        the plan axes' domains, the partition families, the expert-TP sizes ("tp": Megatron's
+        default, the attention's tp) and whether partial recompute is searched."""
+        return {
+            "tp": list(self.tp), "pp": list(self.pp), "cp": list(self.cp), "ep": list(self.ep),
+            "vpp": list(self.vpp), "mbs": list(self.mbs), "zero": list(self.zero),
+            "sp": list(self.sp), "recompute": list(self.recompute),
+            "partition": self.partitions_searched(),
+            "etp": [self.etp if self.etp is not None else "tp"],
+            "partial_recompute": [self.partial_recompute],
+        }

@@ -34,7 +34,7 @@ together; splitting them would put the composition the solver proves against in 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -118,6 +118,9 @@ class Tables:
     # exposed DP sync of a stage = max(tail_frac·d, d - bwd_share·t) (steptime.dp_exposure)
     tail_frac: float = fx.DP_TAIL_FRACTION
     bwd_share: float = BACKWARD_SHARE
+    #: `family_tables` of each (pp, vpp), built once per tables
+    families: dict[tuple[int, int], list[Tables]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ index helpers
     def i(self, axis: str, v: int) -> int:
@@ -137,6 +140,18 @@ class Tables:
     @property
     def main_kind(self) -> bool:
         return self.space.job.model.moe is not None
+
+
+def family_tables(t: Tables, pp: int, vpp: int) -> list[Tables]:
+    """The tables over each partition family of (pp, vpp) (`SearchSpace.split_families`: the
+    space's own partitions, then each named uneven layout): the same factor tables, since a
+    family changes only the layer split and no table depends on it. A key's plans are the
+    union of its families' plans: its best is the best over them, and the least of the
+    families' lower bounds bounds every plan of the key."""
+    if (pp, vpp) not in t.families:
+        t.families[pp, vpp] = [t if f is t.space else replace(t, space=f)
+                               for f in t.space.split_families(pp, vpp)]
+    return t.families[pp, vpp]
 
 
 def capacity_bytes(total: float) -> float:

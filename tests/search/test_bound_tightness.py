@@ -41,6 +41,7 @@ from autoparallel_cp.search.tables import Tables, build_tables, plan_cost
 from autoparallel_cp.spec import ClusterSpec, Job
 from autoparallel_cp.spec.loaders import load_cluster, load_model
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, plan_violations
+from autoparallel_cp.spec.splits import named_layouts
 
 
 def _with_memory(c: ClusterSpec, gib: float) -> ClusterSpec:
@@ -255,17 +256,21 @@ def _legal_keys(space: SearchSpace, t: Tables) -> set[Key]:
         # spec/plan.py leaves the placement to the solver)
         if any(g.num_gpus % (dp * tp * cp) for g in job.cluster.node_groups):
             continue
-        if pp * vpp > L or (space.partition == "uniform" and L % (pp * vpp)):
+        if space.partition == "uniform" and L % (pp * vpp):
             continue
         if space.fixed.get("dp", dp) != dp:
             continue
         units = L // vpp
+        # an even split in multiples of vpp, or (free spaces) a framework's slot layout
+        splits: list[dict[str, Any]] = []
         split = tuple(vpp * (units // pp + (j < units % pp)) for j in range(pp))
-        if sum(split) != L or min(split) < vpp:
-            continue
-        plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
-                    num_microbatches=m, recompute=mode, stage_layers=split, etp=space.etp)
-        if not plan_violations(job, plan):
+        if pp * vpp <= L and sum(split) == L and min(split) >= vpp:
+            splits.append({"stage_layers": split})
+        if space.partition == "free" and pp > 1:
+            splits += [{"chunk_layers": cl} for cl in named_layouts(L, pp, vpp)]
+        plans = [Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
+                      num_microbatches=m, recompute=mode, etp=space.etp, **kw) for kw in splits]
+        if any(not plan_violations(job, plan) for plan in plans):
             out.add(Key(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, vpp=vpp, sp=sp, zero=zero, mbs=mbs,
                         m=m, mode=RECOMPUTE_MODES.index(mode)))
     return out
