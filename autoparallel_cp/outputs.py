@@ -281,11 +281,15 @@ def csv_row(p: Mapping[str, Any], rank: int) -> dict[str, Any]:
 
 
 def result_json(
-    status: str, solve_time_s: float, space_size: Any, plans: Sequence[Mapping[str, Any]]
+    status: str, solve_time_s: float, space_size: Any, plans: Sequence[Mapping[str, Any]],
+    space: Mapping[str, Any] | None = None,
 ) -> str:
-    """The solve/enumerate JSON document of INTERFACE.md (exactly its four keys)."""
-    doc = {"status": status, "solve_time_s": solve_time_s, "space_size": space_size,
-           "plans": list(plans)}
+    """The solve/enumerate JSON document of INTERFACE.md: its four keys, and `space` (the axes
+    and values the search, and so its proof, covered: `SearchSpace.describe`) when given."""
+    doc: dict[str, Any] = {"status": status, "solve_time_s": solve_time_s,
+                           "space_size": space_size, "plans": list(plans)}
+    if space is not None:
+        doc["space"] = dict(space)
     return json.dumps(doc, indent=2, default=_json_default) + "\n"
 
 
