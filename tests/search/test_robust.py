@@ -70,4 +70,4 @@ def test_robust_objective_on_the_cli() -> None:
     assert r.exit_code == 0, r.output
     plans = json.loads(r.stdout)["plans"]
     ps = [p["time"]["pessimistic_step_s"] for p in plans]
-    assert ps == sorted(ps) and all(p["time"]["step_s"] < q for p, q in zip(plans, ps))
+    assert ps == sorted(ps) and all(p["time"]["step_s"] < q for p, q in zip(plans, ps, strict=True))
