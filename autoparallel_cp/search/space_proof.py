@@ -102,7 +102,9 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         if L % (plan.pp * plan.vpp) or len(set(per_stage)) > 1:
             return f"layer split {list(per_stage)} (searched: uniform splits only)"
         return None
-    if plan.stage_layers is None and L % (plan.pp * plan.vpp):
+    if plan.stage_layers is None and plan.vpp > 1 and L % (plan.pp * plan.vpp):
+        # its model chunks are Megatron's uneven default ones, not the equal chunks of a stage
+        # that the free partition gives
         return (f"Megatron's default split of {L} layers over pp*vpp = {plan.pp * plan.vpp} "
                 "(uneven; searched: multiples of vpp per stage)")
     if any(n % plan.vpp or n < plan.vpp for n in per_stage):
