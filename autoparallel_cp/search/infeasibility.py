@@ -115,7 +115,7 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
                 elif space.partition == "uniform" and L % (pp * vpp):
                     yield (f"the {L} layers do not divide by pp*vpp = {pp}*{vpp} (this "
                            "space searches uniform splits only)")
-                elif space.partition == "free" and (L < pp * vpp or L % vpp):
+                elif space.partition == "free" and (pp * vpp > L or L % vpp):
                     yield (f"the {L} layers are not a multiple of vpp={vpp} with at least "
                            f"vpp per stage over pp={pp} (the search splits each stage into "
                            "vpp equal chunks; pin an uneven layout with --fix chunk_layers)")
