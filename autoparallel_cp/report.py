@@ -154,7 +154,8 @@ def plans_table(
             fmt_time(t.get("step_s")),
             fmt_count(thr.get("tokens_per_s_per_gpu"))
             + band(thr.get("tokens_per_s_per_gpu"), thr.get("tokens_per_s_per_gpu_interval")),
-            "-" if mfu is None else f"{mfu:.1%}",
+            "-" if mfu is None else f"{mfu:.1%}"
+            + ("*" if (p.get("evidence") or {}).get("beyond_evidence") else ""),
             dominant(p),
             *((versus(p, plans[0]) if i > 1 else "best",) if compare else ()),
             style=style,

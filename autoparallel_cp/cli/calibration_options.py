@@ -107,6 +107,16 @@ def uncertainty_lines(job: Job, dicts: list[dict[str, Any]], plans: list[Any],
                    f"memory (--mem-headroom {job.mem_headroom:g}); marked ! with the chance "
                    "that they run out of memory (the memory model's error); the recommendation "
                    "is taken among the plans within the margin")
+    from autoparallel_cp.cost.evidence import evidence_text
+
+    beyond = [i for i, d in enumerate(dicts, 1)
+              if (d.get("evidence") or {}).get("beyond_evidence")]
+    if beyond:
+        d = dicts[beyond[0] - 1]
+        also = ", ".join(f"#{i}" for i in beyond[1:])
+        out.append(f"beyond the evidence (*): #{beyond[0]} "
+                   + evidence_text(d["evidence"], float(d["throughput"].get("mfu") or 0))
+                   + (f" ({also} too: JSON evidence)" if also else ""))
     if job.calibration is not None:
         out.append("calibrated (--calibration): predictions and intervals from the fit")
     line = near_tie_line(dicts, lambda d: complexity(by_rank[id(d)]))

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.efficiency import peak_flops
+from autoparallel_cp.cost.evidence import evidence
 from autoparallel_cp.cost.flops import model_flops_per_token
 from autoparallel_cp.cost.memory import peak_stage, stage_memory
 from autoparallel_cp.cost.steptime import step_time
@@ -89,6 +90,8 @@ class Evaluation(BaseModel):
     stage_peak_bytes: list[float]
     stage_time_s: list[float]
     model_flops_per_token: float
+    #: the claim against the best published MFU of its class (cost/evidence.py)
+    evidence: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The INTERFACE.md PLAN object (extra fields added, none renamed)."""
@@ -120,6 +123,7 @@ class Evaluation(BaseModel):
                     zip(self.stage_peak_bytes, self.stage_time_s, strict=True))
             ],
             "model_flops_per_token": self.model_flops_per_token,
+            **({"evidence": self.evidence} if self.evidence is not None else {}),
         }
 
 
@@ -169,4 +173,5 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
         stage_peak_bytes=[s.peak_bytes for s in stages],
         stage_time_s=[s.total_s for s in st.stages],
         model_flops_per_token=mf,
+        evidence=evidence(job, thr.mfu, tb.model_dump()),
     )
