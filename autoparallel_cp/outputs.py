@@ -45,6 +45,8 @@ CSV_COLUMNS: tuple[str, ...] = (
        "peak_bytes_lo", "peak_bytes_hi", "fixed_s")
     # columns added later go last, so scripts that read columns by position keep working
     + ("etp",)
+    # near-capacity plans (search/capacity.py) and claims against evidence (cost/evidence.py)
+    + ("oom_risk", "near_capacity", "beyond_evidence")
 )
 
 
@@ -277,6 +279,9 @@ def csv_row(p: Mapping[str, Any], rank: int) -> dict[str, Any]:
         iv = d.get(key)
         row[f"{name}_lo"], row[f"{name}_hi"] = (iv[0], iv[1]) if iv else (None, None)
     row["fixed_s"] = t.get("fixed_s")  # calibrated fixed time per step
+    row["oom_risk"] = mem.get("oom_risk")
+    row["near_capacity"] = mem.get("near_capacity")
+    row["beyond_evidence"] = (p.get("evidence") or {}).get("beyond_evidence")
     return row
 
 

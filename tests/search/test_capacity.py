@@ -82,3 +82,16 @@ def test_terminal_marks_risk_and_recommends_within_the_margin() -> None:
     rec = next(line for line in r.stdout.splitlines() if line.startswith("recommended:"))
     gib = float(rec.split("mem ")[1].split(" GiB")[0])
     assert gib <= 79.1 * (1 - default_mem_headroom())
+
+
+def test_csv_carries_the_risk_and_the_evidence_mark() -> None:
+    import csv
+    import io
+
+    from autoparallel_cp.outputs import plans_csv
+
+    d = {"plan": {"dp": 1}, "memory": {"oom_risk": 0.25, "near_capacity": True},
+         "time": {}, "throughput": {}, "evidence": {"beyond_evidence": False}}
+    row = next(csv.DictReader(io.StringIO(plans_csv([d]))))
+    assert (row["oom_risk"], row["near_capacity"], row["beyond_evidence"]) == \
+        ("0.25", "True", "False")
