@@ -21,8 +21,11 @@ def explain(job: Job, space: SearchSpace) -> str:
     best: tuple[float, Plan, object] | None = None
     L = job.model.num_layers
     for d in space.degrees():
+        split = None
         if L % d.pp:
-            continue
+            split = _even_free_split(space, d.pp, d.vpp)
+            if split is None:
+                continue
         for zero in (max(space.zero),):
             mode = "full" if "full" in space.recompute else space.recompute[-1]
             sp = 1 if d.tp > 1 and 1 in space.sp else 0
@@ -30,14 +33,15 @@ def explain(job: Job, space: SearchSpace) -> str:
                 continue
             p = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,
                      sp=sp, zero=zero, mbs=d.mbs,
-                     num_microbatches=d.num_microbatches, recompute=mode, etp=space.etp)
+                     num_microbatches=d.num_microbatches, recompute=mode, etp=space.etp,
+                     stage_layers=split)
             stages = stage_memory(job, p)
             worst = max(stages, key=lambda s: s.required_bytes / s.capacity_bytes)
             ratio = worst.required_bytes / worst.capacity_bytes
             if best is None or ratio < best[0]:
                 best = (ratio, p, worst)
     if best is None:
-        return "no plan with a uniform layer partition exists in this space"
+        return "no plan with an even layer partition exists in this space"
     ratio, p, w = best
     if ratio <= 1.0:
         need_fit = w.required_bytes / GIB  # type: ignore[attr-defined]
@@ -68,6 +72,19 @@ def explain(job: Job, space: SearchSpace) -> str:
     return (f"no plan fits: the smallest memory any plan reaches is {need:.1f} GiB on a "
             f"{cap:.1f} GiB GPU ({p.short()}); the largest term is {dom} "
             f"({terms[dom] / GIB:.1f} GiB). Would fit with: " + "; ".join(hints))
+
+
+def _even_free_split(space: SearchSpace, pp: int, vpp: int) -> tuple[int, ...] | None:
+    """The most even split of a free partition (per-stage multiples of vpp, the extra units on
+    the last stages, which keep the fewest micro-batches in flight); None outside one."""
+    L = space.num_layers
+    if space.partition != "free" or space.fixed_split or L % vpp:
+        return None
+    units = L // vpp
+    base, extra = divmod(units, pp)
+    if base == 0:
+        return None
+    return tuple(vpp * (base + (1 if j >= pp - extra else 0)) for j in range(pp))
 
 
 def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
