@@ -90,6 +90,10 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         want = None
     if have != want:
         return f"etp={plan.expert_tp} (searched: {'tp' if want is None else want} only)"
+    if not space.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
+        return f"ep={plan.ep} with dp*cp = {plan.dp * plan.cp} (the space's expert grid rule)"
+    if not space.sp_ok(plan.tp, plan.sp):
+        return f"sp={plan.sp} with tp={plan.tp} (the space's sequence-parallel rule)"
     if plan.recompute_layers is not None and not space.partial_recompute:
         return "partial recompute (not searched)"
     L = space.num_layers
