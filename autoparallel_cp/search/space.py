@@ -100,9 +100,6 @@ class SearchSpace:
     etp: int | None = None
     #: search the named uneven layouts (`layouts`) besides the space's own partitions
     named_splits: bool = True
-    #: `split_families` of each (pp, vpp), built once per space
-    _families: dict[tuple[int, int], tuple[SearchSpace, ...]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -343,13 +340,17 @@ class SearchSpace:
         the enumerator handle as they are: the space itself when its own partitions place the
         layers (`free_ok`), then one space per named layout (`layouts`), that layout pinned as
         `chunk_layers`. A key's best plan is the best over its families."""
-        if (pp, vpp) not in self._families:
+        # built once per space: a cache in the instance's dict, not a field (a copy made by
+        # `with_` starts without it; the space's fields stay its description)
+        cache: dict[tuple[int, int], tuple[SearchSpace, ...]] = self.__dict__.setdefault(
+            "_split_families", {})
+        if (pp, vpp) not in cache:
             out: list[SearchSpace] = [self] if self.free_ok(pp, vpp) else []
             for cl in self._named(pp, vpp):
                 out.append(self.with_(fixed={**dict(self.fixed), "chunk_layers": cl},
                                       partition="free", named_splits=False))
-            self._families[pp, vpp] = tuple(out)
-        return self._families[pp, vpp]
+            cache[pp, vpp] = tuple(out)
+        return cache[pp, vpp]
 
     def placeable(self, pp: int, vpp: int) -> bool:
         """Some partition family places the layers on (pp, vpp)."""

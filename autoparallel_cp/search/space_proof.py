@@ -41,7 +41,11 @@ def _split_rule(space: SearchSpace) -> str:
         return "the pinned stage_layers / chunk_layers only"
     if space.partition == "uniform":
         return "uniform: Megatron's default split, pp*vpp dividing the layers"
-    return "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
+    rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
+    if space.named_splits:
+        rule += ("; and the named uneven layouts (layers + 0/1 embedding and 0/1 loss slots "
+                 "spread over the pp*vpp chunks, the remainder to the first)")
+    return rule
 
 
 def proof_space(space: SearchSpace) -> dict[str, Any]:
@@ -99,6 +103,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     L = space.num_layers
     if space.fixed_split:
         return None
+    if plan.pp > 1 and plan.layout(L) in space.layouts(plan.pp, plan.vpp):
+        return None  # a named uneven layout of the space (search/space.py `layouts`)
     if plan.chunk_layers is not None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)

@@ -42,9 +42,14 @@ def test_outside_names_the_axis_the_search_did_not_try() -> None:
     job = Job(model=load_model("llama3-405b"), cluster=load_cluster("dgx-h100").take_gpus(512),
               seq_len=8192, global_batch=512)
     sp = SearchSpace.for_job(job)
-    # 126 layers over pp 8 x vpp 4: Megatron's default split is uneven (not searched today)
+    # 126 layers over pp 8 x vpp 4: Megatron's default split (the embedding and the loss a
+    # slot each) is one of the named uneven layouts searched; other uneven chunks are not
     p = Plan(dp=8, tp=8, pp=8, vpp=4, mbs=1, num_microbatches=64)
-    assert "default split" in (outside(sp, p) or "")
+    assert outside(sp, p) is None
+    odd = (2,) + (4,) * 30 + (4,)  # 126 layers, no framework's default
+    assert "uneven model chunks" in (outside(sp, p.model_copy(update={"chunk_layers": odd}))
+                                     or "")
+    assert "default split" in (outside(sp.with_(named_splits=False), p) or "")
     assert outside(sp, p.model_copy(update={"vpp": 1})) is None  # 126 = 8 x 15 + 6: free
     assert "tp=16" in (outside(sp, p.model_copy(update={"tp": 16, "dp": 4})) or "")
     moe = Job(model=_mini(True, 4), cluster=load_cluster("dgx-h100").take_gpus(8),
