@@ -37,6 +37,15 @@ stage still holds >= 1 micro-batch of each of its chunks at its peak (its warm-u
 adds chunk vpp - 1 before any backward; `factors.stage_inflight` >= 1 for unequal chunks too), so
 the memory condition holds as well; `tests/search` checks LB <= every such key's exact best.
 
+Uneven layouts (the named layouts of `SearchSpace.split_families`: a key's plans are the union
+of its families' splits) do not touch it either: no step above uses how the layers are split
+(S_lb sums every layer, T >= S/pp and T >= the harmonic per-layer bound hold for any counts,
+a chunk of 0 layers included), and every stage still holds >= 1 micro-batch of its layers at
+its peak (`factors.stage_inflight` >= 1 for unequal chunks, above), so LB(key) bounds every
+family's plans; the keys are `SearchSpace.degrees()`, whose split rule admits (pp, vpp) when
+some family places the layers (tests/search: LB <= every key's exact best on spaces where only
+a named layout places them).
+
 MoE parallel folding (`--fix etp`) does not touch this argument: the expert-TP size is one
 value per search space, so the tables are the factor functions evaluated at it (the folded
 layers' times, activations, expert states and expert-DP gradient sync) over the same axes, the

@@ -2,12 +2,16 @@
 
 `KeyCoefs` holds the constants of one key (every key axis pinned) that the per-key CP-SAT model
 (`cpsat_partition`) is linear in; `key_bound` bounds every plan of the key from below without
-CP-SAT, so the master can skip keys that cannot enter the top k; `key_bounds` computes it for
-many keys at once (numpy over the keys of a schedule class, the same floats). The last stage's
-DeepSeek-V3 MTP terms (search/mtp_coefs.py, `KeyCoefs.mtp_*`) enter exactly as `plan_cost`
-adds them, with the replay flag relaxed (`key_bound`'s docstring, last item).
+CP-SAT (the least over the key's partition families, `SearchSpace.split_families`: the proof
+below holds for each family, the space's own partitions or one named layout, and a key's plans
+are the union of its families' plans; the named layouts of a batch are rows of one grid,
+`_Batch.build(layouts=...)`, each row a pinned split), so the master can skip keys that
+cannot enter the top k; `key_bounds` computes it for many keys at once (numpy over the keys
+of a schedule class, the same floats). The last stage's DeepSeek-V3 MTP terms
+(search/mtp_coefs.py, `KeyCoefs.mtp_*`) enter exactly as `plan_cost` adds them, with the
+replay flag relaxed (`key_bound`'s docstring, last item).
 
-Kept whole (about 830 lines): `key_bound` is one proof (its docstring) whose steps share the
+Kept whole (about 900 lines): `key_bound` is one proof (its docstring) whose steps share the
 stage-time grid tmin (`_Batch`) and the placement helpers; split, the proof's steps would sit
 apart from their code.
 """

@@ -21,10 +21,21 @@ Axes and their default domains (every value is also checked against the job):
 - `zero`: 0-3, `sp`: 0/1 (1 only with tp > 1), `recompute`: none / selective / full;
 - partial recompute (`recompute_layers` with `recompute=full`, Megatron's
   `--recompute-num-layers`: the first r layers of each stage recompute);
-- the layer partition: `uniform` (Megatron's default split, pp*vpp | layers) or `free`
-  (any per-stage counts, multiples of vpp, every stage at least vpp layers); a pinned
-  `stage_layers` or `chunk_layers` may be any split `spec.plan.plan_violations` accepts (uneven
-  model chunks, the embedding and loss as layer slots), and is the only partition searched;
+- the layer partition, a union of *families* per (pp, vpp) (`split_families`): the space's
+  own partitions, `uniform` (Megatron's default split, pp*vpp | layers) or `free` (any
+  per-stage counts, multiples of vpp, every stage at least vpp layers: the splits that balance
+  the stages' time and memory, each stage's chunks equal), and, in a free space, the *named
+  uneven layouts* (`layouts`, `spec.splits.named_layouts`): the layers plus 0/1 embedding and
+  0/1 loss slots spread evenly over the pp*vpp model chunks, the remainder to the earliest
+  chunks, as Megatron-Core lays them out with and without --account-for-embedding/loss-in-
+  pipeline-split and torchtitan with its first/last-stage weights. So pp*vpp need not divide
+  the layers (Llama 3.1 405B's 126 layers on pp 8 x vpp 8: 1,2,...,2,1 layers per chunk, as
+  NVIDIA runs it). Megatron's --decoder-first/last-pipeline-num-layers give every chunk of a
+  stage the same count, so their splits are free partitions. Each named layout is searched
+  as a pinned `chunk_layers` (the machinery of a `--fix`ed split: its stages' own in-flight
+  counts); a layout the free family already holds (equal chunks per stage) is not repeated.
+  A pinned `stage_layers` or `chunk_layers` may be any split `spec.plan.plan_violations`
+  accepts, and is the only partition searched;
 - on a heterogeneous cluster, the node group of every stage (a stage's dp*tp*cp GPUs sit in one
   group; each group holds exactly `gpus_in_group / (dp tp cp)` stages).
 

@@ -19,6 +19,10 @@ pipeline_parallel_layer_layout.py, core/pipeline_parallel/schedules.py:
   1,2,...,2 chunks on the first stage and 2,...,2,1 on the last, as --account-for-* do.
 - `chunk_layers` gives every chunk outright (pp*vpp entries, chunk v of stage j at v*pp + j:
   the order of `--pipeline-model-parallel-layout`), e.g. Megatron-Bridge's DeepSeek-V3 layouts.
+- the named layouts the search tries for a pp*vpp that need not divide the layers
+  (`named_layouts`, `slot_layout`): the layers plus 0/1 embedding and 0/1 loss slots spread
+  over the chunks, the remainder to the earliest; with one slot each that is `default_split`'s
+  layout, and torchtitan's `generate_llm_fqn_per_model_part` with its default weights.
 """
 
 from __future__ import annotations
