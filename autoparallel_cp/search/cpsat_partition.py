@@ -38,7 +38,7 @@ from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
-from autoparallel_cp.search.tables import Tables, family_tables
+from autoparallel_cp.search.tables import Tables, family_tables, key_variants
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, canonical
 
 #: Fixed-point scale of the DP-tail fractions (DP_TAIL_FRACTION, BACKWARD_SHARE).
@@ -412,8 +412,12 @@ def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, see
     budget = budget or Budget(time_limit)
     best: tuple[float, Plan, float, float] | None = None
     proven = True
-    fams = family_tables(t, key.pp, key.vpp)
-    lbs = family_bounds(t, key) if len(fams) > 1 else [0.0]
+    fams: list[Tables] = []
+    lbs: list[float] = []
+    for v in key_variants(t, key):  # every expert-TP size the key is legal under
+        fv = family_tables(v, key.pp, key.vpp)
+        fams += fv
+        lbs += family_bounds(v, key) if len(fv) > 1 or len(t.variants) > 1 else [0.0]
     for i in sorted(range(len(fams)), key=lambda i: (lbs[i], i)):
         tf = fams[i]
         if best is not None:  # a later family must tie or beat the best so far to matter

@@ -503,20 +503,36 @@ def enumerate_best(space: SearchSpace, limit: int | None = None
             f"enumerate refuses a space of {size:,} plans (limit {lim:,}); use `solve`, "
             "or narrow the space (--fix, uniform partitions, no partial recompute)"
         )
-    tabs = build_tables(space)
+    base = build_tables(space)
     best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]] = {}
-    part_cache: dict[tuple[int, int, int], tuple[Ints, list[tuple[int, ...] | None]]] = {}
+    part_cache: dict[tuple[Any, ...], tuple[Ints, list[tuple[int, ...] | None]]] = {}
+    # every expert-TP size searched (one space and tables each), then every degree choice
+    for vi, tabs in enumerate(base.variants or [base]):
+        _best_of_space(tabs, vi, best, part_cache)
+    out = list(best.values())
+    out.sort(key=lambda x: (x[0], x[1]))
+    return [(c, p) for c, _, p in out], size
+
+
+def _best_of_space(tabs: Tables, vi: int,
+                   best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]],
+                   part_cache: dict[tuple[Any, ...], tuple[Ints, list[tuple[int, ...] | None]]]
+                   ) -> None:
+    """`enumerate_best`'s scan over one expert-TP size's space (`tabs.space`): the best plan
+    of every key into `best`, kept when better (cost, then `Plan.key()`) than one there."""
+    space = tabs.space
     for d in space.degrees():
-        sps = np.array([v for v in space.sp if space.sp_ok(d.tp, v)], np.int64)
+        sps = np.array([v for v in space.sp if space.etp_legal(d.tp, d.cp, d.dp, d.ep, v)],
+                       np.int64)
         if len(sps) == 0 or len(space.zero) == 0:
             continue
         # every partition family of (pp, vpp): the space's own partitions, then each named
         # uneven layout (`SearchSpace.split_families`); a key keeps its best over them
         for fi, ft in enumerate(family_tables(tabs, d.pp, d.vpp)):
             fs = ft.space
-            if (d.pp, d.vpp, fi) not in part_cache:
-                part_cache[d.pp, d.vpp, fi] = partition_array(fs, d.pp, d.vpp)
-            parts, part_objs = part_cache[d.pp, d.vpp, fi]
+            if (vi, d.pp, d.vpp, fi) not in part_cache:
+                part_cache[vi, d.pp, d.vpp, fi] = partition_array(fs, d.pp, d.vpp)
+            parts, part_objs = part_cache[vi, d.pp, d.vpp, fi]
             places, place_objs = placement_array(fs, ft, d)
             if len(parts) == 0 or len(places) == 0:
                 continue
@@ -542,7 +558,4 @@ def enumerate_best(space: SearchSpace, limit: int | None = None
                     cand = (float(cost[col]), plan.key(), plan)
                     if k not in best or cand[:2] < best[k][:2]:
                         best[k] = cand
-    out = list(best.values())
-    out.sort(key=lambda x: (x[0], x[1]))
-    return [(c, p) for c, _, p in out], size
 

@@ -30,7 +30,7 @@ import numpy.typing as npt
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search.mtp_coefs import mtp_coefs
-from autoparallel_cp.search.tables import Tables
+from autoparallel_cp.search.tables import Tables, key_variants
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
 #: From how many entries a grid takes the paths that touch fewer entries with more numpy calls
@@ -273,6 +273,9 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
     candidates T' >= T_lb bounds every plan of the key. The scan goes up in T' and stops once
     phi(T', S_lb) (<= bound(T'), nondecreasing in T') reaches the least bound so far.
     """
+    if t.variants:  # the least over the expert-TP sizes the key is legal under
+        return min((key_bound(tv, key, None, coupled=coupled)
+                    for tv in key_variants(t, key)), default=math.inf)
     if coupled:
         # the space's own partitions coupled; the named layouts (one split each, already
         # tight) by their uncoupled bound: each bounds its family, the least bounds the key
@@ -297,6 +300,14 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
     classes."""
     if not keys:
         return []
+    if t.variants:  # each key's least bound over the expert-TP sizes it is legal under
+        out_v = [math.inf] * len(keys)
+        for tv in t.variants:
+            idx = [i for i, k in enumerate(keys) if tv in key_variants(t, k)]
+            for i, bv in zip(idx, key_bounds(tv, [keys[i] for i in idx], None, between),
+                             strict=True):
+                out_v[i] = min(out_v[i], bv)
+        return out_v
     co = _stack(cs) if cs is not None else coef_arrays(t, keys)
     out = [math.inf] * len(keys)
     classes: dict[tuple[int, int, bool, bool], list[int]] = {}

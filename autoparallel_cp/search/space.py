@@ -8,13 +8,17 @@ Axes and their default domains (every value is also checked against the job):
 - `pp`: divisors of the GPU count, at most the number of layers (uniform partitions: dividing
   the layers), at most `max_pp`;
 - `dp`: derived, `N / (tp pp cp)`;
-- `ep`: divisors of the routed experts (1 for dense models) dividing `dp cp`; with `--fix etp=E`
-  (MoE parallel folding, spec/plan.py) `ep * E` divides `tp cp dp` instead, and a folded plan
-  (E != tp) with tp > 1 needs sp = 1 (`sp_ok`). etp is not a search axis but one value per
-  space (None: Megatron's default): searching it would add an axis to every MoE factor table
-  and the master's literal families and score every key once per etp (slower MoE solves); a
-  fixed value keeps every table's axes, so the bounds built on the tables hold as they are
-  (cpsat_master.py). `--fix etp=1` searches the folded layouts of Megatron-Bridge's recipes.
+- `ep`: divisors of the routed experts (1 for dense models) with ep | dp cp under Megatron's
+  default expert-TP size (etp = tp), or etp*ep | tp cp dp under a folded one (MoE parallel
+  folding, spec/folding.py), where a folded plan (etp != tp) with tp > 1 needs sp = 1;
+- `etp` (`etp_axis`), the experts' tensor-parallel size, for MoE models: Megatron's default
+  (tp) and `ETP_VALUES` (1: Megatron-Bridge's folded MoE recipes), each dividing the expert
+  FFN; `--fix etp=E` searches E only. Each size is a one-etp space (`etp_variants`) with its
+  own factor tables (`tables.Tables.variants`: the factor functions take etp as a parameter,
+  so no table gains an axis); a key's plans are the union over the sizes it is legal under
+  (`etp_legal`), its best the best over them, its bounds the least (cpsat_master.py's
+  docstring: the master's tables are the elementwise least over the sizes). etp = tp written
+  out is the default's plan and is not searched twice.
 - `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches >= pp`: Megatron's
   micro-batch groups, `spec.plan.microbatch_group`);
 - `mbs`: powers of two up to `max_mbs` dividing the global batch;
@@ -70,6 +74,22 @@ FIXABLE = (
 )
 
 
+#: The expert-TP sizes searched besides Megatron's default (etp = tp) for an MoE model without
+#: `--fix etp`: 1, the folded layout of Megatron-Bridge's MoE recipes (DeepSeek-V3, Qwen3,
+#: GPT-OSS: `expert_tensor_parallel_size=1`, Megatron-Core MoE paper arXiv 2603.07685
+#: "Parallel Folding"). Each size adds a copy of every MoE factor table and its keys' scoring.
+ETP_VALUES: tuple[int, ...] = (1,)
+
+
+def _etp_axis(job: Job, values: tuple[int, ...] | None) -> tuple[int | None, ...]:
+    """(None, *values) for an MoE model (each value dividing the expert FFN), else (None,)."""
+    moe = job.model.moe
+    if moe is None:
+        return (None,)
+    vals = ETP_VALUES if values is None else values
+    return (None, *(e for e in vals if moe.expert_ffn_hidden_size % e == 0))
+
+
 def divisors(n: int) -> list[int]:
     """Positive divisors of `n`, ascending."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
@@ -109,6 +129,9 @@ class SearchSpace:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     #: expert-tensor-parallel size of every plan (`--fix etp`); None: Megatron's default (tp)
     etp: int | None = None
+    #: the expert-TP sizes searched (`etp_variants`): (etp,) unless the search folds the
+    #: experts too (MoE models without `--fix etp`: (None, *ETP_VALUES))
+    etp_axis: tuple[int | None, ...] = (None,)
     #: search the named uneven layouts (`layouts`) besides the space's own partitions
     named_splits: bool = True
 
@@ -129,6 +152,7 @@ class SearchSpace:
         max_ep: int | None = None,
         zero: tuple[int, ...] = (0, 1, 2, 3),
         named_splits: bool = True,
+        etp_values: tuple[int, ...] | None = None,
     ) -> SearchSpace:
         """The default space of `job`, narrowed by `fix` (text `k=v,...` or a mapping)."""
         pins: dict[str, Any] = dict(parse_assignments(fix) if isinstance(fix, str) else fix or {})
@@ -207,10 +231,36 @@ class SearchSpace:
             partial_recompute=partial_recompute,
             fixed=pins,
             etp=pins.get("etp"),
+            etp_axis=(pins["etp"],) if "etp" in pins else _etp_axis(job, etp_values),
             named_splits=named_splits and partition == "free" and not (
                 "stage_layers" in pins or "chunk_layers" in pins),
         )
         return space
+
+    def etp_variants(self) -> tuple[SearchSpace, ...]:
+        """One space per searched expert-TP size (`etp_axis`), each with that etp fixed: the
+        spaces whose union this one is (the space itself when it searches one etp)."""
+        if len(self.etp_axis) == 1:
+            return (self,)
+        cache: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_etp", {})
+        if "v" not in cache:
+            cache["v"] = tuple(self.with_(etp=e, etp_axis=(e,)) for e in self.etp_axis)
+        return cache["v"]
+
+    def etp_legal(self, tp: int, cp: int, dp: int, ep: int, sp: int) -> bool:
+        """The key (these axes) is a plan of this one-etp space: the expert grid and the SP
+        rule hold, and an explicit etp equal to tp is left to the default (the same plan)."""
+        if self.etp is not None and len(self.etp_axis) == 1 and "etp" not in self.fixed \
+                and self.etp == tp:
+            return False
+        return self.ep_ok(tp, cp, dp, ep) and self.sp_ok(tp, sp)
+
+    def key_legal(self, tp: int, cp: int, dp: int, ep: int, sp: int) -> bool:
+        """Some searched expert-TP size takes these axes (`etp_legal`); with one size, the
+        expert grid and SP rules (`ep_ok`, `sp_ok`)."""
+        if len(self.etp_axis) == 1:
+            return self.ep_ok(tp, cp, dp, ep) and self.sp_ok(tp, sp)
+        return any(v.etp_legal(tp, cp, dp, ep, sp) for v in self.etp_variants())
 
     def with_(self, **changes: Any) -> SearchSpace:
         """A copy with some fields replaced."""
@@ -369,7 +419,10 @@ class SearchSpace:
 
     def ep_ok(self, tp: int, cp: int, dp: int, ep: int) -> bool:
         """Expert parallelism fits the stage's ranks: ep | dp*cp by default (etp = tp), else
-        etp*ep | tp*cp*dp (Megatron's expert grid, spec/plan.py) and etp | the expert FFN."""
+        etp*ep | tp*cp*dp (Megatron's expert grid, spec/plan.py) and etp | the expert FFN;
+        with several expert-TP sizes searched, under one of them."""
+        if len(self.etp_axis) > 1:
+            return any(v.ep_ok(tp, cp, dp, ep) for v in self.etp_variants())
         if self.etp is None:
             return (dp * cp) % ep == 0
         moe = self.job.model.moe
@@ -380,6 +433,8 @@ class SearchSpace:
         """sp = 1 needs tp > 1; a folded layout (etp != tp) with tp > 1 needs sp = 1."""
         if sp:
             return tp > 1
+        if len(self.etp_axis) > 1:
+            return any(v.sp_ok(tp, sp) for v in self.etp_variants())
         return self.etp is None or tp == 1 or tp == self.etp
 
     def _moe_partition_ok(self, pp: int, vpp: int) -> bool:
@@ -450,13 +505,15 @@ class SearchSpace:
         """Number of complete plans in the space (counted, not listed)."""
         per_rest = len(self.zero)
         total = 0
+        if len(self.etp_axis) > 1:  # the union of the one-etp spaces (no plan twice)
+            return sum(v.size() for v in self.etp_variants())
         fams: dict[tuple[int, int], int] = {}
         for d in self.degrees():
             if (d.pp, d.vpp) not in fams:
                 fams[d.pp, d.vpp] = sum(
                     f.recompute_choices(d.pp, d.vpp) * f.num_partitions(d.pp, d.vpp)
                     for f in self.split_families(d.pp, d.vpp))
-            sps = sum(1 for s in self.sp if self.sp_ok(d.tp, s))
+            sps = sum(1 for s in self.sp if self.etp_legal(d.tp, d.cp, d.dp, d.ep, s))
             total += (
                 sps * per_rest * fams[d.pp, d.vpp]
                 * self.num_placements(d.tp, d.cp, d.dp, d.pp)
@@ -489,6 +546,6 @@ class SearchSpace:
             "vpp": list(self.vpp), "mbs": list(self.mbs), "zero": list(self.zero),
             "sp": list(self.sp), "recompute": list(self.recompute),
             "partition": self.partitions_searched(),
-            "etp": [self.etp if self.etp is not None else "tp"],
+            "etp": [e if e is not None else "tp" for e in self.etp_axis],
             "partial_recompute": [self.partial_recompute],
         }

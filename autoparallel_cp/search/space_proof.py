@@ -88,15 +88,16 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
             return f"{name}={getattr(plan, name)} (searched: {list(dom)})"
     if plan.dp not in space.dp_domain:
         return f"dp={plan.dp}"
-    want = space.etp if space.etp is not None else None
     have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None
-    if want is not None and want == plan.tp:
-        want = None
-    if have != want:
-        return f"etp={plan.expert_tp} (searched: {'tp' if want is None else want} only)"
-    if not space.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
+    wants = {None if e is None or e == plan.tp else e for e in space.etp_axis}
+    if have not in wants:
+        shown = ", ".join("tp" if e is None else str(e) for e in space.etp_axis)
+        return f"etp={plan.expert_tp} (searched: {shown})"
+    one = next((v for v in space.etp_variants()
+                if (None if v.etp is None or v.etp == plan.tp else v.etp) == have), space)
+    if not one.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
         return f"ep={plan.ep} with dp*cp = {plan.dp * plan.cp} (the space's expert grid rule)"
-    if not space.sp_ok(plan.tp, plan.sp):
+    if not one.sp_ok(plan.tp, plan.sp):
         return f"sp={plan.sp} with tp={plan.tp} (the space's sequence-parallel rule)"
     if plan.recompute_layers is not None and not space.partial_recompute:
         return "partial recompute (not searched)"

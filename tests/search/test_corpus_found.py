@@ -4,13 +4,12 @@
 The corpus: every row of benchmarks/data/published_runs_{train,heldout}.csv that the validation
 turns into a job and a plan (`validate.published_rows`, `heldout.heldout_rows`; each has a
 measured throughput, so it ran; the rows they skip state no plan the tool expresses). The pins:
-the parallel layout the source states (tp, pp, vpp, cp, ep, dp, mbs) and, where the source's
-recipe sets one, the expert-TP size (`etp` is one value per search space, not a searched
-axis, so a folded run with ep > dp*cp needs it pinned). Everything else (the layer split, ZeRO,
-SP, recompute) is searched. Memory headroom: the CLI's default (`default_mem_headroom`); the
-runs whose every plan is above it but within capacity are retried with headroom 0 and must be
-among NEAR_CAPACITY (llm-foundry's MPT runs: the tool's memory model puts them within 10% of
-an 80 / 40 GiB GPU).
+the parallel layout the source states (tp, pp, vpp, cp, ep, dp, mbs). Everything else (the
+layer split, the expert-TP size, ZeRO, SP, recompute) is searched: a folded run (ep > dp*cp,
+etp 1 in Megatron-Bridge's recipes) is found through the etp axis. Memory headroom: the
+CLI's default (`default_mem_headroom`); the runs whose every plan is above it but within
+capacity are retried with headroom 0 and must be among NEAR_CAPACITY (llm-foundry's MPT runs:
+the tool's memory model puts them within 10% of an 80 / 40 GiB GPU).
 """
 
 from __future__ import annotations
@@ -52,11 +51,8 @@ def _corpus() -> list[tuple[str, int, str, Job, Plan]]:
 
 
 def _stated(plan: Plan) -> dict[str, Any]:
-    fix: dict[str, Any] = {"tp": plan.tp, "pp": plan.pp, "vpp": plan.vpp, "cp": plan.cp,
-                           "ep": plan.ep, "dp": plan.dp, "mbs": plan.mbs}
-    if plan.etp is not None:
-        fix["etp"] = plan.etp
-    return fix
+    return {"tp": plan.tp, "pp": plan.pp, "vpp": plan.vpp, "cp": plan.cp, "ep": plan.ep,
+            "dp": plan.dp, "mbs": plan.mbs}
 
 
 def _found(job: Job, fix: dict[str, Any]) -> Plan | None:
@@ -72,7 +68,7 @@ def test_every_published_run_is_found_with_its_stated_fields() -> None:
     assert len(corpus) >= 150
     headroom = default_mem_headroom()
     missing, near = [], set()
-    uneven = 0
+    uneven = folded = 0
     for file, idx, name, job, plan in corpus:
         fix = _stated(plan)
         got = _found(job.calibrated(None, headroom), fix)
@@ -84,6 +80,9 @@ def test_every_published_run_is_found_with_its_stated_fields() -> None:
             missing.append(f"{file} row {idx} {name}: {fix}")
             continue
         assert {k: getattr(got, k) for k in fix} == fix
+        if plan.ep > plan.dp * plan.cp:
+            folded += 1
+            assert got.etp == 1
         L = job.model.num_layers
         if plan.vpp > 1 and L % plan.vpp:  # only a named layout places these layers
             uneven += 1
@@ -92,6 +91,7 @@ def test_every_published_run_is_found_with_its_stated_fields() -> None:
     assert not missing, "\n".join(missing)
     assert near <= NEAR_CAPACITY
     assert uneven >= 5  # 405B on pp 8 x vpp 8, DeepSeek-V3 / Qwen3 on uneven chunks
+    assert folded >= 4  # Qwen3 235B, GPT-OSS 20B / 120B: ep > dp*cp
 
 
 def _job_405b() -> Job:

@@ -369,3 +369,43 @@ def test_size_counts_the_named_layouts() -> None:
     space = SearchSpace.for_job(job, fix=fix)
     assert space.size() == len(space.layouts(2, 2))
     assert SearchSpace.for_job(job, fix=fix, named_splits=False).num_degree_combinations() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The experts' tensor-parallel size as a searched axis (issue 28; SearchSpace.etp_axis)
+# ---------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(layers=st.sampled_from([4, 5, 6]), gpus=st.sampled_from([4, 8]),
+       seq=st.sampled_from([2048, 8192]), zero=st.sampled_from(["1", "0,3"]))
+def test_etp_axis_matches_enumeration(layers: int, gpus: int, seq: int, zero: str) -> None:
+    """MoE jobs with etp searched (Megatron's default and 1): CP-SAT's top k equals the
+    enumerator's over both sizes, folded keys (ep > dp*cp) included, and the master's LB (the
+    least over the sizes) stays below every key's exact best."""
+    job = Job(model=_mini(True, layers), cluster=load_cluster("dgx-h100").take_gpus(gpus),
+              seq_len=seq, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=2, max_vpp=2, max_mbs=2,
+                                zero=tuple(int(z) for z in zero.split(",")))
+    assert space.etp_axis == (None, 1)
+    if space.num_degree_combinations() == 0:
+        return
+    _compare_tol(job, space, 5)
+    _assert_master_bounds(job, space, 3)
+
+
+def test_folded_keys_are_searched_without_a_pin() -> None:
+    """ep 4 on 4 GPUs with tp 2 (dp*cp = 2 < ep): only etp = 1 runs it. The space lists such
+    keys, the enumerator and CP-SAT find the same best among them, with etp = 1, and the
+    sizes without the axis (`etp_values=()`) have none."""
+    job = Job(model=_mini(True, 4), cluster=load_cluster("dgx-h100").take_gpus(4),
+              seq_len=2048, global_batch=8)
+    fix = "tp=2,ep=4,pp=1"
+    space = SearchSpace.for_job(job, fix=fix, max_mbs=2, zero=(1,))
+    assert space.num_degree_combinations() > 0
+    a = _compare_tol(job, space, 3)
+    assert a.plans and all(ev.plan.etp == 1 and ev.plan.sp == 1 for ev in a.plans)
+    assert SearchSpace.for_job(job, fix=fix, max_mbs=2, zero=(1,),
+                               etp_values=()).num_degree_combinations() == 0
+    assert SearchSpace.for_job(job, fix=fix + ",etp=1", zero=(1,)).describe()["etp"] == [1]
+    assert space.describe()["etp"] == ["tp", 1]

@@ -33,6 +33,7 @@ def test_space_json_names_every_axis_and_pin() -> None:
     assert set(d["axes"]) >= {"tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "sp", "recompute"}
     assert d["pins"] == {"tp": 2, "zero": 1}
     assert d["etp"] == "tp" and d["partition"] == "free"
+    assert d["axes"]["etp_axis"] == [None]  # a dense model: Megatron's default only
     assert d["dp"] == sorted(d["dp"]) and all(16 % x == 0 for x in d["dp"])
     line = space_line(d)
     assert line.startswith("proof covers: tp 2;") and "\n" not in line
@@ -55,8 +56,10 @@ def test_outside_names_the_axis_the_search_did_not_try() -> None:
     moe = Job(model=_mini(True, 4), cluster=load_cluster("dgx-h100").take_gpus(8),
               seq_len=1024, global_batch=16)
     q = Plan(dp=4, tp=2, ep=4, etp=1, sp=1, mbs=1, num_microbatches=4)
-    assert "etp=1" in (outside(SearchSpace.for_job(moe), q) or "")
+    assert outside(SearchSpace.for_job(moe), q) is None  # etp is searched: tp and 1
+    assert "etp=1" in (outside(SearchSpace.for_job(moe, etp_values=()), q) or "")
     assert outside(SearchSpace.for_job(moe, fix="etp=1"), q) is None
+    assert "etp=1" in (outside(SearchSpace.for_job(moe, fix="etp=2"), q) or "")
 
 
 def _large(moe: bool, layers: int) -> ModelSpec:
