@@ -71,6 +71,9 @@ def test_expert_parallelism_beyond_dp_cp_is_named_with_folding() -> None:
 
     # DeepSeek-V3 as NVIDIA's benchmark runs it (tp 2, pp 16, ep 64 on 1,024 GPUs): dp*cp = 32
     job = api.make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=4096)
-    sp = SearchSpace.for_job(job, fix="tp=2,pp=16,ep=64")
+    # the experts' tensor-parallel size searched (Megatron's default and 1): the run is in
+    # the space; with the default size only (etp_values=()), the ep rule empties it
+    assert SearchSpace.for_job(job, fix="tp=2,pp=16,ep=64").num_degree_combinations() > 0
+    sp = SearchSpace.for_job(job, fix="tp=2,pp=16,ep=64", etp_values=())
     text = empty_space(job, sp)
     assert "ep=64 does not divide dp*cp = 32" in text and "--fix etp=1" in text

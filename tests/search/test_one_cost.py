@@ -214,8 +214,9 @@ def _agree(case: tuple[Job, Plan]) -> None:
                      ("mtp", job.model.mtp_layers > 0)):
         if on:
             event(name)
+    # etp_values=(): Megatron's default etp only, unless the plan pins one (one plan)
     space = SearchSpace.for_job(job, fix=_fix(plan, job.model.num_layers), max_pp=4,
-                                max_vpp=2, max_mbs=2, max_ep=4,
+                                max_vpp=2, max_mbs=2, max_ep=4, etp_values=(),
                                 partial_recompute=plan.recompute_layers is not None)
     pc = plan_cost(build_tables(space), plan)
     ev = evaluate(job, plan)
