@@ -30,7 +30,7 @@ import numpy.typing as npt
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search.mtp_coefs import mtp_coefs
-from autoparallel_cp.search.tables import Tables, key_variants
+from autoparallel_cp.search.tables import Tables, key_variants, stage_inflight
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
 #: From how many entries a grid takes the paths that touch fewer entries with more numpy calls
@@ -101,13 +101,6 @@ def _inflight(pp: int, vpp: int, m: int) -> npt.NDArray[np.float64]:
     return out
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _stage_f(pp: int, vpp: int, m: int, j: int, chunks: tuple[int, ...]) -> float:
-    """`factors.stage_inflight` (a walk over the schedule), memoized: every key of a batch
-    with the same m and every family sharing a stage's chunks asks for the same value."""
-    return float(fx.stage_inflight(pp, vpp, m, j, chunks))
-
-
 @functools.lru_cache(maxsize=1 << 14)
 def _stage_sums(cl: tuple[int, ...], pp: int) -> tuple[int, ...]:
     """Layers per stage of a layout in `chunk_layers` order (chunk v of stage j at v*pp + j)."""
@@ -116,8 +109,8 @@ def _stage_sums(cl: tuple[int, ...], pp: int) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=1 << 14)
 def _layout_f(pp: int, vpp: int, m: int, cl: tuple[int, ...]) -> tuple[float, ...]:
-    """`_stage_f` of every stage of a layout."""
-    return tuple(_stage_f(pp, vpp, m, j, cl[j::pp]) for j in range(pp))
+    """`stage_inflight` of every stage of a layout (memoized per m and layout)."""
+    return tuple(stage_inflight(pp, vpp, m, j, cl[j::pp]) for j in range(pp))
 
 
 def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]:
@@ -302,8 +295,9 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
         return []
     if t.variants:  # each key's least bound over the expert-TP sizes it is legal under
         out_v = [math.inf] * len(keys)
+        legal = [{id(v) for v in key_variants(t, k)} for k in keys]
         for tv in t.variants:
-            idx = [i for i, k in enumerate(keys) if tv in key_variants(t, k)]
+            idx = [i for i, ids in enumerate(legal) if id(tv) in ids]
             for i, bv in zip(idx, key_bounds(tv, [keys[i] for i in idx], None, between),
                              strict=True):
                 out_v[i] = min(out_v[i], bv)
@@ -512,7 +506,7 @@ class _Batch:
         elif fixed is not None:  # a pinned split: each position holds its own count only
             ls = np.array(sorted(set(fixed)), dtype=float)
             chunks = tuple(s.chunks_of(pp, vpp, j, n) for j, n in enumerate(fixed))
-            f_all = np.array([[_stage_f(pp, vpp, m, j, c) for j, c in enumerate(chunks)]
+            f_all = np.array([[stage_inflight(pp, vpp, m, j, c) for j, c in enumerate(chunks)]
                               for m in ms], float)
             n_fixed = np.array(fixed, float).reshape(1, pp)
         else:
