@@ -105,6 +105,12 @@ class Evaluation(BaseModel):
             plan_d["chunk_layers"] = list(p.chunk_layers)
         if p.etp is not None:
             plan_d["etp"] = p.etp
+        if p.schedule is not None:
+            plan_d["schedule"] = p.schedule
+        if p.optimizer_offload:
+            plan_d["optimizer_offload"] = p.optimizer_offload
+        if p.activation_offload:
+            plan_d["activation_offload"] = p.activation_offload
         return {
             "plan": plan_d,
             "fits": self.fits,

@@ -39,6 +39,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from autoparallel_cp.cost import factors as F
+from autoparallel_cp.cost.schedules import dualpipe_mirror, head_stage, inflight_units
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
@@ -247,7 +248,6 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     opts = F.options_for(job, options)
     groups = stage_groups(job, plan)
     kinds = stage_layer_kinds(job, plan)
-    pp, m = plan.pp, plan.num_microbatches
     shard_dense = plan.dp * plan.cp
     shard_exp = plan.expert_dp
     wd, gd, od = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_dense))
@@ -259,7 +259,8 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     layer, edges = plan_factors(job, plan, opts)
     mtps = mtp_cache(job, plan, opts)
     chunks = plan.chunks_per_stage(job.model.num_layers)
-    out: list[StageMemory] = []
+    last = head_stage(plan)
+    parts: list[tuple[float, float, float, float]] = []  # dense_p, exp_p, act, work
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
         edge = edges(g)
@@ -277,12 +278,12 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
             full = layer(g, "full", moe)
             act += (n - r) * float(base.act_bytes) + r * float(full.ckpt_bytes)
             work = max(work, float(full.work_bytes if r > 0 else base.work_bytes))
-        f = F.stage_inflight(pp, plan.vpp, m, j, chunks[j])
+        f = inflight_units(plan, j, chunks[j])
         act *= f
         if j == 0:
             dense_p += float(edge.emb_params)
             act += f * float(edge.emb_act_bytes)
-        if j == pp - 1:
+        if j == last:
             dense_p += float(edge.head_params)
             act += float(edge.head_act_bytes)
             work = max(work, float(edge.head_work_bytes))
@@ -292,6 +293,14 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
                 exp_p += mt.exp_p
                 act += mt.act
                 work = max(work, mt.work)
+        parts.append((dense_p, exp_p, act, work))
+    out: list[StageMemory] = []
+    for j, g in enumerate(groups):
+        dense_p, exp_p, act, work = parts[j]
+        mirror = dualpipe_mirror(plan, j)
+        if mirror is not None:  # DualPipe: the rank also holds stage p-1-j (its own f share)
+            d2, e2, a2, w2 = parts[mirror]
+            dense_p, exp_p, act, work = dense_p + d2, exp_p + e2, act + a2, max(work, w2)
         buffers = buf_pp * (dense_p + exp_p) + z3 + other
         params_b = wd * dense_p + we * exp_p
         grads_b = gd * dense_p + ge * exp_p

@@ -50,6 +50,13 @@ from autoparallel_cp.cost.memory import (
     stage_groups,
     stage_layer_kinds,
 )
+from autoparallel_cp.cost.schedules import (
+    backward_split,
+    bubble_ratio,
+    dualpipe_mirror,
+    ep_hidden_share,
+    head_stage,
+)
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
@@ -144,6 +151,8 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
 
     out: list[StageTime] = []
     p2p_of: dict[int, float] = {}
+    last = head_stage(plan)
+    hidden = ep_hidden_share(plan)
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
         per_dense, per_exp, z3_per, fixed = sync(g)
@@ -180,7 +189,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         if j == 0:
             comp += float(edge.emb_time_s)
             dense_p += float(edge.emb_params)
-        if j == pp - 1:
+        if j == last:
             comp += float(edge.head_compute_s)
             tp += float(edge.head_time_s - edge.head_compute_s)
             dense_p += float(edge.head_params)
@@ -197,6 +206,8 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                 z3 += job.model.mtp_layers * (
                     float(F.overlap_exposed(z3_per * d_mtp + lat_mb, t_mtp))
                     + F.zero3_copy_factor(job, g) * d_mtp)
+        if hidden > 0.0:  # DualPipe(V): the a2a of paired chunks runs beside their compute
+            ep = (1.0 - hidden) * ep + hidden * float(F.overlap_exposed(ep, comp))
         if g not in p2p_of:  # the same for every stage of a node group
             p2p_of[g] = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp,
                                            plan.vpp, plan.dp))
@@ -217,7 +228,23 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                              pp_s=p2p, zero3_s=z3 if plan.zero >= 3 else 0.0,
                              dp_sync_s=dp_sync, optimizer_s=opt,
                              grad_reduce_s=grad_reduce, grad_accum_s=grad_accum))
+    if dualpipe_mirror(plan, 0) is not None:
+        return [_dualpipe_rank(out[j], out[plan.pp - 1 - j]) for j in range(pp)]
     return out
+
+
+def _dualpipe_rank(a: StageTime, b: StageTime) -> StageTime:
+    """Rank a.stage under DualPipe: half its micro-batches run stage a, half its mirror b
+    (per micro-batch: the mean), and it syncs and updates both copies' parameters (the sum)."""
+    def mean(x: float, y: float) -> float:
+        return 0.5 * (x + y)
+    return StageTime(
+        stage=a.stage, group=a.group, compute_s=mean(a.compute_s, b.compute_s),
+        tp_s=mean(a.tp_s, b.tp_s), cp_s=mean(a.cp_s, b.cp_s), ep_s=mean(a.ep_s, b.ep_s),
+        pp_s=mean(a.pp_s, b.pp_s), zero3_s=mean(a.zero3_s, b.zero3_s),
+        dp_sync_s=a.dp_sync_s + b.dp_sync_s, optimizer_s=a.optimizer_s + b.optimizer_s,
+        grad_reduce_s=mean(a.grad_reduce_s, b.grad_reduce_s),
+        grad_accum_s=mean(a.grad_accum_s, b.grad_accum_s))
 
 
 def dp_exposure(overlap: bool) -> tuple[float, float]:
@@ -241,7 +268,10 @@ def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Ste
     tmax_stage = max(sts, key=lambda s: s.total_s)
     tmax = tmax_stage.total_s
     total = sum(s.total_s for s in sts)
-    bubble = (total - tmax) / plan.vpp
+    sched = plan.pipeline_schedule
+    ratio = 1.0 if sched in ("1f1b", "interleaved", "gpipe") else bubble_ratio(
+        sched, plan.pp, backward_split(job, plan))
+    bubble = ratio * (total - tmax) / plan.vpp
     dp_exp = max(exposed_dp(s, opts.dp_overlap) for s in sts)
     opt = max(s.optimizer_s for s in sts)
     t = tmax_stage

@@ -1,0 +1,155 @@
+"""Pipeline schedules: bubble, in-flight micro-batches, parameter copies and the EP all-to-all
+each one hides (the names and rules: spec/schedules.py).
+
+Notation: per stage and micro-batch, F = forward, B = input-gradient backward, W =
+weight-gradient backward, t = F + B + W (the stage time t_j of steptime.py). 1F1B's bubble
+is (p-1)·t for p equal stages (Narayanan et al. 2021 §2.2); steptime.py charges it as
+(Σ_j t_j - T_max)/vpp. Every schedule here is that term times `bubble_ratio`, the paper's
+bubble over 1F1B's, with (F, B, W) = `backward_split` shares of t:
+
+| schedule | bubble (equal stages) | source |
+|---|---|---|
+| 1f1b, gpipe | (p-1)(F+B+W) | Narayanan §2.2; GPipe (p-1)/(m+p-1) of the step (Huang 2019 §2.2) |
+| interleaved | (p-1)(F+B+W)/v | Narayanan §2.2 |
+| zb-h1 | (p-1)(F+B-W) | Qi et al. arXiv 2401.10241 §2.1, Table 2 (ZB-H1) |
+| zb-h2 | (p-1)·max(F+B-2W, 0) | same, Table 2 (ZB-H2) |
+| zbv | (p-1)·max(F+B-2W, 0)/2 | 2401.10241 §6: ZB-H2's warm-up in half-size chunks |
+| dualpipe | (p/2-1)(F&B+B'-3W), B' = B+W | DeepSeek-V3 arXiv 2412.19437 §3.2.1 Table 2 |
+| dualpipev | the same over 2p half chunks | deepseek-ai/DualPipe README (DualPipeV row) |
+
+F&B (a forward and a backward chunk run together) costs F + B' of compute: the overlap hides
+the communication (below), not FLOPs; so DualPipe's bubble is (p/2-1)(F + 2B - W). ZBV
+(torch.distributed.pipelining schedules.py `ScheduleZBVZeroBubble._calculate_single_rank_
+operations`) runs 2(p-r)-1 warm-up forwards of chunk 0 on rank r, ZB-H2's count, in chunks of
+half a rank's layers, hence ZB-H2's bubble over half-size passes. A negative bracket means
+the W passes more than fill the warm-up: the bubble is then 0, not negative (the max).
+
+In-flight micro-batches (`inflight_units`, in units of one micro-batch through one rank's
+layers; steptime/memory multiply the stage's per-micro-batch activations by it):
+- 1f1b: min(p - j, m); interleaved: Megatron's warm-up (cost/sync.py `inflight`);
+- gpipe: m, every forward before any backward (torch `ScheduleGPipe`);
+- zb-h1: min(p, m): rank j holds 1F1B's p - j micro-batches plus the inputs of its j deferred
+  W passes (Qi §2.1: "the same number of in-flight micro-batches" on every stage; a deferred
+  W's inputs are counted as a whole micro-batch, an upper bound, Qi Table 1 M_W < M_B);
+- zb-h2: min(2p - 1 - j, m): 2(p-j)-1 warm-up forwards plus j deferred W (Qi §2.2, peak
+  (2p-1)·M_B on the first stage);
+- zbv: min(p, m): torch's ZBV warm-up holds 2(p-r)-1 + 2r + 1 = 2p half-size chunks on
+  every rank before its first backward (2401.10241 §6: 1F1B's peak, balanced);
+- dualpipe: p + 1 (2412.19437 Table 2, "Activation PP+1"), over the rank's two stages, half
+  each (`dualpipe_mirror`: rank j holds stage j and stage p-1-j, parameters 2x);
+- dualpipev: PP+1 of DualPipeV's 2p half-size chunks = p + 1/2 (DualPipe README).
+All capped at m.
+
+EP all-to-all: DualPipe and DualPipeV run a forward chunk of one micro-batch with a backward
+chunk of another and hide each one's dispatch/combine behind the other's compute (2412.19437
+§3.2.1, Figure 4); the steady state's overlapped pairs per rank are m - 3p/2 + 1 of its m
+micro-batches for DualPipe (DualPipe dualpipe.py `DualPipe.step`: 2·(m/2 - p + 1) pairs in
+step 4 and p/2 - 1 in step 5 on the outer ranks) and m - 2p + 1 for DualPipeV (torch
+`ScheduleDualPipeV`, step 4: m - 2p + rank + 1 pairs); `ep_hidden_share` is that share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from autoparallel_cp.cost.flops import attention_core_flops, layer_gemms
+from autoparallel_cp.cost.sync import stage_inflight
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.schedules import V_SHAPED
+
+#: FLOPs of the flash-attention backward over its forward: 5 matmuls of the forward's 2 shapes
+#: (FlashAttention-2, Dao 2023, §3.1.2 backward pass; the 2.5x cost/efficiency.py charges too)
+ATTN_BACKWARD_RATIO = 2.5
+
+
+def backward_split(job: Job, plan: Plan) -> tuple[float, float, float]:
+    """Shares (F, B, W) of a layer's forward + backward FLOPs on one rank, over the model's
+    layers (dense and MoE by count): W = the weight-gradient GEMMs (one per forward GEMM,
+    same FLOPs), B = the input-gradient GEMMs (the same again) + the attention backward
+    (ATTN_BACKWARD_RATIO x the causal core), plus the replayed forward of the layers a
+    full recompute replays before their backward (Megatron checkpointing runs it in B)."""
+    model = job.model
+    tokens = plan.mbs * job.seq_len / plan.cp
+    attn = float(attention_core_flops(model, plan.mbs, job.seq_len, plan.cp, plan.tp, True))
+    n_moe = sum(model.is_moe_layer(i) for i in range(model.num_layers))
+    tot_f = tot_b = tot_w = 0.0
+    for moe, n in ((False, model.num_layers - n_moe), (True, n_moe)):
+        if n == 0:
+            continue
+        gemm = float(sum(np.sum(g.flops) for g in layer_gemms(model, moe, tokens, plan.tp,
+                                                              plan.ep, plan.etp)))
+        f = gemm + attn
+        tot_f += n * f
+        tot_b += n * (gemm + ATTN_BACKWARD_RATIO * attn)
+        tot_w += n * gemm
+    if plan.recompute == "full":
+        share = 1.0 if plan.recompute_layers is None else min(
+            1.0, plan.recompute_layers * plan.pp / model.num_layers)
+        tot_b += share * tot_f
+    total = tot_f + tot_b + tot_w
+    return tot_f / total, tot_b / total, tot_w / total
+
+
+def bubble_ratio(schedule: str, pp: int, split: tuple[float, float, float]) -> float:
+    """The schedule's bubble over 1F1B's (or interleaved's, same vpp) for equal stages (module
+    table), with `split` = (F, B, W) shares of t."""
+    f, b, w = split
+    if schedule in ("1f1b", "interleaved", "gpipe") or pp == 1:
+        return 1.0
+    if schedule == "zb-h1":
+        return f + b - w
+    if schedule in ("zb-h2", "zbv"):  # zbv: over half-size chunks, the /vpp of steptime
+        return max(f + b - 2.0 * w, 0.0)
+    if schedule == "dualpipe":
+        return (pp / 2.0 - 1.0) / (pp - 1.0) * max(f + 2.0 * b - w, 0.0)
+    if schedule == "dualpipev":  # (p-1)(F + 2B - W)/2 over 2p chunks: the /vpp of steptime
+        return max(f + 2.0 * b - w, 0.0)
+    raise ValueError(f"unknown schedule {schedule!r}")
+
+
+def inflight_units(plan: Plan, stage: int, chunks: Sequence[int]) -> float:
+    """Micro-batches (in whole-rank units) whose activations rank `stage` holds at its peak
+    (module docstring), `chunks` = the layers of the rank's model chunks."""
+    s, pp, m, j = plan.pipeline_schedule, plan.pp, plan.num_microbatches, stage
+    if s in ("1f1b", "interleaved"):
+        return stage_inflight(pp, plan.vpp, m, j, chunks)
+    if s == "gpipe":
+        return float(m)
+    if s in ("zb-h1", "zbv"):
+        return float(min(pp, m))
+    if s == "zb-h2":
+        return float(min(2 * pp - 1 - j, m))
+    if s == "dualpipe":  # per stage of the rank's two: half of p + 1 each
+        return min(pp + 1.0, float(m)) / 2.0
+    if s == "dualpipev":
+        return min(pp + 0.5, float(m))
+    raise ValueError(f"unknown schedule {s!r}")
+
+
+def head_stage(plan: Plan) -> int:
+    """The rank holding the final norm, LM head and loss: the last one, or rank 0 in a V
+    (the V's last chunk, stage 2p-1, sits on rank 0: torch `generate_stage_to_rank_mapping`
+    style "v")."""
+    return 0 if plan.pipeline_schedule in V_SHAPED else plan.pp - 1
+
+
+def dualpipe_mirror(plan: Plan, stage: int) -> int | None:
+    """The second stage DualPipe places on rank `stage` (p - 1 - stage: 2412.19437 §3.2.1,
+    two copies of the parameters), or None for every other schedule."""
+    if plan.pipeline_schedule != "dualpipe":
+        return None
+    return plan.pp - 1 - stage
+
+
+def ep_hidden_share(plan: Plan) -> float:
+    """Share of the micro-batches whose EP dispatch/combine runs beside a paired chunk's
+    compute (module docstring): 0 except DualPipe / DualPipeV."""
+    s, pp, m = plan.pipeline_schedule, plan.pp, plan.num_microbatches
+    if s == "dualpipe":
+        return max(m - 1.5 * pp + 1.0, 0.0) / m
+    if s == "dualpipev":
+        return max(m - 2.0 * pp + 1.0, 0.0) / m
+    return 0.0
