@@ -50,6 +50,11 @@ from autoparallel_cp.cost.memory import (
     stage_groups,
     stage_layer_kinds,
 )
+from autoparallel_cp.cost.offload import (
+    activation_offload_s,
+    offloaded_activations,
+    optimizer_offload_s,
+)
 from autoparallel_cp.cost.schedules import (
     backward_split,
     bubble_ratio,
@@ -81,11 +86,12 @@ class StageTime:
     optimizer_s: float
     grad_reduce_s: float = 0.0  # per-micro-batch gradient reduction (DeepSpeed ZeRO-2)
     grad_accum_s: float = 0.0  # per-micro-batch fp32 accumulation pass (BF16_Optimizer)
+    offload_s: float = 0.0  # activation copies to / from the host beyond the compute
 
     @property
     def total_s(self) -> float:
         return (self.compute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s + self.zero3_s
-                + self.grad_reduce_s + self.grad_accum_s)
+                + self.grad_reduce_s + self.grad_accum_s + self.offload_s)
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ class StepTime:
     stages: tuple[StageTime, ...]
     slowest_stage: int
     fixed_s: float = 0.0  # calibrated fixed time per step (spec/calibration.py `per_step_s`)
+    offload_s: float = 0.0  # exposed activation offload copies (cost/offload.py)
 
 
 def _dp_factors(job: Job, plan: Plan) -> tuple[Callable[[int], tuple[float, ...]],
@@ -161,11 +168,13 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         comp = tp = cp = ep = z3 = 0.0
         dense_p = exp_p = 0.0
         z3_first = 0.0
+        kept: list[tuple[int, float]] = []
         for moe, n, r in ((False, nd, rd), (True, nm, rm)):
             if n == 0:
                 continue
             base = layer(g, _base_mode(plan), moe)
             full = layer(g, "full", moe)
+            kept.append((n - r, float(base.act_bytes)))
             d_, e_ = F.layer_param_counts(job, moe, plan.tp, plan.ep, plan.etp)
             dense_p += n * float(d_)
             exp_p += n * float(e_)
@@ -220,6 +229,15 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         shard_d = plan.dp * plan.cp if plan.zero >= 1 else 1
         shard_e = plan.expert_dp if plan.zero >= 1 else 1
         opt = F.optimizer_factor(job, g) * (dense_p / shard_d + exp_p / shard_e)
+        if plan.optimizer_offload:  # cost/offload.py: that share steps on the host
+            x = plan.optimizer_offload
+            opt = (1.0 - x) * opt + optimizer_offload_s(
+                job, g, dense_p / shard_d + exp_p / shard_e, x)
+        off_s = 0.0
+        if plan.activation_offload:
+            off, _ = offloaded_activations(plan.activation_offload, kept)
+            fwd = backward_split(job, plan)[0] * (comp + tp + cp + ep)
+            off_s = activation_offload_s(job, g, off, fwd, comp + tp + cp + ep - fwd)
         mb_d, mb_e = mb_grad(g)
         grad_mb = mb_d * dense_p + mb_e * exp_p
         # the accumulation pass (zero <= 1) and the ZeRO-2 reduction never both apply
@@ -227,7 +245,8 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         out.append(StageTime(stage=j, group=g, compute_s=comp, tp_s=tp, cp_s=cp, ep_s=ep,
                              pp_s=p2p, zero3_s=z3 if plan.zero >= 3 else 0.0,
                              dp_sync_s=dp_sync, optimizer_s=opt,
-                             grad_reduce_s=grad_reduce, grad_accum_s=grad_accum))
+                             grad_reduce_s=grad_reduce, grad_accum_s=grad_accum,
+                             offload_s=off_s))
     if dualpipe_mirror(plan, 0) is not None:
         return [_dualpipe_rank(out[j], out[plan.pp - 1 - j]) for j in range(pp)]
     return out
@@ -244,7 +263,8 @@ def _dualpipe_rank(a: StageTime, b: StageTime) -> StageTime:
         pp_s=mean(a.pp_s, b.pp_s), zero3_s=mean(a.zero3_s, b.zero3_s),
         dp_sync_s=a.dp_sync_s + b.dp_sync_s, optimizer_s=a.optimizer_s + b.optimizer_s,
         grad_reduce_s=mean(a.grad_reduce_s, b.grad_reduce_s),
-        grad_accum_s=mean(a.grad_accum_s, b.grad_accum_s))
+        grad_accum_s=mean(a.grad_accum_s, b.grad_accum_s),
+        offload_s=mean(a.offload_s, b.offload_s))
 
 
 def dp_exposure(overlap: bool) -> tuple[float, float]:
@@ -290,6 +310,7 @@ def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Ste
         stages=tuple(sts),
         slowest_stage=t.stage,
         fixed_s=fixed,
+        offload_s=m * t.offload_s,
     )
 
 

@@ -372,8 +372,10 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
     if plan.recompute_layers is not None and plan.recompute != "full":
         out.append("recompute_layers is only meaningful with recompute=full")
     out += schedule_violations(plan.schedule, plan.pp, plan.vpp, plan.num_microbatches)
-    if plan.activation_offload and not split_violations(m.num_layers, plan):
-        out += offload_violations(plan.activation_offload, plan.layers_per_stage(m.num_layers))
+    if not split_violations(m.num_layers, plan):
+        out += offload_violations(plan.activation_offload, plan.optimizer_offload,
+                                  plan.layers_per_stage(m.num_layers),
+                                  all(g.host is not None for g in job.cluster.node_groups))
     return out
 
 

@@ -66,12 +66,18 @@ def schedule_violations(schedule: str | None, pp: int, vpp: int, m: int) -> list
     return out
 
 
-def offload_violations(activation_offload: int, stage_layers: tuple[int, ...]) -> list[str]:
-    """`activation_offload` must not exceed the smallest stage's layers."""
+def offload_violations(activation_offload: int, optimizer_offload: float,
+                       stage_layers: tuple[int, ...], has_host: bool) -> list[str]:
+    """`activation_offload` at most the smallest stage's layers; offloading needs every node
+    group's `host` (spec/cluster.py HostSpec: link and memory)."""
+    out: list[str] = []
     if activation_offload and activation_offload > min(stage_layers):
-        return [f"activation_offload={activation_offload} exceeds the smallest stage's "
-                f"{min(stage_layers)} layers"]
-    return []
+        out.append(f"activation_offload={activation_offload} exceeds the smallest stage's "
+                   f"{min(stage_layers)} layers")
+    if (activation_offload or optimizer_offload) and not has_host:
+        out.append("offloading needs the cluster's host link and memory (node group field "
+                   "`host`: link_gbps, memory_gib, memory_gbps)")
+    return out
 
 
 def axis_key(schedule: str | None, optimizer_offload: float, activation_offload: int
