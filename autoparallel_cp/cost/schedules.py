@@ -19,15 +19,16 @@ bubble over 1F1B's, with (F, B, W) = `backward_split` shares of t:
 
 F&B (a forward and a backward chunk run together) costs F + B' of compute: the overlap hides
 the communication (below), not FLOPs; so DualPipe's bubble is (p/2-1)(F + 2B - W). ZBV
-(torch.distributed.pipelining schedules.py `ScheduleZBVZeroBubble._calculate_single_rank_
-operations`) runs 2(p-r)-1 warm-up forwards of chunk 0 on rank r, ZB-H2's count, in chunks of
-half a rank's layers, hence ZB-H2's bubble over half-size passes. A negative bracket means
-the W passes more than fill the warm-up: the bubble is then 0, not negative (the max).
+(torch.distributed.pipelining, torch v2.13.0 schedules.py:3277, `ScheduleZBVZeroBubble.
+_calculate_single_rank_operations`) runs 2(p-r)-1 warm-up forwards of chunk 0 on rank r,
+ZB-H2's count, in chunks of half a rank's layers, hence ZB-H2's bubble over half-size passes.
+A negative bracket means the W passes more than fill the warm-up: the bubble is then 0, not
+negative (the max).
 
 In-flight micro-batches (`inflight_units`, in units of one micro-batch through one rank's
 layers; steptime/memory multiply the stage's per-micro-batch activations by it):
 - 1f1b: min(p - j, m); interleaved: Megatron's warm-up (cost/sync.py `inflight`);
-- gpipe: m, every forward before any backward (torch `ScheduleGPipe`);
+- gpipe: m, every forward before any backward (torch v2.13.0 schedules.py:872 `ScheduleGPipe`);
 - zb-h1: min(p, m): rank j holds 1F1B's p - j micro-batches plus the inputs of its j deferred
   W passes (Qi §2.1: "the same number of in-flight micro-batches" on every stage; a deferred
   W's inputs are counted as a whole micro-batch, an upper bound, Qi Table 1 M_W < M_B);
@@ -42,10 +43,12 @@ All capped at m.
 
 EP all-to-all: DualPipe and DualPipeV run a forward chunk of one micro-batch with a backward
 chunk of another and hide each one's dispatch/combine behind the other's compute (2412.19437
-§3.2.1, Figure 4); the steady state's overlapped pairs per rank are m - 3p/2 + 1 of its m
-micro-batches for DualPipe (DualPipe dualpipe.py `DualPipe.step`: 2·(m/2 - p + 1) pairs in
-step 4 and p/2 - 1 in step 5 on the outer ranks) and m - 2p + 1 for DualPipeV (torch
-`ScheduleDualPipeV`, step 4: m - 2p + rank + 1 pairs); `ep_hidden_share` is that share.
+§3.2.1, Figure 4). Overlapped (forward, backward) pairs per rank, on the outer ranks that
+have the fewest: DualPipe m - 3p/2 + 1 of its m forward chunks (deepseek-ai/DualPipe
+dualpipe.py `DualPipe.step`: two per step-4 iteration, m/2 - p + 1 of them, and p/2 - 1 in
+step 5); DualPipeV 2m - 3p + 1 of its 2m (torch v2.13.0 schedules.py:3564-3590: two per
+step-4 iteration, m - 2p + 1 of them on rank 0, and p - 1 in step 5). `ep_hidden_share`
+is that share.
 """
 
 from __future__ import annotations
@@ -151,5 +154,5 @@ def ep_hidden_share(plan: Plan) -> float:
     if s == "dualpipe":
         return max(m - 1.5 * pp + 1.0, 0.0) / m
     if s == "dualpipev":
-        return max(m - 2.0 * pp + 1.0, 0.0) / m
+        return max(2.0 * m - 3.0 * pp + 1.0, 0.0) / (2.0 * m)
     return 0.0

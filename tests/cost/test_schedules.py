@@ -222,10 +222,10 @@ def test_backward_split_from_per_op_flops() -> None:
 
 def test_ep_hidden_share() -> None:
     """DualPipe, p = 4, m = 16: 2(m/2 - p + 1) + (p/2 - 1) = 11 overlapped pairs of 16;
-    DualPipeV: m - 2p + 1 = 9 of 16; none for the other schedules."""
+    DualPipeV: 2(m - 2p + 1) + (p - 1) = 21 of its 2m = 32 chunks; none for the others."""
     assert S.ep_hidden_share(Plan(pp=4, num_microbatches=16, schedule="dualpipe")) == 11 / 16
     assert S.ep_hidden_share(Plan(pp=4, vpp=2, num_microbatches=16,
-                                  schedule="dualpipev")) == 9 / 16
+                                  schedule="dualpipev")) == 21 / 32
     assert S.ep_hidden_share(Plan(pp=4, num_microbatches=16, schedule="zb-h1")) == 0.0
 
 
