@@ -159,13 +159,18 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     out: list[StageTime] = []
     p2p_of: dict[int, float] = {}
     last = head_stage(plan)
-    hidden = ep_hidden_share(plan)
+    # DualPipe(V) pairs a forward and a backward chunk: on that share of the micro-batches
+    # their all-to-alls hide as in Megatron's combined 1F1B node (moe_comm.ep_overlapped);
+    # a recipe that overlaps every micro-batch already (ep_overlap) keeps its own
+    hidden = 0.0 if opts.ep_overlap else ep_hidden_share(plan)
+    layer_ov = plan_factors(job, plan, opts.model_copy(update={"ep_overlap": True}))[0] \
+        if hidden > 0.0 else layer
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
         per_dense, per_exp, z3_per, fixed = sync(g)
         lat_mb, lat_step = unit_lat(g)
         layers = 0.0
-        comp = tp = cp = ep = z3 = 0.0
+        comp = tp = cp = ep = z3 = ep_ov = 0.0
         dense_p = exp_p = 0.0
         z3_first = 0.0
         kept: list[tuple[int, float]] = []
@@ -188,12 +193,16 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
             tp += r * float(full.rc_tp_s)
             cp += r * float(full.rc_cp_s)
             ep += r * float(full.rc_ep_s)
+            if hidden > 0.0:
+                ob, of = layer_ov(g, _base_mode(plan), moe), layer_ov(g, "full", moe)
+                ep_ov += (n - r) * float(ob.ep_s) + r * (float(of.ep_s) + float(of.rc_ep_s))
             layers += n
             ag = z3_per * float(d_) + lat_mb
             z3 += n * (float(F.overlap_exposed(ag, float(base.time_s)))
                        + F.zero3_copy_factor(job, g) * float(d_))
             z3_first = max(z3_first, ag)
         z3 += z3_first
+        ep_layers = ep
         edge = edges(g)
         if j == 0:
             comp += float(edge.emb_time_s)
@@ -215,8 +224,8 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                 z3 += job.model.mtp_layers * (
                     float(F.overlap_exposed(z3_per * d_mtp + lat_mb, t_mtp))
                     + F.zero3_copy_factor(job, g) * d_mtp)
-        if hidden > 0.0:  # DualPipe(V): the a2a of paired chunks runs beside their compute
-            ep = (1.0 - hidden) * ep + hidden * float(F.overlap_exposed(ep, comp))
+        if hidden > 0.0:  # the MTP and edge terms stay as they are (not paired chunks' a2a)
+            ep += hidden * (ep_ov - ep_layers)
         if g not in p2p_of:  # the same for every stage of a node group
             p2p_of[g] = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp,
                                            plan.vpp, plan.dp))
