@@ -393,6 +393,12 @@ RULES: tuple[Rule, ...] = (
          f"{_MG} megatron/core/pipeline_parallel/schedules.py:53,160-167 "
          "(get_forward_backward_func: with / without interleaving, or no pipelining)",
          _schedule("megatron")),
+    Rule("megatron", "optimizer_offload",
+         "--optimizer-cpu-offload needs --use-precision-aware-optimizer, which runs with the "
+         "distributed optimizer only (zero >= 1)",
+         f"{_MG} megatron/training/arguments.py:1884-1888, "
+         "megatron/core/optimizer/__init__.py:1057-1060",
+         lambda j, p: {"zero": 1} if p.optimizer_offload and p.zero == 0 else None),
     Rule("megatron", "activation_offload",
          "Transformer Engine CPU offloading (--cpu-offloading-num-layers k) runs without "
          "pipeline parallelism, without activation recompute, and on k < num_layers layers",

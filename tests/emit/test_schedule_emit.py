@@ -53,6 +53,9 @@ def test_megatron_offload_flags() -> None:
     assert "--optimizer-cpu-offload --optimizer-offload-fraction 0.25" in text
     assert "--overlap-cpu-optimizer-d2h-h2d" in text
     assert "--cpu-offloading-num-layers 4" in text
+    # the precision-aware optimizer the offload needs runs with the distributed optimizer only
+    assert [r.closest for r in refusals(job, parse_plan("tp=8,zero=0,optimizer_offload=1", job),
+                                        "megatron")] == [{"zero": 1}]
     # TE CPU offloading needs pp = 1 and no recompute
     assert any(r.field == "activation_offload" for r in refusals(
         job, parse_plan("tp=2,pp=4,activation_offload=2", job), "megatron"))

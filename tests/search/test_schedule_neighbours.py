@@ -21,6 +21,18 @@ def test_schedule_and_offload_neighbours_are_legal() -> None:
     assert not any(label.startswith("schedule") for label, _ in neighbours(job, flat))
 
 
+def test_search_refuses_to_pin_what_it_does_not_search() -> None:
+    import pytest
+
+    from autoparallel_cp.errors import InputError
+    from autoparallel_cp.search.space import SearchSpace
+
+    job = make_job("llama3-8b", "dgx-h100", gpus=32, global_batch=64)
+    for fix in ("schedule=zb-h1", "optimizer_offload=0.5", "activation_offload=2"):
+        with pytest.raises(InputError, match="not a search axis yet"):
+            SearchSpace.for_job(job, fix=fix)
+
+
 def test_a_zero_bubble_schedule_beats_1f1b_here() -> None:
     """70B on 64 H100, pp 8, m 16: 1F1B's bubble is 7/16 of the compute; ZB-H2 fills most of it
     with the deferred weight-gradient passes and still fits."""
