@@ -45,6 +45,8 @@ CSV_COLUMNS: tuple[str, ...] = (
        "peak_bytes_lo", "peak_bytes_hi", "fixed_s")
     # columns added later go last, so scripts that read columns by position keep working
     + ("etp",)
+    # pipeline schedule and host offload (spec/schedules.py; empty: the plan's default / none)
+    + ("schedule", "optimizer_offload", "activation_offload", "offload_s")
 )
 
 
@@ -259,6 +261,9 @@ def csv_row(p: Mapping[str, Any], rank: int) -> dict[str, Any]:
     sl = plan.get("stage_layers")
     row["stage_layers"] = ":".join(map(str, sl)) if sl else ""
     row["etp"] = plan.get("etp")  # expert-TP size of a folded MoE plan; empty: = tp
+    for f in ("schedule", "optimizer_offload", "activation_offload"):
+        row[f] = plan.get(f)
+    row["offload_s"] = t.get("offload_s") or None
     row["fits"] = p.get("fits")
     peak = mem.get("peak_bytes")
     cap = mem.get("capacity_bytes")

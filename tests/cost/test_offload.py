@@ -112,3 +112,18 @@ def test_offload_rules() -> None:
 def test_presets_state_their_host(name: str, link: float) -> None:
     host = load_cluster(name).node_groups[0].host
     assert host is not None and host.link_gbps == link and host.source
+
+
+def test_csv_row_carries_the_new_fields() -> None:
+    from autoparallel_cp.outputs import CSV_COLUMNS, csv_row
+
+    job = _job()
+    p = Plan(dp=2, tp=4, pp=2, mbs=1, num_microbatches=8, schedule="zb-h1",
+             optimizer_offload=0.5, activation_offload=2)
+    row = csv_row(evaluate(job, p).to_json(), 1)
+    assert (row["schedule"], row["optimizer_offload"], row["activation_offload"]) == (
+        "zb-h1", 0.5, 2)
+    assert CSV_COLUMNS[-4:] == ("schedule", "optimizer_offload", "activation_offload",
+                                "offload_s")
+    old = csv_row(evaluate(job, Plan(dp=2, tp=4, pp=2, mbs=1, num_microbatches=8)).to_json(), 1)
+    assert old["schedule"] is None and old["offload_s"] is None
