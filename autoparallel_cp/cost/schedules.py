@@ -13,17 +13,18 @@ bubble over 1F1B's, with (F, B, W) = `backward_split` shares of t:
 | interleaved | (p-1)(F+B+W)/v | Narayanan §2.2 |
 | zb-h1 | (p-1)(F+B-W) | Qi et al. arXiv 2401.10241 §2.1, Table 2 (ZB-H1) |
 | zb-h2 | (p-1)·max(F+B-2W, 0) | same, Table 2 (ZB-H2) |
-| zbv | (p-1)·max(F+B-2W, 0)/2 | 2401.10241 §6: ZB-H2's warm-up in half-size chunks |
 | dualpipe | (p/2-1)(F&B+B'-3W), B' = B+W | DeepSeek-V3 arXiv 2412.19437 §3.2.1 Table 2 |
-| dualpipev | the same over 2p half chunks | deepseek-ai/DualPipe README (DualPipeV row) |
+| zbv, dualpipev | PyTorch's own action order, replayed | cost/pipeline_sim.py (torch v2.13.0) |
 
 F&B (a forward and a backward chunk run together) costs F + B' of compute: the overlap hides
-the communication (below), not FLOPs; so DualPipe's bubble is (p/2-1)(F + 2B - W). ZBV
-(torch.distributed.pipelining, torch v2.13.0 schedules.py:3277, `ScheduleZBVZeroBubble.
-_calculate_single_rank_operations`) runs 2(p-r)-1 warm-up forwards of chunk 0 on rank r,
-ZB-H2's count, in chunks of half a rank's layers, hence ZB-H2's bubble over half-size passes.
-A negative bracket means the W passes more than fill the warm-up: the bubble is then 0, not
-negative (the max).
+the communication (below), not FLOPs; so DualPipe's bubble is (p/2-1)(F + 2B - W). A negative
+bracket means the W passes more than fill the warm-up: the bubble is then 0, not negative (the
+max). ZB-H1 / ZB-H2 are the paper's handcrafted schedules (the authors' Megatron fork runs
+them); the V-shaped ones are PyTorch's classes, whose real order `simulated_bubble` replays
+with each chunk's F, B, W times: for DualPipeV it reproduces DeepSeek's (p-1)(F&B+B-3W) over
+the 2p chunks when F = B = W, and it shows that torch's ZBV, which has no optimizer
+post-validation (Qi §4) between steps, keeps a (p-1)-chunk ramp where the paper's ZB-V tiles
+steps into a parallelogram with no bubble.
 
 In-flight micro-batches (`inflight_units`, in units of one micro-batch through one rank's
 layers; steptime/memory multiply the stage's per-micro-batch activations by it):
@@ -58,6 +59,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from autoparallel_cp.cost.flops import attention_core_flops, layer_gemms
+from autoparallel_cp.cost.pipeline_sim import dualpipev_actions, makespan, zbv_actions
 from autoparallel_cp.cost.sync import stage_inflight
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
@@ -104,13 +106,28 @@ def bubble_ratio(schedule: str, pp: int, split: tuple[float, float, float]) -> f
         return 1.0
     if schedule == "zb-h1":
         return f + b - w
-    if schedule in ("zb-h2", "zbv"):  # zbv: over half-size chunks, the /vpp of steptime
+    if schedule == "zb-h2":
         return max(f + b - 2.0 * w, 0.0)
     if schedule == "dualpipe":
         return (pp / 2.0 - 1.0) / (pp - 1.0) * max(f + 2.0 * b - w, 0.0)
-    if schedule == "dualpipev":  # (p-1)(F + 2B - W)/2 over 2p chunks: the /vpp of steptime
-        return max(f + 2.0 * b - w, 0.0)
-    raise ValueError(f"unknown schedule {schedule!r}")
+    raise ValueError(f"schedule {schedule!r} has no closed form: `simulated_bubble`")
+
+
+def simulated_bubble(plan: Plan, rank_times: Sequence[float],
+                     split: tuple[float, float, float]) -> float:
+    """Pipeline time beyond m x the slowest rank's per-micro-batch time, PyTorch's zbv /
+    dualpipev action order replayed (cost/pipeline_sim.py): each of rank r's two chunks (stage
+    r and stage 2p-1-r) takes half of its time `rank_times[r]`, split (F, B, W) = `split`."""
+    p, m = plan.pp, plan.num_microbatches
+    make = zbv_actions if plan.pipeline_schedule == "zbv" else dualpipev_actions
+    part = {"F": split[0], "I": split[1], "W": split[2]}
+
+    def dur(kind: str, stage: int) -> float:
+        rank = stage if stage < p else 2 * p - 1 - stage
+        return 0.5 * rank_times[rank] * part[kind]
+
+    span = makespan([make(p, r, m) for r in range(p)], 2 * p, dur)
+    return max(span - m * max(rank_times), 0.0)
 
 
 def inflight_units(plan: Plan, stage: int, chunks: Sequence[int]) -> float:

@@ -61,6 +61,7 @@ from autoparallel_cp.cost.schedules import (
     dualpipe_mirror,
     ep_hidden_share,
     head_stage,
+    simulated_bubble,
 )
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
@@ -298,9 +299,12 @@ def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Ste
     tmax = tmax_stage.total_s
     total = sum(s.total_s for s in sts)
     sched = plan.pipeline_schedule
-    ratio = 1.0 if sched in ("1f1b", "interleaved", "gpipe") else bubble_ratio(
-        sched, plan.pp, backward_split(job, plan))
-    bubble = ratio * (total - tmax) / plan.vpp
+    if sched in ("zbv", "dualpipev") and plan.pp > 1:  # PyTorch's order, replayed
+        bubble = simulated_bubble(plan, [s.total_s for s in sts], backward_split(job, plan))
+    else:
+        ratio = 1.0 if sched in ("1f1b", "interleaved", "gpipe") else bubble_ratio(
+            sched, plan.pp, backward_split(job, plan))
+        bubble = ratio * (total - tmax) / plan.vpp
     dp_exp = max(exposed_dp(s, opts.dp_overlap) for s in sts)
     opt = max(s.optimizer_s for s in sts)
     t = tmax_stage

@@ -39,7 +39,7 @@ from math import comb, factorial
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search.pins import check_structural_pins
+from autoparallel_cp.search.pins import check_structural_pins, refuse_unsearched
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import (
     RECOMPUTE_MODES,
@@ -118,12 +118,8 @@ class SearchSpace:
     ) -> SearchSpace:
         """The default space of `job`, narrowed by `fix` (text `k=v,...` or a mapping)."""
         pins: dict[str, Any] = dict(parse_assignments(fix) if isinstance(fix, str) else fix or {})
+        refuse_unsearched(pins)
         for k in pins:
-            if k in ("schedule", "optimizer_offload", "activation_offload"):
-                raise InputError(f"{k} is not a search axis yet: the search runs today's "
-                                 "schedules (1f1b, interleaved) on the GPU only; evaluate a "
-                                 f"plan with it (evaluate --plan '...,{k}={pins[k]}') or see "
-                                 "explain's single changes", field=k)
             if k not in FIXABLE:
                 raise InputError(f"cannot fix {k!r}; fixable: {', '.join(FIXABLE)}", field=k)
         m, n = job.model, job.num_gpus

@@ -20,6 +20,7 @@ from autoparallel_cp.cost import schedules as S
 from autoparallel_cp.cost import steptime
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.memory import stage_memory
+from autoparallel_cp.cost.pipeline_sim import dualpipev_actions, makespan, zbv_actions
 from autoparallel_cp.spec import RECIPES, ClusterSpec, GPUSpec, Job, LinkSpec, ModelSpec, NodeGroup
 from autoparallel_cp.spec.plan import Plan, PlanError, parse_plan, plan_violations
 
@@ -61,7 +62,9 @@ def _fixed(monkeypatch: pytest.MonkeyPatch, compute: Sequence[float],
     ("zb-h1", 1, 3 * 1.0),     # (p-1)(F+B-W): a third of 1F1B's
     ("zb-h2", 1, 0.0),         # (p-1)(F+B-2W) = 0
     ("interleaved", 2, 3 * 3.0 / 2),  # (p-1) t / v
-    ("zbv", 2, 0.0),           # zero with F = B = W
+    # torch's ZBV (replayed): rank p-1 waits for p-1 half-size forwards (0.5 s each), then
+    # never idles: the paper's zero needs the optimizer post-validation torch does not run
+    ("zbv", 2, 3 * 0.5),
     # DeepSeek Table 2: (PP/2-1)(F&B + B - 3W) = (2-1)(3 + 2 - 3) = 2 s for PP = 4
     ("dualpipe", 1, 2.0),
     # DualPipeV: 2p = 8 half-size chunks (F=B=W=0.5): (8/2-1)(1.5 + 1 - 1.5) = 3 s
@@ -82,8 +85,35 @@ def test_zero_bubble_rates_from_the_authors_table() -> None:
     p = 8
     assert S.bubble_ratio("zb-h1", p, EQUAL) == pytest.approx(1 / 3)
     assert S.bubble_ratio("zb-h2", p, EQUAL) == 0.0
-    assert S.bubble_ratio("zbv", p, EQUAL) == 0.0
     assert S.bubble_ratio("1f1b", p, EQUAL) == 1.0
+    with pytest.raises(ValueError, match="no closed form"):
+        S.bubble_ratio("zbv", p, EQUAL)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_torch_dualpipev_order_reproduces_deepseek_table_2(p: int) -> None:
+    """PyTorch's DualPipeV actions replayed with chunk F = B = W = 1 (F&B = 3, B' = 2):
+    (PP/2 - 1)(F&B + B' - 3W) over PP = 2p chunks = (p - 1) * 2 beyond the m * 6 of work."""
+    m = 4 * p
+    span = makespan([dualpipev_actions(p, r, m) for r in range(p)], 2 * p, lambda k, s: 1.0)
+    assert span == pytest.approx(m * 6.0 + (p - 1) * 2.0)
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 2), (2, 3), (4, 3), (4, 7), (4, 16), (8, 20)])
+def test_torch_zbv_order_ramp(p: int, m: int) -> None:
+    """ZBV with chunk F = B = W = 1: the last rank's first forward starts after p - 1 chunk
+    forwards, and from then torch's order keeps every rank busy: m * 6 + (p - 1) once
+    m >= 2p - 1 (fewer micro-batches leave the slots torch plans for 2p - 1 of them empty)."""
+    span = makespan([zbv_actions(p, r, m) for r in range(p)], 2 * p, lambda k, s: 1.0)
+    if m >= 2 * p - 1:
+        assert span == pytest.approx(m * 6.0 + (p - 1))
+    else:
+        assert span > m * 6.0 + (p - 1)
+    # every rank runs every action of its two chunks once
+    for r in range(p):
+        acts = zbv_actions(p, r, m)
+        assert sorted(acts) == sorted((k, s, i) for s in (r, 2 * p - 1 - r)
+                                      for i in range(m) for k in "FIW")
 
 
 def test_unequal_passes_follow_the_formulas() -> None:
