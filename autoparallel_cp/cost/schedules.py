@@ -152,7 +152,9 @@ def inflight_units(plan: Plan, stage: int, chunks: Sequence[int]) -> float:
 def head_stage(plan: Plan) -> int:
     """The rank holding the final norm, LM head and loss: the last one, or rank 0 in a V
     (the V's last chunk, stage 2p-1, sits on rank 0: torch `generate_stage_to_rank_mapping`
-    style "v")."""
+    style "v", which torchtitan b5bcd76c picks for ZBVZeroBubble and DualPipeV,
+    torchtitan/distributed/pipeline_parallel.py:552, and logs their loss on rank 0,
+    components/metrics.py:211)."""
     return 0 if plan.pipeline_schedule in V_SHAPED else plan.pp - 1
 
 
