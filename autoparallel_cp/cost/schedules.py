@@ -70,6 +70,10 @@ from autoparallel_cp.spec.schedules import V_SHAPED
 ATTN_BACKWARD_RATIO = 2.5
 
 
+#: micro-batches per rank replayed by `simulated_bubble` at most (the bubble is the same beyond)
+SIM_MICROBATCHES_PER_RANK = 8
+
+
 def backward_split(job: Job, plan: Plan) -> tuple[float, float, float]:
     """Shares (F, B, W) of a layer's forward + backward FLOPs on one rank, over the model's
     layers (dense and MoE by count): W = the weight-gradient GEMMs (one per forward GEMM,
@@ -117,8 +121,13 @@ def simulated_bubble(plan: Plan, rank_times: Sequence[float],
                      split: tuple[float, float, float]) -> float:
     """Pipeline time beyond m x the slowest rank's per-micro-batch time, PyTorch's zbv /
     dualpipev action order replayed (cost/pipeline_sim.py): each of rank r's two chunks (stage
-    r and stage 2p-1-r) takes half of its time `rank_times[r]`, split (F, B, W) = `split`."""
-    p, m = plan.pp, plan.num_microbatches
+    r and stage 2p-1-r) takes half of its time `rank_times[r]`, split (F, B, W) = `split`.
+    Past the warm-up every further micro-batch adds the slowest rank's time and no bubble
+    (the steady state runs the same actions per micro-batch; tests/cost/test_schedules.py
+    checks the bubble is the same at 8p and 32p micro-batches), so at most SIM_MICROBATCHES_PER
+    _RANK x p micro-batches are replayed."""
+    p = plan.pp
+    m = min(plan.num_microbatches, SIM_MICROBATCHES_PER_RANK * p)
     make = zbv_actions if plan.pipeline_schedule == "zbv" else dualpipev_actions
     part = {"F": split[0], "I": split[1], "W": split[2]}
 

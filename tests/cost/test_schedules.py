@@ -12,7 +12,8 @@ Reference numbers:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
@@ -97,6 +98,23 @@ def test_torch_dualpipev_order_reproduces_deepseek_table_2(p: int) -> None:
     m = 4 * p
     span = makespan([dualpipev_actions(p, r, m) for r in range(p)], 2 * p, lambda k, s: 1.0)
     assert span == pytest.approx(m * 6.0 + (p - 1) * 2.0)
+
+
+@pytest.mark.parametrize("make", [zbv_actions, dualpipev_actions])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_replayed_bubble_is_constant_past_the_warm_up(make: Callable[..., Any], p: int) -> None:
+    """Unequal ranks (0.8-1.2 s), F : B : W = 0.3 : 0.4 : 0.3: the makespan beyond m x the
+    slowest rank is the same at 8p and 32p micro-batches (what lets `simulated_bubble` stop
+    at SIM_MICROBATCHES_PER_RANK x p)."""
+    rt = [0.8 + 0.4 * ((7 * r) % p) / max(p - 1, 1) for r in range(p)]
+    part = {"F": 0.3, "I": 0.4, "W": 0.3}
+
+    def dur(k: str, s: int) -> float:
+        return 0.5 * rt[s if s < p else 2 * p - 1 - s] * part[k]
+
+    got = [makespan([make(p, r, m) for r in range(p)], 2 * p, dur) - m * max(rt)
+           for m in (S.SIM_MICROBATCHES_PER_RANK * p, 32 * p)]
+    assert got[0] == pytest.approx(got[1], abs=1e-9)
 
 
 @pytest.mark.parametrize(("p", "m"), [(2, 2), (2, 3), (4, 3), (4, 7), (4, 16), (8, 20)])
