@@ -11,8 +11,8 @@ bubble over 1F1B's, with (F, B, W) = `backward_split` shares of t:
 |---|---|---|
 | 1f1b, gpipe | (p-1)(F+B+W) | Narayanan §2.2; GPipe (p-1)/(m+p-1) of the step (Huang 2019 §2.2) |
 | interleaved | (p-1)(F+B+W)/v | Narayanan §2.2 |
-| zb-h1 | (p-1)(F+B-W) | Qi et al. arXiv 2401.10241 §2.1, Table 2 (ZB-H1) |
-| zb-h2 | (p-1)·max(F+B-2W, 0) | same, Table 2 (ZB-H2) |
+| zb-h1 | (p-1)·max(F+B-W, F) | Qi et al. arXiv 2401.10241 §2.1, Table 2 (ZB-H1) |
+| zb-h2 | (p-1)·max(F+B-2W, F) | same, Table 2 (ZB-H2) |
 | dualpipe | (p/2-1)(F&B+B'-3W), B' = B+W | DeepSeek-V3 arXiv 2412.19437 §3.2.1 Table 2 |
 | zbv, dualpipev | PyTorch's own action order, replayed | cost/pipeline_sim.py (torch v2.13.0) |
 
@@ -20,11 +20,15 @@ F&B (a forward and a backward chunk run together) costs F + B' of compute: the o
 the communication (below), not FLOPs; so DualPipe's bubble is (p/2-1)(F + 2B - W). A negative
 bracket means the W passes more than fill the warm-up: the bubble is then 0, not negative (the
 max). ZB-H1 / ZB-H2 are the paper's handcrafted schedules (the authors' Megatron fork runs
-them); the V-shaped ones are PyTorch's classes, whose real order `simulated_bubble` replays
-with each chunk's F, B, W times: for DualPipeV it reproduces DeepSeek's (p-1)(F&B+B-3W) over
-the 2p chunks when F = B = W, and it shows that torch's ZBV, which has no optimizer
-post-validation (Qi §4) between steps, keeps a (p-1)-chunk ramp where the paper's ZB-V tiles
-steps into a parallelogram with no bubble.
+them). The paper's Table 2 counts each rank's idle time, which is the step's bubble only with
+its optimizer post-validation (Qi §4), letting the next step start on each rank as soon as it
+is done; without it (PyTorch, Megatron: the gradient-norm all-reduce closes the step) the step
+also waits for the last rank, which starts (p-1)·F late and then runs its m·t: the bubble is at
+least (p-1)·F, the F of the max (ZB-H2's zero becomes (p-1)·F). The V-shaped ones are
+PyTorch's classes, whose real order `simulated_bubble` replays with each chunk's F, B, W
+times: for DualPipeV it reproduces DeepSeek's (p-1)(F&B+B-3W) over the 2p chunks when
+F = B = W, and for ZBV it keeps the same (p-1)-chunk ramp, where the paper's ZB-V, with the
+post-validation, tiles steps into a parallelogram with no bubble.
 
 In-flight micro-batches (`inflight_units`, in units of one micro-batch through one rank's
 layers; steptime/memory multiply the stage's per-micro-batch activations by it):
@@ -108,10 +112,10 @@ def bubble_ratio(schedule: str, pp: int, split: tuple[float, float, float]) -> f
     f, b, w = split
     if schedule in ("1f1b", "interleaved", "gpipe") or pp == 1:
         return 1.0
-    if schedule == "zb-h1":
-        return f + b - w
+    if schedule == "zb-h1":  # at least the last rank's (p-1)·F ramp (module docstring)
+        return max(f + b - w, f)
     if schedule == "zb-h2":
-        return max(f + b - 2.0 * w, 0.0)
+        return max(f + b - 2.0 * w, f)
     if schedule == "dualpipe":
         return (pp / 2.0 - 1.0) / (pp - 1.0) * max(f + 2.0 * b - w, 0.0)
     raise ValueError(f"schedule {schedule!r} has no closed form: `simulated_bubble`")

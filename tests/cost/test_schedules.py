@@ -61,7 +61,9 @@ def _fixed(monkeypatch: pytest.MonkeyPatch, compute: Sequence[float],
     ("1f1b", 1, 3 * 3.0),      # (p-1)(F+B+W) = 3*3
     ("gpipe", 1, 3 * 3.0),     # (p-1)/(m+p-1) of (m+p-1)*t
     ("zb-h1", 1, 3 * 1.0),     # (p-1)(F+B-W): a third of 1F1B's
-    ("zb-h2", 1, 0.0),         # (p-1)(F+B-2W) = 0
+    # (p-1)(F+B-2W) = 0 is each rank's idle time; the step still waits for the last rank,
+    # which starts (p-1) F = 3 s late (no optimizer post-validation, Qi §4)
+    ("zb-h2", 1, 3 * 1.0),
     ("interleaved", 2, 3 * 3.0 / 2),  # (p-1) t / v
     # torch's ZBV (replayed): rank p-1 waits for p-1 half-size forwards (0.5 s each), then
     # never idles: the paper's zero needs the optimizer post-validation torch does not run
@@ -82,10 +84,11 @@ def test_bubble_against_the_papers(monkeypatch: pytest.MonkeyPatch, schedule: st
 
 
 def test_zero_bubble_rates_from_the_authors_table() -> None:
-    """Bubble rate over m·t with T_F = T_B = T_W: ZB-H1 (p-1)/(3m) = a third of 1F1B's."""
+    """Bubble rate over m·t with T_F = T_B = T_W: ZB-H1 (p-1)/(3m) = a third of 1F1B's; ZB-H2's
+    0 needs the post-validation, without it the last rank's ramp (p-1) F is left."""
     p = 8
     assert S.bubble_ratio("zb-h1", p, EQUAL) == pytest.approx(1 / 3)
-    assert S.bubble_ratio("zb-h2", p, EQUAL) == 0.0
+    assert S.bubble_ratio("zb-h2", p, EQUAL) == pytest.approx(1 / 3)
     assert S.bubble_ratio("1f1b", p, EQUAL) == 1.0
     with pytest.raises(ValueError, match="no closed form"):
         S.bubble_ratio("zbv", p, EQUAL)
@@ -135,14 +138,16 @@ def test_torch_zbv_order_ramp(p: int, m: int) -> None:
 
 
 def test_unequal_passes_follow_the_formulas() -> None:
-    """F=1, B=2 (input grad), W=1 (t=4): ZB-H1 (p-1)(F+B-W) = 2/4 of 1F1B; ZB-H2
-    (p-1)(F+B-2W) = 1/4; DualPipe at p=8: (p/2-1)(F + 2B - W) = 3*4 = 12 against 7*4."""
-    split = (0.25, 0.5, 0.25)
-    assert S.bubble_ratio("zb-h1", 8, split) == pytest.approx(0.5)
-    assert S.bubble_ratio("zb-h2", 8, split) == pytest.approx(0.25)
-    assert S.bubble_ratio("dualpipe", 8, split) == pytest.approx(12 / 28)
-    # W larger than F + B: the W passes more than fill the warm-up, no negative bubble
-    assert S.bubble_ratio("zb-h2", 8, (0.2, 0.2, 0.6)) == 0.0
+    """F=1, B=3 (input grad), W=1 (t=5): ZB-H1 (p-1)(F+B-W) = 3/5 of 1F1B; ZB-H2
+    (p-1)(F+B-2W) = 2/5 (above the ramp F = 1/5); DualPipe at p=8: (p/2-1)(F + 2B - W) =
+    3*6 = 18 against 7*5."""
+    split = (0.2, 0.6, 0.2)
+    assert S.bubble_ratio("zb-h1", 8, split) == pytest.approx(0.6)
+    assert S.bubble_ratio("zb-h2", 8, split) == pytest.approx(0.4)
+    assert S.bubble_ratio("dualpipe", 8, split) == pytest.approx(18 / 35)
+    # W larger than F + B: the W passes more than fill the warm-up; the ramp is left
+    assert S.bubble_ratio("zb-h2", 8, (0.2, 0.2, 0.6)) == pytest.approx(0.2)
+    assert S.bubble_ratio("dualpipe", 8, (0.1, 0.1, 0.8)) == 0.0
 
 
 def test_dualpipe_balances_a_heavy_last_stage(monkeypatch: pytest.MonkeyPatch) -> None:
