@@ -127,3 +127,18 @@ def test_csv_row_carries_the_new_fields() -> None:
                                 "offload_s")
     old = csv_row(evaluate(job, Plan(dp=2, tp=4, pp=2, mbs=1, num_microbatches=8)).to_json(), 1)
     assert old["schedule"] is None and old["offload_s"] is None
+
+
+def test_breakdown_still_sums_to_the_step() -> None:
+    """INTERFACE.md: the time parts sum to step_s; exposed activation copies are `offload_s`."""
+    job = _job()
+    # a slow host link so that the copies stick out of the compute
+    slow = _job(host=HostSpec(link_gbps=0.5, memory_gib=2048.0, memory_gbps=614.4))
+    for j in (job, slow):
+        t = evaluate(j, Plan(dp=2, tp=4, pp=2, mbs=1, num_microbatches=8,
+                             activation_offload=4, optimizer_offload=0.5)).time
+        parts = (t.compute_s + t.bubble_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s
+                 + t.pp_comm_s + t.dp_comm_s + t.optimizer_s + t.fixed_s + t.offload_s)
+        assert parts == pytest.approx(t.step_s)
+    assert evaluate(slow, Plan(dp=2, tp=4, pp=2, mbs=1, num_microbatches=8,
+                               activation_offload=4)).time.offload_s > 0
