@@ -200,6 +200,14 @@ def search_options(fn: F) -> F:
                      help="With --emit: export plan #N of the table instead."),
         click.option("--emit-out", default=None, metavar="FILE",
                      help="With --emit: write the settings to FILE (atomically)."),
+        click.option("--trace", "trace_path", default=None, metavar="FILE.json",
+                     help="Write plan #1's predicted step (or --trace-rank's) as a Chrome "
+                          "trace (open it in ui.perfetto.dev or chrome://tracing)."),
+        click.option("--trace-rank", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="With --trace / --html: the plan of the table to trace."),
+        click.option("--html", "html_path", default=None, metavar="FILE.html",
+                     help="Write a self-contained HTML report (needs plotly: the `html` "
+                          "extra)."),
         click.option("--quiet", "-q", is_flag=True,
                      help="No progress line or notes on stderr."),
         headroom_option,
