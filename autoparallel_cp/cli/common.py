@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import math
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -22,6 +21,7 @@ from autoparallel_cp.cli.calibration_options import (
     headroom_option,
     moe_imbalance_option,
 )
+from autoparallel_cp.cli.progress import ProgressBar
 from autoparallel_cp.emit import EMIT_FORMATS, emit
 from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.search.limits import check as check_interrupt
@@ -237,69 +237,8 @@ def job_header(job: Job) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-class ProgressLine:
-    """A live line on stderr while CP-SAT improves its incumbent (only on a terminal)."""
-
-    def __init__(self, enabled: bool, what: str = "solving") -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.what = what
-        self._status: Any = None
-        self._t0 = time.monotonic()
-        self._n = 0
-
-    def __enter__(self) -> ProgressLine:
-        if self.enabled:
-            self._status = Console(stderr=True).status(f"{self.what} ...")
-            self._status.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
-
-    def update(self, text: str) -> None:
-        """Replace the line's text (e.g. points done of a sweep)."""
-        if self._status is not None:
-            self._status.update(f"{self.what}: {text}, {time.monotonic() - self._t0:.1f} s")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        """Solver callback: accepts an objective value, a step time, or keyword fields."""
-        self._n += 1
-        if self._status is None:
-            return
-        detail = _progress_text(args, kwargs)
-        self._status.update(f"{self.what} {time.monotonic() - self._t0:.1f} s, "
-                            f"incumbent #{self._n}{': ' + detail if detail else ''}")
-
-
-def _progress_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    parts = []
-    fields = dict(kwargs)
-    if args and isinstance(args[0], Mapping):
-        fields.update(args[0])
-    elif args:
-        obj = args[0]
-        for name in ("step_s", "objective", "best_bound", "gap", "plan"):
-            if hasattr(obj, name):
-                fields.setdefault(name, getattr(obj, name))
-        if isinstance(obj, (int, float)):
-            fields.setdefault("objective", obj)
-    if fields.get("best_s") is not None:
-        parts.append(f"best step {report.fmt_time(float(fields['best_s']))}")
-    if fields.get("bound_s") is not None:
-        parts.append(f"bound {report.fmt_time(float(fields['bound_s']))}")
-    if fields.get("plans") is not None:
-        parts.append(f"{fields['plans']} plans kept")
-    if "step_s" in fields and fields["step_s"] is not None:
-        parts.append(f"step {report.fmt_time(float(fields['step_s']))}")
-    elif "objective" in fields and fields["objective"] is not None:
-        parts.append(f"objective {fields['objective']}")
-    if fields.get("gap") is not None:
-        parts.append(f"gap {float(fields['gap']):.1%}")
-    if isinstance(fields.get("plan"), Plan):
-        parts.append(fields["plan"].short())
-    return ", ".join(parts)
+#: The progress display of every command (cli/progress.py: rich's Progress on stderr).
+ProgressLine = ProgressBar
 
 
 # --------------------------------------------------------------------------------------------

@@ -148,10 +148,10 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
         global_batches=global_batch, recipe=recipe)
     points = [dataclasses.replace(p, job=apply_options(p.job)) for p in points]
     api.parse_fix(fix)  # validate once, before spawning workers
-    with ProgressLine(not quiet, f"what-if, {len(points)} points") as progress:
+    with ProgressLine(not quiet, "what-if points", total=len(points)) as progress:
         rows = wi.run_sweep(points, fix=fix, objective=objective, time_limit=time_limit,
                             jobs=jobs, tokens=tokens, backend=backend, address=address,
-                            on_done=lambda done, total: progress.update(f"{done}/{total} done"))
+                            on_done=progress.done)
     items = ([(csv_path, wi.rows_csv(rows))] if csv_path else []) + (
         [(json_path, wi.rows_json(rows))] if json_path else [])
     if html_path:
