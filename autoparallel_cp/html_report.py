@@ -48,7 +48,8 @@ MEMORY_PARTS = (
 )
 
 #: Legends above the plot, left-aligned (clear of the axis titles).
-_TOP_LEGEND = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0}
+_TOP_LEGEND = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0,
+               "traceorder": "normal"}
 _MARGIN = {"l": 10, "r": 10, "t": 40, "b": 10}
 
 CSS = """
@@ -264,7 +265,8 @@ def timeline_caption(tl: Timeline) -> str:
 
 def plans_report(job: Job, plans: Sequence[Mapping[str, Any]], chosen_plan: Plan, *,
                  title: str, subtitle: str, chosen: int | None = 0,
-                 notes: Sequence[str] = ()) -> str:
+                 notes: Sequence[str] = (),
+                 notes_heading: str = "Near-ties and sensitivity") -> str:
     """The page of `solve` / `evaluate` / `explain`: `plans` are PLAN dicts (ranked),
     `subtitle` the job's one-line description, `chosen_plan` the plan whose stages and
     timeline are drawn (`plans[chosen]` when it is among them), `notes` the near-tie and
@@ -294,7 +296,7 @@ def plans_report(job: Job, plans: Sequence[Mapping[str, Any]], chosen_plan: Plan
                    "ui.perfetto.dev or chrome://tracing).</p>")
     if notes:
         items = "".join(f"<li>{_esc(n)}</li>" for n in notes)
-        page.section("advice", "Near-ties and sensitivity", f'<ul class="notes">{items}</ul>')
+        page.section("advice", notes_heading, f'<ul class="notes">{items}</ul>')
     return page.html()
 
 

@@ -90,7 +90,9 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
             for c in changes[:5]] + sensitivity
         items.append((html_path, plans_report(
             job, [d], plan_of(ev), title=f"ap-solve {'explain' if explain else 'evaluate'}",
-            subtitle=job_header(job), chosen=0, notes=notes)))
+            subtitle=job_header(job), chosen=0, notes=notes,
+            notes_heading="What limits it, the best single changes and their sensitivity"
+            if explain else "What limits it")))
     outputs.write_all(items)  # together, once nothing can fail any more
     for path in (json_path, trace_path, html_path):
         if path and path != "-":
