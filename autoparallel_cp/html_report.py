@@ -15,13 +15,17 @@ from typing import Any
 
 from autoparallel_cp import report
 from autoparallel_cp.cost.memory import stage_memory
-from autoparallel_cp.cost.timeline import ROWS, Timeline, timeline
+from autoparallel_cp.cost.schedules import Op
+from autoparallel_cp.cost.timeline import ROWS, Slice, Timeline, timeline
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.trace import ROW_NAMES, stage_ranks
 
 GIB = report.GIB
+#: Most slices the timeline figure draws one by one, and most passes it draws at all.
+MAX_SLICES = 20_000
+MAX_PASSES = 40_000
 
 #: Step-time parts: (INTERFACE.md `time` field, timeline kind, label, colour).
 TIME_PARTS = (
@@ -223,15 +227,40 @@ def stage_memory_section(job: Job, plan: Plan, d: Mapping[str, Any]) -> tuple[An
     return fig, text + "."
 
 
+def drawn_slices(tl: Timeline) -> tuple[list[Slice], str]:
+    """The slices the page draws, and a note when they are fewer than the timeline's: past
+    MAX_SLICES, one bar per pass (its compute and exposed communication together); past
+    MAX_PASSES passes, those of the slowest stage only. A browser draws some 30,000 bars in
+    seconds, 140,000 in minutes (headless Chromium, measured); `--trace` keeps every slice."""
+    if len(tl.slices) <= MAX_SLICES:
+        return list(tl.slices), ""
+    spans: dict[tuple[int, Op], tuple[float, float]] = {}
+    for s in tl.slices:
+        if s.op is not None:
+            a, b = spans.get((s.stage, s.op), (s.start_s, s.end_s))
+            spans[(s.stage, s.op)] = (min(a, s.start_s), max(b, s.end_s))
+    keep = (set(range(tl.pp)) if len(spans) <= MAX_PASSES else {tl.slowest_stage})
+    passes = [Slice(j, "compute", "compute", "pass: compute and exposed communication", a,
+                    b - a, op=op, critical=j == tl.slowest_stage)
+              for (j, op), (a, b) in spans.items() if j in keep]
+    rest = [s for s in tl.slices if s.op is None and s.stage in keep]
+    note = (f"{len(tl.slices):,} slices: each pass is drawn as one bar (its compute and exposed "
+            "communication together)")
+    if len(keep) < tl.pp:
+        note += f", for the slowest stage ({tl.slowest_stage}) only"
+    return passes + rest, note + "; --trace writes every slice."
+
+
 def timeline_figure(tl: Timeline, job: Job, plan: Plan) -> Any:
     """The step's slices as a Gantt chart: a row per stage and kind of work (milliseconds)."""
     import plotly.graph_objects as go
 
-    used = {(s.stage, s.row) for s in tl.slices}
+    slices, _ = drawn_slices(tl)
+    used = {(s.stage, s.row) for s in slices}
     cats = [f"stage {j} · {ROW_NAMES[r]}" for j in range(tl.pp) for r in ROWS
             if (j, r) in used]
     groups: dict[tuple[str, bool], list[Any]] = {}
-    for s in tl.slices:
+    for s in slices:
         groups.setdefault((s.kind, s.exposed), []).append(s)
     fig = go.Figure()
     for _, kind, label, colour in TIME_PARTS:
@@ -246,7 +275,8 @@ def timeline_figure(tl: Timeline, job: Job, plan: Plan) -> Any:
                 y=[f"stage {s.stage} · {ROW_NAMES[s.row]}" for s in sl],
                 x=[s.dur_s * 1e3 for s in sl], base=[s.start_s * 1e3 for s in sl],
                 orientation="h", marker_color=colour, opacity=1.0 if exposed else 0.35,
-                marker_line_width=0.3, marker_line_color="#ffffff",
+                marker_line_width=0.3 if len(slices) < 3000 else 0.0,
+                marker_line_color="#ffffff",
                 name=label if exposed else f"{label} (overlapped)", customdata=text,
                 hovertemplate="%{customdata}<br>%{base:.2f} ms + %{x:.3f} ms<extra></extra>")
     fig.update_layout(
@@ -258,9 +288,11 @@ def timeline_figure(tl: Timeline, job: Job, plan: Plan) -> Any:
 
 def timeline_caption(tl: Timeline) -> str:
     """One line under the timeline's heading: schedule, micro-batches, step, slowest stage."""
+    _, note = drawn_slices(tl)
     return (f"{tl.schedule} schedule, {tl.num_microbatches} micro-batches, step "
             f"{report.fmt_time(tl.step_s)}, pipeline {report.fmt_time(tl.pipeline_s)}; "
-            f"stage {tl.slowest_stage} is the slowest and sets the pace.")
+            f"stage {tl.slowest_stage} is the slowest and sets the pace."
+            + (f" {note}" if note else ""))
 
 
 def plans_report(job: Job, plans: Sequence[Mapping[str, Any]], chosen_plan: Plan, *,

@@ -63,15 +63,26 @@ def interleaved_1f1b(pp: int, vpp: int, m: int, stage: int) -> list[Op]:
     return order
 
 
-#: The schedules the cost model composes (cost/steptime.py): 1F1B for vpp = 1, Megatron's
-#: interleaved 1F1B for vpp > 1.
-SCHEDULES: dict[str, Schedule] = {"1f1b": one_f_one_b, "interleaved-1f1b": interleaved_1f1b}
+def gpipe(pp: int, vpp: int, m: int, stage: int) -> list[Op]:
+    """GPipe (Huang et al. 2019, §2.2): every micro-batch's forward, then every backward (in
+    reverse micro-batch order, as the activations are freed), one model chunk per stage."""
+    if vpp != 1:
+        raise ValueError("GPipe runs one model chunk per stage (vpp = 1)")
+    return [Op(i, 0, "F") for i in range(m)] + [Op(i, 0, "B") for i in reversed(range(m))]
+
+
+#: Per-stage pass orders by name. The cost model composes 1F1B for vpp = 1 and Megatron's
+#: interleaved 1F1B for vpp > 1 (cost/steptime.py); GPipe has the same bubble as 1F1B (only
+#: its activation memory differs, Narayanan et al. 2021 §2.2).
+SCHEDULES: dict[str, Schedule] = {"1f1b": one_f_one_b, "interleaved-1f1b": interleaved_1f1b,
+                                  "gpipe": gpipe}
 
 
 def schedule_name(vpp: int, requested: str | None = None) -> str:
-    """The schedule of a plan: `requested` when it is one of `SCHEDULES`, else by vpp."""
-    if requested is not None and requested in SCHEDULES:
-        return requested
+    """The schedule of a plan: `requested` when it is one of `SCHEDULES` and runs the plan's
+    vpp, else the one the cost model composes for that vpp."""
+    if requested in SCHEDULES and (requested == "interleaved-1f1b") == (vpp > 1):
+        return str(requested)
     return "1f1b" if vpp == 1 else "interleaved-1f1b"
 
 

@@ -195,7 +195,9 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
     st = step_time(job, plan, opts)
     stages = st.stages
     pp, vpp, m = plan.pp, plan.vpp, plan.num_microbatches
-    name = schedule_name(vpp, schedule)
+    # a plan's own `schedule` field, where the spec has one, names its order
+    name = schedule_name(vpp, schedule if schedule is not None
+                         else getattr(plan, "schedule", None))
     order_of = SCHEDULES[name]
     orders = [order_of(pp, vpp, m, j) for j in range(pp)]
     shares = _chunk_shares(job, plan)

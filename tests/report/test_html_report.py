@@ -167,3 +167,29 @@ def test_readme_report_renders_in_chromium(tmp_path: Path) -> None:
     lower = img.crop((0, 1200, 1400, 2400)).getcolors(maxcolors=1 << 20) or []
     assert sum(n for n, c in lower
                if all(abs(a - b) <= 6 for a, b in zip(c, COMPUTE_RGB, strict=True))) > 5_000
+
+
+def test_a_long_timeline_is_drawn_one_bar_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoparallel_cp import api, html_report
+    from autoparallel_cp.cost.timeline import timeline
+
+    job = api.make_job("gpt3-1.3b", "dgx-h100", gpus=16, seq_len=2048, global_batch=64)
+    ev = api.evaluate(job, "tp=1,pp=4,vpp=2,mbs=1,zero=1")
+    tl = timeline(job, ev.plan)
+    full, note = html_report.drawn_slices(tl)
+    assert note == "" and len(full) == len(tl.slices)
+    passes = 4 * ev.plan.num_microbatches * 2 * 2
+    monkeypatch.setattr(html_report, "MAX_SLICES", 100)
+    drawn, note = html_report.drawn_slices(tl)
+    assert "one bar" in note and "slowest" not in note
+    bars = [s for s in drawn if s.op is not None]
+    assert len(bars) == passes
+    # one bar per pass spans its pieces: the slowest stage's bars are its m passes' time
+    slow = sum(s.dur_s for s in bars if s.stage == tl.slowest_stage)
+    assert slow == pytest.approx(ev.plan.num_microbatches
+                                 * ev.stage_time_s[tl.slowest_stage], rel=1e-9)
+    monkeypatch.setattr(html_report, "MAX_PASSES", passes - 1)
+    drawn, note = html_report.drawn_slices(tl)
+    assert f"slowest stage ({tl.slowest_stage}) only" in note
+    assert {s.stage for s in drawn} == {tl.slowest_stage}
+    assert "every slice" in html_report.timeline_caption(tl)

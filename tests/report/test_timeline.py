@@ -123,8 +123,8 @@ def test_timeline_adds_up_on_many_plans(model: str, recipe: str, tp: int, pp: in
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
 @pytest.mark.parametrize(("pp", "m"), [(1, 3), (2, 2), (4, 4), (4, 6), (4, 9), (3, 7)])
 def test_schedules_run_every_pass_once_without_deadlock(name: str, pp: int, m: int) -> None:
-    vpp = 1 if name == "1f1b" else 3
-    if name != "1f1b" and m < pp:
+    vpp = 3 if name == "interleaved-1f1b" else 1
+    if name == "interleaved-1f1b" and m < pp:
         return
     for j in range(pp):
         order = SCHEDULES[name](pp, vpp, m, j)
@@ -164,3 +164,19 @@ def test_bubble_is_visible_and_pipeline_fill_is_ordered() -> None:
     assert first[0] < first[1] < first[2] < first[3]  # the fill runs down the pipeline
     bubbles = [s for s in tl.slices if s.kind == "bubble" and s.stage == 3]
     assert bubbles and bubbles[0].start_s == 0.0
+
+
+def test_gpipe_placement_adds_up_like_1f1b() -> None:
+    job = _job("gpt3-1.3b", 16, "megatron-bf16")
+    ev = api.evaluate(job, "tp=1,pp=4,mbs=1,zero=1")
+    one = timeline(job, ev.plan)
+    gp = timeline(job, ev.plan, schedule="gpipe")
+    assert gp.schedule == "gpipe" and one.schedule == "1f1b"
+    assert gp.kind_sums() == pytest.approx(one.kind_sums(), rel=1e-9)
+    # GPipe: the first stage runs every forward before its first backward
+    s0 = sorted((s.start_s, s.op.phase) for s in gp.slices
+                if s.stage == 0 and s.op is not None and s.row == "compute")
+    phases = [p for _, p in s0]
+    assert phases == ["F"] * ev.plan.num_microbatches + ["B"] * ev.plan.num_microbatches
+    # the interleaved order is not drawn for a plan without model chunks
+    assert timeline(job, ev.plan, schedule="interleaved-1f1b").schedule == "1f1b"
