@@ -180,3 +180,21 @@ def test_gpipe_placement_adds_up_like_1f1b() -> None:
     assert phases == ["F"] * ev.plan.num_microbatches + ["B"] * ev.plan.num_microbatches
     # the interleaved order is not drawn for a plan without model chunks
     assert timeline(job, ev.plan, schedule="interleaved-1f1b").schedule == "1f1b"
+
+
+def test_calibrated_fixed_time_and_per_microbatch_time_add_up() -> None:
+    from autoparallel_cp.spec.calibration import Calibration
+
+    base = _job("gpt3-1.3b", 16, "megatron-bf16")
+    job = base.model_copy(update={"calibration": Calibration(per_step_s=0.4,
+                                                             per_microbatch_s=0.01)})
+    tl = check_adds_up(job, "tp=1,pp=4,vpp=2,mbs=1,zero=1")
+    fixed = [s for s in tl.slices if s.kind == "fixed"]
+    assert len(fixed) == 1 and fixed[0].dur_s == pytest.approx(0.4)
+    assert fixed[0].end_s == pytest.approx(tl.step_s, rel=1e-12)
+
+
+def test_the_same_plan_gives_the_same_slices() -> None:
+    job = _job("mixtral-8x7b", 32, "megatron-bf16")
+    ev = api.evaluate(job, "tp=1,pp=4,vpp=2,ep=8,mbs=1,zero=1,recompute=full")
+    assert timeline(job, ev.plan) == timeline(job, ev.plan)
