@@ -24,6 +24,9 @@ The step is cost/steptime.py's composition, laid out in time:
   (steptime.BACKWARD_SHARE: 2 of the 3 GEMM passes are backward), the pipeline sends 1/2 : 1/2
   (cost/sync.py p2p_factor: one activation forward, one gradient back), and the per-micro-batch
   gradient work (ZeRO-2 reduce-scatter, BF16_Optimizer accumulation) follows the backward;
+- overlapped communication is drawn beside what hides it, marked `exposed = False` and in no
+  sum: the ZeRO-3 weight gathers beside each pass's compute (`zero3_gather_s`), the DP sync
+  beside the last backward;
 - after the pipeline: each stage's DP synchronisation, its hidden part beside the last backward
   and its exposed part after it (steptime.exposed_dp), then the optimizer, then the calibrated
   fixed time.
@@ -40,10 +43,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoparallel_cp.cost import factors as F
+from autoparallel_cp.cost.memory import stage_groups, stage_layer_kinds
 from autoparallel_cp.cost.schedules import SCHEDULES, Op, depends_on, schedule_name
 from autoparallel_cp.cost.steptime import (
     BACKWARD_SHARE,
     StageTime,
+    _dp_factors,
     exposed_dp,
     step_time,
 )
@@ -162,6 +167,25 @@ def ideal_run(orders: Sequence[Sequence[Op]], pp: int, vpp: int,
     return out
 
 
+def zero3_gather_s(job: Job, plan: Plan) -> list[float]:
+    """Per stage, the ZeRO-3 weight all-gathers of one micro-batch before any overlap: the
+    sum over its layers of steptime.stage_times' `ag` (z3_per·dense parameters + the FSDP
+    per-call latency), from the same factors (steptime._dp_factors); StageTime.zero3_s is
+    their exposed part. MTP depths are left out (drawn only: not in any sum)."""
+    sync, _, unit_lat = _dp_factors(job, plan)
+    groups = stage_groups(job, plan)
+    out = []
+    for j, (nd, nm, _, _) in enumerate(stage_layer_kinds(job, plan)):
+        z3_per, lat_mb = float(sync(groups[j])[2]), float(unit_lat(groups[j])[0])
+        total = 0.0
+        for moe, n in ((False, nd), (True, nm)):
+            if n:
+                dense, _ = F.layer_param_counts(job, moe, plan.tp, plan.ep, plan.etp)
+                total += n * (z3_per * float(dense) + lat_mb)
+        out.append(total)
+    return out
+
+
 def _chunk_shares(job: Job, plan: Plan) -> list[tuple[float, ...]]:
     out = []
     for chunks in plan.chunks_per_stage(job.model.num_layers):
@@ -212,6 +236,7 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
     span = max((a + d for runs in ideal for _, a, d in runs), default=0.0)
     pipeline = m * pace + bubble
 
+    gathers = zero3_gather_s(job, plan) if plan.zero >= 3 else [0.0] * pp
     slices: list[Slice] = []
     for j, runs in enumerate(ideal):
         crit = j == s
@@ -229,9 +254,15 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
             cursor += _bubble(slices, j, cursor, (a - prev) * scale, crit)
             start = max(cursor, busy_until)
             t = start
-            for row, kind, label, sec in _pass_pieces(stages[j], op.phase,
-                                                      shares[j][op.chunk]):
+            share = shares[j][op.chunk]
+            for row, kind, label, sec in _pass_pieces(stages[j], op.phase, share):
                 slices.append(Slice(j, row, kind, label, t, sec, op=op, critical=crit))
+                if row == "compute" and gathers[j] > 0:  # the gathers hidden behind it
+                    w = FORWARD_SHARE if op.phase == "F" else BACKWARD_SHARE
+                    slices.append(Slice(j, "dp gather", "dp",
+                                        "ZeRO-3 weight all-gather (overlapped)", t,
+                                        min(w * share * gathers[j], sec), op=op,
+                                        exposed=False))
                 t += sec
             busy_until = t
             cursor += d * pace

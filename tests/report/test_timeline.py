@@ -54,15 +54,17 @@ def check_adds_up(job: Job, plan_text: str) -> Timeline:
     per_stage: dict[int, float] = defaultdict(float)
     for s in tl.slices:
         assert s.dur_s > 0
-        if s.op is not None:
+        if s.op is not None and s.exposed:
             per_stage[s.stage] += s.dur_s
+        if not s.exposed:
+            assert not s.critical
     for j, t in enumerate(ev.stage_time_s):
         assert per_stage[j] == pytest.approx(m * t, rel=1e-9)
         # no two slices of one row of a stage overlap, and the passes end with the pipeline
         rows: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for s in tl.slices:
             if s.stage == j and s.op is not None:
-                rows[s.row].append((s.start_s, s.end_s))
+                rows[s.row + ("" if s.exposed else " hidden")].append((s.start_s, s.end_s))
                 assert s.end_s <= tl.pipeline_s * (1 + 1e-9)
         for spans in rows.values():
             spans.sort()
