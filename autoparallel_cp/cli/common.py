@@ -310,8 +310,10 @@ def emit_settings(job: Job, plan: Plan, fmt: str, out_path: str | None, out: Con
         note.print(f"note ({fmt}): {n}")
 
 
-def consoles(json_path: str | None, quiet: bool) -> tuple[Console, Console]:
-    """(report console, notes console): the report leaves stdout when JSON goes there."""
-    if outputs.is_stdout(json_path):
+def consoles(json_path: str | None, quiet: bool, *others: str | None
+             ) -> tuple[Console, Console]:
+    """(report console, notes console): the report leaves stdout when JSON (or another
+    output in `others`: --trace, --html) goes there."""
+    if any(outputs.is_stdout(p) for p in (json_path, *others)):
         return report.stderr_console(quiet), report.stderr_console(quiet)
     return report.stdout_console(), report.stderr_console(quiet)

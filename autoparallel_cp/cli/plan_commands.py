@@ -62,7 +62,7 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
                          emit_fmt: str | None, emit_out: str | None, quiet: bool,
                          explain: bool, trace_path: str | None = None,
                          html_path: str | None = None) -> None:
-    out, note = consoles(json_path, quiet)
+    out, note = consoles(json_path, quiet, trace_path, html_path)
     ev = api.evaluate(job, plan_text)
     d = report.plans_from([ev])[0]
     emitted = emit(job, plan_of(ev), emit_fmt) if emit_fmt else None

@@ -35,7 +35,7 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                  quiet: bool, time_limit: float | None = None,
                  workers: int | None = None, trace_path: str | None = None,
                  trace_rank: int = 1, html_path: str | None = None) -> None:
-    out, note = consoles(json_path, quiet)
+    out, note = consoles(json_path, quiet, trace_path, html_path)
     if emit_fmt:  # search only plans the --emit framework runs (spec/frameworks.py)
         if (why := frameworks.job_refusal(job, emit_fmt)) is not None:
             raise UserError(why)

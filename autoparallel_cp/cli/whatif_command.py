@@ -135,7 +135,7 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
         sweep_backends.require_ray()
     check_outputs(csv_path=csv_path, json_path=json_path, plot_path=plot_path,
                   html_path=html_path)
-    out, note = consoles(json_path, quiet)
+    out, note = consoles(json_path, quiet, html_path)
     if plot_path:
         wi.require_matplotlib()
     if html_path:

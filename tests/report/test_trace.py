@@ -127,3 +127,11 @@ def test_stage_ranks_follow_the_pipeline_outermost_order() -> None:
                                                                  (12, 15)]
     trace = chrome_trace(job, ev.plan, ev.to_json())
     check_trace(trace, ev.to_json())
+
+
+def test_trace_to_stdout_moves_the_report_to_stderr() -> None:
+    r = run("evaluate", *SMALL, "-p", "tp=2,pp=2,mbs=1", "--trace", "-")
+    assert r.exit_code == 0, r.output
+    trace = json.loads(r.stdout)  # nothing but the trace on stdout
+    assert check_events(trace) == []
+    assert "Plan breakdown" in r.stderr
