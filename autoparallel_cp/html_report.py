@@ -251,7 +251,7 @@ def drawn_slices(tl: Timeline) -> tuple[list[Slice], str]:
     return passes + rest, note + "; --trace writes every slice."
 
 
-def timeline_figure(tl: Timeline, job: Job, plan: Plan) -> Any:
+def timeline_figure(tl: Timeline, plan: Plan) -> Any:
     """The step's slices as a Gantt chart: a row per stage and kind of work (milliseconds)."""
     import plotly.graph_objects as go
 
@@ -321,7 +321,7 @@ def plans_report(job: Job, plans: Sequence[Mapping[str, Any]], chosen_plan: Plan
     tl = timeline(job, chosen_plan)
     page.section("timeline", f"Step timeline of {which} (predicted)",
                  f'<p class="note">{_esc(timeline_caption(tl))}</p>'
-                 + page.figure(timeline_figure(tl, job, chosen_plan))
+                 + page.figure(timeline_figure(tl, chosen_plan))
                  + '<p class="note">The cost model\'s step: faded slices are communication '
                    "hidden behind compute; gaps on a stage faster than the slowest are waits "
                    "for it. The same slices as <code>--trace</code> (open that file in "
