@@ -200,3 +200,19 @@ def test_the_same_plan_gives_the_same_slices() -> None:
     job = _job("mixtral-8x7b", 32, "megatron-bf16")
     ev = api.evaluate(job, "tp=1,pp=4,vpp=2,ep=8,mbs=1,zero=1,recompute=full")
     assert timeline(job, ev.plan) == timeline(job, ev.plan)
+
+
+@pytest.mark.parametrize(("pp", "vpp", "m"), [(4, 1, 8), (4, 1, 2), (4, 2, 8), (4, 3, 6),
+                                              (2, 4, 5), (8, 2, 12), (3, 2, 7)])
+def test_schedule_orders_hold_what_the_memory_model_holds(pp: int, vpp: int, m: int) -> None:
+    """The peak of forwards run and not yet backed up is cost/sync.py `inflight` (in chunks):
+    the timeline's order is the one the memory model counts."""
+    from autoparallel_cp.cost.sync import inflight
+
+    order_of = one_f_one_b if vpp == 1 else interleaved_1f1b
+    for j in range(pp):
+        held = peak = 0
+        for op in order_of(pp, vpp, m, j):
+            held += 1 if op.phase == "F" else -1
+            peak = max(peak, held)
+        assert peak == pytest.approx(float(inflight(pp, vpp, m, j)) * vpp)
