@@ -18,6 +18,7 @@ from autoparallel_cp.cost.memory import stage_memory
 from autoparallel_cp.cost.schedules import Op
 from autoparallel_cp.cost.timeline import ROWS, Slice, Timeline, timeline
 from autoparallel_cp.errors import UserError
+from autoparallel_cp.search.capacity import risk_text
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.trace import ROW_NAMES, stage_ranks
@@ -68,6 +69,7 @@ table.plans th, table.plans td { padding: 4px 8px; border-bottom: 1px solid #e4e
 table.plans th { background: #f4f4f4; }
 table.plans td.l, table.plans th.l { text-align: left; }
 table.plans tr.chosen td { background: #eaf4ea; font-weight: 600; }
+table.plans tr.rec td:first-child { color: #2e7d32; font-weight: 600; }
 ul.notes { font-size: 14px; line-height: 1.5; }
 p.note { font-size: 13px; color: #555; }
 """
@@ -111,8 +113,10 @@ def _esc(x: Any) -> str:
     return html.escape(str(x))
 
 
-def plans_table_html(plans: Sequence[Mapping[str, Any]], chosen: int | None) -> str:
-    """The plans as an HTML table (the terminal table's columns; `chosen` highlighted)."""
+def plans_table_html(plans: Sequence[Mapping[str, Any]], chosen: int | None,
+                     recommended: int | None = None) -> str:
+    """The plans as an HTML table (the terminal table's columns; `chosen`, the plan drawn
+    below, highlighted; `recommended` (an index) marked "rec.")."""
     cols = ["#", "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "m", "recompute",
             "mem GiB", "fits", "step", "tok/s/GPU", "MFU", "time goes to", "vs #1"]
     head = "".join(f'<th class="{"l" if c in ("recompute", "time goes to", "vs #1") else ""}"'
@@ -124,10 +128,12 @@ def plans_table_html(plans: Sequence[Mapping[str, Any]], chosen: int | None) -> 
         rc = pl.get("recompute", "none")
         if pl.get("recompute_layers") is not None and rc != "none":
             rc += f" ({pl['recompute_layers']})"
-        cells = [i + 1, pl.get("dp"), pl.get("tp"), pl.get("pp"), pl.get("vpp"), pl.get("cp"),
+        cells = [f"{i + 1} rec." if i == recommended else i + 1, pl.get("dp"), pl.get("tp"),
+                 pl.get("pp"), pl.get("vpp"), pl.get("cp"),
                  pl.get("ep"), pl.get("sp"), pl.get("zero"), pl.get("mbs"),
                  pl.get("num_microbatches"), rc,
-                 f"{report.gib(report.needed_bytes(mem))}/{report.gib(mem.get('capacity_bytes'))}",
+                 f"{report.gib(report.needed_bytes(mem))}/{report.gib(mem.get('capacity_bytes'))}"
+                 + (f" {risk_text(p)}" if risk_text(p) else ""),
                  "yes" if p.get("fits") else "no",
                  report.fmt_time(p["time"]["step_s"]),
                  report.fmt_count(thr.get("tokens_per_s_per_gpu")),
@@ -135,7 +141,9 @@ def plans_table_html(plans: Sequence[Mapping[str, Any]], chosen: int | None) -> 
                  report.dominant(p), "best" if i == 0 else report.versus(p, best)]
         tds = "".join(f'<td class="{"l" if k in (11, 17, 18) else ""}">{_esc(c)}</td>'
                       for k, c in enumerate(cells))
-        rows.append(f'<tr class="{"chosen" if i == chosen else ""}">{tds}</tr>')
+        cls = " ".join(c for c, on in (("chosen", i == chosen), ("rec", i == recommended))
+                       if on)
+        rows.append(f'<tr class="{cls}">{tds}</tr>')
     return (f'<table class="plans"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
             "</tbody></table>")
 
@@ -200,6 +208,11 @@ def stage_memory_section(job: Job, plan: Plan, d: Mapping[str, Any]) -> tuple[An
     fig.add_scatter(x=names, y=[s.capacity_bytes / GIB for s in stages], mode="lines+markers",
                     name="capacity", line={"color": "#d62728", "dash": "dash"})
     mem = d["memory"]
+    margin = float(mem.get("mem_headroom") or job.mem_headroom)
+    if margin > 0 and not job.mem_headroom:  # capacity up to the whole memory: the margin
+        fig.add_scatter(x=names, y=[s.capacity_bytes * (1 - margin) / GIB for s in stages],
+                        mode="lines", name=f"memory margin ({margin:.1%} kept free)",
+                        line={"color": "#ff9896", "dash": "dot"})
     worst = int(mem["stage"])
     iv = mem.get("peak_bytes_interval")
     if iv:
@@ -224,6 +237,11 @@ def stage_memory_section(job: Job, plan: Plan, d: Mapping[str, Any]) -> tuple[An
     if job.mem_headroom > 0:
         text += (f"; the capacity is after the {job.mem_headroom:.1%} kept free "
                  "(--mem-headroom)")
+    elif margin > 0:
+        near = "above" if mem.get("near_capacity") else "within"
+        text += f"; {near} the {margin:.1%} memory margin (--mem-headroom)"
+        if mem.get("oom_risk") is not None and mem.get("near_capacity"):
+            text += f", {float(mem['oom_risk']):.0%} risk of running out of memory"
     return fig, text + "."
 
 
@@ -298,15 +316,16 @@ def timeline_caption(tl: Timeline) -> str:
 def plans_report(job: Job, plans: Sequence[Mapping[str, Any]], chosen_plan: Plan, *,
                  title: str, subtitle: str, chosen: int | None = 0,
                  notes: Sequence[str] = (),
-                 notes_heading: str = "Near-ties and sensitivity") -> str:
+                 notes_heading: str = "Near-ties and sensitivity",
+                 recommended: int | None = None) -> str:
     """The page of `solve` / `evaluate` / `explain`: `plans` are PLAN dicts (ranked),
     `subtitle` the job's one-line description, `chosen_plan` the plan whose stages and
     timeline are drawn (`plans[chosen]` when it is among them), `notes` the near-tie and
-    sensitivity lines."""
+    sensitivity lines, `recommended` the index of the recommended plan in `plans`."""
     require_plotly()
     page = _Page(title, subtitle)
     d = plans[chosen] if chosen is not None else None
-    page.section("plans", "Plans", plans_table_html(plans, chosen))
+    page.section("plans", "Plans", plans_table_html(plans, chosen, recommended))
     page.section("time", "Step time by part", page.figure(time_figure(plans)))
     page.section("memory", "Memory by part (most loaded GPU)",
                  page.figure(memory_figure(plans)))

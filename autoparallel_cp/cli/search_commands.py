@@ -161,7 +161,8 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                              f"recommended: {rec.plan.short()}", rec.why()]
             extra.append((html_path, plans_report(
                 full_job, dicts, traced, title=f"ap-solve {kind}", subtitle=job_header(job),
-                chosen=trace_rank - 1, notes=rec_lines + notes)))
+                chosen=trace_rank - 1, notes=rec_lines + notes,
+                recommended=rec_rank - 1 if rec_rank is not None else None)))
     # every search phase is done: write the outputs together (an interrupt before this line
     # leaves every existing output file as it was)
     write_outputs(status, solve_time, space, dicts, csv_path, json_path, note, extra=extra,

@@ -86,6 +86,7 @@ def test_solve_page_has_every_section(tmp_path: Path) -> None:
     assert page.sections == ["plans", "time", "memory", "stages", "timeline", "advice"]
     assert page.rows == 3
     assert page.figures == 4  # time bars, memory bars, stage memory, timeline
+    assert " rec.</td>" in out.read_text(encoding="utf-8")  # the recommended plan's row
 
 
 def test_evaluate_and_explain_pages(tmp_path: Path) -> None:
