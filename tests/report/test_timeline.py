@@ -216,3 +216,24 @@ def test_schedule_orders_hold_what_the_memory_model_holds(pp: int, vpp: int, m: 
             held += 1 if op.phase == "F" else -1
             peak = max(peak, held)
         assert peak == pytest.approx(float(inflight(pp, vpp, m, j)) * vpp)
+
+
+@pytest.mark.parametrize("recipe", ["megatron-bf16", "pytorch-amp", "torchtitan-fsdp",
+                                    "pytorch-fsdp", "deepspeed", "megatron-fp8"])
+def test_every_recipe_preset_adds_up(recipe: str) -> None:
+    """Each framework's behaviour (DeepSpeed's per-micro-batch ZeRO-2 reduce, BF16_Optimizer's
+    accumulation, FSDP's per-unit calls, fp8) lands in its kind of slice."""
+    job = _job("llama3-8b", 32, recipe)
+    for text in ("tp=2,pp=2,mbs=1,zero=1", "tp=2,pp=2,mbs=1,zero=2", "tp=1,pp=2,mbs=1,zero=3"):
+        try:
+            api.evaluate(job, text)
+        except (PlanError, UserError, ValueError):
+            continue
+        check_adds_up(job, text)
+
+
+def test_mtp_and_experts_add_up() -> None:
+    """DeepSeek-V3: MLA, 256 experts over ep, and the MTP depth on the last stage."""
+    job = api.make_job("deepseek-v3", "dgx-h100", gpus=256, seq_len=4096, global_batch=256)
+    assert job.model.mtp_layers == 1
+    check_adds_up(job, "tp=1,pp=8,ep=32,mbs=1,zero=1,recompute=full")
