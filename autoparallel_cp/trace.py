@@ -7,7 +7,8 @@ outermost dimension of Megatron-LM's default rank order tp-cp-ep-dp-pp and of to
 device mesh, so stage j holds ranks [j·N/pp, (j+1)·N/pp)); a thread (tid) per row of
 `cost/timeline.py` (compute, TP, CP, EP, PP recv / send, DP gather / reduce, optimizer,
 bubble). Every slice is a complete event (`ph: "X"`, `ts`/`dur` in microseconds); `ph: "M"`
-metadata events name the processes and threads and fix their order.
+metadata events name the processes and threads and fix their order; flow events (`ph: "s"` /
+`"f"`) draw the pipeline's sends as arrows from stage to stage.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from autoparallel_cp.cost.schedules import depends_on
 from autoparallel_cp.cost.timeline import ROWS, Timeline, timeline
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
@@ -73,7 +75,28 @@ def trace_events(job: Job, plan: Plan, tl: Timeline) -> list[dict[str, Any]]:
         events.append({"name": name, "cat": s.kind, "ph": "X", "ts": _us(s.start_s),
                        "dur": _us(s.dur_s), "pid": s.stage + 1, "tid": tids[s.row],
                        "args": args})
-    return events
+    return events + flow_events(tl, tids["compute"])
+
+
+def flow_events(tl: Timeline, tid: int) -> list[dict[str, Any]]:
+    """Arrows from each pass to the pass on another stage that waits for it (the activation
+    sent forward, the gradient sent back: `schedules.depends_on`): legacy flow events, a start
+    (`ph: "s"`) inside the sender's compute slice and an end (`ph: "f"`, `bp: "e"`) inside the
+    receiver's, each bound to its enclosing slice."""
+    mid = {(s.stage, s.op): _us(s.start_s + s.dur_s / 2) for s in tl.slices
+           if s.op is not None and s.row == "compute" and s.exposed}
+    out: list[dict[str, Any]] = []
+    for (stage, op), ts in sorted(mid.items()):
+        dep = depends_on(op, stage, tl.pp, tl.vpp)
+        if dep is None or dep[0] == stage or dep not in mid:
+            continue
+        what = "activation" if op.phase == "F" else "gradient"
+        ident = len(out) // 2 + 1
+        out.append({"name": what, "cat": "pp", "ph": "s", "id": ident, "ts": mid[dep],
+                    "pid": dep[0] + 1, "tid": tid})
+        out.append({"name": what, "cat": "pp", "ph": "f", "bp": "e", "id": ident, "ts": ts,
+                    "pid": stage + 1, "tid": tid})
+    return out
 
 
 def chrome_trace(job: Job, plan: Plan, evaluation: dict[str, Any] | None = None,
@@ -118,6 +141,10 @@ def check_events(trace: dict[str, Any]) -> list[str]:
                 bad.append(f"event {k}: negative ts")
             if isinstance(e.get("dur"), (int, float)) and e["dur"] < 0:
                 bad.append(f"event {k}: negative dur")
+        elif ph in ("s", "f"):
+            for key in ("id", "ts", "pid", "tid"):
+                if not isinstance(e.get(key), (int, float)) or isinstance(e.get(key), bool):
+                    bad.append(f"event {k}: flow without {key!r}")
         elif ph == "M":
             if not isinstance(e.get("name"), str) or not isinstance(e.get("args"), dict):
                 bad.append(f"event {k}: metadata without name or args")

@@ -135,3 +135,26 @@ def test_trace_to_stdout_moves_the_report_to_stderr() -> None:
     trace = json.loads(r.stdout)  # nothing but the trace on stdout
     assert check_events(trace) == []
     assert "Plan breakdown" in r.stderr
+
+
+def test_flow_arrows_join_passes_across_stages() -> None:
+    job = api.make_job("gpt3-1.3b", "dgx-h100", gpus=16, seq_len=2048, global_batch=32)
+    ev = api.evaluate(job, "tp=1,pp=4,vpp=2,mbs=1")
+    trace = chrome_trace(job, ev.plan, ev.to_json())
+    events = trace["traceEvents"]
+    flows = [e for e in events if e["ph"] in ("s", "f")]
+    m = ev.plan.num_microbatches
+    # every pass but stage 0's first chunk's forward and the last stage's last chunk's backward
+    # receives from another stage: 2·(pp·vpp - 1)·m arrows
+    assert len(flows) == 2 * 2 * (4 * 2 - 1) * m
+    compute = [e for e in events if e["ph"] == "X" and e["cat"] == "compute"]
+    by_id: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for f in flows:
+        by_id[f["id"]].append(f)
+        # bound to its enclosing slice: inside a compute slice of its stage and row
+        assert any(c["pid"] == f["pid"] and c["tid"] == f["tid"]
+                   and c["ts"] <= f["ts"] <= c["ts"] + c["dur"] for c in compute)
+    for pair in by_id.values():
+        start, end = sorted(pair, key=lambda e: e["ph"] != "s")
+        assert start["ph"] == "s" and end["ph"] == "f" and end["bp"] == "e"
+        assert start["pid"] != end["pid"] and start["ts"] < end["ts"]
