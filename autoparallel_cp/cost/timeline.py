@@ -216,6 +216,10 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
     """The step of `plan` as timed slices (module docstring); `schedule`: a `SCHEDULES` name
     (default: the one the cost model assumes for the plan's vpp)."""
     opts = F.options_for(job, options)
+    if options is not None and options != job.recipe.behaviour:
+        # as cost/evaluate.py: the override becomes the recipe's behaviour, so the factors that
+        # read the job's recipe (pipeline sends, DP sync) see it as the rest do
+        job = job.model_copy(update={"recipe": job.recipe.model_copy(update={"behaviour": opts})})
     st = step_time(job, plan, opts)
     stages = st.stages
     pp, vpp, m = plan.pp, plan.vpp, plan.num_microbatches

@@ -237,3 +237,20 @@ def test_mtp_and_experts_add_up() -> None:
     job = api.make_job("deepseek-v3", "dgx-h100", gpus=256, seq_len=4096, global_batch=256)
     assert job.model.mtp_layers == 1
     check_adds_up(job, "tp=1,pp=8,ep=32,mbs=1,zero=1,recompute=full")
+
+
+def test_a_behaviour_override_adds_up_like_evaluate() -> None:
+    """`options` (a FrameworkBehaviour override) reach the timeline as they reach evaluate."""
+    from autoparallel_cp.cost.evaluate import evaluate
+
+    job = _job("gpt3-1.3b", 16, "megatron-bf16")
+    ev0 = api.evaluate(job, "tp=1,pp=4,mbs=1,zero=1")
+    opts = job.recipe.behaviour.model_copy(update={"dp_overlap": False,
+                                                   "pp_scatter_gather": True})
+    ev = evaluate(job, ev0.plan, opts)
+    tl = timeline(job, ev0.plan, opts)
+    assert tl.step_s == pytest.approx(ev.time.step_s, rel=1e-12)
+    assert tl.step_s != pytest.approx(ev0.time.step_s, rel=1e-9)
+    sums = tl.kind_sums()
+    for kind, field in BREAKDOWN.items():
+        assert sums[kind] == pytest.approx(getattr(ev.time, field), rel=1e-9, abs=1e-12)
