@@ -171,8 +171,9 @@ def test_readme_report_renders_in_chromium(tmp_path: Path) -> None:
 
 
 def test_a_long_timeline_is_drawn_one_bar_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoparallel_cp import api, html_report
+    from autoparallel_cp import api
     from autoparallel_cp.cost.timeline import timeline
+    from autoparallel_cp.html_report import figures as html_report
 
     job = api.make_job("gpt3-1.3b", "dgx-h100", gpus=16, seq_len=2048, global_batch=64)
     ev = api.evaluate(job, "tp=1,pp=4,vpp=2,mbs=1,zero=1")
