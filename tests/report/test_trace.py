@@ -16,7 +16,7 @@ from autoparallel_cp import api
 from autoparallel_cp.cli import main
 from autoparallel_cp.trace import check_events, chrome_trace, stage_ranks
 
-# the README's job (llama3-70b on 512 H100s) and its plan #1
+# the README's job (llama3-70b on 512 H100s) and its recommended plan
 README_JOB = ["--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "512", "--seq-len",
               "8192", "--global-batch", "512"]
 README_PLAN = "dp=16,tp=2,pp=4,vpp=4,cp=4,sp=1,zero=2,mbs=1"
