@@ -158,3 +158,14 @@ def test_flow_arrows_join_passes_across_stages() -> None:
         start, end = sorted(pair, key=lambda e: e["ph"] != "s")
         assert start["ph"] == "s" and end["ph"] == "f" and end["bp"] == "e"
         assert start["pid"] != end["pid"] and start["ts"] < end["ts"]
+
+
+def test_the_python_calls_the_user_guide_names() -> None:
+    from autoparallel_cp import evaluate, make_job
+    from autoparallel_cp.cost.timeline import timeline
+
+    job = make_job("llama3-8b", "dgx-h100", gpus=64, seq_len=8192, global_batch=256)
+    ev = evaluate(job, "tp=4,pp=2,mbs=1,sp=1,zero=1")
+    tl = timeline(job, ev.plan)
+    assert sum(tl.kind_sums().values()) == pytest.approx(ev.time.step_s, rel=1e-9)
+    assert check_events(chrome_trace(job, ev.plan)) == []
