@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from autoparallel_cp.cost.schedules import depends_on
+from autoparallel_cp.cost.pass_order import depends_on
 from autoparallel_cp.cost.timeline import ROWS, Timeline, timeline
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan

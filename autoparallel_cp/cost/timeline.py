@@ -6,7 +6,7 @@ The step is cost/steptime.py's composition, laid out in time:
     step = pipeline + max_j exposed_dp_j + max_j optimizer_j + per_step_s,
     pipeline = m·T + B,  T = max_j t_j,  B = (Σ_j t_j - T)/vpp
 
-- order: each stage runs its passes in the order of the plan's schedule (`cost/schedules.py`);
+- order: each stage runs its passes in the order of the plan's schedule (`cost/pass_order.py`);
   their positions come from an ideal run of that order in which every stage takes the
   slowest stage's time (each pass starts when its stage is free and the pass it depends on,
   `schedules.depends_on`, has finished). Each pass then owns a *slot* of its ideal duration;
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.memory import stage_groups, stage_layer_kinds
-from autoparallel_cp.cost.schedules import SCHEDULES, Op, depends_on, schedule_name
+from autoparallel_cp.cost.pass_order import SCHEDULES, Op, depends_on, schedule_name
 from autoparallel_cp.cost.steptime import (
     BACKWARD_SHARE,
     StageTime,

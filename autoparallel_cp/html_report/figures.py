@@ -9,7 +9,7 @@ from typing import Any
 
 from autoparallel_cp import report
 from autoparallel_cp.cost.memory import stage_memory
-from autoparallel_cp.cost.schedules import Op
+from autoparallel_cp.cost.pass_order import Op
 from autoparallel_cp.cost.timeline import ROWS, Slice, Timeline
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan

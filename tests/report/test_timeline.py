@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from autoparallel_cp import api
-from autoparallel_cp.cost.schedules import (
+from autoparallel_cp.cost.pass_order import (
     SCHEDULES,
     Op,
     depends_on,
