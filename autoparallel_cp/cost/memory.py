@@ -40,7 +40,7 @@ import numpy as np
 
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.offload import offloaded_activations, optimizer_host_bytes
-from autoparallel_cp.cost.schedule_costs import dualpipe_mirror, head_stage, inflight_units
+from autoparallel_cp.cost.schedules import dualpipe_mirror, head_stage, inflight_units
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 

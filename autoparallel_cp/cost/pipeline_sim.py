@@ -1,13 +1,13 @@
 """Makespan of a pipeline schedule as PyTorch runs it: the per-rank action lists of
 torch.distributed.pipelining (torch v2.13.0 torch/distributed/pipelining/schedules.py) replayed
-with each action's duration and its data dependencies (cost/schedule_costs.py uses it for the
+with each action's duration and its data dependencies (cost/schedules.py uses it for the
 V-shaped schedules, whose real order the papers' closed forms do not describe).
 
 Actions, per stage s (model chunk) and micro-batch i: F (forward; needs F(s-1, i)), I (input
 gradient; needs F(s, i) and the next stage's input gradient I(s+1, i)), W (weight gradient;
 needs I(s, i)), B (full backward = I then W in one action), FB (a forward and a full backward of
 two micro-batches run together: DualPipeV's OVERLAP_F_B; it takes the sum of both, its
-all-to-all hidden: cost/schedule_costs.py `ep_hidden_share`). A rank runs its list in order, each
+all-to-all hidden: cost/schedules.py `ep_hidden_share`). A rank runs its list in order, each
 action when the rank is free and its inputs are ready; sends take no time here (the stage times
 carry the pipeline p2p: steptime.py). The makespan is the last action's end.
 

@@ -55,7 +55,7 @@ from autoparallel_cp.cost.offload import (
     offloaded_activations,
     optimizer_offload_s,
 )
-from autoparallel_cp.cost.schedule_costs import (
+from autoparallel_cp.cost.schedules import (
     backward_split,
     bubble_ratio,
     dualpipe_mirror,

@@ -3,7 +3,7 @@
 The names are INTERFACE.md's `schedule` values. A plan without `schedule` keeps today's
 meaning (`default_schedule`): 1F1B, or Megatron's interleaved 1F1B when vpp > 1. Their
 costs (bubble, in-flight micro-batches, parameter copies, EP overlap) live in
-cost/schedule_costs.py; the offload costs in cost/offload.py.
+cost/schedules.py; the offload costs in cost/offload.py.
 
 Rules, from the implementations that run each schedule:
 - `1f1b`, `gpipe`, `zb-h1`, `zb-h2`, `dualpipe`: one model chunk per rank (vpp = 1):

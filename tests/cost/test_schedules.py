@@ -1,5 +1,5 @@
 """Pipeline schedules by hand: bubble, in-flight micro-batches, backward split, DualPipe's
-parameter copies and the rules (cost/schedule_costs.py, spec/schedules.py).
+parameter copies and the rules (cost/schedules.py, spec/schedules.py).
 
 Reference numbers:
 - Qi et al., "Zero Bubble Pipeline Parallelism" (arXiv 2401.10241) Table 2 and the authors'
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from autoparallel_cp.cost import schedule_costs as S
+from autoparallel_cp.cost import schedules as S
 from autoparallel_cp.cost import steptime
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.memory import stage_memory

@@ -1,6 +1,6 @@
 """What each pipeline schedule costs: bubble, in-flight micro-batches, parameter copies and
 the EP all-to-all it hides (the names and rules: spec/schedules.py; the per-stage pass orders
-the timeline draws: cost/schedules.py).
+the timeline draws: cost/pass_order.py).
 
 Notation: per stage and micro-batch, F = forward, B = input-gradient backward, W =
 weight-gradient backward, t = F + B + W (the stage time t_j of steptime.py). 1F1B's bubble
