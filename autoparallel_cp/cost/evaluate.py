@@ -44,6 +44,7 @@ class MemoryBreakdown(BaseModel):
     # allocator's free cached bytes at the peak, ALLOCATOR_FRAGMENTATION x (peak - persistent)
     persistent_bytes: float = 0.0
     fragmentation_bytes: float = 0.0
+    host_bytes: float = 0.0  # host memory per GPU of the most offloading stage (cost/offload.py)
     #: the chance that the plan does not fit the GPU's whole memory (before --mem-headroom),
     #: from the memory interval (cost/uncertainty.py `oom_risk`)
     oom_risk: float | None = None
@@ -175,6 +176,7 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
         required_bytes=worst.required_bytes, stage=worst.stage,
         peak_bytes_interval=iv.peak_bytes, persistent_bytes=worst.persistent_bytes,
         fragmentation_bytes=worst.fragmentation_bytes,
+        host_bytes=max(s.host_bytes for s in stages),
         # the risk is against the GPU's whole memory: the headroom is a margin, not memory
         oom_risk=oom_risk(job, worst.required_bytes,
                           worst.capacity_bytes / (1.0 - job.mem_headroom)),

@@ -142,3 +142,12 @@ def test_breakdown_still_sums_to_the_step() -> None:
         assert parts == pytest.approx(t.step_s)
     assert evaluate(slow, Plan(dp=2, tp=4, pp=2, mbs=1, num_microbatches=8,
                                activation_offload=4)).time.offload_s > 0
+
+
+def test_json_reports_the_host_bytes() -> None:
+    job = _job()
+    base = dict(dp=2, tp=4, pp=2, mbs=1, num_microbatches=8)
+    d = evaluate(job, Plan(**base, optimizer_offload=1.0)).to_json()
+    want = max(s.host_bytes for s in stage_memory(job, Plan(**base, optimizer_offload=1.0)))
+    assert d["memory"]["host_bytes"] == pytest.approx(want) and want > 0
+    assert evaluate(job, Plan(**base)).to_json()["memory"]["host_bytes"] == 0.0
