@@ -44,6 +44,11 @@ Axes and their default domains (every value is also checked against the job):
   group; each group holds exactly `gpus_in_group / (dp tp cp)` stages).
 
 `size()` counts complete plans (every field that changes the plan) without listing them.
+
+Kept whole (about 570 lines): the domains, the degree rules, the partition families and the
+expert-TP sizes are one definition of the space; the solver, the bounds and the enumerator
+read each of them through this class, so split, the rules would sit apart from the domains
+they restrict.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from dataclasses import fields
 from typing import Any
 
 from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.schedules import default_schedule
 
 #: a search/space.py SearchSpace (not imported: space.py is the lower module)
 SearchSpace = Any
@@ -88,6 +89,11 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
             return f"{name}={getattr(plan, name)} (searched: {list(dom)})"
     if plan.dp not in space.dp_domain:
         return f"dp={plan.dp}"
+    if plan.pipeline_schedule != default_schedule(plan.vpp):  # not a search axis yet
+        return (f"schedule={plan.pipeline_schedule} (searched: the default "
+                f"{default_schedule(plan.vpp)})")
+    if plan.optimizer_offload or plan.activation_offload:
+        return "host offload (not searched)"
     have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None
     wants = {None if e is None or e == plan.tp else e for e in space.etp_axis}
     if have not in wants:
