@@ -147,8 +147,13 @@ def empty_space(job: Job, space: SearchSpace) -> str:
     (the most frequent broken rules are named with their numbers), and every `--fix` pin is
     dropped in turn to say which pins leave plans when dropped."""
     rules: Counter[str] = Counter()
+    n = job.num_gpus
     for tp in space.tp:
         for cp in space.cp:
+            if n % (tp * cp):  # one sentence for every pp
+                rules[f"tp*cp = {tp}*{cp} = {tp * cp} does not divide the {n} GPUs"] += \
+                    len(space.pp)
+                continue
             for pp in space.pp:
                 rules.update(_broken(space, tp, cp, pp))
     pins = dict(space.fixed)

@@ -390,10 +390,11 @@ def test_no_legal_degrees_is_explained() -> None:
         api.solve(_job(), time_limit=10, fix="tp=8,cp=2")
     with pytest.raises(InfeasibleError) as err2:
         api.enumerate_plans(_job(), fix="tp=8,cp=2")
+    # the rule that empties the space, with its numbers, and the pins that free it (28.6)
     assert str(err2.value) == str(err.value) == (
-        "no legal combination of tp/pp/cp/dp/ep/mbs for 8 GPUs, global batch 32 and seq 2048 "
-        "in this space (check --fix pins and divisibility: heads % tp, GPUs % (tp*pp*cp), "
-        "batch % (dp*mbs))")
+        "no plan of 8 GPUs, global batch 32 and 24 layers passes the rules with --fix "
+        "tp=8,cp=2: tp*cp = 8*2 = 16 does not divide the 8 GPUs. Dropping the pin tp=8 or cp=2 "
+        "leaves plans")
 
 
 def test_activations_too_large_is_explained() -> None:
