@@ -90,12 +90,15 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     ranked = [(plan_of(ev), t) for ev, t in zip(evs, steps, strict=True)]
     safe = capacity.safe_ranked(ranked, dicts)
     context = getattr(result, "context", None)
+    safe_status = "optimal"
     if capacity.needs_safe_search(dicts):
         # #1 is near capacity: the fastest plan within the margin is not among the k best
         try:
             sres = search(job, 1)
         except InfeasibleError:
             sres = None
+        if sres is not None:
+            safe_status = sres.status
         if sres is not None and sres.plans:
             st = (sres.stats or {}).get("pessimistic_step_s") or [sres.plans[0].time.step_s]
             safe = [(plan_of(sres.plans[0]), float(st[0])), *safe]
@@ -172,9 +175,10 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         + capacity.risk_note(best)))
     if rec is None:
         out.print(Text("recommended: ", style="bold yellow") + Text(
-            f"none within the memory margin (--mem-headroom {headroom:g}): every plan that "
-            "fits is near capacity; the table's ! column gives each one's risk of running "
-            "out of memory"))
+            f"none within the memory margin (--mem-headroom {headroom:g}): "
+            + ("every plan that fits is near capacity" if safe_status == "optimal" else
+               "none was found within the time limit (raise --time-limit)")
+            + "; the table's ! marks give each plan's risk of running out of memory"))
     else:
         if rec_rank is not None:
             rd = dicts[rec_rank - 1]
