@@ -71,3 +71,11 @@ def test_robust_objective_on_the_cli() -> None:
     plans = json.loads(r.stdout)["plans"]
     ps = [p["time"]["pessimistic_step_s"] for p in plans]
     assert ps == sorted(ps) and all(p["time"]["step_s"] < q for p, q in zip(plans, ps, strict=True))
+    table = CliRunner().invoke(main, ["solve", "--model", "llama3-8b", "--cluster", "dgx-h100",
+                                      "--gpus", "16", "--seq-len", "2048", "--global-batch",
+                                      "32", "--fix", FIX, "--objective", "robust", "--top-k",
+                                      "3"])
+    assert table.exit_code == 0, table.output
+    line = next(x for x in table.stdout.splitlines() if x.startswith("objective robust:"))
+    assert line.count("#") == len(plans)
+    assert "best robust: #1" in table.stdout
