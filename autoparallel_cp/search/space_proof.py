@@ -109,8 +109,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if plan.stage_layers is None and plan.vpp > 1 and L % (plan.pp * plan.vpp):
         # its model chunks are Megatron's uneven default ones, not the equal chunks of a stage
         # that the free partition gives
-        return (f"Megatron's default split of {L} layers over pp*vpp = {plan.pp * plan.vpp} "
-                "(uneven; searched: multiples of vpp per stage)")
+        return (f"Megatron's uneven default split ({L} layers over pp*vpp = "
+                f"{plan.pp * plan.vpp}; searched: multiples of vpp per stage)")
     if any(n % plan.vpp or n < plan.vpp for n in per_stage):
         return f"layer split {list(per_stage)} (searched: multiples of vpp = {plan.vpp})"
     return None

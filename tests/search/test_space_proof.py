@@ -86,3 +86,20 @@ def test_no_neighbour_inside_the_space_beats_a_proven_optimum(
     for ch in single_changes(job, best.plan, best.to_json()):
         # a faster neighbour that fits must lie outside what the proof covered
         assert outside(sp, ch.plan) is not None, (ch.change, ch.step_s, best.time.step_s)
+
+
+def test_explain_says_which_faster_changes_the_proof_does_not_cover() -> None:
+    """Issue 28: on the proven 405B winner at 8K, `explain` finds vpp 2 -> 4 faster; that plan
+    uses Megatron's uneven default split, outside the space the proof covered, and says so."""
+    from click.testing import CliRunner
+
+    from autoparallel_cp.cli import main
+
+    r = CliRunner().invoke(main, [
+        "explain", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "16384",
+        "--seq-len", "8192", "--global-batch", "2048",
+        "--plan", "dp=16,tp=4,pp=32,vpp=2,cp=8,sp=1,zero=1,mbs=1,recompute=none"])
+    assert r.exit_code == 0, r.output
+    assert "in solve's space" in r.stdout
+    rows = [x for x in r.stdout.splitlines() if "->" in x and "│" in x]
+    assert rows and all("yes" in x or "no: " in x for x in rows)
