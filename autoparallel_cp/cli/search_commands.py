@@ -197,11 +197,15 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
             f"{report.fmt_count(rd['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU, "
             f"mem {report.gib(report.needed_bytes(rd['memory']))} GiB "
             f"(simplest within {tolerance:.0%}{margin}, {rec.method})"))
+        why = rec.why() + (" (pessimistic step times)" if pess is not None else "")
         if capacity.needs_safe_search(dicts):
-            out.print("  #1 is near capacity: this is the simplest plan within "
-                      f"{tolerance:.0%} of the {'fastest' if pess is None else 'best robust'} "
-                      "plan within the memory margin.")
-        out.print("  " + rec.why() + (" (pessimistic step times)" if pess is not None else ""))
+            best_word = "fastest" if pess is None else "best robust"
+            why = (f"#1 is near capacity: this is the {best_word} plan within the memory "
+                   f"margin, and the simplest within {tolerance:.0%} of it (complexity "
+                   f"{rec.complexity})." if rec.same_as_fastest else
+                   f"#1 is near capacity: this is the simplest plan within {tolerance:.0%} of "
+                   f"the {best_word} plan within the memory margin; " + why)
+        out.print("  " + why)
     for line in uncertainty_lines(job, dicts, [p for p, _ in ranked]):
         out.print("  " + line)
 
