@@ -162,7 +162,7 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     out.print(f"{kind}: status {status}{proof}, {solve_time:.2f} s, space {space_txt} plans, "
               f"objective {objective}")
     if space_desc is not None:
-        out.print("  " + space_line(space_desc), markup=False, highlight=False)
+        out.print("  " + space_line(space_desc), markup=False, highlight=False, soft_wrap=True)
     if wall_net:
         note.print("note: the wall-clock safety net (3x --time-limit + 30 s) stopped the "
                    "search, not its deterministic budget: on a less loaded machine the answer "

@@ -64,16 +64,26 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
     }
 
 
+#: the layer-split rule in a few words, for the terminal line
+_SPLIT_SHORT = {"uniform": "uniform", "free": "vpp-multiples per stage"}
+
+
 def space_line(desc: dict[str, Any]) -> str:
     """One line of `proof_space` for the terminal, under the status line."""
     parts = []
     for name, dom in desc["axes"].items():
         vals = [str(v) for v in dom]
         parts.append(f"{name} {','.join(vals)}")
-    extra = [f"{k} {v}" for k, v in desc.items()
-             if k not in ("axes", "dp", "layer_split", "pins", "rules", "partition")]
-    return ("proof covers: " + "; ".join(parts + extra)
-            + f"; layer split {desc['layer_split']}")
+    for k, v in desc.items():
+        if k in ("axes", "dp", "layer_split", "pins", "rules", "partition"):
+            continue
+        if isinstance(v, bool):
+            parts.append(("" if v else "no ") + k.replace("_", " "))
+        else:
+            parts.append(f"{k} {'= tp' if v == 'tp' else v}")
+    split = ("pinned" if desc.get("pins", {}).keys() & {"stage_layers", "chunk_layers"}
+             else _SPLIT_SHORT.get(str(desc.get("partition")), str(desc.get("partition"))))
+    return "proof covers: " + "; ".join(parts) + f"; split {split}"
 
 
 def outside(space: SearchSpace, plan: Plan) -> str | None:
