@@ -64,17 +64,19 @@ def _large(moe: bool, layers: int) -> ModelSpec:
         moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=14336) if moe else None)
 
 
-@settings(max_examples=16, deadline=None, derandomize=True,
+@settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(moe=st.booleans(), small=st.booleans(), layers=st.sampled_from([6, 9, 18, 27, 30, 45]),
        gpus=st.sampled_from([8, 16, 32]), batch=st.sampled_from([16, 32, 64]),
-       seq=st.sampled_from([2048, 4096]))
+       seq=st.sampled_from([2048, 4096]), fold=st.booleans())
 def test_no_neighbour_inside_the_space_beats_a_proven_optimum(
-        moe: bool, small: bool, layers: int, gpus: int, batch: int, seq: int) -> None:
+        moe: bool, small: bool, layers: int, gpus: int, batch: int, seq: int,
+        fold: bool) -> None:
     model = _mini(moe, layers) if small else _large(moe, layers)
     job = Job(model=model, cluster=load_cluster("dgx-h100").take_gpus(gpus), seq_len=seq,
               global_batch=batch)
-    sp = SearchSpace.for_job(job)
+    # MoE: Megatron's default expert layout, or the folded one (--fix etp=1)
+    sp = SearchSpace.for_job(job, fix="etp=1" if moe and fold else None)
     try:
         res = solve(job, sp, top_k=1, time_limit=60)
     except InfeasibleError:
