@@ -79,3 +79,17 @@ def test_robust_objective_on_the_cli() -> None:
     line = next(x for x in table.stdout.splitlines() if x.startswith("objective robust:"))
     assert line.count("#") == len(plans)
     assert "best robust: #1" in table.stdout
+
+
+def test_no_plan_is_faster_under_the_pessimistic_job() -> None:
+    """The docstring's premise: slower rates and a longer fixed time never shorten a step
+    (checked on a proven top-k and every single-axis neighbour of it, dense and MoE)."""
+    from autoparallel_cp.search.neighbours import neighbours
+
+    for model, gpus in (("llama3-70b", 64), ("mixtral-8x7b", 64)):
+        job = api.make_job(model, "dgx-h100", gpus=gpus, seq_len=4096, global_batch=128)
+        pj = pessimistic_job(job)
+        plans = [e.plan for e in api.solve(job, top_k=3, time_limit=30).plans]
+        plans += [p for q in plans[:1] for _, p in neighbours(job, q)]
+        for p in plans:
+            assert step_time(pj, p).step_s >= step_time(job, p).step_s
