@@ -91,7 +91,7 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
     """For one (tp, cp, pp) of the space's domains, the first rule each of its (ep, mbs, vpp)
     combinations breaks (search/space.py `degrees`, in its order), as a sentence naming the
     numbers; nothing for a combination that passes."""
-    job, n, L = space.job, space.job.num_gpus, space.num_layers
+    job, n = space.job, space.job.num_gpus
     if n % (tp * cp * pp):
         yield f"tp*cp*pp = {tp}*{cp}*{pp} does not divide the {n} GPUs"
         return
@@ -103,14 +103,17 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
         yield (f"a stage's dp*tp*cp = {dp * tp * cp} GPUs do not fill the node groups "
                "exactly")
         return
+    etps = tuple(space.etp_axis)
     for ep in space.ep:
         if not space.ep_ok(tp, cp, dp, ep):
-            if space.etp is None:
+            if all(e is None for e in etps):
                 yield (f"ep={ep} does not divide dp*cp = {dp * cp} (the experts are carved "
                        "out of dp*cp; folding them over the tensor-parallel ranks, --fix "
                        f"etp=1, needs etp*ep | tp*cp*dp = {tp * cp * dp})")
             else:
-                yield (f"etp*ep = {space.etp}*{ep} does not divide tp*cp*dp = {tp * cp * dp}")
+                sizes = ", ".join("tp" if e is None else str(e) for e in etps)
+                yield (f"ep={ep} fits the expert grid under no searched etp ({sizes}): "
+                       f"dp*cp = {dp * cp}, tp*cp*dp = {tp * cp * dp}")
             continue
         for mbs in space.mbs:
             if job.global_batch % (dp * mbs):
@@ -126,19 +129,23 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
                 if vpp > 1 and (pp == 1 or nmb < pp):
                     yield (f"vpp={vpp} (interleaving) needs pp > 1 and num_microbatches "
                            f">= pp (pp={pp}, {nmb} micro-batches)")
-                elif space.fixed_split:
-                    if not space._fixed_split_ok(pp, vpp):
-                        yield f"the pinned layer split does not fit pp={pp}, vpp={vpp}"
-                elif space.partition == "uniform" and L % (pp * vpp):
-                    yield (f"the {L} layers do not divide by pp*vpp = {pp}*{vpp} (this "
-                           "space searches uniform splits only)")
-                elif space.partition == "free" and (pp * vpp > L or L % vpp):
-                    yield (f"the {L} layers are not a multiple of vpp={vpp} with at least "
-                           f"vpp per stage over pp={pp} (the search splits each stage into "
-                           "vpp equal chunks; pin an uneven layout with --fix chunk_layers)")
-                elif not space._moe_partition_ok(pp, vpp):
-                    yield (f"the first stage cannot hold the dense prefix layers with pp={pp}, "
-                           f"vpp={vpp}")
+                elif not space.placeable(pp, vpp):
+                    yield _layout_rule(space, pp, vpp)
+
+
+def _layout_rule(space: SearchSpace, pp: int, vpp: int) -> str:
+    """Why no searched layer split places the model on (pp, vpp)."""
+    L = space.num_layers
+    if space.fixed_split:
+        return f"the pinned layer split does not fit pp={pp}, vpp={vpp}"
+    if space.partition == "uniform" and L % (pp * vpp):
+        return (f"the {L} layers do not divide by pp*vpp = {pp}*{vpp} (this space searches "
+                "uniform splits only)")
+    if space.partition == "free" and (pp * vpp > L or L % vpp):
+        named = " nor by a named uneven layout" if space.named_splits else ""
+        return (f"the {L} layers split neither into multiples of vpp={vpp} with at least vpp "
+                f"per stage over pp={pp}{named} (pin a layout with --fix chunk_layers)")
+    return f"the first stage cannot hold the dense prefix layers with pp={pp}, vpp={vpp}"
 
 
 def empty_space(job: Job, space: SearchSpace) -> str:

@@ -76,7 +76,7 @@ def space_line(desc: dict[str, Any]) -> str:
     """One line of `proof_space` for the terminal, under the status line."""
     parts = []
     for name, dom in desc["axes"].items():
-        vals = [str(v) for v in dom]
+        vals = ["default" if v is None else str(v) for v in dom]
         parts.append(f"{name} {','.join(vals)}")
     for k, v in desc.items():
         if k in ("axes", "dp", "layer_split", "pins", "rules", "partition"):
@@ -90,6 +90,28 @@ def space_line(desc: dict[str, Any]) -> str:
     return "proof covers: " + "; ".join(parts) + f"; split {split}"
 
 
+#: Plan fields the space covers without an axis of the same name (derived, or checked below)
+_COVERED = ("dp", "num_microbatches", "recompute_layers", "stage_layers", "chunk_layers",
+            "stage_groups", "etp")
+
+
+def _unsearched_field(space: SearchSpace, plan: Plan) -> str | None:
+    """A plan field the space has no axis for (the pipeline schedule, offload, any field
+    added to Plan later) set away from its neutral value: the search did not try it."""
+    have = axes(space)
+    for name, info in type(plan).model_fields.items():
+        if name in _COVERED or name in have:
+            continue
+        value = getattr(plan, name)
+        if name == "schedule":  # None and the vpp's default schedule are the same plan
+            if plan.pipeline_schedule == Plan(pp=plan.pp, vpp=plan.vpp).pipeline_schedule:
+                continue
+        elif value == info.default:
+            continue
+        return f"{name}={value} (not searched)"
+    return None
+
+
 def outside(space: SearchSpace, plan: Plan) -> str | None:
     """Why `plan` is not a plan of `space` (None when it is): the first axis whose value the
     search did not try, a different `etp`, or a layer split the partition does not cover."""
@@ -98,6 +120,9 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
             return f"{name}={getattr(plan, name)} (searched: {list(dom)})"
     if plan.dp not in space.dp_domain:
         return f"dp={plan.dp}"
+    extra = _unsearched_field(space, plan)
+    if extra is not None:
+        return extra
     have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None
     wants = {None if e is None or e == plan.tp else e for e in space.etp_axis}
     if have not in wants:

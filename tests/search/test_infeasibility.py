@@ -69,8 +69,15 @@ def test_expert_parallelism_beyond_dp_cp_is_named_with_folding() -> None:
     from autoparallel_cp.search.infeasibility import empty_space
     from autoparallel_cp.search.space import SearchSpace
 
-    # DeepSeek-V3 as NVIDIA's benchmark runs it (tp 2, pp 16, ep 64 on 1,024 GPUs): dp*cp = 32
+    # DeepSeek-V3 as NVIDIA's benchmark runs it (tp 2, pp 16, ep 64 on 1,024 GPUs): dp*cp = 32.
+    # Folded (etp = 1) it is a plan of the default space; with the experts' TP pinned to tp, or
+    # searched only at Megatron's default, ep = 64 fits no expert grid
     job = api.make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=4096)
-    sp = SearchSpace.for_job(job, fix="tp=2,pp=16,ep=64")
-    text = empty_space(job, sp)
+    assert SearchSpace.for_job(job, fix="tp=2,pp=16,ep=64").num_degree_combinations() > 0
+    pinned = SearchSpace.for_job(job, fix="tp=2,pp=16,ep=64,etp=2")
+    assert pinned.num_degree_combinations() == 0
+    assert "ep=64 fits the expert grid under no searched etp (2): dp*cp = 32, tp*cp*dp = 64" \
+        in empty_space(job, pinned)
+    default_only = pinned.with_(etp=None, etp_axis=(None,), fixed={"tp": 2, "pp": 16, "ep": 64})
+    text = empty_space(job, default_only)
     assert "ep=64 does not divide dp*cp = 32" in text and "--fix etp=1" in text
