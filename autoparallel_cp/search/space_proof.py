@@ -76,6 +76,8 @@ def space_line(desc: dict[str, Any]) -> str:
     """One line of `proof_space` for the terminal, under the status line."""
     parts = []
     for name, dom in desc["axes"].items():
+        if list(dom) == [None]:
+            continue  # an axis at its default only (the JSON keeps it)
         vals = ["default" if v is None else str(v) for v in dom]
         parts.append(f"{name} {','.join(vals)}")
     for k, v in desc.items():
