@@ -296,7 +296,8 @@ def test_folding_moves_the_cost_the_way_the_mesh_says() -> None:
     """Mixtral 8x7B, 64 H100, tp 2, pp 4, ep 8 (dp 8): by default the ep group has stride tp =
     2 and spans two nodes; folded (etp 1) it is 8 consecutive ranks on one node, so the EP
     all-to-alls (of twice the tokens: no tp split) leave the network; the experts are no
-    longer halved over tp (more parameter memory) and their gradients now reduce over edp = 16 / 8 = 2 ranks."""
+    longer halved over tp (more parameter memory) and their gradients now reduce over
+    edp = 16 / 8 = 2 ranks."""
     from autoparallel_cp.api import make_job
 
     job = make_job("mixtral-8x7b", "dgx-h100", gpus=64, seq_len=4096, global_batch=256)
