@@ -34,7 +34,11 @@ from autoparallel_cp.cost.constants import (
     EAGER_HOST_S_RECOMPUTE,
     ELEMENTWISE_BWD_FACTOR,
 )
-from autoparallel_cp.cost.cp_ring import ring_exchange, torch_ring_merge_bytes
+from autoparallel_cp.cost.cp_ring import (
+    ring_exchange,
+    te_ring_merge_bytes,
+    torch_ring_merge_bytes,
+)
 from autoparallel_cp.cost.efficiency import (
     flash_attention_time,
     gemm_time,
@@ -287,9 +291,11 @@ def _one_layer(
             job, tp_, ep_, etp_, opts.ep_dispatcher == "flex") * tokens)
         copies_f, copies_b = copies_f + resort, copies_b + resort
         expert_f = expert_f + resort
-    if opts.cp_ring == "torch-allgather":  # torch ring attention's fp32 merge per step
-        kvh_ring = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
-        mg_f, mg_b = torch_ring_merge_bytes(tokens, a * dv / tp_, kvh_ring * dv / tp_, cp_)
+    # the ring's per-step merge of partial outputs and gradients (torch's fp32, TE's p2p)
+    kvh_ring = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
+    merge = torch_ring_merge_bytes if opts.cp_ring == "torch-allgather" else te_ring_merge_bytes
+    if opts.cp_ring == "torch-allgather" or length is None:  # TE: no p2p ring for windows
+        mg_f, mg_b = merge(tokens, a * dv / tp_, kvh_ring * dv / tp_, cp_)
         copies_f, copies_b = copies_f + hbm_time(gpu, mg_f), copies_b + hbm_time(gpu, mg_b)
     glu_replay = np.zeros_like(tokens)
     if moe and opts.moe_glu_clamp_bias and model.moe is not None:
