@@ -127,8 +127,12 @@ class FrameworkBehaviour(Strict):
       them unsharded, cost/model_state.py). Megatron's DDP with `--use-distributed-optimizer`
       is zero=1 (it reduce-scatters once, at the last micro-batch, into full fp32 buffers).
     - ``zero3_reduce``: when ZeRO-3 (FSDP FULL_SHARD) reduce-scatters each unit's gradients:
-      "step" (once, after the last micro-batch: Megatron's buffers) or "microbatch" (in every
-      micro-batch's backward, overlapped like the unit's all-gathers). PyTorch FSDP skips the
+      "microbatch" (the default: in every micro-batch's backward, overlapped like the unit's
+      all-gathers; Megatron-FSDP's `optim_grads_params`, which is what zero=3 means for
+      Megatron, "RS & AG communication groups on all microbatches",
+      megatron/core/distributed/fsdp/mcore_fsdp_adapter.py:167-169 and megatron_fsdp.py:760-774
+      @d98e8a64) or "step" (once, after the last micro-batch, as FSDP's no_sync: the
+      gradients then stay whole until the step, and the memory model keeps them unsharded). PyTorch FSDP skips the
       reduction only under `no_sync` / `set_requires_gradient_sync(False)`, and the trainers
       the PyTorch recipes stand for call neither for FSDP: Composer enters `no_sync` only for
       a DistributedDataParallel model (trainer.py / dist_strategy.py `ddp_sync_context`
@@ -247,7 +251,7 @@ class FrameworkBehaviour(Strict):
     fp8_scaling: Literal["delayed", "current", "mxfp8"] = "delayed"
     moe_prob_scaling: Literal["activation", "combine"] = "activation"
     zero2_reduce: Literal["step", "microbatch", "unit"] = "unit"
-    zero3_reduce: Literal["step", "microbatch"] = "step"
+    zero3_reduce: Literal["step", "microbatch"] = "microbatch"
     compiled_loss: bool = False
     fsdp_float8_all_gather: bool = False
     bf16_accum_pass: bool = False

@@ -69,7 +69,15 @@ def test_dp_sync_within_a_node_by_zero_stage() -> None:
     # ZeRO-2 (Megatron-FSDP optim_grads): the gradients' reduce-scatter moves to every
     # micro-batch (`microbatch_grad_factors`); the step keeps the weights' all-gather
     assert _sync(job, 1, 1, 8, 1, 2)[0] == pytest.approx(2 * 7 / 8 / NV, rel=1e-9)
+    # ZeRO-3 (Megatron-FSDP optim_grads_params): RS and AG on all micro-batches
+    # (mcore_fsdp_adapter.py:167-169): the gradients' RS joins the two gathers per micro-batch
     per, _, z3, fixed = _sync(job, 1, 1, 8, 1, 3)
+    assert per == 0.0
+    assert fixed == pytest.approx(7 * NV_US * 1e-6, rel=1e-9)  # one RS latency per step
+    assert z3 == pytest.approx((2 * 2 + 4) * 7 / 8 / NV, rel=1e-9)  # AG fwd + bwd, RS
+    # reduced once per step (FSDP no_sync): RS at the step, gathers per micro-batch
+    step = job.model_copy(update={"recipe": job.recipe.with_behaviour(zero3_reduce="step")})
+    per, _, z3, fixed = _sync(step, 1, 1, 8, 1, 3)
     assert per == pytest.approx(4 * 7 / 8 / NV, rel=1e-9)  # RS grads only
     assert fixed == pytest.approx(7 * NV_US * 1e-6, rel=1e-9)
     assert z3 == pytest.approx(2 * 2 * 7 / 8 / NV, rel=1e-9)  # AG in forward and backward
@@ -314,6 +322,10 @@ def test_zero2_reduced_once_per_step_keeps_whole_gradients() -> None:
     assert _sync(job, 1, 1, 8, 1, 2)[0] == pytest.approx((4 + 2) * 7 / 8 / NV, rel=1e-9)
     assert float(state_bytes_per_param(step, 2, 8)[1]) == 4.0
     assert float(state_bytes_per_param(rec, 2, 8)[1]) == 0.5
+    # the same for ZeRO-3: whole gradients when reduced once per step, 1/8 otherwise
+    step3 = rec.with_behaviour(zero3_reduce="step")
+    assert float(state_bytes_per_param(step3, 3, 8)[1]) == 4.0
+    assert float(state_bytes_per_param(rec, 3, 8)[1]) == 0.5
 
 
 def test_headline_zero2_plan_pays_its_reduce_scatters() -> None:
