@@ -133,8 +133,9 @@ class FrameworkBehaviour(Strict):
       megatron/core/distributed/fsdp/mcore_fsdp_adapter.py:167-169 and megatron_fsdp.py:760-774
       @d98e8a64) or "step" (once, after the last micro-batch, as FSDP's no_sync: the
       gradients then stay whole until the step, and the memory model keeps them
-      unsharded). PyTorch FSDP skips the reduction only under `no_sync` / `set_requires_gradient_sync(False)`, and the trainers
-      the PyTorch recipes stand for call neither for FSDP: Composer enters `no_sync` only for
+      unsharded). PyTorch FSDP skips the reduction only under `no_sync` /
+      `set_requires_gradient_sync(False)`, and the trainers the PyTorch recipes stand for
+      call neither for FSDP: Composer enters `no_sync` only for
       a DistributedDataParallel model (trainer.py / dist_strategy.py `ddp_sync_context`
       @640518880), OLMo-core only for DDP (train/trainer.py `_train_microbatch_context`
       @a7de3f651c), torchtitan only on the LM head of its chunked loss
