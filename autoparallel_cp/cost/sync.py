@@ -172,8 +172,8 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
 
 def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
                       zero: ArrayLike) -> tuple[FloatArray, FloatArray]:
-    """Per-call latency of PyTorch FSDP's collectives, per transformer layer: (seconds per
-    micro-batch, seconds per step); both 0 for Megatron recipes and for zero < 2.
+    """Per-call latency of FSDP's collectives, per transformer layer: (seconds per
+    micro-batch, seconds per step); both 0 for zero < 2, and at zero 2 for Megatron recipes.
 
     FSDP wraps every transformer block as one unit (llm-foundry's MPT `fsdp_wrap_fn` returns
     True for `MPTBlock`, modeling_mpt.py @v0.3.0; torchtitan calls `fully_shard` on each
@@ -188,6 +188,12 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     per-micro-batch gradient table, linear in parameters, does not carry). Each
     call is an NCCL ring over the dp·cp group at stride tp and pays `comm.ring_call_latency`;
     `dp_sync_factors` keeps only the bandwidth of the ZeRO-3 gathers and one latency per step.
+    Megatron's zero=3 is Megatron-FSDP `optim_grads_params`, whose units are the transformer
+    layers (mcore_fsdp_adapter.py:170-172 @d98e8a64 `fsdp_unit_modules`), each gathered and
+    reduce-scattered "on all microbatches" (l. 167-169): the same calls per layer as FULL_SHARD,
+    priced the same way (a lower bound for DeepSpeed's ZeRO-3, which gathers per submodule).
+    Its zero=2 (`optim_grads`) reduce-scatters per unit in every micro-batch too; that call
+    latency is not charged (the solver's per-micro-batch table outside ZeRO-3 is per parameter).
 
     Solver bounds: both terms are non-negative, independent of the micro-batch count, and
     enter the search through the same per-layer tables as the step time (search/tables.py:
@@ -195,14 +201,13 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     every bound taken as a minimum over those tables stays a lower bound of this cost.
     """
     zeros = np.zeros(np.broadcast(_f(tp), _f(cp), _f(dp), _f(zero)).shape)
-    if not _is_pytorch(job.recipe):
-        return zeros, zeros.copy()
     nd = node(job, g)
     tp_, cp_, dp_, z = (_f(x) for x in (tp, cp, dp, zero))
     one = comm.ring_call_latency(nd, dp_ * cp_, tp_) + zeros
     rs_mb = 1.0 if job.recipe.behaviour.zero3_reduce == "microbatch" else 0.0
+    z2 = 2.0 if _is_pytorch(job.recipe) else 0.0
     per_mb = np.where(z >= 3, (2.0 + rs_mb) * one, 0.0)
-    per_step = np.where(z >= 3, (1.0 - rs_mb) * one, np.where(z == 2, 2.0 * one, 0.0))
+    per_step = np.where(z >= 3, (1.0 - rs_mb) * one, np.where(z == 2, z2 * one, 0.0))
     return per_mb, per_step
 
 
