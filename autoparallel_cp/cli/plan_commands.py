@@ -16,6 +16,7 @@ from autoparallel_cp.cli.common import (
     emit_settings,
     guarded,
     job_header,
+    job_inputs,
     job_options,
     plan_of,
     step_of,
@@ -45,7 +46,7 @@ def _plan_options(fn: F) -> F:
 def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
                          emit_fmt: str | None, emit_out: str | None, quiet: bool,
                          explain: bool) -> None:
-    out, note = consoles(json_path, quiet)
+    out, note = consoles(json_path, quiet, emit_out)
     ev = api.evaluate(job, plan_text)
     d = report.plans_from([ev])[0]
     emitted = emit(job, plan_of(ev), emit_fmt) if emit_fmt else None
@@ -95,7 +96,8 @@ def evaluate(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_
              global_batch: int, recipe: str, plan_text: str, json_path: str | None,
              emit_fmt: str | None, emit_out: str | None, quiet: bool) -> None:
     """The memory and time breakdown of one given plan (also when it does not fit)."""
-    check_outputs(json_path=json_path, emit_out=emit_out)
+    check_outputs(job_inputs(model, cluster, recipe), json_path=json_path,
+                  emit_out=emit_out)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=False)
 
@@ -108,6 +110,7 @@ def explain(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_l
             global_batch: int, recipe: str, plan_text: str, json_path: str | None,
             emit_fmt: str | None, emit_out: str | None, quiet: bool) -> None:
     """Explain one plan: breakdown, what limits it, and the changes that would help most."""
-    check_outputs(json_path=json_path, emit_out=emit_out)
+    check_outputs(job_inputs(model, cluster, recipe), json_path=json_path,
+                  emit_out=emit_out)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=True)

@@ -17,6 +17,7 @@ from autoparallel_cp.cli.common import (
     emit_settings,
     guarded,
     job_header,
+    job_inputs,
     job_options,
     plan_of,
     result_parts,
@@ -34,7 +35,7 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                  emit_fmt: str | None, emit_rank: int | None, emit_out: str | None,
                  quiet: bool, time_limit: float | None = None,
                  workers: int | None = None) -> None:
-    out, note = consoles(json_path, quiet)
+    out, note = consoles(json_path, quiet, csv_path, emit_out)
     if emit_fmt:  # search only plans the --emit framework runs (spec/frameworks.py)
         if (why := frameworks.job_refusal(job, emit_fmt)) is not None:
             raise UserError(why)
@@ -149,7 +150,8 @@ def solve(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len
           emit_fmt: str | None, emit_rank: int | None, emit_out: str | None, quiet: bool,
           time_limit: float, workers: int | None) -> None:
     """The optimal and k best distinct plans, found by CP-SAT."""
-    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out)
+    check_outputs(job_inputs(model, cluster, recipe), csv_path=csv_path,
+                  json_path=json_path, emit_out=emit_out)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _run_search("solve", job, fix=fix, top_k=top_k, objective=objective, tolerance=tolerance,
                 csv_path=csv_path, json_path=json_path, emit_fmt=emit_fmt,
@@ -167,7 +169,8 @@ def enumerate_cmd(model: str, cluster: str, gpus: int | None, nodes: int | None,
                   emit_fmt: str | None, emit_rank: int | None, emit_out: str | None,
                   quiet: bool) -> None:
     """The exhaustive reference search over the same space (for checking the solver)."""
-    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out)
+    check_outputs(job_inputs(model, cluster, recipe), csv_path=csv_path,
+                  json_path=json_path, emit_out=emit_out)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _run_search("enumerate", job, fix=fix, top_k=top_k, objective=objective,
                 tolerance=tolerance, csv_path=csv_path, json_path=json_path,

@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "search": 3,
     "emit": 3,
     "calibrate": 3,
+    "streams": 3,  # a leaf: the standard streams of the CLI (outputs writes through it)
     "outputs": 4,
     "api": 4,
     "report": 5,
