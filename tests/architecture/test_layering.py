@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "outputs": 4,
     "api": 4,
     "report": 5,
+    "gcs_probe": 4,  # a leaf: asks a host:port whether a Ray GCS answers (sweep_backends)
     "sweep_backends": 5,
     "whatif": 6,
     "cli": 7,
