@@ -151,6 +151,7 @@ def _kind(path: str) -> str:
         if not os.path.isdir(folder):
             raise UserError(f"{path}: cannot write file: folder {folder} does not exist"
                             ) from None
+        _check_folder(path, folder)
         return "replace"
     except OSError as exc:
         raise UserError(f"{path}: cannot write file: {exc.strerror or exc}") from None
@@ -161,12 +162,20 @@ def _kind(path: str) -> str:
         return "stream"
     mode = st.st_mode
     if stat.S_ISREG(mode):
+        _check_folder(path, os.path.dirname(os.path.realpath(path)) or ".")
         return "replace"
     if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
         return "stream"
     what = ("a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode)
             else "a block device" if stat.S_ISBLK(mode) else "not a regular file")
     raise UserError(f"{path}: cannot write file: it is {what}")
+
+
+def _check_folder(path: str, folder: str) -> None:
+    """A replaced file's folder must take a new entry (the temporary file): checked before any
+    work, so a read-only folder fails at once, not after a long measurement or search."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{path}: cannot write file: folder {folder} is not writable")
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
