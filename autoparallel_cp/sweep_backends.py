@@ -204,6 +204,28 @@ def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 
 @contextlib.contextmanager
+def _ray_keeps_our_sigterm() -> Iterator[None]:
+    """While `ray.init` runs, its first act, a SIGTERM handler `sys.exit(signum)` (Ray 2.60
+    ray/_private/worker.py:1668-1677, through `ray._private.utils.set_sigterm_handler`), is
+    skipped: a SIGTERM while Ray starts raised SystemExit(15) anywhere inside `ray.init` (exit
+    15, half-started processes); the deferred handler of `_signals_deferred` stays in place."""
+    try:
+        import ray._private.utils as ray_utils
+    except ImportError:
+        yield
+        return
+    original = getattr(ray_utils, "set_sigterm_handler", None)
+    if original is None:
+        yield
+        return
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
+
+
+@contextlib.contextmanager
 def _signals_deferred() -> Iterator[Callable[[], None]]:
     """While active (main thread only), SIGINT and SIGTERM only request a stop
     (`limits.request_stop`), which the driver turns into KeyboardInterrupt at its next
@@ -242,10 +264,11 @@ def _connect(ray: Any, address: str | None, cpus: int) -> bool:
         parse_address(address)
         probe_address(address)
     try:
-        if address is None:
-            ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
-        else:
-            ray.init(address=address, **quiet)
+        with _ray_keeps_our_sigterm():
+            if address is None:
+                ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
+            else:
+                ray.init(address=address, **quiet)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         with contextlib.suppress(Exception):
             ray.shutdown()

@@ -1,0 +1,288 @@
+"""Pipes, closed streams, encodings and signals, as a shell user meets them: a reader of stdout
+that goes away (`| head -1`) or a closed stdout (`>&-`) is no error; an ASCII-only stdout gets
+ASCII; SIGINT is exit 130 and SIGTERM exit 143, one line, no traceback; a Ray sweep stops
+cleanly and leaves no Ray process behind; a Ray address that is not Ray fails in bounded time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from autoparallel_cp.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["-m", "gpt3-1.3b", "-c", "dgx-h100", "--gpus", "8", "--seq-len", "2048",
+         "--global-batch", "32"]
+RUNS = ("model,cluster,gpus,seq_len,global_batch,recipe,plan,step_s,peak_gib\n"
+        'llama3-8b,dgx-h100,8,4096,64,megatron-bf16,"tp=8,mbs=1",6.1,\n'
+        'llama3-8b,dgx-h100,8,4096,64,megatron-bf16,"tp=2,mbs=1,zero=1",5.1,\n')
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "autoparallel_cp.cli", *args]
+
+
+def commands(tmp: Path) -> dict[str, list[str]]:
+    """One command of each kind that prints a report on stdout and writes a file."""
+    runs = tmp / "runs.csv"
+    runs.write_text(RUNS)
+    fix = ["--fix", "pp=1,cp=1,vpp=1", "-q"]
+    return {
+        "solve": ["solve", *SMALL, *fix, "--json", str(tmp / "solve.json")],
+        "evaluate": ["evaluate", *SMALL, "--plan", "tp=2,mbs=1", "-q", "--json",
+                     str(tmp / "evaluate.json")],
+        "calibrate": ["calibrate", "--runs", str(runs), "--out", str(tmp / "calib.yaml"),
+                      "-q"],
+        "whatif": ["whatif", *SMALL, *fix, "-j", "1", "--time-limit", "5", "--csv",
+                   str(tmp / "whatif.csv")],
+    }
+
+
+@pytest.mark.parametrize("name", ["solve", "evaluate", "calibrate", "whatif"])
+def test_a_reader_that_went_away_is_no_error(tmp_path: Path, name: str) -> None:
+    """stdout is a pipe whose reader has closed it before the first write (`| head -0`; the
+    same as `| head -1` once head has its line): exit 0, nothing on stderr, the file written."""
+    cmd = commands(tmp_path)[name]
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run(cli(*cmd), stdout=w, stderr=subprocess.PIPE, env=env(), cwd=ROOT,
+                           timeout=300)
+    finally:
+        os.close(w)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == b"", p.stderr
+    assert Path(cmd[cmd.index(next(o for o in cmd if o in ("--json", "--out", "--csv"))) + 1]
+                ).stat().st_size > 0
+
+
+def test_head_minus_one_in_a_shell(tmp_path: Path) -> None:
+    """The shell's own `| head -1`, with pipefail: the pipeline's status is 0."""
+    cmd = " ".join(f"'{a}'" for a in cli(*commands(tmp_path)["solve"]))
+    p = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -1"], env=env(),
+                       cwd=ROOT, capture_output=True, timeout=300)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+    assert len(p.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["solve", "calibrate"])
+def test_closed_stdout_is_no_error(tmp_path: Path, name: str) -> None:
+    """`>&-`: Python starts with sys.stdout None; the file is still written, exit 0."""
+    cmd = commands(tmp_path)[name]
+    shell = " ".join(f"'{a}'" for a in cli(*cmd))
+    p = subprocess.run(["bash", "-c", f"exec {shell} >&-"], env=env(), cwd=ROOT,
+                       capture_output=True, timeout=300)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+    out = cmd[cmd.index("--json" if name == "solve" else "--out") + 1]
+    assert Path(out).stat().st_size > 0
+
+
+def test_ascii_stdout_gets_ascii_from_calibrate(tmp_path: Path) -> None:
+    cmd = commands(tmp_path)["calibrate"]
+    p = subprocess.run(cli(*cmd), env={**env(), "PYTHONIOENCODING": "ascii"}, cwd=ROOT,
+                       capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert b"+/- 1 sd" in p.stdout and b"Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("command", [["solve", *SMALL], ["enumerate", *SMALL],
+                                     ["whatif", *SMALL]])
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "0.5", "-0.1"])
+def test_mem_headroom_must_be_a_finite_fraction(command: list[str], value: str) -> None:
+    res = CliRunner().invoke(main, [*command, "--mem-headroom", value])
+    assert res.exit_code == 2, res.output
+    assert "--mem-headroom" in res.stderr and "Traceback" not in res.output
+
+
+# ------------------------------------------------------------------------------------ signals
+
+LONG_SOLVE = ["solve", "-m", "llama3-405b", "-c", "dgx-h100", "--gpus", "16384", "--seq-len",
+              "8192", "--global-batch", "2048", "--time-limit", "300", "--top-k", "300", "-q"]
+
+
+@pytest.mark.serial  # exit within 10 s of the signal
+def test_sigterm_stops_a_solve_with_143(tmp_path: Path) -> None:
+    old = tmp_path / "old.json"
+    old.write_text("{}\n")
+    p = subprocess.Popen(cli(*LONG_SOLVE, "--json", str(old)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env(), cwd=ROOT)
+    time.sleep(4.0)
+    sent = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert time.monotonic() - sent < 10
+    assert p.returncode == 143, err
+    assert err.strip() == b"ap-solve: terminated (no output file written)"
+    assert old.read_text() == "{}\n"
+
+
+@pytest.mark.serial
+def test_ctrl_c_during_validate_is_130_without_traceback() -> None:
+    """A terminal's Ctrl-C goes to the whole foreground process group: the benchmark runs in
+    its own session, so only ap-solve gets it, ends the benchmark and exits 130."""
+    p = subprocess.Popen(cli("validate"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         env=env(), cwd=ROOT, start_new_session=True)
+    time.sleep(4.0)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
+    assert err.strip().endswith(b"ap-solve: interrupted (no output file written)")
+
+
+# ------------------------------------------------------------------------------------ Ray
+
+def descendants(root: int) -> dict[int, str]:
+    """Every process below `root` (`ps`), pid -> command line."""
+    out = subprocess.run(["ps", "-e", "-ww", "-o", "pid=,ppid=,args="], capture_output=True,
+                         text=True, check=True).stdout
+    kids: dict[int, list[tuple[int, str]]] = {}
+    for line in out.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) >= 2:
+            kids.setdefault(int(parts[1]), []).append(
+                (int(parts[0]), parts[2] if len(parts) > 2 else ""))
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for pid, args in kids.get(todo.pop(), []):
+            found[pid] = args
+            todo.append(pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Tree:
+    """The processes a command starts, watched until it exits (Ray's start Ray's GCS, raylet,
+    agents and workers below the driver; orphans keep their pid)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc, self.seen = proc, {}  # type: dict[int, str]
+        self._t = threading.Thread(target=self._watch, daemon=True)
+        self._t.start()
+
+    def _watch(self) -> None:
+        while self.proc.poll() is None:
+            self.seen.update(descendants(self.proc.pid))
+            time.sleep(0.05)
+
+    def has(self, word: str) -> bool:
+        return any(word in a for a in list(self.seen.values()))
+
+    def left(self) -> list[str]:
+        self._t.join(timeout=10)
+        return [f"{pid} {a}" for pid, a in self.seen.items() if alive(pid)]
+
+
+RAY_SWEEP = ["whatif", "-m", "mixtral-8x7b", "-c", "dgx-h100", "--gpus",
+             "1024,2048,4096,8192,16384", "--seq-len", "4096,8192,16384", "--global-batch",
+             "2048,4096", "--time-limit", "300", "-j", "2", "--backend", "ray", "-q"]
+
+
+def wait_for(pred: Any, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.serial  # starts a local Ray runtime and watches its processes
+@pytest.mark.parametrize(("sig", "when", "code"), [
+    (signal.SIGINT, "starting", 130), (signal.SIGINT, "running", 130),
+    (signal.SIGTERM, "starting", 143), (signal.SIGTERM, "running", 143)])
+def test_signals_end_a_ray_sweep_cleanly(tmp_path: Path, sig: int, when: str,
+                                         code: int) -> None:
+    """The signal while Ray starts (its GCS is up) or while tasks run: exit 130 / 143 with one
+    line, no traceback and no C++ stack dump, the output untouched, and none of the processes
+    the sweep started (GCS, raylet, agents, workers, all counted) left running."""
+    pytest.importorskip("ray")
+    old = tmp_path / "old.json"
+    old.write_text("{}\n")
+    e = env()
+    e.pop("RAY_ADDRESS", None)
+    p = subprocess.Popen(cli(*RAY_SWEEP, "--json", str(old)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=e, cwd=ROOT)
+    tree = Tree(p)
+    try:
+        assert wait_for(lambda: tree.has("gcs_server") or p.poll() is not None, 120)
+        assert p.poll() is None, p.communicate()[1]
+        if when == "running":
+            assert wait_for(lambda: tree.has("ray::_ray_call"), 120), tree.seen
+            time.sleep(2.0)
+        sent = time.monotonic()
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert time.monotonic() - sent < 60
+    assert p.returncode == code, err
+    word = b"terminated" if code == 143 else b"interrupted"
+    assert err.strip() == b"ap-solve: " + word + b" (no output file written)", err
+    assert old.read_text() == "{}\n"
+    assert len(tree.seen) >= 3, tree.seen  # GCS, raylet and more were counted
+    assert wait_for(lambda: tree.left() == [], 15), tree.left()
+
+
+class _Http(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.serial  # a local HTTP server on a free port
+def test_a_ray_address_that_is_not_ray_fails_fast() -> None:
+    """A service that is not a Ray GCS (here HTTP) on host:port: exit 2 within seconds, one
+    line; `ray.init` itself hung there, deaf to SIGTERM."""
+    pytest.importorskip("ray")
+    srv = HTTPServer(("127.0.0.1", 0), _Http)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        port = srv.server_address[1]
+        t0 = time.monotonic()
+        p = subprocess.run(cli(*RAY_SWEEP, "--address", f"127.0.0.1:{port}"),
+                           capture_output=True, env=env(), cwd=ROOT, timeout=120)
+        assert time.monotonic() - t0 < 60
+    finally:
+        srv.shutdown()
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count(b"\n") == 1 and b"no Ray cluster (GCS) answers" in p.stderr
+
+
+@pytest.mark.parametrize("address", [":", "host", "host:", ":80", "h:99999", "h:x",
+                                     "ray://", "ray://:1"])
+def test_malformed_ray_addresses_are_one_line(address: str) -> None:
+    pytest.importorskip("ray")
+    res = CliRunner().invoke(main, [*RAY_SWEEP, "--address", address])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and len(res.stderr.splitlines()) == 1
+    assert "expected host:port" in res.stderr
