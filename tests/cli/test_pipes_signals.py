@@ -212,21 +212,23 @@ def wait_for(pred: Any, timeout: float) -> bool:
 
 
 @pytest.mark.serial  # starts a local Ray runtime and watches its processes
-@pytest.mark.parametrize(("sig", "when", "code"), [
-    (signal.SIGINT, "starting", 130), (signal.SIGINT, "running", 130),
-    (signal.SIGTERM, "starting", 143), (signal.SIGTERM, "running", 143)])
-def test_signals_end_a_ray_sweep_cleanly(tmp_path: Path, sig: int, when: str,
-                                         code: int) -> None:
-    """The signal while Ray starts (its GCS is up) or while tasks run: exit 130 / 143 with one
-    line, no traceback and no C++ stack dump, the output untouched, and none of the processes
-    the sweep started (GCS, raylet, agents, workers, all counted) left running."""
+@pytest.mark.parametrize(("sig", "when", "code", "group"), [
+    (signal.SIGINT, "starting", 130, False), (signal.SIGINT, "running", 130, False),
+    (signal.SIGTERM, "starting", 143, False), (signal.SIGTERM, "running", 143, False),
+    (signal.SIGINT, "starting", 130, True)])
+def test_signals_end_a_ray_sweep_cleanly(tmp_path: Path, sig: int, when: str, code: int,
+                                         group: bool) -> None:
+    """The signal while Ray starts (its GCS is up) or while tasks run, to the driver or, as a
+    terminal's Ctrl-C, to its whole process group (Ray's processes too): exit 130 / 143 with
+    one line, no traceback and no C++ stack dump, the output untouched, and none of the
+    processes the sweep started (GCS, raylet, agents, workers, all counted) left running."""
     pytest.importorskip("ray")
     old = tmp_path / "old.json"
     old.write_text("{}\n")
     e = env()
     e.pop("RAY_ADDRESS", None)
     p = subprocess.Popen(cli(*RAY_SWEEP, "--json", str(old)), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=e, cwd=ROOT)
+                         stderr=subprocess.PIPE, env=e, cwd=ROOT, start_new_session=group)
     tree = Tree(p)
     try:
         assert wait_for(lambda: tree.has("gcs_server") or p.poll() is not None, 120)
@@ -235,7 +237,10 @@ def test_signals_end_a_ray_sweep_cleanly(tmp_path: Path, sig: int, when: str,
             assert wait_for(lambda: tree.has("ray::_ray_call"), 120), tree.seen
             time.sleep(2.0)
         sent = time.monotonic()
-        p.send_signal(sig)
+        if group:
+            os.killpg(p.pid, sig)
+        else:
+            p.send_signal(sig)
         _, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
