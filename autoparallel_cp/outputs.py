@@ -222,8 +222,8 @@ def _write_stdout(data: str | bytes) -> None:
             raise UserError("-: this stdout takes no binary data; give a file")
         buf.write(data)
         buf.flush()
-    except BrokenPipeError:
-        stdout_gone()
+    except OSError as exc:
+        stdout_gone(exc)
 
 
 def replace_atomic(path: str, data: str | bytes) -> None:

@@ -12,25 +12,33 @@ import os
 import sys
 from typing import IO, Any
 
+from autoparallel_cp.errors import UserError
 
-def stdout_gone() -> None:
-    """The reader of stdout has gone: point file descriptor 1 at /dev/null, so that what is
-    still buffered, and anything written later, is dropped without an error (a closed pipe is
-    not an error of the command: `ap-solve solve ... | head -1` exits as the command would)."""
+
+def stdout_gone(error: OSError | None = None) -> None:
+    """stdout cannot be written any more: point its file descriptor at /dev/null, so that what
+    is still buffered, and anything written later, is dropped without a second error.
+
+    A reader that went away (EPIPE, `error` a BrokenPipeError or None) is not an error of the
+    command (`ap-solve solve ... | head -1` exits as the command would). Any other failure
+    (`>/dev/full`: ENOSPC) is: UserError (exit 2) naming stdout and the reason."""
     stream = sys.stdout
     if isinstance(stream, PipeSafe):
         stream.broken = True
     with contextlib.suppress(OSError, ValueError, AttributeError):
         fd = os.open(os.devnull, os.O_WRONLY)
         try:
-            os.dup2(fd, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+            os.dup2(fd, stream.fileno())
         finally:
             os.close(fd)
+    if error is not None and not isinstance(error, BrokenPipeError):
+        raise UserError(f"stdout: cannot write: {error.strerror or error}") from None
 
 
 class PipeSafe:
-    """stdout for the CLI: a write or flush whose reader has gone (EPIPE) is dropped quietly
-    (`stdout_gone`), never an error; every other attribute is the wrapped stream's."""
+    """stdout for the CLI: a write or flush whose reader has gone (EPIPE) is dropped quietly,
+    any other write error is one UserError (`stdout_gone`); every other attribute is the
+    wrapped stream's."""
 
     def __init__(self, stream: IO[str]) -> None:
         self._s = stream
@@ -40,16 +48,16 @@ class PipeSafe:
         if not self.broken:
             try:
                 return self._s.write(text)
-            except BrokenPipeError:
-                stdout_gone()
+            except OSError as exc:
+                stdout_gone(exc)
         return len(text)
 
     def flush(self) -> None:
         if not self.broken:
             try:
                 self._s.flush()
-            except BrokenPipeError:
-                stdout_gone()
+            except OSError as exc:
+                stdout_gone(exc)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._s, name)

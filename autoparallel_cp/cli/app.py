@@ -19,12 +19,13 @@ import click
 from autoparallel_cp import __version__, streams
 from autoparallel_cp.cli.calibrate_command import calibrate, measure
 from autoparallel_cp.cli.catalog_commands import clusters, models, validate
-from autoparallel_cp.cli.common import say
+from autoparallel_cp.cli.common import EXIT_BAD_INPUT, say
 from autoparallel_cp.cli.plan_commands import evaluate, explain
 from autoparallel_cp.cli.search_commands import enumerate_cmd, solve
 from autoparallel_cp.cli.signals import exit_code as interrupt_exit_code
 from autoparallel_cp.cli.signals import message as interrupt_message
 from autoparallel_cp.cli.whatif_command import whatif
+from autoparallel_cp.errors import UserError
 
 
 class _Main(click.Group):
@@ -41,8 +42,13 @@ class _Main(click.Group):
         try:
             return super().main(*args, **kwargs)
         finally:
-            sys.stdout.flush()  # what is buffered, while a closed pipe is still caught
-            sys.stdout = real
+            try:
+                sys.stdout.flush()  # what is buffered, while a closed pipe is still caught
+            except UserError as exc:  # stdout failed otherwise (>/dev/full): exit 2
+                say(f"ap-solve: error: {exc}")
+                sys.exit(EXIT_BAD_INPUT)
+            finally:
+                sys.stdout = real
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         try:

@@ -92,6 +92,23 @@ def test_closed_stdout_is_no_error(tmp_path: Path, name: str) -> None:
     assert Path(out).stat().st_size > 0
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("json_out", ["-", "file"])
+def test_a_full_stdout_is_exit_2_in_one_line(tmp_path: Path, json_out: str) -> None:
+    """stdout that fails otherwise (`>/dev/full`: ENOSPC) is an error: exit 2, one line naming
+    stdout, no traceback; a file output is still written."""
+    cmd = commands(tmp_path)["solve"]
+    if json_out == "-":
+        cmd[cmd.index("--json") + 1] = "-"
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(cli(*cmd), stdout=full, stderr=subprocess.PIPE, env=env(),
+                           cwd=ROOT, timeout=300)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == b"ap-solve: error: stdout: cannot write: No space left on device\n"
+    if json_out == "file":
+        assert (tmp_path / "solve.json").stat().st_size > 0
+
+
 def test_ascii_stdout_gets_ascii_from_calibrate(tmp_path: Path) -> None:
     cmd = commands(tmp_path)["calibrate"]
     p = subprocess.run(cli(*cmd), env={**env(), "PYTHONIOENCODING": "ascii"}, cwd=ROOT,
