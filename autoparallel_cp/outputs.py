@@ -211,13 +211,13 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
 
 
 def _write_stdout(data: str | bytes) -> None:
-    if isinstance(data, str):
-        sys.stdout.write(data)
-        sys.stdout.flush()
-        return
-    sys.stdout.flush()
-    buf = getattr(sys.stdout, "buffer", None)
     try:
+        if isinstance(data, str):
+            sys.stdout.write(data)
+            sys.stdout.flush()
+            return
+        sys.stdout.flush()
+        buf = getattr(sys.stdout, "buffer", None)
         if buf is None:
             raise UserError("-: this stdout takes no binary data; give a file")
         buf.write(data)

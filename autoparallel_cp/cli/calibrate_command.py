@@ -117,9 +117,12 @@ def measure(cluster: str, gpu: str | None, out_path: str, hidden: int, tokens: i
             train_seq: int, train_mbs: int, train_microbatches: int) -> None:
     """Measure GEMM rates and collective bandwidths for `ap-solve calibrate` (needs torch:
     pip install 'autoparallel-cp[measure]'; run under torchrun on the cluster)."""
-    # the output rule before anything is measured (a bad --out fails at once, not after)
-    check_outputs({"--cluster": cluster}, out_path=out_path)
-    if train_steps and outputs.is_stream(out_path):
+    # the output rule before anything is measured (a bad --out fails at once, not after); under
+    # torchrun only rank 0 writes, so only its node needs the folder
+    rank0 = os.environ.get("RANK", "0") == "0"
+    if rank0:
+        check_outputs({"--cluster": cluster}, out_path=out_path)
+    if rank0 and train_steps and outputs.is_stream(out_path):
         raise UserError(f"--out {out_path}: with --train-steps the decoder's model spec is "
                         "written beside --out: give a file, not a stream")
     try:
@@ -149,5 +152,5 @@ def measure(cluster: str, gpu: str | None, out_path: str, hidden: int, tokens: i
                  train_seq=train_seq, train_mbs=train_mbs,
                  train_microbatches=train_microbatches)
     run(s, out_path, world_size, write=outputs.write_atomic)
-    if os.environ.get("RANK", "0") == "0" and not outputs.is_stdout(out_path):
+    if rank0 and not outputs.is_stdout(out_path):
         say(f"wrote {out_path}")
