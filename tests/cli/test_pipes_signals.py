@@ -132,12 +132,21 @@ LONG_SOLVE = ["solve", "-m", "llama3-405b", "-c", "dgx-h100", "--gpus", "16384",
               "8192", "--global-batch", "2048", "--time-limit", "300", "--top-k", "300", "-q"]
 
 
+LONG_WHATIF = ["whatif", "-m", "mixtral-8x7b", "-c", "dgx-h100", "--gpus",
+               "1024,2048,4096,8192,16384", "--seq-len", "4096,8192,16384", "--global-batch",
+               "2048,4096", "--time-limit", "300", "-j", "2", "-q"]
+
+
 @pytest.mark.serial  # exit within 10 s of the signal
-def test_sigterm_stops_a_solve_with_143(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [LONG_SOLVE, LONG_WHATIF], ids=["solve", "whatif"])
+def test_sigterm_stops_a_search_with_143(tmp_path: Path, command: list[str]) -> None:
+    """SIGTERM (a scheduler's time limit, `kill`) into a long search or a local sweep: exit
+    143 within seconds, one line, the output untouched, no point process left running."""
     old = tmp_path / "old.json"
     old.write_text("{}\n")
-    p = subprocess.Popen(cli(*LONG_SOLVE, "--json", str(old)), stdout=subprocess.PIPE,
+    p = subprocess.Popen(cli(*command, "--json", str(old)), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env(), cwd=ROOT)
+    tree = Tree(p)
     time.sleep(4.0)
     sent = time.monotonic()
     p.send_signal(signal.SIGTERM)
@@ -146,6 +155,7 @@ def test_sigterm_stops_a_solve_with_143(tmp_path: Path) -> None:
     assert p.returncode == 143, err
     assert err.strip() == b"ap-solve: terminated (no output file written)"
     assert old.read_text() == "{}\n"
+    assert wait_for(lambda: tree.left() == [], 10), tree.left()
 
 
 @pytest.mark.serial
