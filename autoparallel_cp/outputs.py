@@ -193,7 +193,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     """
     name = os.fspath(path)
     kind = _kind(name)
-    if name == "-":
+    if name == "-" or (kind == "stream" and is_stdout(name)):  # also /dev/stdout, /dev/fd/1
         _write_stdout(data)
         return
     if kind == "stream":

@@ -71,6 +71,19 @@ def test_a_reader_that_went_away_is_no_error(tmp_path: Path, name: str) -> None:
                 ).stat().st_size > 0
 
 
+def test_a_reader_that_went_away_from_dev_stdout_is_no_error(tmp_path: Path) -> None:
+    """`--json /dev/stdout` is stdout too: a closed pipe there is no error either."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run(cli("solve", *SMALL, "--fix", "pp=1,cp=1,vpp=1", "-q", "--json",
+                               "/dev/stdout"), stdout=w, stderr=subprocess.PIPE, env=env(),
+                           cwd=ROOT, timeout=300)
+    finally:
+        os.close(w)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+
+
 def test_head_minus_one_in_a_shell(tmp_path: Path) -> None:
     """The shell's own `| head -1`, with pipefail: the pipeline's status is 0."""
     cmd = " ".join(f"'{a}'" for a in cli(*commands(tmp_path)["solve"]))
@@ -318,3 +331,19 @@ def test_malformed_ray_addresses_are_one_line(address: str) -> None:
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output and len(res.stderr.splitlines()) == 1
     assert "expected host:port" in res.stderr
+
+
+def test_stop_watcher_maps_sigterm_to_143_and_restores_the_handlers() -> None:
+    """In-process: inside the watcher SIGTERM raises KeyboardInterrupt and stops CP-SAT
+    (`limits` records a stop); outside, the handlers are the ones from before."""
+    from autoparallel_cp.cli import signals
+    from autoparallel_cp.search import limits
+
+    before = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
+    with pytest.raises(KeyboardInterrupt), signals.stop_watcher():
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert wait_for(lambda: limits._STOP.is_set(), 5)  # the wakeup-fd thread saw it
+        time.sleep(1.0)  # the handler runs between bytecodes: it has raised by now
+    assert signals.exit_code() == 143 and signals.message() == "terminated"
+    assert {s: signal.getsignal(s) for s in signals.STOP_SIGNALS} == before
+    limits.reset()
