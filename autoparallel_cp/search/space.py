@@ -39,7 +39,7 @@ from math import comb, factorial
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search.pins import check_structural_pins
+from autoparallel_cp.search.pins import check_structural_pins, refuse_unsearched
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import (
     RECOMPUTE_MODES,
@@ -118,6 +118,7 @@ class SearchSpace:
     ) -> SearchSpace:
         """The default space of `job`, narrowed by `fix` (text `k=v,...` or a mapping)."""
         pins: dict[str, Any] = dict(parse_assignments(fix) if isinstance(fix, str) else fix or {})
+        refuse_unsearched(pins)
         for k in pins:
             if k not in FIXABLE:
                 raise InputError(f"cannot fix {k!r}; fixable: {', '.join(FIXABLE)}", field=k)

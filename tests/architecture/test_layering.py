@@ -27,8 +27,10 @@ LAYERS: dict[str, int] = {
     "api": 4,
     "report": 5,
     "gcs_probe": 4,  # a leaf: asks a host:port whether a Ray GCS answers (sweep_backends)
+    "trace": 5,
     "sweep_backends": 5,
     "whatif": 6,
+    "html_report": 6,
     "cli": 7,
 }
 

@@ -66,9 +66,11 @@ def command(name: str, f: dict[str, Path]) -> list[str]:
                           str(f["--recipe"])]}[name]
 
 
-OUTPUTS = {"solve": ["--json", "--csv", "--emit-out"], "enumerate": ["--json", "--csv",
-           "--emit-out"], "evaluate": ["--json", "--emit-out"], "explain": ["--json"],
-           "whatif": ["--json", "--csv", "--plot"], "calibrate": ["--out"]}
+OUTPUTS = {"solve": ["--json", "--csv", "--emit-out", "--trace", "--html"],
+           "enumerate": ["--json", "--csv", "--emit-out", "--trace", "--html"],
+           "evaluate": ["--json", "--emit-out", "--trace", "--html"],
+           "explain": ["--json", "--trace", "--html"],
+           "whatif": ["--json", "--csv", "--plot", "--html"], "calibrate": ["--out"]}
 INPUTS = {"calibrate": ["--runs", "--model", "--cluster", "--recipe"]}
 JOB_INPUTS = ["--model", "--cluster", "--recipe", "--calibration"]
 
@@ -105,7 +107,7 @@ CASES = [(c, o, i) for c, outs in OUTPUTS.items() for o in outs
          for i in INPUTS.get(c, JOB_INPUTS)]
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=st.sampled_from(CASES),
        how=st.sampled_from(["same", "dot", "detour", "symlink", "chain", "hard"]))
