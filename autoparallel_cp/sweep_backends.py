@@ -163,7 +163,7 @@ def _ray_call(fn: Callable[..., Any], a: tuple[Any, ...], version: str) -> Any:
     return fn(*a)
 
 
-def parse_address(address: str) -> tuple[str, int, bool] | None:
+def parse_address(address: str, option: str = "--address") -> tuple[str, int, bool] | None:
     """(host, port, is a Ray client address) of `[ray://]host:port`; None for `auto` and
     `local`, which `ray.init` reads itself. UserError (exit 2) for anything else."""
     text = address.strip()
@@ -173,12 +173,13 @@ def parse_address(address: str) -> tuple[str, int, bool] | None:
     host, sep, port = text.removeprefix("ray://").rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(f"--address {address!r}: expected host:port (a Ray cluster's GCS), "
+        raise UserError(f"{option} {address!r}: expected host:port (a Ray cluster's GCS), "
                         "ray://host:port (a Ray client server), auto or local")
     return host, int(port), client
 
 
-def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S,
+                  option: str = "--address") -> None:
     """Refuse (exit 2), within about `timeout` seconds, an address where no Ray answers.
 
     `host:port` must answer as a Ray cluster's GCS answers a driver (`gcs_probe.probe_gcs`:
@@ -186,7 +187,7 @@ def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     client, from Ray's `client` extra, bounds its own handshake)."""
     from autoparallel_cp.gcs_probe import NotRay, probe_gcs
 
-    parsed = parse_address(address)
+    parsed = parse_address(address, option)
     if parsed is None:
         return
     host, port, client = parsed
@@ -197,10 +198,10 @@ def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         else:
             probe_gcs(host, port, timeout)
     except NotRay as exc:
-        raise UserError(f"--address {address}: no {what} answers there: {exc}") from None
+        raise UserError(f"{option} {address}: no {what} answers there: {exc}") from None
     except (OSError, OverflowError, UnicodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise UserError(f"--address {address}: no {what} answers there ({why})") from None
+        raise UserError(f"{option} {address}: no {what} answers there ({why})") from None
 
 
 @contextlib.contextmanager
@@ -258,11 +259,11 @@ def _connect(ray: Any, address: str | None, cpus: int) -> bool:
     A runtime already initialized in this process (by the caller) is used as it is."""
     if ray.is_initialized():
         return False
+    option = "--address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
     if address is not None:
-        parse_address(address)
-        probe_address(address)
+        probe_address(address, option=option)
     try:
         with _ray_keeps_our_sigterm():
             if address is None:

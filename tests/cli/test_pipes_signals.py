@@ -347,3 +347,10 @@ def test_stop_watcher_maps_sigterm_to_143_and_restores_the_handlers() -> None:
     assert signals.exit_code() == 143 and signals.message() == "terminated"
     assert {s: signal.getsignal(s) for s in signals.STOP_SIGNALS} == before
     limits.reset()
+
+
+def test_a_bad_ray_address_from_the_environment_names_ray_address() -> None:
+    pytest.importorskip("ray")
+    res = CliRunner().invoke(main, RAY_SWEEP, env={"RAY_ADDRESS": "nohost:"})
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("ap-solve: error: RAY_ADDRESS 'nohost:': expected host:port")
