@@ -259,11 +259,8 @@ def _connect(ray: Any, address: str | None, cpus: int) -> bool:
     A runtime already initialized in this process (by the caller) is used as it is."""
     if ray.is_initialized():
         return False
-    option = "--address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
-    if address is not None:
-        probe_address(address, option=option)
     try:
         with _ray_keeps_our_sigterm():
             if address is None:
@@ -297,6 +294,10 @@ def _outcome(ray: Any, ref: Any, max_retries: int) -> Any:
 def _run_ray(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *, jobs: int | None,
              address: str | None, on_done: OnDone | None, max_retries: int) -> list[Any]:
     ray = require_ray()
+    if not ray.is_initialized() and (address or os.environ.get("RAY_ADDRESS")):
+        # before the signals are deferred: a Ctrl-C or SIGTERM ends the probe at once
+        probe_address(address or os.environ["RAY_ADDRESS"],
+                      option="--address" if address else "RAY_ADDRESS")
     with _signals_deferred() as rearm:
         owned = _connect(ray, address, min(jobs or os.cpu_count() or 1, len(args)))
         rearm()
