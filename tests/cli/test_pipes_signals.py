@@ -354,3 +354,28 @@ def test_a_bad_ray_address_from_the_environment_names_ray_address() -> None:
     res = CliRunner().invoke(main, RAY_SWEEP, env={"RAY_ADDRESS": "nohost:"})
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith("ap-solve: error: RAY_ADDRESS 'nohost:': expected host:port")
+
+
+@pytest.mark.serial  # a local socket on a free port
+def test_sigterm_ends_the_ray_address_probe_at_once() -> None:
+    """A port that accepts and never answers: the probe would wait its 10 s; SIGTERM while
+    it waits ends the command at once with 143."""
+    import socket
+
+    pytest.importorskip("ray")
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        p = subprocess.Popen(cli(*RAY_SWEEP, "--address", f"127.0.0.1:{port}"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(), cwd=ROOT)
+        srv.settimeout(120)
+        conn, _ = srv.accept()  # the probe has connected
+        with conn:
+            time.sleep(0.5)
+            sent = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=60)
+    assert time.monotonic() - sent < 5
+    assert p.returncode == 143, err
+    assert err.strip() == b"ap-solve: terminated (no output file written)"
