@@ -11,7 +11,9 @@ and exits as it would have. See docs/user-guide.md, "Exit codes, statuses and er
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from typing import Any
 
 import click
@@ -24,6 +26,7 @@ from autoparallel_cp.cli.plan_commands import evaluate, explain
 from autoparallel_cp.cli.search_commands import enumerate_cmd, solve
 from autoparallel_cp.cli.signals import exit_code as interrupt_exit_code
 from autoparallel_cp.cli.signals import message as interrupt_message
+from autoparallel_cp.cli.signals import raise_on_signal
 from autoparallel_cp.cli.whatif_command import whatif
 from autoparallel_cp.errors import UserError
 
@@ -39,9 +42,16 @@ class _Main(click.Group):
         real = sys.stdout
         if not isinstance(real, streams.PipeSafe):
             sys.stdout = streams.PipeSafe(real)
+        # SIGTERM while click parses: KeyboardInterrupt, recorded (exit 143); each command's
+        # `guarded` installs the full handling (signals.stop_watcher) while it runs
+        old_term = None
+        if threading.current_thread() is threading.main_thread():
+            old_term = signal.signal(signal.SIGTERM, raise_on_signal)
         try:
             return super().main(*args, **kwargs)
         finally:
+            if old_term is not None:
+                signal.signal(signal.SIGTERM, old_term)
             try:
                 sys.stdout.flush()  # what is buffered, while a closed pipe is still caught
             except UserError as exc:  # stdout failed otherwise (>/dev/full): exit 2

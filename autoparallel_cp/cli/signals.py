@@ -32,7 +32,8 @@ def _record(signum: int) -> None:
         _first.append(signum)
 
 
-def _raise(signum: int, frame: FrameType | None) -> None:
+def raise_on_signal(signum: int, frame: FrameType | None) -> None:
+    """A handler: record the signal (`received`), raise KeyboardInterrupt."""
     _record(signum)
     raise KeyboardInterrupt
 
@@ -72,7 +73,7 @@ def stop_watcher() -> Iterator[None]:
         yield
         return
     for s in STOP_SIGNALS:
-        signal.signal(s, _raise)
+        signal.signal(s, raise_on_signal)
 
     def watch() -> None:
         while True:

@@ -160,13 +160,16 @@ def test_sigterm_stops_a_search_with_143(tmp_path: Path, command: list[str]) -> 
     p = subprocess.Popen(cli(*command, "--json", str(old)), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env(), cwd=ROOT)
     tree = Tree(p)
+    if command is LONG_WHATIF:  # the sweep's point processes have started
+        assert wait_for(lambda: len(tree.seen) >= 2, 120), tree.seen
     time.sleep(4.0)
     sent = time.monotonic()
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert time.monotonic() - sent < 10
     assert p.returncode == 143, err
-    assert err.strip() == b"ap-solve: terminated (no output file written)"
+    # (on a loaded machine the signal may still land while the libraries import)
+    assert err.startswith(b"ap-solve: terminated") and err.count(b"\n") == 1, err
     assert old.read_text() == "{}\n"
     assert wait_for(lambda: tree.left() == [], 10), tree.left()
 
@@ -379,3 +382,17 @@ def test_sigterm_ends_the_ray_address_probe_at_once() -> None:
     assert time.monotonic() - sent < 5
     assert p.returncode == 143, err
     assert err.strip() == b"ap-solve: terminated (no output file written)"
+
+
+@pytest.mark.serial  # timing: the signal lands while the libraries import or click parses
+@pytest.mark.parametrize("delay", [1.0, 2.0, 3.0])
+def test_sigterm_before_the_command_runs_is_143(delay: float) -> None:
+    """SIGTERM in the first seconds (imports, option parsing, the search starting): 143 and
+    one "terminated" line wherever it lands, never the default death or a traceback."""
+    p = subprocess.Popen(cli(*LONG_SOLVE), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env(), cwd=ROOT)
+    time.sleep(delay)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, (p.returncode, err)
+    assert err.startswith(b"ap-solve: terminated") and err.count(b"\n") == 1, err
