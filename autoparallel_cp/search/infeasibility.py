@@ -103,17 +103,18 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
         yield (f"a stage's dp*tp*cp = {dp * tp * cp} GPUs do not fill the node groups "
                "exactly")
         return
-    etps = tuple(space.etp_axis)
     for ep in space.ep:
         if not space.ep_ok(tp, cp, dp, ep):
-            if all(e is None for e in etps):
+            if len(space.etp_axis) > 1:
+                sizes = ", ".join("tp" if e is None else str(e) for e in space.etp_axis)
+                yield (f"ep={ep} fits no searched expert grid: ep | dp*cp = {dp * cp} with "
+                       f"etp = tp, nor etp*ep | tp*cp*dp = {tp * cp * dp} for etp in {{{sizes}}}")
+            elif space.etp is None:
                 yield (f"ep={ep} does not divide dp*cp = {dp * cp} (the experts are carved "
                        "out of dp*cp; folding them over the tensor-parallel ranks, --fix "
                        f"etp=1, needs etp*ep | tp*cp*dp = {tp * cp * dp})")
             else:
-                sizes = ", ".join("tp" if e is None else str(e) for e in etps)
-                yield (f"ep={ep} fits the expert grid under no searched etp ({sizes}): "
-                       f"dp*cp = {dp * cp}, tp*cp*dp = {tp * cp * dp}")
+                yield (f"etp*ep = {space.etp}*{ep} does not divide tp*cp*dp = {tp * cp * dp}")
             continue
         for mbs in space.mbs:
             if job.global_batch % (dp * mbs):

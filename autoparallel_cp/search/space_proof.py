@@ -14,6 +14,7 @@ from dataclasses import fields
 from typing import Any
 
 from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.schedules import default_schedule
 
 #: a search/space.py SearchSpace (not imported: space.py is the lower module)
 SearchSpace = Any
@@ -61,6 +62,8 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
         **other,
         "layer_split": _split_rule(space),
         "pins": _plain(dict(space.fixed)),
+        "schedule": "1f1b at vpp 1, interleaved at vpp > 1",
+        "offload": "none (optimizer and activations stay on the GPU)",
         "rules": ["dp*tp*pp*cp = GPUs", "global batch % (dp*mbs) = 0",
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
                   "ep | dp*cp (etp = tp), else etp*ep | tp*cp*dp",
@@ -68,50 +71,18 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
     }
 
 
-#: the layer-split rule in a few words, for the terminal line
-_SPLIT_SHORT = {"uniform": "uniform", "free": "vpp-multiples per stage"}
-
-
 def space_line(desc: dict[str, Any]) -> str:
     """One line of `proof_space` for the terminal, under the status line."""
     parts = []
     for name, dom in desc["axes"].items():
-        if list(dom) == [None]:
-            continue  # an axis at its default only (the JSON keeps it)
-        vals = ["default" if v is None else str(v) for v in dom]
-        parts.append(f"{name} {','.join(vals)}")
-    for k, v in desc.items():
-        if k in ("axes", "dp", "layer_split", "pins", "rules", "partition"):
-            continue
-        if isinstance(v, bool):
-            parts.append(("" if v else "no ") + k.replace("_", " "))
-        else:
-            parts.append(f"{k} {'= tp' if v == 'tp' else v}")
-    split = ("pinned" if desc.get("pins", {}).keys() & {"stage_layers", "chunk_layers"}
-             else _SPLIT_SHORT.get(str(desc.get("partition")), str(desc.get("partition"))))
-    return "proof covers: " + "; ".join(parts) + f"; split {split}"
-
-
-#: Plan fields the space covers without an axis of the same name (derived, or checked below)
-_COVERED = ("dp", "num_microbatches", "recompute_layers", "stage_layers", "chunk_layers",
-            "stage_groups", "etp")
-
-
-def _unsearched_field(space: SearchSpace, plan: Plan) -> str | None:
-    """A plan field the space has no axis for (the pipeline schedule, offload, any field
-    added to Plan later) set away from its neutral value: the search did not try it."""
-    have = axes(space)
-    for name, info in type(plan).model_fields.items():
-        if name in _COVERED or name in have:
-            continue
-        value = getattr(plan, name)
-        if name == "schedule":  # None and the vpp's default schedule are the same plan
-            if plan.pipeline_schedule == Plan(pp=plan.pp, vpp=plan.vpp).pipeline_schedule:
-                continue
-        elif value == info.default:
-            continue
-        return f"{name}={value} (not searched)"
-    return None
+        vals = ["tp" if v is None and name == "etp_axis" else str(v) for v in dom]
+        parts.append(f"{'etp' if name == 'etp_axis' else name} {','.join(vals)}")
+    # etp and named_splits are shown by the etp axis and the layer-split rule
+    extra = [f"{k} {v}" for k, v in desc.items()
+             if k not in ("axes", "dp", "layer_split", "pins", "rules", "partition", "etp",
+                          "named_splits")]
+    return ("proof covers: " + "; ".join(parts + extra)
+            + f"; layer split {desc['layer_split']}")
 
 
 def outside(space: SearchSpace, plan: Plan) -> str | None:
@@ -122,9 +93,11 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
             return f"{name}={getattr(plan, name)} (searched: {list(dom)})"
     if plan.dp not in space.dp_domain:
         return f"dp={plan.dp}"
-    extra = _unsearched_field(space, plan)
-    if extra is not None:
-        return extra
+    if plan.pipeline_schedule != default_schedule(plan.vpp):
+        return (f"schedule={plan.pipeline_schedule} (searched: 1f1b at vpp 1, interleaved at "
+                "vpp > 1)")
+    if plan.optimizer_offload or plan.activation_offload:
+        return "host offload (not searched: everything stays on the GPU)"
     have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None
     wants = {None if e is None or e == plan.tp else e for e in space.etp_axis}
     if have not in wants:
