@@ -221,8 +221,14 @@ def test_recommendation_sentences() -> None:
                            "--time-limit for a proof.")
     # slower, and nothing with a weight dropped: "fewer moving parts"
     other = rec(Plan(dp=2, tp=2, pp=2, mbs=2, num_microbatches=4), 1.01)
-    assert other.why() == ("+1.0% step time for a simpler set-up (complexity 4 vs 4): avoids "
-                           "fewer moving parts.")
+    assert other.why() == ("+1.0% step time for a simpler set-up (complexity 4 vs 4): fewer "
+                           "moving parts in all.")
+    # an even split where #1 has a hand-made one is named
+    made = rec(fastest.model_copy(update={"stage_layers": None}), 1.01)
+    made = Recommendation(plan=made.plan, step_s=1.01, fastest=uneven, fastest_step_s=1.0,
+                          tolerance=0.03, complexity=complexity(made.plan),
+                          fastest_complexity=complexity(uneven), method="top-k")
+    assert made.why().endswith("avoids a hand-made stage split.")
     assert rec(Plan(dp=16), 1.0, 0.0).slowdown == 0.0
     assert rec(Plan(dp=16), 1.5).slowdown == pytest.approx(0.5)
 
