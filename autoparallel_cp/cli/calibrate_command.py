@@ -37,7 +37,8 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
     from autoparallel_cp.calibrate.fit import fit
     from autoparallel_cp.calibrate.runs import load_runs
 
-    out = Console(highlight=False, soft_wrap=True)
+    # with --out - the calibration file is stdout: the table and notes go to stderr
+    out = Console(highlight=False, soft_wrap=True, stderr=outputs.is_stdout(out_path))
     note = Console(stderr=True, quiet=quiet, highlight=False)
     runs, micro = load_runs(runs_path, model=model, cluster=cluster, recipe=recipe)
     if not runs and not micro:
