@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import click
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -43,7 +53,15 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
     runs, micro = load_runs(runs_path, model=model, cluster=cluster, recipe=recipe)
     if not runs and not micro:
         raise UserError(f"{runs_path}: no usable rows")
-    res = fit(runs, micro, progress=lambda s: note.print(s))
+    with _bar(quiet) as bar:
+        res = fit(runs, micro, progress=lambda s: note.print(s), bar=bar)
+    if all(k.std is None for k in res.knobs) and not any(
+            "cross-validation" in k.note for k in res.knobs):
+        why = "; ".join(n for n in res.notes if "not identified" in n)
+        raise UserError(f"{runs_path}: none of the {len(res.knobs)} knobs is identified by these "
+                        f"rows, so no calibration was written ({why}). GEMM rows fit the "
+                        "compute knob; collective rows need >= 2 processes; training rows fit "
+                        "the rest")
     doc = to_document(res, {"runs": runs_path, "model": model, "cluster": cluster,
                             "recipe": recipe})
     outputs.write_atomic(out_path, dump(doc))
@@ -54,10 +72,13 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
         t.add_column(h)
     for k in res.knobs:
         sd = "-" if k.std is None else f"{k.std:.3g}"
-        status = ("fitted" if k.identified else "not identified (prior)" if k.std is None
-                  else "weak")
+        status = ("fitted" if k.identified else
+                  "prior (held-out runs: no better)" if "cross-validation" in k.note else
+                  "not identified (prior)" if k.std is None else "weak")
         if "bound" in k.note:
             status += ", at bound"
+        if "shrunk" in k.note:
+            status += ", shrunk"
         t.add_row(k.name, f"{k.value:.4g}", sd, status)
     out.print(t)
     for label, d in (("before", res.before), ("after", res.after)):
@@ -70,6 +91,13 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
         if "micro_mape_pct" in d:
             parts.append(f"microbenchmarks MAPE {d['micro_mape_pct']:.1f}%")
         out.print(f"residuals {label}: " + ", ".join(parts))
+    if "heldout_step_pct" in res.after:
+        out.print(f"held-out runs (cross-validated within the runs): step time error "
+                  f"{res.before['heldout_step_pct']:.1f}% with the shipped model, "
+                  f"{res.after['heldout_step_pct']:.1f}% calibrated")
+    if all(k.std is None for k in res.knobs):
+        out.print("no knob moved: held-out runs are predicted best by the shipped model, so "
+                  "the file keeps it (with the prediction intervals of these runs)")
     cal = res.calibration
     if cal.time_interval is not None:
         out.print(f"prediction interval (80%) after calibration: step time "
@@ -77,6 +105,25 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
     for n in res.notes:
         out.print(f"note: {n}")
     note.print(f"wrote {out_path}")
+
+
+@contextmanager
+def _bar(quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
+    """A rich progress bar on stderr for the fit's cost-model evaluations: one row per stage
+    (off with -q and when stderr is not a terminal)."""
+    err = Console(stderr=True)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=err, transient=True,
+                        disable=quiet or not err.is_terminal)
+    tasks: dict[str, TaskID] = {}
+
+    def update(stage: str, done: int, total: int) -> None:
+        if stage not in tasks:
+            tasks[stage] = progress.add_task(stage, total=total)
+        progress.update(tasks[stage], completed=done, total=total)
+
+    with progress:
+        yield update
 
 
 @click.command()

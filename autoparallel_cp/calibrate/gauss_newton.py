@@ -1,0 +1,130 @@
+"""The fit's objective on the local log-linear model of calibrate/linear.py, and the
+Gauss-Newton loop that relinearises the cost model until the knobs stop moving.
+
+Objective (calibrate/fit.py module docstring): robust (soft-L1) least squares of the time,
+memory and microbenchmark residuals plus one Gaussian prior residual per free knob. Each inner
+problem is `scipy.optimize.least_squares` (trust-region reflective, bounded) on the linear
+model with its exact Jacobian, kept within two prior widths of the linearisation point; the
+outer loop re-evaluates the cost model there (`linear.linearize`) and stops when no knob moved
+by more than TOL prior widths: then the linear model's gradient equals the cost model's
+(finite-difference) gradient at the solution, so the solution is the nonlinear problem's own
+stationary point (Nocedal & Wright, Numerical Optimization, 2nd ed., §10.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autoparallel_cp.calibrate.linear import Linear
+from autoparallel_cp.spec import GIB
+
+
+@dataclass
+class Data:
+    """The measured rows the residuals compare with (fit.py builds it)."""
+
+    run_unit: np.ndarray  # unit of each training run
+    meas_t: np.ndarray  # measured step seconds per run
+    mem_idx: np.ndarray  # runs with a measured peak
+    meas_m: np.ndarray  # their peaks, bytes
+    peaks: np.ndarray  # predicted peak bytes per training unit at the identity
+    n_train_units: int
+    meas_u: np.ndarray  # measured seconds per microbenchmark row
+    sigma_t: float
+    sigma_m: float
+    ps: int | None  # index of per_step_s among the knobs
+    reserve: int | None  # index of memory_reserve_gib
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.meas_t)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.meas_t) + len(self.mem_idx) + len(self.meas_u)
+
+    def row_mask(self, runs: np.ndarray) -> np.ndarray:
+        """Data rows (time, memory, micro) that belong to the training runs `runs` (bool per
+        run); every microbenchmark row is kept."""
+        return np.concatenate([runs, runs[self.mem_idx], np.ones(len(self.meas_u), bool)])
+
+
+def predict(lin: Linear, d: Data, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                np.ndarray]:
+    """(step seconds per run, peak bytes per measured-peak run, seconds per micro row)."""
+    s = lin.unit_seconds(theta)
+    ps = lin.knobs[d.ps].value(float(theta[d.ps])) if d.ps is not None else 0.0
+    res = lin.knobs[d.reserve].value(float(theta[d.reserve])) if d.reserve is not None else 0.0
+    steps = s[d.run_unit] + ps
+    peaks = d.peaks[d.run_unit[d.mem_idx]] + res * GIB
+    return steps, peaks, s[d.n_train_units:]
+
+
+def residuals_and_jacobian(lin: Linear, d: Data, theta: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """Data residuals (time, memory, micro) and their Jacobian over all knobs."""
+    s = lin.unit_seconds(theta)
+    steps, peaks, mic = predict(lin, d, theta)
+    k = len(lin.knobs)
+    r_t = np.log(steps / d.meas_t) / d.sigma_t
+    su = s[d.run_unit]
+    j_t = (su / steps)[:, None] * lin.slopes[d.run_unit] / d.sigma_t
+    if d.ps is not None:
+        j_t[:, d.ps] = 1.0 / (steps * d.sigma_t)
+    r_m = (peaks - d.meas_m) / (d.sigma_m * d.meas_m)
+    j_m = np.zeros((len(d.mem_idx), k))
+    if d.reserve is not None and len(d.mem_idx):
+        j_m[:, d.reserve] = GIB / (d.sigma_m * d.meas_m)
+    r_u = np.log(mic / d.meas_u) / d.sigma_t
+    j_u = lin.slopes[d.n_train_units:] / d.sigma_t
+    return np.concatenate([r_t, r_m, r_u]), np.vstack([j_t, j_m, j_u])
+
+
+@dataclass
+class Solved:
+    theta: np.ndarray  # all knobs (the not-free ones where they were given)
+    jac: np.ndarray  # loss-weighted Jacobian of the kept data rows, free knobs only
+    message: str
+
+
+def solve(lin: Linear, d: Data, free: Sequence[int], start: np.ndarray, lo: np.ndarray,
+          hi: np.ndarray, sigma: np.ndarray, prior: np.ndarray, mask: np.ndarray | None = None,
+          f_scale: float = 3.0, shrink: float = 1.0) -> Solved:
+    """Minimise the objective on the linear model over the knobs `free` within [lo, hi]
+    (the others stay at `start`); rows outside `mask` are left out (cross-validation).
+    `shrink` < 1 narrows every prior width by that factor (a stronger pull to the prior)."""
+    from scipy.optimize import least_squares  # ~0.3 s to import: only when fitting
+
+    free = list(free)
+    theta = start.astype(float).copy()
+    if not free:
+        return Solved(theta, np.zeros((0, 0)), "no free knob")
+    keep = np.ones(d.n_rows, bool) if mask is None else mask
+    fs = np.array(free)
+    sig = sigma[fs] * shrink
+
+    def full(x: np.ndarray) -> np.ndarray:
+        t = theta.copy()
+        t[fs] = x
+        return t
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        r, _ = residuals_and_jacobian(lin, d, full(x))
+        return np.concatenate([r[keep], (x - prior[fs]) / sig])
+
+    def jac(x: np.ndarray) -> np.ndarray:
+        _, j = residuals_and_jacobian(lin, d, full(x))
+        return np.vstack([j[keep][:, fs], np.diag(1.0 / sig)])
+
+    # start inside the box: a start on a bound stalls the trust-region reflective steps of
+    # that variable (Coleman-Li scaling)
+    lo_f, hi_f = lo[fs], hi[fs]
+    x0 = np.minimum(np.maximum(theta[fs], lo_f + 0.01 * sigma[fs]), hi_f - 0.01 * sigma[fs])
+    x0 = np.minimum(np.maximum(x0, lo_f), hi_f)
+    res: Any = least_squares(fun, x0, jac=jac, bounds=(lo_f, hi_f), loss="soft_l1",
+                             f_scale=f_scale, x_scale=sigma[fs], method="trf")
+    return Solved(full(res.x), res.jac[: int(keep.sum())], str(res.message))
