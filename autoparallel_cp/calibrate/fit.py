@@ -214,9 +214,10 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
          relinearize: bool | None) -> FitResult:
     kind_at = {k.kind: i for i, k in enumerate(knobs)}
     mem_idx = np.array([i for i, r in enumerate(runs) if r.peak_bytes is not None], dtype=int)
+    f_prior, peaks = units.at_identity(bar)
     data = Data(run_unit=units.run_unit, meas_t=np.array([r.step_s for r in runs]),
                 mem_idx=mem_idx, meas_m=np.array([runs[i].peak_bytes or 0.0 for i in mem_idx]),
-                peaks=units.peaks(bar) if len(mem_idx) else np.zeros(len(units.train)),
+                peaks=peaks,
                 n_train_units=len(units.train),
                 meas_u=np.array([float(m.fields["time_s"]) for m in micro]),
                 sigma_t=SIGMA_TIME, sigma_m=SIGMA_MEMORY, ps=kind_at.get("per_step_s"),
@@ -232,7 +233,7 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
     # identifiability at the prior: how many noise sigmas one prior width of each knob moves
     # some prediction (secant over half a prior width)
     lin0 = linearize(units, knobs, prior, [min(0.5 * k.sigma, k.hi - k.prior) for k in knobs],
-                     bar)
+                     bar, f0=f_prior)
     sens = _sensitivity(lin0, data, knobs)
     free = [j for j, s in enumerate(sens) if s >= MIN_SENSITIVITY]
     if progress:

@@ -45,21 +45,27 @@ def _worker_init(train: list[Run], micro: list[MicroRow]) -> None:
     _WORKER["train"], _WORKER["micro"] = train, micro
 
 
-def _predict_units(train: Sequence[Run], micro: Sequence[MicroRow], cal: Calibration,
-                   idx: Sequence[int]) -> list[float]:
-    """Seconds of units `idx` (training units, then micro rows) under `cal` (module doc)."""
+def _predict_units(train: Sequence[Run], micro: Sequence[MicroRow], cal: Calibration | None,
+                   idx: Sequence[int]) -> list[tuple[float, float]]:
+    """(seconds, peak bytes) of units `idx` (training units, then micro rows: peak 0) under
+    `cal` (module doc); `cal` None: the identity, by `evaluate` (time and memory at once)."""
     n = len(train)
     out = []
     for u in idx:
         if u < n:
             r = train[u]
-            out.append(float(step_time(r.job.calibrated(cal), r.plan, r.options).step_s))
+            if cal is None:
+                ev = evaluate(r.job, r.plan, r.options)
+                out.append((float(ev.time.step_s), float(ev.memory.peak_bytes)))
+            else:
+                st = step_time(r.job.calibrated(cal), r.plan, r.options)
+                out.append((float(st.step_s), 0.0))
         else:
-            out.append(float(micro_predict(micro[u - n], cal)))
+            out.append((float(micro_predict(micro[u - n], cal)), 0.0))
     return out
 
 
-def _worker_predict(cal: Calibration, idx: list[int]) -> list[float]:
+def _worker_predict(cal: Calibration | None, idx: list[int]) -> list[tuple[float, float]]:
     return _predict_units(_WORKER["train"], _WORKER["micro"], cal, idx)
 
 
@@ -105,7 +111,6 @@ class Units:
                 self.train.append(r)
             self.of_run.append(index[key])
         self.run_unit = np.array(self.of_run, dtype=int)
-        self._peaks: np.ndarray | None = None
         self._executor: Executor | None = None
         try:
             cpus = len(os.sched_getaffinity(0))
@@ -146,27 +151,32 @@ class Units:
         """Predicted seconds of units `which` (all by default) under `cal` without its
         per-step time (EXACT): a step without `per_step_s`, or a microbenchmark call."""
         base = cal.model_copy(update={"per_step_s": 0.0, "memory_reserve_gib": 0.0})
+        return self._run(base, which, progress, stage)[:, 0]
+
+    def at_identity(self, progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(seconds of every unit, allocated peak bytes of every training unit) of the
+        shipped model, in one pass (`evaluate` gives both)."""
+        both = self._run(None, None, progress, "predictions of the shipped model")
+        return both[:, 0], both[: len(self.train), 1]
+
+    def _run(self, cal: Calibration | None, which: Sequence[int] | None,
+             progress: Progress | None, stage: str) -> np.ndarray:
         idx = list(range(len(self)) if which is None else which)
         pool = self._pool() if len(idx) >= PARALLEL_MIN_UNITS else None
         size = max(len(idx) // (CHUNKS_PER_WORKER * self._workers), 1) if pool else \
             max(len(idx) // 50, 1)
         chunks = [idx[i:i + size] for i in range(0, len(idx), size)]
-        out: list[float] = []
+        out: list[tuple[float, float]] = []
         done = 0
-        if pool is not None:
-            futures = [pool.submit(_worker_predict, base, c) for c in chunks]
-            for c, f in zip(chunks, futures, strict=True):
-                out += f.result()  # in order: the same numbers however the work was split
-                done += len(c)
-                if progress is not None:
-                    progress(stage, done, len(idx))
-        else:
-            for c in chunks:
-                out += _predict_units(self.train, self.micro, base, c)
-                done += len(c)
-                if progress is not None:
-                    progress(stage, done, len(idx))
-        return np.array(out, dtype=float)
+        futures = [pool.submit(_worker_predict, cal, c) for c in chunks] if pool else []
+        for i, c in enumerate(chunks):
+            # in order: the same numbers however the work was split
+            out += futures[i].result() if pool else _predict_units(self.train, self.micro,
+                                                                   cal, c)
+            done += len(c)
+            if progress is not None:
+                progress(stage, done, len(idx))
+        return np.array(out, dtype=float).reshape(len(idx), 2)
 
     def _pool(self) -> Executor | None:
         if self._executor is None and self._workers > 1:
@@ -188,18 +198,6 @@ class Units:
             if k.kind not in EXACT:
                 dep[self.depends(k), j] = True
         return dep
-
-    def peaks(self, progress: Progress | None = None) -> np.ndarray:
-        """Allocated peak bytes of every training unit at the identity (the reserve adds)."""
-        if self._peaks is None:
-            out = np.empty(len(self.train))
-            for u, r in enumerate(self.train):
-                out[u] = evaluate(r.job, r.plan, r.options).memory.peak_bytes
-                if progress is not None:
-                    progress("memory", u + 1, len(self.train))
-            self._peaks = out
-        return self._peaks
-
 
 @dataclass
 class Linear:
