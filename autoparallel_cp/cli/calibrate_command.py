@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -47,8 +48,10 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
     from autoparallel_cp.calibrate.runs import load_runs
 
     # with --out - the calibration file is stdout: the table and notes go to stderr
-    out = Console(highlight=False, soft_wrap=True, stderr=outputs.is_stdout(out_path))
-    note = Console(stderr=True, quiet=quiet, highlight=False)
+    # (non-UTF-8 terminals get ASCII stand-ins: outputs.safe_stream)
+    out = Console(file=outputs.safe_stream(sys.stderr if outputs.is_stdout(out_path)
+                                           else sys.stdout), highlight=False, soft_wrap=True)
+    note = Console(file=outputs.safe_stream(sys.stderr), quiet=quiet, highlight=False)
     runs, micro = load_runs(runs_path, model=model, cluster=cluster, recipe=recipe)
     if not runs and not micro:
         raise UserError(f"{runs_path}: no usable rows")
@@ -116,7 +119,7 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
 def _bar(quiet: bool) -> Iterator[Callable[[str, int, int], None]]:
     """A rich progress bar on stderr for the fit's cost-model evaluations: one row per stage
     (off with -q and when stderr is not a terminal)."""
-    err = Console(stderr=True)
+    err = Console(file=outputs.safe_stream(sys.stderr))
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err, transient=True,
                         disable=quiet or not err.is_terminal)

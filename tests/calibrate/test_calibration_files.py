@@ -129,3 +129,22 @@ def test_load_reads_what_calibrate_writes(tmp_path: Path) -> None:
     assert cal.std["net_intra"] == 0.05
     with pytest.raises(InputError):
         load_calibration(tmp_path / "missing.yaml")
+
+
+def test_ascii_terminal_gets_the_table(tmp_path: Path) -> None:
+    """PYTHONIOENCODING=ascii: the table in ASCII stand-ins, exit 0 (no UnicodeEncodeError
+    after the file was written)."""
+    import os
+    import subprocess
+    import sys
+
+    from test_runs_and_cli import _runs_from_model
+
+    runs = _runs_from_model(tmp_path)
+    exe = Path(sys.executable).with_name("ap-solve")
+    r = subprocess.run([str(exe), "calibrate", "--runs", str(runs), "--out",
+                        str(tmp_path / "c.yaml"), "--model", "llama3-8b", "--cluster",
+                        "dgx-h100", "-q"], capture_output=True, text=True, check=False,
+                       env=os.environ | {"PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0, r.stderr
+    assert "+/- 1 sd" in r.stdout and "Traceback" not in r.stderr
