@@ -262,7 +262,8 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
     # chi-square when above 1
     n_data = data.n_rows
     cal = calibration_of([knobs[j] for j in kept], [float(theta[j]) for j in kept])
-    steps1 = units.values(cal, progress=bar, stage="calibrated predictions")
+    steps1 = (lin.f0 if np.array_equal(theta, lin.theta0) else
+              units.values(cal, progress=bar, stage="calibrated predictions"))
     lin_f = Linear(list(knobs), theta, steps1, lin.slopes)
     r_data, _ = residuals_and_jacobian(lin_f, data, theta)
     if kept:
@@ -377,9 +378,11 @@ def _gauss_newton(units: Units, knobs: Sequence[Knob], d: Data, free: Sequence[i
         box_hi = np.minimum(hi, theta + TRUST * sigma)
         sol = solve(lin, d, free, theta, box_lo, box_hi, sigma, prior, f_scale=F_SCALE)
         moved = float(np.max(np.abs(sol.theta[fs] - theta[fs]) / sigma[fs]))
-        theta = sol.theta
         if moved < TOL and it > 1:
+            # the last evaluated point (within TOL prior widths of the solution): its exact
+            # predictions are lin.f0, so the report needs no further evaluation
             return theta, sol.jac, lin, f"converged in {it} steps"
+        theta = sol.theta
         if dep is None:
             lin = linearize(units, list(knobs), theta, [STEP * k.sigma for k in knobs], bar)
         else:
