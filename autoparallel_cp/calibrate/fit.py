@@ -32,21 +32,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoparallel_cp.calibrate.gauss_newton import Data, predict, residuals_and_jacobian, solve
+from autoparallel_cp.calibrate.gauss_newton import (
+    Data,
+    iterate,
+    predict,
+    residuals_and_jacobian,
+)
 from autoparallel_cp.calibrate.linear import (
     KnobRef,
     Linear,
     Progress,
     Units,
     linearize,
-    secant_update,
 )
 from autoparallel_cp.calibrate.micro import MicroRow, micro_predict
+from autoparallel_cp.calibrate.residuals import interval, summary
 from autoparallel_cp.calibrate.runs import Run
 from autoparallel_cp.calibrate.select import Selection, select
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.spec import GIB
-from autoparallel_cp.spec.calibration import BOUNDS, Calibration, Interval
+from autoparallel_cp.spec.calibration import BOUNDS, Calibration
 
 #: Run-to-run noise of a measured step time (relative): the spread of repeated steps of one
 #: configuration after warm-up is ~1-2 % (H200 script: 5 timed steps per row), taken as 2 %.
@@ -58,23 +63,9 @@ SIGMA_MEMORY = 0.01
 #: benchmarks/RESULTS.md), 20 ms per micro-batch, 1 s per step, 2 GiB reserve.
 PRIOR_SIGMA = {"compute": 0.2, "net_intra": 0.3, "net_inter": 0.3, "per_microbatch_s": 0.02,
                "per_step_s": 1.0, "memory_reserve_gib": 2.0}
-#: Soft-L1 scale in noise units: residuals beyond 3 sigma weigh linearly, not quadratically.
-F_SCALE = 3.0
 #: A knob is identified when moving it by one prior width moves some prediction by at least
 #: this many noise sigmas (0.5 -> 1 % of a step time).
 MIN_SENSITIVITY = 0.5
-#: z of a two-sided 80 % normal interval.
-Z80 = 1.2816
-#: Gauss-Newton loop (calibrate/gauss_newton.py): at most MAX_OUTER linearisations; each step
-#: stays within TRUST prior widths of the last point; converged when no knob moves more than
-#: TOL prior widths; slopes by forward differences of STEP prior widths.
-MAX_OUTER = 8
-#: Up to this many distinct configurations every step takes its slopes again by finite
-#: differences; above, Broyden's update keeps 10^4 rows within a minute.
-RELINEARIZE_MAX_UNITS = 300
-TRUST = 2.0
-TOL = 1e-2
-STEP = 0.05
 #: A run whose time residual is further than this many robust sigmas (and 10 %) from the
 #: others' median is reported as an outlier.
 OUTLIER_SIGMAS = 3.0
@@ -175,23 +166,6 @@ def predictions(runs: Sequence[Run], micro: Sequence[MicroRow], cal: Calibration
     return np.array(steps), np.array(peaks), np.array(mic, dtype=float)
 
 
-def _summary(runs: Sequence[Run], micro: Sequence[MicroRow], steps: np.ndarray,
-             peaks: np.ndarray, mic: np.ndarray, d: Data) -> dict[str, float]:
-    """MAPE / signed / worst step-time error, peak and microbenchmark MAPE (`peaks`: of the
-    runs with a measured peak)."""
-    out: dict[str, float] = {}
-    if len(runs):
-        rel = steps / d.meas_t - 1.0
-        out["step_mape_pct"] = float(np.mean(np.abs(rel)) * 100)
-        out["step_signed_pct"] = float(np.mean(rel) * 100)
-        out["step_worst_pct"] = float(rel[np.argmax(np.abs(rel))] * 100)
-    if len(d.mem_idx):
-        out["memory_mape_pct"] = float(np.mean(np.abs(peaks / d.meas_m - 1)) * 100)
-    if len(micro):
-        out["micro_mape_pct"] = float(np.mean(np.abs(mic / d.meas_u - 1)) * 100)
-    return out
-
-
 def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
         progress: Callable[[str], None] | None = None, bar: Progress | None = None,
         select_knobs: bool = True, relinearize: bool | None = None) -> FitResult:
@@ -239,7 +213,7 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
     if progress:
         progress(f"fitting {len(free)} of {len(knobs)} knobs")
 
-    theta, jac, lin, msg = _gauss_newton(units, knobs, data, free, lin0, prior, lo, hi, sigma,
+    theta, jac, lin, msg = iterate(units, knobs, data, free, lin0, prior, lo, hi, sigma,
                                          bar, relinearize=relinearize)
     if progress:
         progress(f"Gauss-Newton: {msg}")
@@ -250,7 +224,7 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
            else Selection(time_free, 1.0, float("nan"), float("nan"), ran=False))
     kept = sorted(sel.chosen + [j for j in free if j not in time_free])
     if kept != free:
-        theta, jac, lin, msg = _gauss_newton(units, knobs, data, kept, lin, prior, lo, hi,
+        theta, jac, lin, msg = iterate(units, knobs, data, kept, lin, prior, lo, hi,
                                              sigma, bar, start=np.where(
                                                  np.isin(np.arange(len(knobs)), kept), theta,
                                                  prior), relinearize=relinearize)
@@ -304,15 +278,15 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
                          "reduced by the robust loss")
     out_set = set(outliers)
     keep = [i for i in range(len(e)) if runs[i].row not in out_set]
-    time_iv = _interval([float(e[i]) for i in keep],
-                        sum(float(u) for j, u in zip(kept, used, strict=True)
-                            if knobs[j].kind != "memory_reserve_gib"))
+    time_iv = interval([float(e[i]) for i in keep],
+                       sum(float(u) for j, u in zip(kept, used, strict=True)
+                           if knobs[j].kind != "memory_reserve_gib"), SIGMA_TIME)
     if time_iv is None and len(runs):
         notes.append("too few runs beyond the fitted knobs to estimate the prediction spread: "
                      "intervals stay those of the uncalibrated model")
     mem_e = [math.log(float(data.meas_m[i]) / float(pk1[i])) for i in range(len(mem_idx))]
-    mem_iv = _interval(mem_e, sum(float(u) for j, u in zip(kept, used, strict=True)
-                                  if knobs[j].kind == "memory_reserve_gib"), SIGMA_MEMORY)
+    mem_iv = interval(mem_e, sum(float(u) for j, u in zip(kept, used, strict=True)
+                                 if knobs[j].kind == "memory_reserve_gib"), SIGMA_MEMORY)
     cal = cal.model_copy(update={"time_interval": time_iv, "memory_interval": mem_iv,
                                  "std": {k.name: k.std for k in results if k.std is not None}})
 
@@ -329,8 +303,8 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
             "after_peak_gib": (float(base_peaks[i]) / GIB + res_gib if i in peak_of else None),
             "outlier": r.row in out_set,
         })
-    before = _summary(runs, micro, st0, pk0, mc0, data)
-    after = _summary(runs, micro, st1, pk1, mc1, data)
+    before = summary(runs, micro, st0, pk0, mc0, data)
+    after = summary(runs, micro, st1, pk1, mc1, data)
     if sel.ran:
         before["heldout_step_pct"] = float(np.expm1(sel.cv_prior) * 100)
         after["heldout_step_pct"] = float(np.expm1(sel.cv_chosen) * 100)
@@ -353,46 +327,6 @@ def _sensitivity(lin: Linear, d: Data, knobs: Sequence[Knob]) -> list[float]:
                 * k.sigma / d.sigma_t
         out.append(float(np.max(v)) if len(v) else 0.0)
     return out
-
-
-def _gauss_newton(units: Units, knobs: Sequence[Knob], d: Data, free: Sequence[int],
-                  lin: Linear, prior: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                  sigma: np.ndarray, bar: Progress | None, start: np.ndarray | None = None,
-                  relinearize: bool | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, Linear, str]:
-    """Outer Gauss-Newton loop (calibrate/gauss_newton.py): (theta, loss-weighted data
-    Jacobian of the free knobs, the last linear model, a status line). Each new point is
-    evaluated exactly; its slopes are taken again by finite differences (`relinearize`, the
-    default up to RELINEARIZE_MAX_UNITS units) or corrected by Broyden's secant update
-    (`linear.secant_update`: one evaluation per unit and step)."""
-    theta = (prior if start is None else start).copy()
-    if not free:
-        return theta, np.zeros((d.n_rows, 0)), lin, "no knob to fit"
-    if relinearize is None:
-        relinearize = len(units) <= RELINEARIZE_MAX_UNITS
-    dep = None if relinearize else units.dependence(knobs)
-    fs = np.array(free)
-    moved = math.inf
-    for it in range(1, MAX_OUTER + 1):
-        box_lo = np.maximum(lo, theta - TRUST * sigma)
-        box_hi = np.minimum(hi, theta + TRUST * sigma)
-        sol = solve(lin, d, free, theta, box_lo, box_hi, sigma, prior, f_scale=F_SCALE)
-        moved = float(np.max(np.abs(sol.theta[fs] - theta[fs]) / sigma[fs]))
-        if moved < TOL and it > 1:
-            # the last evaluated point (within TOL prior widths of the solution): its exact
-            # predictions are lin.f0, so the report needs no further evaluation
-            return theta, sol.jac, lin, f"converged in {it} steps"
-        theta = sol.theta
-        if dep is None:
-            lin = linearize(units, list(knobs), theta, [STEP * k.sigma for k in knobs], bar)
-        else:
-            f = units.values(calibration_of(knobs, [float(x) for x in theta]), progress=bar,
-                             stage=f"predictions, step {it}")
-            lin = secant_update(lin, theta, f, dep, sigma)
-    sol = solve(lin, d, free, theta, np.maximum(lo, theta - TRUST * sigma),
-                np.minimum(hi, theta + TRUST * sigma), sigma, prior, f_scale=F_SCALE)
-    return sol.theta, sol.jac, lin, (f"stopped after {MAX_OUTER} steps (last move "
-                                     f"{moved:.2g} prior widths)")
 
 
 def _knob_results(knobs: Sequence[Knob], runs: Sequence[Run], free: Sequence[int],
@@ -435,19 +369,6 @@ def _knob_results(knobs: Sequence[Knob], runs: Sequence[Run], free: Sequence[int
             notes.append(f"{k.name}: not identified ({_why_not(k, runs)}); left at its prior "
                          f"{k.value(k.prior):g}")
     return results, notes
-
-
-def _interval(errors: Sequence[float], n_fitted: float,
-              noise: float = SIGMA_TIME) -> Interval | None:
-    """Nominal 80 % interval of ln(measured / predicted) from the fit residuals: +-z80 sigma,
-    sigma^2 = sum(e^2) / (n - p) + noise^2 (the residual spread, plus the measurement noise
-    of the next run); None with fewer than 3 degrees of freedom (p: the effective number of
-    fitted parameters)."""
-    dof = len(errors) - n_fitted
-    if dof < 3:
-        return None
-    sigma = math.sqrt(sum(x * x for x in errors) / dof + noise ** 2)
-    return Interval(lo=-Z80 * sigma, hi=Z80 * sigma)
 
 
 def _why_not(k: Knob, runs: Sequence[Run]) -> str:

@@ -13,14 +13,36 @@ stationary point (Nocedal & Wright, Numerical Optimization, 2nd ed., §10.3).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from autoparallel_cp.calibrate.linear import Linear
+from autoparallel_cp.calibrate.linear import (
+    KnobRef,
+    Linear,
+    Progress,
+    Units,
+    calibration_at,
+    linearize,
+    secant_update,
+)
 from autoparallel_cp.spec import GIB
+
+#: Gauss-Newton loop (calibrate/gauss_newton.py): at most MAX_OUTER linearisations; each step
+#: stays within TRUST prior widths of the last point; converged when no knob moves more than
+#: TOL prior widths; slopes by forward differences of STEP prior widths.
+MAX_OUTER = 8
+#: Up to this many distinct configurations every step takes its slopes again by finite
+#: differences; above, Broyden's update keeps 10^4 rows within a minute.
+RELINEARIZE_MAX_UNITS = 300
+TRUST = 2.0
+TOL = 1e-2
+STEP = 0.05
+#: Soft-L1 scale in noise units: residuals beyond 3 sigma weigh linearly, not quadratically.
+F_SCALE = 3.0
 
 
 @dataclass
@@ -128,3 +150,43 @@ def solve(lin: Linear, d: Data, free: Sequence[int], start: np.ndarray, lo: np.n
     res: Any = least_squares(fun, x0, jac=jac, bounds=(lo_f, hi_f), loss="soft_l1",
                              f_scale=f_scale, x_scale=sigma[fs], method="trf")
     return Solved(full(res.x), res.jac[: int(keep.sum())], str(res.message))
+
+
+def iterate(units: Units, knobs: Sequence[KnobRef], d: Data, free: Sequence[int],
+                  lin: Linear, prior: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                  sigma: np.ndarray, bar: Progress | None, start: np.ndarray | None = None,
+                  relinearize: bool | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, Linear, str]:
+    """The outer Gauss-Newton loop (module docstring): (theta, loss-weighted data
+    Jacobian of the free knobs, the last linear model, a status line). Each new point is
+    evaluated exactly; its slopes are taken again by finite differences (`relinearize`, the
+    default up to RELINEARIZE_MAX_UNITS units) or corrected by Broyden's secant update
+    (`linear.secant_update`: one evaluation per unit and step)."""
+    theta = (prior if start is None else start).copy()
+    if not free:
+        return theta, np.zeros((d.n_rows, 0)), lin, "no knob to fit"
+    if relinearize is None:
+        relinearize = len(units) <= RELINEARIZE_MAX_UNITS
+    dep = None if relinearize else units.dependence(knobs)
+    fs = np.array(free)
+    moved = math.inf
+    for it in range(1, MAX_OUTER + 1):
+        box_lo = np.maximum(lo, theta - TRUST * sigma)
+        box_hi = np.minimum(hi, theta + TRUST * sigma)
+        sol = solve(lin, d, free, theta, box_lo, box_hi, sigma, prior, f_scale=F_SCALE)
+        moved = float(np.max(np.abs(sol.theta[fs] - theta[fs]) / sigma[fs]))
+        if moved < TOL and it > 1:
+            # the last evaluated point (within TOL prior widths of the solution): its exact
+            # predictions are lin.f0, so the report needs no further evaluation
+            return theta, sol.jac, lin, f"converged in {it} steps"
+        theta = sol.theta
+        if dep is None:
+            lin = linearize(units, list(knobs), theta, [STEP * float(s) for s in sigma], bar)
+        else:
+            f = units.values(calibration_at(knobs, theta), progress=bar,
+                             stage=f"predictions, step {it}")
+            lin = secant_update(lin, theta, f, dep, sigma)
+    sol = solve(lin, d, free, theta, np.maximum(lo, theta - TRUST * sigma),
+                np.minimum(hi, theta + TRUST * sigma), sigma, prior, f_scale=F_SCALE)
+    return sol.theta, sol.jac, lin, (f"stopped after {MAX_OUTER} steps (last move "
+                                     f"{moved:.2g} prior widths)")
