@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_init(train: list[Run], micro: list[MicroRow]) -> None:
+    # Ctrl-C reaches the whole process group: the main process stops the pool (Units.close),
+    # the workers do not each print a KeyboardInterrupt traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER["train"], _WORKER["micro"] = train, micro
 
 
