@@ -356,10 +356,11 @@ def _knob_results(knobs: Sequence[Knob], runs: Sequence[Run], free: Sequence[int
             if note:
                 notes.append(f"{k.name}: {note}")
         elif j in free:
-            e = sel.gains.get(j)
-            why = (f"held-out runs are predicted no better with it ({np.expm1(e) * pct:.1f}% "
-                   f"vs {np.expm1(sel.cv_prior) * pct:.1f}% without any knob, "
-                   "cross-validated)" if e is not None else "not chosen by cross-validation")
+            g = sel.gains.get(j)
+            others = ", ".join(knobs[i].name for i in sel.chosen) or "no other knob"
+            why = (f"held-out runs are predicted no better with it added to {others} "
+                   f"({np.expm1(g[0]) * pct:.1f}% vs {np.expm1(g[1]) * pct:.1f}%, "
+                   "cross-validated)" if g is not None else "not chosen by cross-validation")
             results.append(KnobResult(k.name, k.value(k.prior), None, False,
                                       "left at its prior (cross-validation)"))
             notes.append(f"{k.name}: left at its prior {k.value(k.prior):g}: {why}")

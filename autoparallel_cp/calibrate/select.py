@@ -41,7 +41,9 @@ class Selection:
     shrink: float  # w: the fitted move is scaled by it
     cv_prior: float  # held-out error of the shipped model (mean |ln ratio|)
     cv_chosen: float  # held-out error of the chosen calibration
-    gains: dict[int, float] = field(default_factory=dict)  # held-out error with each knob
+    #: per knob left out: (held-out error with it added to the knobs chosen before it was last
+    #: tried, the error without it then)
+    gains: dict[int, tuple[float, float]] = field(default_factory=dict)
     ran: bool = True  # False: too few or too many runs to cross-validate
 
 
@@ -81,12 +83,12 @@ def select(lin: Linear, d: Data, candidates: Sequence[int], start: np.ndarray, l
     e_prior = cv([])
     chosen: list[int] = []
     e_cur = e_prior
-    gains: dict[int, float] = {}
+    gains: dict[int, tuple[float, float]] = {}
     left = list(candidates)
     while left:
         trial = {j: cv([*chosen, j]) for j in left}
         for j, e in trial.items():
-            gains.setdefault(j, e)
+            gains[j] = (e, e_cur)
         best = min(left, key=lambda j: (trial[j], j))
         if trial[best] > e_cur * (1.0 - MIN_GAIN):
             break

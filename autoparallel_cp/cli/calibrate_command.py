@@ -84,6 +84,10 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
             status += ", shrunk"
         t.add_row(k.name, f"{k.value:.4g}", sd, status)
     out.print(t)
+    moved = [f"{k.name} {k.value:.4g}" for k in res.knobs if k.std is not None]
+    kept = [k.name for k in res.knobs if k.std is None]
+    out.print("moved: " + (", ".join(moved) or "none") + "; left at the prior: "
+              + (", ".join(kept) or "none") + " (why: the notes below)")
     for label, d in (("before", res.before), ("after", res.after)):
         parts = []
         if "step_mape_pct" in d:
