@@ -16,7 +16,6 @@ error at least halves, and no source gets worse by more than 2 points.
 from __future__ import annotations
 
 import sys
-import warnings
 
 import crossval as X
 import numpy as np
@@ -28,7 +27,6 @@ from autoparallel_cp.cost.evaluate import evaluate
 
 def main() -> int:
     md = "--markdown" in sys.argv
-    warnings.filterwarnings("ignore", category=UserWarning, module="pydantic")
     base = X.cases()
     by_src: dict[str, list[X.Case]] = {}
     for c in base:

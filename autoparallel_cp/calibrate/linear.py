@@ -109,7 +109,7 @@ class Units:
         self.train: list[Run] = []  # one representative run per unit
         self.of_run: list[int] = []
         for r in runs:
-            key = (r.job.model_dump_json(), repr(r.plan), repr(r.options))
+            key = (r.job.model_dump_json(warnings=False), repr(r.plan), repr(r.options))
             if key not in index:
                 index[key] = len(self.train)
                 self.train.append(r)
