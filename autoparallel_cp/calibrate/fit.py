@@ -282,7 +282,8 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
                        sum(float(u) for j, u in zip(kept, used, strict=True)
                            if knobs[j].kind != "memory_reserve_gib"), SIGMA_TIME)
     if time_iv is None and len(runs):
-        notes.append("too few runs beyond the fitted knobs to estimate the prediction spread: "
+        notes.append("too few runs beyond the fitted knobs to estimate the prediction spread "
+                     "(or a spread beyond a factor of 10): "
                      "intervals stay those of the uncalibrated model")
     mem_e = [math.log(float(data.meas_m[i]) / float(pk1[i])) for i in range(len(mem_idx))]
     mem_iv = interval(mem_e, sum(float(u) for j, u in zip(kept, used, strict=True)

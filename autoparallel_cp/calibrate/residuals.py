@@ -10,7 +10,7 @@ import numpy as np
 from autoparallel_cp.calibrate.gauss_newton import Data
 from autoparallel_cp.calibrate.micro import MicroRow
 from autoparallel_cp.calibrate.runs import Run
-from autoparallel_cp.spec.calibration import Interval
+from autoparallel_cp.spec.calibration import MAX_LOG_INTERVAL, Interval
 
 #: z of a two-sided 80 % normal interval.
 Z80 = 1.2816
@@ -37,9 +37,11 @@ def interval(errors: Sequence[float], n_fitted: float, noise: float) -> Interval
     """Nominal 80 % interval of ln(measured / predicted) from the fit residuals: +-z80 sigma,
     sigma^2 = sum(e^2) / (n - p) + noise^2 (the residual spread, plus the measurement noise
     of the next run); None with fewer than 3 degrees of freedom (p: the effective number of
-    fitted parameters)."""
+    fitted parameters) or when wider than a factor of 10."""
     dof = len(errors) - n_fitted
     if dof < 3:
         return None
     sigma = math.sqrt(sum(x * x for x in errors) / dof + noise ** 2)
+    if Z80 * sigma > MAX_LOG_INTERVAL:
+        return None  # wider than a factor of 10: a calibration file cannot hold it
     return Interval(lo=-Z80 * sigma, hi=Z80 * sigma)

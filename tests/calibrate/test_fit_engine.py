@@ -103,3 +103,11 @@ def test_no_identified_knob_is_exit_2(tmp_path: Path) -> None:
                                   str(tmp_path / "c.yaml"), "-q"])
     assert r.exit_code == 2 and "none of the" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_a_spread_beyond_a_factor_of_10_gives_no_interval() -> None:
+    from autoparallel_cp.calibrate.residuals import interval
+
+    assert interval([2.5, -2.5, 2.5, -2.5, 2.5, -2.5], 1.0, 0.02) is None
+    iv = interval([0.05, -0.05, 0.05, -0.05, 0.05, -0.05], 1.0, 0.02)
+    assert iv is not None and -0.1 < iv.lo < 0 < iv.hi < 0.1
