@@ -213,8 +213,8 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
     if progress:
         progress(f"fitting {len(free)} of {len(knobs)} knobs")
 
-    theta, jac, lin, msg = iterate(units, knobs, data, free, lin0, prior, lo, hi, sigma,
-                                         bar, relinearize=relinearize)
+    theta, jac, lin, msg = iterate(units, knobs, data, free, lin0, prior, lo, hi, sigma, bar,
+                                   relinearize=relinearize)
     if progress:
         progress(f"Gauss-Newton: {msg}")
 
@@ -223,11 +223,10 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
     sel = (select(lin, data, time_free, theta, lo, hi, sigma, prior) if select_knobs
            else Selection(time_free, 1.0, float("nan"), float("nan"), ran=False))
     kept = sorted(sel.chosen + [j for j in free if j not in time_free])
-    if kept != free:
-        theta, jac, lin, msg = iterate(units, knobs, data, kept, lin, prior, lo, hi,
-                                             sigma, bar, start=np.where(
-                                                 np.isin(np.arange(len(knobs)), kept), theta,
-                                                 prior), relinearize=relinearize)
+    if kept != free:  # refit the chosen knobs, the others back at the prior
+        start = np.where(np.isin(np.arange(len(knobs)), kept), theta, prior)
+        theta, jac, lin, msg = iterate(units, knobs, data, kept, lin, prior, lo, hi, sigma,
+                                       bar, start=start, relinearize=relinearize)
     if sel.shrink != 1.0:
         shrunk = np.isin(np.arange(len(knobs)), sel.chosen)
         theta = np.where(shrunk, prior + sel.shrink * (theta - prior), theta)
