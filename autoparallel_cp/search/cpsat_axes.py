@@ -36,13 +36,20 @@ def add_axes(model: cp_model.CpModel, t: Tables) -> dict[str, cb.Axis]:
         ax[name] = cb.Axis.new(model, name, dom)
     cb.add_product_equals(model, [ax["tp"], ax["cp"], ax["pp"], ax["dp"]], N)
     cb.add_product_equals(model, [ax["dp"], ax["mbs"], ax["m"]], B)
-    if s.etp is None:
+    rep = s.dp_replicate if job.model.moe is not None else 1
+    if s.etp is None and rep == 1:
         cb.add_divides(model, [ax["ep"]], [ax["dp"], ax["cp"]])
+    elif s.etp is None:
+        # ep*R | dp*cp with R = dp_replicate a constant (space.ep_ok): prime by prime
+        for p in cb.primes_of([rep, *s.ep, *s.cp, *t.dp]):
+            have = sum(ax[a].exponent(p) for a in ("cp", "dp"))
+            model.add(ax["ep"].exponent(p) <= have - cb.valuation(rep, p))
     else:
         # etp*ep | tp*cp*dp with etp a constant (space.ep_ok): prime by prime
-        for p in cb.primes_of([s.etp, *s.ep, *s.tp, *s.cp, *t.dp]):
+        for p in cb.primes_of([s.etp, rep, *s.ep, *s.tp, *s.cp, *t.dp]):
             have = sum(ax[a].exponent(p) for a in ("tp", "cp", "dp"))
-            model.add(ax["ep"].exponent(p) <= have - cb.valuation(s.etp, p))
+            model.add(ax["ep"].exponent(p)
+                      <= have - cb.valuation(s.etp, p) - cb.valuation(rep, p))
     one_vpp = ax["vpp"].lit(1)
     # negated() is a NotBooleanVariable (a Literal, not an IntVar); add_divides only passes
     # `enforce` on to only_enforce_if, which accepts any literal

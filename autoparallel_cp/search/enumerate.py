@@ -498,7 +498,7 @@ def enumerate_best(space: SearchSpace, limit: int | None = None
                             recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                             stage_layers=part, stage_groups=place_objs[int(qi[col])],
                             chunk_layers=None if cl is None else tuple(cl),
-                            etp=space.etp)
+                            etp=space.etp, dp_replicate=space.dp_replicate)
                 out.append((float(cost[col]), plan.key(), plan))
     out.sort(key=lambda x: (x[0], x[1]))
     return [(c, p) for c, _, p in out], size

@@ -34,6 +34,7 @@ def explain(job: Job, space: SearchSpace) -> str:
             p = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,
                      sp=sp, zero=zero, mbs=d.mbs,
                      num_microbatches=d.num_microbatches, recompute=mode, etp=space.etp,
+                     dp_replicate=space.dp_replicate,
                      stage_layers=split)
             stages = stage_memory(job, p)
             worst = max(stages, key=lambda s: s.required_bytes / s.capacity_bytes)

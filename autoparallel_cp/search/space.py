@@ -15,6 +15,10 @@ Axes and their default domains (every value is also checked against the job):
   and the master's literal families and score every key once per etp (slower MoE solves); a
   fixed value keeps every table's axes, so the bounds built on the tables hold as they are
   (cpsat_master.py). `--fix etp=1` searches the folded layouts of Megatron-Bridge's recipes.
+- `dp_replicate` (hybrid sharding, spec/plan.py): one value per space like `etp` (`--fix
+  dp_replicate=R`; 1 by default): dp keeps only multiples of R, the MoE experts' DP group must
+  divide by R too (`ep_ok`), and zero 0 leaves the domain (nothing to shard). The tables read
+  the shard group dp·cp/R from the same cost functions, so the bounds hold as for `etp`.
 - `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches >= pp`: Megatron's
   micro-batch groups, `spec.plan.microbatch_group`);
 - `mbs`: powers of two up to `max_mbs` dividing the global batch;
@@ -56,6 +60,7 @@ PartitionKind = Literal["uniform", "free"]
 FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
     "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers", "etp",
+    "dp_replicate",
 )
 
 
@@ -98,6 +103,8 @@ class SearchSpace:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     #: expert-tensor-parallel size of every plan (`--fix etp`); None: Megatron's default (tp)
     etp: int | None = None
+    #: replicas of hybrid sharding of every plan (`--fix dp_replicate`); 1: plain sharding
+    dp_replicate: int = 1
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -140,6 +147,13 @@ class SearchSpace:
         vpps = list(range(1, max_vpp + 1))
         mbss = [b for b in (2**i for i in range(12)) if b <= max_mbs and job.global_batch % b == 0]
         zeros = list(zero)
+        rep = int(pins.get("dp_replicate", 1))
+        if rep > 1:
+            if pins.get("zero") == 0:
+                raise InputError(f"--fix dp_replicate={rep} needs zero >= 1 (hybrid sharding "
+                                 "shards states within the shard group; zero=0 shards none)",
+                                 field="dp_replicate")
+            zeros = [z for z in zeros if z >= 1]
         sps = [0, 1]
         modes: list[RecomputeMode] = list(RECOMPUTE_MODES)
         if m.moe is not None and m.moe.moe_layer_freq > 1:
@@ -193,6 +207,7 @@ class SearchSpace:
             partial_recompute=partial_recompute,
             fixed=pins,
             etp=pins.get("etp"),
+            dp_replicate=rep,
         )
         return space
 
@@ -267,6 +282,8 @@ class SearchSpace:
                     dp = n // (tp * cp * pp)
                     if "dp" in self.fixed and self.fixed["dp"] != dp:
                         continue
+                    if dp % self.dp_replicate:
+                        continue
                     if self.heterogeneous and self.stage_group_counts(tp, cp, dp) is None:
                         continue
                     for ep in self.ep:
@@ -295,12 +312,14 @@ class SearchSpace:
 
     def ep_ok(self, tp: int, cp: int, dp: int, ep: int) -> bool:
         """Expert parallelism fits the stage's ranks: ep | dp*cp by default (etp = tp), else
-        etp*ep | tp*cp*dp (Megatron's expert grid, spec/plan.py) and etp | the expert FFN."""
-        if self.etp is None:
-            return (dp * cp) % ep == 0
+        etp*ep | tp*cp*dp (Megatron's expert grid, spec/plan.py) and etp | the expert FFN; with
+        hybrid sharding the expert-DP group also divides by dp_replicate (MoE models)."""
         moe = self.job.model.moe
+        r = self.dp_replicate if moe is not None else 1
+        if self.etp is None:
+            return (dp * cp) % (ep * r) == 0
         ffn_ok = moe is None or moe.expert_ffn_hidden_size % self.etp == 0
-        return ffn_ok and (tp * cp * dp) % (self.etp * ep) == 0
+        return ffn_ok and (tp * cp * dp) % (self.etp * ep * r) == 0
 
     def sp_ok(self, tp: int, sp: int) -> bool:
         """sp = 1 needs tp > 1; a folded layout (etp != tp) with tp > 1 needs sp = 1."""
@@ -396,4 +415,6 @@ class SearchSpace:
         ]
         if self.etp is not None:
             rows.append(f"etp {self.etp}")
+        if self.dp_replicate != 1:
+            rows.append(f"dp_replicate {self.dp_replicate}")
         return "\n".join(rows)

@@ -60,6 +60,7 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
         "rules": ["dp*tp*pp*cp = GPUs", "global batch % (dp*mbs) = 0",
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
                   "ep | dp*cp (etp = tp), else etp*ep | tp*cp*dp",
+                  "dp_replicate | dp (and the expert-DP group), zero >= 1 when > 1",
                   "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)"],
     }
 
@@ -90,6 +91,9 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         want = None
     if have != want:
         return f"etp={plan.expert_tp} (searched: {'tp' if want is None else want} only)"
+    if plan.dp_replicate != space.dp_replicate:
+        return (f"dp_replicate={plan.dp_replicate} (searched: {space.dp_replicate} only; "
+                "pin it with --fix dp_replicate)")
     if not space.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
         return f"ep={plan.ep} with dp*cp = {plan.dp * plan.cp} (the space's expert grid rule)"
     if not space.sp_ok(plan.tp, plan.sp):

@@ -3,8 +3,10 @@
 Field names are the stable surface of INTERFACE.md: dp, tp, pp, vpp, cp, ep, sp, zero, mbs,
 num_microbatches, recompute, recompute_layers, plus the optional layer partition
 (`stage_layers`, or per model chunk `chunk_layers`), on heterogeneous clusters the node group
-of each stage (`stage_groups`), and the expert-tensor-parallel size `etp` of MoE parallel
-folding.
+of each stage (`stage_groups`), the expert-tensor-parallel size `etp` of MoE parallel
+folding, and the replicas `dp_replicate` of hybrid sharding (HSDP: model states sharded over
+a shard group of dp·cp/dp_replicate ranks, replicated across dp_replicate such groups;
+`spec/frameworks.py` says which framework runs it at which ZeRO stage).
 
 Layer splits (defaults, model chunks, micro-batch groups): `spec/splits.py`.
 
@@ -70,6 +72,9 @@ class Plan(BaseModel):
     stage_groups: tuple[GroupIndex, ...] | None = None  # node group of each stage; None: in order
     # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: = tp (default)
     etp: Degree | None = None
+    # hybrid sharding: replicas of the shard group (torchtitan data_parallel_replicate_degree);
+    # dp stays the whole data-parallel size, the states shard over dp*cp/dp_replicate ranks
+    dp_replicate: Degree = 1
 
     def __init__(self, **fields: Any) -> None:
         """Validate the fields; a bad one is a PlanError (a UserError) naming the field."""
@@ -88,7 +93,8 @@ class Plan(BaseModel):
             self.mbs, RECOMPUTE_MODES.index(self.recompute), self.recompute_layers or 0,
             self.stage_layers or (), self.stage_groups or (),
         ) + ((self.chunk_layers,) if self.chunk_layers is not None else ()) + (
-            ((self.etp,),) if self.etp is not None else ())  # ints: comparable with chunks
+            ((self.etp,),) if self.etp is not None else ()) + (
+            ((-1, self.dp_replicate),) if self.dp_replicate != 1 else ())  # no chunk is < 0
 
     def short(self) -> str:
         """Compact `key=value` text, accepted back by `parse_plan`."""
@@ -107,6 +113,8 @@ class Plan(BaseModel):
             parts.append("chunk_layers=" + ":".join(map(str, self.chunk_layers)))
         if self.etp is not None:
             parts.append(f"etp={self.etp}")
+        if self.dp_replicate != 1:
+            parts.append(f"dp_replicate={self.dp_replicate}")
         return ",".join(parts)
 
     @property
@@ -124,6 +132,25 @@ class Plan(BaseModel):
         """Expert-data-parallel size: tp*cp*dp / (etp*ep) ranks of a stage hold the same
         experts (Megatron parallel_state.py:880, world / (etp*ep*pp)); dp*cp/ep by default."""
         return max(self.tp * self.cp * self.dp // (self.expert_tp * self.ep), 1)
+
+    @property
+    def dp_shard(self) -> int:
+        """Data-parallel ranks of one shard group (torchtitan's dp_shard): dp / dp_replicate."""
+        return max(self.dp // self.dp_replicate, 1)
+
+    @property
+    def state_shard(self) -> int:
+        """Ranks the dense model states shard over under ZeRO >= 1: dp·cp (Megatron's
+        dp-cp group), dp·cp/dp_replicate with hybrid sharding (Megatron parallel_state.py:987
+        takes a consecutive 1/instances slice of the dp-cp ranks; torchtitan's FSDP mesh is
+        dp_shard x cp, fsdp.py:28)."""
+        return max(self.dp * self.cp // self.dp_replicate, 1)
+
+    @property
+    def expert_state_shard(self) -> int:
+        """Ranks the expert states shard over: `expert_dp` / dp_replicate (torchtitan's
+        sparse storage mesh dp_replicate x efsdp x ep, fsdp.py:29)."""
+        return max(self.expert_dp // self.dp_replicate, 1)
 
     def layers_per_stage(self, num_layers: int) -> tuple[int, ...]:
         """Transformer layers held by each pipeline stage: the stage sums of `chunk_layers`,
@@ -172,7 +199,7 @@ class PlanError(UserError, ValueError):
 
 
 _INT_FIELDS = {"dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
-               "recompute_layers", "etp"}
+               "recompute_layers", "etp", "dp_replicate"}
 _TUPLE_FIELDS = {"stage_layers", "stage_groups", "chunk_layers"}
 PLAN_FIELDS = tuple(sorted(_INT_FIELDS | _TUPLE_FIELDS | {"recompute"}))
 
@@ -313,6 +340,7 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
                                   plan.sp)
     if plan.sp and plan.tp == 1:
         out.append("sp=1 needs tp > 1")
+    out += replicate_violations(plan, m.moe is not None)
     out += split_violations(m.num_layers, plan)
     if plan.stage_groups is not None:
         if len(plan.stage_groups) != plan.pp:
@@ -339,6 +367,24 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
         )
     if plan.recompute_layers is not None and plan.recompute != "full":
         out.append("recompute_layers is only meaningful with recompute=full")
+    return out
+
+
+def replicate_violations(plan: Plan, moe: bool) -> list[str]:
+    """Rules of hybrid sharding: dp_replicate divides dp and the expert-DP group, and shards
+    something (zero >= 1: with zero = 0 every rank holds every state already)."""
+    r = plan.dp_replicate
+    if r == 1:
+        return []
+    out: list[str] = []
+    if plan.dp % r:
+        out.append(f"dp % dp_replicate: {plan.dp} % {r} != 0 (the shard group is dp/dp_replicate)")
+    if plan.zero == 0:
+        out.append(f"dp_replicate={r} needs zero >= 1: hybrid sharding replicates sharded "
+                   "states, and zero=0 shards none")
+    if moe and plan.expert_dp % r:
+        out.append(f"expert-DP group % dp_replicate: {plan.expert_dp} % {r} != 0 (the experts' "
+                   "states shard over expert_dp/dp_replicate ranks)")
     return out
 
 
