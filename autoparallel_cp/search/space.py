@@ -15,10 +15,8 @@ Axes and their default domains (every value is also checked against the job):
   and the master's literal families and score every key once per etp (slower MoE solves); a
   fixed value keeps every table's axes, so the bounds built on the tables hold as they are
   (cpsat_master.py). `--fix etp=1` searches the folded layouts of Megatron-Bridge's recipes.
-- `dp_replicate` (hybrid sharding, spec/plan.py): one value per space like `etp` (`--fix
-  dp_replicate=R`; 1 by default): dp keeps only multiples of R, the MoE experts' DP group must
-  divide by R too (`ep_ok`), and zero 0 leaves the domain (nothing to shard). The tables read
-  the shard group dp·cp/R from the same cost functions, so the bounds hold as for `etp`.
+- `dp_replicate` (hybrid sharding): one value per space like `etp` (`--fix`, 1 by default):
+  R | dp, R | the experts' DP group (`ep_ok`), zero >= 1 (`pins.replicate_zeros`).
 - `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches >= pp`: Megatron's
   micro-batch groups, `spec.plan.microbatch_group`);
 - `mbs`: powers of two up to `max_mbs` dividing the global batch;
@@ -33,6 +31,7 @@ Axes and their default domains (every value is also checked against the job):
   group; each group holds exactly `gpus_in_group / (dp tp cp)` stages).
 
 `size()` counts complete plans (every field that changes the plan) without listing them.
+Kept whole (about 410 lines): the domains, the degree rules and the count read the same fields.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from math import comb, factorial
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search.pins import check_structural_pins
+from autoparallel_cp.search.pins import check_structural_pins, replicate_zeros
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import (
     RECOMPUTE_MODES,
@@ -103,8 +102,7 @@ class SearchSpace:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     #: expert-tensor-parallel size of every plan (`--fix etp`); None: Megatron's default (tp)
     etp: int | None = None
-    #: replicas of hybrid sharding of every plan (`--fix dp_replicate`); 1: plain sharding
-    dp_replicate: int = 1
+    dp_replicate: int = 1  #: hybrid sharding's replicas of every plan (`--fix dp_replicate`)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -146,14 +144,7 @@ class SearchSpace:
             eps = [1]
         vpps = list(range(1, max_vpp + 1))
         mbss = [b for b in (2**i for i in range(12)) if b <= max_mbs and job.global_batch % b == 0]
-        zeros = list(zero)
-        rep = int(pins.get("dp_replicate", 1))
-        if rep > 1:
-            if pins.get("zero") == 0:
-                raise InputError(f"--fix dp_replicate={rep} needs zero >= 1 (hybrid sharding "
-                                 "shards states within the shard group; zero=0 shards none)",
-                                 field="dp_replicate")
-            zeros = [z for z in zeros if z >= 1]
+        zeros = replicate_zeros(pins, list(zero))
         sps = [0, 1]
         modes: list[RecomputeMode] = list(RECOMPUTE_MODES)
         if m.moe is not None and m.moe.moe_layer_freq > 1:
@@ -207,7 +198,7 @@ class SearchSpace:
             partial_recompute=partial_recompute,
             fixed=pins,
             etp=pins.get("etp"),
-            dp_replicate=rep,
+            dp_replicate=int(pins.get("dp_replicate", 1)),
         )
         return space
 
@@ -280,9 +271,7 @@ class SearchSpace:
                     if n % (tp * cp * pp):
                         continue
                     dp = n // (tp * cp * pp)
-                    if "dp" in self.fixed and self.fixed["dp"] != dp:
-                        continue
-                    if dp % self.dp_replicate:
+                    if ("dp" in self.fixed and self.fixed["dp"] != dp) or dp % self.dp_replicate:
                         continue
                     if self.heterogeneous and self.stage_group_counts(tp, cp, dp) is None:
                         continue
@@ -415,6 +404,5 @@ class SearchSpace:
         ]
         if self.etp is not None:
             rows.append(f"etp {self.etp}")
-        if self.dp_replicate != 1:
-            rows.append(f"dp_replicate {self.dp_replicate}")
+        rows += [f"dp_replicate {self.dp_replicate}"] if self.dp_replicate != 1 else []
         return "\n".join(rows)

@@ -4,13 +4,13 @@ Field names are the stable surface of INTERFACE.md: dp, tp, pp, vpp, cp, ep, sp,
 num_microbatches, recompute, recompute_layers, plus the optional layer partition
 (`stage_layers`, or per model chunk `chunk_layers`), on heterogeneous clusters the node group
 of each stage (`stage_groups`), the expert-tensor-parallel size `etp` of MoE parallel
-folding, and the replicas `dp_replicate` of hybrid sharding (HSDP: model states sharded over
-a shard group of dp·cp/dp_replicate ranks, replicated across dp_replicate such groups;
-`spec/frameworks.py` says which framework runs it at which ZeRO stage).
+folding, and the replicas `dp_replicate` of hybrid sharding (`spec/hybrid_sharding.py`).
 
 Layer splits (defaults, model chunks, micro-batch groups): `spec/splits.py`.
 
 MoE parallel folding (`etp`, the expert grid and its rules): `spec/folding.py`.
+
+Kept whole (about 415 lines): the model, its text form and its rules are one INTERFACE surface.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from autoparallel_cp.spec.base import (
     Bounded,
 )
 from autoparallel_cp.spec.folding import folding_violations
+from autoparallel_cp.spec.hybrid_sharding import replicate_violations
 from autoparallel_cp.spec.splits import default_split, stage_chunks
 
 _DEGREE = (1, MAX_GPUS, "a degree cannot exceed the largest cluster")
@@ -72,9 +73,7 @@ class Plan(BaseModel):
     stage_groups: tuple[GroupIndex, ...] | None = None  # node group of each stage; None: in order
     # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: = tp (default)
     etp: Degree | None = None
-    # hybrid sharding: replicas of the shard group (torchtitan data_parallel_replicate_degree);
-    # dp stays the whole data-parallel size, the states shard over dp*cp/dp_replicate ranks
-    dp_replicate: Degree = 1
+    dp_replicate: Degree = 1  # hybrid sharding: replicas of the dp*cp/dp_replicate shard group
 
     def __init__(self, **fields: Any) -> None:
         """Validate the fields; a bad one is a PlanError (a UserError) naming the field."""
@@ -140,16 +139,12 @@ class Plan(BaseModel):
 
     @property
     def state_shard(self) -> int:
-        """Ranks the dense model states shard over under ZeRO >= 1: dp·cp (Megatron's
-        dp-cp group), dp·cp/dp_replicate with hybrid sharding (Megatron parallel_state.py:987
-        takes a consecutive 1/instances slice of the dp-cp ranks; torchtitan's FSDP mesh is
-        dp_shard x cp, fsdp.py:28)."""
+        """Ranks the dense states shard over under ZeRO: dp·cp/dp_replicate (hybrid_sharding)."""
         return max(self.dp * self.cp // self.dp_replicate, 1)
 
     @property
     def expert_state_shard(self) -> int:
-        """Ranks the expert states shard over: `expert_dp` / dp_replicate (torchtitan's
-        sparse storage mesh dp_replicate x efsdp x ep, fsdp.py:29)."""
+        """Ranks the expert states shard over under ZeRO: `expert_dp` / dp_replicate."""
         return max(self.expert_dp // self.dp_replicate, 1)
 
     def layers_per_stage(self, num_layers: int) -> tuple[int, ...]:
@@ -340,7 +335,8 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
                                   plan.sp)
     if plan.sp and plan.tp == 1:
         out.append("sp=1 needs tp > 1")
-    out += replicate_violations(plan, m.moe is not None)
+    out += replicate_violations(plan.dp, plan.zero, plan.expert_dp, plan.dp_replicate,
+                                m.moe is not None)
     out += split_violations(m.num_layers, plan)
     if plan.stage_groups is not None:
         if len(plan.stage_groups) != plan.pp:
@@ -367,24 +363,6 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
         )
     if plan.recompute_layers is not None and plan.recompute != "full":
         out.append("recompute_layers is only meaningful with recompute=full")
-    return out
-
-
-def replicate_violations(plan: Plan, moe: bool) -> list[str]:
-    """Rules of hybrid sharding: dp_replicate divides dp and the expert-DP group, and shards
-    something (zero >= 1: with zero = 0 every rank holds every state already)."""
-    r = plan.dp_replicate
-    if r == 1:
-        return []
-    out: list[str] = []
-    if plan.dp % r:
-        out.append(f"dp % dp_replicate: {plan.dp} % {r} != 0 (the shard group is dp/dp_replicate)")
-    if plan.zero == 0:
-        out.append(f"dp_replicate={r} needs zero >= 1: hybrid sharding replicates sharded "
-                   "states, and zero=0 shards none")
-    if moe and plan.expert_dp % r:
-        out.append(f"expert-DP group % dp_replicate: {plan.expert_dp} % {r} != 0 (the experts' "
-                   "states shard over expert_dp/dp_replicate ranks)")
     return out
 
 
