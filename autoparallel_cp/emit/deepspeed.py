@@ -32,6 +32,11 @@ def deepspeed_config(job: Job, plan: Plan) -> tuple[dict[str, Any], list[str]]:
         # all-reduced across them at the accumulation boundary (DeepSpeed @38327e07
         # runtime/zero/config.py:326, zero/mics_utils.py:183, zero/mics.py:436)
         cfg["zero_optimization"]["mics_shard_size"] = plan.dp_shard
+    if plan.optimizer_offload:  # ZeRO-Offload; a partial `ratio` on ZeRO-3 (frameworks.py)
+        off: dict[str, Any] = {"device": "cpu", "pin_memory": True}
+        if plan.optimizer_offload < 1:
+            off["ratio"] = plan.optimizer_offload
+        cfg["zero_optimization"]["offload_optimizer"] = off
     if job.recipe.weight_bytes == 2:
         # the recipe's layout: bf16 weights, fp32 master and fp32 gradient accumulation
         # (0.19.8 runtime/constants.py:384 grad_accum_dtype)
