@@ -380,6 +380,9 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
             t = v
             break
     sp_ = t.space
+    if plan.dp_replicate != sp_.dp_replicate:  # the tables hold one shard group size
+        raise ValueError(f"plan dp_replicate={plan.dp_replicate}, tables of "
+                         f"dp_replicate={sp_.dp_replicate}")
     L = sp_.num_layers
     ls = plan.layers_per_stage(L)
     chunks = plan.chunks_per_stage(L)
