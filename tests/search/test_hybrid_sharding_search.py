@@ -81,3 +81,16 @@ def test_replicas_refuse_zero0_and_need_a_dividing_dp() -> None:
     space = SearchSpace.for_job(job, fix="dp_replicate=4", max_pp=4)
     assert all(d.dp % 4 == 0 for d in space.degrees())
     assert 2 not in space.dp_domain
+
+
+def test_explain_offers_the_replica_neighbours() -> None:
+    """A ZeRO plan's single changes include halving / doubling dp_replicate (dp permitting);
+    a zero=0 plan gets none (nothing sharded to replicate)."""
+    from autoparallel_cp.search.neighbours import neighbours
+    from autoparallel_cp.spec.plan import parse_plan
+
+    job = _job(False, 4, 16, "torchtitan-fsdp")
+    labels = [lbl for lbl, _ in neighbours(job, parse_plan("zero=3,mbs=1,dp_replicate=2", job))]
+    assert "dp_replicate 2 -> 4" in labels and "dp_replicate 2 -> 1" in labels
+    plain = [lbl for lbl, _ in neighbours(job, parse_plan("zero=0,mbs=1", job))]
+    assert not any(lbl.startswith("dp_replicate") for lbl in plain)
