@@ -100,6 +100,10 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
     if "dp" in space.fixed and space.fixed["dp"] != dp:
         yield f"dp = GPUs/(tp*cp*pp) = {dp}, not the pinned dp={space.fixed['dp']}"
         return
+    if dp % space.dp_replicate:
+        yield (f"dp = GPUs/(tp*cp*pp) = {dp} does not split into dp_replicate="
+               f"{space.dp_replicate} replicas of a shard group")
+        return
     if space.heterogeneous and space.stage_group_counts(tp, cp, dp) is None:
         yield (f"a stage's dp*tp*cp = {dp * tp * cp} GPUs do not fill the node groups "
                "exactly")

@@ -94,3 +94,13 @@ def test_explain_offers_the_replica_neighbours() -> None:
     assert "dp_replicate 2 -> 4" in labels and "dp_replicate 2 -> 1" in labels
     plain = [lbl for lbl, _ in neighbours(job, parse_plan("zero=0,mbs=1", job))]
     assert not any(lbl.startswith("dp_replicate") for lbl in plain)
+
+
+def test_no_dp_dividing_the_replicas_is_named() -> None:
+    """16 GPUs: every dp is a power of two, so 3 replicas empty the space, and the answer
+    says so instead of naming unrelated rules first."""
+    from autoparallel_cp.search.infeasibility import empty_space
+
+    job = _job(False, 4, 16, "megatron-bf16")
+    text = empty_space(job, SearchSpace.for_job(job, fix="dp_replicate=3"))
+    assert "does not split into dp_replicate=3 replicas" in text.split(";")[0]
