@@ -226,7 +226,21 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def _worker(rank: int, world: int, per_node: int, s: Settings, out: str, port: int) -> None:
+#: Writes the CSV text to `out`: the CLI passes its output rule (`outputs.write_atomic`:
+#: streams `-`, FIFOs and devices, follows symlinks), which this layer cannot import.
+Writer = Callable[[str, str], None]
+
+
+def _replace(out: str, text: str) -> None:
+    """The writer of direct callers: replace `out` (a plain file path)."""
+    tmp = out + ".tmp"
+    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+    os.replace(tmp, out)
+
+
+def _worker(rank: int, world: int, per_node: int, s: Settings, out: str, port: int,
+            write: Writer = _replace) -> None:
     import torch
     import torch.distributed as dist
 
@@ -251,10 +265,7 @@ def _worker(rank: int, world: int, per_node: int, s: Settings, out: str, port: i
             if tr is not None:
                 rows.append(tr)
         if rank == 0:
-            tmp = out + ".tmp"
-            with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                fh.write(to_csv(rows))
-            os.replace(tmp, out)
+            write(out, to_csv(rows))
         # every rank leaves together: a rank tearing gloo down while a peer still has work
         # in flight on the group aborts ("terminate called without an active exception")
         dist.barrier()
@@ -262,17 +273,19 @@ def _worker(rank: int, world: int, per_node: int, s: Settings, out: str, port: i
         dist.destroy_process_group()
 
 
-def run(s: Settings, out: str, world_size: int | None = None, port: int = 29517) -> None:
-    """Measure and write `out` (rank 0). Under torchrun use its environment; else spawn."""
+def run(s: Settings, out: str, world_size: int | None = None, port: int = 29517,
+        write: Writer = _replace) -> None:
+    """Measure and write `out` (rank 0) with `write`. Under torchrun use its environment; else
+    spawn."""
     import torch.multiprocessing as mp
 
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         world = int(os.environ["WORLD_SIZE"])
         per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        _worker(int(os.environ["RANK"]), world, per_node, s, out, port)
+        _worker(int(os.environ["RANK"]), world, per_node, s, out, port, write)
         return
     world = world_size or 1
     # the spawned ranks meet on this port, whatever an earlier run left in the environment
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    mp.spawn(_worker, args=(world, world, s, out, port), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, world, s, out, port, write), nprocs=world, join=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 from rich.console import Console
@@ -10,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autoparallel_cp import outputs
-from autoparallel_cp.cli.common import guarded
+from autoparallel_cp.cli.common import check_outputs, guarded, say
 from autoparallel_cp.errors import UserError
 
 
@@ -37,8 +38,14 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
     from autoparallel_cp.calibrate.fit import fit
     from autoparallel_cp.calibrate.runs import load_runs
 
-    out = Console(highlight=False, soft_wrap=True)
-    note = Console(stderr=True, quiet=quiet, highlight=False)
+    check_outputs({"--runs": runs_path, "--model": model, "--cluster": cluster,
+                   "--recipe": recipe}, out_path=out_path)
+    # the table leaves stdout when the calibration file goes there; both consoles write what
+    # their stream can encode (PYTHONIOENCODING=ascii: "+/-" for the table's sign)
+    to_stdout = outputs.is_stdout(out_path)
+    out = Console(file=outputs.safe_stream(sys.stderr if to_stdout else sys.stdout),
+                  highlight=False, soft_wrap=True)
+    note = Console(file=outputs.safe_stream(sys.stderr), quiet=quiet, highlight=False)
     runs, micro = load_runs(runs_path, model=model, cluster=cluster, recipe=recipe)
     if not runs and not micro:
         raise UserError(f"{runs_path}: no usable rows")
@@ -75,7 +82,8 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
                   f"{cal.time_interval.lo:+.1%} / {cal.time_interval.hi:+.1%} (log ratio)")
     for n in res.notes:
         out.print(f"note: {n}")
-    note.print(f"wrote {out_path}")
+    if not to_stdout:
+        note.print(f"wrote {out_path}")
 
 
 @click.command()
@@ -84,7 +92,7 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
 @click.option("--gpu", default=None, metavar="NAME",
               help="GPU type name in that cluster (default: its first node group's).")
 @click.option("--out", "out_path", required=True, metavar="ROWS.csv",
-              help="Write the microbenchmark rows here (rank 0).")
+              help="Write the microbenchmark rows here (rank 0; atomically, '-' for stdout).")
 @click.option("--hidden", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Hidden size of the GEMM shapes (t x h x 4h, t x 4h x h, t x h x 3h).")
 @click.option("--tokens", type=click.IntRange(min=1), default=4096, show_default=True,
@@ -109,6 +117,14 @@ def measure(cluster: str, gpu: str | None, out_path: str, hidden: int, tokens: i
             train_seq: int, train_mbs: int, train_microbatches: int) -> None:
     """Measure GEMM rates and collective bandwidths for `ap-solve calibrate` (needs torch:
     pip install 'autoparallel-cp[measure]'; run under torchrun on the cluster)."""
+    # the output rule before anything is measured (a bad --out fails at once, not after); under
+    # torchrun only rank 0 writes, so only its node needs the folder
+    rank0 = os.environ.get("RANK", "0") == "0"
+    if rank0:
+        check_outputs({"--cluster": cluster}, out_path=out_path)
+    if rank0 and train_steps and outputs.is_stream(out_path):
+        raise UserError(f"--out {out_path}: with --train-steps the decoder's model spec is "
+                        "written beside --out: give a file, not a stream")
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -135,6 +151,6 @@ def measure(cluster: str, gpu: str | None, out_path: str, hidden: int, tokens: i
                  reps=reps, cpu=cpu, train_steps=train_steps, train_layers=train_layers,
                  train_seq=train_seq, train_mbs=train_mbs,
                  train_microbatches=train_microbatches)
-    run(s, out_path, world_size)
-    if os.environ.get("RANK", "0") == "0":
-        click.echo(f"wrote {out_path}", err=True)
+    run(s, out_path, world_size, write=outputs.write_atomic)
+    if rank0 and not outputs.is_stdout(out_path):
+        say(f"wrote {out_path}")

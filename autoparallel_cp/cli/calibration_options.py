@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from autoparallel_cp.cli.params import FiniteFloat
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec import Job
 
@@ -43,7 +44,7 @@ def headroom_option(fn: F) -> F:
     from autoparallel_cp.cost.uncertainty import default_mem_headroom
 
     return click.option(
-        "--mem-headroom", type=click.FloatRange(0.0, 0.5, max_open=True), default=None,
+        "--mem-headroom", type=FiniteFloat(0.0, 0.5, hi_open=True), default=None,
         metavar="FRACTION", expose_value=False, callback=_store(_META_HEADROOM),
         help="Plans whose predicted need plus this fraction of GPU memory exceeds it are "
              "near capacity: solve and enumerate still return them, marked with their risk "
@@ -63,6 +64,12 @@ def moe_imbalance_option(fn: F) -> F:
              "routed tokens over the mean rank's, per MoE layer and micro-batch (from "
              "Megatron's tokens_per_expert; see the user guide). Scales the routed experts' "
              "GEMMs, copies, all-to-all bytes and activations. Default 1 (balanced).")(fn)
+
+
+def calibration_path() -> str | None:
+    """The current command's --calibration file, if given (an input of the output rule)."""
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.meta.get(_META_CAL)
 
 
 def apply_options(job: Job) -> Job:

@@ -129,18 +129,12 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     function (search/tables.py `z3l`, `dpsync`), so every bound taken as a minimum over
     those tables stays a lower bound of this cost.
 
-    Hybrid sharding (`rep` = plan.dp_replicate replicas, spec/plan.py): the ZeRO collectives
-    run within the shard group of n/rep ranks (reduce-scatter, all-gathers), and the reduced
-    1/(n/rep) share is then all-reduced across the replicas (`comm.replica_all_reduce`):
-    FSDP2 `foreach_reduce` all-reduces over the replicate group after its reduce-scatter
-    whenever it reduces (all_reduce_grads defaults to True, _fsdp_param_group.py; torchtitan
-    never turns it off), so under `zero3_reduce == "microbatch"` both are per micro-batch;
-    Megatron's distributed-optimizer instances all-reduce across instances after the
-    intra-instance reduce-scatter at the step's gradient sync (param_and_grad_buffer.py:
-    734-745), DeepSpeed MiCS only at the accumulation boundary (zero/mics.py:436): per step.
-    rep = 1 adds exact zeros (the costs stay bit-identical). Solver bounds: rep is one value
-    per search space (search/space.py), read by the tables from this function as the other
-    options are, so the argument above holds unchanged.
+    Hybrid sharding (`rep` replicas, spec/hybrid_sharding.py): the ZeRO collectives span the
+    shard group of n/rep ranks, and the reduced share is all-reduced across the replicas
+    (`comm.replica_all_reduce`) where the reduce-scatter runs: FSDP2 all-reduces after every
+    reduce-scatter (all_reduce_grads defaults to True), Megatron and MiCS once per step. rep = 1
+    adds exact zeros; rep is one value per search space, read by the tables from here: the
+    bound argument above holds unchanged.
     """
     nd = node(job, g)
     tp_, cp_, dp_, ep_, z = (_f(x) for x in (tp, cp, dp, ep, zero))
@@ -152,11 +146,12 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     n_exp = expert_dp_size(tp_, cp_, dp_, ep_, etp)
     ref = 1e9  # reference message (bytes) to separate the bandwidth term from the latency
 
-    # DeepSpeed ZeRO-2 reduce-scatters every micro-batch (`microbatch_grad_factors`): only the
-    # all-gather of the updated weights is left for the end of the step (bandwidth terms; the
-    # latency of the reduce-scatter stays in `fixed`, once per step)
+    # ZeRO-2 reduce-scatters every micro-batch (DeepSpeed, Megatron-FSDP optim_grads, FSDP
+    # SHARD_GRAD_OP: `microbatch_grad_factors`): only the all-gather of the updated weights is
+    # left for the end of the step (bandwidth terms; the latency of the reduce-scatter stays
+    # in `fixed`, once per step)
     beh = job.recipe.behaviour
-    mb2 = beh.zero2_reduce == "microbatch"
+    mb2 = beh.zero2_reduce != "step"
     mb3 = beh.zero3_reduce == "microbatch"
 
     def reduce(n: FloatArray, st: FloatArray, nbytes: float) -> FloatArray:
@@ -195,8 +190,8 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
 
 def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
                       zero: ArrayLike, rep: ArrayLike = 1) -> tuple[FloatArray, FloatArray]:
-    """Per-call latency of PyTorch FSDP's collectives, per transformer layer: (seconds per
-    micro-batch, seconds per step); both 0 for Megatron recipes and for zero < 2.
+    """Per-call latency of FSDP's collectives, per transformer layer: (seconds per
+    micro-batch, seconds per step); both 0 for zero < 2, and at zero 2 for Megatron recipes.
 
     FSDP wraps every transformer block as one unit (llm-foundry's MPT `fsdp_wrap_fn` returns
     True for `MPTBlock`, modeling_mpt.py @v0.3.0; torchtitan calls `fully_shard` on each
@@ -205,9 +200,18 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     before its backward (parameters resharded after forward), every micro-batch; a
     reduce-scatter of its gradients (every micro-batch under `zero3_reduce == "microbatch"`,
     else once per step); under SHARD_GRAD_OP (zero 2) one all-gather and one
-    reduce-scatter, charged once per step as `dp_sync_factors` charges their volume. Each
+    reduce-scatter, whose latency is charged once per step (the reduce-scatter's volume is
+    charged every micro-batch, `microbatch_grad_factors`; its per-call latency in the
+    micro-batches before the last is left out: a per-layer term that the solver's
+    per-micro-batch gradient table, linear in parameters, does not carry). Each
     call is an NCCL ring over the dp·cp group at stride tp and pays `comm.ring_call_latency`;
     `dp_sync_factors` keeps only the bandwidth of the ZeRO-3 gathers and one latency per step.
+    Megatron's zero=3 is Megatron-FSDP `optim_grads_params`, whose units are the transformer
+    layers (mcore_fsdp_adapter.py:170-172 @d98e8a64 `fsdp_unit_modules`), each gathered and
+    reduce-scattered "on all microbatches" (l. 167-169): the same calls per layer as FULL_SHARD,
+    priced the same way (a lower bound for DeepSpeed's ZeRO-3, which gathers per submodule).
+    Its zero=2 (`optim_grads`) reduce-scatters per unit in every micro-batch too; that call
+    latency is not charged (the solver's per-micro-batch table outside ZeRO-3 is per parameter).
 
     Solver bounds: both terms are non-negative, independent of the micro-batch count, and
     enter the search through the same per-layer tables as the step time (search/tables.py:
@@ -215,14 +219,10 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     every bound taken as a minimum over those tables stays a lower bound of this cost.
 
     Hybrid sharding (`rep` replicas): the rings span the shard group (dp·cp/rep ranks), and
-    each unit's reduction adds one all-reduce across the replicas (FSDP2 `foreach_reduce`, one
-    call per parameter group after its reduce-scatter), a ring of 2(rep - 1) steps
-    (tuning.cc: nsteps = 2(nRanks - 1) for AllReduce): twice `ring_call_latency` over the
-    replicas at stride tp·shard. 0 for rep = 1.
+    each unit's reduction adds an all-reduce across the replicas: 2(rep - 1) ring steps
+    (tuning.cc nsteps for AllReduce), twice `ring_call_latency` at stride tp·shard.
     """
     zeros = np.zeros(np.broadcast(_f(tp), _f(cp), _f(dp), _f(zero), _f(rep)).shape)
-    if not _is_pytorch(job.recipe):
-        return zeros, zeros.copy()
     nd = node(job, g)
     tp_, cp_, dp_, z = (_f(x) for x in (tp, cp, dp, zero))
     rep_ = np.maximum(_f(rep), 1.0)
@@ -230,9 +230,10 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     one = comm.ring_call_latency(nd, shard, tp_) + zeros
     cross = 2.0 * comm.ring_call_latency(nd, rep_, tp_ * shard) + zeros
     rs_mb = 1.0 if job.recipe.behaviour.zero3_reduce == "microbatch" else 0.0
+    z2 = 2.0 if _is_pytorch(job.recipe) else 0.0
     per_mb = np.where(z >= 3, (2.0 + rs_mb) * one + rs_mb * cross, 0.0)
     per_step = np.where(z >= 3, (1.0 - rs_mb) * (one + cross),
-                        np.where(z == 2, 2.0 * one + cross, 0.0))
+                        np.where(z == 2, z2 * one + (z2 / 2.0) * cross, 0.0))
     return per_mb, per_step
 
 
@@ -242,12 +243,24 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     """Seconds per (tp-local) dense and per expert parameter of a stage, per micro-batch, of
     the gradient work a framework does after every micro-batch's backward, not overlapped:
 
-    - DeepSpeed ZeRO-2 (`zero2_reduce == "microbatch"`, zero == 2): the reduce-scatter of the
-      micro-batch's gradients over the dp·cp group (experts: the expert-DP group), in the
-      communication dtype, the model dtype by default (`communication_data_type`, engine.py
-      @v0.11.1 l. 798-809: bf16 = `weight_bytes`); stage_1_and_2.py @v0.11.1 l. 1327-1328
-      reduces every micro-batch when `partition_gradients`. Bandwidth term only: the latency
-      of a synchronisation stays once per step in `dp_sync_factors`' fixed term.
+    - ZeRO-2 (zero == 2) unless `zero2_reduce == "step"`: the reduce-scatter of the
+      micro-batch's gradients over the dp·cp group (experts: the expert-DP group).
+      DeepSpeed (`"microbatch"`) reduces in the communication dtype, the model dtype by
+      default (`communication_data_type`, engine.py @v0.11.1 l. 798-809: bf16 =
+      `weight_bytes`); stage_1_and_2.py @v0.11.1 l. 1327-1328 reduces every micro-batch when
+      `partition_gradients`. Megatron-FSDP `optim_grads` and PyTorch FSDP SHARD_GRAD_OP
+      (`"unit"`) reduce each unit's gradients in every backward in `grad_reduce_bytes`
+      (megatron_fsdp.py:760-774 @d98e8a64 `grad_reduce_every_bprop`; Megatron's default
+      fp32 reduction for bf16). Their reduce-scatters run beside the backward of the units
+      still to come (megatron_fsdp.py:331-337 forces `overlap_grad_reduce`); this term charges
+      them whole, an upper bound by at most one backward per micro-batch: the exposed part
+      max(share·r, r - backward) is not linear in the stage's parameters, and the solver reads
+      this factor as one (search/tables.py `mbl`), so the composition stays the solver's.
+      Bandwidth term only: the latency of a synchronisation stays once per step in
+      `dp_sync_factors`' fixed term (FSDP's per-unit call latency: `fsdp_call_latency`).
+      Example: llama3-70b, tp 2, pp 4, cp 4, dp 16 on 512 H100: ~8.8e9 fp32 gradients per
+      GPU reduce-scatter over 64 ranks across nodes in every one of the 32 micro-batches,
+      not once per step, which is what sharding them in memory implies.
     - DeepSpeed BF16_Optimizer (`bf16_accum_pass`, zero <= 1): `update_hp_grads` adds each
       bf16 gradient into its fp32 one, an unfused cast (r weight_bytes, w grad_bytes) and add
       (r 2·grad_bytes, w grad_bytes): 18 B per parameter at bf16/fp32, at HBM bandwidth.
@@ -265,8 +278,9 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     etp_ = tp_ if etp is None else _f(etp)
     zeros = np.zeros(np.broadcast(tp_, cp_, dp_, ep_, z, etp_).shape)
     dense, expert = zeros.copy(), zeros.copy()
-    if beh.zero2_reduce == "microbatch":
-        cb = float(job.recipe.weight_bytes)
+    if beh.zero2_reduce != "step":
+        rec = job.recipe
+        cb = float(rec.weight_bytes if beh.zero2_reduce == "microbatch" else rec.grad_reduce_bytes)
         ref = 1e9
         rep_ = np.maximum(_f(rep), 1.0)
         n_dense = dp_ * cp_ / rep_

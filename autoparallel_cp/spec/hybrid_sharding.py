@@ -11,6 +11,9 @@ framework that runs it:
   (torchtitan/config/configs.py:122-150), mesh ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
   (distributed/parallel_dims.py:239), FSDP2 over dp_shard·cp with dp_replicate replicating
   (distributed/fsdp.py:28-29): zero 2 / 3 (`fsdp_reshard_after_forward` never / always);
+  PyTorch FSDP2 all-reduces across the replicate group after every reduce-scatter
+  (`FSDPParamGroup.all_reduce_grads` defaults to True, torch/distributed/fsdp/_fully_shard/
+  _fsdp_param_group.py), and torchtitan never calls `set_requires_all_reduce(False)`;
 - Megatron-LM d98e8a64 `--num-distributed-optimizer-instances` (training/arguments.py:3216):
   (dp·cp) % instances == 0, each instance a consecutive slice of the dp-cp ranks
   (core/parallel_state.py:922-929, 984-990), the distributed optimizer (zero 1) within an
