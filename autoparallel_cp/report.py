@@ -87,6 +87,8 @@ def plan_label(plan: Mapping[str, Any]) -> str:
             parts.append(f"{k}{plan[k]}")
     if plan.get("etp") is not None:
         parts.append(f"etp{plan['etp']}")
+    if (plan.get("dp_replicate") or 1) > 1:
+        parts.append(f"rep{plan['dp_replicate']}")
     if plan.get("sp"):
         parts.append("sp")
     parts.append(f"z{plan.get('zero')}")

@@ -34,6 +34,7 @@ def explain(job: Job, space: SearchSpace) -> str:
             p = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,
                      sp=sp, zero=zero, mbs=d.mbs,
                      num_microbatches=d.num_microbatches, recompute=mode, etp=space.etp,
+                     dp_replicate=space.dp_replicate,
                      stage_layers=split)
             stages = stage_memory(job, p)
             worst = max(stages, key=lambda s: s.required_bytes / s.capacity_bytes)
@@ -98,6 +99,10 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
     dp = n // (tp * cp * pp)
     if "dp" in space.fixed and space.fixed["dp"] != dp:
         yield f"dp = GPUs/(tp*cp*pp) = {dp}, not the pinned dp={space.fixed['dp']}"
+        return
+    if dp % space.dp_replicate:
+        yield (f"dp = GPUs/(tp*cp*pp) = {dp} does not split into dp_replicate="
+               f"{space.dp_replicate} replicas of a shard group")
         return
     if space.heterogeneous and space.stage_group_counts(tp, cp, dp) is None:
         yield (f"a stage's dp*tp*cp = {dp * tp * cp} GPUs do not fill the node groups "
