@@ -62,9 +62,12 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
         **other,
         "layer_split": _split_rule(space),
         "pins": _plain(dict(space.fixed)),
+        "schedule": "1f1b at vpp 1, interleaved at vpp > 1",
+        "offload": "none (optimizer and activations stay on the GPU)",
         "rules": ["dp*tp*pp*cp = GPUs", "global batch % (dp*mbs) = 0",
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
                   "ep | dp*cp (etp = tp), else etp*ep | tp*cp*dp",
+                  "dp_replicate | dp (and the expert-DP group), zero >= 1 when > 1",
                   "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)"],
     }
 
@@ -73,10 +76,12 @@ def space_line(desc: dict[str, Any]) -> str:
     """One line of `proof_space` for the terminal, under the status line."""
     parts = []
     for name, dom in desc["axes"].items():
-        vals = [str(v) for v in dom]
-        parts.append(f"{name} {','.join(vals)}")
+        vals = ["tp" if v is None and name == "etp_axis" else str(v) for v in dom]
+        parts.append(f"{'etp' if name == 'etp_axis' else name} {','.join(vals)}")
+    # etp and named_splits are shown by the etp axis and the layer-split rule
     extra = [f"{k} {v}" for k, v in desc.items()
-             if k not in ("axes", "dp", "layer_split", "pins", "rules", "partition")]
+             if k not in ("axes", "dp", "layer_split", "pins", "rules", "partition", "etp",
+                          "named_splits")]
     return ("proof covers: " + "; ".join(parts + extra)
             + f"; layer split {desc['layer_split']}")
 
@@ -89,16 +94,19 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
             return f"{name}={getattr(plan, name)} (searched: {list(dom)})"
     if plan.dp not in space.dp_domain:
         return f"dp={plan.dp}"
-    if plan.pipeline_schedule != default_schedule(plan.vpp):  # not a search axis yet
-        return (f"schedule={plan.pipeline_schedule} (searched: the default "
-                f"{default_schedule(plan.vpp)})")
+    if plan.pipeline_schedule != default_schedule(plan.vpp):
+        return (f"schedule={plan.pipeline_schedule} (searched: 1f1b at vpp 1, interleaved at "
+                "vpp > 1)")
     if plan.optimizer_offload or plan.activation_offload:
-        return "host offload (not searched)"
+        return "host offload (not searched: everything stays on the GPU)"
     have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None
     wants = {None if e is None or e == plan.tp else e for e in space.etp_axis}
     if have not in wants:
         shown = ", ".join("tp" if e is None else str(e) for e in space.etp_axis)
         return f"etp={plan.expert_tp} (searched: {shown})"
+    if plan.dp_replicate != space.dp_replicate:
+        return (f"dp_replicate={plan.dp_replicate} (searched: {space.dp_replicate} only; "
+                "pin it with --fix dp_replicate)")
     one = next((v for v in space.etp_variants()
                 if (None if v.etp is None or v.etp == plan.tp else v.etp) == have), space)
     if not one.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
@@ -122,8 +130,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if plan.stage_layers is None and plan.vpp > 1 and L % (plan.pp * plan.vpp):
         # its model chunks are Megatron's uneven default ones, not the equal chunks of a stage
         # that the free partition gives
-        return (f"Megatron's default split of {L} layers over pp*vpp = {plan.pp * plan.vpp} "
-                "(uneven; searched: multiples of vpp per stage)")
+        return (f"Megatron's uneven default split ({L} layers over pp*vpp = "
+                f"{plan.pp * plan.vpp}; searched: multiples of vpp per stage)")
     if any(n % plan.vpp or n < plan.vpp for n in per_stage):
         return f"layer split {list(per_stage)} (searched: multiples of vpp = {plan.vpp})"
     return None
