@@ -19,6 +19,7 @@ from autoparallel_cp.cli.common import (
     emit_settings,
     guarded,
     job_header,
+    job_inputs,
     job_options,
     plan_of,
     result_parts,
@@ -39,7 +40,7 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                  quiet: bool, time_limit: float | None = None,
                  workers: int | None = None, trace_path: str | None = None,
                  trace_rank: int = 1, html_path: str | None = None) -> None:
-    out, note = consoles(json_path, quiet, trace_path, html_path)
+    out, note = consoles(json_path, quiet, csv_path, emit_out, trace_path, html_path)
     if emit_fmt:  # search only plans the --emit framework runs (spec/frameworks.py)
         if (why := frameworks.job_refusal(job, emit_fmt)) is not None:
             raise UserError(why)
@@ -256,8 +257,9 @@ def solve(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len
           trace_path: str | None, trace_rank: int, html_path: str | None, quiet: bool,
           time_limit: float, workers: int | None) -> None:
     """The optimal and k best distinct plans, found by CP-SAT."""
-    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out,
-                  trace_path=trace_path, html_path=html_path)
+    check_outputs(job_inputs(model, cluster, recipe), csv_path=csv_path,
+                  json_path=json_path, emit_out=emit_out, trace_path=trace_path,
+                  html_path=html_path)
     _require_html(html_path)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _run_search("solve", job, fix=fix, top_k=top_k, objective=objective, tolerance=tolerance,
@@ -278,8 +280,9 @@ def enumerate_cmd(model: str, cluster: str, gpus: int | None, nodes: int | None,
                   trace_path: str | None, trace_rank: int, html_path: str | None,
                   quiet: bool) -> None:
     """The exhaustive reference search over the same space (for checking the solver)."""
-    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out,
-                  trace_path=trace_path, html_path=html_path)
+    check_outputs(job_inputs(model, cluster, recipe), csv_path=csv_path,
+                  json_path=json_path, emit_out=emit_out, trace_path=trace_path,
+                  html_path=html_path)
     _require_html(html_path)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _run_search("enumerate", job, fix=fix, top_k=top_k, objective=objective,
