@@ -86,17 +86,17 @@ def gpipe(pp: int, vpp: int, m: int, stage: int) -> list[Op]:
     return [Op(i, 0, "F") for i in range(m)] + [Op(i, 0, "B") for i in reversed(range(m))]
 
 
-def _zero_bubble_h(pp: int, m: int, stage: int, warm: int) -> list[Op]:
+def _zero_bubble_h(pp: int, m: int, stage: int, warm: int, lag: int) -> list[Op]:
     """ZB-H1 / ZB-H2 on `stage` with `warm` warm-up forwards (Qi et al. 2401.10241 §2.1-2.2,
     Figure 3): then F and B (input gradient) alternate as in 1F1B, each B followed by the W of
-    the oldest micro-batch whose W is pending once `stage` of them are held back (the last
-    stage defers the most, so that its B reaches upstream sooner); in the cool-down each B is
+    the oldest micro-batch whose W is pending once `lag` of them are held back (the later
+    stages defer more, so that their B reaches upstream sooner); in the cool-down each B is
     followed by a W, and the W left run last, filling the drain."""
     order = [Op(i, 0, "F") for i in range(warm)]
     w = 0
     for k in range(m - warm):
         order += [Op(warm + k, 0, "F"), Op(k, 0, "B")]
-        if k + 1 - w > stage:
+        if k + 1 - w > lag:
             order.append(Op(w, 0, "W"))
             w += 1
     for k in range(m - warm, m):
@@ -112,15 +112,20 @@ def zb_h1(pp: int, vpp: int, m: int, stage: int) -> list[Op]:
     as 1F1B), W passes deferred into the drain (`_zero_bubble_h`)."""
     if vpp != 1:
         raise ValueError("ZB-H1 runs one model chunk per stage (vpp = 1)")
-    return _zero_bubble_h(pp, m, stage, min(pp - stage - 1, m))
+    return _zero_bubble_h(pp, m, stage, min(pp - stage - 1, m), stage)
 
 
 def zb_h2(pp: int, vpp: int, m: int, stage: int) -> list[Op]:
-    """ZB-H2: min(2(pp - stage) - 1, m) warm-up forwards (Qi §2.2: the first stage holds
-    2pp - 1 micro-batches, the extra forwards fill the fill bubble), W deferred as ZB-H1."""
+    """ZB-H2: min(2(pp - stage) - 1, m) warm-up forwards (Qi §2.2: the extra forwards fill
+    the fill bubble) and 2·stage W held back, so that every stage holds 2pp - 1 micro-batches'
+    inputs at its peak (Qi Table 2's (2p-1)·M_B; a held W's inputs counted whole). The
+    smallest lag at which the replay's bubble stops shrinking: with stage (ZB-H1's lag) it is
+    (p-1)·max(F+B-W, F); with 2·stage it meets (p-1)·max(F+B-2W, F) for F = B = W (the
+    paper's (p-1)·F, tests/report/test_timeline.py) and for most splits, not all (F, B, W =
+    .2, .5, .3 of t replays to (p-1)·.3 t against the formula's (p-1)·.2 t)."""
     if vpp != 1:
         raise ValueError("ZB-H2 runs one model chunk per stage (vpp = 1)")
-    return _zero_bubble_h(pp, m, stage, min(2 * (pp - stage) - 1, m))
+    return _zero_bubble_h(pp, m, stage, min(2 * (pp - stage) - 1, m), 2 * stage)
 
 
 _KIND = {"F": "F", "I": "B", "W": "W", "B": "BW"}

@@ -19,18 +19,23 @@ The step is cost/steptime.py's composition, laid out in time:
   order, so the picture respects the data flow *and* its span is the predicted step: the
   idle time between passes, drawn as "bubble", is what stretches. On the slowest rank the
   passes take m·T, so its bubble slices sum to B exactly;
-- where the cost model's pipeline term is *shorter* than the replay of its own order (a
-  closed form that does not describe uneven stages or model chunks exactly: steptime's
-  (Σ_j t_j - T)/vpp fill and drain, cost/schedules.py's V replay with half a rank's time per
-  chunk where the layers split unevenly), no placement with these durations can hold every
-  dependency within the predicted step. The timeline then draws the replay as it runs and
-  says so: `Timeline.model_gap_s` is the excess (the span is step_s + model_gap_s, the excess
-  drawn as bubble on the slowest rank), reported in the trace's `otherData` and under the
-  report's timeline. The cost model's numbers are not changed here (the solver mirrors
-  them); the gap measures how optimistic its bubble is for the layout;
-- a pass: a micro-batch's chunk c takes σ_c = (layers of chunk c)/(layers of the stage) of
-  the stage's per-micro-batch time t_j (Plan.chunks_per_stage; DualPipe's two lines each the
-  whole rank's, steptime's mean of the mirror stages), and of that its pass kind's share
+- where the cost model's pipeline term is *shorter* than the replay of its own order (a closed
+  form that does not describe every split of a pass exactly: ZB-H1/H2's (p-1)·max(F+B-W, F)
+  and (p-1)·max(F+B-2W, F) when F, B, W differ, the handcrafted ZB-H2 order replays longer for
+  some splits; the V replay's small differences of pass split), no placement with
+  these durations can hold every dependency within the predicted step. The timeline then draws
+  the replay as it runs and says so: `Timeline.model_gap_s` is the excess (the span is step_s
+  + model_gap_s, the excess drawn as bubble on the slowest rank), reported in the trace's
+  `otherData` and under the report's timeline. The cost model's numbers are not changed here
+  (the solver mirrors them); the gap measures how optimistic its bubble is for the layout;
+- a pass: a micro-batch's chunk takes 1/vpp of the stage's per-micro-batch time t_j, as the
+  cost model charges it (steptime's (Σ_j t_j - T)/vpp, cost/schedules.py's V replay with
+  half a rank's time per chunk). Drawing chunks by their layer counts (Plan.chunks_per_stage)
+  would run past the predicted step even on even layouts (measured: +4.3 % for llama3-8b
+  pp=4 vpp=3, chunks of 3:3:2 layers; +4.9 % for a ZBV plan with 3 to 5 layers per rank):
+  the cost model does not see unequal chunks, and the picture shows its step. DualPipe's
+  two lines each take the whole rank's time (steptime's mean of the mirror stages); of that,
+  its pass kind's share
   (`pass_shares`: F 1/3, B 2/3 for 1F1B-style schedules, steptime.BACKWARD_SHARE; F, B, W =
   cost/schedules.py `backward_split` for the split-backward ones); `_pass_pieces` lays out
   what the pass is made of;
@@ -49,20 +54,13 @@ fixed_s), and the last slice ends at step_s + model_gap_s.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.memory import stage_groups, stage_layer_kinds
-from autoparallel_cp.cost.pass_order import (
-    SCHEDULES,
-    Op,
-    Ready,
-    Step,
-    dependencies,
-    produces,
-    schedule_name,
-)
+from autoparallel_cp.cost.pass_order import SCHEDULES, Op, dependencies, schedule_name
+from autoparallel_cp.cost.pass_replay import Placed, replay, stretch
 from autoparallel_cp.cost.schedules import backward_split
 from autoparallel_cp.cost.steptime import (
     BACKWARD_SHARE,
@@ -188,58 +186,6 @@ def _pass_pieces(st: StageTime, phase: str, share: float, w: float
     return [p for p in pieces if p[3] > 0.0]
 
 
-Placed = tuple[Step, float, float]  # (step, start, end) in seconds
-
-
-def replay(schedule: str, pp: int, vpp: int, orders: Sequence[Sequence[Step]],
-           dur: Callable[[int, Op], float]) -> list[list[Placed]]:
-    """Every rank runs its `orders[rank]` in order, each step as soon as its rank is free and
-    every pass it depends on (`pass_order.dependencies`) has ended; an overlapped pair takes
-    the sum of its passes (cost/pipeline_sim.py's rule). `dur(rank, op)` in seconds. Raises
-    ValueError when the orders deadlock (a schedule bug)."""
-    done: dict[Ready, float] = {}
-    free = [0.0] * pp
-    ptr = [0] * pp
-    out: list[list[Placed]] = [[] for _ in range(pp)]
-    left = sum(len(o) for o in orders)
-    while left:
-        moved = False
-        for r in range(pp):
-            while ptr[r] < len(orders[r]):
-                step = orders[r][ptr[r]]
-                own = {produces(op, r) for op in step}
-                need = [d for op in step for d in dependencies(schedule, pp, vpp, r, op)
-                        if d not in own]
-                if any(d not in done for d in need):
-                    break
-                start = max([free[r]] + [done[d] for d in need])
-                end = start + sum(dur(r, op) for op in step)
-                for op in step:
-                    done[produces(op, r)] = end
-                out[r].append((step, start, end))
-                free[r] = end
-                ptr[r] += 1
-                left -= 1
-                moved = True
-        if not moved:
-            raise ValueError("pipeline schedule deadlocks: a pass waits for one never run")
-    return out
-
-
-def stretch(runs: Sequence[Sequence[Placed]], target: float) -> float:
-    """The factor k >= 1 by which every start is multiplied (durations kept) so that the last
-    step ends exactly at `target`: k = min over steps of (target - duration)/start. Scaling
-    the starts by k >= 1 keeps every dependency (k·a_b >= k·(a_a + d_a) >= k·a_a + d_a) and
-    every rank's order without overlap. When `target` is shorter than the replay no placement
-    with these durations holds every dependency: k = 1, the replay as it runs (`Timeline.
-    model_gap_s`)."""
-    span = max((e for run in runs for _, _, e in run), default=0.0)
-    if target <= span:
-        return 1.0
-    ks = [(target - (e - a)) / a for run in runs for _, a, e in run if a > 0.0]
-    return max(min(ks, default=1.0), 1.0)
-
-
 def zero3_gather_s(job: Job, plan: Plan) -> list[float]:
     """Per stage, the ZeRO-3 weight all-gathers of one micro-batch before any overlap: the
     sum over its layers of steptime.stage_times' `ag` (z3_per·dense parameters + the FSDP
@@ -256,14 +202,6 @@ def zero3_gather_s(job: Job, plan: Plan) -> list[float]:
                 dense, _ = F.layer_param_counts(job, moe, plan.tp, plan.ep, plan.etp)
                 total += n * (z3_per * float(dense) + lat_mb)
         out.append(total)
-    return out
-
-
-def _chunk_shares(job: Job, plan: Plan) -> list[tuple[float, ...]]:
-    out = []
-    for chunks in plan.chunks_per_stage(job.model.num_layers):
-        n = sum(chunks)
-        out.append(tuple(c / n for c in chunks) if n else (1.0 / plan.vpp,) * plan.vpp)
     return out
 
 
@@ -298,13 +236,12 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
     pp, vpp, m = plan.pp, plan.vpp, plan.num_microbatches
     name = schedule_name(vpp, schedule if schedule is not None else plan.schedule)
     orders = [SCHEDULES[name](pp, vpp, m, j) for j in range(pp)]
-    shares = _chunk_shares(job, plan)
     kinds = pass_shares(job, plan, name)
     s = st.slowest_stage
     pipeline = m * stages[s].total_s + st.bubble_s
 
     def share_of(j: int, op: Op) -> float:  # DualPipe's chunk is its line: the whole rank
-        return 1.0 if name == "dualpipe" else shares[j][op.chunk]
+        return 1.0 if name == "dualpipe" else 1.0 / vpp
 
     def dur(j: int, op: Op) -> float:
         return sum(p[3] for p in _pass_pieces(stages[j], op.phase, share_of(j, op),
@@ -313,6 +250,8 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
     runs = replay(name, pp, vpp, orders, dur)
     k = stretch(runs, pipeline)
     gap = max(max(e for run in runs for _, _, e in run) - pipeline, 0.0)
+    if gap <= 1e-9 * pipeline:  # rounding, not a gap
+        gap = 0.0
     pipeline += gap
     gathers = zero3_gather_s(job, plan) if plan.zero >= 3 else [0.0] * pp
     slices: list[Slice] = []

@@ -155,7 +155,7 @@ def test_timeline_adds_up_on_many_plans(model: str, recipe: str, tp: int, pp: in
 @pytest.mark.parametrize(("pp", "m"), [(1, 3), (2, 2), (2, 4), (4, 4), (4, 6), (4, 8), (4, 9),
                                        (3, 7), (6, 12), (8, 16)])
 def test_schedules_run_every_pass_once_without_deadlock(name: str, pp: int, m: int) -> None:
-    from autoparallel_cp.cost.timeline import replay
+    from autoparallel_cp.cost.pass_replay import replay
     from autoparallel_cp.spec.schedules import schedule_violations
 
     vpp = {"interleaved": 3, "zbv": 2, "dualpipev": 2}.get(name, 1)
@@ -338,7 +338,7 @@ def test_replayed_bubble_is_the_papers_for_equal_stages() -> None:
     """With F = B = W and equal stages, the replay of each order has the paper's bubble over
     the last rank's m·t (2401.10241 Table 2, 2412.19437 Table 2; the V ones cost/schedules.py's
     replay): the orders are the ones the cost model prices."""
-    from autoparallel_cp.cost.timeline import replay
+    from autoparallel_cp.cost.pass_replay import replay
 
     pp, m = 4, 8
     for name, vpp, want in [("1f1b", 1, 3.0), ("gpipe", 1, 3.0), ("zb-h1", 1, 1.0),
