@@ -380,3 +380,20 @@ def test_every_schedule_adds_up_and_respects_dependencies(
         assume(False)
     tl = check_adds_up(job, text)
     assert tl.schedule == schedule
+
+
+def test_v_orders_are_torchs_pp4_m8() -> None:
+    """ZBV and DualPipeV on pp 4, m 8 are cost/pipeline_sim.py's action lists (torch v2.13.0
+    `ScheduleZBVZeroBubble` / `ScheduleDualPipeV`): rank 0 warms up with 2·pp - 1 forwards of
+    its first chunk (ZBV) and runs its first chunk-1 forward once stage 2pp-1's input reaches
+    it; the last rank starts F0 of both its chunks back to back (the V's turn)."""
+    def names(steps: list[tuple[Op, ...]]) -> list[str]:
+        return ["&".join(f"{o.phase}{o.microbatch}c{o.chunk}" for o in s) for s in steps]
+
+    z0 = names(SCHEDULES["zbv"](4, 2, 8, 0))
+    assert z0[:8] == [f"F{i}c0" for i in range(7)] + ["F0c1"]
+    z3 = names(SCHEDULES["zbv"](4, 2, 8, 3))
+    assert z3[:3] == ["F0c0", "F0c1", "F1c0"]
+    d0 = names(SCHEDULES["dualpipev"](4, 2, 8, 0))
+    assert d0[:8] == [f"F{i}c0" for i in range(7)] + ["F0c1"]
+    assert any("&" in s for s in d0)  # the overlapped F&B pairs
