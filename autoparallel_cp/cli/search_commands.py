@@ -27,6 +27,7 @@ from autoparallel_cp.cli.common import (
 )
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.spec import Job, frameworks
+from autoparallel_cp.spec.framework_space import Restriction
 
 
 def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: str,
@@ -35,24 +36,22 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                  quiet: bool, time_limit: float | None = None,
                  workers: int | None = None) -> None:
     out, note = consoles(json_path, quiet)
-    if emit_fmt:  # search only plans the --emit framework runs (spec/frameworks.py)
-        if (why := frameworks.job_refusal(job, emit_fmt)) is not None:
-            raise UserError(why)
-        fix = frameworks.with_pins(fix, emit_fmt)
+    # the search keeps to the plans the --emit format, else the recipe's framework, runs
+    # (spec/framework_space.py); a format that cannot train the job at all is named first (a
+    # recipe only costs the job as its framework would, whatever the model)
+    restriction = Restriction.of(job, emit_fmt)
+    if emit_fmt and restriction is not None and (why := restriction.job_refusal()):
+        raise UserError(why)
     if kind == "solve":
         with ProgressLine(not quiet, "CP-SAT") as progress:
             result = api.solve(job, top_k=top_k, time_limit=time_limit, workers=workers,
-                               objective=objective, fix=fix, progress=progress)
+                               objective=objective, fix=fix, progress=progress, emit=emit_fmt)
     else:
-        result = api.enumerate_plans(job, top_k=top_k, objective=objective, fix=fix)
+        result = api.enumerate_plans(job, top_k=top_k, objective=objective, fix=fix,
+                                     emit=emit_fmt)
     status, solve_time, space, evs = result_parts(result)
     stats = getattr(result, "stats", {}) or {}
     wall_net = bool(stats.get("wall_clock_net_hit"))
-    if emit_fmt:
-        runs = [ev for ev in evs if not frameworks.refusals(job, plan_of(ev), emit_fmt)]
-        if evs and not runs:
-            raise UserError(frameworks.none_runs(job, [plan_of(ev) for ev in evs], emit_fmt))
-        evs = runs
     dicts = report.plans_from(evs)
     if not dicts:
         # a time-out, not an infeasibility proof (INTERFACE.md: exit 3, JSON status timeout)
@@ -71,8 +70,10 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix,
                         time_limit=time_limit if time_limit is not None else 10.0,
                         workers=workers, context=getattr(result, "context", None))
-    if emit_fmt and frameworks.refusals(job, rec.plan, emit_fmt):
-        # phase 2 searched the whole space: keep the simplest of the plans the framework runs
+    if restriction is not None and any(frameworks.refusals(job, rec.plan, f)
+                                       for f in restriction.formats):
+        # phase 2 fell back to a space without the restriction: keep the simplest of the k
+        # best, which are all plans the frameworks run
         rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix, phase_two=False)
     rec_key = canonical(rec.plan, job.model.num_layers).key()
     rec_rank = next((i for i, (p, _) in enumerate(ranked, 1)

@@ -162,6 +162,8 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         model.add(r >= 1)
         if not s.partial_recompute:
             model.add(r == L)
+        if (step := s.recompute_step(vpp)) > 1:  # a framework's rule (space.recompute_step)
+            model.add(r == step * model.new_int_var(1, L // step, "r_units"))
     layers: list[Any] = []
     nm_t: list[Any] = []
     rm_t: list[Any] = []
