@@ -82,7 +82,9 @@ def _check_pinned_split(job: Job, pins: Mapping[str, Any], cl: Any, sl: Any) -> 
     layers, or stage sums that contradict a pinned `stage_layers`): InputError naming the pin
     and `spec.plan.split_violations`' reason, not an empty space reported as infeasible."""
     n = len(cl)
-    pps = [pins["pp"]] if "pp" in pins else [p for p in range(1, n + 1) if n % p == 0]
+    # interleaving (n / pp chunks per stage > 1) needs pp > 1 (SearchSpace.degrees)
+    pps = [pins["pp"]] if "pp" in pins else [p for p in range(1, n + 1)
+                                              if n % p == 0 and (p > 1 or n == 1)]
     if sl is not None:
         pps = [p for p in pps if p == len(sl)]
     if "vpp" in pins:
