@@ -229,7 +229,9 @@ def check_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def _items(text: str) -> list[str]:
     """`text` split at the commas outside brackets: `stage_layers=[4, 4],tp=2` is two items."""
-    out, cur, depth = [], [], 0
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         depth += (ch in "[(") - (ch in "])")
         if ch == "," and depth <= 0:
