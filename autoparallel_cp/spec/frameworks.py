@@ -213,6 +213,29 @@ def _recipe_for(fmt: str) -> Callable[[Job, Plan], dict[str, Any] | None]:
     return broken
 
 
+def fp8_library(job: Job) -> str:
+    """The library the recipe's fp8 linears were costed with (behaviour `fp8_linear`; None:
+    Transformer Engine for Megatron recipes, torchao float8 for PyTorch ones), as
+    cost/common.py `_fp8_lib` reads it (tests/emit/test_emit_costed.py keeps them equal)."""
+    lib = job.recipe.behaviour.fp8_linear
+    return lib if lib is not None else ("torchao" if job.recipe.framework == "pytorch" else "te")
+
+
+def _tt_fp8(job: Job, plan: Plan) -> dict[str, Any] | None:
+    if job.recipe.compute_dtype == "fp8" and fp8_library(job) != "torchao":
+        return {"recipe": "one whose fp8_linear is torchao (torchtitan-fsdp with compute_dtype "
+                          "fp8)"}
+    return None
+
+
+def _tt_async_tp(job: Job, plan: Plan) -> dict[str, Any] | None:
+    b = job.recipe.behaviour
+    if b.tp_comm_overlap > 0 and not (b.fused if b.fused is not None
+                                      else job.recipe.framework == "megatron"):
+        return {"recipe": "one with fused: true (torch.compile) when it costs async TP"}
+    return None
+
+
 def _learned_positions(job: Job, plan: Plan) -> dict[str, Any] | None:
     m = job.model
     if m.position_embedding == "learned" and job.seq_len > m.max_position_embeddings:
@@ -304,6 +327,16 @@ RULES: tuple[Rule, ...] = (
          "schedule when pp > 1",
          f"{_MG} megatron/core/transformer/transformer_config.py:3007-3011",
          _mg_ep_overlap),
+    Rule("torchtitan", "recipe",
+         "fp8 linears are torchao's Float8Linear (Float8LinearConverter); a recipe costed with "
+         "Transformer Engine's fp8 layers saves and casts differently",
+         f"{_TT} torchtitan/components/quantization/float8.py:53,77-79 (Float8LinearConverter "
+         "needs torchao.float8)", _tt_fp8),
+    Rule("torchtitan", "recipe",
+         "async tensor parallelism (the recipe's tp_comm_overlap > 0) runs only in a compiled "
+         "model: CompileConfig raises 'Async TP requires ... --compile.enable'",
+         f"{_TT} torchtitan/config/configs.py:303-310 (CompileConfig.__post_init__)",
+         _tt_async_tp),
     Rule("torchtitan", "model",
          "torchtitan builds models from its own registries, with a flavor for "
          + ", ".join(TORCHTITAN_MODELS) + " only",

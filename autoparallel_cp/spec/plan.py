@@ -13,7 +13,6 @@ MoE parallel folding (`etp`, the expert grid and its rules): `spec/folding.py`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -29,6 +28,7 @@ from autoparallel_cp.spec.base import (
     Bounded,
 )
 from autoparallel_cp.spec.folding import folding_violations
+from autoparallel_cp.spec.plan_text import int_list, json_object, split_items
 from autoparallel_cp.spec.splits import default_split, stage_chunks
 
 _DEGREE = (1, MAX_GPUS, "a degree cannot exceed the largest cluster")
@@ -227,60 +227,21 @@ def check_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _items(text: str) -> list[str]:
-    """`text` split at the commas outside brackets: `stage_layers=[4, 4],tp=2` is two items."""
-    out: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in text:
-        depth += (ch in "[(") - (ch in "])")
-        if ch == "," and depth <= 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return out
-
-
-def _json_fields(text: str) -> dict[str, Any]:
-    """Plan fields from JSON as the outputs write it: a PLAN object `{"dp": 8, ...}`, a plans
-    entry `{"plan": {...}, ...}`, or its members without braces (`"dp": 8, "tp": 2`)."""
-    body = text.strip()
-    if not body.startswith("{"):
-        body = "{" + body + "}"
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-        for k, v in items:
-            if k in seen:
-                raise PlanError(f"field {k!r} is given twice")
-            seen[k] = v
-        return seen
-
-    try:
-        obj = json.loads(body, object_pairs_hook=pairs)
-    except (ValueError, RecursionError) as exc:
-        raise PlanError(f"expected 'key=value,...' or a JSON plan object: {exc}") from None
-    if isinstance(obj, dict) and isinstance(obj.get("plan"), dict):
-        obj = obj["plan"]  # one entry of the JSON output's "plans"
-    if not isinstance(obj, dict):
-        raise PlanError("expected a JSON object of plan fields")
-    return check_fields(obj)
-
-
 def parse_assignments(text: str) -> dict[str, Any]:
     """Parse `key=value[,key=value...]` (as in `--plan` and `--fix`) into typed values.
 
-    A list value is `4:4:4`, `[4, 4, 4]` or `(4, 4, 4)`; JSON as the outputs write a plan
-    (`{"dp": 8, "stage_layers": [4, 4]}`, or `"stage_layers": [4, 4]`) is read too. Every
-    value is range-checked (`check_field`) and a key given twice is an error."""
+    Lists and JSON as the outputs write a plan are read too (spec/plan_text.py). Every value is
+    range-checked (`check_field`) and a key given twice is an error."""
     if not isinstance(text, str):
         raise PlanError(f"expected 'key=value,...' text, got {type(text).__name__}")
     if text.lstrip().startswith(("{", '"')):
-        return _json_fields(text)
+        try:
+            fields = json_object(text)
+        except ValueError as exc:
+            raise PlanError(f"expected 'key=value,...' or a JSON plan object: {exc}") from None
+        return check_fields(fields)
     out: dict[str, Any] = {}
-    for raw in _items(text):
+    for raw in split_items(text):
         item = raw.strip()
         if not item:
             continue
@@ -297,10 +258,7 @@ def parse_assignments(text: str) -> dict[str, Any]:
                 raise PlanError(f"field {k!r}: expected an integer, got {v!r}") from None
         elif k in _TUPLE_FIELDS:
             try:
-                inner = v.strip()
-                if inner[:1] + inner[-1:] in ("[]", "()"):
-                    inner = inner[1:-1].replace(",", ":")
-                value = tuple(int(x) for x in inner.replace("/", ":").split(":") if x.strip())
+                value = int_list(v)
             except ValueError:
                 raise PlanError(
                     f"field {k!r}: expected integers separated by ':' (or a [list]), got {v!r}"

@@ -86,7 +86,8 @@ def test_torchtitan_float8_converter_name() -> None:
     plan = parse_plan("zero=3,mbs=1", job)
     doc = tomllib.loads(emit(job, plan, "torchtitan-toml").text)
     assert doc["model"]["converters"] == ["quantize.linear.float8"]
-    assert "Float8LinearConverter.Config()" in emit(job, plan, "torchtitan").text
+    assert "Float8LinearConverter.Config(model_compile_enabled=True)" in emit(
+        job, plan, "torchtitan").text
 
 
 def test_torchtitan_python_config_is_valid_python(tt: Job) -> None:
