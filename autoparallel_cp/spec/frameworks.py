@@ -441,9 +441,11 @@ RULES: tuple[Rule, ...] = (
          lambda j, p: {"cp": 1} if p.cp > 1 else None, domain=lambda j: {"cp": (1,)}),
     Rule("deepspeed", "tp",
          "tensor parallelism is AutoTP (tensor_parallel.autotp_size) on a non-pipeline module; "
-         "PipelineModule has no tensor-parallel layers of its own (tp x pp runs such as "
-         "MT-NLG's use Megatron-DeepSpeed, Megatron's TP layers inside DeepSpeed's pipeline "
-         "engine: --emit megatron-deepspeed)",
+         "PipelineModule has no tensor-parallel layers of its own. Runs with tp x pp (MT-NLG's "
+         "tp 8 x pp 35) used Megatron-DeepSpeed, Megatron's TP layers inside a PipelineModule "
+         "over a PipeModelDataParallelTopology (microsoft/Megatron-DeepSpeed f4157bea "
+         "megatron/model/gpt_model.py:322,454-461), a fork whose launch settings this tool "
+         "does not emit: evaluate such a plan with --plan, without --emit",
          f"{_DS} deepspeed/__init__.py:550-553 (AutoTP only on the non-PipelineModule path)",
          lambda j, p: {"tp": 1} if p.tp > 1 and p.pp > 1 else None),
     Rule("deepspeed", "ep",

@@ -191,3 +191,21 @@ def test_restriction_of_names_the_framework() -> None:
                   recipe="deepspeed")
     assert Restriction.of(ds).formats == ("deepspeed",)
     assert Restriction.of(ds, "megatron").formats == ("megatron",)
+
+
+def test_mt_nlg_tp_pp_plan_names_megatron_deepspeed() -> None:
+    """MT-NLG 530B ran tp 8 x pp 35 on Megatron-DeepSpeed (Megatron's TP layers in DeepSpeed's
+    PipelineModule): --emit deepspeed refuses it with that reason and both sources, and
+    evaluate (no --emit) still scores it."""
+    from autoparallel_cp.api import evaluate
+    from autoparallel_cp.emit import emit
+    from autoparallel_cp.errors import UserError
+    from autoparallel_cp.spec.plan import parse_plan
+
+    job = make_job("sc21-gpt-530b", "dgx-a100", gpus=2240, seq_len=2048, global_batch=1920,
+                   recipe="deepspeed")
+    plan = parse_plan("tp=8,pp=35,zero=1,mbs=1,recompute=full", job)
+    with pytest.raises(UserError, match=r"tp: .*Megatron-DeepSpeed.*gpt_model\.py:322.*"
+                                        r"__init__\.py:550-553"):
+        emit(job, plan, "deepspeed")
+    assert evaluate(job, plan).plan == plan
