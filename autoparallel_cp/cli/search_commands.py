@@ -105,8 +105,9 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         proof = f" (time limit hit, gap {gap:.2%}: raise --time-limit)"
     else:
         proof = " (time limit hit before the proof: raise --time-limit)"
-    out.print(f"{kind}: status {status}{proof}, {solve_time:.2f} s, space {space_txt} plans, "
-              f"objective {objective}")
+    runs = f" that {restriction.describe()} runs" if restriction is not None else ""
+    out.print(f"{kind}: status {status}{proof}, {solve_time:.2f} s, space {space_txt} plans"
+              f"{runs}, objective {objective}")
     if wall_net:
         note.print("note: the wall-clock safety net (3x --time-limit + 30 s) stopped the "
                    "search, not its deterministic budget: on a less loaded machine the answer "
