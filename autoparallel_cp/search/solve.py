@@ -209,6 +209,7 @@ def solve(
     if sp.num_degree_combinations() == 0:
         _raise_infeasible(job, sp)
     refused: dict[tuple[str, str], int] = {}  # framework rows that refused listed keys
+    runnable = 0  # listed keys the frameworks run
     phase: dict[str, float] = {}
     tp0 = time.perf_counter()
     tabs = build_tables(sp)
@@ -274,6 +275,7 @@ def solve(
             hi = (lo if lo is not None else lb0) + max((hi - (lo or lb0)) // 4, 1)
             continue
         keys = _runnable(sp, keys, refused)
+        runnable += len(keys)
         all_listed.extend(keys)
         listed_hi = hi
         stop = False
@@ -362,7 +364,7 @@ def solve(
     ranked = sorted(found.values(), key=lambda r: (r.step_s, r.plan.key()))
     if not ranked:
         if proven:
-            _raise_infeasible(job, sp, refused)
+            _raise_infeasible(job, sp, refused, runnable)
         return SolveResult("timeout", time.perf_counter() - t0, size, [], gap=1.0,
                            iterations=evaluated, stats=_limit_stats(budget))
     best_lb = lb0 * unit
@@ -441,12 +443,14 @@ def enumerate_plans(
 
 
 def _raise_infeasible(job: Job, space: SearchSpace,
-                      refused: dict[tuple[str, str], int] | None = None) -> None:
+                      refused: dict[tuple[str, str], int] | None = None, runnable: int = 0
+                      ) -> None:
     from autoparallel_cp.search.infeasibility import explain
 
     if refused and space.restriction is not None:
-        # keys that may fit exist, and the frameworks' rows refuse every one of them
+        # layouts that may fit exist, and the frameworks' rows refuse them (the `runnable`
+        # others, if any, were scored exactly and none fits)
         from autoparallel_cp.spec.framework_space import emptied_by
 
-        raise InfeasibleError(emptied_by(space.restriction, refused))
+        raise InfeasibleError(emptied_by(space.restriction, refused, runnable))
     raise InfeasibleError(explain(job, space))

@@ -23,6 +23,7 @@ key rules and split rules, so the search proves its optimum over the plans the f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, NamedTuple
 
 from autoparallel_cp.errors import InputError
@@ -63,6 +64,35 @@ class KeyView(NamedTuple):
     mode: int
 
 
+@dataclass(frozen=True, slots=True)
+class KeyPlan:
+    """The fields of a `Plan` that the key rows read, with its `expert_tp` and `folded`: a
+    search key's plans seen by those rows (a pydantic Plan per key costs ~20x more;
+    tests/search/test_framework_space.py checks every key row gives the same verdict)."""
+
+    dp: int
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    ep: int
+    sp: int
+    zero: int
+    mbs: int
+    num_microbatches: int
+    recompute: str
+    etp: int | None
+    recompute_layers: None = None
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp  # Plan.expert_tp
+
+    @property
+    def folded(self) -> bool:
+        return self.expert_tp != self.tp  # Plan.folded
+
+
 @dataclass(frozen=True)
 class Restriction:
     """The plans frameworks `formats` run, for one job (see the module docstring)."""
@@ -82,6 +112,11 @@ class Restriction:
 
     def _rows(self) -> list[tuple[str, Rule]]:
         return [(f, r) for f in self.formats for r in rules_for(f)]
+
+    @cached_property
+    def _key_rows(self) -> list[tuple[str, Rule]]:
+        """The rows that read the search key only (listed once: `key_rows` runs per key)."""
+        return [(f, r) for f, r in self._rows() if r.scope == "key" and r.field not in JOB_FIELDS]
 
     def job_refusal(self) -> str | None:
         """Why one of the frameworks cannot train the job at all (no plan helps), or None."""
@@ -147,21 +182,16 @@ class Restriction:
              key.m, key.mode, etp)
         got = self._verdicts.get(k)
         if got is None:
-            plan = Plan.model_construct(
-                dp=key.dp, tp=key.tp, pp=key.pp, vpp=key.vpp, cp=key.cp, ep=key.ep,
-                sp=key.sp, zero=key.zero, mbs=key.mbs, num_microbatches=key.m,
-                recompute=RECOMPUTE_MODES[key.mode], recompute_layers=None, stage_layers=None,
-                chunk_layers=None, stage_groups=None, etp=etp)
-            got = tuple((f.framework, f.field) for f in self.key_refusals(plan))
+            plan = KeyPlan(key.dp, key.tp, key.pp, key.vpp, key.cp, key.ep, key.sp, key.zero,
+                           key.mbs, key.m, RECOMPUTE_MODES[key.mode], etp)
+            got = tuple((f.framework, f.field) for f in self.key_refusals(plan))  # type: ignore[arg-type]
             self._verdicts[k] = got
         return got
 
     def key_refusals(self, plan: Plan) -> list[Refusal]:
         """The key-scope rows `plan` breaks (its split and recompute count are not read)."""
         out = []
-        for f, r in self._rows():
-            if r.scope != "key" or r.field in JOB_FIELDS:
-                continue
+        for f, r in self._key_rows:
             closest = r.broken(self.job, plan)
             if closest is not None:
                 out.append(Refusal(f, r.field, r.rule, r.source, closest))
@@ -180,14 +210,20 @@ class Restriction:
         return " and ".join(self.formats)
 
 
-def emptied_by(restriction: Restriction, refused: dict[tuple[str, str], int]) -> str:
-    """The error when every key that may fit breaks a framework row: the rows, most keys
-    first, each with its reason and source."""
+def emptied_by(restriction: Restriction, refused: dict[tuple[str, str], int],
+               runnable: int = 0) -> str:
+    """The error when no plan the frameworks run fits: the rows that refused the layouts that
+    may fit, most layouts first, each with its reason and source; `runnable` layouts the
+    frameworks run were scored exactly and none fits in memory."""
     rows = {(f, r.field): r for f, r in restriction._rows()}
     parts = []
     for (f, name), n in sorted(refused.items(), key=lambda kv: (-kv[1], kv[0])):
         r = rows.get((f, name))
         why = f"{r.rule} [{r.source}]" if r is not None else ""
         parts.append(f"{f} {name} ({n} layout{'s' if n != 1 else ''}): {why}")
-    return (f"no plan that {restriction.describe()} runs fits this job: every parallel layout "
-            "that may fit breaks one of its rules: " + "; ".join(parts))
+    fw = restriction.describe()
+    head = (f"no plan that {fw} runs fits this job: " + (
+        f"the {runnable} parallel layout{'s' if runnable != 1 else ''} it runs that may fit "
+        "were scored and none fits in memory; the others break its rules: " if runnable else
+        "every parallel layout that may fit breaks one of its rules: "))
+    return head + "; ".join(parts)

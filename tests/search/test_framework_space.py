@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoparallel_cp.api import make_job
 from autoparallel_cp.cli import main
@@ -209,3 +211,32 @@ def test_mt_nlg_tp_pp_plan_names_megatron_deepspeed() -> None:
                                         r"__init__\.py:550-553"):
         emit(job, plan, "deepspeed")
     assert evaluate(job, plan).plan == plan
+
+
+@settings(max_examples=300, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]),
+       cp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2, 4, 8]),
+       ep=st.sampled_from([1, 2, 4, 8]), vpp=st.sampled_from([1, 2]), sp=st.integers(0, 1),
+       zero=st.integers(0, 3), mbs=st.sampled_from([1, 2]), m=st.sampled_from([1, 3, 4, 8]),
+       mode=st.integers(0, 2), etp=st.sampled_from([None, 1, 2]),
+       recipe=st.sampled_from(sorted(RECIPES)))
+def test_key_rows_read_the_key_as_a_plan_would(tp: int, pp: int, cp: int, dp: int, ep: int,
+                                               vpp: int, sp: int, zero: int, mbs: int, m: int,
+                                               mode: int, etp: int | None, recipe: str) -> None:
+    """`Restriction.key_rows` reads a light `KeyPlan`; every key row gives the verdict it
+    gives on the pydantic Plan of the key (DeepSeek-V3: MoE, MTP, the torchtitan registry)."""
+    from autoparallel_cp.spec.framework_space import KeyView
+    from autoparallel_cp.spec.frameworks import FRAMEWORKS
+    from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan
+
+    job = _DSV3.model_copy(update={"recipe": RECIPES[recipe]})
+    plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
+                num_microbatches=m, recompute=RECOMPUTE_MODES[mode], etp=etp)
+    key = KeyView(tp, cp, pp, dp, ep, vpp, sp, zero, mbs, m, mode)
+    for fmt in (*FRAMEWORKS, "pytorch-fsdp"):
+        r = Restriction(job, (fmt,))
+        want = tuple((x.framework, x.field) for x in r.key_refusals(plan))
+        assert r.key_rows(key, etp) == want, fmt
+
+
+_DSV3 = make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=1024)
