@@ -2,10 +2,11 @@
 key rules and split rules, so the search proves its optimum over the plans the framework runs.
 
 - `--recipe deepspeed`, `torchtitan-fsdp` and `pytorch-fsdp` name their framework
-  (`RECIPE_FRAMEWORKS`); `--emit X` names the framework the plans are launched on, whose rows
+  (`RECIPE_FRAMEWORKS`: Megatron-DeepSpeed, which the deepspeed recipe costs; torchtitan 0.3.0;
+  PyTorch FSDP1); `--emit X` names the framework the plans are launched on, whose rows
   then apply instead (its recipe row refuses a recipe it does not run).
 - A row with a `domain` narrows axis domains up front (`SearchSpace.for_job`): DeepSpeed's
-  vpp 1, cp 1, sp 0; torchtitan's zero 0/2/3.
+  vpp 1, cp 1, sp 0; torchtitan's zero 0/2/3; FSDP1's pure data parallelism.
 - A row of scope "key" reads only the search key's axes (tp, pp, cp, dp, ep, vpp, sp, zero,
   mbs, micro-batches, recompute mode) and the space's etp: `key_refusals` is applied to every
   key the best-first loop (`search/solve.py`) lists and to every key's best plan in the
@@ -33,7 +34,7 @@ from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan
 
 #: the recipes that name the framework they were costed for (spec/recipe.py sources)
 RECIPE_FRAMEWORKS: dict[str, str] = {
-    "deepspeed": "deepspeed",
+    "deepspeed": "megatron-deepspeed",  # its source: Megatron-DeepSpeed's layers and engine
     "torchtitan-fsdp": "torchtitan",
     "pytorch-fsdp": "pytorch-fsdp",
 }

@@ -249,6 +249,31 @@ _FSDP1_ONLY = ("FullyShardedDataParallel shards one data-parallel group (a secon
                "level only with HYBRID_SHARD); the recipe costs no tensor, pipeline, context "
                "or expert parallelism from another library")
 
+_MDS = "Megatron-DeepSpeed f4157bea"
+
+#: Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed), which the `deepspeed` recipe costs:
+#: Megatron's TP (and sequence-parallel) layers in DeepSpeed's PipelineModule and engine. No
+#: emitter: `--recipe deepspeed` searches its plans, `--emit deepspeed` DeepSpeed's own.
+MDS_RULES: tuple[Rule, ...] = (
+    Rule("megatron-deepspeed", "zero",
+         "with pp > 1 deepspeed.initialize returns DeepSpeed's PipelineEngine, which asserts "
+         "ZeRO stage < 2",
+         f"{_MDS} megatron/training.py:504-509 (the PipelineEngine) and DeepSpeed 0.19.8 "
+         "deepspeed/runtime/pipe/engine.py:76-77",
+         lambda j, p: {"zero": 1} if p.pp > 1 and p.zero >= 2 else None),
+    Rule("megatron-deepspeed", "vpp",
+         "the pipeline is DeepSpeed's PipelineModule (GPTModelPipe) run by its TrainSchedule, "
+         "one stage per rank; Megatron's interleaved schedule is not used with --deepspeed",
+         f"{_MDS} megatron/model/gpt_model.py:322,454-461 and DeepSpeed 0.19.8 "
+         "deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
+         lambda j, p: {"vpp": 1} if p.vpp > 1 else None, domain=lambda j: {"vpp": (1,)}),
+    Rule("megatron-deepspeed", "cp",
+         "no ring context parallelism: its sequence parallelism over ranks is DeepSpeed "
+         "Ulysses (--ds-sequence-parallel-size, an all-to-all on heads), a different cost",
+         f"{_MDS} megatron/arguments.py:974-975 (--ds-sequence-parallel-size)",
+         lambda j, p: {"cp": 1} if p.cp > 1 else None, domain=lambda j: {"cp": (1,)}),
+)
+
 #: PyTorch FSDP1 as the `pytorch-fsdp` recipe runs it (llm-foundry / Composer, HF Accelerate)
 FSDP1_RULES: tuple[Rule, ...] = tuple(
     Rule("pytorch-fsdp", axis, _FSDP1_ONLY,
@@ -445,7 +470,8 @@ RULES: tuple[Rule, ...] = (
          "tp 8 x pp 35) used Megatron-DeepSpeed, Megatron's TP layers inside a PipelineModule "
          "over a PipeModelDataParallelTopology (microsoft/Megatron-DeepSpeed f4157bea "
          "megatron/model/gpt_model.py:322,454-461), a fork whose launch settings this tool "
-         "does not emit: evaluate such a plan with --plan, without --emit",
+         "does not emit: the `deepspeed` recipe searches its plans without --emit, and "
+         "evaluate --plan scores one",
          f"{_DS} deepspeed/__init__.py:550-553 (AutoTP only on the non-PipelineModule path)",
          lambda j, p: {"tp": 1} if p.tp > 1 and p.pp > 1 else None),
     Rule("deepspeed", "ep",
@@ -470,6 +496,7 @@ RULES: tuple[Rule, ...] = (
          lambda j, p: {"recompute": "full"} if p.recompute == "selective" else None,
          domain=lambda j: {"recompute": ("none", "full")}),
     *FSDP1_RULES,
+    *MDS_RULES,
 )
 
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "torchtitan-toml", "deepspeed")

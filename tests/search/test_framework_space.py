@@ -31,7 +31,7 @@ def _runs(job: Job, plans: list, fmt: str) -> bool:
     return all(not refusals(job, ev.plan, fmt) for ev in plans)
 
 
-@pytest.mark.parametrize("recipe,fmt", [("deepspeed", "deepspeed"),
+@pytest.mark.parametrize("recipe,fmt", [("deepspeed", "megatron-deepspeed"),
                                         ("torchtitan-fsdp", "torchtitan"),
                                         ("pytorch-fsdp", "pytorch-fsdp")])
 def test_recipe_searches_only_its_frameworks_plans(recipe: str, fmt: str) -> None:
@@ -96,7 +96,7 @@ def test_a_pin_the_framework_cannot_run_is_exit_2() -> None:
         SearchSpace.for_job(job, fix="cp=2", emit="deepspeed")
     res = CliRunner().invoke(main, ["solve", *README, "--fix", "vpp=2", "--recipe",
                                     "deepspeed", "-q"])
-    assert res.exit_code == 2 and "--fix vpp=2: deepspeed cannot run it" in res.output
+    assert res.exit_code == 2 and "--fix vpp=2: megatron-deepspeed cannot run it" in res.output
 
 
 def test_torchtitan_refuses_mtp_with_pipeline_or_context_parallelism() -> None:
@@ -150,7 +150,7 @@ def _compare(job: Job, space: SearchSpace, k: int, fmt: str) -> list:
 
 
 @pytest.mark.parametrize("recipe,emit,moe", [
-    ("deepspeed", None, False), ("deepspeed", None, True),
+    ("deepspeed", None, False), ("deepspeed", None, True), ("deepspeed", "deepspeed", True),
     ("torchtitan-fsdp", None, False), ("torchtitan-fsdp", None, True),
     ("pytorch-fsdp", None, False), ("megatron-bf16", "megatron", False),
     ("torchtitan-fsdp", "torchtitan-toml", False),
@@ -191,14 +191,15 @@ def test_restriction_of_names_the_framework() -> None:
     assert Restriction.of(job, "deepspeed").formats == ("deepspeed",)
     ds = make_job("llama3-8b", "dgx-h100", gpus=8, seq_len=4096, global_batch=64,
                   recipe="deepspeed")
-    assert Restriction.of(ds).formats == ("deepspeed",)
+    assert Restriction.of(ds).formats == ("megatron-deepspeed",)  # what the recipe costs
+    assert Restriction.of(ds, "deepspeed").formats == ("deepspeed",)
     assert Restriction.of(ds, "megatron").formats == ("megatron",)
 
 
 def test_mt_nlg_tp_pp_plan_names_megatron_deepspeed() -> None:
     """MT-NLG 530B ran tp 8 x pp 35 on Megatron-DeepSpeed (Megatron's TP layers in DeepSpeed's
-    PipelineModule): --emit deepspeed refuses it with that reason and both sources, and
-    evaluate (no --emit) still scores it."""
+    PipelineModule): --emit deepspeed refuses it with that reason and both sources; the
+    `deepspeed` recipe (which costs Megatron-DeepSpeed) finds it, and evaluate scores it."""
     from autoparallel_cp.api import evaluate
     from autoparallel_cp.emit import emit
     from autoparallel_cp.errors import UserError
@@ -211,6 +212,10 @@ def test_mt_nlg_tp_pp_plan_names_megatron_deepspeed() -> None:
                                         r"__init__\.py:550-553"):
         emit(job, plan, "deepspeed")
     assert evaluate(job, plan).plan == plan
+    res = solve(job, fix="tp=8,pp=35,mbs=1", top_k=1)
+    assert res.plans and res.plans[0].plan.zero <= 1 and res.plans[0].plan.vpp == 1
+    with pytest.raises(InfeasibleError, match=r"deepspeed tp"):
+        solve(job, fix="tp=8,pp=35,mbs=1", top_k=1, emit="deepspeed")
 
 
 @settings(max_examples=300, deadline=None)
@@ -233,7 +238,7 @@ def test_key_rows_read_the_key_as_a_plan_would(tp: int, pp: int, cp: int, dp: in
     plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
                 num_microbatches=m, recompute=RECOMPUTE_MODES[mode], etp=etp)
     key = KeyView(tp, cp, pp, dp, ep, vpp, sp, zero, mbs, m, mode)
-    for fmt in (*FRAMEWORKS, "pytorch-fsdp"):
+    for fmt in (*FRAMEWORKS, "pytorch-fsdp", "megatron-deepspeed"):
         r = Restriction(job, (fmt,))
         want = tuple((x.framework, x.field) for x in r.key_refusals(plan))
         assert r.key_rows(key, etp) == want, fmt
