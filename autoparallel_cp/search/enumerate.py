@@ -16,7 +16,7 @@ Plans are processed in chunks of partitions so memory stays bounded. It refuses 
 than `DEFAULT_LIMIT` plans with an InputError saying so: restrict the space
 (`partition="uniform"`, `partial_recompute=False`, or `--fix`) or use the CP-SAT solver.
 
-Kept whole (about 510 lines): the partition and placement generators, the vectorized stage
+Kept whole (about 520 lines): the partition and placement generators, the vectorized stage
 terms and the per-degree best are one pass over the same arrays; split, each part would need
 the others' slices.
 """

@@ -28,10 +28,14 @@ trial cutoff, which becomes its bound, and the key goes back to the heap. A key 
 above the k-th best is skipped without a model (and so is every key behind it in the heap).
 The search stops once the k-th best exact step time is <= hi, since every unseen key has
 LB > hi and every skipped key a bound above the k-th best, so an exact step time above it.
+With a framework restriction (`SearchSpace.restriction`, spec/framework_space.py) a listed key
+whose axes a framework row refuses is dropped as listed (`_runnable`; `best_for_key` refuses it
+too): every plan of it is outside the space, so the proof is over the framework's plans, and the
+master's LB and the key bounds, computed over the larger space, stay lower bounds.
 Status `optimal` means this proof completed. The per-key models' limits are deterministic time
 (`limits.Budget`), so the answer does not depend on the machine's load.
 
-Kept whole (about 415 lines): `solve`'s loop is the proof above step by step (windows, heap,
+Kept whole (about 455 lines): `solve`'s loop is the proof above step by step (windows, heap,
 coupled bounds, trial cutoffs); split, its invariants would sit apart from the code they hold.
 """
 

@@ -7,7 +7,7 @@ can run; `--emit` refuses such a plan (exit 2) instead of printing settings that
 The search reads the same rows as a space (`framework_space.Restriction`): `solve --emit X` and
 `--recipe deepspeed / torchtitan-fsdp / pytorch-fsdp` search only the plans the framework runs.
 
-Kept whole (about 450 lines): one table of sourced rows and the predicates they name; split, a
+Kept whole (about 530 lines): one table of sourced rows and the predicates they name; split, a
 framework's rules would sit in several files.
 """
 
