@@ -26,7 +26,7 @@ from autoparallel_cp.cli.common import (
     write_outputs,
 )
 from autoparallel_cp.errors import UserError
-from autoparallel_cp.spec import Job, frameworks
+from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.framework_space import Restriction
 
 
@@ -70,8 +70,8 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix,
                         time_limit=time_limit if time_limit is not None else 10.0,
                         workers=workers, context=getattr(result, "context", None))
-    if restriction is not None and any(frameworks.refusals(job, rec.plan, f)
-                                       for f in restriction.formats):
+    if restriction is not None and (restriction.key_refusals(rec.plan)
+                                    or restriction.split_refusals(rec.plan)):
         # phase 2 fell back to a space without the restriction: keep the simplest of the k
         # best, which are all plans the frameworks run
         rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix, phase_two=False)
