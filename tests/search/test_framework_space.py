@@ -245,3 +245,29 @@ def test_key_rows_read_the_key_as_a_plan_would(tp: int, pp: int, cp: int, dp: in
 
 
 _DSV3 = make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=1024)
+
+
+def test_every_domain_value_left_out_is_one_its_row_refuses() -> None:
+    """A row's `domain` (applied to the space up front) never drops a value its `broken`
+    lets through, so narrowing the domains loses no plan the framework runs."""
+    from autoparallel_cp.spec.frameworks import RULES
+    from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan
+
+    universe: dict[str, list] = {"tp": [1, 2, 4], "pp": [1, 2, 4], "cp": [1, 2], "ep": [1, 2],
+                                 "vpp": [1, 2], "zero": [0, 1, 2, 3], "sp": [0, 1],
+                                 "recompute": list(RECOMPUTE_MODES)}
+    context = {"sp": {"tp": 2}, "vpp": {"pp": 2, "num_microbatches": 4}}
+    checked = 0
+    for recipe in sorted(RECIPES):
+        job = _DSV3.model_copy(update={"recipe": RECIPES[recipe]})
+        for r in RULES:
+            if r.domain is None:
+                continue
+            for axis, allowed in r.domain(job).items():
+                for v in universe[axis]:
+                    if v in allowed:
+                        continue
+                    plan = Plan(**{**context.get(axis, {}), axis: v})
+                    assert r.broken(job, plan) is not None, (r.framework, axis, v, recipe)
+                    checked += 1
+    assert checked > 20
