@@ -45,6 +45,8 @@ CSV_COLUMNS: tuple[str, ...] = (
        "peak_bytes_lo", "peak_bytes_hi", "fixed_s")
     # columns added later go last, so scripts that read columns by position keep working
     + ("etp",)
+    # near-capacity plans (search/capacity.py) and claims against evidence (cost/evidence.py)
+    + ("oom_risk", "near_capacity", "beyond_evidence")
 )
 
 
@@ -277,15 +279,22 @@ def csv_row(p: Mapping[str, Any], rank: int) -> dict[str, Any]:
         iv = d.get(key)
         row[f"{name}_lo"], row[f"{name}_hi"] = (iv[0], iv[1]) if iv else (None, None)
     row["fixed_s"] = t.get("fixed_s")  # calibrated fixed time per step
+    row["oom_risk"] = mem.get("oom_risk")
+    row["near_capacity"] = mem.get("near_capacity")
+    row["beyond_evidence"] = (p.get("evidence") or {}).get("beyond_evidence")
     return row
 
 
 def result_json(
-    status: str, solve_time_s: float, space_size: Any, plans: Sequence[Mapping[str, Any]]
+    status: str, solve_time_s: float, space_size: Any, plans: Sequence[Mapping[str, Any]],
+    space: Mapping[str, Any] | None = None,
 ) -> str:
-    """The solve/enumerate JSON document of INTERFACE.md (exactly its four keys)."""
-    doc = {"status": status, "solve_time_s": solve_time_s, "space_size": space_size,
-           "plans": list(plans)}
+    """The solve/enumerate JSON document of INTERFACE.md: its four keys, and `space` (the axes
+    and values the search, and so its proof, covered: `SearchSpace.describe`) when given."""
+    doc: dict[str, Any] = {"status": status, "solve_time_s": solve_time_s,
+                           "space_size": space_size, "plans": list(plans)}
+    if space is not None:
+        doc["space"] = dict(space)
     return json.dumps(doc, indent=2, default=_json_default) + "\n"
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autoparallel_cp.outputs import GIB, MEMORY_FIELDS, TIME_FIELDS, safe_stream
+from autoparallel_cp.search.capacity import risk_text
 
 _TIME_LABEL: dict[str, str] = {
     "compute_s": "compute", "bubble_s": "bubble", "tp_comm_s": "TP comm", "cp_comm_s": "CP comm",
@@ -140,6 +141,8 @@ def plans_table(
         memtxt = Text(f"{gib(needed_bytes(mem))}/{gib(mem.get('capacity_bytes'))}")
         if p.get("fits") is False:
             memtxt.stylize("red")
+        if risk_text(p):  # near capacity (search/capacity.py): its OOM risk, marked
+            memtxt.append(" " + risk_text(p), style="yellow")
         mfu = thr.get("mfu")
         style = "bold green" if highlight == i else None
         table.add_row(
@@ -151,7 +154,8 @@ def plans_table(
             fmt_time(t.get("step_s")),
             fmt_count(thr.get("tokens_per_s_per_gpu"))
             + band(thr.get("tokens_per_s_per_gpu"), thr.get("tokens_per_s_per_gpu_interval")),
-            "-" if mfu is None else f"{mfu:.1%}",
+            "-" if mfu is None else f"{mfu:.1%}"
+            + ("*" if (p.get("evidence") or {}).get("beyond_evidence") else ""),
             dominant(p),
             *((versus(p, plans[0]) if i > 1 else "best",) if compare else ()),
             style=style,

@@ -139,3 +139,19 @@ def sensitivity(job: Job, plans: Sequence[Plan], ranges: dict[str, tuple[float, 
         if parts:
             lines.append("; ".join(parts))
     return lines
+
+
+def pessimistic_job(job: Job) -> Job:
+    """The job with every calibration knob at the slow end of its 80 % range at once (compute
+    and both networks slower, the fixed time per micro-batch longer: `knob_ranges`): the
+    `--objective robust` job. A plan's step time under it is the pessimistic end of its
+    interval as a function of its breakdown: a gain carried by a term whose knob is least
+    evidenced (widest range: the priors of calibrate/fit.py, or the calibration's fitted sd)
+    shrinks most. Memory is unchanged (no knob moves it), and each time term is a
+    non-increasing function of every rate, so a plan is never faster under it."""
+    j = job
+    for knob, (lo, hi) in knob_ranges(job).items():
+        slow = hi if knob == "per_microbatch_s" else lo
+        if slow != (0.0 if knob == "per_microbatch_s" else 1.0):
+            j = _perturbed(j, knob, slow)
+    return j

@@ -45,9 +45,12 @@ def headroom_option(fn: F) -> F:
     return click.option(
         "--mem-headroom", type=click.FloatRange(0.0, 0.5, max_open=True), default=None,
         metavar="FRACTION", expose_value=False, callback=_store(_META_HEADROOM),
-        help="Keep plans whose predicted need plus this fraction of GPU memory exceeds it "
-             f"out of the answer (default {default_mem_headroom():g}: the model's 90th-"
-             "percentile memory under-prediction; 0 turns it off).")(fn)
+        help="Plans whose predicted need plus this fraction of GPU memory exceeds it are "
+             "near capacity: solve and enumerate still return them, marked with their risk "
+             "of running out of memory, and recommend a plan within the margin (default "
+             f"{default_mem_headroom():g}: the model's 90th-percentile memory under-"
+             "prediction, where the risk is 10%; 0 turns it off). evaluate, explain and "
+             "whatif compare the need with the capacity less this margin.")(fn)
 
 
 def moe_imbalance_option(fn: F) -> F:
@@ -97,9 +100,23 @@ def uncertainty_lines(job: Job, dicts: list[dict[str, Any]], plans: list[Any],
 
     by_rank = {id(d): p for d, p in zip(dicts, plans, strict=True)}
     out = []
-    if job.mem_headroom > 0:
-        out.append(f"memory headroom {job.mem_headroom:.1%} of each GPU kept free "
-                   "(--mem-headroom): the capacities shown are after it")
+    near = [i for i, d in enumerate(dicts, 1) if d.get("memory", {}).get("near_capacity")]
+    if near:
+        ranks = ", ".join(f"#{i}" for i in near)
+        out.append(f"near capacity: {ranks} need more than {1 - job.mem_headroom:.1%} of GPU "
+                   f"memory (--mem-headroom {job.mem_headroom:g}); marked ! with the chance "
+                   "that they run out of memory (the memory model's error); the recommendation "
+                   "is taken among the plans within the margin")
+    from autoparallel_cp.cost.evidence import evidence_text
+
+    beyond = [i for i, d in enumerate(dicts, 1)
+              if (d.get("evidence") or {}).get("beyond_evidence")]
+    if beyond:
+        d = dicts[beyond[0] - 1]
+        also = ", ".join(f"#{i}" for i in beyond[1:])
+        out.append(f"beyond the evidence (*): #{beyond[0]} "
+                   + evidence_text(d["evidence"], float(d["throughput"].get("mfu") or 0))
+                   + (f" ({also} too: JSON evidence)" if also else ""))
     if job.calibration is not None:
         out.append("calibrated (--calibration): predictions and intervals from the fit")
     line = near_tie_line(dicts, lambda d: complexity(by_rank[id(d)]))

@@ -183,8 +183,12 @@ def search_options(fn: F) -> F:
         click.option("--top-k", type=click.IntRange(min=1, max=MAX_TOP_K), default=5,
                      show_default=True,
                      help="Number of best distinct plans."),
-        click.option("--objective", type=click.Choice(["throughput", "cost"]),
-                     default="throughput", show_default=True),
+        click.option("--objective", type=click.Choice(["throughput", "cost", "robust"]),
+                     default="throughput", show_default=True,
+                     help="throughput and cost rank by the predicted step time (the same "
+                          "order on a fixed cluster); robust by the pessimistic one, every "
+                          "calibration knob at the slow end of its 80% range (see the user "
+                          "guide)."),
         click.option("--tolerance", type=FiniteFloat(0.0, MAX_TOLERANCE),
                      default=DEFAULT_TOLERANCE,
                      show_default=True,
@@ -327,13 +331,16 @@ def step_of(d: Mapping[str, Any]) -> float:
 
 def write_outputs(status: str, solve_time: float, space: Any, dicts: list[dict[str, Any]],
                    csv_path: str | None, json_path: str | None, note: Console,
-                   extra: Sequence[tuple[str, str]] = ()) -> None:
-    """Write the CSV, the JSON and `extra` (path, text) together, after every search phase."""
+                   extra: Sequence[tuple[str, str]] = (),
+                   space_desc: Mapping[str, Any] | None = None) -> None:
+    """Write the CSV, the JSON and `extra` (path, text) together, after every search phase
+    (`space_desc`: the JSON's `space`, `SearchSpace.describe`)."""
     items: list[tuple[str, str]] = []
     if csv_path:
         items.append((csv_path, outputs.plans_csv(dicts)))
     if json_path:
-        items.append((json_path, outputs.result_json(status, solve_time, space, dicts)))
+        items.append((json_path, outputs.result_json(status, solve_time, space, dicts,
+                                                     space=space_desc)))
     check_interrupt()  # a Ctrl-C that came while the solver returned: write nothing
     outputs.write_all(items + list(extra))
     for path, _ in items:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.text import Text
 
@@ -25,7 +27,9 @@ from autoparallel_cp.cli.common import (
     time_limit_option,
     write_outputs,
 )
-from autoparallel_cp.errors import UserError
+from autoparallel_cp.errors import InfeasibleError, UserError
+from autoparallel_cp.search import capacity
+from autoparallel_cp.search.space_proof import proof_space, space_line
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.framework_space import Restriction
 
@@ -42,16 +46,24 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     restriction = Restriction.of(job, emit_fmt)
     if emit_fmt and restriction is not None and (why := restriction.job_refusal()):
         raise UserError(why)
-    if kind == "solve":
-        with ProgressLine(not quiet, "CP-SAT") as progress:
-            result = api.solve(job, top_k=top_k, time_limit=time_limit, workers=workers,
-                               objective=objective, fix=fix, progress=progress, emit=emit_fmt)
-    else:
-        result = api.enumerate_plans(job, top_k=top_k, objective=objective, fix=fix,
-                                     emit=emit_fmt)
+    # near-capacity plans stay visible (search/capacity.py): the search admits every plan that
+    # fits the GPU's memory; --mem-headroom marks the risky ones and keeps them out of the
+    # recommendation
+    full_job, headroom = capacity.to_capacity(job)
+
+    def search(j: Job, k: int) -> Any:
+        if kind == "solve":
+            with ProgressLine(not quiet, "CP-SAT") as progress:
+                return api.solve(j, top_k=k, time_limit=time_limit, workers=workers,
+                                 objective=objective, fix=fix, progress=progress,
+                                 emit=emit_fmt)
+        return api.enumerate_plans(j, top_k=k, objective=objective, fix=fix, emit=emit_fmt)
+
+    result = search(full_job, top_k)
     status, solve_time, space, evs = result_parts(result)
     stats = getattr(result, "stats", {}) or {}
     wall_net = bool(stats.get("wall_clock_net_hit"))
+    pess = stats.get("pessimistic_step_s")  # --objective robust: the ranking's step times
     dicts = report.plans_from(evs)
     if not dicts:
         # a time-out, not an infeasibility proof (INTERFACE.md: exit 3, JSON status timeout)
@@ -61,23 +73,58 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                if wall_net else f"{budget} ran out after {solve_time:.1f} s")
         raise Timeout(f"no plan found within the time limit ({why}); infeasibility is not "
                       "proven: raise --time-limit, or narrow the space with --fix")
+    capacity.annotate(dicts, headroom)
+    if pess is not None:
+        for d, ps in zip(dicts, pess, strict=True):
+            d["time"]["pessimistic_step_s"] = ps
+    sp_obj = getattr(result, "searched", None)
+    space_desc = proof_space(sp_obj) if sp_obj is not None else None
 
-    ranked = [(plan_of(ev), step_of(d)) for ev, d in zip(evs, dicts, strict=True)]
+    # the recommendation: among the plans within the margin, ranked by the objective's step
+    # (the pessimistic job's for robust: its solve's proofs are in `result.context`)
+    rjob = stats.get("pessimistic_job") or job
+    steps = pess if pess is not None else [step_of(d) for d in dicts]
+    ranked = [(plan_of(ev), t) for ev, t in zip(evs, steps, strict=True)]
+    safe = capacity.safe_ranked(ranked, dicts)
+    context = getattr(result, "context", None)
+    if capacity.needs_safe_search(dicts):
+        # #1 is near capacity: the fastest plan within the margin is not among the k best
+        try:
+            sres = search(job, 1)
+        except InfeasibleError:
+            sres = None
+        if sres is not None and sres.plans:
+            st = (sres.stats or {}).get("pessimistic_step_s") or [sres.plans[0].time.step_s]
+            safe = [(plan_of(sres.plans[0]), float(st[0])), *safe]
+            context = getattr(sres, "context", None)
     from autoparallel_cp.search.recommend import recommend
     from autoparallel_cp.spec.plan import canonical
 
-    with ProgressLine(not quiet, f"CP-SAT phase 2 (simplest within {tolerance:.0%})"):
-        rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix,
-                        time_limit=time_limit if time_limit is not None else 10.0,
-                        workers=workers, context=getattr(result, "context", None))
-    if restriction is not None and (restriction.key_refusals(rec.plan)
-                                    or restriction.split_refusals(rec.plan)):
-        # phase 2 fell back to a space without the restriction: keep the simplest of the k
-        # best, which are all plans the frameworks run
-        rec = recommend(job, ranked, tolerance, evaluations=evs, fix=fix, phase_two=False)
-    rec_key = canonical(rec.plan, job.model.num_layers).key()
-    rec_rank = next((i for i, (p, _) in enumerate(ranked, 1)
-                     if canonical(p, job.model.num_layers).key() == rec_key), None)
+    rec = None
+    if safe:
+        rjob_safe = rjob if headroom == 0 else rjob.model_copy(
+            update={"mem_headroom": headroom})
+        with ProgressLine(not quiet, f"CP-SAT phase 2 (simplest within {tolerance:.0%})"):
+            rec = recommend(rjob_safe, safe, tolerance, fix=fix,
+                            time_limit=time_limit if time_limit is not None else 10.0,
+                            workers=workers, context=context)
+        if headroom > 0 and _near(full_job, rec.plan, headroom):
+            # phase 2 over the space up to capacity chose a near-capacity plan: search the
+            # space within the margin again, without the proofs of the space up to capacity
+            with ProgressLine(not quiet, f"CP-SAT phase 2 (simplest within {tolerance:.0%})"):
+                rec = recommend(rjob_safe, safe, tolerance, fix=fix,
+                                time_limit=time_limit if time_limit is not None else 10.0,
+                                workers=workers, context=None)
+        if restriction is not None and (restriction.key_refusals(rec.plan)
+                                        or restriction.split_refusals(rec.plan)):
+            # phase 2 fell back to a space without the restriction: keep the simplest of the
+            # k best, which are all plans the frameworks run
+            rec = recommend(rjob_safe, safe, tolerance, fix=fix, phase_two=False)
+    rec_rank = None
+    if rec is not None:
+        rec_key = canonical(rec.plan, job.model.num_layers).key()
+        rec_rank = next((i for i, (p, _) in enumerate(ranked, 1)
+                         if canonical(p, job.model.num_layers).key() == rec_key), None)
 
     chosen, label, emitted = None, "", None
     if emit_fmt:
@@ -85,15 +132,18 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
             if emit_rank > len(ranked):
                 raise UserError(f"--emit-rank {emit_rank}: only {len(ranked)} plans")
             chosen, label = ranked[emit_rank - 1][0], f"plan #{emit_rank}"
-        else:
+        elif rec is not None:
             chosen, label = rec.plan, "the recommended plan"
+        else:
+            chosen, label = ranked[0][0], "plan #1 (no plan within the memory margin)"
         from autoparallel_cp.emit import emit
 
         emitted = emit(job, chosen, emit_fmt)  # before any file is written: it may refuse
     # every search phase is done: write the outputs together (an interrupt before this line
     # leaves every existing output file as it was)
     write_outputs(status, solve_time, space, dicts, csv_path, json_path, note,
-                  extra=[(emit_out, emitted.text)] if emitted is not None and emit_out else [])
+                  extra=[(emit_out, emitted.text)] if emitted is not None and emit_out else [],
+                  space_desc=space_desc)
 
     out.print(Text(job_header(job), style="bold"))
     space_txt = (f"{space:.2g}" if isinstance(space, int) and space >= 10**9 else
@@ -108,6 +158,8 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     runs = f" that {restriction.describe()} runs" if restriction is not None else ""
     out.print(f"{kind}: status {status}{proof}, {solve_time:.2f} s, space {space_txt} plans"
               f"{runs}, objective {objective}")
+    if space_desc is not None:
+        out.print("  " + space_line(space_desc), markup=False, highlight=False)
     if wall_net:
         note.print("note: the wall-clock safety net (3x --time-limit + 30 s) stopped the "
                    "search, not its deterministic budget: on a less loaded machine the answer "
@@ -116,24 +168,43 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     best = dicts[0]
     out.print(Text("fastest:     ", style="bold") + Text(
         f"#1 {report.plan_label(best['plan'])}  step {report.fmt_time(step_of(best))}, "
-        f"{report.fmt_count(best['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU"))
-    if rec_rank is not None:
-        rd = dicts[rec_rank - 1]
-        rec_text = f"#{rec_rank} {report.plan_label(rd['plan'])}"
+        f"{report.fmt_count(best['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU"
+        + capacity.risk_note(best)))
+    if rec is None:
+        out.print(Text("recommended: ", style="bold yellow") + Text(
+            f"none within the memory margin (--mem-headroom {headroom:g}): every plan that "
+            "fits is near capacity; the table's ! column gives each one's risk of running "
+            "out of memory"))
     else:
-        rd = report.plans_from([api.evaluate(job, rec.plan)])[0]
-        rec_text = report.plan_label(rd["plan"])
-    out.print(Text("recommended: ", style="bold green") + Text(
-        f"{rec_text}  step {report.fmt_time(step_of(rd))}, "
-        f"{report.fmt_count(rd['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU, "
-        f"mem {report.gib(report.needed_bytes(rd['memory']))} GiB "
-        f"(simplest within {tolerance:.0%}, {rec.method})"))
-    out.print("  " + rec.why())
+        if rec_rank is not None:
+            rd = dicts[rec_rank - 1]
+            rec_text = f"#{rec_rank} {report.plan_label(rd['plan'])}"
+        else:
+            rd = report.plans_from([api.evaluate(full_job, rec.plan)])[0]
+            rec_text = report.plan_label(rd["plan"])
+        margin = (f", within the {headroom:.1%} memory margin" if headroom > 0 and
+                  any(capacity.is_near(d) for d in dicts) else "")
+        out.print(Text("recommended: ", style="bold green") + Text(
+            f"{rec_text}  step {report.fmt_time(step_of(rd))}, "
+            f"{report.fmt_count(rd['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU, "
+            f"mem {report.gib(report.needed_bytes(rd['memory']))} GiB "
+            f"(simplest within {tolerance:.0%}{margin}, {rec.method})"))
+        if capacity.needs_safe_search(dicts):
+            out.print("  #1 is near capacity: this is the simplest plan within "
+                      f"{tolerance:.0%} of the fastest plan within the memory margin.")
+        out.print("  " + rec.why())
     for line in uncertainty_lines(job, dicts, [p for p, _ in ranked]):
         out.print("  " + line)
 
     if emit_fmt and chosen is not None:
         emit_settings(job, chosen, emit_fmt, emit_out, out, note, label, written=emitted)
+
+
+def _near(job: Job, plan: Any, headroom: float) -> bool:
+    """Whether `plan` is above the memory margin (evaluated against the whole memory)."""
+    d = report.plans_from([api.evaluate(job, plan)])
+    capacity.annotate(d, headroom)
+    return capacity.is_near(d[0])
 
 
 @click.command()

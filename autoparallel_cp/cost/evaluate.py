@@ -15,10 +15,11 @@ from pydantic import BaseModel, ConfigDict
 
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.efficiency import peak_flops
+from autoparallel_cp.cost.evidence import evidence
 from autoparallel_cp.cost.flops import model_flops_per_token
 from autoparallel_cp.cost.memory import peak_stage, stage_memory
 from autoparallel_cp.cost.steptime import step_time
-from autoparallel_cp.cost.uncertainty import peak_scale, plan_intervals
+from autoparallel_cp.cost.uncertainty import oom_risk, peak_scale, plan_intervals
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan, plan_violations
 
@@ -43,6 +44,9 @@ class MemoryBreakdown(BaseModel):
     # allocator's free cached bytes at the peak, ALLOCATOR_FRAGMENTATION x (peak - persistent)
     persistent_bytes: float = 0.0
     fragmentation_bytes: float = 0.0
+    #: the chance that the plan does not fit the GPU's whole memory (before --mem-headroom),
+    #: from the memory interval (cost/uncertainty.py `oom_risk`)
+    oom_risk: float | None = None
 
 
 class TimeBreakdown(BaseModel):
@@ -86,6 +90,8 @@ class Evaluation(BaseModel):
     stage_peak_bytes: list[float]
     stage_time_s: list[float]
     model_flops_per_token: float
+    #: the claim against the best published MFU of its class (cost/evidence.py)
+    evidence: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The INTERFACE.md PLAN object (extra fields added, none renamed)."""
@@ -117,6 +123,7 @@ class Evaluation(BaseModel):
                     zip(self.stage_peak_bytes, self.stage_time_s, strict=True))
             ],
             "model_flops_per_token": self.model_flops_per_token,
+            **({"evidence": self.evidence} if self.evidence is not None else {}),
         }
 
 
@@ -149,6 +156,9 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
         required_bytes=worst.required_bytes, stage=worst.stage,
         peak_bytes_interval=iv.peak_bytes, persistent_bytes=worst.persistent_bytes,
         fragmentation_bytes=worst.fragmentation_bytes,
+        # the risk is against the GPU's whole memory: the headroom is a margin, not memory
+        oom_risk=oom_risk(job, worst.required_bytes,
+                          worst.capacity_bytes / (1.0 - job.mem_headroom)),
     )
     tb = TimeBreakdown(
         step_s=st.step_s, compute_s=st.compute_s, bubble_s=st.bubble_s,
@@ -163,4 +173,5 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
         stage_peak_bytes=[s.peak_bytes for s in stages],
         stage_time_s=[s.total_s for s in st.stages],
         model_flops_per_token=mf,
+        evidence=evidence(job, thr.mfu, tb.model_dump()),
     )

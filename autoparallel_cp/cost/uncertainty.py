@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from autoparallel_cp.spec import GPUSpec, Job
 
@@ -79,6 +80,38 @@ def memory_log_interval(job: Job) -> tuple[float, float]:
     if cal is not None and cal.memory_interval is not None:
         return cal.memory_interval.lo, cal.memory_interval.hi
     return MEMORY_LOG_ERROR
+
+
+#: z of the 90th percentile of a standard normal (the intervals' ends are the 10th / 90th)
+Z90 = NormalDist().inv_cdf(0.9)
+
+
+def oom_risk(job: Job, required_bytes: float, capacity_bytes: float) -> float:
+    """The chance that a plan needing `required_bytes` (predicted peak + overheads) does not fit
+    in `capacity_bytes` (the GPU's memory, before any `--mem-headroom`).
+
+    The memory error e = ln(measured / predicted) is taken as normal through the two ends of
+    its nominal 80 % interval (`memory_log_interval`: mean (q10 + q90) / 2, sd (q90 - q10) /
+    (2 z90)), so risk = P(e > ln(capacity / required)). One e scales every stage of a plan
+    (the same model error), so the most loaded stage's risk is the plan's. At the default
+    headroom's edge (`default_mem_headroom`: required = capacity exp(-q90)) the risk is 10 %.
+    """
+    if required_bytes <= 0:
+        return 0.0
+    if capacity_bytes <= 0:
+        return 1.0
+    lo, hi = memory_log_interval(job)
+    sd = (hi - lo) / (2.0 * Z90)
+    margin = math.log(capacity_bytes / required_bytes)
+    if sd <= 0:
+        return 1.0 if margin < (lo + hi) / 2.0 else 0.0
+    return 1.0 - NormalDist((lo + hi) / 2.0, sd).cdf(margin)
+
+
+def near_capacity(required_bytes: float, capacity_bytes: float, headroom: float) -> bool:
+    """Whether a plan's need is above the capacity less the `--mem-headroom` fraction: it may
+    fit, and is returned, but is called risky (its `oom_risk` says how risky)."""
+    return required_bytes > capacity_bytes * (1.0 - headroom) * (1.0 + 1e-12)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from typing import Any
 from autoparallel_cp.errors import InfeasibleError
 from autoparallel_cp.search.limits import Budget, check
 from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.search.space_proof import proof_space
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
@@ -90,12 +91,15 @@ class SolveResult:
     stats: dict[str, Any] = field(default_factory=dict)
     #: the solve's proofs, reused by `recommend` (not part of the JSON)
     context: SearchContext | None = field(default=None, repr=False)
+    #: the space searched: its `proof()` is the JSON `space` (what the proof covered)
+    searched: SearchSpace | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "status": self.status, "solve_time_s": self.solve_time_s,
             "space_size": self.space_size,
             "plans": [p.to_json() for p in self.plans],
+            **({"space": proof_space(self.searched)} if self.searched is not None else {}),
         }
 
 
@@ -393,6 +397,7 @@ def solve(
         context=SearchContext(space=sp, tables=tabs, keys=table, listed=all_listed,
                               listed_hi=listed_hi, found=dict(found), key_bounds=bounds,
                               above=above),
+        searched=sp,
     )
 
 
@@ -443,7 +448,7 @@ def enumerate_plans(
         _raise_infeasible(job, sp, refused)
     evs = _finish(job, ranked, top_k)
     return SolveResult("optimal", time.perf_counter() - t0, size, evs, method="enumerate",
-                       stats={"ranked": ranked[:top_k]})
+                       stats={"ranked": ranked[:top_k]}, searched=sp)
 
 
 def _raise_infeasible(job: Job, space: SearchSpace,

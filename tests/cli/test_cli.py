@@ -174,7 +174,7 @@ def test_solve_success_table_and_files(solved: Solved) -> None:
     assert result.exit_code == 0, result.output
     assert "tok/s/GPU" in out and "recommended" in out
     doc = json.loads(json_path.read_text())
-    assert set(doc) == {"status", "solve_time_s", "space_size", "plans"}
+    assert set(doc) == {"status", "solve_time_s", "space_size", "plans", "space"}
     assert doc["status"] == "optimal"
     assert 1 <= len(doc["plans"]) <= 3
     p = doc["plans"][0]

@@ -63,7 +63,7 @@ def test_solve_json_keeps_its_four_keys(tiny: list[str]) -> None:
                            "--time-limit", "10", "--workers", "1", "--quiet",
                            "--moe-load-imbalance", "1.5", "--json", "-")
     assert result.exit_code == 0, err
-    assert set(json.loads(out)) == {"status", "solve_time_s", "space_size", "plans"}
+    assert set(json.loads(out)) == {"status", "solve_time_s", "space_size", "plans", "space"}
 
 
 def test_whatif_echoes_rho(tiny: list[str]) -> None:

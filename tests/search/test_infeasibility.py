@@ -33,3 +33,44 @@ def test_a_405b_model_on_one_node_is_explained() -> None:
     assert need > opt + 405e9 * 2 / 8 / GIB  # parameters come on top of the optimizer states
     assert ratio == pytest.approx(need / cap, abs=0.06)
     assert "tp=8" in plan or "pp=8" in plan  # the states are sharded as far as they go
+
+
+# --- issue 28.6: an empty space names the rule and the pin that empty it ---------------------
+
+
+def _no_plan(model: str, gpus: int, seq: int, batch: int, fix: str) -> str:
+    job = api.make_job(model, "dgx-h100", gpus=gpus, seq_len=seq, global_batch=batch)
+    with pytest.raises(InfeasibleError) as err:
+        api.solve(job, fix=fix, time_limit=10)
+    text = str(err.value)
+    assert "check --fix pins and divisibility" not in text  # the old generic hint
+    return text
+
+
+def test_interleaving_without_a_pipeline_is_named() -> None:
+    text = _no_plan("llama3-8b", 64, 4096, 512, "pp=1,vpp=2")
+    assert "vpp=2 (interleaving) needs pp > 1" in text
+    assert "Dropping the pin pp=1 or vpp=2 leaves plans" in text
+
+
+def test_a_batch_that_does_not_split_over_dp_is_named() -> None:
+    # 64 GPUs of pure data parallelism: dp = 64, and 96 sequences do not split 64 ways
+    text = _no_plan("llama3-8b", 64, 4096, 96, "tp=1,pp=1,cp=1")
+    assert "the global batch 96 does not split into dp*mbs = 64*1" in text
+
+
+def test_a_pinned_dp_that_the_degrees_do_not_give_is_named() -> None:
+    text = _no_plan("llama3-70b", 64, 4096, 64, "tp=8,pp=4,cp=1,dp=4")
+    assert "dp = GPUs/(tp*cp*pp) = 2, not the pinned dp=4" in text
+    assert "Dropping the pin" in text
+
+
+def test_expert_parallelism_beyond_dp_cp_is_named_with_folding() -> None:
+    from autoparallel_cp.search.infeasibility import empty_space
+    from autoparallel_cp.search.space import SearchSpace
+
+    # DeepSeek-V3 as NVIDIA's benchmark runs it (tp 2, pp 16, ep 64 on 1,024 GPUs): dp*cp = 32
+    job = api.make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=4096)
+    sp = SearchSpace.for_job(job, fix="tp=2,pp=16,ep=64")
+    text = empty_space(job, sp)
+    assert "ep=64 does not divide dp*cp = 32" in text and "--fix etp=1" in text

@@ -297,7 +297,7 @@ def test_progress_reports_and_statistics() -> None:
     assert res.stats["master_keys"] == len(ctx.keys) > 0
     # the context holds the best plan of every key scored, the reported ones among them
     assert {e.plan.key() for e in res.plans} <= {r.plan.key() for r in ctx.found.values()}
-    assert set(res.to_json()) == {"status", "solve_time_s", "space_size", "plans"}
+    assert set(res.to_json()) == {"status", "solve_time_s", "space_size", "plans", "space"}
     assert set(res.stats["phases"]) >= {"build_s", "master_s", "enumerate_keys_s",
                                         "key_bound_s", "partition_s"}
     assert 0.0 <= res.max_objective_diff_s <= res.error_bound_s < 1e-3

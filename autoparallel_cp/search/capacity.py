@@ -1,0 +1,81 @@
+"""Near-capacity plans (issue 28.5): searched up to the GPUs' whole memory, marked with their
+risk instead of dropped.
+
+`--mem-headroom h` is the margin above which a plan is called risky: the search admits every
+plan whose predicted need fits the GPU's memory (a need above it is still infeasible), and a
+plan whose need is above (1 - h) x capacity is returned with `memory.near_capacity: true` and
+its `memory.oom_risk` (cost/uncertainty.py). The recommendation is taken among the plans within
+the margin (`safe_ranked`), so the fastest plan a user is advised to run is a safe one, while
+the near-capacity plans that production teams run at 95 %+ of memory stay visible.
+
+The table's proof is the search up to capacity (its k best are the k fastest plans that fit);
+the plans within the margin are a subset of that space, so when the fastest of the k best is
+within the margin it is also the fastest safe plan, and otherwise the caller solves the space
+with the margin for it (`needs_safe_search`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from autoparallel_cp.cost.uncertainty import near_capacity
+from autoparallel_cp.spec import GIB, Job
+from autoparallel_cp.spec.plan import Plan
+
+
+def to_capacity(job: Job) -> tuple[Job, float]:
+    """(the job searched up to the GPUs' whole memory, the margin h above which a plan is
+    risky: the job's `--mem-headroom`)."""
+    h = float(job.mem_headroom)
+    return (job.model_copy(update={"mem_headroom": 0.0}) if h > 0 else job), h
+
+
+def annotate(dicts: Iterable[dict[str, Any]], headroom: float) -> None:
+    """Add `memory.near_capacity` and `memory.mem_headroom` to PLAN dicts evaluated against the
+    whole memory (in place; `fits` and every other field unchanged)."""
+    for d in dicts:
+        mem = d.setdefault("memory", {})
+        need = mem.get("required_bytes", mem.get("peak_bytes")) or 0.0
+        cap = mem.get("capacity_bytes") or 0.0
+        mem["near_capacity"] = bool(cap) and near_capacity(float(need), float(cap), headroom)
+        mem["mem_headroom"] = headroom
+
+
+def is_near(d: Mapping[str, Any]) -> bool:
+    """Whether an annotated PLAN dict is above the margin."""
+    return bool(d.get("memory", {}).get("near_capacity"))
+
+
+def safe_ranked(ranked: Sequence[tuple[Plan, float]], dicts: Sequence[Mapping[str, Any]]
+                ) -> list[tuple[Plan, float]]:
+    """The (plan, step) pairs of `ranked` whose PLAN dict is within the margin."""
+    return [pt for pt, d in zip(ranked, dicts, strict=True) if not is_near(d)]
+
+
+def needs_safe_search(dicts: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the fastest safe plan is unknown from the k best up to capacity: their #1 is
+    near capacity (a safe #1 is the fastest safe plan, the safe space being a subset)."""
+    return bool(dicts) and is_near(dicts[0])
+
+
+def risk_text(d: Mapping[str, Any]) -> str:
+    """`!12%`: the table's mark of a near-capacity plan ('' within the margin)."""
+    if not is_near(d):
+        return ""
+    risk = d.get("memory", {}).get("oom_risk")
+    return "!" if risk is None else f"!{risk:.0%}"
+
+
+def risk_note(d: Mapping[str, Any]) -> str:
+    """`, near capacity (74.5 of 79.1 GiB, above the 15.2% margin): 54% risk of running out of
+    memory` for a plan above the margin ('' otherwise)."""
+    if not is_near(d):
+        return ""
+    mem = d.get("memory", {})
+    need = mem.get("required_bytes", mem.get("peak_bytes")) or 0.0
+    cap = mem.get("capacity_bytes") or 0.0
+    risk = mem.get("oom_risk")
+    return (f", near capacity ({need / GIB:.1f} of {cap / GIB:.1f} GiB, above the "
+            f"{mem.get('mem_headroom', 0):.1%} margin)"
+            + ("" if risk is None else f": {risk:.0%} risk of running out of memory"))

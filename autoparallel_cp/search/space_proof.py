@@ -1,0 +1,128 @@
+"""What a search, and so its proof, covered (issue 28.2): the JSON `space` of solve /
+enumerate, its one-line summary, and whether a given plan lies in the space.
+
+Generic over the axes: every tuple-valued field of `SearchSpace` is an axis domain (an axis
+added to the space is described, and checked by `outside`, without a change here); the
+remaining fields (the layer-partition kind, partial recompute, a fixed `etp`, ...) are
+described as they are. The rules the solver applies beyond the domains (spec/plan.py's
+divisibility rules, the partition's granularity) are named in `rules`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from autoparallel_cp.spec.plan import Plan
+
+#: a search/space.py SearchSpace (not imported: space.py is the lower module)
+SearchSpace = Any
+
+#: fields of SearchSpace that are not part of what the proof covered (the framework
+#: restriction is described by its frameworks: `proof_space`)
+_NOT_AXES = ("job", "fixed", "restriction")
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return v
+
+
+def axes(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
+    """Every axis domain of the space (the tuple-valued fields), by name."""
+    return {f.name: getattr(space, f.name) for f in fields(space)
+            if f.name not in _NOT_AXES and isinstance(getattr(space, f.name), tuple)}
+
+
+def _split_rule(space: SearchSpace) -> str:
+    if space.fixed_split:
+        return "the pinned stage_layers / chunk_layers only"
+    if space.partition == "uniform":
+        return "uniform: Megatron's default split, pp*vpp dividing the layers"
+    return "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
+
+
+def proof_space(space: SearchSpace) -> dict[str, Any]:
+    """The JSON `space`: the axes with the values searched, the derived dp values, the other
+    settings of the space, the pins, and the rules every searched plan obeys."""
+    other = {f.name: _plain(getattr(space, f.name)) for f in fields(space)
+             if f.name not in _NOT_AXES and not isinstance(getattr(space, f.name), tuple)}
+    if other.get("etp", 0) is None:
+        other["etp"] = "tp"  # Megatron's default: the experts' tensor-parallel size is tp
+    r = space.restriction
+    if r is not None:  # spec/framework_space.py: only the plans these frameworks run
+        other["frameworks"] = list(r.formats)
+    return {
+        "axes": {k: _plain(v) for k, v in axes(space).items()},
+        "dp": list(space.dp_domain),
+        **other,
+        "layer_split": _split_rule(space),
+        "pins": _plain(dict(space.fixed)),
+        "rules": ["dp*tp*pp*cp = GPUs", "global batch % (dp*mbs) = 0",
+                  "vpp > 1 needs pp > 1 and num_microbatches >= pp",
+                  "ep | dp*cp (etp = tp), else etp*ep | tp*cp*dp",
+                  "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)"]
+        + ([f"the rows of {', '.join(r.formats)} in spec/frameworks.py"] if r is not None
+           else []),
+    }
+
+
+def space_line(desc: dict[str, Any]) -> str:
+    """One line of `proof_space` for the terminal, under the status line."""
+    parts = []
+    for name, dom in desc["axes"].items():
+        vals = [str(v) for v in dom]
+        parts.append(f"{name} {','.join(vals)}")
+    extra = [f"{k} {v}" for k, v in desc.items()
+             if k not in ("axes", "dp", "layer_split", "pins", "rules", "partition")]
+    return ("proof covers: " + "; ".join(parts + extra)
+            + f"; layer split {desc['layer_split']}")
+
+
+def outside(space: SearchSpace, plan: Plan) -> str | None:
+    """Why `plan` is not a plan of `space` (None when it is): the first axis whose value the
+    search did not try, a different `etp`, or a layer split the partition does not cover."""
+    for name, dom in axes(space).items():
+        if hasattr(plan, name) and getattr(plan, name) not in dom:
+            return f"{name}={getattr(plan, name)} (searched: {list(dom)})"
+    if plan.dp not in space.dp_domain:
+        return f"dp={plan.dp}"
+    want = space.etp if space.etp is not None else None
+    have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None
+    if want is not None and want == plan.tp:
+        want = None
+    if have != want:
+        return f"etp={plan.expert_tp} (searched: {'tp' if want is None else want} only)"
+    if not space.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
+        return f"ep={plan.ep} with dp*cp = {plan.dp * plan.cp} (the space's expert grid rule)"
+    if not space.sp_ok(plan.tp, plan.sp):
+        return f"sp={plan.sp} with tp={plan.tp} (the space's sequence-parallel rule)"
+    if plan.recompute_layers is not None and not space.partial_recompute:
+        return "partial recompute (not searched)"
+    r = space.restriction
+    if r is not None and (why := r.key_refusals(plan) or r.split_refusals(plan)):
+        return f"{why[0].field}: {why[0].framework} does not run it"
+    step = space.recompute_step(plan.vpp)
+    if plan.recompute_layers is not None and plan.recompute_layers % step:
+        return f"recompute_layers={plan.recompute_layers} (searched: multiples of {step})"
+    L = space.num_layers
+    if space.fixed_split:
+        return None
+    if plan.chunk_layers is not None:
+        return "uneven model chunks (chunk_layers; not searched unless pinned)"
+    per_stage = plan.layers_per_stage(L)
+    if space.partition == "uniform":
+        if L % (plan.pp * plan.vpp) or len(set(per_stage)) > 1:
+            return f"layer split {list(per_stage)} (searched: uniform splits only)"
+        return None
+    if plan.stage_layers is None and plan.vpp > 1 and L % (plan.pp * plan.vpp):
+        # its model chunks are Megatron's uneven default ones, not the equal chunks of a stage
+        # that the free partition gives
+        return (f"Megatron's default split of {L} layers over pp*vpp = {plan.pp * plan.vpp} "
+                "(uneven; searched: multiples of vpp per stage)")
+    if any(n % plan.vpp or n < plan.vpp for n in per_stage):
+        return f"layer split {list(per_stage)} (searched: multiples of vpp = {plan.vpp})"
+    return None
