@@ -271,3 +271,26 @@ def test_every_domain_value_left_out_is_one_its_row_refuses() -> None:
                     assert r.broken(job, plan) is not None, (r.framework, axis, v, recipe)
                     checked += 1
     assert checked > 20
+
+
+def test_the_proof_names_the_frameworks_space() -> None:
+    """The JSON `space` lists the frameworks whose rows the proof covers, and `outside` says
+    why a plan they refuse (or a recompute count off Megatron's per-chunk step) is not in it."""
+    from autoparallel_cp.search.space_proof import outside, proof_space
+    from autoparallel_cp.spec.plan import Plan
+
+    job = make_job("llama3-8b", "dgx-h100", gpus=16, seq_len=4096, global_batch=64,
+                   recipe="deepspeed")
+    space = SearchSpace.for_job(job)
+    desc = proof_space(space)
+    json.dumps(desc)  # serialisable
+    assert desc["frameworks"] == ["megatron-deepspeed"]
+    assert desc["axes"]["vpp"] == [1] and desc["axes"]["cp"] == [1]
+    assert "zero: megatron-deepspeed" in (outside(space, Plan(dp=8, pp=2, zero=3,
+                                                              num_microbatches=8)) or "")
+    mg = SearchSpace.for_job(make_job("llama3-8b", "dgx-h100", gpus=16, seq_len=4096,
+                                      global_batch=64), emit="megatron")
+    odd = Plan(dp=8, pp=2, vpp=2, zero=1, num_microbatches=8, recompute="full",
+               recompute_layers=3)
+    assert outside(mg, odd) is not None
+    assert outside(mg, odd.model_copy(update={"recompute_layers": 4})) is None
