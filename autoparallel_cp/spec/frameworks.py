@@ -434,12 +434,14 @@ RULES: tuple[Rule, ...] = (
          "DeepSeek-V3's multi-token prediction (num_mtp_layers > 0) raises 'MTP does not "
          "support pipeline parallelism yet'",
          f"{_TT} torchtitan/models/deepseek_v3/mtp.py:202",
-         lambda j, p: {"pp": 1} if j.model.mtp_layers and p.pp > 1 else None),
+         lambda j, p: {"pp": 1} if j.model.mtp_layers and p.pp > 1 else None,
+         domain=lambda j: {"pp": (1,)} if j.model.mtp_layers else {}),
     Rule("torchtitan", "cp",
          "DeepSeek-V3's multi-token prediction (num_mtp_layers > 0) raises the same with "
          "context parallelism",
          f"{_TT} torchtitan/models/deepseek_v3/mtp.py:202",
-         lambda j, p: {"cp": 1} if j.model.mtp_layers and p.cp > 1 else None),
+         lambda j, p: {"cp": 1} if j.model.mtp_layers and p.cp > 1 else None,
+         domain=lambda j: {"cp": (1,)} if j.model.mtp_layers else {}),
     Rule("torchtitan-toml", "zero",
          "zero=0 is DDP, which raises 'DDP has not supported > 1D parallelism' with tp, pp or cp",
          "torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py:148-151",
