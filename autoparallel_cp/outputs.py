@@ -47,6 +47,8 @@ CSV_COLUMNS: tuple[str, ...] = (
     + ("etp",)
     # near-capacity plans (search/capacity.py) and claims against evidence (cost/evidence.py)
     + ("oom_risk", "near_capacity", "beyond_evidence")
+    # pipeline schedule and host offload (spec/schedules.py; empty: the plan's default / none)
+    + ("schedule", "optimizer_offload", "activation_offload", "offload_s")
 )
 
 
@@ -261,6 +263,9 @@ def csv_row(p: Mapping[str, Any], rank: int) -> dict[str, Any]:
     sl = plan.get("stage_layers")
     row["stage_layers"] = ":".join(map(str, sl)) if sl else ""
     row["etp"] = plan.get("etp")  # expert-TP size of a folded MoE plan; empty: = tp
+    for f in ("schedule", "optimizer_offload", "activation_offload"):
+        row[f] = plan.get(f)
+    row["offload_s"] = t.get("offload_s") or None
     row["fits"] = p.get("fits")
     peak = mem.get("peak_bytes")
     cap = mem.get("capacity_bytes")

@@ -229,6 +229,9 @@ def breakdown_tables(p: Mapping[str, Any]) -> tuple[Table, Table]:
         if v is None:
             continue
         tt.add_row(_TIME_LABEL[f], fmt_time(v), f"{v / step:.0%}" if step else "-")
+    offload = t.get("offload_s") or 0.0
+    if offload > 0:  # activation copies to / from the host beyond the compute (cost/offload.py)
+        tt.add_row("host offload", fmt_time(offload), f"{offload / step:.0%}" if step else "-")
     fixed = t.get("fixed_s") or 0.0
     if fixed > 0:  # a calibration's fixed time per step (spec/calibration.py)
         tt.add_row("fixed per step (calibrated)", fmt_time(fixed),

@@ -138,6 +138,19 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
      "tp=8,pp=8,vpp=2,zero=1,mbs=1", []),
     ("cp4+zero3", "llama3-8b", 32, 16384, 64, "megatron-bf16", "evaluate",
      "tp=2,cp=4,sp=1,zero=3,mbs=1", []),
+    # issue 31: schedules (torchtitan's torch schedule classes; refused by Megatron and
+    # DeepSpeed with the closest plan) and host offload (Megatron's optimizer and TE CPU
+    # offloading flags, DeepSpeed's offload_optimizer)
+    ("sched-zbv", "llama3-8b", 16, 4096, 64, "megatron-bf16", "evaluate",
+     "tp=2,pp=4,vpp=2,zero=2,mbs=1,schedule=zbv", []),
+    ("sched-dualpipev", "llama3-8b", 16, 4096, 64, "megatron-bf16", "evaluate",
+     "tp=2,pp=4,vpp=2,zero=2,mbs=1,schedule=dualpipev", []),
+    ("sched-gpipe", "llama3-8b", 16, 4096, 64, "megatron-bf16", "evaluate",
+     "tp=2,pp=4,zero=2,mbs=1,schedule=gpipe", []),
+    ("offload-opt-act", "llama3-8b", 16, 4096, 64, "megatron-bf16", "evaluate",
+     "tp=8,zero=1,mbs=1,optimizer_offload=0.5,activation_offload=4", []),
+    ("offload-opt-all", "llama3-8b", 16, 4096, 64, "megatron-bf16", "evaluate",
+     "tp=1,zero=1,mbs=1,optimizer_offload=1", []),
     ("dp+zero1", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate", "zero=1,mbs=2", []),
     ("gpt3-learned-pos", "gpt3-13b", 16, 2048, 64, "megatron-bf16", "evaluate",
      "tp=4,pp=2,sp=1,zero=1,mbs=1", []),

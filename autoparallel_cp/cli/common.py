@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import math
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -22,6 +21,7 @@ from autoparallel_cp.cli.calibration_options import (
     headroom_option,
     moe_imbalance_option,
 )
+from autoparallel_cp.cli.progress import ProgressBar
 from autoparallel_cp.emit import EMIT_FORMATS, emit
 from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.search.limits import check as check_interrupt
@@ -204,6 +204,14 @@ def search_options(fn: F) -> F:
                      help="With --emit: export plan #N of the table instead."),
         click.option("--emit-out", default=None, metavar="FILE",
                      help="With --emit: write the settings to FILE (atomically)."),
+        click.option("--trace", "trace_path", default=None, metavar="FILE.json",
+                     help="Write plan #1's predicted step (or --trace-rank's) as a Chrome "
+                          "trace (open it in ui.perfetto.dev or chrome://tracing)."),
+        click.option("--trace-rank", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="With --trace / --html: the plan of the table to trace."),
+        click.option("--html", "html_path", default=None, metavar="FILE.html",
+                     help="Write a self-contained HTML report (needs plotly: the `html` "
+                          "extra)."),
         click.option("--quiet", "-q", is_flag=True,
                      help="No progress line or notes on stderr."),
         headroom_option,
@@ -233,69 +241,8 @@ def job_header(job: Job) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-class ProgressLine:
-    """A live line on stderr while CP-SAT improves its incumbent (only on a terminal)."""
-
-    def __init__(self, enabled: bool, what: str = "solving") -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.what = what
-        self._status: Any = None
-        self._t0 = time.monotonic()
-        self._n = 0
-
-    def __enter__(self) -> ProgressLine:
-        if self.enabled:
-            self._status = Console(stderr=True).status(f"{self.what} ...")
-            self._status.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
-
-    def update(self, text: str) -> None:
-        """Replace the line's text (e.g. points done of a sweep)."""
-        if self._status is not None:
-            self._status.update(f"{self.what}: {text}, {time.monotonic() - self._t0:.1f} s")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        """Solver callback: accepts an objective value, a step time, or keyword fields."""
-        self._n += 1
-        if self._status is None:
-            return
-        detail = _progress_text(args, kwargs)
-        self._status.update(f"{self.what} {time.monotonic() - self._t0:.1f} s, "
-                            f"incumbent #{self._n}{': ' + detail if detail else ''}")
-
-
-def _progress_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    parts = []
-    fields = dict(kwargs)
-    if args and isinstance(args[0], Mapping):
-        fields.update(args[0])
-    elif args:
-        obj = args[0]
-        for name in ("step_s", "objective", "best_bound", "gap", "plan"):
-            if hasattr(obj, name):
-                fields.setdefault(name, getattr(obj, name))
-        if isinstance(obj, (int, float)):
-            fields.setdefault("objective", obj)
-    if fields.get("best_s") is not None:
-        parts.append(f"best step {report.fmt_time(float(fields['best_s']))}")
-    if fields.get("bound_s") is not None:
-        parts.append(f"bound {report.fmt_time(float(fields['bound_s']))}")
-    if fields.get("plans") is not None:
-        parts.append(f"{fields['plans']} plans kept")
-    if "step_s" in fields and fields["step_s"] is not None:
-        parts.append(f"step {report.fmt_time(float(fields['step_s']))}")
-    elif "objective" in fields and fields["objective"] is not None:
-        parts.append(f"objective {fields['objective']}")
-    if fields.get("gap") is not None:
-        parts.append(f"gap {float(fields['gap']):.1%}")
-    if isinstance(fields.get("plan"), Plan):
-        parts.append(fields["plan"].short())
-    return ", ".join(parts)
+#: The progress display of every command (cli/progress.py: rich's Progress on stderr).
+ProgressLine = ProgressBar
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,8 +317,10 @@ def emit_settings(job: Job, plan: Plan, fmt: str, out_path: str | None, out: Con
         note.print(f"note ({fmt}): {n}")
 
 
-def consoles(json_path: str | None, quiet: bool) -> tuple[Console, Console]:
-    """(report console, notes console): the report leaves stdout when JSON goes there."""
-    if outputs.is_stdout(json_path):
+def consoles(json_path: str | None, quiet: bool, *others: str | None
+             ) -> tuple[Console, Console]:
+    """(report console, notes console): the report leaves stdout when JSON (or another
+    output in `others`: --trace, --html) goes there."""
+    if any(outputs.is_stdout(p) for p in (json_path, *others)):
         return report.stderr_console(quiet), report.stderr_console(quiet)
     return report.stdout_console(), report.stderr_console(quiet)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table
 from rich.text import Text
@@ -35,6 +37,12 @@ def _plan_options(fn: F) -> F:
                      help="Print launch settings of this plan."),
         click.option("--emit-out", default=None, metavar="FILE",
                      help="With --emit: write the settings to FILE (atomically)."),
+        click.option("--trace", "trace_path", default=None, metavar="FILE.json",
+                     help="Write the predicted step as a Chrome trace (open it in "
+                          "ui.perfetto.dev or chrome://tracing)."),
+        click.option("--html", "html_path", default=None, metavar="FILE.html",
+                     help="Write a self-contained HTML report (needs plotly: the `html` "
+                          "extra)."),
         click.option("--quiet", "-q", is_flag=True, help="No notes on stderr."),
     ]
     for o in reversed(opts):
@@ -42,26 +50,57 @@ def _plan_options(fn: F) -> F:
     return fn
 
 
+def _require_html(html_path: str | None) -> None:
+    """Exit 2 before any work when --html is given and plotly is missing."""
+    if html_path:
+        from autoparallel_cp.html_report import require_plotly
+
+        require_plotly()
+
+
 def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
                          emit_fmt: str | None, emit_out: str | None, quiet: bool,
-                         explain: bool) -> None:
-    out, note = consoles(json_path, quiet)
+                         explain: bool, trace_path: str | None = None,
+                         html_path: str | None = None) -> None:
+    out, note = consoles(json_path, quiet, trace_path, html_path)
     ev = api.evaluate(job, plan_text)
     d = report.plans_from([ev])[0]
     emitted = emit(job, plan_of(ev), emit_fmt) if emit_fmt else None
-    items = [(json_path, outputs.plan_json(d))] if json_path else []
-    if emitted is not None and emit_out:
-        items.append((emit_out, emitted.text))
-    outputs.write_all(items)  # together, once nothing can fail any more
-    if json_path and json_path != "-":
-        note.print(f"wrote {json_path}")
-    out.print(Text(job_header(job), style="bold"))
-    report.print_plan_report(out, d, title="Plan breakdown" if not explain else "Explanation",
-                             num_layers=job.model.num_layers, explain=explain)
+    changes: list[Any] = []
+    sensitivity: list[str] = []
     if explain:
         from autoparallel_cp.search.neighbours import single_changes
 
         changes = single_changes(job, plan_of(ev), d)
+        if changes:
+            sensitivity = explain_sensitivity_lines(job, plan_of(ev), step_of(d), changes)
+    items = [(json_path, outputs.plan_json(d))] if json_path else []
+    if emitted is not None and emit_out:
+        items.append((emit_out, emitted.text))
+    if trace_path:
+        from autoparallel_cp.trace import trace_json
+
+        items.append((trace_path, trace_json(job, plan_of(ev), d)))
+    if html_path:
+        from autoparallel_cp.html_report import plans_report
+
+        notes = report.limits(d) + [
+            f"change {c.change}: step {report.fmt_time(c.step_s)} ({c.delta:+.1%}), needs "
+            f"{report.gib(c.peak_bytes)} of {report.gib(c.capacity_bytes)} GiB"
+            for c in changes[:5]] + sensitivity
+        items.append((html_path, plans_report(
+            job, [d], plan_of(ev), title=f"ap-solve {'explain' if explain else 'evaluate'}",
+            subtitle=job_header(job), chosen=0, notes=notes,
+            notes_heading="What limits it, the best single changes and their sensitivity"
+            if explain else "What limits it")))
+    outputs.write_all(items)  # together, once nothing can fail any more
+    for path in (json_path, trace_path, html_path):
+        if path and path != "-":
+            note.print(f"wrote {path}")
+    out.print(Text(job_header(job), style="bold"))
+    report.print_plan_report(out, d, title="Plan breakdown" if not explain else "Explanation",
+                             num_layers=job.model.num_layers, explain=explain)
+    if explain:
         if changes:
             top = changes[0]
             out.print(Text("Change that would help most: ", style="bold") + Text(
@@ -78,7 +117,7 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
                 table.add_row(ch.change, report.fmt_time(ch.step_s), f"{ch.delta:+.1%}",
                               f"{report.gib(ch.peak_bytes)}/{report.gib(ch.capacity_bytes)}")
             out.print(table)
-            for line in explain_sensitivity_lines(job, plan_of(ev), step_of(d), changes):
+            for line in sensitivity:
                 out.print(line)
         elif d.get("fits"):
             out.print("No single-axis change fits and is faster: the plan is locally optimal.")
@@ -93,11 +132,15 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
 @guarded
 def evaluate(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
              global_batch: int, recipe: str, plan_text: str, json_path: str | None,
-             emit_fmt: str | None, emit_out: str | None, quiet: bool) -> None:
+             emit_fmt: str | None, emit_out: str | None, trace_path: str | None,
+             html_path: str | None, quiet: bool) -> None:
     """The memory and time breakdown of one given plan (also when it does not fit)."""
-    check_outputs(json_path=json_path, emit_out=emit_out)
+    check_outputs(json_path=json_path, emit_out=emit_out, trace_path=trace_path,
+                  html_path=html_path)
+    _require_html(html_path)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
-    _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=False)
+    _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=False,
+                         trace_path=trace_path, html_path=html_path)
 
 
 @click.command()
@@ -106,8 +149,12 @@ def evaluate(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_
 @guarded
 def explain(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
             global_batch: int, recipe: str, plan_text: str, json_path: str | None,
-            emit_fmt: str | None, emit_out: str | None, quiet: bool) -> None:
+            emit_fmt: str | None, emit_out: str | None, trace_path: str | None,
+            html_path: str | None, quiet: bool) -> None:
     """Explain one plan: breakdown, what limits it, and the changes that would help most."""
-    check_outputs(json_path=json_path, emit_out=emit_out)
+    check_outputs(json_path=json_path, emit_out=emit_out, trace_path=trace_path,
+                  html_path=html_path)
+    _require_html(html_path)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
-    _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=True)
+    _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=True,
+                         trace_path=trace_path, html_path=html_path)

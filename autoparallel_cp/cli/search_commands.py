@@ -38,8 +38,9 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                  tolerance: float, csv_path: str | None, json_path: str | None,
                  emit_fmt: str | None, emit_rank: int | None, emit_out: str | None,
                  quiet: bool, time_limit: float | None = None,
-                 workers: int | None = None) -> None:
-    out, note = consoles(json_path, quiet)
+                 workers: int | None = None, trace_path: str | None = None,
+                 trace_rank: int = 1, html_path: str | None = None) -> None:
+    out, note = consoles(json_path, quiet, trace_path, html_path)
     # the search keeps to the plans the --emit format, else the recipe's framework, runs
     # (spec/framework_space.py); a format that cannot train the job at all is named first (a
     # recipe only costs the job as its framework would, whatever the model)
@@ -139,11 +140,35 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         from autoparallel_cp.emit import emit
 
         emitted = emit(job, chosen, emit_fmt)  # before any file is written: it may refuse
+    extra = [(emit_out, emitted.text)] if emitted is not None and emit_out else []
+    notes = uncertainty_lines(job, dicts, [p for p, _ in ranked])
+    if trace_path or html_path:
+        if trace_rank > len(ranked):
+            raise UserError(f"--trace-rank {trace_rank}: only {len(ranked)} plans")
+        traced = ranked[trace_rank - 1][0]
+        if trace_path:
+            from autoparallel_cp.trace import trace_json
+
+            extra.append((trace_path, trace_json(full_job, traced, dicts[trace_rank - 1])))
+        if html_path:
+            from autoparallel_cp.html_report import plans_report
+
+            if rec is None:
+                rec_lines = ["recommended: none within the memory margin"]
+            else:
+                rec_lines = [f"recommended: #{rec_rank}" if rec_rank is not None else
+                             f"recommended: {rec.plan.short()}", rec.why()]
+            extra.append((html_path, plans_report(
+                full_job, dicts, traced, title=f"ap-solve {kind}", subtitle=job_header(job),
+                chosen=trace_rank - 1, notes=rec_lines + notes,
+                recommended=rec_rank - 1 if rec_rank is not None else None)))
     # every search phase is done: write the outputs together (an interrupt before this line
     # leaves every existing output file as it was)
-    write_outputs(status, solve_time, space, dicts, csv_path, json_path, note,
-                  extra=[(emit_out, emitted.text)] if emitted is not None and emit_out else [],
+    write_outputs(status, solve_time, space, dicts, csv_path, json_path, note, extra=extra,
                   space_desc=space_desc)
+    for path in (trace_path, html_path):
+        if path and path != "-":
+            note.print(f"wrote {path}")
 
     out.print(Text(job_header(job), style="bold"))
     space_txt = (f"{space:.2g}" if isinstance(space, int) and space >= 10**9 else
@@ -193,11 +218,19 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
             out.print("  #1 is near capacity: this is the simplest plan within "
                       f"{tolerance:.0%} of the fastest plan within the memory margin.")
         out.print("  " + rec.why())
-    for line in uncertainty_lines(job, dicts, [p for p, _ in ranked]):
+    for line in notes:
         out.print("  " + line)
 
     if emit_fmt and chosen is not None:
         emit_settings(job, chosen, emit_fmt, emit_out, out, note, label, written=emitted)
+
+
+def _require_html(html_path: str | None) -> None:
+    """Exit 2 before any work when --html is given and plotly is missing."""
+    if html_path:
+        from autoparallel_cp.html_report import require_plotly
+
+        require_plotly()
 
 
 def _near(job: Job, plan: Any, headroom: float) -> bool:
@@ -219,15 +252,19 @@ def _near(job: Job, plan: Any, headroom: float) -> bool:
 def solve(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len: int,
           global_batch: int, recipe: str, fix: str | None, top_k: int, objective: str,
           tolerance: float, csv_path: str | None, json_path: str | None,
-          emit_fmt: str | None, emit_rank: int | None, emit_out: str | None, quiet: bool,
+          emit_fmt: str | None, emit_rank: int | None, emit_out: str | None,
+          trace_path: str | None, trace_rank: int, html_path: str | None, quiet: bool,
           time_limit: float, workers: int | None) -> None:
     """The optimal and k best distinct plans, found by CP-SAT."""
-    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out)
+    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out,
+                  trace_path=trace_path, html_path=html_path)
+    _require_html(html_path)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _run_search("solve", job, fix=fix, top_k=top_k, objective=objective, tolerance=tolerance,
                 csv_path=csv_path, json_path=json_path, emit_fmt=emit_fmt,
                 emit_rank=emit_rank, emit_out=emit_out, quiet=quiet, time_limit=time_limit,
-                workers=workers)
+                workers=workers, trace_path=trace_path, trace_rank=trace_rank,
+                html_path=html_path)
 
 
 @click.command("enumerate")
@@ -238,10 +275,14 @@ def enumerate_cmd(model: str, cluster: str, gpus: int | None, nodes: int | None,
                   global_batch: int, recipe: str, fix: str | None, top_k: int, objective: str,
                   tolerance: float, csv_path: str | None, json_path: str | None,
                   emit_fmt: str | None, emit_rank: int | None, emit_out: str | None,
+                  trace_path: str | None, trace_rank: int, html_path: str | None,
                   quiet: bool) -> None:
     """The exhaustive reference search over the same space (for checking the solver)."""
-    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out)
+    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out,
+                  trace_path=trace_path, html_path=html_path)
+    _require_html(html_path)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _run_search("enumerate", job, fix=fix, top_k=top_k, objective=objective,
                 tolerance=tolerance, csv_path=csv_path, json_path=json_path,
-                emit_fmt=emit_fmt, emit_rank=emit_rank, emit_out=emit_out, quiet=quiet)
+                emit_fmt=emit_fmt, emit_rank=emit_rank, emit_out=emit_out, quiet=quiet,
+                trace_path=trace_path, trace_rank=trace_rank, html_path=html_path)

@@ -109,6 +109,9 @@ def _csv_list(kind: Callable[[str], Any], name: str, lo: float, hi: float
                    "local Ray runtime started and stopped for this sweep).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Write a PNG plot (needs matplotlib: the `plot` extra).")
+@click.option("--html", "html_path", default=None, metavar="FILE.html",
+              help="Write a self-contained HTML report with the sweep's curves (needs plotly: "
+                   "the `html` extra).")
 @click.option("--csv", "csv_path", default=None, metavar="FILE", help="Write the sweep as CSV.")
 @click.option("--json", "json_path", default=None, metavar="FILE|-",
               help="Write the sweep as JSON; '-' for stdout.")
@@ -121,8 +124,8 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
            inter_node_gbps: list[float] | None, seq_len: list[int], global_batch: list[int],
            recipe: str, fix: str | None, objective: str, tokens: float | None,
            time_limit: float, jobs: int | None, backend: str, address: str | None,
-           plot_path: str | None, csv_path: str | None, json_path: str | None,
-           quiet: bool) -> None:
+           plot_path: str | None, html_path: str | None, csv_path: str | None,
+           json_path: str | None, quiet: bool) -> None:
     """Hardware and job planning: sweep GPUs, GPU type, network, sequence length, batch."""
     from autoparallel_cp import whatif as wi
 
@@ -130,22 +133,37 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
         raise UserError("--address: only with --backend ray")
     if backend == "ray":
         sweep_backends.require_ray()
-    check_outputs(csv_path=csv_path, json_path=json_path, plot_path=plot_path)
-    out, note = consoles(json_path, quiet)
+    check_outputs(csv_path=csv_path, json_path=json_path, plot_path=plot_path,
+                  html_path=html_path)
+    out, note = consoles(json_path, quiet, html_path)
     if plot_path:
         wi.require_matplotlib()
+    if html_path:
+        from autoparallel_cp.html_report import require_plotly
+
+        require_plotly()
     points = wi.build_points(
         model=model, clusters=[c.strip() for c in cluster.split(",") if c.strip()],
         gpus=gpus, nodes=nodes, inter_node_gbps=inter_node_gbps, seq_lens=seq_len,
         global_batches=global_batch, recipe=recipe)
     points = [dataclasses.replace(p, job=apply_options(p.job)) for p in points]
     api.parse_fix(fix)  # validate once, before spawning workers
-    with ProgressLine(not quiet, f"what-if, {len(points)} points") as progress:
+    with ProgressLine(not quiet, "what-if points", total=len(points)) as progress:
         rows = wi.run_sweep(points, fix=fix, objective=objective, time_limit=time_limit,
                             jobs=jobs, tokens=tokens, backend=backend, address=address,
-                            on_done=lambda done, total: progress.update(f"{done}/{total} done"))
+                            on_done=progress.done)
     items = ([(csv_path, wi.rows_csv(rows))] if csv_path else []) + (
         [(json_path, wi.rows_json(rows))] if json_path else [])
+    if html_path:
+        from autoparallel_cp.html_report import whatif_report
+
+        keys = wi.swept(rows)
+        x_key = next((k for k in keys if k != "cluster"), keys[0] if keys else "gpus")
+        items.append((html_path, whatif_report(
+            rows, title="ap-solve whatif",
+            subtitle=f"{model}, {len(rows)} points, objective {objective}", x_key=x_key,
+            series_keys=[k for k in keys if k != x_key],
+            notes=wi.summary_lines(rows, tokens=tokens, objective=objective), tokens=tokens)))
     check_interrupt()
     outputs.write_all(items)
     for path, _ in items:

@@ -17,7 +17,7 @@ from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.efficiency import peak_flops
 from autoparallel_cp.cost.evidence import evidence
 from autoparallel_cp.cost.flops import model_flops_per_token
-from autoparallel_cp.cost.memory import peak_stage, stage_memory
+from autoparallel_cp.cost.memory import StageMemory, peak_stage, stage_memory
 from autoparallel_cp.cost.steptime import step_time
 from autoparallel_cp.cost.uncertainty import oom_risk, peak_scale, plan_intervals
 from autoparallel_cp.spec import Job
@@ -44,6 +44,7 @@ class MemoryBreakdown(BaseModel):
     # allocator's free cached bytes at the peak, ALLOCATOR_FRAGMENTATION x (peak - persistent)
     persistent_bytes: float = 0.0
     fragmentation_bytes: float = 0.0
+    host_bytes: float = 0.0  # host memory per GPU of the most offloading stage (cost/offload.py)
     #: the chance that the plan does not fit the GPU's whole memory (before --mem-headroom),
     #: from the memory interval (cost/uncertainty.py `oom_risk`)
     oom_risk: float | None = None
@@ -65,6 +66,7 @@ class TimeBreakdown(BaseModel):
     optimizer_s: float
     slowest_stage: int
     fixed_s: float = 0.0  # calibrated fixed time per step (spec/calibration.py)
+    offload_s: float = 0.0  # exposed activation copies to / from the host (cost/offload.py)
     step_s_interval: tuple[float, float] | None = None  # nominal 80 % (cost/uncertainty.py)
 
 
@@ -111,6 +113,12 @@ class Evaluation(BaseModel):
             plan_d["chunk_layers"] = list(p.chunk_layers)
         if p.etp is not None:
             plan_d["etp"] = p.etp
+        if p.schedule is not None:
+            plan_d["schedule"] = p.schedule
+        if p.optimizer_offload:
+            plan_d["optimizer_offload"] = p.optimizer_offload
+        if p.activation_offload:
+            plan_d["activation_offload"] = p.activation_offload
         return {
             "plan": plan_d,
             "fits": self.fits,
@@ -127,6 +135,17 @@ class Evaluation(BaseModel):
         }
 
 
+def host_fits(job: Job, plan: Plan, stages: list[StageMemory]) -> bool:
+    """Whether every node's host memory holds what its GPUs offload (cost/offload.py): the
+    most-offloading stage's host bytes on each of the node's GPUs."""
+    for s in stages:
+        ng = job.cluster.node_groups[s.group]
+        if s.host_bytes > 0 and ng.host is not None and (
+                s.host_bytes * ng.gpus_per_node > ng.host.memory_bytes):
+            return False
+    return True
+
+
 def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Evaluation:
     """Memory and step time of `plan` for `job`. Raises ValueError listing broken rules."""
     bad = plan_violations(job, plan)
@@ -139,7 +158,8 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
         job = job.model_copy(update={"recipe": job.recipe.model_copy(update={"behaviour": opts})})
     stages = stage_memory(job, plan, opts)
     worst = peak_stage(stages)
-    fits = all(s.required_bytes <= s.capacity_bytes for s in stages)
+    fits = all(s.required_bytes <= s.capacity_bytes for s in stages) and host_fits(job, plan,
+                                                                                   stages)
     st = step_time(job, plan, opts)
     tokens = job.tokens_per_step
     tps = tokens / st.step_s
@@ -156,6 +176,7 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
         required_bytes=worst.required_bytes, stage=worst.stage,
         peak_bytes_interval=iv.peak_bytes, persistent_bytes=worst.persistent_bytes,
         fragmentation_bytes=worst.fragmentation_bytes,
+        host_bytes=max(s.host_bytes for s in stages),
         # the risk is against the GPU's whole memory: the headroom is a margin, not memory
         oom_risk=oom_risk(job, worst.required_bytes,
                           worst.capacity_bytes / (1.0 - job.mem_headroom)),
@@ -165,6 +186,7 @@ def evaluate(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Eval
         tp_comm_s=st.tp_comm_s, cp_comm_s=st.cp_comm_s, ep_comm_s=st.ep_comm_s,
         pp_comm_s=st.pp_comm_s, dp_comm_s=st.dp_comm_s, optimizer_s=st.optimizer_s,
         slowest_stage=st.slowest_stage, fixed_s=st.fixed_s, step_s_interval=iv.step_s,
+        offload_s=st.offload_s,
     )
     thr = Throughput(tokens_per_s=tps, tokens_per_s_per_gpu=tps / job.num_gpus,
                      mfu=mf * tps / peak, tokens_per_s_per_gpu_interval=iv.tokens_per_s_per_gpu)

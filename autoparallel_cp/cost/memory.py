@@ -39,6 +39,8 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from autoparallel_cp.cost import factors as F
+from autoparallel_cp.cost.offload import offloaded_activations, optimizer_host_bytes
+from autoparallel_cp.cost.schedules import dualpipe_mirror, head_stage, inflight_units
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
@@ -56,6 +58,7 @@ class StageMemory:
     other_bytes: float
     capacity_bytes: float
     persistent_bytes: float  # of the peak, in buffers never freed (factors.persistent_bytes)
+    host_bytes: float = 0.0  # offloaded to host memory (cost/offload.py)
 
     @property
     def peak_bytes(self) -> float:
@@ -247,7 +250,6 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     opts = F.options_for(job, options)
     groups = stage_groups(job, plan)
     kinds = stage_layer_kinds(job, plan)
-    pp, m = plan.pp, plan.num_microbatches
     shard_dense = plan.dp * plan.cp
     shard_exp = plan.expert_dp
     wd, gd, od = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_dense))
@@ -259,7 +261,8 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     layer, edges = plan_factors(job, plan, opts)
     mtps = mtp_cache(job, plan, opts)
     chunks = plan.chunks_per_stage(job.model.num_layers)
-    out: list[StageMemory] = []
+    last = head_stage(plan)
+    parts: list[tuple[float, float, float, float, float]] = []  # dense_p exp_p act work host
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
         edge = edges(g)
@@ -267,6 +270,7 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
         exp_p = 0.0
         act = 0.0
         work = 0.0
+        kept: list[tuple[int, float]] = []
         for moe, n, r in ((False, nd, rd), (True, nm, rm)):
             if n == 0:
                 continue
@@ -276,13 +280,15 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
             base = layer(g, _base_mode(plan), moe)
             full = layer(g, "full", moe)
             act += (n - r) * float(base.act_bytes) + r * float(full.ckpt_bytes)
+            kept.append((n - r, float(base.act_bytes)))
             work = max(work, float(full.work_bytes if r > 0 else base.work_bytes))
-        f = F.stage_inflight(pp, plan.vpp, m, j, chunks[j])
-        act *= f
+        f = inflight_units(plan, j, chunks[j])
+        off, one = offloaded_activations(plan.activation_offload, kept)
+        act = (act - off) * f + one  # one offloaded layer in transit (cost/offload.py)
         if j == 0:
             dense_p += float(edge.emb_params)
             act += f * float(edge.emb_act_bytes)
-        if j == pp - 1:
+        if j == last:
             dense_p += float(edge.head_params)
             act += float(edge.head_act_bytes)
             work = max(work, float(edge.head_work_bytes))
@@ -292,10 +298,24 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
                 exp_p += mt.exp_p
                 act += mt.act
                 work = max(work, mt.work)
+        parts.append((dense_p, exp_p, act, work, f * off))
+    out: list[StageMemory] = []
+    for j, g in enumerate(groups):
+        dense_p, exp_p, act, work, host = parts[j]
+        mirror = dualpipe_mirror(plan, j)
+        if mirror is not None:  # DualPipe: the rank also holds stage p-1-j (its own f share)
+            d2, e2, a2, w2, h2 = parts[mirror]
+            dense_p, exp_p, act, work = dense_p + d2, exp_p + e2, act + a2, max(work, w2)
+            host += h2
         buffers = buf_pp * (dense_p + exp_p) + z3 + other
         params_b = wd * dense_p + we * exp_p
         grads_b = gd * dense_p + ge * exp_p
         opt_b = od * dense_p + oe * exp_p
+        if plan.optimizer_offload:  # cost/offload.py: that share's states live on the host
+            x = plan.optimizer_offload
+            host += optimizer_host_bytes(job, opt_b, dense_p / shard_dense + exp_p / shard_exp
+                                         if plan.zero >= 1 else dense_p + exp_p, x)
+            opt_b *= 1.0 - x
         out.append(StageMemory(
             stage=j, group=g,
             params_bytes=params_b,
@@ -305,6 +325,7 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
             other_bytes=buffers,
             capacity_bytes=usable_bytes(job, job.cluster.node_groups[g].gpu.memory_bytes),
             persistent_bytes=F.persistent_bytes(job.recipe, params_b, grads_b, opt_b),
+            host_bytes=host,
         ))
     return out
 

@@ -50,6 +50,19 @@ from autoparallel_cp.cost.memory import (
     stage_groups,
     stage_layer_kinds,
 )
+from autoparallel_cp.cost.offload import (
+    activation_offload_s,
+    offloaded_activations,
+    optimizer_offload_s,
+)
+from autoparallel_cp.cost.schedules import (
+    backward_split,
+    bubble_ratio,
+    dualpipe_mirror,
+    ep_hidden_share,
+    head_stage,
+    simulated_bubble,
+)
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
@@ -74,11 +87,12 @@ class StageTime:
     optimizer_s: float
     grad_reduce_s: float = 0.0  # per-micro-batch gradient reduction (DeepSpeed ZeRO-2)
     grad_accum_s: float = 0.0  # per-micro-batch fp32 accumulation pass (BF16_Optimizer)
+    offload_s: float = 0.0  # activation copies to / from the host beyond the compute
 
     @property
     def total_s(self) -> float:
         return (self.compute_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s + self.zero3_s
-                + self.grad_reduce_s + self.grad_accum_s)
+                + self.grad_reduce_s + self.grad_accum_s + self.offload_s)
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,7 @@ class StepTime:
     stages: tuple[StageTime, ...]
     slowest_stage: int
     fixed_s: float = 0.0  # calibrated fixed time per step (spec/calibration.py `per_step_s`)
+    offload_s: float = 0.0  # exposed activation offload copies (cost/offload.py)
 
 
 def _dp_factors(job: Job, plan: Plan) -> tuple[Callable[[int], tuple[float, ...]],
@@ -144,19 +159,28 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
 
     out: list[StageTime] = []
     p2p_of: dict[int, float] = {}
+    last = head_stage(plan)
+    # DualPipe(V) pairs a forward and a backward chunk: on that share of the micro-batches
+    # their all-to-alls hide as in Megatron's combined 1F1B node (moe_comm.ep_overlapped);
+    # a recipe that overlaps every micro-batch already (ep_overlap) keeps its own
+    hidden = 0.0 if opts.ep_overlap else ep_hidden_share(plan)
+    layer_ov = plan_factors(job, plan, opts.model_copy(update={"ep_overlap": True}))[0] \
+        if hidden > 0.0 else layer
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
         per_dense, per_exp, z3_per, fixed = sync(g)
         lat_mb, lat_step = unit_lat(g)
         layers = 0.0
-        comp = tp = cp = ep = z3 = 0.0
+        comp = tp = cp = ep = z3 = ep_ov = 0.0
         dense_p = exp_p = 0.0
         z3_first = 0.0
+        kept: list[tuple[int, float]] = []
         for moe, n, r in ((False, nd, rd), (True, nm, rm)):
             if n == 0:
                 continue
             base = layer(g, _base_mode(plan), moe)
             full = layer(g, "full", moe)
+            kept.append((n - r, float(base.act_bytes)))
             d_, e_ = F.layer_param_counts(job, moe, plan.tp, plan.ep, plan.etp)
             dense_p += n * float(d_)
             exp_p += n * float(e_)
@@ -170,17 +194,21 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
             tp += r * float(full.rc_tp_s)
             cp += r * float(full.rc_cp_s)
             ep += r * float(full.rc_ep_s)
+            if hidden > 0.0:
+                ob, of = layer_ov(g, _base_mode(plan), moe), layer_ov(g, "full", moe)
+                ep_ov += (n - r) * float(ob.ep_s) + r * (float(of.ep_s) + float(of.rc_ep_s))
             layers += n
             ag = z3_per * float(d_) + lat_mb
             z3 += n * (float(F.overlap_exposed(ag, float(base.time_s)))
                        + F.zero3_copy_factor(job, g) * float(d_))
             z3_first = max(z3_first, ag)
         z3 += z3_first
+        ep_layers = ep
         edge = edges(g)
         if j == 0:
             comp += float(edge.emb_time_s)
             dense_p += float(edge.emb_params)
-        if j == pp - 1:
+        if j == last:
             comp += float(edge.head_compute_s)
             tp += float(edge.head_time_s - edge.head_compute_s)
             dense_p += float(edge.head_params)
@@ -197,6 +225,8 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                 z3 += job.model.mtp_layers * (
                     float(F.overlap_exposed(z3_per * d_mtp + lat_mb, t_mtp))
                     + F.zero3_copy_factor(job, g) * d_mtp)
+        if hidden > 0.0:  # the MTP and edge terms stay as they are (not paired chunks' a2a)
+            ep += hidden * (ep_ov - ep_layers)
         if g not in p2p_of:  # the same for every stage of a node group
             p2p_of[g] = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp,
                                            plan.vpp, plan.dp))
@@ -209,6 +239,15 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         shard_d = plan.dp * plan.cp if plan.zero >= 1 else 1
         shard_e = plan.expert_dp if plan.zero >= 1 else 1
         opt = F.optimizer_factor(job, g) * (dense_p / shard_d + exp_p / shard_e)
+        if plan.optimizer_offload:  # cost/offload.py: that share steps on the host
+            x = plan.optimizer_offload
+            opt = (1.0 - x) * opt + optimizer_offload_s(
+                job, g, dense_p / shard_d + exp_p / shard_e, x)
+        off_s = 0.0
+        if plan.activation_offload:
+            off, _ = offloaded_activations(plan.activation_offload, kept)
+            fwd = backward_split(job, plan)[0] * (comp + tp + cp + ep)
+            off_s = activation_offload_s(job, g, off, fwd, comp + tp + cp + ep - fwd)
         mb_d, mb_e = mb_grad(g)
         grad_mb = mb_d * dense_p + mb_e * exp_p
         # the accumulation pass (zero <= 1) and the ZeRO-2 reduction never both apply
@@ -216,8 +255,26 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         out.append(StageTime(stage=j, group=g, compute_s=comp, tp_s=tp, cp_s=cp, ep_s=ep,
                              pp_s=p2p, zero3_s=z3 if plan.zero >= 3 else 0.0,
                              dp_sync_s=dp_sync, optimizer_s=opt,
-                             grad_reduce_s=grad_reduce, grad_accum_s=grad_accum))
+                             grad_reduce_s=grad_reduce, grad_accum_s=grad_accum,
+                             offload_s=off_s))
+    if dualpipe_mirror(plan, 0) is not None:
+        return [_dualpipe_rank(out[j], out[plan.pp - 1 - j]) for j in range(pp)]
     return out
+
+
+def _dualpipe_rank(a: StageTime, b: StageTime) -> StageTime:
+    """Rank a.stage under DualPipe: half its micro-batches run stage a, half its mirror b
+    (per micro-batch: the mean), and it syncs and updates both copies' parameters (the sum)."""
+    def mean(x: float, y: float) -> float:
+        return 0.5 * (x + y)
+    return StageTime(
+        stage=a.stage, group=a.group, compute_s=mean(a.compute_s, b.compute_s),
+        tp_s=mean(a.tp_s, b.tp_s), cp_s=mean(a.cp_s, b.cp_s), ep_s=mean(a.ep_s, b.ep_s),
+        pp_s=mean(a.pp_s, b.pp_s), zero3_s=mean(a.zero3_s, b.zero3_s),
+        dp_sync_s=a.dp_sync_s + b.dp_sync_s, optimizer_s=a.optimizer_s + b.optimizer_s,
+        grad_reduce_s=mean(a.grad_reduce_s, b.grad_reduce_s),
+        grad_accum_s=mean(a.grad_accum_s, b.grad_accum_s),
+        offload_s=mean(a.offload_s, b.offload_s))
 
 
 def dp_exposure(overlap: bool) -> tuple[float, float]:
@@ -241,7 +298,13 @@ def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Ste
     tmax_stage = max(sts, key=lambda s: s.total_s)
     tmax = tmax_stage.total_s
     total = sum(s.total_s for s in sts)
-    bubble = (total - tmax) / plan.vpp
+    sched = plan.pipeline_schedule
+    if sched in ("zbv", "dualpipev") and plan.pp > 1:  # PyTorch's order, replayed
+        bubble = simulated_bubble(plan, [s.total_s for s in sts], backward_split(job, plan))
+    else:
+        ratio = 1.0 if sched in ("1f1b", "interleaved", "gpipe") else bubble_ratio(
+            sched, plan.pp, backward_split(job, plan))
+        bubble = ratio * (total - tmax) / plan.vpp
     dp_exp = max(exposed_dp(s, opts.dp_overlap) for s in sts)
     opt = max(s.optimizer_s for s in sts)
     t = tmax_stage
@@ -260,6 +323,7 @@ def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Ste
         stages=tuple(sts),
         slowest_stage=t.stage,
         fixed_s=fixed,
+        offload_s=m * t.offload_s,
     )
 
 

@@ -28,6 +28,11 @@ def deepspeed_config(job: Job, plan: Plan) -> tuple[dict[str, Any], list[str]]:
         "gradient_accumulation_steps": plan.num_microbatches,
         "zero_optimization": {"stage": plan.zero},
     }
+    if plan.optimizer_offload:  # ZeRO-Offload; a partial `ratio` on ZeRO-3 (frameworks.py)
+        off: dict[str, Any] = {"device": "cpu", "pin_memory": True}
+        if plan.optimizer_offload < 1:
+            off["ratio"] = plan.optimizer_offload
+        cfg["zero_optimization"]["offload_optimizer"] = off
     if job.recipe.weight_bytes == 2:
         # the recipe's layout: bf16 weights, fp32 master and fp32 gradient accumulation
         # (0.19.8 runtime/constants.py:384 grad_accum_dtype)

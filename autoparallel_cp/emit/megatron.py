@@ -156,6 +156,16 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
     # ZeRO: 1 = distributed optimizer; 2/3 = Megatron-FSDP sharding strategies.
     if plan.zero >= 1:
         a.append("--use-distributed-optimizer")
+    if plan.optimizer_offload:
+        # HybridDeviceOptimizer (megatron/core/optimizer/cpu_offloading): that share of the
+        # optimizer on the CPU, its copies pipelined with the CPU step (cost/offload.py);
+        # d98e8a64 arguments.py:1884-1888 requires the precision-aware optimizer with it
+        a += ["--optimizer-cpu-offload", "--optimizer-offload-fraction",
+              f"{plan.optimizer_offload:g}", "--overlap-cpu-optimizer-d2h-h2d",
+              "--use-precision-aware-optimizer"]
+    if plan.activation_offload:  # Transformer Engine CPU offloading (pp = 1: frameworks.py)
+        # (d98e8a64 arguments.py:1950-1951: a positive count turns cpu_offloading on)
+        a += ["--cpu-offloading-num-layers", str(plan.activation_offload)]
     if plan.zero >= 2:
         strategy = "optim_grads" if plan.zero == 2 else "optim_grads_params"
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,

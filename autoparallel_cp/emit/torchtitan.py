@@ -20,7 +20,7 @@ from typing import Any
 
 from autoparallel_cp.emit.common import chunk_layers, plan_comment, refuse_unrunnable
 from autoparallel_cp.spec import Job
-from autoparallel_cp.spec.frameworks import TORCHTITAN_MODELS, VERSIONS
+from autoparallel_cp.spec.frameworks import TORCHTITAN_MODELS, TORCHTITAN_SCHEDULES, VERSIONS
 from autoparallel_cp.spec.plan import Plan
 
 
@@ -80,7 +80,7 @@ def torchtitan_settings(job: Job, plan: Plan, fmt: str = "torchtitan"
         par["expert_tensor_parallel_degree"] = plan.expert_tp
     local_batch = plan.mbs
     if plan.pp > 1:
-        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
+        par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[plan.pipeline_schedule]
         par["pipeline_parallel_microbatch_size"] = plan.mbs
         stages = plan.pp * plan.vpp
         if job.model.num_layers % stages == 0 and plan.stage_layers in (

@@ -36,13 +36,22 @@ def add_axes(model: cp_model.CpModel, t: Tables) -> dict[str, cb.Axis]:
         ax[name] = cb.Axis.new(model, name, dom)
     cb.add_product_equals(model, [ax["tp"], ax["cp"], ax["pp"], ax["dp"]], N)
     cb.add_product_equals(model, [ax["dp"], ax["mbs"], ax["m"]], B)
-    if s.etp is None:
-        cb.add_divides(model, [ax["ep"]], [ax["dp"], ax["cp"]])
-    else:
-        # etp*ep | tp*cp*dp with etp a constant (space.ep_ok): prime by prime
-        for p in cb.primes_of([s.etp, *s.ep, *s.tp, *s.cp, *t.dp]):
+    etps = s.etp_axis if len(s.etp_axis) > 1 else (s.etp,)
+    # the expert grid rule of one of the searched expert-TP sizes (space.ep_ok)
+    pick = [model.new_bool_var(f"etp{i}") for i in range(len(etps))] if len(etps) > 1 else []
+    if pick:
+        model.add_bool_or(pick)
+    for i, e in enumerate(etps):
+        on = pick[i:i + 1]
+        if e is None:
+            cb.add_divides(model, [ax["ep"]], [ax["dp"], ax["cp"]], enforce=on)
+            continue
+        # etp*ep | tp*cp*dp with etp a constant: prime by prime
+        for p in cb.primes_of([e, *s.ep, *s.tp, *s.cp, *t.dp]):
             have = sum(ax[a].exponent(p) for a in ("tp", "cp", "dp"))
-            model.add(ax["ep"].exponent(p) <= have - cb.valuation(s.etp, p))
+            c = model.add(ax["ep"].exponent(p) <= have - cb.valuation(e, p))
+            if on:
+                c.only_enforce_if(on)
     one_vpp = ax["vpp"].lit(1)
     # negated() is a NotBooleanVariable (a Literal, not an IntVar); add_divides only passes
     # `enforce` on to only_enforce_if, which accepts any literal

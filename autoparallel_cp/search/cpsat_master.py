@@ -37,6 +37,24 @@ stage still holds >= 1 micro-batch of each of its chunks at its peak (its warm-u
 adds chunk vpp - 1 before any backward; `factors.stage_inflight` >= 1 for unequal chunks too), so
 the memory condition holds as well; `tests/search` checks LB <= every such key's exact best.
 
+Uneven layouts (the named layouts of `SearchSpace.split_families`: a key's plans are the union
+of its families' splits) do not touch it either: no step above uses how the layers are split
+(S_lb sums every layer, T >= S/pp and T >= the harmonic per-layer bound hold for any counts,
+a chunk of 0 layers included), and every stage still holds >= 1 micro-batch of its layers at
+its peak (`factors.stage_inflight` >= 1 for unequal chunks, above), so LB(key) bounds every
+family's plans; the keys are `SearchSpace.degrees()`, whose split rule admits (pp, vpp) when
+some family places the layers (tests/search: LB <= every key's exact best on spaces where only
+a named layout places them).
+
+The expert-TP size as a searched axis (`SearchSpace.etp_axis`, `Tables.variants`: one set of
+factor tables per size, the keys the union of the sizes' keys, `SearchSpace.degrees`): a key's
+plans are the union over the sizes under which it is legal. Every piece of LB is monotone in
+its table (lb1, lb2 and the memory condition grow with mt6, s6, tail5, tail5x, ma6, ms5 and
+shrink with V, since m >= 1 > 2/3), so the tables taken elementwise as the least over the sizes
+(V the largest, the capacity the largest) give a value <= each size's own LB, hence <= the
+exact step time of every plan of the key whatever its etp (`bound_tables`); the key listing
+(`key_table`) reads the same combined tables.
+
 MoE parallel folding (`--fix etp`) does not touch this argument: the expert-TP size is one
 value per search space, so the tables are the factor functions evaluated at it (the folded
 layers' times, activations, expert states and expert-DP gradient sync) over the same axes, the
@@ -125,7 +143,24 @@ def _sel(t: Tables) -> tuple[list[int], list[int]]:
 
 
 def bound_tables(t: Tables) -> BoundTables:
-    """Tabulate LB's pieces from the cost model's factor tables (numpy, no plan lists)."""
+    """Tabulate LB's pieces from the cost model's factor tables (numpy, no plan lists); with
+    several expert-TP sizes searched (`Tables.variants`), each piece the least over the sizes
+    (V, the subtracted one, the largest): the module docstring's union argument."""
+    if t.variants:
+        bts = [_bound_tables(v) for v in t.variants]
+
+        def lo(name: str) -> np.ndarray:
+            return np.minimum.reduce([getattr(b, name) for b in bts])
+
+        return BoundTables(mt6=lo("mt6"), s6=lo("s6"),
+                           v6=np.maximum.reduce([b.v6 for b in bts]), ma6=lo("ma6"),
+                           tail5=lo("tail5"), ms5=lo("ms5"),
+                           cap_avg=max(b.cap_avg for b in bts), tail5x=lo("tail5x"))
+    return _bound_tables(t)
+
+
+def _bound_tables(t: Tables) -> BoundTables:
+    """`bound_tables` of one expert-TP size."""
     s = t.space
     job = s.job
     L = s.num_layers
@@ -274,7 +309,7 @@ def reachable(t: Tables) -> tuple[set[tuple[int, ...]], set[tuple[int, ...]]]:
     r5: set[tuple[int, ...]] = set()
     for d in s.degrees():
         for sp in s.sp:
-            if not s.sp_ok(d.tp, sp):
+            if not s.key_legal(d.tp, d.cp, d.dp, d.ep, sp):
                 continue
             for mo in modes:
                 r6.add((d.tp, d.cp, d.ep, sp, d.mbs, mo))
@@ -290,7 +325,7 @@ def reachable7(t: Tables) -> set[tuple[int, ...]]:
     out: set[tuple[int, ...]] = set()
     for d in s.degrees():
         for sp in s.sp:
-            if s.sp_ok(d.tp, sp):
+            if s.key_legal(d.tp, d.cp, d.dp, d.ep, sp):
                 out.update((d.tp, d.cp, d.ep, sp, d.mbs, mo, d.dp) for mo in modes)
     return out
 

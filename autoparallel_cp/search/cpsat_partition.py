@@ -35,10 +35,10 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from autoparallel_cp.cost import factors as fx
-from autoparallel_cp.search.key_bounds import KeyCoefs, key_coefs
+from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
-from autoparallel_cp.search.tables import Tables
+from autoparallel_cp.search.tables import Tables, family_tables, key_variants
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, canonical
 
 #: Fixed-point scale of the DP-tail fractions (DP_TAIL_FRACTION, BACKWARD_SHARE).
@@ -162,8 +162,10 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         model.add(r >= 1)
         if not s.partial_recompute:
             model.add(r == L)
-        if (step := s.recompute_step(vpp)) > 1:  # a framework's rule (space.recompute_step)
-            model.add(r == step * model.new_int_var(1, L // step, "r_units"))
+        if (step := s.recompute_step(vpp)) > 1:  # a framework's rule (space.recompute_step):
+            # multiples of step, or L ("all layers", the enumerator's None)
+            model.add_linear_expression_in_domain(r, cp_model.Domain.from_values(
+                sorted({*range(step, L + 1, step), L})))
     layers: list[Any] = []
     nm_t: list[Any] = []
     rm_t: list[Any] = []
@@ -401,10 +403,55 @@ def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, see
                            ) -> tuple[tuple[float, Plan, float, float] | None, bool]:
     """`solve_partition`, and whether a None answer is proven: no partition of the key fits
     with an exact step time <= `cutoff_s` (the model has no partition, or CP-SAT proved the
-    model with that cutoff infeasible), not a budget or round limit that ran out."""
+    model with that cutoff infeasible), not a budget or round limit that ran out.
+
+    The key's partitions are the union of its families (`SearchSpace.split_families`: the
+    space's own partitions, then each named uneven layout): each family's model is solved in
+    turn, least `key_bounds.family_bounds` first, a later one with the cutoff lowered to the
+    best exact time so far (a plan above it cannot be the key's best) and none whose bound is
+    above it (the bound is proven <= every plan of its family), and the best is the least
+    (exact step time, `Plan.key()`), the enumerator's order. A family with an infinite bound
+    has no fitting split (`key_bound`: tmin is inf wherever no count fits). None is proven
+    when every family's None is."""
+    budget = budget or Budget(time_limit)
+    best: tuple[float, Plan, float, float] | None = None
+    proven = True
+    fams: list[Tables] = []
+    lbs: list[float] = []
+    for v in key_variants(t, key):  # every expert-TP size the key is legal under
+        fv = family_tables(v, key.pp, key.vpp)
+        fams += fv
+        lbs += family_bounds(v, key) if len(fv) > 1 or len(t.variants) > 1 else [0.0]
+    for i in sorted(range(len(fams)), key=lambda i: (lbs[i], i)):
+        tf = fams[i]
+        if best is not None:  # a later family must tie or beat the best so far to matter
+            if lbs[i] > best[0]:
+                break  # this family's bound, and every later one's, is above the best
+            cutoff_s = best[0] if cutoff_s is None else min(cutoff_s, best[0])
+        elif lbs[i] == math.inf:
+            break  # no split of this family, nor of a later one, fits
+        res, ok = _solve_family(tf, key, seed=seed, workers=workers, max_rounds=max_rounds,
+                                cutoff_s=cutoff_s, budget=budget)
+        r = tf.space.restriction
+        if res is not None and r is not None and r.split_refusals(res[1]):
+            res, ok = None, True  # a family whose best the framework does not run (as the
+            # enumerator: spec/framework_space.py, split rows of a pinned or named layout)
+        if res is None:
+            proven = proven and ok
+        elif best is None or (res[0], res[1].key()) < (best[0], best[1].key()):
+            best = res
+    return best, best is None and proven
+
+
+
+def _solve_family(t: Tables, key: Any, *, seed: int, workers: int, max_rounds: int,
+                  cutoff_s: float | None, budget: Budget
+                  ) -> tuple[tuple[float, Plan, float, float] | None, bool]:
+    """`solve_partition_proven` over one partition family (`t.space`'s own partitions)."""
     from autoparallel_cp.search.tables import plan_cost
 
-    budget = budget or Budget(time_limit)
+    if _determined(t, key):
+        return _score_determined(t, key, cutoff_s)
     pm = build_partition(t, key)
     if pm is None:
         return None, True
@@ -424,6 +471,33 @@ def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, see
             return (pc.step_s, plan, diff, pm.error_bound_s + max(gap, 0.0)), False
         pm.forbid(solver)
     return None, False
+
+
+#: Most stage placements a pinned split's key is scored over directly (`_determined`)
+DIRECT_PLACEMENTS = 64
+
+
+def _determined(t: Tables, key: Any) -> bool:
+    """A pinned split (`--fix` or a named layout) leaves only the recompute count and the
+    stage placement to choose: a scan (`enumerate.best_of_pinned_split`) when the placements
+    are few (one on a single node group)."""
+    if not t.space.fixed_split:
+        return False
+    return t.space.num_placements(key.tp, key.cp, key.dp, key.pp) <= DIRECT_PLACEMENTS
+
+
+def _score_determined(t: Tables, key: Any, cutoff_s: float | None
+                      ) -> tuple[tuple[float, Plan, float, float] | None, bool]:
+    """The exact best plan of a `_determined` key (the scan scores every choice with the
+    vectorized `tables.plan_cost` composition): no model, so no rounding error (diff and
+    bound 0). None, proven, when nothing fits or the best is above `cutoff_s`."""
+    from autoparallel_cp.search.enumerate import best_of_pinned_split
+
+    got = best_of_pinned_split(t, key)
+    if got is None or (cutoff_s is not None and got[0] > cutoff_s):
+        return None, True
+    step, plan = got
+    return (step, canonical(plan, t.space.num_layers), 0.0, 0.0), False
 
 
 #: Sequential portfolio for the per-key model, each stage capped in deterministic time (so

@@ -35,8 +35,14 @@ import numpy.typing as npt
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.search.space import Degrees, KeyView, SearchSpace
-from autoparallel_cp.search.tables import MODES, Tables, build_tables, stage_groups_of
-from autoparallel_cp.spec.plan import Plan, RecomputeMode
+from autoparallel_cp.search.tables import (
+    MODES,
+    Tables,
+    build_tables,
+    family_tables,
+    stage_groups_of,
+)
+from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, RecomputeMode
 
 F = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -462,6 +468,34 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
     return best, best_rank // (P * Q), (best_rank // Q) % P, best_rank % Q, ropts
 
 
+def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:
+    """The exact best plan of one key of a space whose split is pinned (`--fix` or a named
+    layout, `SearchSpace.split_families`): the enumerator's vectorized composition over the
+    key's recompute counts and stage placements (one partition), ties by `Plan.key()` order
+    as `enumerate_best`. None when nothing fits. `cpsat_partition` scores such keys here: a
+    pinned split leaves at most the recompute count and the placement to choose, a scan."""
+    space = t.space
+    d = Degrees(key.tp, key.pp, key.cp, key.dp, key.ep, key.vpp, key.mbs, key.m)
+    parts, part_objs = partition_array(space, d.pp, d.vpp)
+    places, place_objs = placement_array(space, t, d)
+    if len(parts) == 0 or len(places) == 0:
+        return None
+    mode_name: RecomputeMode = RECOMPUTE_MODES[key.mode]
+    col = space.zero.index(key.zero)  # the columns are (sp, zero) with the one sp
+    sps = np.array([key.sp], np.int64)
+    cost, ri, pi, qi, ropts = _best_of_degrees(t, d, _slices(t, d), mode_name, sps, parts,
+                                               places)
+    if not np.isfinite(cost[col]):
+        return None
+    cl = space.fixed.get("chunk_layers")
+    plan = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep, sp=key.sp,
+                zero=key.zero, mbs=d.mbs, num_microbatches=d.num_microbatches,
+                recompute=mode_name, recompute_layers=ropts[int(ri[col])],
+                stage_layers=part_objs[int(pi[col])], stage_groups=place_objs[int(qi[col])],
+                chunk_layers=None if cl is None else tuple(cl), etp=space.etp)
+    return float(cost[col]), plan
+
+
 def enumerate_best(space: SearchSpace, limit: int | None = None,
                    refused: dict[tuple[str, str], int] | None = None
                    ) -> tuple[list[tuple[float, Plan]], int]:
@@ -477,46 +511,81 @@ def enumerate_best(space: SearchSpace, limit: int | None = None,
             f"enumerate refuses a space of {size:,} plans (limit {lim:,}); use `solve`, "
             "or narrow the space (--fix, uniform partitions, no partial recompute)"
         )
-    tabs = build_tables(space)
-    out: list[tuple[float, tuple[Any, ...], Plan]] = []
-    part_cache: dict[tuple[int, int], tuple[Ints, list[tuple[int, ...] | None]]] = {}
-    for d in space.degrees():
-        sps = np.array([v for v in space.sp if space.sp_ok(d.tp, v)], np.int64)
-        if len(sps) == 0 or len(space.zero) == 0:
-            continue
-        if (d.pp, d.vpp) not in part_cache:
-            part_cache[d.pp, d.vpp] = partition_array(space, d.pp, d.vpp)
-        parts, part_objs = part_cache[d.pp, d.vpp]
-        places, place_objs = placement_array(space, tabs, d)
-        if len(parts) == 0 or len(places) == 0:
-            continue
-        sl = _slices(tabs, d)
-        free_parts = not space.fixed_split and space.partition != "uniform"
-        cl = space.fixed.get("chunk_layers")
-        for mode_name in space.recompute:
-            cost, ri, pi, qi, ropts = _best_of_degrees(tabs, d, sl, mode_name, sps, parts,
-                                                       places)
-            for col in np.nonzero(np.isfinite(cost))[0]:
-                sp_ = int(sps[col // len(space.zero)])
-                zero = space.zero[col % len(space.zero)]
-                p = int(pi[col])
-                part = tuple(int(x) for x in parts[p]) if free_parts else part_objs[p]
-                plan = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,
-                            sp=sp_, zero=zero, mbs=d.mbs, num_microbatches=d.num_microbatches,
-                            recompute=mode_name, recompute_layers=ropts[int(ri[col])],
-                            stage_layers=part, stage_groups=place_objs[int(qi[col])],
-                            chunk_layers=None if cl is None else tuple(cl),
-                            etp=space.etp)
-                if space.restriction is not None:
-                    why = space.refusals_of_key(KeyView(
-                        d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, sp_, zero, d.mbs,
-                        d.num_microbatches, MODES.index(mode_name)))
-                    for row in why:
-                        if refused is not None:
-                            refused[row] = refused.get(row, 0) + 1
-                    if why or space.restriction.split_refusals(plan):
-                        continue
-                out.append((float(cost[col]), plan.key(), plan))
+    base = build_tables(space)
+    best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]] = {}
+    part_cache: dict[tuple[Any, ...], tuple[Ints, list[tuple[int, ...] | None]]] = {}
+    # every expert-TP size searched (one space and tables each), then every degree choice
+    for vi, tabs in enumerate(base.variants or [base]):
+        _best_of_space(tabs, vi, best, part_cache)
+    out = list(best.values()) if space.restriction is None else _runnable(space, best, refused)
     out.sort(key=lambda x: (x[0], x[1]))
     return [(c, p) for c, _, p in out], size
+
+
+def _runnable(space: SearchSpace,
+              best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]],
+              refused: dict[tuple[str, str], int] | None
+              ) -> list[tuple[float, tuple[Any, ...], Plan]]:
+    """The keys' best plans the space's frameworks run (solve.py `_runnable` and
+    `best_for_key`): a key a row refuses is dropped and the row counted in `refused`."""
+    assert space.restriction is not None
+    out = []
+    for (d, mode_name, sp_, zero), cand in best.items():
+        why = space.refusals_of_key(KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, sp_, zero,
+                                            d.mbs, d.num_microbatches, MODES.index(mode_name)))
+        for row in why:
+            if refused is not None:
+                refused[row] = refused.get(row, 0) + 1
+        if not why and not space.restriction.split_refusals(cand[2]):
+            out.append(cand)
+    return out
+
+
+def _best_of_space(tabs: Tables, vi: int,
+                   best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]],
+                   part_cache: dict[tuple[Any, ...], tuple[Ints, list[tuple[int, ...] | None]]]
+                   ) -> None:
+    """`enumerate_best`'s scan over one expert-TP size's space (`tabs.space`): the best plan
+    of every key into `best`, kept when better (cost, then `Plan.key()`) than one there."""
+    space = tabs.space
+    for d in space.degrees():
+        sps = np.array([v for v in space.sp if space.etp_legal(d.tp, d.cp, d.dp, d.ep, v)],
+                       np.int64)
+        if len(sps) == 0 or len(space.zero) == 0:
+            continue
+        # every partition family of (pp, vpp): the space's own partitions, then each named
+        # uneven layout (`SearchSpace.split_families`); a key keeps its best over them
+        for fi, ft in enumerate(family_tables(tabs, d.pp, d.vpp)):
+            fs = ft.space
+            if (vi, d.pp, d.vpp, fi) not in part_cache:
+                part_cache[vi, d.pp, d.vpp, fi] = partition_array(fs, d.pp, d.vpp)
+            parts, part_objs = part_cache[vi, d.pp, d.vpp, fi]
+            places, place_objs = placement_array(fs, ft, d)
+            if len(parts) == 0 or len(places) == 0:
+                continue
+            sl = _slices(ft, d)
+            free_parts = not fs.fixed_split and fs.partition != "uniform"
+            cl = fs.fixed.get("chunk_layers")
+            for mode_name in space.recompute:
+                cost, ri, pi, qi, ropts = _best_of_degrees(ft, d, sl, mode_name, sps, parts,
+                                                           places)
+                for col in np.nonzero(np.isfinite(cost))[0]:
+                    sp_ = int(sps[col // len(space.zero)])
+                    zero = space.zero[col % len(space.zero)]
+                    p = int(pi[col])
+                    part = tuple(int(x) for x in parts[p]) if free_parts else part_objs[p]
+                    plan = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,
+                                sp=sp_, zero=zero, mbs=d.mbs,
+                                num_microbatches=d.num_microbatches,
+                                recompute=mode_name, recompute_layers=ropts[int(ri[col])],
+                                stage_layers=part, stage_groups=place_objs[int(qi[col])],
+                                chunk_layers=None if cl is None else tuple(cl),
+                                etp=space.etp)
+                    r = fs.restriction
+                    if r is not None and r.split_refusals(plan):
+                        continue  # the framework does not run this family's best (as solve)
+                    k = (d, mode_name, sp_, zero)
+                    cand = (float(cost[col]), plan.key(), plan)
+                    if k not in best or cand[:2] < best[k][:2]:
+                        best[k] = cand
 

@@ -2,12 +2,16 @@
 
 `KeyCoefs` holds the constants of one key (every key axis pinned) that the per-key CP-SAT model
 (`cpsat_partition`) is linear in; `key_bound` bounds every plan of the key from below without
-CP-SAT, so the master can skip keys that cannot enter the top k; `key_bounds` computes it for
-many keys at once (numpy over the keys of a schedule class, the same floats). The last stage's
-DeepSeek-V3 MTP terms (search/mtp_coefs.py, `KeyCoefs.mtp_*`) enter exactly as `plan_cost`
-adds them, with the replay flag relaxed (`key_bound`'s docstring, last item).
+CP-SAT (the least over the key's partition families, `SearchSpace.split_families`: the proof
+below holds for each family, the space's own partitions or one named layout, and a key's plans
+are the union of its families' plans; the named layouts of a batch are rows of one grid,
+`_Batch.build(layouts=...)`, each row a pinned split), so the master can skip keys that
+cannot enter the top k; `key_bounds` computes it for many keys at once (numpy over the keys
+of a schedule class, the same floats). The last stage's DeepSeek-V3 MTP terms
+(search/mtp_coefs.py, `KeyCoefs.mtp_*`) enter exactly as `plan_cost` adds them, with the
+replay flag relaxed (`key_bound`'s docstring, last item).
 
-Kept whole (about 830 lines): `key_bound` is one proof (its docstring) whose steps share the
+Kept whole (about 900 lines): `key_bound` is one proof (its docstring) whose steps share the
 stage-time grid tmin (`_Batch`) and the placement helpers; split, the proof's steps would sit
 apart from their code.
 """
@@ -26,7 +30,7 @@ import numpy.typing as npt
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search.mtp_coefs import mtp_coefs
-from autoparallel_cp.search.tables import Tables
+from autoparallel_cp.search.tables import Tables, key_variants
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
 #: From how many entries a grid takes the paths that touch fewer entries with more numpy calls
@@ -94,6 +98,46 @@ def _inflight(pp: int, vpp: int, m: int) -> npt.NDArray[np.float64]:
     """`factors.inflight` of every stage position (equal chunks), computed once per schedule."""
     out = np.asarray(fx.inflight(pp, vpp, m, np.arange(pp)), float)
     out.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _stage_f(pp: int, vpp: int, m: int, j: int, chunks: tuple[int, ...]) -> float:
+    """`factors.stage_inflight` (a walk over the schedule), memoized: every key of a batch
+    with the same m and every family sharing a stage's chunks asks for the same value."""
+    return float(fx.stage_inflight(pp, vpp, m, j, chunks))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _stage_sums(cl: tuple[int, ...], pp: int) -> tuple[int, ...]:
+    """Layers per stage of a layout in `chunk_layers` order (chunk v of stage j at v*pp + j)."""
+    return tuple(sum(cl[j::pp]) for j in range(pp))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _layout_f(pp: int, vpp: int, m: int, cl: tuple[int, ...]) -> tuple[float, ...]:
+    """`_stage_f` of every stage of a layout."""
+    return tuple(_stage_f(pp, vpp, m, j, cl[j::pp]) for j in range(pp))
+
+
+def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]:
+    """The uncoupled bound of `key` over each of its partition families, in
+    `SearchSpace.split_families` order (inf for a family no split of which fits): the space's
+    own partitions (when they place the layers), then each named layout."""
+    cc = c if c is not None else key_coefs(t, key)
+    cls = _klass(t, key, min(cc.rho) >= 0.0)
+    out: list[float] = []
+    if t.space.free_ok(key.pp, key.vpp):
+        b = _Batch.build(t, cls, [key], _stack([cc])) if cls is not None else None
+        out.append(math.inf if b is None else float(b.uncoupled()[0]))
+    lays = t.space.layouts(key.pp, key.vpp)
+    if lays:
+        b = None
+        if cls is not None:
+            co = _stack([cc])
+            b = _Batch.build(t, cls, [key] * len(lays),
+                             {n: np.repeat(a, len(lays), axis=0) for n, a in co.items()}, lays)
+        out += [math.inf] * len(lays) if b is None else [float(v) for v in b.uncoupled()]
     return out
 
 
@@ -229,8 +273,18 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
     candidates T' >= T_lb bounds every plan of the key. The scan goes up in T' and stops once
     phi(T', S_lb) (<= bound(T'), nondecreasing in T') reaches the least bound so far.
     """
+    if t.variants:  # the least over the expert-TP sizes the key is legal under
+        return min((key_bound(tv, key, None, coupled=coupled)
+                    for tv in key_variants(t, key)), default=math.inf)
     if coupled:
-        return _coupled_bound(t, key, c if c is not None else key_coefs(t, key))
+        # the space's own partitions coupled; the named layouts (one split each, already
+        # tight) by their uncoupled bound: each bounds its family, the least bounds the key
+        cc = c if c is not None else key_coefs(t, key)
+        own = _coupled_bound(t, key, cc) if t.space.free_ok(key.pp, key.vpp) else math.inf
+        lays = t.space.layouts(key.pp, key.vpp)
+        if not lays:
+            return own
+        return min([own, *family_bounds(t, key, cc)[-len(lays):]])
     return key_bounds(t, [key], [c] if c is not None else None)[0]
 
 
@@ -246,6 +300,14 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
     classes."""
     if not keys:
         return []
+    if t.variants:  # each key's least bound over the expert-TP sizes it is legal under
+        out_v = [math.inf] * len(keys)
+        for tv in t.variants:
+            idx = [i for i, k in enumerate(keys) if tv in key_variants(t, k)]
+            for i, bv in zip(idx, key_bounds(tv, [keys[i] for i in idx], None, between),
+                             strict=True):
+                out_v[i] = min(out_v[i], bv)
+        return out_v
     co = _stack(cs) if cs is not None else coef_arrays(t, keys)
     out = [math.inf] * len(keys)
     classes: dict[tuple[int, int, bool, bool], list[int]] = {}
@@ -258,12 +320,28 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
         if between is not None:
             between()
         rows = np.asarray(idx)
-        b = _Batch.build(t, cls, [keys[i] for i in idx], {n: a[rows] for n, a in co.items()})
-        if b is None:
-            continue
-        for i, v in zip(idx, b.uncoupled(), strict=True):
-            out[i] = v
+        sub = {n: a[rows] for n, a in co.items()}
+        ks = [keys[i] for i in idx]
+        pp, vpp = cls[0], cls[1]
+        # the space's own partitions, then every named layout at once (a row per key and
+        # layout): the key's bound is the least over its families (`tables.family_tables`)
+        if t.space.free_ok(pp, vpp):
+            b = _Batch.build(t, cls, ks, sub)
+            if b is not None:
+                for i, v in zip(idx, b.uncoupled(), strict=True):
+                    out[i] = min(out[i], v)
+        lays = t.space.layouts(pp, vpp)
+        if lays:
+            F = len(lays)
+            b = _Batch.build(t, cls, [k for k in ks for _ in lays],
+                             {n: np.repeat(a, F, axis=0) for n, a in sub.items()},
+                             [cl for _ in ks for cl in lays])
+            if b is not None:
+                per_key = np.asarray(b.uncoupled(), float).reshape(len(ks), F).min(axis=1)
+                for i, v in zip(idx, per_key, strict=True):
+                    out[i] = min(out[i], float(v))
     return out
+
 
 
 def _stack(cs: Sequence[KeyCoefs]) -> dict[str, npt.NDArray[np.float64]]:
@@ -401,8 +479,11 @@ class _Batch:
 
     @classmethod
     def build(cls, t: Tables, klass: tuple[int, int, bool, bool], keys: Sequence[Any],
-              co: dict[str, npt.NDArray[np.float64]]) -> _Batch | None:
-        """tmin of every key (None when no layer count is allowed at all)."""
+              co: dict[str, npt.NDArray[np.float64]],
+              layouts: Sequence[tuple[int, ...]] | None = None) -> _Batch | None:
+        """tmin of every key (None when no layer count is allowed at all); `layouts` (one
+        per key, `chunk_layers` order): key i's split is that named layout, each position
+        holding its own count with its own chunks' in-flight count (a pinned split per row)."""
         s = t.space
         L = s.num_layers
         N = s.job.num_gpus
@@ -422,11 +503,18 @@ class _Batch:
         else:
             rs = np.arange(1, L + 1, dtype=float)
         fixed = s.fixed_stage_layers(pp, vpp)
-        if fixed is not None:  # a pinned split: each position holds its own count only
+        n_fixed = np.zeros((1, pp))
+        if layouts is not None:  # a named layout per key (rows of one or several families)
+            n_fixed = np.array([_stage_sums(cl, pp) for cl in layouts], float)
+            ls = np.unique(n_fixed)
+            f_all = np.array([_layout_f(pp, vpp, m, cl) for m, cl in zip(ms, layouts,
+                                                                          strict=True)])
+        elif fixed is not None:  # a pinned split: each position holds its own count only
             ls = np.array(sorted(set(fixed)), dtype=float)
-            f_all = np.array([[fx.stage_inflight(pp, vpp, m, j, s.chunks_of(pp, vpp, j, n))
-                               for j, n in enumerate(fixed)] for m in ms], float)
-            n_fixed = np.array(fixed, float)
+            chunks = tuple(s.chunks_of(pp, vpp, j, n) for j, n in enumerate(fixed))
+            f_all = np.array([[_stage_f(pp, vpp, m, j, c) for j, c in enumerate(chunks)]
+                              for m in ms], float)
+            n_fixed = np.array(fixed, float).reshape(1, pp)
         else:
             ls = np.arange(vpp, L + 1, vpp, dtype=float)
             f_all = np.stack([_inflight(pp, vpp, m) for m in ms])
@@ -439,9 +527,9 @@ class _Batch:
 
         def count_ok(j: Any) -> Any:
             """Layer counts position j may hold (all of ls unless the split is pinned)."""
-            if fixed is None:
+            if fixed is None and layouts is None:
                 return True
-            return lv == n_fixed[j].reshape(1, -1, 1, 1, 1)
+            return lv == n_fixed[:, j].reshape(n_fixed.shape[0], -1, 1, 1, 1)
 
         def A(name: str) -> Any:  # per key and node group, broadcast over (b, j, g, l, r)
             return co[name].reshape(B, 1, G, 1, 1)

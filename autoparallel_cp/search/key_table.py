@@ -8,9 +8,10 @@ value combination, so a key is feasible iff that combination is *reachable* in e
 (`cpsat_master.reachable7` / `reachable` / `reachable_bubble`), the degree rules of `add_axes`
 hold, the memory condition holds and both bounds lie in the objective's domain [0, top]. The
 reachable combinations are projections of `SearchSpace.degrees()` (times the sp values
-`sp_ok` allows, the zero stages and the recompute modes), and every rule of `degrees()` reads
-the axes of one family only (ep_ok: tp, cp, dp, ep of N7; the micro-batch, interleaving and
-split rules: tp, cp, mbs, pp, vpp of NB, where dp = N/(tp*cp*pp)), so the keys whose three
+`key_legal` allows, the zero stages and the recompute modes), and every rule of `degrees()`
+reads the axes of one family only (ep_ok and key_legal: tp, cp, dp, ep, sp of N7; the
+micro-batch, interleaving and split rules: tp, cp, mbs, pp, vpp of NB, where
+dp = N/(tp*cp*pp)), so the keys whose three
 combinations are reachable are exactly `degrees() x sp x zero x mode`; `add_axes`' linear
 rules hold on every such key (they restate rules of `degrees()`).
 
@@ -102,7 +103,7 @@ def build_key_table(t: Tables, time_unit: float = 1e-6,
     deg: list[tuple[int, ...]] = []
     for d in s.degrees():
         for spv in sp_vals:
-            if s.sp_ok(d.tp, spv):
+            if s.key_legal(d.tp, d.cp, d.dp, d.ep, spv):
                 deg.append((d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, spv, d.mbs,
                             d.num_microbatches))
     nz, nm = len(s.zero), len(modes)

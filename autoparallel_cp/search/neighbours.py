@@ -49,6 +49,7 @@ def neighbours(job: Any, plan: Plan) -> list[tuple[str, Plan]]:
         edits.append((f"etp {plan.tp} -> 1", {"etp": 1, "sp": 1}))
     elif moe and plan.folded:
         edits.append((f"etp {plan.expert_tp} -> {plan.tp}", {"etp": None}))
+    edits += axis_edits(job, plan)
     domains = _domains(job)
     out: list[tuple[str, Plan]] = []
     seen = {plan.key()}
@@ -56,7 +57,7 @@ def neighbours(job: Any, plan: Plan) -> list[tuple[str, Plan]]:
         if any(k in domains and v not in domains[k] for k, v in upd.items()):
             continue
         f = {**base, **upd}
-        if "pp" in upd or "vpp" in upd:
+        if "pp" in upd or upd.get("vpp", f["vpp"]) != base["vpp"]:
             f["stage_layers"] = None
             f["stage_groups"] = None
             if f["pp"] == 1:
@@ -78,6 +79,35 @@ def neighbours(job: Any, plan: Plan) -> list[tuple[str, Plan]]:
             continue
         seen.add(p.key())
         out.append((label, p))
+    return out
+
+
+def axis_edits(job: Any, plan: Plan) -> list[tuple[str, dict[str, Any]]]:
+    """The schedule and offload changes of `plan` (spec/schedules.py; not search axes yet):
+    every other schedule (a V-shaped one at vpp 2), half or all of the optimizer states on
+    the host, and one or half of the smallest stage's layers' activations offloaded."""
+    from autoparallel_cp.spec.schedules import SCHEDULES, V_SHAPED
+
+    out: list[tuple[str, dict[str, Any]]] = []
+    if plan.pp > 1:
+        cur = plan.pipeline_schedule
+        for s in SCHEDULES:
+            if s == cur:
+                continue
+            vpp = 2 if s in V_SHAPED else (plan.vpp if s == "interleaved" else 1)
+            if s == "interleaved" and vpp == 1:
+                continue
+            out.append((f"schedule {cur} -> {s}", {"schedule": s, "vpp": vpp}))
+    if all(g.host is not None for g in job.cluster.node_groups):
+        for x in (0.0, 0.5, 1.0):
+            if x != plan.optimizer_offload:
+                out.append((f"optimizer_offload {plan.optimizer_offload:g} -> {x:g}",
+                            {"optimizer_offload": x}))
+        least = min(plan.layers_per_stage(job.model.num_layers))
+        for k in sorted({0, 1, least // 2}):
+            if k != plan.activation_offload:
+                out.append((f"activation_offload {plan.activation_offload} -> {k}",
+                            {"activation_offload": k}))
     return out
 
 

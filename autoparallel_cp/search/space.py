@@ -8,23 +8,38 @@ Axes and their default domains (every value is also checked against the job):
 - `pp`: divisors of the GPU count, at most the number of layers (uniform partitions: dividing
   the layers), at most `max_pp`;
 - `dp`: derived, `N / (tp pp cp)`;
-- `ep`: divisors of the routed experts (1 for dense models) dividing `dp cp`; with `--fix etp=E`
-  (MoE parallel folding, spec/plan.py) `ep * E` divides `tp cp dp` instead, and a folded plan
-  (E != tp) with tp > 1 needs sp = 1 (`sp_ok`). etp is not a search axis but one value per
-  space (None: Megatron's default): searching it would add an axis to every MoE factor table
-  and the master's literal families and score every key once per etp (slower MoE solves); a
-  fixed value keeps every table's axes, so the bounds built on the tables hold as they are
-  (cpsat_master.py). `--fix etp=1` searches the folded layouts of Megatron-Bridge's recipes.
+- `ep`: divisors of the routed experts (1 for dense models) with ep | dp cp under Megatron's
+  default expert-TP size (etp = tp), or etp*ep | tp cp dp under a folded one (MoE parallel
+  folding, spec/folding.py), where a folded plan (etp != tp) with tp > 1 needs sp = 1;
+- `etp` (`etp_axis`), the experts' tensor-parallel size, for MoE models: Megatron's default
+  (tp) and `ETP_VALUES` (1: Megatron-Bridge's folded MoE recipes), each dividing the expert
+  FFN; `--fix etp=E` searches E only. Each size is a one-etp space (`etp_variants`) with its
+  own factor tables (`tables.Tables.variants`: the factor functions take etp as a parameter,
+  so no table gains an axis); a key's plans are the union over the sizes it is legal under
+  (`etp_legal`), its best the best over them, its bounds the least (cpsat_master.py's
+  docstring: the master's tables are the elementwise least over the sizes). etp = tp written
+  out is the default's plan and is not searched twice.
 - `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches >= pp`: Megatron's
   micro-batch groups, `spec.plan.microbatch_group`);
 - `mbs`: powers of two up to `max_mbs` dividing the global batch;
 - `zero`: 0-3, `sp`: 0/1 (1 only with tp > 1), `recompute`: none / selective / full;
 - partial recompute (`recompute_layers` with `recompute=full`, Megatron's
   `--recompute-num-layers`: the first r layers of each stage recompute);
-- the layer partition: `uniform` (Megatron's default split, pp*vpp | layers) or `free`
-  (any per-stage counts, multiples of vpp, every stage at least vpp layers); a pinned
-  `stage_layers` or `chunk_layers` may be any split `spec.plan.plan_violations` accepts (uneven
-  model chunks, the embedding and loss as layer slots), and is the only partition searched;
+- the layer partition, a union of *families* per (pp, vpp) (`split_families`): the space's
+  own partitions, `uniform` (Megatron's default split, pp*vpp | layers) or `free` (any
+  per-stage counts, multiples of vpp, every stage at least vpp layers: the splits that balance
+  the stages' time and memory, each stage's chunks equal), and, in a free space, the *named
+  uneven layouts* (`layouts`, `spec.splits.named_layouts`): the layers plus 0/1 embedding and
+  0/1 loss slots spread evenly over the pp*vpp model chunks, the remainder to the earliest
+  chunks, as Megatron-Core lays them out with and without --account-for-embedding/loss-in-
+  pipeline-split and torchtitan with its first/last-stage weights. So pp*vpp need not divide
+  the layers (Llama 3.1 405B's 126 layers on pp 8 x vpp 8: 1,2,...,2,1 layers per chunk, as
+  NVIDIA runs it). Megatron's --decoder-first/last-pipeline-num-layers give every chunk of a
+  stage the same count, so their splits are free partitions. Each named layout is searched
+  as a pinned `chunk_layers` (the machinery of a `--fix`ed split: its stages' own in-flight
+  counts); a layout the free family already holds (equal chunks per stage) is not repeated.
+  A pinned `stage_layers` or `chunk_layers` may be any split `spec.plan.plan_violations`
+  accepts, and is the only partition searched;
 - on a heterogeneous cluster, the node group of every stage (a stage's dp*tp*cp GPUs sit in one
   group; each group holds exactly `gpus_in_group / (dp tp cp)` stages);
 - a framework restriction (`restriction`, spec/framework_space.py: the recipe's framework and
@@ -46,7 +61,7 @@ from math import comb, factorial
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search.pins import check_structural_pins
+from autoparallel_cp.search.pins import check_structural_pins, refuse_unsearched
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.framework_space import KeyView, Restriction
 from autoparallel_cp.spec.plan import (
@@ -56,7 +71,7 @@ from autoparallel_cp.spec.plan import (
     parse_assignments,
     split_violations,
 )
-from autoparallel_cp.spec.splits import stage_chunks
+from autoparallel_cp.spec.splits import named_layouts, stage_chunks
 
 PartitionKind = Literal["uniform", "free"]
 
@@ -65,6 +80,22 @@ FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
     "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers", "etp",
 )
+
+
+#: The expert-TP sizes searched besides Megatron's default (etp = tp) for an MoE model without
+#: `--fix etp`: 1, the folded layout of Megatron-Bridge's MoE recipes (DeepSeek-V3, Qwen3,
+#: GPT-OSS: `expert_tensor_parallel_size=1`, Megatron-Core MoE paper arXiv 2603.07685
+#: "Parallel Folding"). Each size adds a copy of every MoE factor table and its keys' scoring.
+ETP_VALUES: tuple[int, ...] = (1,)
+
+
+def _etp_axis(job: Job, values: tuple[int, ...] | None) -> tuple[int | None, ...]:
+    """(None, *values) for an MoE model (each value dividing the expert FFN), else (None,)."""
+    moe = job.model.moe
+    if moe is None:
+        return (None,)
+    vals = ETP_VALUES if values is None else values
+    return (None, *(e for e in vals if moe.expert_ffn_hidden_size % e == 0))
 
 
 def divisors(n: int) -> list[int]:
@@ -106,6 +137,11 @@ class SearchSpace:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     #: expert-tensor-parallel size of every plan (`--fix etp`); None: Megatron's default (tp)
     etp: int | None = None
+    #: the expert-TP sizes searched (`etp_variants`): (etp,) unless the search folds the
+    #: experts too (MoE models without `--fix etp`: (None, *ETP_VALUES))
+    etp_axis: tuple[int | None, ...] = (None,)
+    #: search the named uneven layouts (`layouts`) besides the space's own partitions
+    named_splits: bool = True
     #: the frameworks whose plans only are searched (spec/framework_space.py); None: any
     restriction: Restriction | None = None
 
@@ -125,6 +161,8 @@ class SearchSpace:
         max_mbs: int = 8,
         max_ep: int | None = None,
         zero: tuple[int, ...] = (0, 1, 2, 3),
+        named_splits: bool = True,
+        etp_values: tuple[int, ...] | None = None,
         emit: str | None = None,
         by_framework: bool = True,
     ) -> SearchSpace:
@@ -132,6 +170,7 @@ class SearchSpace:
         with `by_framework`, to the plans the recipe's framework and the `emit` format run
         (`Restriction.of`, applied by `_restrict`)."""
         pins: dict[str, Any] = dict(parse_assignments(fix) if isinstance(fix, str) else fix or {})
+        refuse_unsearched(pins)
         for k in pins:
             if k not in FIXABLE:
                 raise InputError(f"cannot fix {k!r}; fixable: {', '.join(FIXABLE)}", field=k)
@@ -207,6 +246,9 @@ class SearchSpace:
             partial_recompute=partial_recompute,
             fixed=pins,
             etp=pins.get("etp"),
+            etp_axis=(pins["etp"],) if "etp" in pins else _etp_axis(job, etp_values),
+            named_splits=named_splits and partition == "free" and not (
+                "stage_layers" in pins or "chunk_layers" in pins),
         )
         restriction = Restriction.of(job, emit) if by_framework else None
         return space if restriction is None else space._restrict(restriction)
@@ -224,12 +266,34 @@ class SearchSpace:
         return () if self.restriction is None else self.restriction.key_rows(key, self.etp)
 
     def recompute_step(self, vpp: int) -> int:
-        """Partial recompute counts of a free or uniform split are multiples of this (the
-        restriction's, `Restriction.recompute_step`); 1 for a pinned split, whose best plan
-        the search checks against the split rows instead."""
-        if self.restriction is None or self.fixed_split:
-            return 1
-        return self.restriction.recompute_step(vpp)
+        """Partial recompute counts are multiples of this (the restriction's,
+        `Restriction.recompute_step`; "all layers" stays searched)."""
+        return 1 if self.restriction is None else self.restriction.recompute_step(vpp)
+
+    def etp_variants(self) -> tuple[SearchSpace, ...]:
+        """One space per searched expert-TP size (`etp_axis`), each with that etp fixed: the
+        spaces whose union this one is (the space itself when it searches one etp)."""
+        if len(self.etp_axis) == 1:
+            return (self,)
+        cache: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_etp", {})
+        if "v" not in cache:
+            cache["v"] = tuple(self.with_(etp=e, etp_axis=(e,)) for e in self.etp_axis)
+        return cache["v"]
+
+    def etp_legal(self, tp: int, cp: int, dp: int, ep: int, sp: int) -> bool:
+        """The key (these axes) is a plan of this one-etp space: the expert grid and the SP
+        rule hold, and an explicit etp equal to tp is left to the default (the same plan)."""
+        if self.etp is not None and len(self.etp_axis) == 1 and "etp" not in self.fixed \
+                and self.etp == tp:
+            return False
+        return self.ep_ok(tp, cp, dp, ep) and self.sp_ok(tp, sp)
+
+    def key_legal(self, tp: int, cp: int, dp: int, ep: int, sp: int) -> bool:
+        """Some searched expert-TP size takes these axes (`etp_legal`); with one size, the
+        expert grid and SP rules (`ep_ok`, `sp_ok`)."""
+        if len(self.etp_axis) == 1:
+            return self.ep_ok(tp, cp, dp, ep) and self.sp_ok(tp, sp)
+        return any(v.etp_legal(tp, cp, dp, ep, sp) for v in self.etp_variants())
 
     def with_(self, **changes: Any) -> SearchSpace:
         """A copy with some fields replaced."""
@@ -293,7 +357,8 @@ class SearchSpace:
 
     def degrees(self) -> Iterator[Degrees]:
         """Legal degree combinations (tp, pp, cp, dp, ep, vpp, mbs); the other axes are free."""
-        job, m, n = self.job, self.job.model, self.job.num_gpus
+        job, n = self.job, self.job.num_gpus
+        placeable: dict[tuple[int, int], bool] = {}
         for tp in self.tp:
             for cp in self.cp:
                 for pp in self.pp:
@@ -316,21 +381,81 @@ class SearchSpace:
                             for vpp in self.vpp:
                                 if vpp > 1 and (pp == 1 or nmb < pp):
                                     continue
-                                if self.fixed_split:
-                                    if not self._fixed_split_ok(pp, vpp):
-                                        continue
-                                elif self.partition == "uniform":
-                                    if m.num_layers % (pp * vpp):
-                                        continue
-                                elif m.num_layers < pp * vpp or m.num_layers % vpp:
-                                    continue
-                                if not self._moe_partition_ok(pp, vpp):
+                                if (pp, vpp) not in placeable:
+                                    placeable[pp, vpp] = self.placeable(pp, vpp)
+                                if not placeable[pp, vpp]:
                                     continue
                                 yield Degrees(tp, pp, cp, dp, ep, vpp, mbs, nmb)
 
+    def free_ok(self, pp: int, vpp: int) -> bool:
+        """The space's own partitions (pinned, uniform or free) place the layers on (pp, vpp)."""
+        L = self.num_layers
+        if self.fixed_split:
+            if not self._fixed_split_ok(pp, vpp):
+                return False
+        elif self.partition == "uniform":
+            if L % (pp * vpp):
+                return False
+        elif pp * vpp > L or L % vpp:
+            return False
+        return self._moe_partition_ok(pp, vpp)
+
+    def layouts(self, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+        """The named uneven layouts searched for (pp, vpp) besides the space's own partitions
+        (`spec.splits.named_layouts`, `chunk_layers` order): only with `named_splits`, legal
+        for the model (`split_violations`, the first stage holding the dense prefix), and not
+        already a partition of the free family (every stage's chunks equal, so a multiple of
+        vpp layers), which would list the same plan twice."""
+        return tuple(f.fixed["chunk_layers"] for f in self.split_families(pp, vpp)
+                     if f is not self)
+
+    def _named(self, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+        """`layouts`, computed."""
+        if not self.named_splits or pp == 1:
+            return ()
+        L = self.num_layers
+        free = self.free_ok(pp, vpp)
+        moe = self.job.model.moe
+        k = moe.first_k_dense_layers if moe is not None else 0
+        out = []
+        for cl in named_layouts(L, pp, vpp):
+            stages = [cl[j::pp] for j in range(pp)]
+            if free and all(len(set(c)) == 1 for c in stages):
+                continue
+            if sum(stages[0]) < k:
+                continue
+            if split_violations(L, Plan(pp=pp, vpp=vpp, chunk_layers=cl)):
+                continue
+            out.append(cl)
+        return tuple(out)
+
+    def split_families(self, pp: int, vpp: int) -> tuple[SearchSpace, ...]:
+        """The partition families of (pp, vpp), each a space the per-key model, the bounds and
+        the enumerator handle as they are: the space itself when its own partitions place the
+        layers (`free_ok`), then one space per named layout (`layouts`), that layout pinned as
+        `chunk_layers`. A key's best plan is the best over its families."""
+        # built once per space: a cache in the instance's dict, not a field (a copy made by
+        # `with_` starts without it; the space's fields stay its description)
+        cache: dict[tuple[int, int], tuple[SearchSpace, ...]] = self.__dict__.setdefault(
+            "_split_families", {})
+        if (pp, vpp) not in cache:
+            out: list[SearchSpace] = [self] if self.free_ok(pp, vpp) else []
+            for cl in self._named(pp, vpp):
+                out.append(self.with_(fixed={**dict(self.fixed), "chunk_layers": cl},
+                                      partition="free", named_splits=False))
+            cache[pp, vpp] = tuple(out)
+        return cache[pp, vpp]
+
+    def placeable(self, pp: int, vpp: int) -> bool:
+        """Some partition family places the layers on (pp, vpp)."""
+        return bool(self.split_families(pp, vpp))
+
     def ep_ok(self, tp: int, cp: int, dp: int, ep: int) -> bool:
         """Expert parallelism fits the stage's ranks: ep | dp*cp by default (etp = tp), else
-        etp*ep | tp*cp*dp (Megatron's expert grid, spec/plan.py) and etp | the expert FFN."""
+        etp*ep | tp*cp*dp (Megatron's expert grid, spec/plan.py) and etp | the expert FFN;
+        with several expert-TP sizes searched, under one of them."""
+        if len(self.etp_axis) > 1:
+            return any(v.ep_ok(tp, cp, dp, ep) for v in self.etp_variants())
         if self.etp is None:
             return (dp * cp) % ep == 0
         moe = self.job.model.moe
@@ -341,6 +466,8 @@ class SearchSpace:
         """sp = 1 needs tp > 1; a folded layout (etp != tp) with tp > 1 needs sp = 1."""
         if sp:
             return tp > 1
+        if len(self.etp_axis) > 1:
+            return any(v.sp_ok(tp, sp) for v in self.etp_variants())
         return self.etp is None or tp == 1 or tp == self.etp
 
     def _moe_partition_ok(self, pp: int, vpp: int) -> bool:
@@ -395,7 +522,10 @@ class SearchSpace:
         if mode == "full" and self.partial_recompute and "recompute_layers" not in self.fixed:
             # r = 1 .. (largest possible stage) - 1 in steps of `recompute_step`, plus "all"
             biggest = self.num_layers - (pp - 1) * self.layer_step(vpp)
-            if self.partition == "uniform":
+            pinned = self.fixed_stage_layers(pp, vpp)
+            if pinned is not None:
+                biggest = max(pinned)
+            elif self.partition == "uniform":
                 biggest = self.num_layers // pp
             return (max(1, biggest) - 1) // self.recompute_step(vpp) + 1
         return 1
@@ -409,33 +539,56 @@ class SearchSpace:
         the keys it refuses are left out)."""
         per_rest = len(self.zero)
         total = 0
+        if len(self.etp_axis) > 1:  # the union of the one-etp spaces (no plan twice)
+            return sum(v.size() for v in self.etp_variants())
+        fams: dict[tuple[int, int], int] = {}
         for d in self.degrees():
-            rest = self.num_partitions(d.pp, d.vpp) * self.num_placements(d.tp, d.cp, d.dp, d.pp)
-            sps = [s for s in self.sp if self.sp_ok(d.tp, s)]
+            if (d.pp, d.vpp) not in fams:
+                fams[d.pp, d.vpp] = sum(
+                    f.recompute_choices(d.pp, d.vpp) * f.num_partitions(d.pp, d.vpp)
+                    for f in self.split_families(d.pp, d.vpp))
+            place = self.num_placements(d.tp, d.cp, d.dp, d.pp)
+            sps = [s for s in self.sp if self.etp_legal(d.tp, d.cp, d.dp, d.ep, s)]
             if self.restriction is None:
-                total += len(sps) * per_rest * self.recompute_choices(d.pp, d.vpp) * rest
+                total += len(sps) * per_rest * fams[d.pp, d.vpp] * place
                 continue
+            # the keys a framework row refuses hold no plan of the space
             for s, z, mode in product(sps, self.zero, self.recompute):
                 key = KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, s, z, d.mbs,
                               d.num_microbatches, RECOMPUTE_MODES.index(mode))
                 if not self.refusals_of_key(key):
-                    total += self.mode_choices(mode, d.pp, d.vpp) * rest
+                    total += sum(f.mode_choices(mode, d.pp, d.vpp) * f.num_partitions(
+                        d.pp, d.vpp) for f in self.split_families(d.pp, d.vpp)) * place
         return total
 
     def num_degree_combinations(self) -> int:
         """Legal (tp, pp, cp, dp, ep, vpp, mbs) combinations."""
         return sum(1 for _ in self.degrees())
 
-    def describe(self) -> str:
-        """One line per axis with its domain."""
-        rows = [
-            f"tp {list(self.tp)}", f"pp {list(self.pp)}", f"cp {list(self.cp)}",
-            f"ep {list(self.ep)}", f"vpp {list(self.vpp)}", f"mbs {list(self.mbs)}",
-            f"zero {list(self.zero)}", f"sp {list(self.sp)}", f"recompute {list(self.recompute)}",
-            f"partition {self.partition}", f"partial_recompute {self.partial_recompute}",
-        ]
-        if self.etp is not None:
-            rows.append(f"etp {self.etp}")
-        if self.restriction is not None:
-            rows.append(f"frameworks {self.restriction.describe()} (spec/frameworks.py rows)")
-        return "\n".join(rows)
+    def partitions_searched(self) -> list[str]:
+        """The partition families the space covers (`split_families`), in words."""
+        if self.fixed_split:
+            return ["pinned split (--fix stage_layers / chunk_layers)"]
+        out = ["uniform: Megatron's even split, pp*vpp | layers" if self.partition == "uniform"
+               else "free: any per-stage counts, multiples of vpp, equal chunks per stage"]
+        if self.named_splits:
+            out.append("named uneven layouts: the layers plus 0/1 embedding and 0/1 loss slots "
+                       "spread evenly over the pp*vpp chunks, the remainder to the first or "
+                       "the last chunks (Megatron-Core --account-for-embedding/loss-in-"
+                       "pipeline-split, torchtitan's first/last-stage weights)")
+        return out
+
+    def describe(self) -> dict[str, list[Any]]:
+        """Every axis searched with the values covered (what a proven optimum is optimal over):
+        the plan axes' domains, the partition families, the expert-TP sizes ("tp": Megatron's
+        default, the attention's tp) and whether partial recompute is searched."""
+        return {
+            "tp": list(self.tp), "pp": list(self.pp), "cp": list(self.cp), "ep": list(self.ep),
+            "vpp": list(self.vpp), "mbs": list(self.mbs), "zero": list(self.zero),
+            "sp": list(self.sp), "recompute": list(self.recompute),
+            "partition": self.partitions_searched(),
+            "etp": [e if e is not None else "tp" for e in self.etp_axis],
+            "partial_recompute": [self.partial_recompute],
+            **({"frameworks": list(self.restriction.formats)}
+               if self.restriction is not None else {}),
+        }

@@ -42,7 +42,11 @@ def _split_rule(space: SearchSpace) -> str:
         return "the pinned stage_layers / chunk_layers only"
     if space.partition == "uniform":
         return "uniform: Megatron's default split, pp*vpp dividing the layers"
-    return "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
+    rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
+    if space.named_splits:
+        rule += ("; and the named uneven layouts (layers + 0/1 embedding and 0/1 loss slots "
+                 "spread over the pp*vpp chunks, the remainder to the first)")
+    return rule
 
 
 def proof_space(space: SearchSpace) -> dict[str, Any]:
@@ -90,15 +94,16 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
             return f"{name}={getattr(plan, name)} (searched: {list(dom)})"
     if plan.dp not in space.dp_domain:
         return f"dp={plan.dp}"
-    want = space.etp if space.etp is not None else None
     have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None
-    if want is not None and want == plan.tp:
-        want = None
-    if have != want:
-        return f"etp={plan.expert_tp} (searched: {'tp' if want is None else want} only)"
-    if not space.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
+    wants = {None if e is None or e == plan.tp else e for e in space.etp_axis}
+    if have not in wants:
+        shown = ", ".join("tp" if e is None else str(e) for e in space.etp_axis)
+        return f"etp={plan.expert_tp} (searched: {shown})"
+    one = next((v for v in space.etp_variants()
+                if (None if v.etp is None or v.etp == plan.tp else v.etp) == have), space)
+    if not one.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
         return f"ep={plan.ep} with dp*cp = {plan.dp * plan.cp} (the space's expert grid rule)"
-    if not space.sp_ok(plan.tp, plan.sp):
+    if not one.sp_ok(plan.tp, plan.sp):
         return f"sp={plan.sp} with tp={plan.tp} (the space's sequence-parallel rule)"
     if plan.recompute_layers is not None and not space.partial_recompute:
         return "partial recompute (not searched)"
@@ -111,6 +116,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     L = space.num_layers
     if space.fixed_split:
         return None
+    if plan.pp > 1 and plan.layout(L) in space.layouts(plan.pp, plan.vpp):
+        return None  # a named uneven layout of the space (search/space.py `layouts`)
     if plan.chunk_layers is not None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)

@@ -34,8 +34,9 @@ together; splitting them would put the composition the solver proves against in 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -118,6 +119,13 @@ class Tables:
     # exposed DP sync of a stage = max(tail_frac·d, d - bwd_share·t) (steptime.dp_exposure)
     tail_frac: float = fx.DP_TAIL_FRACTION
     bwd_share: float = BACKWARD_SHARE
+    #: `family_tables` of each (pp, vpp), built once per tables
+    families: dict[tuple[int, int], list[Tables]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    #: one Tables per searched expert-TP size (`SearchSpace.etp_variants`) when the space
+    #: searches several, else empty (these tables are then the only ones)
+    variants: list[Tables] = field(default_factory=list, init=False, repr=False,
+                                   compare=False)
 
     # ------------------------------------------------------------------ index helpers
     def i(self, axis: str, v: int) -> int:
@@ -139,6 +147,29 @@ class Tables:
         return self.space.job.model.moe is not None
 
 
+def key_variants(t: Tables, key: Any) -> list[Tables]:
+    """The tables of each expert-TP size under which `key` is a plan (`SearchSpace.etp_legal`):
+    `t` itself unless the space searches several sizes. A key's plans are the union over
+    these (and, within each, over its partition families)."""
+    if not t.variants:
+        return [t]
+    return [v for v in t.variants
+            if v.space.etp_legal(key.tp, key.cp, key.dp, key.ep, key.sp)
+            and key.dp in v.dp and key.m in v.m]
+
+
+def family_tables(t: Tables, pp: int, vpp: int) -> list[Tables]:
+    """The tables over each partition family of (pp, vpp) (`SearchSpace.split_families`: the
+    space's own partitions, then each named uneven layout): the same factor tables, since a
+    family changes only the layer split and no table depends on it. A key's plans are the
+    union of its families' plans: its best is the best over them, and the least of the
+    families' lower bounds bounds every plan of the key."""
+    if (pp, vpp) not in t.families:
+        t.families[pp, vpp] = [t if f is t.space else replace(t, space=f)
+                               for f in t.space.split_families(pp, vpp)]
+    return t.families[pp, vpp]
+
+
 def capacity_bytes(total: float) -> float:
     """Largest charged memory (fx.charged_bytes: fragmentation already in the tables' terms)
     that fits a GPU of `total` usable bytes: the total less the CUDA context."""
@@ -146,10 +177,24 @@ def capacity_bytes(total: float) -> float:
 
 
 def build_tables(space: SearchSpace) -> Tables:
-    """Tabulate every factor over the space's domains (numpy broadcasting, no plan lists)."""
-    job = space.job
+    """Tabulate every factor over the space's domains (numpy broadcasting, no plan lists).
+    A space searching several expert-TP sizes gets one Tables per size (`variants`, each over
+    its one-etp space: the factor functions take etp as a parameter); the returned tables are
+    the first size's over the whole space."""
+    variants = space.etp_variants()
     dps = space.dp_domain or (1,)
     ms = tuple(sorted({d.num_microbatches for d in space.degrees()})) or (1,)
+    if len(variants) > 1:  # every size's tables over the whole space's dp and m domains
+        vs = [_build_tables(v, dps, ms) for v in variants]
+        t = replace(vs[0], space=space)
+        t.variants = vs
+        return t
+    return _build_tables(space, dps, ms)
+
+
+def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...]) -> Tables:
+    """`build_tables` of a space with one expert-TP size, over the dp and m domains given."""
+    job = space.job
     model = job.model
     kinds: tuple[bool, ...] = (False,) if model.moe is None else (
         (False, True) if model.moe.first_k_dense_layers else (True,))
@@ -323,7 +368,12 @@ def stage_groups_of(t: Tables, plan: Plan) -> tuple[int, ...]:
 
 
 def plan_cost(t: Tables, plan: Plan) -> PlanCost:
-    """The memory.py / steptime.py composition for one plan, in exact floats."""
+    """The memory.py / steptime.py composition for one plan, in exact floats (with the tables
+    of the plan's expert-TP size when the space searches several)."""
+    for v in t.variants:
+        if v.space.etp == plan.etp:
+            t = v
+            break
     sp_ = t.space
     L = sp_.num_layers
     ls = plan.layers_per_stage(L)

@@ -7,12 +7,12 @@ search or the user-facing modules.
 from __future__ import annotations
 
 from .base import GIB
-from .cluster import ClusterSpec, GPUSpec, LinkSpec, NodeGroup
+from .cluster import ClusterSpec, GPUSpec, HostSpec, LinkSpec, NodeGroup
 from .job import Job
 from .model import MLASpec, ModelSpec, MoESpec
 from .recipe import RECIPES, FrameworkBehaviour, TrainingRecipe
 
 __all__ = [
-    "GIB", "ClusterSpec", "GPUSpec", "LinkSpec", "NodeGroup", "Job", "MLASpec", "MoESpec",
-    "ModelSpec", "RECIPES", "FrameworkBehaviour", "TrainingRecipe",
+    "GIB", "ClusterSpec", "GPUSpec", "HostSpec", "LinkSpec", "NodeGroup", "Job", "MLASpec",
+    "MoESpec", "ModelSpec", "RECIPES", "FrameworkBehaviour", "TrainingRecipe",
 ]

@@ -75,6 +75,21 @@ class LinkSpec(Strict):
     source: str = ""
 
 
+class HostSpec(Strict):
+    """The host side of a node, for offloading: the GPU-host link per GPU per direction (PCIe,
+    or NVLink-C2C on Grace Hopper), the node's host memory and its DRAM bandwidth (shared by
+    the node's GPUs)."""
+
+    link_gbps: LinkGBps
+    memory_gib: MemoryGiB
+    memory_gbps: HbmGBps
+    source: str = ""
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * GIB)
+
+
 class NodeGroup(Strict):
     """A homogeneous set of nodes: same GPU, same node fabric."""
 
@@ -85,6 +100,7 @@ class NodeGroup(Strict):
     intra_node: LinkSpec  # NVLink/NVSwitch
     inter_node: LinkSpec  # network bandwidth per GPU (e.g. 8 x 400 Gb/s NICs -> 50 GB/s/GPU)
     price_per_gpu_hour: Price | None = None  # USD
+    host: HostSpec | None = None  # host link and memory (offload); None: not stated
 
     @property
     def num_gpus(self) -> int:

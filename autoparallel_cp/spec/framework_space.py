@@ -17,8 +17,9 @@ key rules and split rules, so the search proves its optimum over the plans the f
   interleaving the count is a multiple of vpp (`recompute_step`; free splits hold multiples of
   vpp, so their chunks are equal and that is the whole rule); a middle chunk without a layer
   (torchtitan) occurs only in a pinned split, which `split_refusals` checks.
-- torchtitan 0.3.0 runs routed experts at etp 1 with ep > 1 (`etp`): an MoE job's space is
-  the folded one (`--fix etp=1`), since etp is one value per space.
+- torchtitan 0.3.0 runs routed experts at etp 1 with ep > 1 (`etp_axis`): an MoE job's space
+  is the folded one (as `--fix etp=1`); the other frameworks but Megatron search the default
+  etp only, so every key row reads the one etp of the space.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.frameworks import JOB_FIELDS, Refusal, Rule, job_refusal, rules_for
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan
+from autoparallel_cp.spec.schedules import default_schedule
 
 #: the recipes that name the framework they were costed for (spec/recipe.py sources)
 RECIPE_FRAMEWORKS: dict[str, str] = {
@@ -84,6 +86,13 @@ class KeyPlan:
     recompute: str
     etp: int | None
     recompute_layers: None = None
+    schedule: None = None  # the search runs the default schedule on the GPU only (pins.py
+    optimizer_offload: float = 0.0  # UNSEARCHED)
+    activation_offload: int = 0
+
+    @property
+    def pipeline_schedule(self) -> str:
+        return default_schedule(self.vpp)  # Plan.pipeline_schedule without `schedule`
 
     @property
     def expert_tp(self) -> int:
@@ -152,11 +161,15 @@ class Restriction:
         return vpp if mg and vpp > 1 else 1
 
     @property
-    def etp(self) -> int | None:
-        """The expert-TP size of the space when a framework fixes it (torchtitan 0.3.0, MoE)."""
-        if self.job.model.moe is not None and "torchtitan" in self.formats:
-            return 1
-        return None
+    def etp_axis(self) -> tuple[int | None, ...] | None:
+        """The one expert-TP size an MoE job runs at when a framework's rows read it:
+        torchtitan 0.3.0 shards routed experts over ep at etp 1; torchtitan v0.2.2 (etp tp or
+        1), DeepSpeed's AutoEP and Megatron-DeepSpeed (no expert TP of their own) and FSDP1
+        are searched at the default (tp). None: every size the space searches (Megatron, whose
+        rows do not read etp). One size, so a key's verdict holds for all its plans."""
+        if self.job.model.moe is None or "megatron" in self.formats:
+            return None
+        return (1,) if "torchtitan" in self.formats else (None,)
 
     def narrow(self, domains: dict[str, tuple[Any, ...]], fixed: Any) -> dict[str, Any]:
         """The search-space fields this restriction changes: every axis domain less the values
@@ -171,8 +184,11 @@ class Restriction:
             out[axis] = dom
         if not self.partial_recompute:
             out["partial_recompute"] = False
-        if self.etp is not None and "etp" not in fixed:
-            out["etp"] = self.etp
+        etps = self.etp_axis
+        if etps is not None and "etp" not in fixed:
+            out["etp"], out["etp_axis"] = etps[0], etps
+            if etps[0] is not None:  # as `--fix etp=1` (SearchSpace.etp_legal reads the pin)
+                out["fixed"] = {**dict(fixed), "etp": etps[0]}
         return out
 
     def key_rows(self, key: Any, etp: int | None) -> tuple[tuple[str, str], ...]:

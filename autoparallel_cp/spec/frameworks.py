@@ -236,6 +236,42 @@ def _tt_async_tp(job: Job, plan: Plan) -> dict[str, Any] | None:
     return None
 
 
+#: the schedules each framework runs (spec/schedules.py names; torchtitan: every schedule of
+#: torch.distributed.pipelining it names, TORCHTITAN_SCHEDULES)
+RUNS_SCHEDULES: dict[str, tuple[str, ...]] = {
+    "megatron": ("1f1b", "interleaved"),
+    "torchtitan": ("1f1b", "interleaved", "gpipe", "zbv", "dualpipev"),
+    "deepspeed": ("1f1b",),
+}
+#: torchtitan's `pipeline_parallel_schedule` names (torch.distributed.pipelining schedules.py
+#: `get_schedule_class`: Schedule1F1B, ScheduleInterleaved1F1B, ScheduleGPipe,
+#: ScheduleZBVZeroBubble, ScheduleDualPipeV)
+TORCHTITAN_SCHEDULES: dict[str, str] = {
+    "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe",
+    "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV",
+}
+
+
+def _schedule(fw: str) -> Callable[[Job, Plan], dict[str, Any] | None]:
+    """The closest schedule `fw` runs when the plan's is not one of them: its default."""
+    def broken(job: Job, plan: Plan) -> dict[str, Any] | None:
+        if plan.pipeline_schedule in RUNS_SCHEDULES[fw]:
+            return None
+        return {"schedule": "interleaved" if plan.vpp > 1 and fw != "deepspeed" else "1f1b"}
+    return broken
+
+
+def _ds_offload(job: Job, plan: Plan) -> dict[str, Any] | None:
+    """DeepSpeed offloads the whole optimizer (ZeRO 1-2) or a `ratio` of it (ZeRO-3), with a
+    ZeRO stage >= 1."""
+    x = plan.optimizer_offload
+    if x and plan.zero == 0:
+        return {"zero": 1}
+    if 0 < x < 1 and plan.zero < 3:
+        return {"optimizer_offload": 1}
+    return None
+
+
 def _learned_positions(job: Job, plan: Plan) -> dict[str, Any] | None:
     m = job.model
     if m.position_embedding == "learned" and job.seq_len > m.max_position_embeddings:
@@ -461,6 +497,60 @@ RULES: tuple[Rule, ...] = (
          "the pipeline engine runs one stage per rank (TrainSchedule); no interleaved schedule",
          f"{_DS} deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
          lambda j, p: {"vpp": 1} if p.vpp > 1 else None, domain=lambda j: {"vpp": (1,)}),
+    Rule("megatron", "schedule",
+         "Megatron-Core runs 1F1B, or interleaved 1F1B with --num-layers-per-virtual-pipeline-"
+         "stage; no zero-bubble, DualPipe or GPipe schedule",
+         f"{_MG} megatron/core/pipeline_parallel/schedules.py:53,160-167 "
+         "(get_forward_backward_func: with / without interleaving, or no pipelining)",
+         _schedule("megatron")),
+    Rule("megatron", "optimizer_offload",
+         "--optimizer-cpu-offload needs --use-precision-aware-optimizer, which runs with the "
+         "distributed optimizer only (zero >= 1)",
+         f"{_MG} megatron/training/arguments.py:1884-1888, "
+         "megatron/core/optimizer/__init__.py:1057-1060",
+         lambda j, p: {"zero": 1} if p.optimizer_offload and p.zero == 0 else None),
+    Rule("megatron", "activation_offload",
+         "Transformer Engine CPU offloading (--cpu-offloading-num-layers k) runs without "
+         "pipeline parallelism, without activation recompute, and on k < num_layers layers",
+         f"{_MG} megatron/core/transformer/transformer_config.py:1884-1899 (k < num_layers; "
+         "'no support for Pipeline parallelism with CPU offloading'; 'does not work when "
+         "activation recomputation is enabled'), megatron/training/arguments.py:1950-1951",
+         lambda j, p: {"activation_offload": 0} if p.activation_offload and (
+             p.pp > 1 or p.recompute != "none"
+             or p.activation_offload >= j.model.num_layers) else None),
+    Rule("torchtitan", "schedule",
+         "pipeline_parallel_schedule names PyTorch's schedules: 1F1B, Interleaved1F1B, GPipe, "
+         "ZBVZeroBubble, DualPipeV (InterleavedZeroBubble and LoopedBFS are other layouts); "
+         "no ZB-H1 / ZB-H2 or two-copy DualPipe",
+         "torchtitan b5bcd76c (main) torchtitan/distributed/pipeline_parallel.py:205,300 "
+         "(get_schedule_class(pipeline_parallel_schedule)); torch v2.13.0 "
+         "torch/distributed/pipelining/schedules.py:3620 (get_schedule_class), 3199 "
+         "(ScheduleZBVZeroBubble), 3393 (ScheduleDualPipeV)", _schedule("torchtitan")),
+    Rule("torchtitan", "optimizer_offload",
+         "training.enable_cpu_offload is FSDP2's CPUOffloadPolicy: parameters and gradients "
+         "go to the host with the optimizer states, which the plan does not cost",
+         "torchtitan b5bcd76c (main) torchtitan/config/configs.py:70 (enable_cpu_offload), "
+         "torchtitan/distributed/fsdp.py:232 (offload_policy = CPUOffloadPolicy())",
+         lambda j, p: {"optimizer_offload": 0} if p.optimizer_offload else None),
+    Rule("torchtitan", "activation_offload",
+         "no activation offloading to the host",
+         f"{_TT} torchtitan/distributed/activation_checkpoint.py:152-166 (recompute only)",
+         lambda j, p: {"activation_offload": 0} if p.activation_offload else None),
+    Rule("deepspeed", "schedule",
+         "the pipeline engine runs TrainSchedule (1F1B) only",
+         f"{_DS} deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)", _schedule("deepspeed")),
+    Rule("deepspeed", "optimizer_offload",
+         "ZeRO-Offload (zero_optimization.offload_optimizer) needs ZeRO >= 1 and offloads the "
+         "whole optimizer; a partial `ratio` exists for ZeRO-3 only",
+         "DeepSpeed edaa7221 (0.19.6) deepspeed/runtime/zero/offload_config.py:99-100 "
+         "(ratio: 'Only valid with ZeRO Stage 3'), runtime/zero/config.py:164 "
+         "(offload_optimizer)", _ds_offload),
+    Rule("deepspeed", "activation_offload",
+         "activation offloading is cpu_checkpointing of checkpointed activations only, not a "
+         "count of layers",
+         f"{_DS} deepspeed/runtime/activation_checkpointing/config.py:42-43 "
+         "(cpu_checkpointing)",
+         lambda j, p: {"activation_offload": 0} if p.activation_offload else None),
     Rule("deepspeed", "cp",
          "no ring context parallelism (Ulysses sequence_parallel_size is all-to-all on heads, a "
          "different cost)",

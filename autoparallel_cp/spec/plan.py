@@ -9,6 +9,12 @@ folding.
 Layer splits (defaults, model chunks, micro-batch groups): `spec/splits.py`.
 
 MoE parallel folding (`etp`, the expert grid and its rules): `spec/folding.py`.
+
+Pipeline schedule and host offload (`schedule`, `optimizer_offload`, `activation_offload`: their
+names, text form and rules): `spec/schedules.py`.
+
+Kept whole: the Plan model, its text form and its legality rules are one surface (INTERFACE.md's
+plan fields), parsed and checked together; each new axis keeps its helpers in its own module.
 """
 
 from __future__ import annotations
@@ -29,6 +35,15 @@ from autoparallel_cp.spec.base import (
 )
 from autoparallel_cp.spec.folding import folding_violations
 from autoparallel_cp.spec.plan_text import int_list, json_object, split_items
+from autoparallel_cp.spec.schedules import (
+    Schedule,
+    axis_key,
+    axis_text,
+    axis_value,
+    default_schedule,
+    offload_violations,
+    schedule_violations,
+)
 from autoparallel_cp.spec.splits import default_split, stage_chunks
 
 _DEGREE = (1, MAX_GPUS, "a degree cannot exceed the largest cluster")
@@ -41,6 +56,7 @@ LayerCount = Annotated[int, Bounded(0, MAX_LAYERS, "cannot exceed the deepest mo
 StageLayers = Annotated[int, Bounded(1, MAX_LAYERS, "cannot exceed the deepest model")]
 ChunkLayers = Annotated[int, Bounded(0, MAX_LAYERS, "cannot exceed the deepest model")]
 GroupIndex = Annotated[int, Bounded(0, MAX_NODE_GROUPS - 1, "cannot exceed the node groups")]
+Fraction = Annotated[float, Bounded(0.0, 1.0, "a fraction is at most 1", low_open=False)]
 
 RecomputeMode = Literal["none", "selective", "full"]
 RECOMPUTE_MODES: tuple[RecomputeMode, ...] = ("none", "selective", "full")
@@ -71,6 +87,9 @@ class Plan(BaseModel):
     stage_groups: tuple[GroupIndex, ...] | None = None  # node group of each stage; None: in order
     # expert tensor parallelism (Megatron --expert-tensor-parallel-size); None: = tp (default)
     etp: Degree | None = None
+    schedule: Schedule | None = None  # spec/schedules.py; None: default_schedule(vpp)
+    optimizer_offload: Fraction = 0.0  # share of the optimizer states kept in host memory
+    activation_offload: LayerCount = 0  # layers per stage whose activations go to the host
 
     def __init__(self, **fields: Any) -> None:
         """Validate the fields; a bad one is a PlanError (a UserError) naming the field."""
@@ -89,7 +108,8 @@ class Plan(BaseModel):
             self.mbs, RECOMPUTE_MODES.index(self.recompute), self.recompute_layers or 0,
             self.stage_layers or (), self.stage_groups or (),
         ) + ((self.chunk_layers,) if self.chunk_layers is not None else ()) + (
-            ((self.etp,),) if self.etp is not None else ())  # ints: comparable with chunks
+            ((self.etp,),) if self.etp is not None else ()) + axis_key(  # ints: comparable
+            self.schedule, self.optimizer_offload, self.activation_offload)
 
     def short(self) -> str:
         """Compact `key=value` text, accepted back by `parse_plan`."""
@@ -108,7 +128,13 @@ class Plan(BaseModel):
             parts.append("chunk_layers=" + ":".join(map(str, self.chunk_layers)))
         if self.etp is not None:
             parts.append(f"etp={self.etp}")
+        parts += axis_text(self.schedule, self.optimizer_offload, self.activation_offload)
         return ",".join(parts)
+
+    @property
+    def pipeline_schedule(self) -> Schedule:
+        """The schedule the plan runs: `schedule`, else `default_schedule(vpp)`."""
+        return self.schedule if self.schedule is not None else default_schedule(self.vpp)
 
     @property
     def expert_tp(self) -> int:
@@ -173,9 +199,10 @@ class PlanError(UserError, ValueError):
 
 
 _INT_FIELDS = {"dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
-               "recompute_layers", "etp"}
+               "recompute_layers", "etp", "activation_offload"}
 _TUPLE_FIELDS = {"stage_layers", "stage_groups", "chunk_layers"}
-PLAN_FIELDS = tuple(sorted(_INT_FIELDS | _TUPLE_FIELDS | {"recompute"}))
+_AXIS_FIELDS = {"schedule", "optimizer_offload"}  # spec/schedules.py `axis_value`
+PLAN_FIELDS = tuple(sorted(_INT_FIELDS | _TUPLE_FIELDS | _AXIS_FIELDS | {"recompute"}))
 
 
 def _range_error(k: str, exc: ValidationError) -> PlanError:
@@ -197,7 +224,12 @@ def check_field(k: str, v: Any) -> Any:
         if not isinstance(v, str) or v not in RECOMPUTE_MODES:
             raise PlanError(f"field 'recompute': expected one of {RECOMPUTE_MODES}, got {v!r}")
         return v
-    if k in _TUPLE_FIELDS:
+    if k in _AXIS_FIELDS:
+        try:
+            v = axis_value(k, v)
+        except ValueError as exc:
+            raise PlanError(f"field {k!r}: {exc}") from None
+    elif k in _TUPLE_FIELDS:
         if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
             raise PlanError(f"field {k!r}: expected a list of integers, got {v!r}")
         if not v:
@@ -218,7 +250,7 @@ def check_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     for k, v in fields.items():
         if not isinstance(k, str):
             raise PlanError(f"plan field names are strings, got {k!r}")
-        if isinstance(v, str) and k != "recompute":  # as in the text form: {"tp": "8"}
+        if isinstance(v, str) and k not in ("recompute", "schedule"):  # text form: {"tp": "8"}
             if "," in v or "=" in v:
                 raise PlanError(f"field {k!r}: expected one value, got {v!r}")
             out.update(parse_assignments(f"{k}={v}"))
@@ -347,6 +379,11 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
         )
     if plan.recompute_layers is not None and plan.recompute != "full":
         out.append("recompute_layers is only meaningful with recompute=full")
+    out += schedule_violations(plan.schedule, plan.pp, plan.vpp, plan.num_microbatches)
+    if not split_violations(m.num_layers, plan):
+        out += offload_violations(plan.activation_offload, plan.optimizer_offload,
+                                  plan.layers_per_stage(m.num_layers),
+                                  all(g.host is not None for g in job.cluster.node_groups))
     return out
 
 

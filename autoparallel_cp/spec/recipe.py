@@ -425,4 +425,23 @@ RECIPES: dict[str, TrainingRecipe] = {
         behaviour=FrameworkBehaviour(overlap_p2p_comm=MEGATRON_MAIN_P2P_OVERLAP),
         source="megatron-bf16 with Transformer Engine fp8 GEMMs (delayed scaling)",
     ),
+    "deepseek-v3-fp8": TrainingRecipe(
+        name="deepseek-v3-fp8",
+        framework="megatron",
+        weight_bytes=2,
+        grad_bytes=4,
+        master_weight_bytes=4,
+        optimizer_state_bytes=4,
+        compute_dtype="fp8",
+        behaviour=FrameworkBehaviour(
+            overlap_p2p_comm=MEGATRON_MAIN_P2P_OVERLAP, ep_dispatcher="flex",
+            recompute_modules=("layernorm", "mla_up_proj", "moe_act")),
+        source="DeepSeek-V3's training recipe (arXiv 2412.19437): FP8 GEMMs with the inputs "
+               "of linear layers cached in FP8 (§3.3), fp32 master weights and gradients with "
+               "AdamW moments in BF16 (§3.3.3: 2+2 B), node-limited dispatch forwarded over "
+               "NVLink (§3.2.2: the flex dispatcher), RMSNorm and MLA up-projections "
+               "recomputed in backward (§3.2.3) and the SwiGLU output recomputed from its "
+               "cached input (§3.3.3) under recompute=selective. Its schedule is a plan "
+               "field: schedule=dualpipe (§3.2.1)",
+    ),
 }

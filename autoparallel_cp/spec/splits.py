@@ -19,6 +19,10 @@ pipeline_parallel_layer_layout.py, core/pipeline_parallel/schedules.py:
   1,2,...,2 chunks on the first stage and 2,...,2,1 on the last, as --account-for-* do.
 - `chunk_layers` gives every chunk outright (pp*vpp entries, chunk v of stage j at v*pp + j:
   the order of `--pipeline-model-parallel-layout`), e.g. Megatron-Bridge's DeepSeek-V3 layouts.
+- the named layouts the search tries for a pp*vpp that need not divide the layers
+  (`named_layouts`, `slot_layout`): the layers plus 0/1 embedding and 0/1 loss slots spread
+  over the chunks, the remainder to the earliest; with one slot each that is `default_split`'s
+  layout, and torchtitan's `generate_llm_fqn_per_model_part` with its default weights.
 """
 
 from __future__ import annotations
@@ -76,3 +80,58 @@ def microbatch_group(pp: int, m: int) -> int:
         if m % n == 0 or m % n >= pp:
             return n
     return m  # not reached: n = m qualifies
+
+
+#: Slots the embedding / the loss may take in a named layout: 0 (Megatron's plain split), 1
+#: (`--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split`,
+#: torchtitan's default `input_weight` / `output_weight` of 1).
+EDGE_SLOTS = (0, 1)
+#: Where the remainder chunks go: the earliest (Megatron-Core's and torchtitan's rule); the
+#: latest (lighter early stages, which hold the most in-flight micro-batches) is not searched:
+#: it doubled the per-key models of the named layouts for no framework's default.
+REMAINDER_FIRST = (True,)
+
+
+def slot_layout(num_layers: int, pp: int, vpp: int, emb: int, loss: int,
+                extra_first: bool = True) -> tuple[int, ...] | None:
+    """Layers of the pp*vpp model chunks (in layer order: chunk v of stage j is number
+    v*pp + j, the order of `chunk_layers`) when the layers plus `emb` embedding slots and
+    `loss` loss slots are spread evenly over the chunks, the remainder to the earliest
+    (`extra_first`) or the latest chunks, and the first / last chunk give their edge slots
+    back. None when a chunk would hold no layer (the first / last chunk may hold only the
+    embedding / the loss).
+
+    Megatron-LM d98e8a64 transformer_block.py `get_num_layers_to_build` (the
+    --account-for-*-in-pipeline-split slots), pipeline_parallel_layer_layout.py (any per-chunk
+    layout written as --pipeline-model-parallel-layout); torchtitan
+    distributed/pipeline_parallel.py `generate_llm_fqn_per_model_part` (num_layers +
+    input_weight + output_weight effective layers over the virtual stages, the remainder to
+    the first stages, `pipeline_parallel_first/last_stage_less_layers` as the weights)."""
+    chunks = pp * vpp
+    q, r = divmod(num_layers + emb + loss, chunks)
+    per = [q + (1 if (i < r if extra_first else i >= chunks - r) else 0)
+           for i in range(chunks)]
+    per[0] -= emb
+    per[-1] -= loss
+    for i, n in enumerate(per):
+        edge = (i == 0 and emb > 0) or (i == chunks - 1 and loss > 0)
+        if n < (0 if edge else 1):
+            return None
+    if sum(per) != num_layers:  # a single chunk holding both edges: not a pipeline
+        return None
+    return tuple(per)
+
+
+def named_layouts(num_layers: int, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+    """The distinct `slot_layout`s of (pp, vpp) over EDGE_SLOTS x EDGE_SLOTS x
+    REMAINDER_FIRST, in that order (deterministic): the splits frameworks make by default for
+    pp*vpp model chunks (Megatron-Core with and without embedding / loss accounting, torchtitan
+    with its first/last-stage weights), none needing pp*vpp to divide the layers."""
+    out: list[tuple[int, ...]] = []
+    for emb in EDGE_SLOTS:
+        for loss in EDGE_SLOTS:
+            for extra_first in REMAINDER_FIRST:
+                lay = slot_layout(num_layers, pp, vpp, emb, loss, extra_first)
+                if lay is not None and lay not in out:
+                    out.append(lay)
+    return tuple(out)

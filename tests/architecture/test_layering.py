@@ -25,8 +25,10 @@ LAYERS: dict[str, int] = {
     "outputs": 4,
     "api": 4,
     "report": 5,
+    "trace": 5,
     "sweep_backends": 5,
     "whatif": 6,
+    "html_report": 6,
     "cli": 7,
 }
 

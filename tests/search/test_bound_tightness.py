@@ -41,6 +41,7 @@ from autoparallel_cp.search.tables import Tables, build_tables, plan_cost
 from autoparallel_cp.spec import ClusterSpec, Job
 from autoparallel_cp.spec.loaders import load_cluster, load_model
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, plan_violations
+from autoparallel_cp.spec.splits import named_layouts
 
 
 def _with_memory(c: ClusterSpec, gib: float) -> ClusterSpec:
@@ -190,10 +191,11 @@ def test_partition_model_four_stages_memory_bound() -> None:
 
 
 def test_master_bound_is_exact_for_one_stage_keys() -> None:
-    """pp = 1: LB(key) = the exact step time up to the floor rounding of its few terms."""
+    """pp = 1: LB(key) = the exact step time up to the floor rounding of its few terms (one
+    expert-TP size: with several, LB is the least over them, exact for the fastest only)."""
     job = Job(model=_mini(True, 8), cluster=load_cluster("dgx-h100").take_gpus(8),
               seq_len=4096, global_batch=16)
-    space = SearchSpace.for_job(job, fix="pp=1", max_mbs=2)
+    space = SearchSpace.for_job(job, fix="pp=1", max_mbs=2, etp_values=())
     t = build_tables(space)
     master = build_master(t)
     keys, capped = enumerate_keys(master, None, 10**12)
@@ -255,17 +257,23 @@ def _legal_keys(space: SearchSpace, t: Tables) -> set[Key]:
         # spec/plan.py leaves the placement to the solver)
         if any(g.num_gpus % (dp * tp * cp) for g in job.cluster.node_groups):
             continue
-        if pp * vpp > L or (space.partition == "uniform" and L % (pp * vpp)):
+        if space.partition == "uniform" and L % (pp * vpp):
             continue
         if space.fixed.get("dp", dp) != dp:
             continue
         units = L // vpp
+        # an even split in multiples of vpp, or (free spaces) a framework's slot layout
+        splits: list[dict[str, Any]] = []
         split = tuple(vpp * (units // pp + (j < units % pp)) for j in range(pp))
-        if sum(split) != L or min(split) < vpp:
-            continue
-        plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
-                    num_microbatches=m, recompute=mode, stage_layers=split, etp=space.etp)
-        if not plan_violations(job, plan):
+        if pp * vpp <= L and sum(split) == L and min(split) >= vpp:
+            splits.append({"stage_layers": split})
+        if space.partition == "free" and pp > 1:
+            splits += [{"chunk_layers": cl} for cl in named_layouts(L, pp, vpp)]
+        # every expert-TP size searched (Megatron's default, and folded sizes of MoE models)
+        plans = [Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
+                      num_microbatches=m, recompute=mode, etp=e, **kw)
+                 for kw in splits for e in space.etp_axis]
+        if any(not plan_violations(job, plan) for plan in plans):
             out.add(Key(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, vpp=vpp, sp=sp, zero=zero, mbs=mbs,
                         m=m, mode=RECOMPUTE_MODES.index(mode)))
     return out

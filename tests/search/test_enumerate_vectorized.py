@@ -26,14 +26,17 @@ from autoparallel_cp.spec.plan import Plan
 
 
 def _enumerate_loop(space: SearchSpace) -> list[tuple[float, Plan]]:
-    """The reference: every plan through plan_cost, best per key, sorted by (cost, key)."""
+    """The reference: every plan through plan_cost, best per key, sorted by (cost, key); the
+    partitions of every family (the space's own, then each named layout pinned)."""
     tabs = build_tables(space)
     best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]] = {}
-    for d in space.degrees():
-        parts = list(partitions(space, d.pp, d.vpp))
-        places = list(placements(space, d))
+    for sv, d, fam in ((v, x, f) for v in space.etp_variants() for x in v.degrees()
+                       for f in v.split_families(x.pp, x.vpp)):
+        parts = list(partitions(fam, d.pp, d.vpp))
+        places = list(placements(fam, d))
+        cl = fam.fixed.get("chunk_layers")
         for sp_, zero, mode in itertools.product(space.sp, space.zero, space.recompute):
-            if sp_ and d.tp == 1:
+            if not sv.etp_legal(d.tp, d.cp, d.dp, d.ep, sp_):
                 continue
             key = (d.tp, d.pp, d.cp, d.dp, d.ep, d.vpp, sp_, zero, d.mbs, mode)
             for part in parts:
@@ -43,7 +46,9 @@ def _enumerate_loop(space: SearchSpace) -> list[tuple[float, Plan]]:
                         plan = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,
                                     sp=sp_, zero=zero, mbs=d.mbs,
                                     num_microbatches=d.num_microbatches, recompute=mode,
-                                    recompute_layers=r, stage_layers=part, stage_groups=sg)
+                                    recompute_layers=r, stage_layers=part, stage_groups=sg,
+                                    chunk_layers=None if cl is None else tuple(cl),
+                                    etp=sv.etp)
                         pc = plan_cost(tabs, plan)
                         if not pc.fits:
                             continue

@@ -34,6 +34,17 @@ def test_neighbours_of_a_plan_by_hand() -> None:
         "zero 1 -> 2": dict(zero=2),
         "zero 1 -> 3": dict(zero=3),
         "sp 1 -> 0": dict(sp=0),
+        # schedules (spec/schedules.py; a V at vpp 2) and host offload (the preset has a host)
+        "schedule 1f1b -> zb-h1": dict(schedule="zb-h1"),
+        "schedule 1f1b -> zb-h2": dict(schedule="zb-h2"),
+        "schedule 1f1b -> zbv": dict(schedule="zbv", vpp=2),
+        "schedule 1f1b -> dualpipe": dict(schedule="dualpipe"),
+        "schedule 1f1b -> dualpipev": dict(schedule="dualpipev", vpp=2),
+        "schedule 1f1b -> gpipe": dict(schedule="gpipe"),
+        "optimizer_offload 0 -> 0.5": dict(optimizer_offload=0.5),
+        "optimizer_offload 0 -> 1": dict(optimizer_offload=1.0),
+        "activation_offload 0 -> 1": dict(activation_offload=1),
+        "activation_offload 0 -> 6": dict(activation_offload=6),
     }
     assert list(got) == list(want)  # in the order the axes are tried
     for label, upd in want.items():
@@ -44,11 +55,12 @@ def test_neighbours_drop_illegal_and_out_of_domain_changes() -> None:
     job = _job()
     # tp = 8, mbs = 32 (outside the searched 1..8): tp 8 -> 16, pp 1 -> 2 and cp 1 -> 2 need 16
     # GPUs, tp 8 -> 4 gives dp = 2 and 2 x 32 > the batch of 32, mbs 32 -> 16 / 64 leave the mbs
-    # domain, vpp needs pp > 1: only recompute, ZeRO and sp remain
+    # domain, vpp and a schedule need pp > 1: only recompute, ZeRO, sp and host offload remain
     plan = api.as_plan(job, "dp=1,tp=8,pp=1,mbs=32,zero=0,recompute=none,sp=0")
     assert [label for label, _ in neighbours(job, plan)] == [
         "recompute none -> selective", "recompute none -> full", "zero 0 -> 1", "zero 0 -> 2",
-        "zero 0 -> 3", "sp 0 -> 1"]
+        "zero 0 -> 3", "sp 0 -> 1", "optimizer_offload 0 -> 0.5", "optimizer_offload 0 -> 1",
+        "activation_offload 0 -> 1", "activation_offload 0 -> 12"]
     # an MoE model adds ep and the folding change
     moe = api.make_job("mixtral-8x7b", "dgx-h100", gpus=64, seq_len=4096, global_batch=64)
     p = api.as_plan(moe, "dp=8,tp=2,pp=4,ep=8,mbs=1,zero=1,recompute=full,sp=1")

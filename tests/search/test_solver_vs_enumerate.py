@@ -314,3 +314,98 @@ def test_master_bound_holds_for_a_windowed_model() -> None:
               seq_len=8192, global_batch=16)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
     _assert_master_bounds(job, space, 7)
+
+
+# ---------------------------------------------------------------------------------------------
+# Named uneven layouts (issue 28: pp*vpp need not divide the layers; SearchSpace.split_families)
+# ---------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(moe=st.booleans(), layers=st.sampled_from([5, 7, 9, 10]), gpus=st.sampled_from([4, 8]),
+       batch=st.sampled_from([8, 16]), seq=st.sampled_from([2048, 8192]),
+       zero=st.sampled_from(["0,1", "1,3"]), hetero=st.booleans())
+def test_named_layouts_match_enumeration(moe: bool, layers: int, gpus: int, batch: int,
+                                         seq: int, zero: str, hetero: bool) -> None:
+    """Random jobs whose layers no vpp > 1 (or no pp*vpp) divides: CP-SAT's top k over the
+    free partitions and the named layouts equals the enumerator's, on one or two node groups;
+    and the master's LB stays below every key's exact best."""
+    cluster = _mixed_small() if hetero else load_cluster("dgx-a100-40g").take_gpus(gpus)
+    job = Job(model=_mini(moe, layers), cluster=cluster, seq_len=seq, global_batch=batch)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=3, max_mbs=2,
+                                zero=tuple(int(z) for z in zero.split(",")),
+                                partial_recompute=not hetero)
+    if space.num_degree_combinations() == 0:
+        return
+    _compare_tol(job, space, 4)
+    _assert_master_bounds(job, space, 7)
+
+
+def test_a_named_layout_wins_where_no_free_split_exists() -> None:
+    """7 layers on pp 2 x vpp 2 (no multiple of vpp): only the named layouts place them, both
+    searches find the same best, which is a named layout (`chunk_layers`) scored as evaluate
+    scores it, and every layout of (2, 2) is a family of the key."""
+    from autoparallel_cp.cost.evaluate import evaluate
+    from autoparallel_cp.spec.splits import named_layouts
+
+    job = Job(model=_mini(False, 7), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, fix="pp=2,vpp=2", max_mbs=2, zero=(1,))
+    assert not space.free_ok(2, 2)
+    assert space.layouts(2, 2) == named_layouts(7, 2, 2)
+    assert len(space.split_families(2, 2)) == len(named_layouts(7, 2, 2)) >= 2
+    a = _compare_tol(job, space, 3)
+    for ev in a.plans:
+        assert ev.plan.chunk_layers in space.layouts(2, 2)
+        assert evaluate(job, ev.plan).time.step_s == pytest.approx(ev.time.step_s, rel=1e-9)
+    _assert_master_bounds(job, space, 1)
+
+
+def test_size_counts_the_named_layouts() -> None:
+    """`size` adds one partition per named layout (times its recompute choices)."""
+    job = Job(model=_mini(False, 7), cluster=load_cluster("dgx-h100").take_gpus(8),
+              seq_len=4096, global_batch=16)
+    fix = "pp=2,vpp=2,tp=1,cp=1,mbs=1,zero=1,sp=0,recompute=none"
+    space = SearchSpace.for_job(job, fix=fix)
+    assert space.size() == len(space.layouts(2, 2))
+    assert SearchSpace.for_job(job, fix=fix, named_splits=False).num_degree_combinations() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The experts' tensor-parallel size as a searched axis (issue 28; SearchSpace.etp_axis)
+# ---------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(layers=st.sampled_from([4, 5, 6]), gpus=st.sampled_from([4, 8]),
+       seq=st.sampled_from([2048, 8192]), zero=st.sampled_from(["1", "0,3"]))
+def test_etp_axis_matches_enumeration(layers: int, gpus: int, seq: int, zero: str) -> None:
+    """MoE jobs with etp searched (Megatron's default and 1): CP-SAT's top k equals the
+    enumerator's over both sizes, folded keys (ep > dp*cp) included, and the master's LB (the
+    least over the sizes) stays below every key's exact best."""
+    job = Job(model=_mini(True, layers), cluster=load_cluster("dgx-h100").take_gpus(gpus),
+              seq_len=seq, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=2, max_vpp=2, max_mbs=2,
+                                zero=tuple(int(z) for z in zero.split(",")))
+    assert space.etp_axis == (None, 1)
+    if space.num_degree_combinations() == 0:
+        return
+    _compare_tol(job, space, 5)
+    _assert_master_bounds(job, space, 3)
+
+
+def test_folded_keys_are_searched_without_a_pin() -> None:
+    """ep 4 on 4 GPUs with tp 2 (dp*cp = 2 < ep): only etp = 1 runs it. The space lists such
+    keys, the enumerator and CP-SAT find the same best among them, with etp = 1, and the
+    sizes without the axis (`etp_values=()`) have none."""
+    job = Job(model=_mini(True, 4), cluster=load_cluster("dgx-h100").take_gpus(4),
+              seq_len=2048, global_batch=8)
+    fix = "tp=2,ep=4,pp=1"
+    space = SearchSpace.for_job(job, fix=fix, max_mbs=2, zero=(1,))
+    assert space.num_degree_combinations() > 0
+    a = _compare_tol(job, space, 3)
+    assert a.plans and all(ev.plan.etp == 1 and ev.plan.sp == 1 for ev in a.plans)
+    assert SearchSpace.for_job(job, fix=fix, max_mbs=2, zero=(1,),
+                               etp_values=()).num_degree_combinations() == 0
+    assert SearchSpace.for_job(job, fix=fix + ",etp=1", zero=(1,)).describe()["etp"] == [1]
+    assert space.describe()["etp"] == ["tp", 1]

@@ -101,9 +101,16 @@ def test_counting_helpers_by_hand() -> None:
 def test_describe_lists_every_domain() -> None:
     s = SearchSpace.for_job(_job("gpt3-1.3b", gpus=8, batch=32),
                             fix="tp=2,pp=2,cp=1,vpp=1,mbs=4,zero=1,sp=1,recompute=full")
-    assert s.describe() == ("tp [2]\npp [2]\ncp [1]\nep [1]\nvpp [1]\nmbs [4]\nzero [1]\n"
-                            "sp [1]\nrecompute ['full']\npartition free\n"
-                            "partial_recompute True")
+    d = s.describe()
+    assert {k: d[k] for k in ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "sp", "recompute",
+                              "etp", "partial_recompute")} == {
+        "tp": [2], "pp": [2], "cp": [1], "ep": [1], "vpp": [1], "mbs": [4], "zero": [1],
+        "sp": [1], "recompute": ["full"], "etp": ["tp"], "partial_recompute": [True]}
+    assert d["partition"][0].startswith("free") and d["partition"][1].startswith("named")
+    assert SearchSpace.for_job(s.job, fix="stage_layers=12:12").describe()["partition"] == [
+        "pinned split (--fix stage_layers / chunk_layers)"]
+    assert SearchSpace.for_job(s.job, partition="uniform").describe()["partition"] == [
+        "uniform: Megatron's even split, pp*vpp | layers"]
     moe = Job(model=load_model("mixtral-8x7b"), cluster=load_cluster("dgx-h100").take_gpus(64),
               seq_len=4096, global_batch=64)
-    assert SearchSpace.for_job(moe, fix="etp=2").describe().endswith("\netp 2")
+    assert SearchSpace.for_job(moe, fix="etp=2").describe()["etp"] == [2]

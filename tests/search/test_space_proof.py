@@ -33,6 +33,7 @@ def test_space_json_names_every_axis_and_pin() -> None:
     assert set(d["axes"]) >= {"tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "sp", "recompute"}
     assert d["pins"] == {"tp": 2, "zero": 1}
     assert d["etp"] == "tp" and d["partition"] == "free"
+    assert d["axes"]["etp_axis"] == [None]  # a dense model: Megatron's default only
     assert d["dp"] == sorted(d["dp"]) and all(16 % x == 0 for x in d["dp"])
     line = space_line(d)
     assert line.startswith("proof covers: tp 2;") and "\n" not in line
@@ -42,16 +43,23 @@ def test_outside_names_the_axis_the_search_did_not_try() -> None:
     job = Job(model=load_model("llama3-405b"), cluster=load_cluster("dgx-h100").take_gpus(512),
               seq_len=8192, global_batch=512)
     sp = SearchSpace.for_job(job)
-    # 126 layers over pp 8 x vpp 4: Megatron's default split is uneven (not searched today)
+    # 126 layers over pp 8 x vpp 4: Megatron's default split (the embedding and the loss a
+    # slot each) is one of the named uneven layouts searched; other uneven chunks are not
     p = Plan(dp=8, tp=8, pp=8, vpp=4, mbs=1, num_microbatches=64)
-    assert "default split" in (outside(sp, p) or "")
+    assert outside(sp, p) is None
+    odd = (2,) + (4,) * 30 + (4,)  # 126 layers, no framework's default
+    assert "uneven model chunks" in (outside(sp, p.model_copy(update={"chunk_layers": odd}))
+                                     or "")
+    assert "default split" in (outside(sp.with_(named_splits=False), p) or "")
     assert outside(sp, p.model_copy(update={"vpp": 1})) is None  # 126 = 8 x 15 + 6: free
     assert "tp=16" in (outside(sp, p.model_copy(update={"tp": 16, "dp": 4})) or "")
     moe = Job(model=_mini(True, 4), cluster=load_cluster("dgx-h100").take_gpus(8),
               seq_len=1024, global_batch=16)
     q = Plan(dp=4, tp=2, ep=4, etp=1, sp=1, mbs=1, num_microbatches=4)
-    assert "etp=1" in (outside(SearchSpace.for_job(moe), q) or "")
+    assert outside(SearchSpace.for_job(moe), q) is None  # etp is searched: tp and 1
+    assert "etp=1" in (outside(SearchSpace.for_job(moe, etp_values=()), q) or "")
     assert outside(SearchSpace.for_job(moe, fix="etp=1"), q) is None
+    assert "etp=1" in (outside(SearchSpace.for_job(moe, fix="etp=2"), q) or "")
 
 
 def _large(moe: bool, layers: int) -> ModelSpec:

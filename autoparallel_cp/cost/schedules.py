@@ -1,0 +1,191 @@
+"""What each pipeline schedule costs: bubble, in-flight micro-batches, parameter copies and
+the EP all-to-all it hides (the names and rules: spec/schedules.py; the per-stage pass orders
+the timeline draws: cost/pass_order.py).
+
+Notation: per stage and micro-batch, F = forward, B = input-gradient backward, W =
+weight-gradient backward, t = F + B + W (the stage time t_j of steptime.py). 1F1B's bubble
+is (p-1)·t for p equal stages (Narayanan et al. 2021 §2.2); steptime.py charges it as
+(Σ_j t_j - T_max)/vpp. Every schedule here is that term times `bubble_ratio`, the paper's
+bubble over 1F1B's, with (F, B, W) = `backward_split` shares of t:
+
+| schedule | bubble (equal stages) | source |
+|---|---|---|
+| 1f1b, gpipe | (p-1)(F+B+W) | Narayanan §2.2; GPipe (p-1)/(m+p-1) of the step (Huang 2019 §2.2) |
+| interleaved | (p-1)(F+B+W)/v | Narayanan §2.2 |
+| zb-h1 | (p-1)·max(F+B-W, F) | Qi et al. arXiv 2401.10241 §2.1, Table 2 (ZB-H1) |
+| zb-h2 | (p-1)·max(F+B-2W, F) | same, Table 2 (ZB-H2) |
+| dualpipe | (p/2-1)(F&B+B'-3W), B' = B+W | DeepSeek-V3 arXiv 2412.19437 §3.2.1 Table 2 |
+| zbv, dualpipev | PyTorch's own action order, replayed | cost/pipeline_sim.py (torch v2.13.0) |
+
+F&B (a forward and a backward chunk run together) costs F + B' of compute: the overlap hides
+the communication (below), not FLOPs; so DualPipe's bubble is (p/2-1)(F + 2B - W). A negative
+bracket means the W passes more than fill the warm-up: the bubble is then 0, not negative (the
+max). ZB-H1 / ZB-H2 are the paper's handcrafted schedules (the authors' Megatron fork runs
+them). The paper's Table 2 counts each rank's idle time, which is the step's bubble only with
+its optimizer post-validation (Qi §4), letting the next step start on each rank as soon as it
+is done; without it (PyTorch, Megatron: the gradient-norm all-reduce closes the step) the step
+also waits for the last rank, which starts (p-1)·F late and then runs its m·t: the bubble is at
+least (p-1)·F, the F of the max (ZB-H2's zero becomes (p-1)·F). The V-shaped ones are
+PyTorch's classes, whose real order `simulated_bubble` replays with each chunk's F, B, W
+times: for DualPipeV it reproduces DeepSeek's (p-1)(F&B+B-3W) over the 2p chunks when
+F = B = W, and for ZBV it keeps the same (p-1)-chunk ramp, where the paper's ZB-V, with the
+post-validation, tiles steps into a parallelogram with no bubble.
+
+In-flight micro-batches (`inflight_units`, in units of one micro-batch through one rank's
+layers; steptime/memory multiply the stage's per-micro-batch activations by it):
+- 1f1b: min(p - j, m); interleaved: Megatron's warm-up (cost/sync.py `inflight`);
+- gpipe: m, every forward before any backward (torch v2.13.0 schedules.py:872 `ScheduleGPipe`);
+- zb-h1: min(p, m): rank j holds 1F1B's p - j micro-batches plus the inputs of its j deferred
+  W passes (Qi §2.1: "the same number of in-flight micro-batches" on every stage; a deferred
+  W's inputs are counted as a whole micro-batch, an upper bound, Qi Table 1 M_W < M_B);
+- zb-h2: min(2p - 1 - j, m): 2(p-j)-1 warm-up forwards plus j deferred W (Qi §2.2, peak
+  (2p-1)·M_B on the first stage);
+- zbv: min(p, m): torch's ZBV warm-up holds 2(p-r)-1 + 2r + 1 = 2p half-size chunks on
+  every rank before its first backward (2401.10241 §6: 1F1B's peak, balanced);
+- dualpipe: p + 1 (2412.19437 Table 2, "Activation PP+1"), over the rank's two stages, half
+  each (`dualpipe_mirror`: rank j holds stage j and stage p-1-j, parameters 2x);
+- dualpipev: PP+1 of DualPipeV's 2p half-size chunks = p + 1/2 (DualPipe README).
+All capped at m.
+
+EP all-to-all: DualPipe and DualPipeV run a forward chunk of one micro-batch with a backward
+chunk of another and hide each one's dispatch/combine behind the other's compute (2412.19437
+§3.2.1, Figure 4). Overlapped (forward, backward) pairs per rank, on the outer ranks that
+have the fewest: DualPipe m - 3p/2 + 1 of its m forward chunks (deepseek-ai/DualPipe
+dualpipe.py `DualPipe.step`: two per step-4 iteration, m/2 - p + 1 of them, and p/2 - 1 in
+step 5); DualPipeV 2m - 3p + 1 of its 2m (torch v2.13.0 schedules.py:3564-3590: two per
+step-4 iteration, m - 2p + 1 of them on rank 0, and p - 1 in step 5). `ep_hidden_share`
+is that share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from autoparallel_cp.cost.flops import attention_core_flops, layer_gemms
+from autoparallel_cp.cost.pipeline_sim import dualpipev_actions, makespan, zbv_actions
+from autoparallel_cp.cost.sync import stage_inflight
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.schedules import V_SHAPED
+
+#: FLOPs of the flash-attention backward over its forward: 5 matmuls of the forward's 2 shapes
+#: (FlashAttention-2, Dao 2023, §3.1.2 backward pass; the 2.5x cost/efficiency.py charges too)
+ATTN_BACKWARD_RATIO = 2.5
+
+
+#: micro-batches per rank replayed by `simulated_bubble` at most (the bubble is the same beyond)
+SIM_MICROBATCHES_PER_RANK = 8
+
+
+def backward_split(job: Job, plan: Plan) -> tuple[float, float, float]:
+    """Shares (F, B, W) of a layer's forward + backward FLOPs on one rank, over the model's
+    layers (dense and MoE by count): W = the weight-gradient GEMMs (one per forward GEMM,
+    same FLOPs), B = the input-gradient GEMMs (the same again) + the attention backward
+    (ATTN_BACKWARD_RATIO x the causal core), plus the replayed forward of the layers a
+    full recompute replays before their backward (Megatron checkpointing runs it in B)."""
+    model = job.model
+    tokens = plan.mbs * job.seq_len / plan.cp
+    attn = float(attention_core_flops(model, plan.mbs, job.seq_len, plan.cp, plan.tp, True))
+    n_moe = sum(model.is_moe_layer(i) for i in range(model.num_layers))
+    tot_f = tot_b = tot_w = 0.0
+    for moe, n in ((False, model.num_layers - n_moe), (True, n_moe)):
+        if n == 0:
+            continue
+        gemm = float(sum(np.sum(g.flops) for g in layer_gemms(model, moe, tokens, plan.tp,
+                                                              plan.ep, plan.etp)))
+        f = gemm + attn
+        tot_f += n * f
+        tot_b += n * (gemm + ATTN_BACKWARD_RATIO * attn)
+        tot_w += n * gemm
+    if plan.recompute == "full":
+        share = 1.0 if plan.recompute_layers is None else min(
+            1.0, plan.recompute_layers * plan.pp / model.num_layers)
+        tot_b += share * tot_f
+    total = tot_f + tot_b + tot_w
+    return tot_f / total, tot_b / total, tot_w / total
+
+
+def bubble_ratio(schedule: str, pp: int, split: tuple[float, float, float]) -> float:
+    """The schedule's bubble over 1F1B's (or interleaved's, same vpp) for equal stages (module
+    table), with `split` = (F, B, W) shares of t."""
+    f, b, w = split
+    if schedule in ("1f1b", "interleaved", "gpipe") or pp == 1:
+        return 1.0
+    if schedule == "zb-h1":  # at least the last rank's (p-1)·F ramp (module docstring)
+        return max(f + b - w, f)
+    if schedule == "zb-h2":
+        return max(f + b - 2.0 * w, f)
+    if schedule == "dualpipe":
+        return (pp / 2.0 - 1.0) / (pp - 1.0) * max(f + 2.0 * b - w, 0.0)
+    raise ValueError(f"schedule {schedule!r} has no closed form: `simulated_bubble`")
+
+
+def simulated_bubble(plan: Plan, rank_times: Sequence[float],
+                     split: tuple[float, float, float]) -> float:
+    """Pipeline time beyond m x the slowest rank's per-micro-batch time, PyTorch's zbv /
+    dualpipev action order replayed (cost/pipeline_sim.py): each of rank r's two chunks (stage
+    r and stage 2p-1-r) takes half of its time `rank_times[r]`, split (F, B, W) = `split`.
+    Past the warm-up every further micro-batch adds the slowest rank's time and no bubble
+    (the steady state runs the same actions per micro-batch; tests/cost/test_schedules.py
+    checks the bubble is the same at 8p and 32p micro-batches), so at most SIM_MICROBATCHES_PER
+    _RANK x p micro-batches are replayed."""
+    p = plan.pp
+    m = min(plan.num_microbatches, SIM_MICROBATCHES_PER_RANK * p)
+    make = zbv_actions if plan.pipeline_schedule == "zbv" else dualpipev_actions
+    part = {"F": split[0], "I": split[1], "W": split[2]}
+
+    def dur(kind: str, stage: int) -> float:
+        rank = stage if stage < p else 2 * p - 1 - stage
+        return 0.5 * rank_times[rank] * part[kind]
+
+    span = makespan([make(p, r, m) for r in range(p)], 2 * p, dur)
+    return max(span - m * max(rank_times), 0.0)
+
+
+def inflight_units(plan: Plan, stage: int, chunks: Sequence[int]) -> float:
+    """Micro-batches (in whole-rank units) whose activations rank `stage` holds at its peak
+    (module docstring), `chunks` = the layers of the rank's model chunks."""
+    s, pp, m, j = plan.pipeline_schedule, plan.pp, plan.num_microbatches, stage
+    if s in ("1f1b", "interleaved"):
+        return stage_inflight(pp, plan.vpp, m, j, chunks)
+    if s == "gpipe":
+        return float(m)
+    if s in ("zb-h1", "zbv"):
+        return float(min(pp, m))
+    if s == "zb-h2":
+        return float(min(2 * pp - 1 - j, m))
+    if s == "dualpipe":  # per stage of the rank's two: half of p + 1 each
+        return min(pp + 1.0, float(m)) / 2.0
+    if s == "dualpipev":
+        return min(pp + 0.5, float(m))
+    raise ValueError(f"unknown schedule {s!r}")
+
+
+def head_stage(plan: Plan) -> int:
+    """The rank holding the final norm, LM head and loss: the last one, or rank 0 in a V
+    (the V's last chunk, stage 2p-1, sits on rank 0: torch `generate_stage_to_rank_mapping`
+    style "v", which torchtitan b5bcd76c picks for ZBVZeroBubble and DualPipeV,
+    torchtitan/distributed/pipeline_parallel.py:552, and logs their loss on rank 0,
+    components/metrics.py:211)."""
+    return 0 if plan.pipeline_schedule in V_SHAPED else plan.pp - 1
+
+
+def dualpipe_mirror(plan: Plan, stage: int) -> int | None:
+    """The second stage DualPipe places on rank `stage` (p - 1 - stage: 2412.19437 §3.2.1,
+    two copies of the parameters), or None for every other schedule."""
+    if plan.pipeline_schedule != "dualpipe":
+        return None
+    return plan.pp - 1 - stage
+
+
+def ep_hidden_share(plan: Plan) -> float:
+    """Share of the micro-batches whose EP dispatch/combine runs beside a paired chunk's
+    compute (module docstring): 0 except DualPipe / DualPipeV."""
+    s, pp, m = plan.pipeline_schedule, plan.pp, plan.num_microbatches
+    if s == "dualpipe":
+        return max(m - 1.5 * pp + 1.0, 0.0) / m
+    if s == "dualpipev":
+        return max(2.0 * m - 3.0 * pp + 1.0, 0.0) / (2.0 * m)
+    return 0.0

@@ -1,0 +1,325 @@
+"""Pipeline schedules by hand: bubble, in-flight micro-batches, backward split, DualPipe's
+parameter copies and the rules (cost/schedules.py, spec/schedules.py).
+
+Reference numbers:
+- Qi et al., "Zero Bubble Pipeline Parallelism" (arXiv 2401.10241) Table 2 and the authors'
+  summary (sail-sg, T_F = T_B = T_W): bubble rate 1F1B (p-1)/m, ZB-H1 (p-1)/(3m), ZB-H2 0,
+  ZBV 0; activation memory 1x, 1x, 2x, 1x of 1F1B;
+- DeepSeek-V3 (arXiv 2412.19437) Table 2: 1F1B (PP-1)(F+B), ZB1P (PP-1)(F+B-2W), DualPipe
+  (PP/2-1)(F&B+B-3W) with B the whole backward; parameters 2x, activations PP+1;
+- GPipe: bubble (p-1)/(m+p-1) of the step, all m micro-batches held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from autoparallel_cp.cost import schedules as S
+from autoparallel_cp.cost import steptime
+from autoparallel_cp.cost.evaluate import evaluate
+from autoparallel_cp.cost.memory import stage_memory
+from autoparallel_cp.cost.pipeline_sim import dualpipev_actions, makespan, zbv_actions
+from autoparallel_cp.spec import RECIPES, ClusterSpec, GPUSpec, Job, LinkSpec, ModelSpec, NodeGroup
+from autoparallel_cp.spec.plan import Plan, PlanError, parse_plan, plan_violations
+
+EQUAL = (1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0)  # T_F = T_B = T_W
+
+
+def _job(gpus: int = 16, batch: int = 16, layers: int = 16) -> Job:
+    gpu = GPUSpec(name="H100", memory_gib=80, bf16_tflops=989, hbm_gbps=3350)
+    cl = ClusterSpec(name="c", node_groups=[NodeGroup(
+        name="n", gpu=gpu, gpus_per_node=8, num_nodes=gpus // 8,
+        intra_node=LinkSpec(bandwidth_gbps=450), inter_node=LinkSpec(bandwidth_gbps=50))])
+    m = ModelSpec(name="m", num_layers=layers, hidden_size=4096, ffn_hidden_size=14336,
+                  num_attention_heads=32, num_kv_heads=8, vocab_size=128256)
+    return Job(model=m, cluster=cl, recipe=RECIPES["megatron-bf16"], seq_len=4096,
+               global_batch=batch)
+
+
+def _fixed(monkeypatch: pytest.MonkeyPatch, compute: Sequence[float],
+           split: tuple[float, float, float] = EQUAL) -> None:
+    """Stage times fixed by hand (seconds per micro-batch) and the (F, B, W) split."""
+
+    def fake(job: Job, plan: Plan, options: object = None) -> list[steptime.StageTime]:
+        return [steptime.StageTime(stage=j, group=0, compute_s=c, tp_s=0.0, cp_s=0.0,
+                                   ep_s=0.0, pp_s=0.0, zero3_s=0.0, dp_sync_s=0.0,
+                                   optimizer_s=0.0) for j, c in enumerate(compute)]
+
+    monkeypatch.setattr(steptime, "stage_times", fake)
+    monkeypatch.setattr(steptime, "backward_split", lambda job, plan: split)
+
+
+# --------------------------------------------------------------------------------------------
+# Bubble: the papers' numbers with F = B = W = 1 s (t = 3 s per stage and micro-batch)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("schedule", "vpp", "bubble"), [
+    ("1f1b", 1, 3 * 3.0),      # (p-1)(F+B+W) = 3*3
+    ("gpipe", 1, 3 * 3.0),     # (p-1)/(m+p-1) of (m+p-1)*t
+    ("zb-h1", 1, 3 * 1.0),     # (p-1)(F+B-W): a third of 1F1B's
+    # (p-1)(F+B-2W) = 0 is each rank's idle time; the step still waits for the last rank,
+    # which starts (p-1) F = 3 s late (no optimizer post-validation, Qi §4)
+    ("zb-h2", 1, 3 * 1.0),
+    ("interleaved", 2, 3 * 3.0 / 2),  # (p-1) t / v
+    # torch's ZBV (replayed): rank p-1 waits for p-1 half-size forwards (0.5 s each), then
+    # never idles: the paper's zero needs the optimizer post-validation torch does not run
+    ("zbv", 2, 3 * 0.5),
+    # DeepSeek Table 2: (PP/2-1)(F&B + B - 3W) = (2-1)(3 + 2 - 3) = 2 s for PP = 4
+    ("dualpipe", 1, 2.0),
+    # DualPipeV: 2p = 8 half-size chunks (F=B=W=0.5): (8/2-1)(1.5 + 1 - 1.5) = 3 s
+    ("dualpipev", 2, 3.0),
+])
+def test_bubble_against_the_papers(monkeypatch: pytest.MonkeyPatch, schedule: str, vpp: int,
+                                   bubble: float) -> None:
+    _fixed(monkeypatch, [3.0] * 4)
+    plan = Plan(dp=1, tp=4, pp=4, vpp=vpp, mbs=1, num_microbatches=16, schedule=schedule)
+    assert plan_violations(_job(), plan) == []
+    t = evaluate(_job(), plan).time
+    assert t.bubble_s == pytest.approx(bubble)
+    assert t.step_s == pytest.approx(16 * 3.0 + bubble)
+
+
+def test_zero_bubble_rates_from_the_authors_table() -> None:
+    """Bubble rate over m·t with T_F = T_B = T_W: ZB-H1 (p-1)/(3m) = a third of 1F1B's; ZB-H2's
+    0 needs the post-validation, without it the last rank's ramp (p-1) F is left."""
+    p = 8
+    assert S.bubble_ratio("zb-h1", p, EQUAL) == pytest.approx(1 / 3)
+    assert S.bubble_ratio("zb-h2", p, EQUAL) == pytest.approx(1 / 3)
+    assert S.bubble_ratio("1f1b", p, EQUAL) == 1.0
+    with pytest.raises(ValueError, match="no closed form"):
+        S.bubble_ratio("zbv", p, EQUAL)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_torch_dualpipev_order_reproduces_deepseek_table_2(p: int) -> None:
+    """PyTorch's DualPipeV actions replayed with chunk F = B = W = 1 (F&B = 3, B' = 2):
+    (PP/2 - 1)(F&B + B' - 3W) over PP = 2p chunks = (p - 1) * 2 beyond the m * 6 of work."""
+    m = 4 * p
+    span = makespan([dualpipev_actions(p, r, m) for r in range(p)], 2 * p, lambda k, s: 1.0)
+    assert span == pytest.approx(m * 6.0 + (p - 1) * 2.0)
+
+
+@pytest.mark.parametrize("make", [zbv_actions, dualpipev_actions])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_replayed_bubble_is_constant_past_the_warm_up(make: Callable[..., Any], p: int) -> None:
+    """Unequal ranks (0.8-1.2 s), F : B : W = 0.3 : 0.4 : 0.3: the makespan beyond m x the
+    slowest rank is the same at 8p and 32p micro-batches (what lets `simulated_bubble` stop
+    at SIM_MICROBATCHES_PER_RANK x p)."""
+    rt = [0.8 + 0.4 * ((7 * r) % p) / max(p - 1, 1) for r in range(p)]
+    part = {"F": 0.3, "I": 0.4, "W": 0.3}
+
+    def dur(k: str, s: int) -> float:
+        return 0.5 * rt[s if s < p else 2 * p - 1 - s] * part[k]
+
+    got = [makespan([make(p, r, m) for r in range(p)], 2 * p, dur) - m * max(rt)
+           for m in (S.SIM_MICROBATCHES_PER_RANK * p, 32 * p)]
+    assert got[0] == pytest.approx(got[1], abs=1e-9)
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 2), (2, 3), (4, 3), (4, 7), (4, 16), (8, 20)])
+def test_torch_zbv_order_ramp(p: int, m: int) -> None:
+    """ZBV with chunk F = B = W = 1: the last rank's first forward starts after p - 1 chunk
+    forwards, and from then torch's order keeps every rank busy: m * 6 + (p - 1) once
+    m >= 2p - 1 (fewer micro-batches leave the slots torch plans for 2p - 1 of them empty)."""
+    span = makespan([zbv_actions(p, r, m) for r in range(p)], 2 * p, lambda k, s: 1.0)
+    if m >= 2 * p - 1:
+        assert span == pytest.approx(m * 6.0 + (p - 1))
+    else:
+        assert span > m * 6.0 + (p - 1)
+    # every rank runs every action of its two chunks once
+    for r in range(p):
+        acts = zbv_actions(p, r, m)
+        assert sorted(acts) == sorted((k, s, i) for s in (r, 2 * p - 1 - r)
+                                      for i in range(m) for k in "FIW")
+
+
+def test_unequal_passes_follow_the_formulas() -> None:
+    """F=1, B=3 (input grad), W=1 (t=5): ZB-H1 (p-1)(F+B-W) = 3/5 of 1F1B; ZB-H2
+    (p-1)(F+B-2W) = 2/5 (above the ramp F = 1/5); DualPipe at p=8: (p/2-1)(F + 2B - W) =
+    3*6 = 18 against 7*5."""
+    split = (0.2, 0.6, 0.2)
+    assert S.bubble_ratio("zb-h1", 8, split) == pytest.approx(0.6)
+    assert S.bubble_ratio("zb-h2", 8, split) == pytest.approx(0.4)
+    assert S.bubble_ratio("dualpipe", 8, split) == pytest.approx(18 / 35)
+    # W larger than F + B: the W passes more than fill the warm-up; the ramp is left
+    assert S.bubble_ratio("zb-h2", 8, (0.2, 0.2, 0.6)) == pytest.approx(0.2)
+    assert S.bubble_ratio("dualpipe", 8, (0.1, 0.1, 0.8)) == 0.0
+
+
+def test_dualpipe_balances_a_heavy_last_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank j runs half its micro-batches on stage j and half on stage p-1-j: stage times
+    1,1,1,3 become 2,1,1,2 per micro-batch (T_max 2, sum 6), bubble (2-1)(F+2B-W)/3 of
+    (6-2) = 4/3 * 1 with F=B=W."""
+    def fake_raw(job: Job, plan: Plan, options: object = None) -> list[steptime.StageTime]:
+        raw = [steptime.StageTime(stage=j, group=0, compute_s=c, tp_s=0.0, cp_s=0.0,
+                                  ep_s=0.0, pp_s=0.0, zero3_s=0.0, dp_sync_s=0.5,
+                                  optimizer_s=0.1) for j, c in enumerate([1.0, 1.0, 1.0, 3.0])]
+        return [steptime._dualpipe_rank(raw[j], raw[3 - j]) for j in range(4)]
+
+    monkeypatch.setattr(steptime, "stage_times", fake_raw)
+    monkeypatch.setattr(steptime, "backward_split", lambda job, plan: EQUAL)
+    plan = Plan(dp=1, tp=4, pp=4, mbs=1, num_microbatches=16, schedule="dualpipe")
+    t = steptime.step_time(_job(), plan)
+    assert [s.total_s for s in t.stages] == [2.0, 1.0, 1.0, 2.0]
+    assert t.bubble_s == pytest.approx((1 / 3) * (2 / 3) * 4.0)
+    assert t.optimizer_s == pytest.approx(0.2)  # both copies of the parameters
+
+
+# --------------------------------------------------------------------------------------------
+# In-flight micro-batches (whole-rank units), pp = 4
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("schedule", "vpp", "m", "want"), [
+    ("1f1b", 1, 8, [4, 3, 2, 1]),
+    ("zb-h1", 1, 8, [4, 4, 4, 4]),     # 1F1B's p - j + j deferred W: p everywhere
+    ("zb-h2", 1, 8, [7, 6, 5, 4]),     # 2(p-j)-1 + j; (2p-1) M_B on the first stage
+    ("zb-h2", 1, 5, [5, 5, 5, 4]),     # capped at m
+    ("gpipe", 1, 8, [8, 8, 8, 8]),
+    ("zbv", 2, 8, [4, 4, 4, 4]),       # 2p half-size chunks on every rank
+    ("dualpipev", 2, 8, [4.5] * 4),    # PP+1 of 2p half chunks
+    ("dualpipe", 1, 8, [2.5] * 4),     # per stage: the rank's two stages hold PP+1 = 5
+])
+def test_inflight(schedule: str, vpp: int, m: int, want: list[float]) -> None:
+    plan = Plan(pp=4, vpp=vpp, num_microbatches=m, schedule=schedule)
+    got = [S.inflight_units(plan, j, (4 // vpp,) * vpp) for j in range(4)]
+    assert got == pytest.approx(want)
+
+
+def _zbv_peak(p: int, rank: int) -> int:
+    """Held half-size chunks on `rank`, walking torch's ZBV warm-up and steady state
+    (schedules.py ScheduleZBVZeroBubble: 2(p-r)-1 F0; r x (F1, F0); p-r x (F1, I1, W1); then
+    F0, I0, W0, F1, I1, W1): a chunk is held from its F until its W."""
+    held = peak = 0
+    ops = ["F"] * (2 * (p - rank) - 1) + ["F", "F"] * rank + ["F", "W"] * (p - rank) \
+        + ["F", "W", "F", "W"] * 3
+    for op in ops:
+        held += 1 if op == "F" else -1
+        peak = max(peak, held)
+    return peak
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_zbv_inflight_walks_torch_warmup(p: int) -> None:
+    for r in range(p):
+        assert _zbv_peak(p, r) == 2 * p  # 2p chunks of half a rank = p micro-batches
+        assert S.inflight_units(Plan(pp=p, vpp=2, num_microbatches=4 * p, schedule="zbv"),
+                                r, (2, 2)) == p
+
+
+def test_gpipe_and_zb_h2_memory_grow_as_stated() -> None:
+    """Activations of the first rank: GPipe holds m, ZB-H2 2p-1, 1F1B p micro-batches."""
+    job = _job()
+    base = dict(dp=1, tp=4, pp=4, mbs=1, num_microbatches=16)
+    act = {s: stage_memory(job, Plan(**base, schedule=s))[1].activations_bytes
+           for s in ("1f1b", "zb-h2", "gpipe")}
+    one = act["1f1b"]
+    # stage 1 (no embedding or head): 1F1B holds p-1 = 3, ZB-H2 2p-1-1 = 6, GPipe 16
+    work = stage_memory(job, Plan(**base))[1].activations_bytes - 3 * (
+        (act["gpipe"] - one) / 13)
+    per_mb = (act["gpipe"] - one) / 13
+    assert act["zb-h2"] == pytest.approx(work + 6 * per_mb)
+    assert act["gpipe"] == pytest.approx(work + 16 * per_mb)
+
+
+def test_dualpipe_holds_two_copies_of_the_parameters() -> None:
+    job = _job()
+    one = stage_memory(job, Plan(dp=1, tp=4, pp=4, mbs=1, num_microbatches=16))
+    two = stage_memory(job, Plan(dp=1, tp=4, pp=4, mbs=1, num_microbatches=16,
+                                 schedule="dualpipe"))
+    for j in range(4):
+        assert two[j].params_bytes == pytest.approx(one[j].params_bytes
+                                                    + one[3 - j].params_bytes)
+        assert two[j].optimizer_bytes == pytest.approx(one[j].optimizer_bytes
+                                                       + one[3 - j].optimizer_bytes)
+
+
+def test_v_shape_puts_the_head_on_rank_zero() -> None:
+    """ZBV / DualPipeV: chunk 2p-1 (final norm, LM head, loss) sits on rank 0."""
+    job = _job()
+    base = dict(dp=1, tp=4, pp=4, vpp=2, mbs=1, num_microbatches=16)
+    inter = stage_memory(job, Plan(**base))
+    v = stage_memory(job, Plan(**base, schedule="zbv"))
+    assert v[0].params_bytes > inter[0].params_bytes  # embedding + head
+    assert v[3].params_bytes < inter[3].params_bytes  # no head on the last rank
+    assert S.head_stage(Plan(**base, schedule="zbv")) == 0
+    assert S.head_stage(Plan(**base)) == 3
+
+
+# --------------------------------------------------------------------------------------------
+# Backward split from the per-op FLOPs, EP overlap share
+# --------------------------------------------------------------------------------------------
+
+
+def test_backward_split_from_per_op_flops() -> None:
+    """Dense layer, tokens T = 4096, h = 4096, GQA 32/8 heads of 128, SwiGLU ffn 14336:
+    GEMMs G = 2T·h·(48·128) + 2T·h·h + 2T·h·2ffn + 2T·ffn·h, causal attention core
+    A = 2·T·T·32·256/2. F = G + A, B = G + 2.5 A, W = G."""
+    T, h, ffn = 4096, 4096, 14336
+    G = 2 * T * h * 48 * 128 + 2 * T * h * h + 2 * T * h * 2 * ffn + 2 * T * ffn * h
+    A = 2 * T * T * 32 * 256 / 2
+    tot = 3 * G + 3.5 * A
+    job = _job()
+    f, b, w = S.backward_split(job, Plan(dp=4, tp=1, pp=4, mbs=1, num_microbatches=4))
+    assert (f, b, w) == pytest.approx(((G + A) / tot, (G + 2.5 * A) / tot, G / tot))
+    # full recompute replays the forward inside B
+    f2, b2, w2 = S.backward_split(job, Plan(dp=4, tp=1, pp=4, mbs=1, num_microbatches=4,
+                                            recompute="full"))
+    tot2 = tot + G + A
+    assert (f2, b2, w2) == pytest.approx(((G + A) / tot2, (2 * G + 3.5 * A) / tot2, G / tot2))
+
+
+def test_ep_hidden_share() -> None:
+    """DualPipe, p = 4, m = 16: 2(m/2 - p + 1) + (p/2 - 1) = 11 overlapped pairs of 16;
+    DualPipeV: 2(m - 2p + 1) + (p - 1) = 21 of its 2m = 32 chunks; none for the others."""
+    assert S.ep_hidden_share(Plan(pp=4, num_microbatches=16, schedule="dualpipe")) == 11 / 16
+    assert S.ep_hidden_share(Plan(pp=4, vpp=2, num_microbatches=16,
+                                  schedule="dualpipev")) == 21 / 32
+    assert S.ep_hidden_share(Plan(pp=4, num_microbatches=16, schedule="zb-h1")) == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Plan field and rules
+# --------------------------------------------------------------------------------------------
+
+
+def test_old_plans_keep_their_meaning() -> None:
+    job = _job()
+    a = evaluate(job, Plan(dp=1, tp=4, pp=4, mbs=1, num_microbatches=16))
+    b = evaluate(job, Plan(dp=1, tp=4, pp=4, mbs=1, num_microbatches=16, schedule="1f1b"))
+    assert a.time.step_s == b.time.step_s and a.memory == b.memory
+    assert Plan(vpp=2).pipeline_schedule == "interleaved"
+    p = parse_plan("tp=4,pp=4,schedule=zb-h1", job)
+    assert parse_plan(p.short(), job) == p and "schedule=zb-h1" in p.short()
+    assert "schedule" not in Plan().short()
+    assert Plan().key() == Plan(schedule=None).key()
+
+
+@pytest.mark.parametrize(("text", "msg"), [
+    ("tp=4,pp=4,schedule=zbv", "needs vpp=2"),
+    ("tp=4,pp=4,vpp=2,schedule=zb-h1", "vpp must be 1"),
+    ("tp=4,pp=4,schedule=interleaved", "needs vpp > 1"),
+    ("tp=4,pp=4,schedule=dualpipe,mbs=4", "needs an even num_microbatches >= 2*pp"),
+    ("tp=2,pp=8,schedule=dualpipev,vpp=2,mbs=2", "needs num_microbatches >= 2*pp"),
+    ("tp=8,pp=2,schedule=dualpipe,mbs=16", "needs an even num_microbatches"),
+    ("tp=16,pp=1,schedule=zb-h1", "needs pp > 1"),
+])
+def test_schedule_rules(text: str, msg: str) -> None:
+    job = _job()
+    bad = plan_violations(job, parse_plan(text, job))
+    assert any(msg in b for b in bad), bad
+
+
+def test_dualpipe_needs_even_pp() -> None:
+    job = _job(gpus=24, batch=24, layers=24)
+    bad = plan_violations(job, parse_plan("tp=8,pp=3,schedule=dualpipe,mbs=1", job))
+    assert any("even pp" in b for b in bad)
+
+
+def test_bad_schedule_names_the_field() -> None:
+    with pytest.raises(PlanError, match="field 'schedule'"):
+        parse_plan("schedule=zb")

@@ -1,0 +1,42 @@
+"""`explain`'s single changes include the schedule and offload fields (search/neighbours.py)."""
+
+from __future__ import annotations
+
+from autoparallel_cp.api import make_job
+from autoparallel_cp.search.neighbours import neighbours, single_changes
+from autoparallel_cp.spec.plan import parse_plan
+
+
+def test_schedule_and_offload_neighbours_are_legal() -> None:
+    job = make_job("llama3-70b", "dgx-h100", gpus=64, global_batch=128)
+    plan = parse_plan("tp=8,pp=8,mbs=1", job)
+    got = {label: p for label, p in neighbours(job, plan)}
+    assert got["schedule 1f1b -> zb-h1"].schedule == "zb-h1"
+    zbv = got["schedule 1f1b -> zbv"]
+    assert (zbv.vpp, zbv.stage_layers) == (2, None)
+    assert got["optimizer_offload 0 -> 0.5"].optimizer_offload == 0.5
+    assert got["activation_offload 0 -> 5"].activation_offload == 5  # half of 10 layers
+    # a pipeline-less plan has no schedule to change
+    flat = parse_plan("tp=8,mbs=1", job)
+    assert not any(label.startswith("schedule") for label, _ in neighbours(job, flat))
+
+
+def test_search_refuses_to_pin_what_it_does_not_search() -> None:
+    import pytest
+
+    from autoparallel_cp.errors import InputError
+    from autoparallel_cp.search.space import SearchSpace
+
+    job = make_job("llama3-8b", "dgx-h100", gpus=32, global_batch=64)
+    for fix in ("schedule=zb-h1", "optimizer_offload=0.5", "activation_offload=2"):
+        with pytest.raises(InputError, match="not a search axis yet"):
+            SearchSpace.for_job(job, fix=fix)
+
+
+def test_a_zero_bubble_schedule_beats_1f1b_here() -> None:
+    """70B on 64 H100, pp 8, m 16: 1F1B's bubble is 7/16 of the compute; ZB-H2 fills most of it
+    with the deferred weight-gradient passes and still fits."""
+    job = make_job("llama3-70b", "dgx-h100", gpus=64, global_batch=128)
+    plan = parse_plan("tp=8,pp=8,mbs=1", job)
+    changes = {c.change: c for c in single_changes(job, plan)}
+    assert changes["schedule 1f1b -> zb-h2"].delta < -0.03
