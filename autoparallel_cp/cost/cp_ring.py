@@ -56,6 +56,45 @@ def torch_ring_merge_bytes(tokens: FloatArray, q_elems_per_token: FloatArray,
     return fwd, bwd
 
 
+#: Transformer Engine's p2p ring (`AttnFuncWithCPAndKVP2P`, transformer_engine/pytorch/
+#: attention/dot_product_attention/context_parallel.py @d0067d0da), bf16 path, HBM bytes per
+#: output element: the first step's correction writes the fp32 `out` from its bf16 partial
+#: (`flash_attn_fwd_out_correction_init`: read 2, write 4), each later step reads its bf16
+#: partial and reads and writes `out` (read 2 + 4, write 4; l. 1980-2027: "out in
+#: torch.float32"), and `out` is cast to bf16 twice (`out_part` l. 2030, `out_f16` l. 2073).
+TE_RING_INIT_BYTES_PER_ELEMENT = 6.0
+TE_RING_STEP_BYTES_PER_ELEMENT = 10.0
+TE_RING_CASTS_BYTES_PER_ELEMENT = 12.0
+#: ... and in backward each step's dQ and dK, dV partials are added into the bf16 buffers (read
+#: 2 + 2, write 2: `dq.add_(dq_)`, `dk.add_(dk_)`, `dv.add_(dv_)`, l. 2664-2800).
+TE_RING_GRAD_ADD_BYTES_PER_ELEMENT = 6.0
+
+
+def te_ring_merge_bytes(tokens: FloatArray, q_elems_per_token: FloatArray,
+                        kv_elems_per_token: FloatArray,
+                        cp: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(forward, backward) HBM bytes of Transformer Engine's p2p ring bookkeeping for one layer
+    on the slowest rank, the last (rank cp - 1 corrects its whole output at every step: its
+    steps are all on or below the diagonal, l. 1981-1982).
+
+    Forward: init + (cp - 1) steps + two casts over the output (= query) elements. Backward:
+    (cp - 1) adds over dQ and, as a lower bound, over one half-chunk's worth of dK and dV each
+    (the steps below the diagonal add into the first half only, `dk[:, 0, ...]`), i.e. the
+    `kv_elems_per_token` of K. These kernels run between the attention steps on the compute
+    stream (the forward correction after the loop), so they add to the layer's time at HBM
+    speed; the cost grows with cp while a chunk's attention shrinks, which is what makes short
+    chunks dear. cp = 1 runs no ring: 0.
+    """
+    steps = np.maximum(cp - 1.0, 0.0)
+    ring = (cp > 1).astype(np.float64)
+    q = tokens * q_elems_per_token
+    kv = tokens * kv_elems_per_token
+    fwd = (TE_RING_INIT_BYTES_PER_ELEMENT + steps * TE_RING_STEP_BYTES_PER_ELEMENT
+           + TE_RING_CASTS_BYTES_PER_ELEMENT) * q * ring
+    bwd = steps * TE_RING_GRAD_ADD_BYTES_PER_ELEMENT * (q + kv) * ring
+    return fwd, bwd
+
+
 def ring_exchange(nd: NodeGroup, intra: FloatArray, kv_chunk_bytes: FloatArray, cp: FloatArray,
                   att_f: FloatArray, att_b: FloatArray, ring: str,
                   compiled: bool) -> tuple[FloatArray, FloatArray]:

@@ -34,7 +34,11 @@ from autoparallel_cp.cost.constants import (
     EAGER_HOST_S_RECOMPUTE,
     ELEMENTWISE_BWD_FACTOR,
 )
-from autoparallel_cp.cost.cp_ring import ring_exchange, torch_ring_merge_bytes
+from autoparallel_cp.cost.cp_ring import (
+    ring_exchange,
+    te_ring_merge_bytes,
+    torch_ring_merge_bytes,
+)
 from autoparallel_cp.cost.efficiency import (
     flash_attention_time,
     gemm_time,
@@ -152,8 +156,10 @@ def _one_layer(
     1 byte, `layer_ops.sp_gather_bytes`; PyTorch async TP: cost/async_tp.py); CP: ring
     exchange of the K,V chunks, (cp-1) steps forward and 2x in backward (K,V and dK,dV),
     overlapped with the attention of the chunk in flight (Megatron CP doc); EP: all-to-all
-    dispatch + combine forward and backward of top_k·tokens·h (llm-analysis, nccl-tests
-    (n-1)/n), or with the recipe's flex dispatcher one network copy per destination node
+    dispatch + combine forward and backward of top_k·tokens/tp·h from each rank's
+    sequence-parallel share, then gathered / scattered over the expert-TP group
+    (`moe_comm.folded_moe_comm` at etp = tp; nccl-tests (n-1)/n), or with the recipe's flex
+    dispatcher top_k·tokens·h with one network copy per destination node
     (`comm.flex_dispatch`); with the
     recipe's EP overlap they are exposed only beyond the layer's compute (`overlap_exposed`),
     as in the steady state of Megatron's combined 1F1B (its warm-up and cool-down micro-batches,
@@ -285,9 +291,11 @@ def _one_layer(
             job, tp_, ep_, etp_, opts.ep_dispatcher == "flex") * tokens)
         copies_f, copies_b = copies_f + resort, copies_b + resort
         expert_f = expert_f + resort
-    if opts.cp_ring == "torch-allgather":  # torch ring attention's fp32 merge per step
-        kvh_ring = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
-        mg_f, mg_b = torch_ring_merge_bytes(tokens, a * dv / tp_, kvh_ring * dv / tp_, cp_)
+    # the ring's per-step merge of partial outputs and gradients (torch's fp32, TE's p2p)
+    kvh_ring = a if (model.mla is not None or opts.gqa_repeat_kv) else model.kv_heads
+    merge = torch_ring_merge_bytes if opts.cp_ring == "torch-allgather" else te_ring_merge_bytes
+    if opts.cp_ring == "torch-allgather" or length is None:  # TE: no p2p ring for windows
+        mg_f, mg_b = merge(tokens, a * dv / tp_, kvh_ring * dv / tp_, cp_)
         copies_f, copies_b = copies_f + hbm_time(gpu, mg_f), copies_b + hbm_time(gpu, mg_b)
     glu_replay = np.zeros_like(tokens)
     if moe and opts.moe_glu_clamp_bias and model.moe is not None:
@@ -324,12 +332,16 @@ def _one_layer(
     # forward: attention + MLP each end in an all-reduce (or AG before + RS after with SP)
     per_pair = np.where(sp_ > 0, 2 * rs_ag, 2 * ar)
     folded = None
-    if etp_ is not None and model.moe is not None:
-        folded = etp_ != tp_
-        # a folded MoE block runs no collective over the attention tp group for its routed
-        # experts (they use the expert grid); only shared experts, a dense tp MLP, keep theirs
+    if moe and model.moe is not None and (
+            etp_ is not None or opts.ep_dispatcher != "allgather"):
+        # a MoE block runs no collective over the attention tp group for its routed experts:
+        # folded, they use the expert grid; at etp = tp the alltoall and flex dispatchers
+        # gather the routed copies themselves (EP term below); only shared experts, a dense
+        # tp MLP, keep theirs
+        folded = etp_ != tp_ if etp_ is not None else np.zeros_like(tp_, dtype=bool)
+        tp_moe = np.ones_like(folded) if opts.ep_dispatcher != "allgather" else folded
         blocks = 1.0 + (1.0 if model.moe.num_shared_experts else 0.0)
-        per_pair = np.where(folded, blocks * np.where(sp_ > 0, rs_ag, ar), per_pair)
+        per_pair = np.where(tp_moe, blocks * np.where(sp_ > 0, rs_ag, ar), per_pair)
     if async_on:
         # PyTorch async TP: what Inductor's micro-pipeline TP fuses and hides (cost/async_tp.py)
         plain = (sp_ <= 0) if folded is None else ((sp_ <= 0) | folded)
@@ -358,8 +370,19 @@ def _one_layer(
     # ---- EP communication ----
     if moe and model.moe is not None:
         flex = opts.ep_dispatcher == "flex"
-        a2a = dispatch_time(job, g, ep_, tp_, tokens * model.hidden_size * act_b, flex)
-        ep_f = 2 * a2a
+        if flex or opts.ep_dispatcher == "allgather":
+            # DeepEP / HybridEP: one group over tp x ep with tp·top_k routed copies of each
+            # rank's tokens/tp share (token_dispatcher.py:1836-1849 @d98e8a64): the volume of
+            # the whole micro-batch's top_k copies per rank (allgather: its own permutes,
+            # `moe_comm.allgather_permute_bytes`, over this exchange)
+            a2a = dispatch_time(job, g, ep_, tp_, tokens * model.hidden_size * act_b, flex)
+            ep_f = 2 * a2a
+        else:
+            # the alltoall dispatcher at etp = tp moves what the folded one does: the rank's
+            # tokens/tp sequence-parallel share over ep, then gathered over the expert-TP
+            # group (`dispatch_postprocess`, token_dispatcher.py:741-751 @d98e8a64; SP is
+            # required with TP, moe_layer.py:636); at tp 1 the same as one a2a of all tokens
+            ep_f = folded_moe_comm(job, g, tokens, tp_, ep_, tp_, flex)
         if folded is not None and etp_ is not None:
             ep_f = np.where(folded, folded_moe_comm(job, g, tokens, tp_, ep_, etp_, flex), ep_f)
     else:

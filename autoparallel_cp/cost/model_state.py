@@ -51,12 +51,19 @@ def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayL
     ZeRO §5 (Rajbhandari et al. 2019): stage 1 shards optimizer states (master weights + Adam
     moments), stage 2 also gradients, stage 3 also weights. With megatron-bf16 (2 + 4 + 12):
     18 unsharded, 6 + 12/d distributed optimizer (Megatron dist_optimizer.md); with the ZeRO
-    paper's fp16 mixed precision (2 + 2 + 12): 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N.
+    paper's fp16 mixed precision (2 + 2 + 12): 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N. Stages 2
+    and 3 shard the gradients only when they reduce them every micro-batch (recipe
+    `zero2_reduce`, `zero3_reduce`); reduced once per step they stay whole, as at stage 1.
     """
     z = _f(zero)
     d = np.maximum(_f(shard), 1.0)
     w = recipe.weight_bytes / np.where(z >= 3, d, 1.0)
-    gr = recipe.grad_bytes / np.where(z >= 2, d, 1.0)
+    # a ZeRO-2/3 that reduces once per step (`zero2_reduce` / `zero3_reduce` "step") keeps
+    # whole gradients until then: only one that reduces every micro-batch holds sharded ones
+    beh = recipe.behaviour
+    sharded = np.where(z >= 3, beh.zero3_reduce != "step",
+                       np.where(z >= 2, beh.zero2_reduce != "step", False))
+    gr = recipe.grad_bytes / np.where(sharded, d, 1.0)
     opt = (recipe.master_weight_bytes + recipe.optimizer_state_bytes) / np.where(z >= 1, d, 1.0)
     return w, gr, opt
 

@@ -138,11 +138,12 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     n_exp = expert_dp_size(tp_, cp_, dp_, ep_, etp)
     ref = 1e9  # reference message (bytes) to separate the bandwidth term from the latency
 
-    # DeepSpeed ZeRO-2 reduce-scatters every micro-batch (`microbatch_grad_factors`): only the
-    # all-gather of the updated weights is left for the end of the step (bandwidth terms; the
-    # latency of the reduce-scatter stays in `fixed`, once per step)
+    # ZeRO-2 reduce-scatters every micro-batch (DeepSpeed, Megatron-FSDP optim_grads, FSDP
+    # SHARD_GRAD_OP: `microbatch_grad_factors`): only the all-gather of the updated weights is
+    # left for the end of the step (bandwidth terms; the latency of the reduce-scatter stays
+    # in `fixed`, once per step)
     beh = job.recipe.behaviour
-    mb2 = beh.zero2_reduce == "microbatch"
+    mb2 = beh.zero2_reduce != "step"
     mb3 = beh.zero3_reduce == "microbatch"
 
     def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: bool = False,
@@ -171,8 +172,8 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
 
 def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
                       zero: ArrayLike) -> tuple[FloatArray, FloatArray]:
-    """Per-call latency of PyTorch FSDP's collectives, per transformer layer: (seconds per
-    micro-batch, seconds per step); both 0 for Megatron recipes and for zero < 2.
+    """Per-call latency of FSDP's collectives, per transformer layer: (seconds per
+    micro-batch, seconds per step); both 0 for zero < 2, and at zero 2 for Megatron recipes.
 
     FSDP wraps every transformer block as one unit (llm-foundry's MPT `fsdp_wrap_fn` returns
     True for `MPTBlock`, modeling_mpt.py @v0.3.0; torchtitan calls `fully_shard` on each
@@ -181,9 +182,18 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     before its backward (parameters resharded after forward), every micro-batch; a
     reduce-scatter of its gradients (every micro-batch under `zero3_reduce == "microbatch"`,
     else once per step); under SHARD_GRAD_OP (zero 2) one all-gather and one
-    reduce-scatter, charged once per step as `dp_sync_factors` charges their volume. Each
+    reduce-scatter, whose latency is charged once per step (the reduce-scatter's volume is
+    charged every micro-batch, `microbatch_grad_factors`; its per-call latency in the
+    micro-batches before the last is left out: a per-layer term that the solver's
+    per-micro-batch gradient table, linear in parameters, does not carry). Each
     call is an NCCL ring over the dp·cp group at stride tp and pays `comm.ring_call_latency`;
     `dp_sync_factors` keeps only the bandwidth of the ZeRO-3 gathers and one latency per step.
+    Megatron's zero=3 is Megatron-FSDP `optim_grads_params`, whose units are the transformer
+    layers (mcore_fsdp_adapter.py:170-172 @d98e8a64 `fsdp_unit_modules`), each gathered and
+    reduce-scattered "on all microbatches" (l. 167-169): the same calls per layer as FULL_SHARD,
+    priced the same way (a lower bound for DeepSpeed's ZeRO-3, which gathers per submodule).
+    Its zero=2 (`optim_grads`) reduce-scatters per unit in every micro-batch too; that call
+    latency is not charged (the solver's per-micro-batch table outside ZeRO-3 is per parameter).
 
     Solver bounds: both terms are non-negative, independent of the micro-batch count, and
     enter the search through the same per-layer tables as the step time (search/tables.py:
@@ -191,14 +201,13 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     every bound taken as a minimum over those tables stays a lower bound of this cost.
     """
     zeros = np.zeros(np.broadcast(_f(tp), _f(cp), _f(dp), _f(zero)).shape)
-    if not _is_pytorch(job.recipe):
-        return zeros, zeros.copy()
     nd = node(job, g)
     tp_, cp_, dp_, z = (_f(x) for x in (tp, cp, dp, zero))
     one = comm.ring_call_latency(nd, dp_ * cp_, tp_) + zeros
     rs_mb = 1.0 if job.recipe.behaviour.zero3_reduce == "microbatch" else 0.0
+    z2 = 2.0 if _is_pytorch(job.recipe) else 0.0
     per_mb = np.where(z >= 3, (2.0 + rs_mb) * one, 0.0)
-    per_step = np.where(z >= 3, (1.0 - rs_mb) * one, np.where(z == 2, 2.0 * one, 0.0))
+    per_step = np.where(z >= 3, (1.0 - rs_mb) * one, np.where(z == 2, z2 * one, 0.0))
     return per_mb, per_step
 
 
@@ -208,12 +217,24 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     """Seconds per (tp-local) dense and per expert parameter of a stage, per micro-batch, of
     the gradient work a framework does after every micro-batch's backward, not overlapped:
 
-    - DeepSpeed ZeRO-2 (`zero2_reduce == "microbatch"`, zero == 2): the reduce-scatter of the
-      micro-batch's gradients over the dp·cp group (experts: the expert-DP group), in the
-      communication dtype, the model dtype by default (`communication_data_type`, engine.py
-      @v0.11.1 l. 798-809: bf16 = `weight_bytes`); stage_1_and_2.py @v0.11.1 l. 1327-1328
-      reduces every micro-batch when `partition_gradients`. Bandwidth term only: the latency
-      of a synchronisation stays once per step in `dp_sync_factors`' fixed term.
+    - ZeRO-2 (zero == 2) unless `zero2_reduce == "step"`: the reduce-scatter of the
+      micro-batch's gradients over the dp·cp group (experts: the expert-DP group).
+      DeepSpeed (`"microbatch"`) reduces in the communication dtype, the model dtype by
+      default (`communication_data_type`, engine.py @v0.11.1 l. 798-809: bf16 =
+      `weight_bytes`); stage_1_and_2.py @v0.11.1 l. 1327-1328 reduces every micro-batch when
+      `partition_gradients`. Megatron-FSDP `optim_grads` and PyTorch FSDP SHARD_GRAD_OP
+      (`"unit"`) reduce each unit's gradients in every backward in `grad_reduce_bytes`
+      (megatron_fsdp.py:760-774 @d98e8a64 `grad_reduce_every_bprop`; Megatron's default
+      fp32 reduction for bf16). Their reduce-scatters run beside the backward of the units
+      still to come (megatron_fsdp.py:331-337 forces `overlap_grad_reduce`); this term charges
+      them whole, an upper bound by at most one backward per micro-batch: the exposed part
+      max(share·r, r - backward) is not linear in the stage's parameters, and the solver reads
+      this factor as one (search/tables.py `mbl`), so the composition stays the solver's.
+      Bandwidth term only: the latency of a synchronisation stays once per step in
+      `dp_sync_factors`' fixed term (FSDP's per-unit call latency: `fsdp_call_latency`).
+      Example: llama3-70b, tp 2, pp 4, cp 4, dp 16 on 512 H100: ~8.8e9 fp32 gradients per
+      GPU reduce-scatter over 64 ranks across nodes in every one of the 32 micro-batches,
+      not once per step, which is what sharding them in memory implies.
     - DeepSpeed BF16_Optimizer (`bf16_accum_pass`, zero <= 1): `update_hp_grads` adds each
       bf16 gradient into its fp32 one, an unfused cast (r weight_bytes, w grad_bytes) and add
       (r 2·grad_bytes, w grad_bytes): 18 B per parameter at bf16/fp32, at HBM bandwidth.
@@ -228,8 +249,9 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     etp_ = tp_ if etp is None else _f(etp)
     zeros = np.zeros(np.broadcast(tp_, cp_, dp_, ep_, z, etp_).shape)
     dense, expert = zeros.copy(), zeros.copy()
-    if beh.zero2_reduce == "microbatch":
-        cb = float(job.recipe.weight_bytes)
+    if beh.zero2_reduce != "step":
+        rec = job.recipe
+        cb = float(rec.weight_bytes if beh.zero2_reduce == "microbatch" else rec.grad_reduce_bytes)
         ref = 1e9
         n_dense = dp_ * cp_
         n_exp = expert_dp_size(tp_, cp_, dp_, ep_, etp)

@@ -256,6 +256,15 @@ def _bound_tables(t: Tables) -> BoundTables:
     else:
         tail5 = np.broadcast_to(tail5, tail5.shape[:-1] + (len(s.mbs),))
         tail5x = np.broadcast_to(tail5x, tail5x.shape[:-1] + (len(s.mbs),))
+    # gradient work after every micro-batch (mbl: ZeRO-2's per-micro-batch reduce-scatter,
+    # the fp32 accumulation passes; factors.microbatch_grad_factors) is in every stage time
+    # like the ZeRO-3 gathers: m x (its sum over layers and edges)/pp at the cheapest group
+    mbw = B / (dp5[..., None] * np.array(s.mbs, float).reshape(1, 1, 1, 1, 1, -1))
+    work = np.minimum.reduce([sum(c * t.mbl[g, k] for k, c in counts if c)
+                              + e4(t.emb_mb[g] + t.head_mb[g]) for g in G])
+    w5 = (work / pp5)[..., None]
+    tail5 = tail5 + w5 * mbw
+    tail5x = tail5x + w5 * (mbw - BACKWARD_SHARE)
     ms5 = (sum(c * t.states[k] for k, c in counts if c) + e4(t.emb_states + t.head_states)
            + pp5 * t.z3[:, :, :, None, None])[..., None] + np.zeros(len(s.mbs))
     cap_avg = sum(f * c for f, c in zip(fr, t.capacity, strict=True)) - t.other

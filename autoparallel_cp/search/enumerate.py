@@ -316,13 +316,13 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
     ttime = ttime + z3first
     dsync = dsync + s.dps_fixed[gr, zi]
     act = np.where(first, act + s.emb_act[gr, spc], act)
-    ttime = np.where(first, ttime + s.emb_time[gr, spc] + s.emb_mb[gr, zi], ttime)
+    ttime = np.where(first, ttime + (s.emb_time[gr, spc] + s.emb_mb[gr, zi]), ttime)
     states = np.where(first, states + s.emb_states[zi], states)
     dsync = np.where(first, dsync + s.emb_dpsync[gr, zi], dsync)
     opt = np.where(first, opt + s.emb_opt[gr, zi], opt)
     extra = np.where(last, s.head_act[gr, spc], 0.0)
     work = np.where(last, _later(s.head_work[gr, spc], work), work)
-    ttime = np.where(last, ttime + s.head_time[gr, spc] + s.head_mb[gr, zi], ttime)
+    ttime = np.where(last, ttime + (s.head_time[gr, spc] + s.head_mb[gr, zi]), ttime)
     states = np.where(last, states + s.head_states[zi], states)
     dsync = np.where(last, dsync + s.head_dpsync[gr, zi], dsync)
     opt = np.where(last, opt + s.head_opt[gr, zi], opt)

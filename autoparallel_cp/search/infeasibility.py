@@ -105,7 +105,11 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
         return
     for ep in space.ep:
         if not space.ep_ok(tp, cp, dp, ep):
-            if space.etp is None:
+            if len(space.etp_axis) > 1:
+                sizes = ", ".join("tp" if e is None else str(e) for e in space.etp_axis)
+                yield (f"ep={ep} fits no searched expert grid: ep | dp*cp = {dp * cp} with "
+                       f"etp = tp, nor etp*ep | tp*cp*dp = {tp * cp * dp} for etp in {{{sizes}}}")
+            elif space.etp is None:
                 yield (f"ep={ep} does not divide dp*cp = {dp * cp} (the experts are carved "
                        "out of dp*cp; folding them over the tensor-parallel ranks, --fix "
                        f"etp=1, needs etp*ep | tp*cp*dp = {tp * cp * dp})")

@@ -14,6 +14,7 @@ from dataclasses import fields
 from typing import Any
 
 from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.schedules import default_schedule
 
 #: a search/space.py SearchSpace (not imported: space.py is the lower module)
 SearchSpace = Any
@@ -65,6 +66,8 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
         **other,
         "layer_split": _split_rule(space),
         "pins": _plain(dict(space.fixed)),
+        "schedule": "1f1b at vpp 1, interleaved at vpp > 1",
+        "offload": "none (optimizer and activations stay on the GPU)",
         "rules": ["dp*tp*pp*cp = GPUs", "global batch % (dp*mbs) = 0",
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
                   "ep | dp*cp (etp = tp), else etp*ep | tp*cp*dp",
@@ -78,10 +81,12 @@ def space_line(desc: dict[str, Any]) -> str:
     """One line of `proof_space` for the terminal, under the status line."""
     parts = []
     for name, dom in desc["axes"].items():
-        vals = [str(v) for v in dom]
-        parts.append(f"{name} {','.join(vals)}")
+        vals = ["tp" if v is None and name == "etp_axis" else str(v) for v in dom]
+        parts.append(f"{'etp' if name == 'etp_axis' else name} {','.join(vals)}")
+    # etp and named_splits are shown by the etp axis and the layer-split rule
     extra = [f"{k} {v}" for k, v in desc.items()
-             if k not in ("axes", "dp", "layer_split", "pins", "rules", "partition")]
+             if k not in ("axes", "dp", "layer_split", "pins", "rules", "partition", "etp",
+                          "named_splits")]
     return ("proof covers: " + "; ".join(parts + extra)
             + f"; layer split {desc['layer_split']}")
 
@@ -94,6 +99,11 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
             return f"{name}={getattr(plan, name)} (searched: {list(dom)})"
     if plan.dp not in space.dp_domain:
         return f"dp={plan.dp}"
+    if plan.pipeline_schedule != default_schedule(plan.vpp):
+        return (f"schedule={plan.pipeline_schedule} (searched: 1f1b at vpp 1, interleaved at "
+                "vpp > 1)")
+    if plan.optimizer_offload or plan.activation_offload:
+        return "host offload (not searched: everything stays on the GPU)"
     have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None
     wants = {None if e is None or e == plan.tp else e for e in space.etp_axis}
     if have not in wants:

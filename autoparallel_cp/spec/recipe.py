@@ -110,18 +110,32 @@ class FrameworkBehaviour(Strict):
       @d98e8a64) or "combine" (earlier Megatron-Core: the unpermute multiplies the expert
       outputs by the probabilities and keeps those outputs, top_k x h per token, for the
       probabilities' gradient).
-    - ``zero2_reduce``: when ZeRO-2 reduces the gradients: "step" (once, after the last
-      micro-batch: Megatron's distributed optimizer, FSDP's no_sync accumulation) or
+    - ``zero2_reduce``: when ZeRO-2 reduces the gradients. "unit" (the default: each FSDP
+      unit's gradients are reduce-scattered in every micro-batch's backward, in
+      `grad_reduce_bytes`: Megatron-FSDP's `optim_grads`, which is what zero=2 means for
+      Megatron, megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py:760-774
+      @d98e8a64 `grad_reduce_every_bprop`, and PyTorch FSDP's SHARD_GRAD_OP / FSDP2
+      `reshard_after_forward=False`, which reduce unless `no_sync` /
+      `set_requires_gradient_sync(False)` is entered, see ``zero3_reduce``);
       "microbatch" (DeepSpeed: stage_1_and_2.py @v0.11.1 l. 1327-1328
       `reduce_ready_partitions_and_remove_grads` reduces when `partition_gradients` (stage 2)
       or at the accumulation boundary, so stage 2 reduce-scatters every micro-batch's
       gradients in `communication_data_type`, the model dtype by default, engine.py
-      @v0.11.1 l. 798-809; the updated weights are all-gathered once per step).
+      @v0.11.1 l. 798-809; the updated weights are all-gathered once per step); or "step"
+      (once, after the last micro-batch, as Megatron's distributed optimizer and FSDP's
+      no_sync do: the gradients then stay whole until the step, so the memory model keeps
+      them unsharded, cost/model_state.py). Megatron's DDP with `--use-distributed-optimizer`
+      is zero=1 (it reduce-scatters once, at the last micro-batch, into full fp32 buffers).
     - ``zero3_reduce``: when ZeRO-3 (FSDP FULL_SHARD) reduce-scatters each unit's gradients:
-      "step" (once, after the last micro-batch: Megatron's buffers) or "microbatch" (in every
-      micro-batch's backward, overlapped like the unit's all-gathers). PyTorch FSDP skips the
-      reduction only under `no_sync` / `set_requires_gradient_sync(False)`, and the trainers
-      the PyTorch recipes stand for call neither for FSDP: Composer enters `no_sync` only for
+      "microbatch" (the default: in every micro-batch's backward, overlapped like the unit's
+      all-gathers; Megatron-FSDP's `optim_grads_params`, which is what zero=3 means for
+      Megatron, "RS & AG communication groups on all microbatches",
+      megatron/core/distributed/fsdp/mcore_fsdp_adapter.py:167-169 and megatron_fsdp.py:760-774
+      @d98e8a64) or "step" (once, after the last micro-batch, as FSDP's no_sync: the
+      gradients then stay whole until the step, and the memory model keeps them
+      unsharded). PyTorch FSDP skips the reduction only under `no_sync` /
+      `set_requires_gradient_sync(False)`, and the trainers the PyTorch recipes stand for
+      call neither for FSDP: Composer enters `no_sync` only for
       a DistributedDataParallel model (trainer.py / dist_strategy.py `ddp_sync_context`
       @640518880), OLMo-core only for DDP (train/trainer.py `_train_microbatch_context`
       @a7de3f651c), torchtitan only on the LM head of its chunked loss
@@ -237,8 +251,8 @@ class FrameworkBehaviour(Strict):
     fp8_linear: Literal["te", "torchao", "xla"] | None = None
     fp8_scaling: Literal["delayed", "current", "mxfp8"] = "delayed"
     moe_prob_scaling: Literal["activation", "combine"] = "activation"
-    zero2_reduce: Literal["step", "microbatch"] = "step"
-    zero3_reduce: Literal["step", "microbatch"] = "step"
+    zero2_reduce: Literal["step", "microbatch", "unit"] = "unit"
+    zero3_reduce: Literal["step", "microbatch"] = "microbatch"
     compiled_loss: bool = False
     fsdp_float8_all_gather: bool = False
     bf16_accum_pass: bool = False

@@ -65,10 +65,12 @@ def test_torch_ring_merge_bytes_by_hand() -> None:
     assert bwd.tolist() == pytest.approx([0.0, 16 * 12.288e6, 442_368_000.0])
 
 
-def test_merge_traffic_enters_compute_only_for_the_torch_ring() -> None:
+def test_merge_traffic_of_each_ring_enters_compute() -> None:
     """At cp 4, tp 8, 32768 tokens per rank: output elements per token 32 heads / 8 x 128 = 512,
-    K elements (repeat_kv) the same. The torch ring's compute exceeds the p2p ring's by the HBM
-    time of (36 x 512 + 36 x 3 x 512) B per token, the same attention kernels otherwise."""
+    K elements (repeat_kv) the same. The torch ring moves (36 x 512 + 36 x 3 x 512) B per
+    token (fp32 merge), Transformer Engine's p2p ring (6 + 3 x 10 + 12) x 512 forward and
+    3 x 6 x (512 + 512) backward; the same attention kernels otherwise, so the compute times
+    differ by the HBM time of the difference."""
     job = _job_over_nodes()
     gpu = job.cluster.node_groups[0].gpu
     p2p = F.layer_factors(job, 0, 8, 4, 1, 1, 1, "none",
@@ -76,6 +78,23 @@ def test_merge_traffic_enters_compute_only_for_the_torch_ring() -> None:
     ag = F.layer_factors(job, 0, 8, 4, 1, 1, 1, "none",
                          options=F.CostOptions(fused=True, gqa_repeat_kv=True,
                                                cp_ring="torch-allgather"))
-    per_token = 36 * 512 + 36 * 3 * 512
+    per_token = (36 * 512 + 36 * 3 * 512) - (48 * 512 + 36 * 512)
     extra = float(hbm_time(gpu, per_token * 32768))
     assert float(ag.compute_s) - float(p2p.compute_s) == pytest.approx(extra, rel=1e-9)
+
+
+def test_te_p2p_ring_merge_bytes_by_hand() -> None:
+    """Transformer Engine's p2p ring (context_parallel.py @d0067d0da), 1000 tokens, 512 output
+    elements and 128 K elements per token. cp 8 on the last rank: forward = init 6 + 7 steps
+    x 10 + two casts 12 = 88 B per output element; backward = 7 adds x 6 B over dQ and K's
+    worth of dK, dV = 42 x (512 + 128). cp 2: 6 + 10 + 12 = 28 and 6 x 640. cp 1: no ring."""
+    from autoparallel_cp.cost.cp_ring import te_ring_merge_bytes
+
+    tok, q, kv = np.array(1000.0), np.array(512.0), np.array(128.0)
+    f8, b8 = te_ring_merge_bytes(tok, q, kv, np.array(8.0))
+    assert float(f8) == 88 * 512 * 1000
+    assert float(b8) == 42 * (512 + 128) * 1000
+    f2, b2 = te_ring_merge_bytes(tok, q, kv, np.array(2.0))
+    assert (float(f2), float(b2)) == (28 * 512 * 1000, 6 * 640 * 1000)
+    assert [float(x) for x in te_ring_merge_bytes(tok, q, kv, np.array(1.0))] == [0.0, 0.0]
+

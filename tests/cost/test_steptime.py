@@ -181,6 +181,8 @@ def test_fsdp_copies_cost_pytorch_zero3_only() -> None:
     mjob = job.model_copy(update={"recipe": RECIPES["megatron-bf16"]})
     assert F.zero3_copy_factor(mjob, 0) == 0.0
     plan = Plan(dp=8, zero=3, mbs=2, num_microbatches=1, recompute="none")
+    # with the reduce-scatter once per step, as ZeRO-1's (recipe zero3_reduce "step")
+    job = job.model_copy(update={"recipe": job.recipe.with_behaviour(zero3_reduce="step")})
     z1 = evaluate(job, plan.model_copy(update={"zero": 1})).time
     z3 = evaluate(job, plan).time
     # ZeRO-3 pays at least the copies of every layer on top of ZeRO-1's step

@@ -66,8 +66,18 @@ def test_dp_sync_within_a_node_by_zero_stage() -> None:
     per, _, z3, fixed = _sync(job, 1, 1, 8, 1, 1)
     assert per == pytest.approx((4 + 2) * 7 / 8 / NV, rel=1e-9)  # RS grads + AG weights
     assert fixed == pytest.approx(2 * 7 * NV_US * 1e-6, rel=1e-9)
-    assert _sync(job, 1, 1, 8, 1, 2)[0] == pytest.approx(per, rel=1e-12)
+    # ZeRO-2 (Megatron-FSDP optim_grads): the gradients' reduce-scatter moves to every
+    # micro-batch (`microbatch_grad_factors`); the step keeps the weights' all-gather
+    assert _sync(job, 1, 1, 8, 1, 2)[0] == pytest.approx(2 * 7 / 8 / NV, rel=1e-9)
+    # ZeRO-3 (Megatron-FSDP optim_grads_params): RS and AG on all micro-batches
+    # (mcore_fsdp_adapter.py:167-169): the gradients' RS joins the two gathers per micro-batch
     per, _, z3, fixed = _sync(job, 1, 1, 8, 1, 3)
+    assert per == 0.0
+    assert fixed == pytest.approx(7 * NV_US * 1e-6, rel=1e-9)  # one RS latency per step
+    assert z3 == pytest.approx((2 * 2 + 4) * 7 / 8 / NV, rel=1e-9)  # AG fwd + bwd, RS
+    # reduced once per step (FSDP no_sync): RS at the step, gathers per micro-batch
+    step = job.model_copy(update={"recipe": job.recipe.with_behaviour(zero3_reduce="step")})
+    per, _, z3, fixed = _sync(step, 1, 1, 8, 1, 3)
     assert per == pytest.approx(4 * 7 / 8 / NV, rel=1e-9)  # RS grads only
     assert fixed == pytest.approx(7 * NV_US * 1e-6, rel=1e-9)
     assert z3 == pytest.approx(2 * 2 * 7 / 8 / NV, rel=1e-9)  # AG in forward and backward
@@ -235,12 +245,17 @@ def test_autograd_accumulation_into_bf16_grad() -> None:
 @pytest.mark.parametrize("recipe", ["megatron-bf16", "pytorch-fsdp", "torchtitan-fsdp"])
 def test_other_recipes_have_no_microbatch_gradient_work(recipe: str) -> None:
     """Megatron and PyTorch accumulate into their fp32 main gradients inside the backward
-    (no separate pass) and reduce once per step; their ZeRO-2 sync is unchanged."""
+    (no separate pass); at zero 0/1/3 they have no per-micro-batch gradient work, at zero 2
+    only the reduce-scatter of every micro-batch (4·7/8 dense over dp 8, 4·3/4 expert over
+    the 4 expert-DP ranks of ep 2), and the step keeps the weights' all-gather (2·7/8)."""
     job = _job(moe=True, recipe=recipe)
-    for zero in (0, 1, 2, 3):
+    for zero in (0, 1, 3):
         assert _mb(job, 1, 1, 8, 2, zero) == (0.0, 0.0)
     gb = float(job.recipe.grad_reduce_bytes)
-    assert _sync(job, 1, 1, 8, 1, 2)[0] == pytest.approx((gb + 2) * 7 / 8 / NV, rel=1e-9)
+    d, e = _mb(job, 1, 1, 8, 2, 2)
+    assert d == pytest.approx(gb * 7 / 8 / NV, rel=1e-9)
+    assert e == pytest.approx(gb * 3 / 4 / NV, rel=1e-9)
+    assert _sync(job, 1, 1, 8, 1, 2)[0] == pytest.approx(2 * 7 / 8 / NV, rel=1e-9)
 
 
 def test_deepspeed_microbatch_work_enters_every_microbatch_of_the_step() -> None:
@@ -268,3 +283,63 @@ def test_deepspeed_microbatch_work_enters_every_microbatch_of_the_step() -> None
         parts = (st.compute_s + st.bubble_s + st.tp_comm_s + st.cp_comm_s + st.ep_comm_s
                  + st.pp_comm_s + st.dp_comm_s + st.optimizer_s + st.fixed_s)
         assert parts == pytest.approx(st.step_s, rel=1e-12)
+
+
+def test_megatron_zero2_is_megatron_fsdp_and_reduces_every_microbatch_in_fp32() -> None:
+    """Megatron's zero=2 is Megatron-FSDP `optim_grads` (emit/megatron.py), whose units
+    reduce-scatter their gradients in every backward (megatron_fsdp.py:760-774 @d98e8a64).
+    dp=8 on one NVLink node, fp32 main grads (`grad_reduce_bytes` 4): 4·7/8 B per parameter
+    per micro-batch over NVLink. Across two nodes with tp=8 (dp=2, one rank per node): a ring
+    of 2 over the network, 4·1/2 B. ZeRO-1 (the distributed optimizer: one reduce-scatter at
+    the last micro-batch) and ZeRO-3 charge nothing here."""
+    job = _job()
+    assert _mb(job, 1, 1, 8, 1, 2)[0] == pytest.approx(4 * 7 / 8 / NV, rel=1e-9)
+    assert _mb(_job(nodes=2), 8, 1, 2, 1, 2)[0] == pytest.approx(4 * 1 / 2 / NET, rel=1e-9)
+    assert _mb(job, 1, 1, 8, 1, 1) == (0.0, 0.0)
+    assert _mb(job, 1, 1, 8, 1, 3) == (0.0, 0.0)
+
+
+def test_pytorch_fsdp_shard_grad_op_reduces_every_microbatch() -> None:
+    """PyTorch FSDP SHARD_GRAD_OP (zero=2) reduce-scatters each unit in every backward (no
+    no_sync in the trainers, spec/recipe.py `zero3_reduce`): torchtitan-fsdp and pytorch-fsdp
+    pay 4·7/8 B per parameter (fp32 reduce_dtype) per micro-batch at dp=8 on NVLink."""
+    for name in ("torchtitan-fsdp", "pytorch-fsdp"):
+        assert _mb(_job(recipe=name), 1, 1, 8, 1, 2)[0] == pytest.approx(4 * 7 / 8 / NV,
+                                                                           rel=1e-9)
+
+
+def test_zero2_reduced_once_per_step_keeps_whole_gradients() -> None:
+    """A recipe that states `zero2_reduce: step` reduces once (no per-micro-batch term, the
+    step's RS + AG as ZeRO-1) and so keeps whole gradients: 4 B per parameter at dp=8, not
+    4/8; per micro-batch reduction shards them (0.5 B)."""
+    from autoparallel_cp.cost.model_state import state_bytes_per_param
+
+    rec = RECIPES["megatron-bf16"]
+    step = rec.model_copy(update={"behaviour": rec.behaviour.model_copy(
+        update={"zero2_reduce": "step"})})
+    job = _job().model_copy(update={"recipe": step})
+    assert _mb(job, 1, 1, 8, 1, 2) == (0.0, 0.0)
+    assert _sync(job, 1, 1, 8, 1, 2)[0] == pytest.approx((4 + 2) * 7 / 8 / NV, rel=1e-9)
+    assert float(state_bytes_per_param(step, 2, 8)[1]) == 4.0
+    assert float(state_bytes_per_param(rec, 2, 8)[1]) == 0.5
+    # the same for ZeRO-3: whole gradients when reduced once per step, 1/8 otherwise
+    step3 = rec.with_behaviour(zero3_reduce="step")
+    assert float(state_bytes_per_param(step3, 3, 8)[1]) == 4.0
+    assert float(state_bytes_per_param(rec, 3, 8)[1]) == 0.5
+
+
+def test_headline_zero2_plan_pays_its_reduce_scatters() -> None:
+    """llama3-70b on 512 H100 (the README's headline job), tp 2, pp 4, vpp 4, cp 4, dp 16,
+    32 micro-batches: zero=2 keeps 1/64 of the gradients, so it must reduce-scatter every
+    micro-batch: its DP time is at least 32 x one reduce-scatter of the stage's fp32
+    gradients more than zero=1's once-per-step one, so zero=2 is no longer as fast as zero=1
+    (which needs more memory than the GPU has)."""
+    from autoparallel_cp.api import evaluate, make_job
+
+    job = make_job("llama3-70b", "dgx-h100", gpus=512, seq_len=8192, global_batch=512)
+    plan = "tp=2,pp=4,vpp=4,cp=4,sp=1,zero={},mbs=1,recompute=none"
+    z1, z2 = (evaluate(job, plan.format(z)) for z in (1, 2))
+    st = max(z2.time.model_dump()["step_s"], 0.0)
+    assert not z1.fits and z2.fits
+    assert st > 1.5 * z1.time.step_s
+    assert z2.time.dp_comm_s > 10 * z1.time.dp_comm_s

@@ -140,8 +140,11 @@ def _every_partition(t: Tables, key: Key) -> tuple[int, int, float]:
 
 def _exposed_dp_job() -> Job:
     # 16 GPUs in two node groups (8 H100 + 8 A100), dp = 8 inside each node, a short sequence
-    # and 2 micro-batches: a stage's DP sync outlasts 2/3 of its compute (checked below)
-    return Job(model=_mini(False, 6), cluster=_mixed_small(), seq_len=512, global_batch=16)
+    # and 2 micro-batches: a stage's DP sync outlasts 2/3 of its compute (checked below); the
+    # ZeRO-3 gradients reduced once per step (recipe zero3_reduce "step"), so zero 3 keeps a
+    # step-end sync to expose
+    job = Job(model=_mini(False, 6), cluster=_mixed_small(), seq_len=512, global_batch=16)
+    return job.model_copy(update={"recipe": job.recipe.with_behaviour(zero3_reduce="step")})
 
 
 @pytest.mark.parametrize("zero", [0, 1, 3])

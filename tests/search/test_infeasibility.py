@@ -65,12 +65,29 @@ def test_a_pinned_dp_that_the_degrees_do_not_give_is_named() -> None:
     assert "Dropping the pin" in text
 
 
-def test_expert_parallelism_beyond_dp_cp_is_named_with_folding() -> None:
+def test_expert_parallelism_beyond_dp_cp_is_folded_or_named() -> None:
     from autoparallel_cp.search.infeasibility import empty_space
     from autoparallel_cp.search.space import SearchSpace
 
-    # DeepSeek-V3 as NVIDIA's benchmark runs it (tp 2, pp 16, ep 64 on 1,024 GPUs): dp*cp = 32
+    # DeepSeek-V3 as NVIDIA's benchmark runs it (tp 2, pp 16, ep 64 on 1,024 GPUs): dp*cp = 32.
+    # The search folds the experts over the tensor ranks (etp is an axis), so the space is not
+    # empty; pinning the experts to Megatron's default etp = tp empties it, and the message
+    # names the expert grid's rule with the numbers.
     job = api.make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=4096)
-    sp = SearchSpace.for_job(job, fix="tp=2,pp=16,ep=64")
+    assert SearchSpace.for_job(job, fix="tp=2,pp=16,ep=64,cp=1").num_degree_combinations() > 0
+    sp = SearchSpace.for_job(job, fix="tp=2,pp=16,ep=64,cp=1,etp=2")
+    assert sp.num_degree_combinations() == 0
     text = empty_space(job, sp)
-    assert "ep=64 does not divide dp*cp = 32" in text and "--fix etp=1" in text
+    assert "etp*ep = 2*64 does not divide tp*cp*dp = 64" in text and "etp=2" in text
+
+
+def test_an_expert_grid_no_searched_etp_gives_is_named_with_the_sizes() -> None:
+    from autoparallel_cp.search.infeasibility import empty_space
+    from autoparallel_cp.search.space import SearchSpace
+
+    # ep 256 on tp 2 x dp 32: dp*cp = 32 and tp*cp*dp = 64 are both below 256
+    job = api.make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=4096)
+    sp = SearchSpace.for_job(job, fix="tp=2,pp=16,ep=256,cp=1")
+    text = empty_space(job, sp)
+    assert "ep=256 fits no searched expert grid: ep | dp*cp = 32 with etp = tp" in text
+    assert "etp*ep | tp*cp*dp = 64 for etp in {tp, 1}" in text

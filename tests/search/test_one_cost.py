@@ -44,9 +44,10 @@ def _model(moe: bool, layers: int, mtp: int = 0) -> ModelSpec:
                     first_k_dense_layers=1) if moe else None)
 
 
-def _fix(p: Plan, layers: int) -> str:
+def _fix(p: Plan, layers: int, moe: bool = False) -> str:
     """The `--fix` text pinning every axis of `p` (with `partial_recompute` off when `p` says
-    no recompute_layers: a search space of exactly one plan)."""
+    no recompute_layers: a search space of exactly one plan); for an MoE model the experts'
+    tensor-parallel size too (etp is a searched axis there)."""
     parts = [f"{k}={getattr(p, k)}" for k in ("dp", "tp", "pp", "vpp", "cp", "ep", "sp",
                                                 "zero", "mbs", "recompute")]
     if p.recompute_layers is not None:
@@ -56,8 +57,8 @@ def _fix(p: Plan, layers: int) -> str:
         parts.append("stage_groups=" + ":".join(map(str, p.stage_groups)))
     if p.chunk_layers is not None:
         parts.append("chunk_layers=" + ":".join(map(str, p.chunk_layers)))
-    if p.etp is not None:
-        parts.append(f"etp={p.etp}")
+    if p.etp is not None or moe:
+        parts.append(f"etp={p.expert_tp}")
     return ",".join(parts)
 
 
@@ -214,7 +215,8 @@ def _agree(case: tuple[Job, Plan]) -> None:
                      ("mtp", job.model.mtp_layers > 0)):
         if on:
             event(name)
-    space = SearchSpace.for_job(job, fix=_fix(plan, job.model.num_layers), max_pp=4,
+    fix = _fix(plan, job.model.num_layers, job.model.moe is not None)
+    space = SearchSpace.for_job(job, fix=fix, max_pp=4,
                                 max_vpp=2, max_mbs=2, max_ep=4,
                                 partial_recompute=plan.recompute_layers is not None,
                                 by_framework=False)  # one cost for any plan, run or not
@@ -243,7 +245,7 @@ def _agree(case: tuple[Job, Plan]) -> None:
     for res in (en, so):
         [(cost, got)] = res.stats["ranked"]
         assert got.key()[:10] == plan.key()[:10]
-        assert got.etp == plan.etp
+        assert got.expert_tp == plan.expert_tp
         assert got.layers_per_stage(job.model.num_layers) == plan.layers_per_stage(
             job.model.num_layers)
         assert [got.recomputed_layers(n) for n in got.layers_per_stage(job.model.num_layers)] \
