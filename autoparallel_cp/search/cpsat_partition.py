@@ -59,6 +59,7 @@ class PartitionModel:
     key: Any
     chunk_layers: tuple[int, ...] | None = None  # the pinned layout, carried to the plan
     etp: int | None = None  # the space's expert-TP size (fixed per space, not a key axis)
+    dp_replicate: int = 1  # the space's hybrid-sharding replicas (fixed per space)
 
     def read_plan(self, solver: cp_model.CpSolver, uniform: bool) -> Plan:
         """The plan of the current solution."""
@@ -73,7 +74,8 @@ class PartitionModel:
         return Plan(dp=k.dp, tp=k.tp, pp=k.pp, vpp=k.vpp, cp=k.cp, ep=k.ep, sp=k.sp,
                     zero=k.zero, mbs=k.mbs, num_microbatches=k.m, recompute=mode,
                     recompute_layers=rl, stage_layers=None if uniform else ls,
-                    stage_groups=sg, chunk_layers=self.chunk_layers, etp=self.etp)
+                    stage_groups=sg, chunk_layers=self.chunk_layers, etp=self.etp,
+                    dp_replicate=self.dp_replicate)
 
     def forbid(self, solver: cp_model.CpSolver) -> None:
         """No-good on the current (layer counts, r, groups)."""
@@ -162,6 +164,10 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         model.add(r >= 1)
         if not s.partial_recompute:
             model.add(r == L)
+        if (step := s.recompute_step(vpp)) > 1:  # a framework's rule (space.recompute_step):
+            # multiples of step, or L ("all layers", the enumerator's None)
+            model.add_linear_expression_in_domain(r, cp_model.Domain.from_values(
+                sorted({*range(step, L + 1, step), L})))
     layers: list[Any] = []
     nm_t: list[Any] = []
     rm_t: list[Any] = []
@@ -375,7 +381,8 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     err = err_u * tu + (dmax + BT * tu) * 2.0 / FRAC_SCALE
     cl = s.fixed.get("chunk_layers")
     return PartitionModel(model, layers, r, y if hetero else None, obj, tu / vpp, err, key,
-                          None if cl is None else tuple(int(x) for x in cl), t.space.etp)
+                          None if cl is None else tuple(int(x) for x in cl), t.space.etp,
+                          t.space.dp_replicate)
 
 
 def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int = 0,
@@ -428,6 +435,10 @@ def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, see
             break  # no split of this family, nor of a later one, fits
         res, ok = _solve_family(tf, key, seed=seed, workers=workers, max_rounds=max_rounds,
                                 cutoff_s=cutoff_s, budget=budget)
+        r = tf.space.restriction
+        if res is not None and r is not None and r.split_refusals(res[1]):
+            res, ok = None, True  # a family whose best the framework does not run (as the
+            # enumerator: spec/framework_space.py, split rows of a pinned or named layout)
         if res is None:
             proven = proven and ok
         elif best is None or (res[0], res[1].key()) < (best[0], best[1].key()):
