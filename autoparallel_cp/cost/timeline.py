@@ -54,13 +54,12 @@ fixed_s), and the last slice ends at step_s + model_gap_s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.memory import stage_groups, stage_layer_kinds
 from autoparallel_cp.cost.pass_order import SCHEDULES, Op, dependencies, schedule_name
-from autoparallel_cp.cost.pass_replay import Placed, replay, stretch
+from autoparallel_cp.cost.pass_replay import replay, stretch
 from autoparallel_cp.cost.schedules import backward_split
 from autoparallel_cp.cost.steptime import (
     BACKWARD_SHARE,
@@ -281,7 +280,10 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
                         links.append((r, Op(i, c, _SENDER[what]), j, op))
             cursor = t
         _bubble(slices, j, cursor, pipeline - cursor, crit)
-    links = [_sender(lk, runs) for lk in links]
+    grad = {(r, x.microbatch, x.chunk): x for r, run in enumerate(runs)
+            for step, _, _ in run for x in step if x.phase in ("B", "BW")}
+    links = [(r, grad.get((r, op.microbatch, op.chunk), op) if op.phase == "B" else op, j, to)
+             for r, op, j, to in links]  # a gradient's sender is the B or BW that made it
 
     # after the pipeline: DP sync (hidden part beside the last backward), optimizer, fixed
     exposed = [exposed_dp(x, opts.dp_overlap) for x in stages]
@@ -310,15 +312,3 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
 
 
 _SENDER = {"F": "F", "G": "B", "W": "W"}
-
-
-def _sender(link: Link, runs: Sequence[Sequence[Placed]]) -> Link:
-    """A link whose sender is a gradient ("B") names the pass that made it: B or BW."""
-    r, op, j, to = link
-    if op.phase != "B":
-        return link
-    for step, _, _ in runs[r]:
-        for x in step:
-            if (x.microbatch, x.chunk) == (op.microbatch, op.chunk) and x.phase in ("B", "BW"):
-                return r, x, j, to
-    return link
