@@ -5,8 +5,10 @@ Perfetto's ui.perfetto.dev "Open trace file" and chrome://tracing open, and `tor
 A process (pid) per pipeline stage, named by the ranks it holds (pipeline parallelism is the
 outermost dimension of Megatron-LM's default rank order tp-cp-ep-dp-pp and of torchtitan's
 device mesh, so stage j holds ranks [j·N/pp, (j+1)·N/pp)); a thread (tid) per row of
-`cost/timeline.py` (compute, TP, CP, EP, PP recv / send, DP gather / reduce, optimizer,
-bubble). Every slice is a complete event (`ph: "X"`, `ts`/`dur` in microseconds); `ph: "M"`
+`cost/timeline.py` (compute, TP, CP, EP, PP recv / send, DP gather / reduce, optimizer, host
+offload, bubble). Every slice is a complete event (`ph: "X"`, `ts`/`dur` in microseconds; a
+pass's `args` name its micro-batch, chunk, pass kind and, where torch's pipelining runtime runs
+the schedule, its profiler range `profiler_range`); `ph: "M"`
 metadata events name the processes and threads and fix their order; flow events (`ph: "s"` /
 `"f"`) draw the pipeline's sends as arrows from stage to stage.
 """

@@ -397,3 +397,21 @@ def test_v_orders_are_torchs_pp4_m8() -> None:
     d0 = names(SCHEDULES["dualpipev"](4, 2, 8, 0))
     assert d0[:8] == [f"F{i}c0" for i in range(7)] + ["F0c1"]
     assert any("&" in s for s in d0)  # the overlapped F&B pairs
+
+
+def test_a_gap_between_the_model_and_the_replay_is_shown() -> None:
+    """ZB-H2 on gpt3-1.3b pp 2: the cost model's (p-1)·max(F+B-2W, F) is below the replay of
+    the order (B > W here); the timeline draws the replay (dependencies held), its span
+    step + model_gap_s, and the trace and the page say so."""
+    from autoparallel_cp.html_report.figures import timeline_caption
+    from autoparallel_cp.trace import chrome_trace
+
+    job = _job("gpt3-1.3b", 32, "megatron-bf16")
+    text = "tp=2,pp=2,mbs=1,zero=1,schedule=zb-h2"
+    tl = check_adds_up(job, text)
+    assert 0.0 < tl.model_gap_s < 0.01 * tl.step_s
+    assert "longer than the predicted step" in timeline_caption(tl)
+    ev = api.evaluate(job, text)
+    assert chrome_trace(job, ev.plan)["otherData"]["model_gap_s"] == tl.model_gap_s
+    # the default schedules have none
+    assert check_adds_up(job, "tp=2,pp=2,mbs=1,zero=1").model_gap_s == 0.0
