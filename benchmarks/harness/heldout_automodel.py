@@ -126,7 +126,7 @@ def recipe(s: dict[str, str], pp: int, assumed: list[str]) -> TrainingRecipe:
         # parameters: bf16 `.grad`s accumulated by autograd, no second copy
         "expert_grad_bytes": 2, "expert_master_weight_bytes": 0,
         "optimizer_kernel": "foreach", "grad_clip": False, "behaviour": behaviour,
-        "source": "NeMo AutoModel FSDP2 + EP benchmark recipe (benchmarks/heldout_automodel.py)"})
+        "source": "NeMo AutoModel FSDP2 + EP benchmark recipe (harness/heldout_automodel.py)"})
     assumed.append("AutoModel: bf16 params, fp32 reduce, bf16 Adam (foreach), no clipping, "
                    f"TE / Megatron-Core MoE kernels with an eager RoPE, {attn} attention"
                    + (", DeepEP dispatch" if _on(s, "deepep") else ""))
