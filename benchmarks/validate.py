@@ -2,7 +2,7 @@
 
     python benchmarks/validate.py [--markdown] [--cv] [--sensitivity] [--write-snapshot]
 
-`--cv` adds the leave-one-source-out table over all published sources (crossval.py), the
+`--cv` adds the leave-one-source-out table over all published sources (harness/crossval.py), the
 headline number; `--write-snapshot` records every row's signed error for the two-sided
 regression guard (tests/cost/test_validation_data.py).
 

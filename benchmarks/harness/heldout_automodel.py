@@ -37,7 +37,7 @@ the table's numbers) unless noted:
   `reshard_after_forward` False the bf16 parameters are then gathered once and kept for the
   whole step, the gradients accumulate unsharded in the fp32 reduce dtype (torch
   `FSDPParam.to_accumulated_grad_if_needed`) and are reduce-scattered once: ZeRO-1 in the
-  plan's terms, as validate.py writes torchtitan's FSDP under PP. Otherwise FSDP2's defaults
+  plan's terms, as train_rows.py writes torchtitan's FSDP under PP. Otherwise FSDP2's defaults
   hold: `reshard_after_forward` False = SHARD_GRAD_OP (zero=2), True = FULL_SHARD (zero=3);
 - pipeline: `interleaved1f1b` over ceil(L / layers_per_stage) + 1 virtual stages (rounded
   down to a multiple of pp), stage s on rank s mod pp (`stage_ids_this_rank` "loop"), the

@@ -30,7 +30,7 @@ class HeldOutRow:
     measured_mem_gib: float | None
     assumed: list[str] = field(default_factory=list)
     skip: str = ""
-    #: which tuned constants (validate.TUNED) this row's prediction depends on
+    #: which tuned constants (tuned.TUNED) this row's prediction depends on
     knobs: tuple[str, ...] = ()
 
 

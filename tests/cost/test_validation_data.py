@@ -302,7 +302,7 @@ def test_olmo_core_rows_take_the_scripts_settings() -> None:
     assert sorted(precisions) == ["bf16"] * 4 + ["fp8"] * 4
 def test_automodel_rows_run_their_yamls_settings() -> None:
     """NeMo AutoModel's pre-training table (automodel-perf) as its benchmark YAMLs and
-    framework code set it (benchmarks/heldout_automodel.py), derived by hand:
+    framework code set it (benchmarks/harness/heldout_automodel.py), derived by hand:
 
     - DeepSeek-V3 on 256 GPUs, pp 4, `layers_per_stage: 2`: ceil(61 / 2) + 1 = 32 virtual
       stages (a multiple of 4: vpp 8), 61 = 32 + 29, so stages 0-28 hold 2 layers and 29-31
