@@ -371,6 +371,11 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
         )
     if plan.recompute_layers is not None and plan.recompute != "full":
         out.append("recompute_layers is only meaningful with recompute=full")
+    elif plan.recompute_layers is not None and not split_violations(m.num_layers, plan):
+        most = max(plan.layers_per_stage(m.num_layers))
+        if plan.recompute_layers > most:
+            out.append(f"recompute_layers={plan.recompute_layers} exceeds the {most} layers "
+                       "of the largest pipeline stage (layers per stage that recompute)")
     out += schedule_violations(plan.schedule, plan.pp, plan.vpp, plan.num_microbatches)
     if not split_violations(m.num_layers, plan):
         out += offload_violations(plan.activation_offload, plan.optimizer_offload,

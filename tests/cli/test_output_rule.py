@@ -231,7 +231,7 @@ def fake_measure(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     calls: list[str] = []
 
-    def fake_run(s: Any, out: str, world_size: Any = None, port: int = 0,
+    def fake_run(s: Any, out: str, *args: Any,
                  write: Callable[[str, str], None] | None = None) -> None:
         calls.append(out)
         assert write is outputs.write_atomic
