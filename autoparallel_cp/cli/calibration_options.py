@@ -144,10 +144,9 @@ def uncertainty_lines(job: Job, dicts: list[dict[str, Any]], plans: list[Any],
     near = [i for i, d in enumerate(dicts, 1) if d.get("memory", {}).get("near_capacity")]
     if near:
         ranks = ", ".join(f"#{i}" for i in near)
-        out.append(f"near capacity: {ranks} need more than {1 - job.mem_headroom:.1%} of GPU "
-                   f"memory (--mem-headroom {job.mem_headroom:g}); marked ! with the chance "
-                   "that they run out of memory (the memory model's error); the recommendation "
-                   "is taken among the plans within the margin")
+        out.append(f"near capacity (!): {ranks} need more than {1 - job.mem_headroom:.1%} of "
+                   f"GPU memory (--mem-headroom {job.mem_headroom:g}); ! gives the risk of "
+                   "running out of memory; the recommendation avoids them")
     from autoparallel_cp.cost.evidence import evidence_text
 
     beyond = [i for i, d in enumerate(dicts, 1)

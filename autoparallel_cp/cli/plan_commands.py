@@ -114,9 +114,18 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
             table.add_column("step", justify="right")
             table.add_column("vs now", justify="right")
             table.add_column("mem GiB", justify="right")
+            # whether solve's proof covers the change (search/space_proof.py): a faster plan
+            # outside the space does not contradict an "optimal (proven)" answer
+            table.add_column("in solve's space")
+            from autoparallel_cp.search.space import SearchSpace
+            from autoparallel_cp.search.space_proof import outside
+
+            space = SearchSpace.for_job(job)
             for ch in changes[:5]:
+                why = outside(space, ch.plan)
                 table.add_row(ch.change, report.fmt_time(ch.step_s), f"{ch.delta:+.1%}",
-                              f"{report.gib(ch.peak_bytes)}/{report.gib(ch.capacity_bytes)}")
+                              f"{report.gib(ch.peak_bytes)}/{report.gib(ch.capacity_bytes)}",
+                              "yes" if why is None else f"no: {why}")
             out.print(table)
             for line in sensitivity:
                 out.print(line)
