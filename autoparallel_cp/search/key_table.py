@@ -69,7 +69,8 @@ class KeyTable:
         return int(self.lb[0]) if self.lb.size else None
 
     def key(self, i: int) -> Key:
-        return Key(*(int(v) for v in self.cols[i]))
+        """The key of row i (`tolist` gives Python ints, the same values as `int()` of each)."""
+        return Key(*self.cols[i].tolist())
 
     def upto(self, hi: int) -> int:
         """How many keys have LB <= hi (the first ones: the keys are sorted by LB)."""
@@ -83,7 +84,8 @@ class KeyTable:
         b = self.upto(hi)
         if b - a >= cap:
             return [], True
-        return [(int(self.lb[i]), self.key(i)) for i in range(a, b)], False
+        return [(lb, Key(*row)) for lb, row in zip(self.lb[a:b].tolist(),
+                                                   self.cols[a:b].tolist(), strict=True)], False
 
 
 def _floor_u(x: npt.NDArray[np.float64], unit: float) -> I64:
@@ -100,10 +102,16 @@ def build_key_table(t: Tables, time_unit: float = 1e-6,
     sp_vals = [v for v in (0, 1) if v in s.sp]
     modes = [RECOMPUTE_MODES.index(x) for x in s.recompute]
     # the legal degree choices, each with the sp values it allows
+    # (many degrees share their (tp, cp, dp, ep, sp): each is asked once)
     deg: list[tuple[int, ...]] = []
+    legal: dict[tuple[int, ...], bool] = {}
     for d in s.degrees():
         for spv in sp_vals:
-            if s.key_legal(d.tp, d.cp, d.dp, d.ep, spv):
+            lk = (d.tp, d.cp, d.dp, d.ep, spv)
+            ok = legal.get(lk)
+            if ok is None:
+                ok = legal[lk] = s.key_legal(*lk)
+            if ok:
                 deg.append((d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, spv, d.mbs,
                             d.num_microbatches))
     nz, nm = len(s.zero), len(modes)
@@ -111,7 +119,7 @@ def build_key_table(t: Tables, time_unit: float = 1e-6,
 
     def idx(col: int, dom: Sequence[int]) -> I64:
         look = {v: i for i, v in enumerate(dom)}
-        return np.array([look[int(v)] for v in dg[:, col]], dtype=np.int64)
+        return np.array([look[v] for v in dg[:, col].tolist()], dtype=np.int64)
 
     # domain positions per (degree, sp) row, then every row times every zero stage and mode
     dg = np.concatenate([dg, np.stack([idx(0, s.tp), idx(1, s.cp), idx(4, s.ep),
