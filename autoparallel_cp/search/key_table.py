@@ -108,10 +108,10 @@ def build_key_table(t: Tables, time_unit: float = 1e-6,
     for d in s.degrees():
         for spv in sp_vals:
             lk = (d.tp, d.cp, d.dp, d.ep, spv)
-            ok = legal.get(lk)
-            if ok is None:
-                ok = legal[lk] = s.key_legal(*lk)
-            if ok:
+            is_legal = legal.get(lk)
+            if is_legal is None:
+                is_legal = legal[lk] = s.key_legal(*lk)
+            if is_legal:
                 deg.append((d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, spv, d.mbs,
                             d.num_microbatches))
     nz, nm = len(s.zero), len(modes)
