@@ -308,6 +308,11 @@ class _Batch:
             f_all = np.stack([_inflight(pp, vpp, m) for m in ms])
         if ls.size == 0:
             return None
+        if full and rs.size > 1:
+            # partial recompute (r in 1..L): a stage replays r_k = min(r, l) layers, so every
+            # r >= the largest count l gives the entries of r = max(l); dropping them leaves
+            # each min over r the same float (a split's counts near L / pp: far fewer r)
+            rs = rs[:max(1, min(rs.size, int(ls.max())))]
 
         def inflight_at(j: Any) -> Any:
             """f_j of the positions j (the pinned stages' own chunks, else equal chunks)."""
