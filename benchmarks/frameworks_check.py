@@ -166,6 +166,31 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
      "tp=8,zero=1,mbs=1,optimizer_offload=0.5,activation_offload=4", []),
     ("offload-opt-all", "llama3-8b", 16, 4096, 64, "megatron-bf16", "evaluate",
      "tp=1,zero=1,mbs=1,optimizer_offload=1", []),
+    ("sched-zbv-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",
+     "pp=4,vpp=2,zero=3,mbs=1,schedule=zbv,dp_replicate=2", []),
+    ("offload-zero3-part", "llama3-8b", 16, 4096, 64, "megatron-bf16", "evaluate",
+     "zero=3,mbs=1,optimizer_offload=0.25", []),
+    # issues 28/31: hybrid sharding (dp_replicate: torchtitan data_parallel_replicate_degree,
+    # Megatron --num-distributed-optimizer-instances, DeepSpeed MiCS mics_shard_size)
+    ("hsdp-zero3-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",
+     "zero=3,mbs=1,dp_replicate=2", []),
+    ("hsdp-zero3-r4-offload", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",
+     "zero=3,mbs=1,dp_replicate=4,optimizer_offload=1", []),
+    ("hsdp-tp2-zero1-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",
+     "tp=2,sp=1,zero=1,mbs=1,dp_replicate=2", []),
+    ("hsdp-ddp-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",
+     "tp=8,zero=0,mbs=1,dp_replicate=2", []),
+    ("hsdp-solve-fix-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "solve",
+     "dp_replicate=2", []),
+    # framework spaces: `solve --recipe R --emit X` searches only what X runs under R
+    # (the recipe kept in every format: the strict ones)
+    ("space-torchtitan-fsdp", "llama3-8b", 32, 4096, 64, "torchtitan-fsdp", "solve", "",
+     ["strict"]),
+    ("space-pytorch-fsdp", "llama3-8b", 32, 4096, 64, "pytorch-fsdp", "solve", "",
+     ["strict"]),
+    ("space-deepspeed", "llama3-8b", 32, 4096, 64, "deepspeed", "solve", "", ["strict"]),
+    ("space-megatron-fp8", "llama3-70b", 64, 4096, 128, "megatron-fp8", "solve", "",
+     ["strict"]),
     ("dp+zero1", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate", "zero=1,mbs=2", []),
     ("gpt3-learned-pos", "gpt3-13b", 16, 2048, 64, "megatron-bf16", "evaluate",
      "tp=4,pp=2,sp=1,zero=1,mbs=1", []),
@@ -275,6 +300,7 @@ def emit_all(out: Path, only: str | None = None) -> list[dict[str, Any]]:
                 case["planned_params"] = count_params(job.model).total_with_mtp
                 case["windows"] = planned_windows(job.model)
                 case["p2p_overlap"] = job.recipe.behaviour.overlap_p2p_comm
+                case["schedule"] = p.pipeline_schedule
             cases.append(case)
     return cases
 
@@ -308,13 +334,19 @@ def _deepspeed_plan(plan_json: Path, emitted: Path) -> str:
         if (p["mbs"] == cfg["train_micro_batch_size_per_gpu"]
                 and p["num_microbatches"] == cfg["gradient_accumulation_steps"]
                 and p["zero"] == cfg["zero_optimization"]["stage"]
-                and p["tp"] == cfg.get("tensor_parallel", {}).get("autotp_size", 1)):
+                and p["tp"] == cfg.get("tensor_parallel", {}).get("autotp_size", 1)
+                and p.get("dp_replicate", 1) == p["dp"] // cfg["zero_optimization"].get(
+                    "mics_shard_size", p["dp"])):
             keys = ("dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "recompute")
             s = ",".join(f"{k}={p[k]}" for k in keys)
             if p.get("recompute_layers") is not None:
                 s += f",recompute_layers={p['recompute_layers']}"
             if p.get("stage_layers"):
                 s += ",stage_layers=" + ":".join(map(str, p["stage_layers"]))
+            if p.get("optimizer_offload"):  # ZeRO-Offload
+                s += f",optimizer_offload={p['optimizer_offload']:g}"
+            if p.get("dp_replicate", 1) != 1:  # hybrid sharding (MiCS)
+                s += f",dp_replicate={p['dp_replicate']}"
             return s
     return ""
 

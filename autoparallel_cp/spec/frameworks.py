@@ -494,17 +494,12 @@ RULES: tuple[Rule, ...] = (
          f"{_DS} deepspeed/runtime/pipe/engine.py:76-77",
          lambda j, p: {"zero": 1} if p.pp > 1 and p.zero >= 2 else None),
     Rule("deepspeed", "dp_replicate",
-         "hybrid sharding is MiCS (mics_shard_size), a ZeRO-3 optimizer only; hpZ "
-         "(zero_hpz_partition_size) keeps the states sharded over all of dp, a different cost",
-         "DeepSpeed 38327e07 (2025-02) deepspeed/runtime/engine.py:1706-1707 (MiCS in the stage-3 "
-         "branch), runtime/zero/stage3.py:215 (hpZ: secondary weight partition only)",
-         lambda j, p: {"zero": 3} if p.dp_replicate > 1 and p.zero < 3 else None),
-    Rule("deepspeed", "dp_replicate",
-         "MiCS cuts consecutive world ranks into shard groups, with no tensor or pipeline "
-         "ranks in between (its config takes pp_size = 1)",
-         "DeepSpeed 38327e07 (2025-02) deepspeed/runtime/zero/mics_utils.py:74 and 183",
-         lambda j, p: {"dp_replicate": 1} if p.dp_replicate > 1 and (p.tp > 1 or p.pp > 1)
-         else None),
+         "no hybrid sharding: MiCS is removed and its mics_shard_size key rejected ('MiCS "
+         "ZeRO-3 sharding has been removed'); hpZ (zero_hpz_partition_size) keeps the states "
+         "sharded over all of dp, a different cost",
+         f"{_DS} deepspeed/runtime/config.py:119-125,133-141 (_reject_removed_config_keys), "
+         "runtime/zero/config.py:324 (hpZ)",
+         lambda j, p: {"dp_replicate": 1} if p.dp_replicate > 1 else None),
     Rule("deepspeed", "vpp",
          "the pipeline engine runs one stage per rank (TrainSchedule); no interleaved schedule",
          f"{_DS} deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
