@@ -11,7 +11,9 @@ the framework itself, in a subprocess per framework:
   read back through bash, then `parse_args()`, `validate_args()` and
   `core_transformer_config_from_args()` (the TransformerConfig checks) run; Megatron's derived
   data-parallel size, virtual stages and recompute count must equal the plan's, and on an
-  interleaved plan its `overlap_p2p_comm` / `batch_p2p_comm` the recipe's p2p overlap. For a
+  interleaved plan its `overlap_p2p_comm` / `batch_p2p_comm` the recipe's p2p overlap; its
+  parsed `num_distributed_optimizer_instances`, optimizer offload fraction and CPU-offloaded
+  layer count must be the plan's `dp_replicate`, `optimizer_offload`, `activation_offload`. For a
   windowed model, every layer's window as Megatron builds it (`is_layer_window_attention` over
   the parsed `--window-size` / `--window-attn-skip-freq`) must be the plan's, and with cp > 1
   every layer's `cp_comm_type` must be the exchange the cost model charges (all_gather on
@@ -26,6 +28,10 @@ the framework itself, in a subprocess per framework:
   (`--module <file> --config autoparallel_plan`), `Trainer.Config.__post_init__` runs, then
   `ParallelDims` (its `_validate`), `_get_pipeline_metadata` and
   `_generate_llm_fqn_per_model_part` (the stage split, whose layer counts must equal the plan's);
+  the replicate x shard degrees ParallelDims holds must be the plan's (`dp_replicate`,
+  dp/dp_replicate), and with pp > 1 the class `get_schedule_class` returns for the emitted
+  `pipeline_parallel_schedule` must be the plan's schedule (Schedule1F1B, ...ZBVZeroBubble,
+  ...DualPipeV, ...);
   the model the config builds (meta device, once per model) must have the plan's parameter count
   (MTP included, expert-bias buffers counted as the plan counts them);
   the batch rule of trainer.py:415-437 is applied as written there (it sits inside
@@ -36,29 +42,31 @@ the framework itself, in a subprocess per framework:
 - deepspeed: DeepSpeed 0.19.8: `DeepSpeedConfig(json, mpu)` with the data-parallel size the
   emitted topology/mpu gives (`PipeDataParallelTopology` / `PipeModelDataParallelTopology`
   `.get_dim("data")`; every rank when tp = pp = 1), the pipeline engine's ZeRO assertion
-  (runtime/pipe/engine.py:76-77) for pp > 1, and AutoEP's `validate_autoep_config` for ep > 1.
+  (runtime/pipe/engine.py:76-77) for pp > 1, AutoEP's `validate_autoep_config` for ep > 1, and
+  the parsed `offload_optimizer` (device cpu, `ratio`) must be the plan's `optimizer_offload`.
 
 Each format gets the job in the precision recipe it runs (megatron-* for Megatron, torchtitan-fsdp,
-or a float8 variant of it, for torchtitan; the job's own for DeepSpeed); the last job keeps its
-recipe everywhere to show the refusal. A case passes when the framework accepts the emitted
-settings, or when `--emit` refused the plan
+or a float8 variant of it, for torchtitan; the job's own for DeepSpeed); the `space-*` jobs
+(`solve --recipe R --emit X`: the search keeps to what X runs) and the last job keep their
+recipe everywhere (the last one to show the refusal). A case passes when the framework accepts
+the emitted settings, or when `--emit` refused the plan
 (exit 2, naming the plan field, the framework source and the closest plan it runs): the refused
 plans are counted apart. A DeepSpeed solve case (JSON has no comment line) is matched to its plan
 in the `--json` output by its batch, ZeRO and tp fields.
 
 Setup (CPU only, ~2.5 GB; Python 3.11):
-    python3.11 -m venv /work/venv-fw
-    /work/venv-fw/bin/pip install torch==2.13.0        # the CPU wheel on local disk
-    DS_BUILD_OPS=0 /work/venv-fw/bin/pip install --no-build-isolation \\
+    python3.11 -m venv /work/venvs/fw
+    /work/venvs/fw/bin/pip install torch==2.13.0        # the CPU wheel on local disk
+    DS_BUILD_OPS=0 /work/venvs/fw/bin/pip install --no-build-isolation \\
         deepspeed==0.19.8 torchtitan==0.3.0 triton torchao
-    /work/venv-fw/bin/pip install -e .                 # this project
+    /work/venvs/fw/bin/pip install -e .                 # this project
     git clone https://github.com/NVIDIA/Megatron-LM /tmp/fw-src/Megatron-LM
     git -C /tmp/fw-src/Megatron-LM checkout d98e8a64ddf34856e74b24714e3bedb2f5a39553
     git clone https://github.com/pytorch/torchtitan /tmp/tt
     mkdir -p /tmp/fw-src/torchtitan-v0.2.2
     git -C /tmp/tt archive v0.2.2 torchtitan | tar -x -C /tmp/fw-src/torchtitan-v0.2.2
 Run:
-    /work/venv-fw/bin/python benchmarks/frameworks_check.py --params \\
+    /work/venvs/fw/bin/python benchmarks/frameworks_check.py --params \\
         --megatron-lm /tmp/fw-src/Megatron-LM --torchtitan-v022 /tmp/fw-src/torchtitan-v0.2.2
 (`--only TEXT` runs the jobs whose label contains TEXT, e.g. `--only swa`, without --params.)
 
