@@ -86,6 +86,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -440,7 +441,8 @@ def main() -> int:
             elif c["exit"] == 2:
                 status = "refused"
                 print(f"REFUSED   {where} exit 2: {c.get('message', '')[:220]}")
-            elif c["exit"] == 1 and "no plan fits" in c.get("message", ""):
+            elif c["exit"] == 1 and re.search(r"no plan (that \S+ runs )?fits",
+                                               c.get("message", "")):
                 status = "infeasible"  # the solver proves no plan this framework runs fits
                 print(f"NOFIT     {where} exit 1: {c.get('message', '')[:220]}")
             else:

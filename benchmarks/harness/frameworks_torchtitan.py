@@ -76,10 +76,13 @@ def worker_torchtitan(cases: list[dict[str, Any]]) -> None:
                 why = (f"torchtitan builds {built[c['model']]:,} parameters (+ expert-bias "
                        f"buffers), the plan {c['planned_params']:,}")
             p = c["plan_fields"]
-            if (dims.dp_replicate, dims.dp_shard) != (p["dp_replicate"],
-                                                      p["dp"] // p["dp_replicate"]):
+            # zero = 0 is DDP: every data-parallel rank a replica (configs.py:124-150);
+            # otherwise FSDP over dp/dp_replicate ranks, replicated dp_replicate times
+            want_rs = ((p["dp"], 1) if p["zero"] == 0
+                       else (p["dp_replicate"], p["dp"] // p["dp_replicate"]))
+            if (dims.dp_replicate, dims.dp_shard) != want_rs:
                 why = (f"dp_replicate, dp_shard = {dims.dp_replicate}, {dims.dp_shard} != plan "
-                       f"{p['dp_replicate']}, {p['dp'] // p['dp_replicate']}")
+                       f"{want_rs[0]}, {want_rs[1]}")
             if dims.pp > 1 and not why:
                 # the schedule class torch builds (torch schedules.py get_schedule_class)
                 # must be the plan's, under torchtitan's name for it
