@@ -44,8 +44,8 @@ def layer_param_counts(job: Job, moe: bool, tp: ArrayLike, ep: ArrayLike,
     return dense + 0.0 * ep_ * etp_, expert + 0.0 * tp_
 
 
-def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayLike
-                          ) -> tuple[FloatArray, FloatArray, FloatArray]:
+def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayLike,
+                          pp: ArrayLike = 1) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(weights, grads, optimizer) bytes per parameter with ZeRO stage `zero` over `shard` GPUs.
 
     ZeRO §5 (Rajbhandari et al. 2019): stage 1 shards optimizer states (master weights + Adam
@@ -53,7 +53,10 @@ def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayL
     18 unsharded, 6 + 12/d distributed optimizer (Megatron dist_optimizer.md); with the ZeRO
     paper's fp16 mixed precision (2 + 2 + 12): 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N. Stages 2
     and 3 shard the gradients only when they reduce them every micro-batch (recipe
-    `zero2_reduce`, `zero3_reduce`); reduced once per step they stay whole, as at stage 1.
+    `zero2_reduce`, `zero3_reduce`); reduced once per step they stay whole, as at stage 1,
+    and so do they at pp > 1 under a pipelining that defers the reduction to the last
+    backward (`pp_defers_reduce`: FSDP2 accumulates unsharded gradients while
+    `set_requires_gradient_sync(False)`, cost/sync.py `pp_deferred`).
     """
     z = _f(zero)
     d = np.maximum(_f(shard), 1.0)
@@ -63,6 +66,7 @@ def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayL
     beh = recipe.behaviour
     sharded = np.where(z >= 3, beh.zero3_reduce != "step",
                        np.where(z >= 2, beh.zero2_reduce != "step", False))
+    sharded = np.logical_and(sharded, ~np.logical_and(beh.pp_defers_reduce, _f(pp) > 1.5))
     gr = recipe.grad_bytes / np.where(sharded, d, 1.0)
     opt = (recipe.master_weight_bytes + recipe.optimizer_state_bytes) / np.where(z >= 1, d, 1.0)
     return w, gr, opt

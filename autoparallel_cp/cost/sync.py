@@ -103,6 +103,17 @@ def expert_dp_size(tp: ArrayLike, cp: ArrayLike, dp: ArrayLike, ep: ArrayLike,
     return np.where(etp_ == tp_, default, np.maximum(tp_ * cp_ * dp_ / (etp_ * ep_), 1.0))
 
 
+def pp_deferred(job: Job, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike) -> FloatArray:
+    """True where the recipe's pipelining defers ZeRO-2/3's gradient reduction to the step's
+    last backward (behaviour `pp_defers_reduce`, spec/recipe.py: torch v2.13.0
+    pipelining/stage.py:843-848 and 1164-1195) and the plan has pp > 1, with
+    pp = N / (tp·cp·dp) (spec/plan.py: dp·tp·pp·cp = N), so the search's tables, which hold
+    no pp axis, read the same rule from their (tp, cp, dp) axes."""
+    tp_, cp_, dp_ = (_f(x) for x in (tp, cp, dp))
+    pp = float(job.num_gpus) / (tp_ * cp_ * dp_)
+    return np.logical_and(job.recipe.behaviour.pp_defers_reduce, pp > 1.5)
+
+
 def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
                     ep: ArrayLike, zero: ArrayLike, etp: ArrayLike | None = None,
                     rep: ArrayLike = 1) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
@@ -129,6 +140,10 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     function (search/tables.py `z3l`, `dpsync`), so every bound taken as a minimum over
     those tables stays a lower bound of this cost.
 
+    With pp > 1 on a recipe whose pipelining defers the reduction (`pp_deferred`: torchtitan
+    on torch.distributed.pipelining) both ZeRO-2 and ZeRO-3 reduce-scatter once per step, as
+    the "step" options: the same move of non-negative terms, read by the tables from here.
+
     Hybrid sharding (`rep` replicas, spec/hybrid_sharding.py): the ZeRO collectives span the
     shard group of n/rep ranks, and the reduced share is all-reduced across the replicas
     (`comm.replica_all_reduce`) where the reduce-scatter runs: FSDP2 all-reduces after every
@@ -151,8 +166,9 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     # left for the end of the step (bandwidth terms; the latency of the reduce-scatter stays
     # in `fixed`, once per step)
     beh = job.recipe.behaviour
-    mb2 = beh.zero2_reduce != "step"
-    mb3 = beh.zero3_reduce == "microbatch"
+    deferred = pp_deferred(job, tp_, cp_, dp_)
+    mb2 = np.logical_and(beh.zero2_reduce != "step", np.logical_not(deferred))
+    mb3 = np.logical_and(beh.zero3_reduce == "microbatch", np.logical_not(deferred))
 
     def reduce(n: FloatArray, st: FloatArray, nbytes: float) -> FloatArray:
         """Gradient reduction of a ZeRO stage: reduce-scatter within the shard group of n/rep
@@ -161,8 +177,8 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
         return (comm.reduce_scatter(nd, ns, st, nbytes * gb)
                 + comm.replica_all_reduce(nd, ns, rep_, st, nbytes * gb))
 
-    def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: bool = False,
-             per_mb3: bool = False) -> FloatArray:
+    def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: ArrayLike = False,
+             per_mb3: ArrayLike = False) -> FloatArray:
         ar = comm.all_reduce(nd, n, st, nbytes * gb)
         ns = n / rep_
         ag = comm.all_gather(nd, ns, st, nbytes * wb)
@@ -170,8 +186,8 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
         rs = rs3 + ag
         # per-micro-batch ZeRO-2 reduce-scatter: the replicas' all-reduce stays per step
         cross = comm.replica_all_reduce(nd, ns, rep_, st, nbytes * gb)
-        z12 = np.where(z == 2, ag + cross, rs) if per_mb else rs
-        z3_step = np.zeros_like(rs3) if per_mb3 else rs3  # moved into the per-micro-batch term
+        z12 = np.where(np.logical_and(per_mb, z == 2), ag + cross, rs)
+        z3_step = np.where(per_mb3, 0.0, rs3)  # moved into the per-micro-batch term
         return np.where(z == 0, ar, np.where(z >= 3, z3_step, z12))
 
     fixed = sync(n_dense, tp_, 0.0)
@@ -183,8 +199,7 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     n_shard = n_dense / rep_
     ag0 = comm.all_gather(nd, n_shard, tp_, 0.0)
     z3 = 2.0 * (comm.all_gather(nd, n_shard, tp_, ref * wb3) - ag0) / ref
-    if mb3:
-        z3 = z3 + (reduce(n_dense, tp_, ref) - reduce(n_dense, tp_, 0.0)) / ref
+    z3 = z3 + np.where(mb3, (reduce(n_dense, tp_, ref) - reduce(n_dense, tp_, 0.0)) / ref, 0.0)
     return per_dense, per_exp, np.where(z >= 3, z3, 0.0), fixed
 
 
@@ -199,8 +214,8 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     per unit: under FULL_SHARD (zero 3) an all-gather before the unit's forward and another
     before its backward (parameters resharded after forward), every micro-batch; a
     reduce-scatter of its gradients (every micro-batch under `zero3_reduce == "microbatch"`,
-    else once per step); under SHARD_GRAD_OP (zero 2) one all-gather and one
-    reduce-scatter, whose latency is charged once per step (the reduce-scatter's volume is
+    else, or where `pp_deferred`, once per step); under SHARD_GRAD_OP (zero 2) one all-gather
+    and one reduce-scatter, whose latency is charged once per step (the reduce-scatter's volume is
     charged every micro-batch, `microbatch_grad_factors`; its per-call latency in the
     micro-batches before the last is left out: a per-layer term that the solver's
     per-micro-batch gradient table, linear in parameters, does not carry). Each
@@ -229,7 +244,8 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     shard = dp_ * cp_ / rep_
     one = comm.ring_call_latency(nd, shard, tp_) + zeros
     cross = 2.0 * comm.ring_call_latency(nd, rep_, tp_ * shard) + zeros
-    rs_mb = 1.0 if job.recipe.behaviour.zero3_reduce == "microbatch" else 0.0
+    rs_mb = np.where(pp_deferred(job, tp_, cp_, dp_), 0.0,
+                     1.0 if job.recipe.behaviour.zero3_reduce == "microbatch" else 0.0)
     z2 = 2.0 if _is_pytorch(job.recipe) else 0.0
     per_mb = np.where(z >= 3, (2.0 + rs_mb) * one + rs_mb * cross, 0.0)
     per_step = np.where(z >= 3, (1.0 - rs_mb) * (one + cross),
@@ -243,8 +259,9 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     """Seconds per (tp-local) dense and per expert parameter of a stage, per micro-batch, of
     the gradient work a framework does after every micro-batch's backward, not overlapped:
 
-    - ZeRO-2 (zero == 2) unless `zero2_reduce == "step"`: the reduce-scatter of the
-      micro-batch's gradients over the dp·cp group (experts: the expert-DP group).
+    - ZeRO-2 (zero == 2) unless `zero2_reduce == "step"` or `pp_deferred`: the
+      reduce-scatter of the micro-batch's gradients over the dp·cp group (experts: the
+      expert-DP group).
       DeepSpeed (`"microbatch"`) reduces in the communication dtype, the model dtype by
       default (`communication_data_type`, engine.py @v0.11.1 l. 798-809: bf16 =
       `weight_bytes`); stage_1_and_2.py @v0.11.1 l. 1327-1328 reduces every micro-batch when
@@ -279,6 +296,8 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     zeros = np.zeros(np.broadcast(tp_, cp_, dp_, ep_, z, etp_).shape)
     dense, expert = zeros.copy(), zeros.copy()
     if beh.zero2_reduce != "step":
+        # PyTorch pipelining at pp > 1 reduces once per step instead (`pp_deferred`)
+        z2 = np.logical_and(z == 2, np.logical_not(pp_deferred(job, tp_, cp_, dp_)))
         rec = job.recipe
         cb = float(rec.weight_bytes if beh.zero2_reduce == "microbatch" else rec.grad_reduce_bytes)
         ref = 1e9
@@ -290,8 +309,8 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
             one = comm.reduce_scatter(nd, n, st, ref * cb) - comm.reduce_scatter(nd, n, st, 0.0)
             return np.where(n > 1, one / ref, 0.0)
 
-        dense = dense + np.where(z == 2, rs(n_dense, tp_), 0.0)
-        expert = expert + np.where(z == 2, rs(n_exp, etp_ * ep_), 0.0)
+        dense = dense + np.where(z2, rs(n_dense, tp_), 0.0)
+        expert = expert + np.where(z2, rs(n_exp, etp_ * ep_), 0.0)
     if beh.bf16_accum_pass:
         rec = job.recipe
         per = float(rec.weight_bytes + 4 * rec.grad_bytes)
