@@ -33,6 +33,7 @@ together; splitting them would put the composition the solver proves against in 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -145,6 +146,13 @@ class Tables:
     @property
     def main_kind(self) -> bool:
         return self.space.job.model.moe is not None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def stage_inflight(pp: int, vpp: int, m: int, j: int, chunks: tuple[int, ...]) -> float:
+    """`factors.stage_inflight` (a walk over the schedule), memoized: the bounds, the per-key
+    scan and the enumerator ask for the same (stage, chunks, m) many times; the same float."""
+    return float(fx.stage_inflight(pp, vpp, m, j, chunks))
 
 
 def key_variants(t: Tables, key: Any) -> list[Tables]:
