@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from autoparallel_cp.cost import comm
 from autoparallel_cp.cost.common import (
@@ -103,7 +104,8 @@ def expert_dp_size(tp: ArrayLike, cp: ArrayLike, dp: ArrayLike, ep: ArrayLike,
     return np.where(etp_ == tp_, default, np.maximum(tp_ * cp_ * dp_ / (etp_ * ep_), 1.0))
 
 
-def pp_deferred(job: Job, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike) -> FloatArray:
+def pp_deferred(job: Job, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike
+                ) -> npt.NDArray[np.bool_]:
     """True where the recipe's pipelining defers ZeRO-2/3's gradient reduction to the step's
     last backward (behaviour `pp_defers_reduce`, spec/recipe.py: torch v2.13.0
     pipelining/stage.py:843-848 and 1164-1195) and the plan has pp > 1, with
@@ -111,7 +113,7 @@ def pp_deferred(job: Job, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike) -> FloatA
     no pp axis, read the same rule from their (tp, cp, dp) axes."""
     tp_, cp_, dp_ = (_f(x) for x in (tp, cp, dp))
     pp = float(job.num_gpus) / (tp_ * cp_ * dp_)
-    return np.logical_and(job.recipe.behaviour.pp_defers_reduce, pp > 1.5)
+    return np.asarray(np.logical_and(job.recipe.behaviour.pp_defers_reduce, pp > 1.5))
 
 
 def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
