@@ -17,6 +17,7 @@ from autoparallel_cp.cost.constants import (
     DDP_BUCKET_BYTES,
     ZERO3_RESIDENT_LAYERS,
 )
+from autoparallel_cp.cost.pp_grad_sync import deferred_by_pp
 from autoparallel_cp.spec import GIB, Job, TrainingRecipe
 from autoparallel_cp.spec.params import layer_breakdown
 
@@ -56,7 +57,7 @@ def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayL
     `zero2_reduce`, `zero3_reduce`); reduced once per step they stay whole, as at stage 1,
     and so do they at pp > 1 under a pipelining that defers the reduction to the last
     backward (`pp_defers_reduce`: FSDP2 accumulates unsharded gradients while
-    `set_requires_gradient_sync(False)`, cost/sync.py `pp_deferred`).
+    `set_requires_gradient_sync(False)`, cost/pp_grad_sync.py).
     """
     z = _f(zero)
     d = np.maximum(_f(shard), 1.0)
@@ -66,7 +67,7 @@ def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayL
     beh = recipe.behaviour
     sharded = np.where(z >= 3, beh.zero3_reduce != "step",
                        np.where(z >= 2, beh.zero2_reduce != "step", False))
-    sharded = np.logical_and(sharded, ~np.logical_and(beh.pp_defers_reduce, _f(pp) > 1.5))
+    sharded = np.logical_and(sharded, np.logical_not(deferred_by_pp(recipe, pp)))
     gr = recipe.grad_bytes / np.where(sharded, d, 1.0)
     opt = (recipe.master_weight_bytes + recipe.optimizer_state_bytes) / np.where(z >= 1, d, 1.0)
     return w, gr, opt

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import numpy.typing as npt
 
 from autoparallel_cp.cost import comm
 from autoparallel_cp.cost.common import (
@@ -24,6 +23,7 @@ from autoparallel_cp.cost.constants import (
     GRAD_CLIP_BYTES_PER_PARAM,
 )
 from autoparallel_cp.cost.efficiency import hbm_time
+from autoparallel_cp.cost.pp_grad_sync import pp_deferred
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.splits import microbatch_group
 
@@ -104,18 +104,6 @@ def expert_dp_size(tp: ArrayLike, cp: ArrayLike, dp: ArrayLike, ep: ArrayLike,
     return np.where(etp_ == tp_, default, np.maximum(tp_ * cp_ * dp_ / (etp_ * ep_), 1.0))
 
 
-def pp_deferred(job: Job, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike
-                ) -> npt.NDArray[np.bool_]:
-    """True where the recipe's pipelining defers ZeRO-2/3's gradient reduction to the step's
-    last backward (behaviour `pp_defers_reduce`, spec/recipe.py: torch v2.13.0
-    pipelining/stage.py:843-848 and 1164-1195) and the plan has pp > 1, with
-    pp = N / (tp·cp·dp) (spec/plan.py: dp·tp·pp·cp = N), so the search's tables, which hold
-    no pp axis, read the same rule from their (tp, cp, dp) axes."""
-    tp_, cp_, dp_ = (_f(x) for x in (tp, cp, dp))
-    pp = float(job.num_gpus) / (tp_ * cp_ * dp_)
-    return np.asarray(np.logical_and(job.recipe.behaviour.pp_defers_reduce, pp > 1.5))
-
-
 def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
                     ep: ArrayLike, zero: ArrayLike, etp: ArrayLike | None = None,
                     rep: ArrayLike = 1) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
@@ -137,14 +125,11 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     dense reduce-scatter moves from the step into the per-micro-batch ZeRO-3 term beside the
     two gathers (each unit reduces its gradients in every micro-batch's backward); expert
     gradients keep their one reduction per step, as the ZeRO-3 term gathers dense units only.
-    Solver bounds: both options only move non-negative alpha-beta terms between the step's
+    Where `pp_deferred` (torchtitan at pp > 1) ZeRO-2/3 reduce once per step, as "step" does.
+    Solver bounds: these options only move non-negative alpha-beta terms between the step's
     sync and the per-micro-batch ZeRO-3 term, which the search's tables read from this same
     function (search/tables.py `z3l`, `dpsync`), so every bound taken as a minimum over
     those tables stays a lower bound of this cost.
-
-    With pp > 1 on a recipe whose pipelining defers the reduction (`pp_deferred`: torchtitan
-    on torch.distributed.pipelining) both ZeRO-2 and ZeRO-3 reduce-scatter once per step, as
-    the "step" options: the same move of non-negative terms, read by the tables from here.
 
     Hybrid sharding (`rep` replicas, spec/hybrid_sharding.py): the ZeRO collectives span the
     shard group of n/rep ranks, and the reduced share is all-reduced across the replicas
@@ -168,9 +153,9 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     # left for the end of the step (bandwidth terms; the latency of the reduce-scatter stays
     # in `fixed`, once per step)
     beh = job.recipe.behaviour
-    deferred = pp_deferred(job, tp_, cp_, dp_)
-    mb2 = np.logical_and(beh.zero2_reduce != "step", np.logical_not(deferred))
-    mb3 = np.logical_and(beh.zero3_reduce == "microbatch", np.logical_not(deferred))
+    eager = np.logical_not(pp_deferred(job, tp_, cp_, dp_))  # reduced in every micro-batch
+    mb2 = np.logical_and(beh.zero2_reduce != "step", eager)
+    mb3 = np.logical_and(beh.zero3_reduce == "microbatch", eager)
 
     def reduce(n: FloatArray, st: FloatArray, nbytes: float) -> FloatArray:
         """Gradient reduction of a ZeRO stage: reduce-scatter within the shard group of n/rep
@@ -217,10 +202,10 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     before its backward (parameters resharded after forward), every micro-batch; a
     reduce-scatter of its gradients (every micro-batch under `zero3_reduce == "microbatch"`,
     else, or where `pp_deferred`, once per step); under SHARD_GRAD_OP (zero 2) one all-gather
-    and one reduce-scatter, whose latency is charged once per step (the reduce-scatter's volume is
-    charged every micro-batch, `microbatch_grad_factors`; its per-call latency in the
-    micro-batches before the last is left out: a per-layer term that the solver's
-    per-micro-batch gradient table, linear in parameters, does not carry). Each
+    and one reduce-scatter, whose latency is charged once per step (the volume every micro-batch,
+    `microbatch_grad_factors`; the per-call latency of the micro-batches before the last is
+    left out: a per-layer term that the solver's per-micro-batch gradient table, linear in
+    parameters, does not carry). Each
     call is an NCCL ring over the dp·cp group at stride tp and pays `comm.ring_call_latency`;
     `dp_sync_factors` keeps only the bandwidth of the ZeRO-3 gathers and one latency per step.
     Megatron's zero=3 is Megatron-FSDP `optim_grads_params`, whose units are the transformer
@@ -240,14 +225,13 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     (tuning.cc nsteps for AllReduce), twice `ring_call_latency` at stride tp·shard.
     """
     zeros = np.zeros(np.broadcast(_f(tp), _f(cp), _f(dp), _f(zero), _f(rep)).shape)
-    nd = node(job, g)
+    nd, beh3 = node(job, g), job.recipe.behaviour.zero3_reduce
     tp_, cp_, dp_, z = (_f(x) for x in (tp, cp, dp, zero))
     rep_ = np.maximum(_f(rep), 1.0)
     shard = dp_ * cp_ / rep_
     one = comm.ring_call_latency(nd, shard, tp_) + zeros
     cross = 2.0 * comm.ring_call_latency(nd, rep_, tp_ * shard) + zeros
-    rs_mb = np.where(pp_deferred(job, tp_, cp_, dp_), 0.0,
-                     1.0 if job.recipe.behaviour.zero3_reduce == "microbatch" else 0.0)
+    rs_mb = np.where(pp_deferred(job, tp_, cp_, dp_), 0.0, float(beh3 == "microbatch"))
     z2 = 2.0 if _is_pytorch(job.recipe) else 0.0
     per_mb = np.where(z >= 3, (2.0 + rs_mb) * one + rs_mb * cross, 0.0)
     per_step = np.where(z >= 3, (1.0 - rs_mb) * (one + cross),
@@ -298,7 +282,6 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     zeros = np.zeros(np.broadcast(tp_, cp_, dp_, ep_, z, etp_).shape)
     dense, expert = zeros.copy(), zeros.copy()
     if beh.zero2_reduce != "step":
-        # PyTorch pipelining at pp > 1 reduces once per step instead (`pp_deferred`)
         z2 = np.logical_and(z == 2, np.logical_not(pp_deferred(job, tp_, cp_, dp_)))
         rec = job.recipe
         cb = float(rec.weight_bytes if beh.zero2_reduce == "microbatch" else rec.grad_reduce_bytes)

@@ -15,11 +15,11 @@ import pytest
 
 from autoparallel_cp.cost import comm
 from autoparallel_cp.cost.model_state import state_bytes_per_param
+from autoparallel_cp.cost.pp_grad_sync import pp_deferred
 from autoparallel_cp.cost.sync import (
     dp_sync_factors,
     fsdp_call_latency,
     microbatch_grad_factors,
-    pp_deferred,
 )
 from autoparallel_cp.spec import (
     RECIPES,
