@@ -41,6 +41,7 @@ from autoparallel_cp.search.tables import (
     build_tables,
     family_tables,
     stage_groups_of,
+    stage_inflight,
 )
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, RecomputeMode
 
@@ -351,8 +352,8 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
         ttime = ttime + s.p2p[gr, spc]
     if t.space.fixed_split:
         # a pinned split may hold unequal chunks: the in-flight count of each stage's own
-        f = np.array([fx.stage_inflight(d.pp, d.vpp, d.num_microbatches, int(a),
-                                        t.space.chunks_of(d.pp, d.vpp, int(a), int(b)))
+        f = np.array([stage_inflight(d.pp, d.vpp, d.num_microbatches, int(a),
+                                     tuple(t.space.chunks_of(d.pp, d.vpp, int(a), int(b))))
                       for a, b in zip(np.asarray(j), np.asarray(n), strict=True)],
                      float)[col]
     else:  # free partitions hold multiples of vpp: equal chunks
