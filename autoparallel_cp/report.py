@@ -95,6 +95,11 @@ def plan_label(plan: Mapping[str, Any]) -> str:
     if rc != "none":
         rl = plan.get("recompute_layers")
         parts.append(f"rc:{rc}" + (f"({rl})" if rl is not None else ""))
+    if plan.get("schedule") is not None:  # spec/schedules.py; unset: 1f1b / interleaved
+        parts.append(str(plan["schedule"]))
+    for k in ("optimizer_offload", "activation_offload"):
+        if plan.get(k):
+            parts.append(f"{k}={plan[k]:g}")
     return " ".join(parts)
 
 

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.errors import UserError
+from autoparallel_cp.search.schedule_axis import inflight, plan_schedule, stage_inflight
 from autoparallel_cp.search.space import Degrees, SearchSpace
 from autoparallel_cp.search.tables import (
     MODES,
@@ -350,12 +350,12 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
         ttime = ttime + s.p2p[gr, spc]
     if t.space.fixed_split:
         # a pinned split may hold unequal chunks: the in-flight count of each stage's own
-        f = np.array([fx.stage_inflight(d.pp, d.vpp, d.num_microbatches, int(a),
-                                        t.space.chunks_of(d.pp, d.vpp, int(a), int(b)))
+        f = np.array([stage_inflight(t.space.schedule, d.pp, d.vpp, d.num_microbatches,
+                                     int(a), t.space.chunks_of(d.pp, d.vpp, int(a), int(b)))
                       for a, b in zip(np.asarray(j), np.asarray(n), strict=True)],
                      float)[col]
     else:  # free partitions hold multiples of vpp: equal chunks
-        f = fx.inflight(d.pp, d.vpp, d.num_microbatches, jr)
+        f = inflight(t.space.schedule, d.pp, d.vpp, d.num_microbatches, jr)
     peak = states + f * act + extra + work + s.z3[zi] + t.other
     cap = np.array(t.capacity, float)[gr]
     fits = peak <= cap
@@ -489,7 +489,8 @@ def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:
                 zero=key.zero, mbs=d.mbs, num_microbatches=d.num_microbatches,
                 recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                 stage_layers=part_objs[int(pi[col])], stage_groups=place_objs[int(qi[col])],
-                chunk_layers=None if cl is None else tuple(cl), etp=space.etp)
+                chunk_layers=None if cl is None else tuple(cl), etp=space.etp,
+                schedule=plan_schedule(space.schedule))
     return float(cost[col]), plan
 
 
@@ -553,7 +554,7 @@ def _best_of_space(tabs: Tables, vi: int,
                                 recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                                 stage_layers=part, stage_groups=place_objs[int(qi[col])],
                                 chunk_layers=None if cl is None else tuple(cl),
-                                etp=space.etp)
+                                etp=space.etp, schedule=plan_schedule(space.schedule))
                     k = (d, mode_name, sp_, zero)
                     cand = (float(cost[col]), plan.key(), plan)
                     if k not in best or cand[:2] < best[k][:2]:

@@ -74,17 +74,3 @@ def check_structural_pins(job: Job, pins: Mapping[str, Any]) -> None:
         raise InputError(f"--fix recompute_layers={rl}: must be in 0..{L}",
                          field="recompute_layers")
 
-
-#: plan fields the cost model evaluates but the search does not vary (spec/schedules.py)
-UNSEARCHED = ("schedule", "optimizer_offload", "activation_offload")
-
-
-def refuse_unsearched(pins: Mapping[str, Any]) -> None:
-    """InputError (exit 2) for a pin of a field the search does not vary yet: the schedule
-    and host offload are evaluated (`evaluate --plan`, `explain`), not searched."""
-    for k in UNSEARCHED:
-        if k in pins:
-            raise InputError(f"{k} is not a search axis yet: the search runs today's schedules "
-                             "(1f1b, interleaved) on the GPU only; evaluate a plan with it "
-                             f"(evaluate --plan '...,{k}={pins[k]}') or see explain's single "
-                             "changes", field=k)

@@ -54,7 +54,8 @@ from math import comb, factorial
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search.pins import check_structural_pins, refuse_unsearched
+from autoparallel_cp.search.pins import check_structural_pins
+from autoparallel_cp.search.schedule_axis import narrow, refuse_unsearched
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import (
     RECOMPUTE_MODES,
@@ -71,6 +72,7 @@ PartitionKind = Literal["uniform", "free"]
 FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
     "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers", "etp",
+    "schedule",
 )
 
 
@@ -134,6 +136,9 @@ class SearchSpace:
     etp_axis: tuple[int | None, ...] = (None,)
     #: search the named uneven layouts (`layouts`) besides the space's own partitions
     named_splits: bool = True
+    #: the pipeline schedule of every plan (`--fix schedule`, search/schedule_axis.py
+    #: `SEARCHED`); None: today's default, 1f1b at vpp 1 and interleaved at vpp > 1
+    schedule: str | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -213,6 +218,7 @@ class SearchSpace:
             partition = "free"
             pps = [p for p in pps if len(pins["chunk_layers"]) % p == 0]
             vpps = sorted({len(pins["chunk_layers"]) // p for p in pps})
+        pps, vpps = narrow(pins.get("schedule"), pps, vpps)
         if "stage_groups" in pins:
             pps = [p for p in pps if p == len(pins["stage_groups"])]
         if "recompute_layers" in pins and "recompute" not in pins:
@@ -233,6 +239,7 @@ class SearchSpace:
             fixed=pins,
             etp=pins.get("etp"),
             etp_axis=(pins["etp"],) if "etp" in pins else _etp_axis(job, etp_values),
+            schedule=pins.get("schedule"),
             named_splits=named_splits and partition == "free" and not (
                 "stage_layers" in pins or "chunk_layers" in pins),
         )

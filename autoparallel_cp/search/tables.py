@@ -44,6 +44,7 @@ import numpy.typing as npt
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
+from autoparallel_cp.search.schedule_axis import stage_inflight
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec.plan import Plan
 
@@ -400,7 +401,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
             counts = [(False, k_dense, rd), (True, n - k_dense, r - rd)]
         else:
             counts = [(t.main_kind, n, r)]
-        f = fx.stage_inflight(plan.pp, plan.vpp, m, j, chunks[j])
+        f = stage_inflight(plan.schedule, plan.pp, plan.vpp, m, j, tuple(chunks[j]))
         ttime = act = states = dsync = opt = work = z3first = 0.0
         for kind, cnt, rc in counts:
             if cnt == 0:
