@@ -18,9 +18,12 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from autoparallel_cp.errors import UserError
+from autoparallel_cp.streams import SafeText, safe_stream, stdout_gone
+
+__all__ = ["SafeText", "safe_stream"]  # re-exported: the report and CLI import them from here
 
 GIB = 1024**3
 
@@ -74,19 +77,62 @@ def is_stdout(path: str | None) -> bool:
 
 
 def check_output_paths(paths: Mapping[str, str | None]) -> None:
-    """Check every output path before any work (INTERFACE.md "Output paths"): each must be
-    writable as `write_atomic` writes it, and no two options may name the same file (also via
-    another spelling, a symlink or a hard link). UserError (exit 2) naming the options."""
+    """`check_paths` for a command without file inputs."""
+    check_paths({}, paths)
+
+
+def input_identities(path: str) -> list[tuple[Any, ...]]:
+    """What an input path reads (the identities of `_identity`): a preset name that is no file
+    gives none; `hf:PATH` is PATH; a folder also stands for the `config.json` it holds."""
+    if not path or path == "-":
+        return []
+    path = path.removeprefix("hf:")
+    out: list[tuple[Any, ...]] = []
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return out
+    out.append(("inode", st.st_dev, st.st_ino))
+    if stat.S_ISDIR(st.st_mode):
+        with contextlib.suppress(OSError, ValueError):
+            inner = os.stat(os.path.join(path, "config.json"))
+            out.append(("inode", inner.st_dev, inner.st_ino))
+    return out
+
+
+def check_paths(inputs: Mapping[str, str | Sequence[str] | None],
+                outputs: Mapping[str, str | None]) -> None:
+    """The one output rule (INTERFACE.md "Exit codes"), checked before any work.
+
+    `inputs` and `outputs` map an option (`--model`) to its path (a list for options naming
+    several files). Every output must be writable as `write_atomic` writes it; no two outputs may
+    name the same file; and no output that would be replaced may name an input of the command:
+    compared by (device, inode), so another spelling, a symlink or a hard link of the input is
+    caught too. Streamed outputs (`-`, FIFOs, character devices) replace nothing and are not
+    compared with inputs. UserError (exit 2) naming both options."""
+    read: dict[tuple[Any, ...], str] = {}
+    for option, value in inputs.items():
+        for src in [value] if isinstance(value, str) else list(value or ()):
+            for ident in input_identities(src):
+                read.setdefault(ident, f"the input {option} {src}")
     seen: dict[tuple[Any, ...], str] = {}
-    for option, path in paths.items():
+    for option, path in outputs.items():
         if not path:
             continue
-        _kind(path)
+        kind = _kind(path)
         ident = _identity(path)
+        if kind == "replace" and ident in read:
+            raise UserError(f"{option} {path}: the same file as {read[ident]}; an output never "
+                            "replaces an input: write it elsewhere")
         if ident in seen:
             raise UserError(f"{option} {path}: the same file as {seen[ident]}; give each "
                             "output its own file")
         seen[ident] = f"{option} {path}"
+
+
+def is_stream(path: str) -> bool:
+    """Whether `path` is written in place (`-`, a FIFO, a character device), not replaced."""
+    return _kind(path) == "stream"
 
 
 #: Folders whose entries are never replaced, only written through (devices, /proc/self/fd/N).
@@ -109,6 +155,7 @@ def _kind(path: str) -> str:
         if not os.path.isdir(folder):
             raise UserError(f"{path}: cannot write file: folder {folder} does not exist"
                             ) from None
+        _check_folder(path, folder)
         return "replace"
     except OSError as exc:
         raise UserError(f"{path}: cannot write file: {exc.strerror or exc}") from None
@@ -119,6 +166,7 @@ def _kind(path: str) -> str:
         return "stream"
     mode = st.st_mode
     if stat.S_ISREG(mode):
+        _check_folder(path, os.path.dirname(os.path.realpath(path)) or ".")
         return "replace"
     if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
         return "stream"
@@ -127,33 +175,60 @@ def _kind(path: str) -> str:
     raise UserError(f"{path}: cannot write file: it is {what}")
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` to `path` (INTERFACE.md "Output paths").
+def _check_folder(path: str, folder: str) -> None:
+    """A replaced file's folder must take a new entry (the temporary file): checked before any
+    work, so a read-only folder fails at once, not after a long measurement or search."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{path}: cannot write file: folder {folder} is not writable")
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """Write `data` (text, or bytes such as a PNG) to `path` (INTERFACE.md "Output paths").
 
     `-` writes to stdout; FIFOs and character devices (/dev/null, /dev/stdout) are written to
-    in place, never replaced; a regular file or a new path is replaced atomically (the text goes
+    in place, never replaced; a regular file or a new path is replaced atomically (the data goes
     to a temporary file in the target's folder, which then replaces it with `os.replace`,
     keeping the old file's permission bits); a symlink is followed, so its target is replaced
     and the link stays a link. Anything else is refused. Raises UserError (exit 2) naming the
     file when it cannot be written; the target is then untouched and no temporary file is left.
+    A stdout whose reader has gone (a closed pipe) takes the data silently (`PipeSafe`).
     """
     name = os.fspath(path)
     kind = _kind(name)
-    if name == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    if name == "-" or (kind == "stream" and is_stdout(name)):  # also /dev/stdout, /dev/fd/1
+        _write_stdout(data)
         return
     if kind == "stream":
         try:
-            with open(name, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
+            if isinstance(data, bytes):
+                with open(name, "wb") as fb:
+                    fb.write(data)
+            else:
+                with open(name, "w", encoding="utf-8", newline="") as fh:
+                    fh.write(data)
         except OSError as exc:
             raise UserError(f"{name}: cannot write file: {exc.strerror or exc}") from exc
         return
-    replace_atomic(name, text)
+    replace_atomic(name, data)
 
 
-def replace_atomic(path: str, text: str) -> None:
+def _write_stdout(data: str | bytes) -> None:
+    try:
+        if isinstance(data, str):
+            sys.stdout.write(data)
+            sys.stdout.flush()
+            return
+        sys.stdout.flush()
+        buf = getattr(sys.stdout, "buffer", None)
+        if buf is None:
+            raise UserError("-: this stdout takes no binary data; give a file")
+        buf.write(data)
+        buf.flush()
+    except OSError as exc:
+        stdout_gone(exc)
+
+
+def replace_atomic(path: str, data: str | bytes) -> None:
     """Replace the regular file (or new path) `path`, following symlinks, atomically."""
     target = Path(os.path.realpath(path))
     tmp_name: str | None = None
@@ -164,10 +239,10 @@ def replace_atomic(path: str, text: str) -> None:
             old_mode = None
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                         dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        with os.fdopen(fd, "wb") as fb:
+            fb.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fb.flush()
+            os.fsync(fb.fileno())
         if old_mode is None:  # a new file gets the usual 0666 & ~umask, not mkstemp's 0600
             umask = os.umask(0)
             os.umask(umask)
@@ -183,61 +258,13 @@ def replace_atomic(path: str, text: str) -> None:
                 os.unlink(tmp_name)
 
 
-def write_all(items: Sequence[tuple[str, str]]) -> None:
+def write_all(items: Sequence[tuple[str, str | bytes]]) -> None:
     """Write several outputs as one step: every path is checked first, so a bad one leaves
-    all of them untouched."""
-    for path, _ in items:
-        _kind(path)
-    for path, text in items:
-        write_atomic(path, text)
-
-
-#: Plain-ASCII stand-ins for the characters the reports use, for a stream that cannot encode
-#: them (e.g. PYTHONIOENCODING=ascii or a C locale); anything else becomes "?".
-_ASCII = str.maketrans({"\u2264": "<=", "\u2265": ">=", "\u2192": "->", "\u00d7": "x",
-                        "\u00b7": "*", "\u2013": "-", "\u2014": "-", "\u2026": "...",
-                        "\u2248": "~", "\u00b1": "+/-", "\u2212": "-", "\u2018": "'",
-                        "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2502": "|",
-                        "\u2500": "-"})
-
-
-class SafeText(io.TextIOBase):
-    """A text stream that never raises UnicodeEncodeError: characters the underlying stream's
-    encoding lacks are written as plain ASCII (`_ASCII`, else "?")."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._s = stream
-        self._enc = getattr(stream, "encoding", None) or "utf-8"
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return self._enc
-
-    def write(self, text: str) -> int:
-        try:
-            text.encode(self._enc)
-        except UnicodeEncodeError:
-            text = text.translate(_ASCII).encode(self._enc, "replace").decode(self._enc)
-        except LookupError:
-            pass
-        return self._s.write(text)
-
-    def flush(self) -> None:
-        self._s.flush()
-
-    def isatty(self) -> bool:
-        return self._s.isatty()
-
-    def fileno(self) -> int:
-        return self._s.fileno()
-
-
-def safe_stream(stream: IO[str]) -> IO[str]:
-    """`stream`, wrapped in SafeText unless its encoding is a UTF one."""
-    enc = (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-")
-    if enc.startswith("utf"):
-        return stream
-    return SafeText(stream)  # type: ignore[return-value]
+    all of them untouched; files are replaced before anything is streamed, so a reader that
+    goes away early (`| head`) cannot keep a file from being written."""
+    streamed = [_kind(path) == "stream" for path, _ in items]
+    for _, (path, data) in sorted(zip(streamed, items, strict=True), key=lambda t: t[0]):
+        write_atomic(path, data)
 
 
 def plans_csv(plans: Sequence[Mapping[str, Any]]) -> str:

@@ -87,6 +87,8 @@ def plan_label(plan: Mapping[str, Any]) -> str:
             parts.append(f"{k}{plan[k]}")
     if plan.get("etp") is not None:
         parts.append(f"etp{plan['etp']}")
+    if (plan.get("dp_replicate") or 1) > 1:
+        parts.append(f"rep{plan['dp_replicate']}")
     if plan.get("sp"):
         parts.append("sp")
     parts.append(f"z{plan.get('zero')}")
@@ -282,7 +284,9 @@ def limits(p: Mapping[str, Any]) -> list[str]:
     if cap and peak > cap:
         out.append(f"does not fit: needs {gib(peak)} GiB > {gib(cap)} GiB capacity")
     elif cap and peak > 0.9 * cap:
-        out.append(f"memory-bound: {peak / cap:.0%} of GPU memory used")
+        risk = mem.get("oom_risk")
+        out.append(f"memory-bound: {peak / cap:.0%} of GPU memory used"
+                   + ("" if risk is None else f", {risk:.0%} risk of running out of memory"))
     if step:
         bubble = (t.get("bubble_s") or 0.0) / step
         comm = sum(t.get(f) or 0.0 for f in ("tp_comm_s", "cp_comm_s", "ep_comm_s",

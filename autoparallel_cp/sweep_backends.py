@@ -13,8 +13,13 @@ dropped.
   (`max_retries`: Ray's "system failures", docs.ray.io, "Task Fault Tolerance"); an exception
   raised by the call itself is retried only for a `MemoryError` (a node shared with other tasks
   may have memory again), since the solves are deterministic and any other exception would recur.
-  On Ctrl-C the tasks not finished are cancelled (`ray.cancel(force=True)` kills their workers)
-  and a runtime this module started is shut down; a cluster it connected to keeps running.
+  A cluster address is asked, as Ray would ask it, whether Ray answers there (`probe_address`,
+  bounded by CONNECT_TIMEOUT_S) before `ray.init`, which retries a wrong address without end.
+  While Ray starts, runs and stops, SIGINT and SIGTERM only request a stop that the driver acts
+  on between its calls into Ray (`_signals_deferred`): a signal inside Ray's C++ code crashed the
+  driver, and one during `ray.init` left Ray's agents running. Then the tasks not finished are
+  cancelled (`ray.cancel(force=True)` kills their workers) and a runtime this module started is
+  shut down; a cluster it connected to keeps running.
 
 Ray is optional (`pip install 'autoparallel-cp[ray]'`) and imported only when the ray backend
 runs.
@@ -26,15 +31,18 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import socket
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from autoparallel_cp import __version__
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.search.limits import check as check_interrupt
+from autoparallel_cp.search.limits import request_stop
 
 BACKENDS: tuple[str, ...] = ("local", "ray")
 RAY_EXTRA = "pip install 'autoparallel-cp[ray]'"
@@ -45,9 +53,11 @@ MAX_RETRIES = 3
 RETRY_EXCEPTIONS: tuple[type[BaseException], ...] = (MemoryError,)
 #: Seconds between two looks for a Ctrl-C while the driver waits for Ray tasks.
 POLL_S = 0.2
-#: Seconds to wait for a `host:port` cluster address to accept a connection: `ray.init` itself
-#: retries an address nothing listens on without end (Ray 2.60), deaf to SIGTERM.
+#: Seconds a cluster address gets to answer as Ray (`probe_address`): `ray.init` itself retries
+#: an address where no Ray answers without end (Ray 2.60), deaf to SIGTERM.
 CONNECT_TIMEOUT_S = 10.0
+#: Signals that stop a sweep (exit 130 / 143 in the CLI).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -118,7 +128,7 @@ def _run_local(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *, jobs:
         return out
     # multiprocessing.Pool, not ProcessPoolExecutor: on Ctrl-C `terminate` stops the point
     # processes at once (the executor's shutdown waits for the running points)
-    pool = multiprocessing.get_context("fork").Pool(jobs)
+    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_pool_child)
     try:
         tasks = [(i, fn, a) for i, a in enumerate(args)]
         for i, res in pool.imap_unordered(_call, tasks, chunksize=1):
@@ -136,6 +146,15 @@ def _run_local(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *, jobs:
     return out
 
 
+def _pool_child() -> None:
+    """A forked pool process: SIGTERM back to its default (`Pool.terminate` sends it; a
+    handler inherited from the CLI would raise there), and the parent's signal wakeup fd
+    (inherited by fork) no longer written: the parent's signals are its own."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)
+
+
 def _ray_call(fn: Callable[..., Any], a: tuple[Any, ...], version: str) -> Any:
     """One Ray task: the same package version as the driver (same rows), then `fn(*a)`."""
     if version != __version__:
@@ -144,17 +163,94 @@ def _ray_call(fn: Callable[..., Any], a: tuple[Any, ...], version: str) -> Any:
     return fn(*a)
 
 
-def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """Refuse (exit 2) a `[ray://]host:port` address where nothing accepts a connection; other
-    forms (`auto`, ...) are left to `ray.init`."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit():
+def parse_address(address: str, option: str = "--address") -> tuple[str, int, bool] | None:
+    """(host, port, is a Ray client address) of `[ray://]host:port`; None for `auto` and
+    `local`, which `ray.init` reads itself. UserError (exit 2) for anything else."""
+    text = address.strip()
+    if text in ("auto", "local"):
+        return None
+    client = text.startswith("ray://")
+    host, sep, port = text.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"{option} {address!r}: expected host:port (a Ray cluster's GCS), "
+                        "ray://host:port (a Ray client server), auto or local")
+    return host, int(port), client
+
+
+def probe_address(address: str, timeout: float = CONNECT_TIMEOUT_S,
+                  option: str = "--address") -> None:
+    """Refuse (exit 2), within about `timeout` seconds, an address where no Ray answers.
+
+    `host:port` must answer as a Ray cluster's GCS answers a driver (`gcs_probe.probe_gcs`:
+    the GetClusterId call over gRPC); `ray://host:port` must accept a connection (the Ray
+    client, from Ray's `client` extra, bounds its own handshake)."""
+    from autoparallel_cp.gcs_probe import NotRay, probe_gcs
+
+    parsed = parse_address(address, option)
+    if parsed is None:
         return
+    host, port, client = parsed
+    what = "Ray client server" if client else "Ray cluster (GCS)"
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except (OSError, OverflowError) as exc:
+        if client:
+            socket.create_connection((host, port), timeout=timeout).close()
+        else:
+            probe_gcs(host, port, timeout)
+    except NotRay as exc:
+        raise UserError(f"{option} {address}: no {what} answers there: {exc}") from None
+    except (OSError, OverflowError, UnicodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise UserError(f"--address {address}: no Ray cluster answers there ({why})") from None
+        raise UserError(f"{option} {address}: no {what} answers there ({why})") from None
+
+
+@contextlib.contextmanager
+def _ray_keeps_our_sigterm() -> Iterator[None]:
+    """While `ray.init` runs, its first act, a SIGTERM handler `sys.exit(signum)` (Ray 2.60
+    ray/_private/worker.py:1668-1677, through `ray._private.utils.set_sigterm_handler`), is
+    skipped: a SIGTERM while Ray starts raised SystemExit(15) anywhere inside `ray.init` (exit
+    15, half-started processes); the deferred handler of `_signals_deferred` stays in place."""
+    try:
+        import ray._private.utils as ray_utils
+    except ImportError:
+        yield
+        return
+    original = getattr(ray_utils, "set_sigterm_handler", None)
+    if original is None:
+        yield
+        return
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[Callable[[], None]]:
+    """While active (main thread only), SIGINT and SIGTERM only request a stop
+    (`limits.request_stop`), which the driver turns into KeyboardInterrupt at its next
+    `check_interrupt`, between calls into Ray. Yields `rearm`, to call after `ray.init`: Ray's
+    core worker installs C++ handlers of its own (a SIGTERM then printed a stack dump and exited
+    1). The previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    old = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        request_stop()
+
+    def rearm() -> None:
+        for s in STOP_SIGNALS:
+            signal.signal(s, stop)
+
+    rearm()
+    try:
+        yield rearm
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
 
 
 def _connect(ray: Any, address: str | None, cpus: int) -> bool:
@@ -165,13 +261,12 @@ def _connect(ray: Any, address: str | None, cpus: int) -> bool:
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
-    if address is not None:
-        check_reachable(address)
     try:
-        if address is None:
-            ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
-        else:
-            ray.init(address=address, **quiet)
+        with _ray_keeps_our_sigterm():
+            if address is None:
+                ray.init(address="local", num_cpus=cpus, include_dashboard=False, **quiet)
+            else:
+                ray.init(address=address, **quiet)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         with contextlib.suppress(Exception):
             ray.shutdown()
@@ -199,9 +294,28 @@ def _outcome(ray: Any, ref: Any, max_retries: int) -> Any:
 def _run_ray(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *, jobs: int | None,
              address: str | None, on_done: OnDone | None, max_retries: int) -> list[Any]:
     ray = require_ray()
+    if not ray.is_initialized() and (address or os.environ.get("RAY_ADDRESS")):
+        # before the signals are deferred: a Ctrl-C or SIGTERM ends the probe at once
+        probe_address(address or os.environ["RAY_ADDRESS"],
+                      option="--address" if address else "RAY_ADDRESS")
+    with _signals_deferred() as rearm:
+        owned = _connect(ray, address, min(jobs or os.cpu_count() or 1, len(args)))
+        rearm()
+        try:
+            return _ray_loop(ray, fn, args, jobs=jobs, address=address, on_done=on_done,
+                             max_retries=max_retries)
+        finally:
+            if owned:
+                # a runtime started here stops; a cluster joined by address is only
+                # disconnected from (ray.shutdown ends the processes this driver started)
+                ray.shutdown()
+
+
+def _ray_loop(ray: Any, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *,
+              jobs: int | None, address: str | None, on_done: OnDone | None,
+              max_retries: int) -> list[Any]:
     n = len(args)
     local = address is None and not os.environ.get("RAY_ADDRESS")
-    owned = _connect(ray, address, min(jobs or os.cpu_count() or 1, n))
     # a runtime of `jobs` CPUs runs `jobs` tasks at once by itself; on a cluster, cap the tasks
     # in flight only when asked (--jobs)
     cap = n if (local or jobs is None) else jobs
@@ -211,6 +325,7 @@ def _run_ray(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *, jobs: i
     todo = iter(enumerate(args))
     done = 0
     try:
+        check_interrupt()  # a signal that came while Ray started
         task = ray.remote(_ray_call).options(num_cpus=1, max_retries=max_retries,
                                              retry_exceptions=list(RETRY_EXCEPTIONS))
         for i, a in todo:
@@ -237,9 +352,4 @@ def _run_ray(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *, jobs: i
             with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
         raise
-    finally:
-        if owned:
-            # a runtime started here stops; a cluster joined by address is only disconnected
-            # from (ray.shutdown ends the processes this driver started, none on a cluster)
-            ray.shutdown()
     return out

@@ -12,14 +12,13 @@ import csv
 import io
 import itertools
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
 
-from autoparallel_cp import api, report, sweep_backends
+from autoparallel_cp import api, outputs, report, sweep_backends
 from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.spec import Job
 
@@ -260,6 +259,13 @@ def rows_json(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def plot(rows: Sequence[dict[str, Any]], path: str, *, tokens: float | None = None) -> None:
+    """Write `plot_png` to `path` by the output rule (`outputs.write_atomic`: a regular file is
+    replaced atomically; `-`, a FIFO or a character device is streamed to; a symlink is
+    followed)."""
+    outputs.write_atomic(path, plot_png(rows, tokens=tokens))
+
+
+def plot_png(rows: Sequence[dict[str, Any]], *, tokens: float | None = None) -> bytes:
     """PNG of tokens/s/GPU, MFU and time to train (or step time) over the sweep."""
     require_matplotlib()
     import matplotlib
@@ -299,13 +305,9 @@ def plot(rows: Sequence[dict[str, Any]], path: str, *, tokens: float | None = No
     axes[0].legend(fontsize=8)
     fig.suptitle("ap-solve what-if: best plan per point")
     fig.tight_layout()
-    tmp = f"{path}.tmp.png"
+    buf = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot write plot: {exc.strerror or exc}") from None
+        fig.savefig(buf, format="png", dpi=120)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    return buf.getvalue()

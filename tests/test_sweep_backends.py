@@ -117,8 +117,10 @@ def test_backend_ray_without_ray_is_exit_2_naming_the_extra(
     assert res.exit_code == 0, res.output
 
 
-def test_an_address_nothing_listens_on_is_refused_at_once() -> None:
-    """`ray.init` would retry such an address without end; a listening one and `auto` pass."""
+def test_an_address_where_no_ray_answers_is_refused_in_bounded_time() -> None:
+    """`ray.init` would retry such an address without end: nothing listening is refused at
+    once, a listening service that never answers within the probe's deadline; a listening
+    `ray://` port and `auto` pass (Ray's client and `auto` bound themselves)."""
     import socket
 
     from autoparallel_cp.errors import UserError
@@ -127,13 +129,16 @@ def test_an_address_nothing_listens_on_is_refused_at_once() -> None:
         srv.bind(("127.0.0.1", 0))
         srv.listen()
         port = srv.getsockname()[1]
-        sweep_backends.check_reachable(f"127.0.0.1:{port}")
-        sweep_backends.check_reachable(f"ray://127.0.0.1:{port}")
+        sweep_backends.probe_address(f"ray://127.0.0.1:{port}")
+        t0 = time.monotonic()
+        with pytest.raises(UserError, match="no answer as Ray within 1 s"):
+            sweep_backends.probe_address(f"127.0.0.1:{port}", timeout=1.0)
+        assert time.monotonic() - t0 < 5
     t0 = time.monotonic()
-    with pytest.raises(UserError, match=f"--address 127.0.0.1:{port}: no Ray cluster answers"):
-        sweep_backends.check_reachable(f"127.0.0.1:{port}")
+    with pytest.raises(UserError, match=f"--address 127.0.0.1:{port}: no Ray cluster"):
+        sweep_backends.probe_address(f"127.0.0.1:{port}")
     assert time.monotonic() - t0 < 5
-    sweep_backends.check_reachable("auto")
+    sweep_backends.probe_address("auto")
 
 
 def test_address_needs_the_ray_backend() -> None:

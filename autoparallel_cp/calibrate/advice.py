@@ -16,7 +16,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from autoparallel_cp.calibrate.fit import PRIOR_SIGMA, Z80
+from autoparallel_cp.calibrate.fit import PRIOR_SIGMA
+from autoparallel_cp.calibrate.residuals import Z80
 from autoparallel_cp.cost.steptime import step_time
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.calibration import Calibration

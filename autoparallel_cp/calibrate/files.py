@@ -22,7 +22,11 @@ Format (docs/user-guide.md, "Calibrating to your cluster"), YAML:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import difflib
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +35,21 @@ from pydantic import ValidationError
 
 from autoparallel_cp.calibrate.fit import FitResult
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.spec.calibration import FORMAT_VERSION, Calibration, Interval
+from autoparallel_cp.spec.calibration import (
+    BOUNDS,
+    FORMAT_VERSION,
+    MAX_LOG_INTERVAL,
+    Calibration,
+    Interval,
+)
 
 FORMAT = "ap-solve-calibration"
 _KNOBS = ("compute", "net_intra", "net_inter", "per_microbatch_s", "per_step_s",
           "memory_reserve_gib")
+_TOP = ("format", "version", "created", "knobs", "intervals", "uncertainty", "report")
+#: Most per-row lines kept in the file's report (the largest residuals first): the file stays
+#: under the spec loaders' 1 MiB and 10^5-value bounds however many rows were fitted.
+MAX_REPORT_ROWS = 1000
 
 
 def to_document(result: FitResult, sources: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -63,9 +77,23 @@ def to_document(result: FitResult, sources: dict[str, Any] | None = None) -> dic
             "residuals_after": result.after,
             "outlier_rows": list(result.outliers),
             "notes": list(result.notes),
-            "rows": result.rows,
+            "rows": _report_rows(result.rows),
+            "rows_left_out": max(0, len(result.rows) - MAX_REPORT_ROWS),
         },
     }
+
+
+def _report_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At most MAX_REPORT_ROWS rows, those with the largest step-time residual after the fit,
+    in file order."""
+    if len(rows) <= MAX_REPORT_ROWS:
+        return rows
+
+    def err(r: dict[str, Any]) -> float:
+        return abs(math.log(float(r["after_step_s"]) / float(r["measured_step_s"])))
+
+    keep = sorted(range(len(rows)), key=lambda i: -err(rows[i]))[:MAX_REPORT_ROWS]
+    return [rows[i] for i in sorted(keep)]
 
 
 def dump(doc: dict[str, Any]) -> str:
@@ -73,56 +101,107 @@ def dump(doc: dict[str, Any]) -> str:
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    """Read a calibration file (InputError naming the file and field)."""
+    """Read a calibration file: the guards of the spec loaders (size, alias, depth and value
+    bounds, spec/loaders.py), every key known (a misspelt one named with a did-you-mean),
+    numbers finite and in range; InputError naming the file and the field."""
     src = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", source=src,
-                         field="--calibration") from None
-    except UnicodeDecodeError:
-        raise InputError("not a UTF-8 text file", source=src, field="--calibration") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"not valid YAML ({' '.join(str(exc).split())})", source=src) from None
+    doc = read_document(Path(path), src)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InputError(f"not a calibration file (expected 'format: {FORMAT}')", source=src,
                          field="format")
-    if doc.get("version") != FORMAT_VERSION:
-        raise InputError(f"unsupported version {doc.get('version')!r} (this ap-solve reads "
-                         f"version {FORMAT_VERSION})", source=src, field="version")
-    knobs = doc.get("knobs") or {}
-    if not isinstance(knobs, dict):
-        raise InputError("must be a mapping", source=src, field="knobs")
-    unknown = sorted(set(knobs) - set(_KNOBS))
-    if unknown:
-        raise InputError(f"unknown knob(s) {unknown} (known: {', '.join(_KNOBS)})", source=src,
-                         field="knobs")
-    data: dict[str, Any] = {k: v for k, v in knobs.items() if v is not None}
-    iv = doc.get("intervals") or {}
-    if not isinstance(iv, dict):
-        raise InputError("must be a mapping", source=src, field="intervals")
+    _known_keys(doc, _TOP, src, "")
+    if doc.get("version") != FORMAT_VERSION or isinstance(doc.get("version"), bool):
+        raise InputError(f"unsupported version {str(doc.get('version'))[:40]!r} (this ap-solve "
+                         f"reads version {FORMAT_VERSION})", source=src, field="version")
+    knobs = _mapping(doc, "knobs", src)
+    _known_keys(knobs, _KNOBS, src, "knobs.")
+    data: dict[str, Any] = {}
+    for k, v in knobs.items():
+        if v is None:
+            continue
+        if k == "compute":
+            if not isinstance(v, dict):
+                raise InputError("must map GPU type names to speed factors", source=src,
+                                 field="knobs.compute")
+            data[k] = {str(g): _in_range(x, "compute", src, f"knobs.compute.{str(g)[:80]}")
+                       for g, x in v.items()}
+        else:
+            data[k] = _in_range(v, k, src, f"knobs.{k}")
+    iv = _mapping(doc, "intervals", src)
+    _known_keys(iv, ("time", "memory"), src, "intervals.")
     for key, name in (("time", "time_interval"), ("memory", "memory_interval")):
-        if key in iv and iv[key] is not None:
+        if iv.get(key) is not None:
             v = iv[key]
+            f = f"intervals.{key}"
             if not (isinstance(v, list) and len(v) == 2):
-                raise InputError("must be [lo, hi]", source=src, field=f"intervals.{key}")
-            try:
-                data[name] = Interval(lo=float(v[0]), hi=float(v[1]))
-            except (ValidationError, TypeError, ValueError):
-                raise InputError("must be [lo <= 0, hi >= 0] (ln measured/predicted)",
-                                 source=src, field=f"intervals.{key}") from None
-    std = doc.get("uncertainty") or {}
-    if not isinstance(std, dict) or not all(
-            isinstance(v, (int, float)) and v >= 0 for v in std.values()):
-        raise InputError("must map knob names to non-negative numbers", source=src,
-                         field="uncertainty")
-    data["std"] = {str(k): float(v) for k, v in std.items()}
+                raise InputError("must be [lo, hi]", source=src, field=f)
+            lo, hi = _number(v[0], src, f), _number(v[1], src, f)
+            if not -MAX_LOG_INTERVAL <= lo <= 0.0 <= hi <= MAX_LOG_INTERVAL:
+                raise InputError(f"must be [lo <= 0, hi >= 0] within +-{MAX_LOG_INTERVAL:.3g} "
+                                 f"(ln measured/predicted: a factor of 10), got [{lo:g}, "
+                                 f"{hi:g}]", source=src, field=f)
+            data[name] = Interval(lo=lo, hi=hi)
+    std = _mapping(doc, "uncertainty", src)
+    names = [*(k for k in _KNOBS if k != "compute"),
+             *(f"compute:{g}" for g in data.get("compute", {}))]
+    _known_keys(std, names, src, "uncertainty.")
+    data["std"] = {}
+    for k, v in std.items():
+        lo, hi = BOUNDS[str(k).split(":", 1)[0]]
+        data["std"][str(k)] = _in_range(v, None, src, f"uncertainty.{k}", (0.0, hi - lo))
     try:
         return Calibration(**data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err.get("loc", ()))
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        raise InputError(msg, source=src, field=f"knobs.{loc}" if loc else "knobs") from None
+        where = "uncertainty" if "uncertainty" in msg else f"knobs.{loc}" if loc else "knobs"
+        raise InputError(msg, source=src, field=where) from None
+
+
+def read_document(path: Path, source: str) -> Any:
+    """The parsed YAML of `path` under the spec loaders' guards (spec/loaders.py `_read`)."""
+    from autoparallel_cp.spec.loaders import _read
+
+    return _read(path, source)
+
+
+def _mapping(doc: dict[str, Any], key: str, src: str) -> dict[str, Any]:
+    v = doc.get(key) or {}
+    if not isinstance(v, dict):
+        raise InputError("must be a mapping", source=src, field=key)
+    return v
+
+
+def _number(v: Any, src: str, field: str) -> float:
+    """A finite number; a YAML 1.2 float that YAML 1.1 reads as text (`1e-3`) is accepted."""
+    if isinstance(v, str):
+        with contextlib.suppress(ValueError):
+            v = float(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InputError(f"must be a number, got {str(v)[:40]!r}", source=src, field=field)
+    x = float(v)
+    if not math.isfinite(x):
+        raise InputError(f"must be a finite number, got {v}", source=src, field=field)
+    return x
+
+
+def _in_range(v: Any, kind: str | None, src: str, field: str,
+              bounds: tuple[float, float] | None = None) -> float:
+    x = _number(v, src, field)
+    lo, hi = bounds or BOUNDS[kind or ""]
+    if not lo <= x <= hi:
+        raise InputError(f"{x:g} outside its range [{lo:g}, {hi:g}]", source=src, field=field)
+    return x
+
+
+def _known_keys(d: dict[str, Any], known: Sequence[str], src: str, where: str) -> None:
+    """InputError naming the first key of `d` not in `known` (with the closest known one)."""
+    for k in d:
+        name = str(k)
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise InputError(f"unknown key {name[:80]!r} ({hint}known: {', '.join(known)})",
+                         source=src, field=f"{where}{name[:80]}")

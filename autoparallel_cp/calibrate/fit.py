@@ -11,9 +11,15 @@ reflective, soft-L1 loss) on
   well posed with fewer runs than knobs, and a knob the runs say little about stays near 1).
 
 Compute and network factors are fitted in log space. Predictions are the cost model's own
-(`cost.evaluate` on the job with the candidate calibration applied), so the fitted knobs mean
-exactly what the solver will use. A knob no run is sensitive to (e.g. the inter-node network
-when every run fits in one node) is left at its prior and reported as not identified.
+(`cost.step_time` / `cost.evaluate` on the job with the calibration applied), so the fitted
+knobs mean exactly what the solver will use. The minimisation is Gauss-Newton on the cost
+model's local log-linear model (calibrate/linear.py, calibrate/gauss_newton.py): each distinct
+configuration is evaluated once per linearisation and once per knob it depends on, never inside
+the least-squares iterations, so 10^4 rows fit in under a minute. A knob no run is sensitive
+to (e.g. the inter-node network when every run fits in one node) is left at its prior and
+reported as not identified. Of the identified knobs, those that predict held-out runs better
+are kept, shrunk towards the prior when the runs disagree (cross-validation within the runs,
+calibrate/select.py); the others are reported as left at the prior, with the held-out errors.
 Uncertainty: the Gauss-Newton covariance (J^T J)^-1 at the solution, scaled by the reduced
 chi-square of the data residuals when above 1 (Press et al., Numerical Recipes §15.5-15.6).
 """
@@ -26,10 +32,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autoparallel_cp.calibrate.gauss_newton import (
+    Data,
+    iterate,
+    predict,
+    residuals_and_jacobian,
+)
+from autoparallel_cp.calibrate.linear import (
+    KnobRef,
+    Linear,
+    Progress,
+    Units,
+    linearize,
+)
 from autoparallel_cp.calibrate.micro import MicroRow, micro_predict
+from autoparallel_cp.calibrate.residuals import interval, summary
 from autoparallel_cp.calibrate.runs import Run
+from autoparallel_cp.calibrate.select import Selection, select
 from autoparallel_cp.cost.evaluate import evaluate
-from autoparallel_cp.spec.calibration import BOUNDS, Calibration, Interval
+from autoparallel_cp.spec import GIB
+from autoparallel_cp.spec.calibration import BOUNDS, Calibration
 
 #: Run-to-run noise of a measured step time (relative): the spread of repeated steps of one
 #: configuration after warm-up is ~1-2 % (H200 script: 5 timed steps per row), taken as 2 %.
@@ -41,23 +63,18 @@ SIGMA_MEMORY = 0.01
 #: benchmarks/RESULTS.md), 20 ms per micro-batch, 1 s per step, 2 GiB reserve.
 PRIOR_SIGMA = {"compute": 0.2, "net_intra": 0.3, "net_inter": 0.3, "per_microbatch_s": 0.02,
                "per_step_s": 1.0, "memory_reserve_gib": 2.0}
-#: Soft-L1 scale in noise units: residuals beyond 3 sigma weigh linearly, not quadratically.
-F_SCALE = 3.0
 #: A knob is identified when moving it by one prior width moves some prediction by at least
 #: this many noise sigmas (0.5 -> 1 % of a step time).
 MIN_SENSITIVITY = 0.5
-#: z of a two-sided 80 % normal interval.
-Z80 = 1.2816
 #: A run whose time residual is further than this many robust sigmas (and 10 %) from the
 #: others' median is reported as an outlier.
 OUTLIER_SIGMAS = 3.0
 
 
 @dataclass(frozen=True)
-class Knob:
-    name: str  # "compute:<GPU name>", "net_intra", ...
-    kind: str  # PRIOR_SIGMA / BOUNDS key
-    log: bool  # fitted as ln(value)
+class Knob(KnobRef):
+    """A fitted knob: name ("compute:<GPU name>", "net_intra", ...), kind (a PRIOR_SIGMA /
+    BOUNDS key), whether it is fitted as ln(value); its bounds and prior in fit units."""
 
     @property
     def lo(self) -> float:
@@ -76,9 +93,6 @@ class Knob:
     @property
     def sigma(self) -> float:
         return PRIOR_SIGMA[self.kind]
-
-    def value(self, theta: float) -> float:
-        return math.exp(theta) if self.log else theta
 
 
 @dataclass
@@ -152,128 +166,99 @@ def predictions(runs: Sequence[Run], micro: Sequence[MicroRow], cal: Calibration
     return np.array(steps), np.array(peaks), np.array(mic, dtype=float)
 
 
-def _summary(runs: Sequence[Run], micro: Sequence[MicroRow], steps: np.ndarray,
-             peaks: np.ndarray, mic: np.ndarray) -> dict[str, float]:
-    meas = np.array([r.step_s for r in runs])
-    out: dict[str, float] = {}
-    if len(runs):
-        rel = steps / meas - 1.0
-        out["step_mape_pct"] = float(np.mean(np.abs(rel)) * 100)
-        out["step_signed_pct"] = float(np.mean(rel) * 100)
-        out["step_worst_pct"] = float(rel[np.argmax(np.abs(rel))] * 100)
-    mem = [(p, r.peak_bytes) for p, r in zip(peaks, runs, strict=True) if r.peak_bytes]
-    if mem:
-        out["memory_mape_pct"] = float(np.mean([abs(p / m - 1) for p, m in mem]) * 100)
-    if len(micro):
-        mm = np.array([float(m.fields["time_s"]) for m in micro])
-        out["micro_mape_pct"] = float(np.mean(np.abs(mic / mm - 1)) * 100)
-    return out
-
-
 def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
-        progress: Callable[[str], None] | None = None) -> FitResult:
-    """Fit the knobs to the runs (module docstring). Raises ValueError without data."""
+        progress: Callable[[str], None] | None = None, bar: Progress | None = None,
+        select_knobs: bool = True, relinearize: bool | None = None) -> FitResult:
+    """Fit the knobs to the runs (module docstring). Raises ValueError without data.
+    `progress` gets one-line notes, `bar` (stage, done, total) the cost-model evaluations;
+    `select_knobs` False keeps every identified knob (no cross-validation); `relinearize`
+    forces finite-difference slopes at every step (True) or Broyden's update (False)."""
     if not runs and not micro:
         raise ValueError("no runs to calibrate on")
     knobs = knobs_for(runs, micro)
-    meas_t = np.array([r.step_s for r in runs])
-    mem_idx = [i for i, r in enumerate(runs) if r.peak_bytes is not None]
-    meas_m = np.array([runs[i].peak_bytes or 0.0 for i in mem_idx])
-    meas_u = np.array([float(m.fields["time_s"]) for m in micro])
+    units = Units(runs, micro)
+    try:
+        return _fit(runs, micro, knobs, units, progress, bar, select_knobs, relinearize)
+    finally:
+        units.close()
 
-    def data_residuals(ks: Sequence[Knob], theta: Sequence[float]) -> np.ndarray:
-        cal = calibration_of(ks, theta)
-        st, pk, mc = predictions(runs, micro, cal)
-        parts = [np.log(st / meas_t) / SIGMA_TIME]
-        if mem_idx:
-            parts.append((pk[mem_idx] - meas_m) / (SIGMA_MEMORY * meas_m))
-        if len(micro):
-            parts.append(np.log(mc / meas_u) / SIGMA_TIME)
-        return np.concatenate(parts)
 
-    # identifiability: sensitivity of the data to one prior width of each knob
-    zero = [k.prior for k in knobs]
-    r0 = data_residuals(knobs, zero)
-    sens: list[float] = []
-    for i, k in enumerate(knobs):
-        th = list(zero)
-        th[i] = min(k.prior + 0.5 * k.sigma, k.hi)
-        d = np.abs(data_residuals(knobs, th) - r0) / max(th[i] - k.prior, 1e-12) * k.sigma
-        sens.append(float(np.max(d)) if d.size else 0.0)
-    free = [k for k, s in zip(knobs, sens, strict=True) if s >= MIN_SENSITIVITY]
+def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], units: Units,
+         progress: Callable[[str], None] | None, bar: Progress | None, select_knobs: bool,
+         relinearize: bool | None) -> FitResult:
+    kind_at = {k.kind: i for i, k in enumerate(knobs)}
+    mem_idx = np.array([i for i, r in enumerate(runs) if r.peak_bytes is not None], dtype=int)
+    f_prior, peaks = units.at_identity(bar)
+    data = Data(run_unit=units.run_unit, meas_t=np.array([r.step_s for r in runs]),
+                mem_idx=mem_idx, meas_m=np.array([runs[i].peak_bytes or 0.0 for i in mem_idx]),
+                peaks=peaks,
+                n_train_units=len(units.train),
+                meas_u=np.array([float(m.fields["time_s"]) for m in micro]),
+                sigma_t=SIGMA_TIME, sigma_m=SIGMA_MEMORY, ps=kind_at.get("per_step_s"),
+                reserve=kind_at.get("memory_reserve_gib"))
+    sigma = np.array([k.sigma for k in knobs])
+    lo = np.array([k.lo for k in knobs])
+    hi = np.array([k.hi for k in knobs])
+    prior = np.array([k.prior for k in knobs])
     if progress:
-        progress(f"fitting {len(free)} of {len(knobs)} knobs to {len(runs)} runs"
-                 + (f" and {len(micro)} microbenchmark rows" if micro else ""))
+        progress(f"{len(runs)} runs in {len(units.train)} distinct configurations"
+                 + (f", {len(micro)} microbenchmark rows" if micro else ""))
 
-    def residuals(theta: np.ndarray) -> np.ndarray:
-        prior = [(t - k.prior) / k.sigma for k, t in zip(free, theta, strict=True)]
-        return np.concatenate([data_residuals(free, [float(x) for x in theta]),
-                               np.array(prior)])
+    # identifiability at the prior: how many noise sigmas one prior width of each knob moves
+    # some prediction (secant over half a prior width)
+    lin0 = linearize(units, knobs, prior, [min(0.5 * k.sigma, k.hi - k.prior) for k in knobs],
+                     bar, f0=f_prior)
+    sens = _sensitivity(lin0, data, knobs)
+    free = [j for j, s in enumerate(sens) if s >= MIN_SENSITIVITY]
+    if progress:
+        progress(f"fitting {len(free)} of {len(knobs)} knobs")
 
-    n_data = len(r0)
-    if free:
-        # imported here: scipy.optimize takes ~0.3 s to import, and every solve's report reads
-        # this module's constants (calibrate/advice.py) without fitting anything
-        from scipy.optimize import least_squares
+    theta, jac, lin, msg = iterate(units, knobs, data, free, lin0, prior, lo, hi, sigma, bar,
+                                   relinearize=relinearize)
+    if progress:
+        progress(f"Gauss-Newton: {msg}")
 
-        # start inside the box: a start on a bound (the fixed times' prior 0) stalls the
-        # trust-region reflective steps of that variable (Coleman-Li scaling)
-        x0 = np.array([min(max(k.prior, k.lo + 0.1 * k.sigma), k.hi - 0.1 * k.sigma)
-                       for k in free])
-        res = least_squares(residuals, x0, bounds=([k.lo for k in free], [k.hi for k in free]),
-                            loss="soft_l1", f_scale=F_SCALE, x_scale=[k.sigma for k in free],
-                            diff_step=1e-4, max_nfev=60 * (len(free) + 1))
-        theta = res.x
-        if progress:
-            progress(f"least_squares: {res.message} ({res.nfev} evaluations)")
-        r_data = data_residuals(free, [float(x) for x in theta])
-        dof = n_data - len(free)
+    # which knobs the runs support, by cross-validation within them (calibrate/select.py)
+    time_free = [j for j in free if knobs[j].kind != "memory_reserve_gib"]
+    sel = (select(lin, data, time_free, theta, lo, hi, sigma, prior) if select_knobs
+           else Selection(time_free, 1.0, float("nan"), float("nan"), ran=False))
+    kept = sorted(sel.chosen + [j for j in free if j not in time_free])
+    if kept != free:  # refit the chosen knobs, the others back at the prior
+        start = np.where(np.isin(np.arange(len(knobs)), kept), theta, prior)
+        theta, jac, lin, msg = iterate(units, knobs, data, kept, lin, prior, lo, hi, sigma,
+                                       bar, start=start, relinearize=relinearize)
+    if sel.shrink != 1.0:
+        shrunk = np.isin(np.arange(len(knobs)), sel.chosen)
+        theta = np.where(shrunk, prior + sel.shrink * (theta - prior), theta)
+
+    # uncertainty: Gauss-Newton covariance at the solution, data part scaled by the reduced
+    # chi-square when above 1
+    n_data = data.n_rows
+    cal = calibration_of([knobs[j] for j in kept], [float(theta[j]) for j in kept])
+    steps1 = (lin.f0 if np.array_equal(theta, lin.theta0) else
+              units.values(cal, progress=bar, stage="calibrated predictions"))
+    lin_f = Linear(list(knobs), theta, steps1, lin.slopes)
+    r_data, _ = residuals_and_jacobian(lin_f, data, theta)
+    if kept:
+        dof = n_data - len(kept)
         chi2 = float(np.sum(r_data ** 2))
         scale = max(1.0, chi2 / dof) if dof > 0 else 1.0
-        # data rows (robust-loss weighted) scaled by the reduced chi-square, plus the prior
-        jd = res.jac[:n_data]
-        jtj = jd.T @ jd / scale + np.diag([1.0 / k.sigma ** 2 for k in free])
+        jtj = jac.T @ jac / scale + np.diag([1.0 / knobs[j].sigma ** 2 for j in kept])
         cov = np.linalg.inv(jtj)
         std_theta = np.sqrt(np.clip(np.diag(cov), 0.0, None))
         # effective number of parameters the data determined (MacKay 1992, gamma = sum of
         # 1 - posterior / prior variance): a knob held by its prior uses no degree of freedom
-        used = np.clip(1.0 - np.diag(cov) / np.array([k.sigma ** 2 for k in free]), 0.0, 1.0)
+        used = np.clip(1.0 - np.diag(cov) / np.array([knobs[j].sigma ** 2 for j in kept]),
+                       0.0, 1.0)
     else:
-        used = np.zeros(0)
-        theta = np.zeros(0)
-        r_data = r0
-        std_theta = np.zeros(0)
-        dof = n_data
-    cal = calibration_of(free, theta)
+        std_theta = used = np.zeros(0)
 
-    results: list[KnobResult] = []
-    notes: list[str] = []
-    for k in knobs:
-        if k in free:
-            i = free.index(k)
-            v = k.value(float(theta[i]))
-            sd = float(std_theta[i]) * (v if k.log else 1.0)
-            weak = std_theta[i] > 0.5 * k.sigma
-            note = ("weakly identified: its uncertainty is close to the prior width"
-                    if weak else "")
-            at_bound = (math.isclose(float(theta[i]), k.lo, abs_tol=1e-6)
-                        or math.isclose(float(theta[i]), k.hi, abs_tol=1e-6))
-            if at_bound and k.hi != k.lo:
-                note = (note + "; " if note else "") + "at its bound"
-            results.append(KnobResult(k.name, v, sd, not weak, note))
-            if note:
-                notes.append(f"{k.name}: {note}")
-        else:
-            why = _why_not(k, runs)
-            results.append(KnobResult(k.name, k.value(k.prior), None, False,
-                                      "not identified, left at its prior"))
-            notes.append(f"{k.name}: not identified ({why}); left at its prior "
-                         f"{k.value(k.prior):g}")
+    results, notes = _knob_results(knobs, runs, free, kept, theta, std_theta, sel)
 
     # residuals and outliers
-    st0, pk0, mc0 = predictions(runs, micro, None)
-    st1, pk1, mc1 = predictions(runs, micro, cal)
-    e = np.log(meas_t / st1) if len(runs) else np.zeros(0)
+    st0, pk0, mc0 = predict(lin0, data, prior)
+    st1, pk1, mc1 = predict(lin_f, data, theta)
+    e = np.log(data.meas_t / st1) if len(runs) else np.zeros(0)
     outliers: list[int] = []
     if len(e) >= 3:
         med = float(np.median(e))
@@ -281,47 +266,110 @@ def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
         s = max(mad, SIGMA_TIME)
         outliers = [runs[i].row for i in range(len(e))
                     if abs(e[i] - med) > OUTLIER_SIGMAS * s and abs(e[i] - med) > 0.1]
-    for row in outliers:
-        notes.append(f"row {row} contradicts the other runs (residual far beyond their spread): "
-                     "check its plan and measurement; its weight in the fit was reduced by the "
-                     "robust loss")
-    keep = [i for i in range(len(e)) if runs[i].row not in outliers]
-    time_iv = _interval([float(e[i]) for i in keep],
-                        sum(float(u) for k, u in zip(free, used, strict=True)
-                            if k.kind != "memory_reserve_gib"))
+    if len(outliers) > 20:
+        notes.append(f"{len(outliers)} rows contradict the other runs (residual far beyond "
+                     f"their spread), e.g. rows {', '.join(map(str, outliers[:10]))}: check "
+                     "their plans and measurements; the robust loss reduced their weight")
+    else:
+        for row in outliers:
+            notes.append(f"row {row} contradicts the other runs (residual far beyond their "
+                         "spread): check its plan and measurement; its weight in the fit was "
+                         "reduced by the robust loss")
+    out_set = set(outliers)
+    keep = [i for i in range(len(e)) if runs[i].row not in out_set]
+    time_iv = interval([float(e[i]) for i in keep],
+                       sum(float(u) for j, u in zip(kept, used, strict=True)
+                           if knobs[j].kind != "memory_reserve_gib"), SIGMA_TIME)
     if time_iv is None and len(runs):
-        notes.append("too few runs beyond the fitted knobs to estimate the prediction spread: "
+        notes.append("too few runs beyond the fitted knobs to estimate the prediction spread "
+                     "(or a spread beyond a factor of 10): "
                      "intervals stay those of the uncalibrated model")
-    mem_e = [math.log((runs[i].peak_bytes or 1.0) / pk1[i]) for i in mem_idx]
-    mem_iv = _interval(mem_e, sum(float(u) for k, u in zip(free, used, strict=True)
-                                  if k.kind == "memory_reserve_gib"), SIGMA_MEMORY)
+    mem_e = [math.log(float(data.meas_m[i]) / float(pk1[i])) for i in range(len(mem_idx))]
+    mem_iv = interval(mem_e, sum(float(u) for j, u in zip(kept, used, strict=True)
+                                 if knobs[j].kind == "memory_reserve_gib"), SIGMA_MEMORY)
     cal = cal.model_copy(update={"time_interval": time_iv, "memory_interval": mem_iv,
                                  "std": {k.name: k.std for k in results if k.std is not None}})
 
+    peak_of = dict(zip(mem_idx.tolist(), range(len(mem_idx)), strict=True))
+    base_peaks = data.peaks[data.run_unit] if len(mem_idx) else np.zeros(len(runs))
+    res_gib = cal.memory_reserve_gib
     rows: list[dict[str, float | int | bool | str | None]] = []
     for i, r in enumerate(runs):
         rows.append({
             "row": r.row, "measured_step_s": r.step_s, "before_step_s": float(st0[i]),
             "after_step_s": float(st1[i]),
-            "measured_peak_gib": None if r.peak_bytes is None else r.peak_bytes / 2**30,
-            "before_peak_gib": float(pk0[i]) / 2**30, "after_peak_gib": float(pk1[i]) / 2**30,
-            "outlier": r.row in outliers,
+            "measured_peak_gib": None if r.peak_bytes is None else r.peak_bytes / GIB,
+            "before_peak_gib": (float(base_peaks[i]) / GIB if i in peak_of else None),
+            "after_peak_gib": (float(base_peaks[i]) / GIB + res_gib if i in peak_of else None),
+            "outlier": r.row in out_set,
         })
-    return FitResult(cal, results, rows, _summary(runs, micro, st0, pk0, mc0),
-                     _summary(runs, micro, st1, pk1, mc1), outliers, notes)
+    before = summary(runs, micro, st0, pk0, mc0, data)
+    after = summary(runs, micro, st1, pk1, mc1, data)
+    if sel.ran:
+        before["heldout_step_pct"] = float(np.expm1(sel.cv_prior) * 100)
+        after["heldout_step_pct"] = float(np.expm1(sel.cv_chosen) * 100)
+    return FitResult(cal, results, rows, before, after, outliers, notes)
 
 
-def _interval(errors: Sequence[float], n_fitted: float,
-              noise: float = SIGMA_TIME) -> Interval | None:
-    """Nominal 80 % interval of ln(measured / predicted) from the fit residuals: +-z80 sigma,
-    sigma^2 = sum(e^2) / (n - p) + noise^2 (the residual spread, plus the measurement noise
-    of the next run); None with fewer than 3 degrees of freedom (p: the effective number of
-    fitted parameters)."""
-    dof = len(errors) - n_fitted
-    if dof < 3:
-        return None
-    sigma = math.sqrt(sum(x * x for x in errors) / dof + noise ** 2)
-    return Interval(lo=-Z80 * sigma, hi=Z80 * sigma)
+def _sensitivity(lin: Linear, d: Data, knobs: Sequence[Knob]) -> list[float]:
+    """Most noise sigmas by which one prior width of each knob moves some data residual, from
+    the secant slopes at the prior (the EXACT knobs from their closed forms)."""
+    n = d.n_train_units
+    out = []
+    for j, k in enumerate(knobs):
+        if k.kind == "per_step_s":
+            s = lin.f0[d.run_unit]
+            v = (np.log1p(0.5 * k.sigma / s) / d.sigma_t / 0.5) if len(s) else np.zeros(0)
+        elif k.kind == "memory_reserve_gib":
+            v = k.sigma * GIB / (d.sigma_m * d.meas_m)
+        else:
+            v = np.abs(np.concatenate([lin.slopes[d.run_unit, j], lin.slopes[n:, j]])) \
+                * k.sigma / d.sigma_t
+        out.append(float(np.max(v)) if len(v) else 0.0)
+    return out
+
+
+def _knob_results(knobs: Sequence[Knob], runs: Sequence[Run], free: Sequence[int],
+                  kept: Sequence[int], theta: np.ndarray, std_theta: np.ndarray,
+                  sel: Selection) -> tuple[list[KnobResult], list[str]]:
+    """Per knob: its value, uncertainty and status; the notes that explain the status."""
+    results: list[KnobResult] = []
+    notes: list[str] = []
+    pct = 100.0
+    for j, k in enumerate(knobs):
+        if j in kept:
+            i = list(kept).index(j)
+            v = k.value(float(theta[j]))
+            sd = float(std_theta[i]) * (v if k.log else 1.0)
+            weak = std_theta[i] > 0.5 * k.sigma
+            note = ("weakly identified: its uncertainty is close to the prior width"
+                    if weak else "")
+            at_bound = (math.isclose(float(theta[j]), k.lo, abs_tol=1e-6)
+                        or math.isclose(float(theta[j]), k.hi, abs_tol=1e-6))
+            if at_bound and k.hi != k.lo:
+                note = (note + "; " if note else "") + "at its bound"
+            if sel.ran and sel.shrink != 1.0 and j in sel.chosen:
+                note = (note + "; " if note else "") + (
+                    f"shrunk to {sel.shrink:g} of its fitted move towards the prior (the runs "
+                    "disagree: held-out runs are predicted better so)")
+            results.append(KnobResult(k.name, v, sd, not weak, note))
+            if note:
+                notes.append(f"{k.name}: {note}")
+        elif j in free:
+            g = sel.gains.get(j)
+            others = ", ".join(knobs[i].name for i in sel.chosen) or "no other knob"
+            why = (f"held-out runs are predicted no better with it added to {others} "
+                   f"({np.expm1(g[0]) * pct:.1f}% vs {np.expm1(g[1]) * pct:.1f}%, "
+                   "cross-validated)" if g is not None else "not chosen by cross-validation")
+            results.append(KnobResult(k.name, k.value(k.prior), None, False,
+                                      "left at its prior (cross-validation)"))
+            notes.append(f"{k.name}: left at its prior {k.value(k.prior):g}: {why}")
+        else:
+            results.append(KnobResult(k.name, k.value(k.prior), None, False,
+                                      "not identified, left at its prior"))
+            notes.append(f"{k.name}: not identified ({_why_not(k, runs)}); left at its prior "
+                         f"{k.value(k.prior):g}")
+    return results, notes
 
 
 def _why_not(k: Knob, runs: Sequence[Run]) -> str:

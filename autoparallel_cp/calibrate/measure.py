@@ -24,6 +24,8 @@ from __future__ import annotations
 import csv
 import io
 import os
+import platform
+import socket
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -31,9 +33,60 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from autoparallel_cp.errors import UserError
+
 COLUMNS = ("kind", "cluster", "gpu", "m", "k", "n", "dtype", "gpus", "gpus_per_node",
            "size_bytes", "time_s", "model", "seq_len", "global_batch", "recipe", "plan",
-           "step_s", "peak_gib")
+           "step_s", "peak_gib", "device")
+#: Largest collective buffer: 8 GiB, the largest nccl-tests sweeps usually go (`-e 8G`).
+MAX_SIZE_BYTES = 8 << 30
+#: Largest GEMM operands (bf16 A, B and C of the biggest shape): 16 GiB fits any training GPU.
+MAX_GEMM_BYTES = 16 << 30
+DEFAULT_PORT = 29517
+
+
+def gemm_bytes(hidden: int, tokens: int) -> int:
+    """bf16 bytes of A, B and C of the largest GEMM shape (t x 4h x h or t x h x 4h)."""
+    return 2 * (tokens * 4 * hidden + 4 * hidden * hidden + tokens * 4 * hidden)
+
+
+def _env_int(name: str, default: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        if default is None:
+            raise UserError(f"environment variable {name} is not set (torchrun sets it)")
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise UserError(f"environment variable {name}={raw[:40]!r}: not a whole number") \
+            from None
+    if v < 0 or v > 1 << 22:
+        raise UserError(f"environment variable {name}={v}: out of range")
+    return v
+
+
+def launch(world_size: int | None, port: int | None) -> tuple[int, int, int, bool]:
+    """(world size, ranks per node, this rank, under torchrun) from torchrun's environment
+    (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE) or `--world-size`; UserError naming a bad variable,
+    or a local rendezvous port already in use."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        world = _env_int("WORLD_SIZE")
+        rank = _env_int("RANK")
+        per = _env_int("LOCAL_WORLD_SIZE", world)
+        if world < 1 or rank >= world or per < 1 or per > world:
+            raise UserError(f"environment: RANK={rank}, WORLD_SIZE={world}, "
+                            f"LOCAL_WORLD_SIZE={per} do not describe a job")
+        return world, per, rank, True
+    world = world_size or 1
+    p = port if port is not None else _env_int("MASTER_PORT", DEFAULT_PORT)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", p))
+        except OSError as exc:
+            raise UserError(f"port {p} on 127.0.0.1 is not free ({exc.strerror or exc}): "
+                            "pass --port with a free one") from None
+    return world, world, 0, False
 
 
 @dataclass(frozen=True)
@@ -52,6 +105,13 @@ class Settings:
     train_mbs: int = 1
     train_microbatches: int = 2
     train_vocab: int = 32000
+
+
+def device_name(torch: Any, dev: Any) -> str:
+    """What the rows were measured on: the CUDA device's name, or the CPU's."""
+    if dev.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(dev)}"
+    return f"cpu:{platform.processor() or platform.machine() or 'unknown'}"
 
 
 def _sync(torch: Any, dev: Any) -> None:
@@ -226,13 +286,27 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def _worker(rank: int, world: int, per_node: int, s: Settings, out: str, port: int) -> None:
+#: Writes the CSV text to `out`: the CLI passes its output rule (`outputs.write_atomic`:
+#: streams `-`, FIFOs and devices, follows symlinks), which this layer cannot import.
+Writer = Callable[[str, str], None]
+
+
+def _replace(out: str, text: str) -> None:
+    """The writer of direct callers: replace `out` (a plain file path)."""
+    tmp = out + ".tmp"
+    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+    os.replace(tmp, out)
+
+
+def _worker(rank: int, world: int, per_node: int, s: Settings, out: str, port: int,
+            write: Writer = _replace) -> None:
     import torch
     import torch.distributed as dist
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(port))
-    backend = "gloo" if s.cpu or not torch.cuda.is_available() else "nccl"
+    backend = "gloo" if s.cpu else "nccl"
     if backend == "nccl":
         local = rank % per_node
         torch.cuda.set_device(local)
@@ -245,16 +319,16 @@ def _worker(rank: int, world: int, per_node: int, s: Settings, out: str, port: i
         if rank != 0:
             gemm_rows(s, dev)  # every GPU busy while rank 0 times (clocks as in training)
         dist.barrier()
-        rows += collective_rows(s, dev, world, per_node)
+        if world > 1:  # a one-process collective moves no data (calibrate refuses its rows)
+            rows += collective_rows(s, dev, world, per_node)
         if s.train_steps > 0:
             tr = train_row(s, dev, world, out)
             if tr is not None:
                 rows.append(tr)
         if rank == 0:
-            tmp = out + ".tmp"
-            with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                fh.write(to_csv(rows))
-            os.replace(tmp, out)
+            where = device_name(torch, dev)
+            rows = [r | {"device": where} for r in rows]
+            write(out, to_csv(rows))
         # every rank leaves together: a rank tearing gloo down while a peer still has work
         # in flight on the group aborts ("terminate called without an active exception")
         dist.barrier()
@@ -262,17 +336,20 @@ def _worker(rank: int, world: int, per_node: int, s: Settings, out: str, port: i
         dist.destroy_process_group()
 
 
-def run(s: Settings, out: str, world_size: int | None = None, port: int = 29517) -> None:
-    """Measure and write `out` (rank 0). Under torchrun use its environment; else spawn."""
+def run(s: Settings, out: str, world: int = 1, per_node: int | None = None, rank: int = 0,
+        torchrun: bool = False, port: int | None = None, write: Writer = _replace) -> None:
+    """Measure and write `out` (rank 0) with `write`: this process under torchrun (`launch`
+    read its environment), else `world` spawned local processes meeting on `port`."""
     import torch.multiprocessing as mp
 
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        world = int(os.environ["WORLD_SIZE"])
-        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        _worker(int(os.environ["RANK"]), world, per_node, s, out, port)
+    p = port if port is not None else int(os.environ.get("MASTER_PORT", DEFAULT_PORT))
+    if torchrun:
+        _worker(rank, world, per_node or world, s, out, p, write)
         return
-    world = world_size or 1
     # the spawned ranks meet on this port, whatever an earlier run left in the environment
     os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    mp.spawn(_worker, args=(world, world, s, out, port), nprocs=world, join=True)
+    os.environ["MASTER_PORT"] = str(p)
+    if world == 1:
+        _worker(0, 1, 1, s, out, p, write)
+        return
+    mp.spawn(_worker, args=(world, world, s, out, p, write), nprocs=world, join=True)

@@ -17,6 +17,7 @@ still round-trip: their knobs then come out at a bound, which the report says.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +26,7 @@ from autoparallel_cp.cost import comm
 from autoparallel_cp.cost.efficiency import gemm_time
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec import ClusterSpec
+from autoparallel_cp.spec.base import MAX_GPUS, MAX_GPUS_PER_NODE
 from autoparallel_cp.spec.calibration import Calibration
 from autoparallel_cp.spec.loaders import load_cluster
 
@@ -45,14 +47,32 @@ def _cluster(name: str) -> ClusterSpec:
     return load_cluster(name)
 
 
+#: Plausible ranges of the columns: a call of 1 us (a kernel launch) to an hour; GEMM sides up
+#: to 2^24 (16M tokens or features); buffers up to 1 TiB; groups up to spec/base.py MAX_GPUS.
+RANGES: dict[str, tuple[float, float]] = {
+    "time_s": (1e-6, 3600.0), "m": (1, 2**24), "k": (1, 2**24), "n": (1, 2**24),
+    "size_bytes": (1, 2**40), "gpus": (2, MAX_GPUS), "gpus_per_node": (1, MAX_GPUS_PER_NODE)}
+_WHOLE = ("m", "k", "n", "size_bytes", "gpus", "gpus_per_node")
+
+
 def _f(m: MicroRow, key: str) -> float:
     raw = (m.fields.get(key) or "").strip()
+    where = f"row {m.row}"
     try:
         v = float(raw)
     except ValueError:
-        raise InputError(f"not a number: {raw!r}", source=f"row {m.row}", field=key) from None
+        raise InputError(f"not a number: {raw[:40]!r}", source=where, field=key) from None
+    if not math.isfinite(v):
+        raise InputError(f"not a finite number: {raw!r}", source=where, field=key)
     if v <= 0:
-        raise InputError(f"must be positive, got {raw}", source=f"row {m.row}", field=key)
+        raise InputError(f"must be positive, got {raw}", source=where, field=key)
+    if key in _WHOLE and v != int(v):
+        raise InputError(f"must be a whole number, got {raw}", source=where, field=key)
+    lo, hi = RANGES.get(key, (0.0, math.inf))
+    if not lo <= v <= hi:
+        why = (" (a collective of one process moves no data: measure with >= 2 processes)"
+               if key == "gpus" and v < lo else "")
+        raise InputError(f"{raw} is outside [{lo:g}, {hi:g}]{why}", source=where, field=key)
     return v
 
 
@@ -75,8 +95,11 @@ def check_micro(m: MicroRow) -> None:
             raise InputError(f"GPU {gpu!r} is not in cluster {name!r}", source=f"row {m.row}",
                              field="gpu")
     else:
-        for k in ("gpus", "gpus_per_node", "size_bytes"):
-            _f(m, k)
+        n, per = (_f(m, k) for k in ("gpus", "gpus_per_node"))
+        _f(m, "size_bytes")
+        if per > n:
+            raise InputError(f"{per:g} members per node, more than the group's {n:g} GPUs",
+                             source=f"row {m.row}", field="gpus_per_node")
 
 
 def micro_predict(m: MicroRow, cal: Calibration | None) -> float:

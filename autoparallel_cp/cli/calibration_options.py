@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from autoparallel_cp.cli.params import FiniteFloat
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec import Job
 
@@ -43,7 +44,7 @@ def headroom_option(fn: F) -> F:
     from autoparallel_cp.cost.uncertainty import default_mem_headroom
 
     return click.option(
-        "--mem-headroom", type=click.FloatRange(0.0, 0.5, max_open=True), default=None,
+        "--mem-headroom", type=FiniteFloat(0.0, 0.5, hi_open=True), default=None,
         metavar="FRACTION", expose_value=False, callback=_store(_META_HEADROOM),
         help="Plans whose predicted need plus this fraction of GPU memory exceeds it are "
              "near capacity: solve and enumerate still return them, marked with their risk "
@@ -63,6 +64,12 @@ def moe_imbalance_option(fn: F) -> F:
              "routed tokens over the mean rank's, per MoE layer and micro-batch (from "
              "Megatron's tokens_per_expert; see the user guide). Scales the routed experts' "
              "GEMMs, copies, all-to-all bytes and activations. Default 1 (balanced).")(fn)
+
+
+def calibration_path() -> str | None:
+    """The current command's --calibration file, if given (an input of the output rule)."""
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.meta.get(_META_CAL)
 
 
 def apply_options(job: Job) -> Job:
@@ -92,6 +99,40 @@ def apply_options(job: Job) -> Job:
     return job.calibrated(cal, h)
 
 
+def calibration_scope(job: Job) -> tuple[list[str], list[str]]:
+    """(what the job's calibration changes, e.g. "compute H100-SXM5-80GB x0.93"; the knobs in
+    it that do not apply to this job, each with why)."""
+    cal = job.calibration
+    if cal is None:
+        return [], []
+    gpus = list(dict.fromkeys(g.gpu.name for g in job.cluster.node_groups))
+    applied: list[str] = []
+    skipped: list[str] = []
+    for name, v in cal.compute.items():
+        if name not in gpus:
+            skipped.append(f"compute for {name[:80]} (this job's GPUs: {', '.join(gpus)})")
+        elif v != 1.0:
+            applied.append(f"compute {name} x{v:.4g}")
+    multi_node = sum(g.num_nodes for g in job.cluster.node_groups) > 1
+    for k, label in (("net_intra", "NVLink"), ("net_inter", "network")):
+        v = float(getattr(cal, k))
+        if v == 1.0:
+            continue
+        if k == "net_inter" and not multi_node:
+            skipped.append(f"net_inter x{v:.4g} (the job fits in one node)")
+        else:
+            applied.append(f"{label} x{v:.4g}")
+    for k, unit, scale in (("per_microbatch_s", "ms per micro-batch", 1e3),
+                           ("per_step_s", "s per step", 1.0),
+                           ("memory_reserve_gib", "GiB reserve", 1.0)):
+        v = float(getattr(cal, k))
+        if v:
+            applied.append(f"+{v * scale:.4g} {unit}")
+    if cal.time_interval is not None or cal.memory_interval is not None:
+        applied.append("intervals from the fit")
+    return applied, skipped
+
+
 def uncertainty_lines(job: Job, dicts: list[dict[str, Any]], plans: list[Any],
                       top: int = 5) -> list[str]:
     """The near-tie and sensitivity lines printed under a solve / enumerate recommendation."""
@@ -103,10 +144,9 @@ def uncertainty_lines(job: Job, dicts: list[dict[str, Any]], plans: list[Any],
     near = [i for i, d in enumerate(dicts, 1) if d.get("memory", {}).get("near_capacity")]
     if near:
         ranks = ", ".join(f"#{i}" for i in near)
-        out.append(f"near capacity: {ranks} need more than {1 - job.mem_headroom:.1%} of GPU "
-                   f"memory (--mem-headroom {job.mem_headroom:g}); marked ! with the chance "
-                   "that they run out of memory (the memory model's error); the recommendation "
-                   "is taken among the plans within the margin")
+        out.append(f"near capacity (!): {ranks} need more than {1 - job.mem_headroom:.1%} of "
+                   f"GPU memory (--mem-headroom {job.mem_headroom:g}); ! gives the risk of "
+                   "running out of memory; the recommendation avoids them")
     from autoparallel_cp.cost.evidence import evidence_text
 
     beyond = [i for i, d in enumerate(dicts, 1)
@@ -118,7 +158,14 @@ def uncertainty_lines(job: Job, dicts: list[dict[str, Any]], plans: list[Any],
                    + evidence_text(d["evidence"], float(d["throughput"].get("mfu") or 0))
                    + (f" ({also} too: JSON evidence)" if also else ""))
     if job.calibration is not None:
-        out.append("calibrated (--calibration): predictions and intervals from the fit")
+        applied, skipped = calibration_scope(job)
+        if applied:
+            out.append("calibrated (--calibration): " + ", ".join(applied))
+        else:
+            out.append("--calibration changes nothing for this job: every knob in it is at "
+                       "its identity or does not apply")
+        if skipped:
+            out.append("--calibration knobs not applied: " + "; ".join(skipped))
     line = near_tie_line(dicts, lambda d: complexity(by_rank[id(d)]))
     if line:
         out.append(line)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from typing import Any
 
 import click
 from rich.table import Table
@@ -82,5 +84,34 @@ def validate(args: tuple[str, ...]) -> None:
     script = root / "benchmarks" / "validate.py"
     if not script.is_file():
         raise UserError(f"{script}: the validation benchmark is only in a source checkout")
-    rc = subprocess.call([sys.executable, str(script), *args], cwd=root)
+    # the benchmark runs in its own session, so a Ctrl-C at the terminal reaches this process
+    # only; SIGINT or SIGTERM here ends the benchmark's whole process group (SIGTERM: no
+    # traceback of its own) and exits 130 / 143 (`guarded`)
+    child = subprocess.Popen([sys.executable, str(script), *args], cwd=root,
+                             start_new_session=True)
+    try:
+        rc = child.wait()
+    except BaseException:
+        _end_group(child)
+        raise
     sys.exit(rc)
+
+
+#: Seconds a stopped benchmark gets to exit on SIGTERM before SIGKILL.
+STOP_GRACE_S = 5.0
+
+
+def _end_group(child: Any) -> None:
+    """SIGTERM to `child`'s process group, then SIGKILL after STOP_GRACE_S; waits for it."""
+    import os
+    import signal
+    import subprocess
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, sig)
+        try:
+            child.wait(timeout=STOP_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -3,8 +3,8 @@ the progress line, and writing outputs and launch settings."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
@@ -21,11 +21,14 @@ from autoparallel_cp.cli.calibration_options import (
     headroom_option,
     moe_imbalance_option,
 )
+from autoparallel_cp.cli.params import FiniteFloat
 from autoparallel_cp.cli.progress import ProgressBar
+from autoparallel_cp.cli.signals import exit_code as interrupt_exit_code
+from autoparallel_cp.cli.signals import message as interrupt_message
+from autoparallel_cp.cli.signals import stop_watcher
 from autoparallel_cp.emit import EMIT_FORMATS, emit
 from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.search.limits import check as check_interrupt
-from autoparallel_cp.search.limits import sigint_watcher
 from autoparallel_cp.spec import RECIPES, Job
 from autoparallel_cp.spec.plan import Plan, PlanError
 
@@ -47,9 +50,11 @@ EXIT_POINT_FAILED = 4
 
 
 def say(message: str) -> None:
-    """One line on stderr, whatever characters stderr can encode."""
-    outputs.safe_stream(sys.stderr).write(message.rstrip("\n") + "\n")
-    sys.stderr.flush()
+    """One line on stderr, whatever characters stderr can encode (a closed stderr takes it
+    silently)."""
+    with contextlib.suppress(OSError, ValueError):
+        outputs.safe_stream(sys.stderr).write(message.rstrip("\n") + "\n")
+        sys.stderr.flush()
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -70,13 +75,13 @@ def _one_line(exc: ValidationError) -> str:
 
 def guarded(fn: F) -> F:
     """Map user errors to INTERFACE.md exit codes: 2 bad input, 1 infeasible (proven), 3 time-out
-    (no plan, not proven infeasible), 130 interrupted; no traceback. While the command runs a
-    Ctrl-C stops CP-SAT at once (`limits.sigint_watcher`)."""
+    (no plan, not proven infeasible), 130 interrupted (SIGINT), 143 terminated (SIGTERM); no
+    traceback. While the command runs either signal stops CP-SAT at once (`signals`)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            with sigint_watcher():
+            with stop_watcher():
                 return fn(*args, **kwargs)
         except InfeasibleError as exc:
             say("ap-solve: no feasible plan.")
@@ -89,8 +94,8 @@ def guarded(fn: F) -> F:
         except ValidationError as exc:
             fail(_one_line(exc), EXIT_BAD_INPUT)
         except KeyboardInterrupt:
-            say("ap-solve: interrupted (no output file written)")
-            sys.exit(EXIT_INTERRUPTED)
+            say(f"ap-solve: {interrupt_message()} (no output file written)")
+            sys.exit(interrupt_exit_code())
 
     return wrapper  # type: ignore[return-value]
 
@@ -98,31 +103,6 @@ def guarded(fn: F) -> F:
 # --------------------------------------------------------------------------------------------
 # shared options
 # --------------------------------------------------------------------------------------------
-
-
-class FiniteFloat(click.ParamType):
-    """A finite float in [lo, hi] (`lo_open`: > lo): NaN and infinity are refused (exit 2)."""
-
-    name = "float"
-
-    def __init__(self, lo: float, hi: float, *, lo_open: bool = False) -> None:
-        self.lo, self.hi, self.lo_open = lo, hi, lo_open
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> float:
-        if isinstance(value, float) and math.isfinite(value):
-            x = value
-        else:
-            try:
-                x = float(str(value).strip())
-            except ValueError:
-                self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(x):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        if x < self.lo or (self.lo_open and x == self.lo) or x > self.hi:
-            lo = f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
-            self.fail(f"{x:g} is out of range: must be {lo} and <= {self.hi:g}", param, ctx)
-        return x
 
 
 #: Bounds of the float options (physically meaningful ranges, so nothing overflows the solver's
@@ -295,10 +275,23 @@ def write_outputs(status: str, solve_time: float, space: Any, dicts: list[dict[s
             note.print(f"wrote {path}")
 
 
-def check_outputs(**paths: str | None) -> None:
-    """Refuse bad or colliding output paths before any work (exit 2); options by name."""
-    outputs.check_output_paths(
+def check_outputs(inputs: Mapping[str, str | Sequence[str] | None] | None = None,
+                  **paths: str | None) -> None:
+    """The output rule (`outputs.check_paths`) before any work (exit 2): `paths` are the
+    outputs by keyword (`json_path` is `--json`), `inputs` the files the command reads."""
+    outputs.check_paths(
+        inputs or {},
         {"--" + k.removesuffix("_path").replace("_", "-"): v for k, v in paths.items()})
+
+
+def job_inputs(model: str | None, cluster: str | Sequence[str] | None,
+               recipe: str | None = None) -> dict[str, str | Sequence[str] | None]:
+    """The input files of a planning command: model, cluster(s), recipe, and the current
+    command's --calibration file (presets name no file and are skipped by the rule)."""
+    from autoparallel_cp.cli.calibration_options import calibration_path
+
+    return {"--model": model, "--cluster": cluster, "--recipe": recipe,
+            "--calibration": calibration_path()}
 
 
 def emit_settings(job: Job, plan: Plan, fmt: str, out_path: str | None, out: Console,

@@ -18,6 +18,7 @@ from autoparallel_cp.cli.common import (
     emit_settings,
     guarded,
     job_header,
+    job_inputs,
     job_options,
     plan_of,
     step_of,
@@ -62,7 +63,7 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
                          emit_fmt: str | None, emit_out: str | None, quiet: bool,
                          explain: bool, trace_path: str | None = None,
                          html_path: str | None = None) -> None:
-    out, note = consoles(json_path, quiet, trace_path, html_path)
+    out, note = consoles(json_path, quiet, emit_out, trace_path, html_path)
     ev = api.evaluate(job, plan_text)
     d = report.plans_from([ev])[0]
     emitted = emit(job, plan_of(ev), emit_fmt) if emit_fmt else None
@@ -113,9 +114,18 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
             table.add_column("step", justify="right")
             table.add_column("vs now", justify="right")
             table.add_column("mem GiB", justify="right")
+            # whether solve's proof covers the change (search/space_proof.py): a faster plan
+            # outside the space does not contradict an "optimal (proven)" answer
+            table.add_column("in solve's space")
+            from autoparallel_cp.search.space import SearchSpace
+            from autoparallel_cp.search.space_proof import outside
+
+            space = SearchSpace.for_job(job)
             for ch in changes[:5]:
+                why = outside(space, ch.plan)
                 table.add_row(ch.change, report.fmt_time(ch.step_s), f"{ch.delta:+.1%}",
-                              f"{report.gib(ch.peak_bytes)}/{report.gib(ch.capacity_bytes)}")
+                              f"{report.gib(ch.peak_bytes)}/{report.gib(ch.capacity_bytes)}",
+                              "yes" if why is None else f"no: {why}")
             out.print(table)
             for line in sensitivity:
                 out.print(line)
@@ -135,8 +145,8 @@ def evaluate(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_
              emit_fmt: str | None, emit_out: str | None, trace_path: str | None,
              html_path: str | None, quiet: bool) -> None:
     """The memory and time breakdown of one given plan (also when it does not fit)."""
-    check_outputs(json_path=json_path, emit_out=emit_out, trace_path=trace_path,
-                  html_path=html_path)
+    check_outputs(job_inputs(model, cluster, recipe), json_path=json_path,
+                  emit_out=emit_out, trace_path=trace_path, html_path=html_path)
     _require_html(html_path)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=False,
@@ -152,8 +162,8 @@ def explain(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_l
             emit_fmt: str | None, emit_out: str | None, trace_path: str | None,
             html_path: str | None, quiet: bool) -> None:
     """Explain one plan: breakdown, what limits it, and the changes that would help most."""
-    check_outputs(json_path=json_path, emit_out=emit_out, trace_path=trace_path,
-                  html_path=html_path)
+    check_outputs(job_inputs(model, cluster, recipe), json_path=json_path,
+                  emit_out=emit_out, trace_path=trace_path, html_path=html_path)
     _require_html(html_path)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _evaluate_and_report(job, plan_text, json_path, emit_fmt, emit_out, quiet, explain=True,

@@ -19,6 +19,7 @@ from autoparallel_cp.cli.common import (
     emit_settings,
     guarded,
     job_header,
+    job_inputs,
     job_options,
     plan_of,
     result_parts,
@@ -39,7 +40,7 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                  quiet: bool, time_limit: float | None = None,
                  workers: int | None = None, trace_path: str | None = None,
                  trace_rank: int = 1, html_path: str | None = None) -> None:
-    out, note = consoles(json_path, quiet, trace_path, html_path)
+    out, note = consoles(json_path, quiet, csv_path, emit_out, trace_path, html_path)
     if emit_fmt:  # search only plans the --emit framework runs (spec/frameworks.py)
         if (why := frameworks.job_refusal(job, emit_fmt)) is not None:
             raise UserError(why)
@@ -91,12 +92,15 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     ranked = [(plan_of(ev), t) for ev, t in zip(evs, steps, strict=True)]
     safe = capacity.safe_ranked(ranked, dicts)
     context = getattr(result, "context", None)
+    safe_status = "optimal"
     if capacity.needs_safe_search(dicts):
         # #1 is near capacity: the fastest plan within the margin is not among the k best
         try:
             sres = search(job, 1)
         except InfeasibleError:
             sres = None
+        if sres is not None:
+            safe_status = sres.status
         if sres is not None and sres.plans:
             st = (sres.stats or {}).get("pessimistic_step_s") or [sres.plans[0].time.step_s]
             safe = [(plan_of(sres.plans[0]), float(st[0])), *safe]
@@ -184,22 +188,27 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     out.print(f"{kind}: status {status}{proof}, {solve_time:.2f} s, space {space_txt} plans, "
               f"objective {objective}")
     if space_desc is not None:
-        out.print("  " + space_line(space_desc), markup=False, highlight=False)
+        out.print("  " + space_line(space_desc), markup=False, highlight=False, soft_wrap=True)
     if wall_net:
         note.print("note: the wall-clock safety net (3x --time-limit + 30 s) stopped the "
                    "search, not its deterministic budget: on a less loaded machine the answer "
                    "may differ")
     out.print(report.plans_table(dicts, highlight=rec_rank, compare=True))
     best = dicts[0]
-    out.print(Text("fastest:     ", style="bold") + Text(
+    if pess is not None:
+        out.print("objective robust: ranked by the pessimistic step time (every calibration knob "
+                  "at the slow end of its 80% range): " + ", ".join(
+                      f"#{i} {report.fmt_time(ps)}" for i, ps in enumerate(pess, 1)))
+    out.print(Text("fastest:     " if pess is None else "best robust: ", style="bold") + Text(
         f"#1 {report.plan_label(best['plan'])}  step {report.fmt_time(step_of(best))}, "
         f"{report.fmt_count(best['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU"
         + capacity.risk_note(best)))
     if rec is None:
         out.print(Text("recommended: ", style="bold yellow") + Text(
-            f"none within the memory margin (--mem-headroom {headroom:g}): every plan that "
-            "fits is near capacity; the table's ! column gives each one's risk of running "
-            "out of memory"))
+            f"none within the memory margin (--mem-headroom {headroom:g}): "
+            + ("every plan that fits is near capacity" if safe_status == "optimal" else
+               "none was found within the time limit (raise --time-limit)")
+            + "; the table's ! marks give each plan's risk of running out of memory"))
     else:
         if rec_rank is not None:
             rd = dicts[rec_rank - 1]
@@ -214,10 +223,15 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
             f"{report.fmt_count(rd['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU, "
             f"mem {report.gib(report.needed_bytes(rd['memory']))} GiB "
             f"(simplest within {tolerance:.0%}{margin}, {rec.method})"))
+        why = rec.why() + (" (pessimistic step times)" if pess is not None else "")
         if capacity.needs_safe_search(dicts):
-            out.print("  #1 is near capacity: this is the simplest plan within "
-                      f"{tolerance:.0%} of the fastest plan within the memory margin.")
-        out.print("  " + rec.why())
+            best_word = "fastest" if pess is None else "best robust"
+            why = (f"#1 is near capacity: this is the {best_word} plan within the memory "
+                   f"margin, and the simplest within {tolerance:.0%} of it (complexity "
+                   f"{rec.complexity})." if rec.same_as_fastest else
+                   f"#1 is near capacity: this is the simplest plan within {tolerance:.0%} of "
+                   f"the {best_word} plan within the memory margin; " + why)
+        out.print("  " + why)
     for line in notes:
         out.print("  " + line)
 
@@ -256,8 +270,9 @@ def solve(model: str, cluster: str, gpus: int | None, nodes: int | None, seq_len
           trace_path: str | None, trace_rank: int, html_path: str | None, quiet: bool,
           time_limit: float, workers: int | None) -> None:
     """The optimal and k best distinct plans, found by CP-SAT."""
-    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out,
-                  trace_path=trace_path, html_path=html_path)
+    check_outputs(job_inputs(model, cluster, recipe), csv_path=csv_path,
+                  json_path=json_path, emit_out=emit_out, trace_path=trace_path,
+                  html_path=html_path)
     _require_html(html_path)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _run_search("solve", job, fix=fix, top_k=top_k, objective=objective, tolerance=tolerance,
@@ -278,8 +293,9 @@ def enumerate_cmd(model: str, cluster: str, gpus: int | None, nodes: int | None,
                   trace_path: str | None, trace_rank: int, html_path: str | None,
                   quiet: bool) -> None:
     """The exhaustive reference search over the same space (for checking the solver)."""
-    check_outputs(csv_path=csv_path, json_path=json_path, emit_out=emit_out,
-                  trace_path=trace_path, html_path=html_path)
+    check_outputs(job_inputs(model, cluster, recipe), csv_path=csv_path,
+                  json_path=json_path, emit_out=emit_out, trace_path=trace_path,
+                  html_path=html_path)
     _require_html(html_path)
     job = build_job(model, cluster, gpus, nodes, seq_len, global_batch, recipe)
     _run_search("enumerate", job, fix=fix, top_k=top_k, objective=objective,

@@ -30,6 +30,7 @@ from autoparallel_cp.cli.common import (
     check_outputs,
     consoles,
     guarded,
+    job_inputs,
     say,
     time_limit_option,
 )
@@ -133,9 +134,10 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
         raise UserError("--address: only with --backend ray")
     if backend == "ray":
         sweep_backends.require_ray()
-    check_outputs(csv_path=csv_path, json_path=json_path, plot_path=plot_path,
-                  html_path=html_path)
-    out, note = consoles(json_path, quiet, html_path)
+    clusters = [c.strip() for c in cluster.split(",") if c.strip()]
+    check_outputs(job_inputs(model, clusters, recipe), csv_path=csv_path, json_path=json_path,
+                  plot_path=plot_path, html_path=html_path)
+    out, note = consoles(json_path, quiet, csv_path, plot_path, html_path)
     if plot_path:
         wi.require_matplotlib()
     if html_path:
@@ -143,7 +145,7 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
 
         require_plotly()
     points = wi.build_points(
-        model=model, clusters=[c.strip() for c in cluster.split(",") if c.strip()],
+        model=model, clusters=clusters,
         gpus=gpus, nodes=nodes, inter_node_gbps=inter_node_gbps, seq_lens=seq_len,
         global_batches=global_batch, recipe=recipe)
     points = [dataclasses.replace(p, job=apply_options(p.job)) for p in points]
@@ -152,8 +154,10 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
         rows = wi.run_sweep(points, fix=fix, objective=objective, time_limit=time_limit,
                             jobs=jobs, tokens=tokens, backend=backend, address=address,
                             on_done=progress.done)
-    items = ([(csv_path, wi.rows_csv(rows))] if csv_path else []) + (
-        [(json_path, wi.rows_json(rows))] if json_path else [])
+    items: list[tuple[str, str | bytes]] = (
+        ([(csv_path, wi.rows_csv(rows))] if csv_path else [])
+        + ([(json_path, wi.rows_json(rows))] if json_path else [])
+        + ([(plot_path, wi.plot_png(rows, tokens=tokens))] if plot_path else []))
     if html_path:
         from autoparallel_cp.html_report import whatif_report
 
@@ -165,7 +169,7 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
             series_keys=[k for k in keys if k != x_key],
             notes=wi.summary_lines(rows, tokens=tokens, objective=objective), tokens=tokens)))
     check_interrupt()
-    outputs.write_all(items)
+    outputs.write_all(items)  # together, before the report (a reader of stdout may go early)
     for path, _ in items:
         if path != "-":
             note.print(f"wrote {path}")
@@ -174,9 +178,6 @@ def whatif(model: str, cluster: str, gpus: list[int] | None, nodes: list[int] | 
     out.print(wi.rows_table(rows, tokens=tokens, objective=objective))
     for line in wi.summary_lines(rows, tokens=tokens, objective=objective):
         out.print(line)
-    if plot_path:
-        wi.plot(rows, plot_path, tokens=tokens)
-        note.print(f"wrote {plot_path}")
     failed = wi.failed_rows(rows)
     for r in failed:
         say(f"ap-solve: error: {wi.point_label(r)}: {r['explanation']}")

@@ -107,6 +107,21 @@ def all_gather(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
     return _rs_or_ag(node, group, stride, nbytes)
 
 
+def replica_all_reduce(node: NodeGroup, shard: npt.ArrayLike, replicas: npt.ArrayLike,
+                       stride: npt.ArrayLike, nbytes: npt.ArrayLike) -> FloatArray:
+    """All-reduce across the `replicas` of hybrid sharding of each rank's 1/`shard` share of
+    an `nbytes` buffer (unsharded size), after the reduce-scatter within its shard group.
+
+    The shard group is the inner `shard` ranks at rank stride `stride` (torchtitan's mesh
+    ["pp", "dp_replicate", "dp_shard", "cp", "tp"], parallel_dims.py:239; Megatron's
+    consecutive intra-instance slice of the dp-cp ranks, parallel_state.py:987), so the
+    replicas sit `stride·shard` ranks apart: on NVLink only while the replicas of a shard
+    fit in one node, else hierarchical over the network (`all_reduce`). 0 for one replica.
+    """
+    sh = np.maximum(_arr(shard), 1.0)
+    return all_reduce(node, replicas, _arr(stride) * sh, _arr(nbytes) / sh)
+
+
 def ring_call_latency(node: NodeGroup, group: npt.ArrayLike,
                       stride: npt.ArrayLike) -> FloatArray:
     """Latency of one NCCL ring all-gather or reduce-scatter over `group` ranks (0 for one).

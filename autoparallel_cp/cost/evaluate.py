@@ -113,6 +113,8 @@ class Evaluation(BaseModel):
             plan_d["chunk_layers"] = list(p.chunk_layers)
         if p.etp is not None:
             plan_d["etp"] = p.etp
+        if p.dp_replicate != 1:  # hybrid sharding; absent means plain sharding (INTERFACE.md)
+            plan_d["dp_replicate"] = p.dp_replicate
         if p.schedule is not None:
             plan_d["schedule"] = p.schedule
         if p.optimizer_offload:

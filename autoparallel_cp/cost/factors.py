@@ -19,7 +19,7 @@ is a scalar node-group index into `job.cluster.node_groups`; `mode` is 0 none / 
 - ``state_bytes_per_param(recipe, zero, shard) -> (weights, grads, optimizer)`` bytes per
   parameter held on a GPU whose ZeRO shard group has ``shard`` members
   (dense params: ``shard = dp*cp``; expert params: ``shard = expert_dp_size(tp, cp, dp, ep,
-  etp)``, dp*cp/ep by default).
+  etp)``, dp*cp/ep by default; both divided by ``dp_replicate`` under hybrid sharding).
 - ``edge_factors(job, g, tp, cp, sp, mbs, options) -> EdgeFactors`` first stage (embedding:
   ``emb_*``) and last stage (final norm + LM head + loss: ``head_*``): params per GPU, bytes per
   in-flight micro-batch (first stage), transient bytes (last stage), time per micro-batch.
@@ -29,9 +29,9 @@ is a scalar node-group index into `job.cluster.node_groups`; `mode` is 0 none / 
 - ``buffer_bytes_per_param(job, zero)`` transient copies per parameter on the GPU
   (pytorch-amp autocast weight copies); ``zero3_buffer_bytes(job, tp, ep, zero)``.
 - ``p2p_factor(job, g, tp, cp, sp, mbs, pp, vpp, dp)`` per micro-batch pipeline send/recv time.
-- ``dp_sync_factors(job, g, tp, cp, dp, ep, zero, etp=None)`` -> (s per dense param on the GPU,
-  s per expert param, zero3 all-gather s per dense param per micro-batch, fixed latency s).
-- ``fsdp_call_latency(job, g, tp, cp, dp, zero)`` -> (s per layer per micro-batch, s per
+- ``dp_sync_factors(job, g, tp, cp, dp, ep, zero, etp=None, rep=1)`` -> (s per dense param on
+  the GPU, s per expert param, zero3 all-gather s per dense param per micro-batch, fixed latency s).
+- ``fsdp_call_latency(job, g, tp, cp, dp, zero, rep=1)`` -> (s per layer per micro-batch, s per
   layer per step) of PyTorch FSDP's per-unit collective calls (NCCL ring latency).
 - ``optimizer_factor(job, g)`` -> s per parameter shard element updated.
 - ``inflight(pp, vpp, m, stage)`` in-flight micro-batches of a stage (1F1B / interleaved);

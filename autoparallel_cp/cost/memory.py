@@ -9,7 +9,9 @@ For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chu
 - states_j: parameters of the stage per GPU (layers, + embedding on the first stage, + final
   norm and LM head on the last) x (weights, grads, optimizer) bytes per parameter by ZeRO stage,
   dense params sharded over dp·cp, expert params over the expert-data-parallel group (dp·cp/ep,
-  or tp·cp·dp/(etp·ep) with parallel folding: `Plan.expert_dp`) (factors.state_bytes_per_param);
+  or tp·cp·dp/(etp·ep) with parallel folding: `Plan.expert_dp`), each over dp_replicate with
+  hybrid sharding (`Plan.state_shard`, `Plan.expert_state_shard`)
+  (factors.state_bytes_per_param);
 - f_j: in-flight micro-batches (factors.inflight: 1F1B / interleaved; factors.stage_inflight
   when the stage's model chunks hold unequal layer counts, `Plan.chunks_per_stage`);
 - n_k / r_k: layers of each kind (dense, MoE) on the stage / of them fully recomputed
@@ -250,8 +252,8 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     opts = F.options_for(job, options)
     groups = stage_groups(job, plan)
     kinds = stage_layer_kinds(job, plan)
-    shard_dense = plan.dp * plan.cp
-    shard_exp = plan.expert_dp
+    shard_dense = plan.state_shard  # dp*cp, over dp_replicate with hybrid sharding
+    shard_exp = plan.expert_state_shard
     wd, gd, od = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_dense))
     we, ge, oe = (float(x) for x in F.state_bytes_per_param(job.recipe.for_experts(),
                                                             plan.zero, shard_exp))

@@ -122,27 +122,28 @@ def _dp_factors(job: Job, plan: Plan) -> tuple[Callable[[int], tuple[float, ...]
     with the same axes (`memory.shared`)."""
     fns = (F.dp_sync_factors, F.microbatch_grad_factors, F.fsdp_call_latency)
     tp, cp, dp, ep, zero, etp = plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, plan.etp
+    rep = plan.dp_replicate
     sync_f, grad_f, lat_f = fns
 
     def make() -> tuple[Callable[[int], tuple[float, ...]], Callable[[int], tuple[float, float]],
                         Callable[[int], tuple[float, float]]]:
         @functools.cache
         def sync(g: int) -> tuple[float, ...]:
-            return tuple(float(x) for x in sync_f(job, g, tp, cp, dp, ep, zero, etp))
+            return tuple(float(x) for x in sync_f(job, g, tp, cp, dp, ep, zero, etp, rep))
 
         @functools.cache
         def mb_grad(g: int) -> tuple[float, float]:
-            d, e = grad_f(job, g, tp, cp, dp, ep, zero, etp)
+            d, e = grad_f(job, g, tp, cp, dp, ep, zero, etp, rep)
             return float(d), float(e)
 
         @functools.cache
         def unit_lat(g: int) -> tuple[float, float]:
-            mb, st = lat_f(job, g, tp, cp, dp, zero)
+            mb, st = lat_f(job, g, tp, cp, dp, zero, rep)
             return float(mb), float(st)
 
         return sync, mb_grad, unit_lat
 
-    return shared(job, ("dp axes", tp, cp, dp, ep, zero, etp, fns), make)
+    return shared(job, ("dp axes", tp, cp, dp, ep, zero, etp, rep, fns), make)
 
 
 def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> list[StageTime]:
@@ -236,8 +237,8 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         synced = plan.dp * plan.cp > 1 or plan.expert_dp > 1
         dp_sync = (fixed + per_dense * dense_p + per_exp * exp_p
                    + lat_step * layers) if synced else 0.0
-        shard_d = plan.dp * plan.cp if plan.zero >= 1 else 1
-        shard_e = plan.expert_dp if plan.zero >= 1 else 1
+        shard_d = plan.state_shard if plan.zero >= 1 else 1  # dp*cp/dp_replicate
+        shard_e = plan.expert_state_shard if plan.zero >= 1 else 1
         opt = F.optimizer_factor(job, g) * (dense_p / shard_d + exp_p / shard_e)
         if plan.optimizer_offload:  # cost/offload.py: that share steps on the host
             x = plan.optimizer_offload

@@ -104,8 +104,8 @@ def expert_dp_size(tp: ArrayLike, cp: ArrayLike, dp: ArrayLike, ep: ArrayLike,
 
 
 def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
-                    ep: ArrayLike, zero: ArrayLike, etp: ArrayLike | None = None
-                    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+                    ep: ArrayLike, zero: ArrayLike, etp: ArrayLike | None = None,
+                    rep: ArrayLike = 1) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Alpha-beta coefficients of DP gradient synchronisation for the parameters on a GPU.
 
     Returns (s per dense parameter, s per expert parameter, ZeRO-3 all-gather s per dense
@@ -128,9 +128,17 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     sync and the per-micro-batch ZeRO-3 term, which the search's tables read from this same
     function (search/tables.py `z3l`, `dpsync`), so every bound taken as a minimum over
     those tables stays a lower bound of this cost.
+
+    Hybrid sharding (`rep` replicas, spec/hybrid_sharding.py): the ZeRO collectives span the
+    shard group of n/rep ranks, and the reduced share is all-reduced across the replicas
+    (`comm.replica_all_reduce`) where the reduce-scatter runs: FSDP2 all-reduces after every
+    reduce-scatter (all_reduce_grads defaults to True), Megatron and MiCS once per step. rep = 1
+    adds exact zeros; rep is one value per search space, read by the tables from here: the
+    bound argument above holds unchanged.
     """
     nd = node(job, g)
     tp_, cp_, dp_, ep_, z = (_f(x) for x in (tp, cp, dp, ep, zero))
+    rep_ = np.maximum(_f(rep), 1.0)
     etp_ = tp_ if etp is None else _f(etp)
     gb = float(job.recipe.grad_reduce_bytes)
     wb = 2.0  # weights gathered in bf16
@@ -146,13 +154,23 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     mb2 = beh.zero2_reduce != "step"
     mb3 = beh.zero3_reduce == "microbatch"
 
+    def reduce(n: FloatArray, st: FloatArray, nbytes: float) -> FloatArray:
+        """Gradient reduction of a ZeRO stage: reduce-scatter within the shard group of n/rep
+        ranks, then the all-reduce of its share across the replicas (0 when rep = 1)."""
+        ns = n / rep_
+        return (comm.reduce_scatter(nd, ns, st, nbytes * gb)
+                + comm.replica_all_reduce(nd, ns, rep_, st, nbytes * gb))
+
     def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: bool = False,
              per_mb3: bool = False) -> FloatArray:
         ar = comm.all_reduce(nd, n, st, nbytes * gb)
-        ag = comm.all_gather(nd, n, st, nbytes * wb)
-        rs3 = comm.reduce_scatter(nd, n, st, nbytes * gb)
+        ns = n / rep_
+        ag = comm.all_gather(nd, ns, st, nbytes * wb)
+        rs3 = reduce(n, st, nbytes)
         rs = rs3 + ag
-        z12 = np.where(z == 2, ag, rs) if per_mb else rs
+        # per-micro-batch ZeRO-2 reduce-scatter: the replicas' all-reduce stays per step
+        cross = comm.replica_all_reduce(nd, ns, rep_, st, nbytes * gb)
+        z12 = np.where(z == 2, ag + cross, rs) if per_mb else rs
         z3_step = np.zeros_like(rs3) if per_mb3 else rs3  # moved into the per-micro-batch term
         return np.where(z == 0, ar, np.where(z >= 3, z3_step, z12))
 
@@ -162,16 +180,16 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     # torchao float8 all-gather (behaviour `fsdp_float8_all_gather`): the layers' fp8 linear
     # weights travel in 1 B
     wb3 = 1.0 if beh.fsdp_float8_all_gather and job.recipe.compute_dtype == "fp8" else wb
-    ag0 = comm.all_gather(nd, n_dense, tp_, 0.0)
-    z3 = 2.0 * (comm.all_gather(nd, n_dense, tp_, ref * wb3) - ag0) / ref
+    n_shard = n_dense / rep_
+    ag0 = comm.all_gather(nd, n_shard, tp_, 0.0)
+    z3 = 2.0 * (comm.all_gather(nd, n_shard, tp_, ref * wb3) - ag0) / ref
     if mb3:
-        rs0 = comm.reduce_scatter(nd, n_dense, tp_, 0.0)
-        z3 = z3 + (comm.reduce_scatter(nd, n_dense, tp_, ref * gb) - rs0) / ref
+        z3 = z3 + (reduce(n_dense, tp_, ref) - reduce(n_dense, tp_, 0.0)) / ref
     return per_dense, per_exp, np.where(z >= 3, z3, 0.0), fixed
 
 
 def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
-                      zero: ArrayLike) -> tuple[FloatArray, FloatArray]:
+                      zero: ArrayLike, rep: ArrayLike = 1) -> tuple[FloatArray, FloatArray]:
     """Per-call latency of FSDP's collectives, per transformer layer: (seconds per
     micro-batch, seconds per step); both 0 for zero < 2, and at zero 2 for Megatron recipes.
 
@@ -199,21 +217,29 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     enter the search through the same per-layer tables as the step time (search/tables.py:
     the per-micro-batch one inside the gather of `z3l`, the per-step one in `dpsync`), so
     every bound taken as a minimum over those tables stays a lower bound of this cost.
+
+    Hybrid sharding (`rep` replicas): the rings span the shard group (dp·cp/rep ranks), and
+    each unit's reduction adds an all-reduce across the replicas: 2(rep - 1) ring steps
+    (tuning.cc nsteps for AllReduce), twice `ring_call_latency` at stride tp·shard.
     """
-    zeros = np.zeros(np.broadcast(_f(tp), _f(cp), _f(dp), _f(zero)).shape)
+    zeros = np.zeros(np.broadcast(_f(tp), _f(cp), _f(dp), _f(zero), _f(rep)).shape)
     nd = node(job, g)
     tp_, cp_, dp_, z = (_f(x) for x in (tp, cp, dp, zero))
-    one = comm.ring_call_latency(nd, dp_ * cp_, tp_) + zeros
+    rep_ = np.maximum(_f(rep), 1.0)
+    shard = dp_ * cp_ / rep_
+    one = comm.ring_call_latency(nd, shard, tp_) + zeros
+    cross = 2.0 * comm.ring_call_latency(nd, rep_, tp_ * shard) + zeros
     rs_mb = 1.0 if job.recipe.behaviour.zero3_reduce == "microbatch" else 0.0
     z2 = 2.0 if _is_pytorch(job.recipe) else 0.0
-    per_mb = np.where(z >= 3, (2.0 + rs_mb) * one, 0.0)
-    per_step = np.where(z >= 3, (1.0 - rs_mb) * one, np.where(z == 2, z2 * one, 0.0))
+    per_mb = np.where(z >= 3, (2.0 + rs_mb) * one + rs_mb * cross, 0.0)
+    per_step = np.where(z >= 3, (1.0 - rs_mb) * (one + cross),
+                        np.where(z == 2, z2 * one + (z2 / 2.0) * cross, 0.0))
     return per_mb, per_step
 
 
 def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLike,
-                           ep: ArrayLike, zero: ArrayLike, etp: ArrayLike | None = None
-                           ) -> tuple[FloatArray, FloatArray]:
+                           ep: ArrayLike, zero: ArrayLike, etp: ArrayLike | None = None,
+                           rep: ArrayLike = 1) -> tuple[FloatArray, FloatArray]:
     """Seconds per (tp-local) dense and per expert parameter of a stage, per micro-batch, of
     the gradient work a framework does after every micro-batch's backward, not overlapped:
 
@@ -242,6 +268,9 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
       in-place add in the parameter dtype (r 2·weight_bytes, w weight_bytes): 6 B per
       parameter in bf16. Charged on every micro-batch; the first one's gradient is taken as
       is (no add), one pass per step that this counts over (1/m of the term).
+
+    With hybrid sharding (`rep` replicas) the reduce-scatter spans the shard group (n/rep
+    ranks); the replicas' all-reduce is charged per step in `dp_sync_factors`.
     """
     nd = node(job, g)
     beh = job.recipe.behaviour
@@ -253,8 +282,9 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
         rec = job.recipe
         cb = float(rec.weight_bytes if beh.zero2_reduce == "microbatch" else rec.grad_reduce_bytes)
         ref = 1e9
-        n_dense = dp_ * cp_
-        n_exp = expert_dp_size(tp_, cp_, dp_, ep_, etp)
+        rep_ = np.maximum(_f(rep), 1.0)
+        n_dense = dp_ * cp_ / rep_
+        n_exp = expert_dp_size(tp_, cp_, dp_, ep_, etp) / rep_
 
         def rs(n: FloatArray, st: FloatArray) -> FloatArray:
             one = comm.reduce_scatter(nd, n, st, ref * cb) - comm.reduce_scatter(nd, n, st, 0.0)

@@ -7,6 +7,9 @@ per recipe family for tokens/s/GPU (the step time interval is its reciprocal), o
 memory. With a calibration (spec/calibration.py) carrying its own fitted intervals, those
 replace the tables: they come from the calibration residuals (autoparallel_cp/calibrate).
 
+The memory interval also gives a plan's chance of running out of memory (`oom_risk`), which
+marks the near-capacity plans that `solve` returns instead of dropping (search/capacity.py).
+
 The package never reads `benchmarks/` at run time: the numbers below are a copy.
 """
 

@@ -170,6 +170,12 @@ def megatron_args(job: Job, plan: Plan) -> tuple[list[str], list[str]]:
         strategy = "optim_grads" if plan.zero == 2 else "optim_grads_params"
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
               "--ckpt-format", "fsdp_dtensor"]
+    if plan.dp_replicate > 1:
+        # hybrid sharding: R distributed-optimizer instances, each a consecutive slice of the
+        # dp-cp ranks (parallel_state.py:922-929, 984-990), all-reduced across instances
+        # (param_and_grad_buffer.py:734-745); Megatron-FSDP's HSDP reads the same flag
+        # (fsdp/mcore_fsdp_adapter.py:346); arguments.py:3216
+        a += ["--num-distributed-optimizer-instances", str(plan.dp_replicate)]
     a += [
         "--micro-batch-size", str(plan.mbs),
         "--global-batch-size", str(job.global_batch),

@@ -56,8 +56,11 @@ def torchtitan_settings(job: Job, plan: Plan, fmt: str = "torchtitan"
     notes: list[str] = []
     if plan.zero == 0:  # replicated weights, all-reduced gradients
         replicate, shard, reshard = plan.dp, 1, "default"
-    else:  # FSDP: zero=2 keeps gathered weights until backward, zero=3 reshards
-        replicate, shard, reshard = 1, plan.dp, ("never" if plan.zero == 2 else "always")
+    else:  # FSDP: zero=2 keeps gathered weights until backward, zero=3 reshards; HSDP
+        # (dp_replicate > 1) replicates the dp_shard mesh (configs.py:122-150, the mesh
+        # ["pp", "dp_replicate", "dp_shard", "cp", "tp"] of parallel_dims.py:239 @b5bcd76c)
+        replicate, shard = plan.dp_replicate, plan.dp_shard
+        reshard = "never" if plan.zero == 2 else "always"
     par: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": shard,

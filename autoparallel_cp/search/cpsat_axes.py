@@ -37,19 +37,23 @@ def add_axes(model: cp_model.CpModel, t: Tables) -> dict[str, cb.Axis]:
     cb.add_product_equals(model, [ax["tp"], ax["cp"], ax["pp"], ax["dp"]], N)
     cb.add_product_equals(model, [ax["dp"], ax["mbs"], ax["m"]], B)
     etps = s.etp_axis if len(s.etp_axis) > 1 else (s.etp,)
+    # hybrid sharding: the experts' DP group divides by dp_replicate R too (space.ep_ok)
+    rep = s.dp_replicate if job.model.moe is not None else 1
     # the expert grid rule of one of the searched expert-TP sizes (space.ep_ok)
     pick = [model.new_bool_var(f"etp{i}") for i in range(len(etps))] if len(etps) > 1 else []
     if pick:
         model.add_bool_or(pick)
     for i, e in enumerate(etps):
         on = pick[i:i + 1]
-        if e is None:
+        if e is None and rep == 1:
             cb.add_divides(model, [ax["ep"]], [ax["dp"], ax["cp"]], enforce=on)
             continue
-        # etp*ep | tp*cp*dp with etp a constant: prime by prime
-        for p in cb.primes_of([e, *s.ep, *s.tp, *s.cp, *t.dp]):
-            have = sum(ax[a].exponent(p) for a in ("tp", "cp", "dp"))
-            c = model.add(ax["ep"].exponent(p) <= have - cb.valuation(e, p))
+        # etp*ep*R | tp*cp*dp with etp a constant (ep*R | dp*cp for etp = tp): prime by prime
+        over = ("cp", "dp") if e is None else ("tp", "cp", "dp")
+        for p in cb.primes_of([e or 1, rep, *s.ep, *s.tp, *s.cp, *t.dp]):
+            have = sum(ax[a].exponent(p) for a in over)
+            c = model.add(ax["ep"].exponent(p)
+                          <= have - cb.valuation(e or 1, p) - cb.valuation(rep, p))
             if on:
                 c.only_enforce_if(on)
     one_vpp = ax["vpp"].lit(1)

@@ -61,6 +61,7 @@ class PartitionModel:
     chunk_layers: tuple[int, ...] | None = None  # the pinned layout, carried to the plan
     etp: int | None = None  # the space's expert-TP size (fixed per space, not a key axis)
     schedule: Schedule | None = None  # the plans' schedule field (schedule_axis.plan_schedule)
+    dp_replicate: int = 1  # the space's hybrid-sharding replicas (fixed per space)
 
     def read_plan(self, solver: cp_model.CpSolver, uniform: bool) -> Plan:
         """The plan of the current solution."""
@@ -76,7 +77,8 @@ class PartitionModel:
                     zero=k.zero, mbs=k.mbs, num_microbatches=k.m, recompute=mode,
                     recompute_layers=rl, stage_layers=None if uniform else ls,
                     stage_groups=sg, chunk_layers=self.chunk_layers, etp=self.etp,
-                    schedule=self.schedule)
+                    schedule=self.schedule,
+                    dp_replicate=self.dp_replicate)
 
     def forbid(self, solver: cp_model.CpSolver) -> None:
         """No-good on the current (layer counts, r, groups)."""
@@ -379,7 +381,8 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     cl = s.fixed.get("chunk_layers")
     return PartitionModel(model, layers, r, y if hetero else None, obj, tu / vpp, err, key,
                           None if cl is None else tuple(int(x) for x in cl), t.space.etp,
-                          plan_schedule(s.schedule))
+                          plan_schedule(s.schedule),
+                          t.space.dp_replicate)
 
 
 def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int = 0,

@@ -490,7 +490,8 @@ def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:
                 recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                 stage_layers=part_objs[int(pi[col])], stage_groups=place_objs[int(qi[col])],
                 chunk_layers=None if cl is None else tuple(cl), etp=space.etp,
-                schedule=plan_schedule(space.schedule))
+                schedule=plan_schedule(space.schedule),
+                dp_replicate=space.dp_replicate)
     return float(cost[col]), plan
 
 
@@ -554,7 +555,8 @@ def _best_of_space(tabs: Tables, vi: int,
                                 recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                                 stage_layers=part, stage_groups=place_objs[int(qi[col])],
                                 chunk_layers=None if cl is None else tuple(cl),
-                                etp=space.etp, schedule=plan_schedule(space.schedule))
+                                etp=space.etp, schedule=plan_schedule(space.schedule),
+                                dp_replicate=space.dp_replicate)
                     k = (d, mode_name, sp_, zero)
                     cand = (float(cost[col]), plan.key(), plan)
                     if k not in best or cand[:2] < best[k][:2]:

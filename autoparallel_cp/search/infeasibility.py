@@ -36,6 +36,7 @@ def explain(job: Job, space: SearchSpace) -> str:
                      sp=sp, zero=zero, mbs=d.mbs,
                      num_microbatches=d.num_microbatches, recompute=mode, etp=space.etp,
                      schedule=plan_schedule(space.schedule),
+                     dp_replicate=space.dp_replicate,
                      stage_layers=split)
             stages = stage_memory(job, p)
             worst = max(stages, key=lambda s: s.required_bytes / s.capacity_bytes)
@@ -93,13 +94,17 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
     """For one (tp, cp, pp) of the space's domains, the first rule each of its (ep, mbs, vpp)
     combinations breaks (search/space.py `degrees`, in its order), as a sentence naming the
     numbers; nothing for a combination that passes."""
-    job, n, L = space.job, space.job.num_gpus, space.num_layers
+    job, n = space.job, space.job.num_gpus
     if n % (tp * cp * pp):
         yield f"tp*cp*pp = {tp}*{cp}*{pp} does not divide the {n} GPUs"
         return
     dp = n // (tp * cp * pp)
     if "dp" in space.fixed and space.fixed["dp"] != dp:
         yield f"dp = GPUs/(tp*cp*pp) = {dp}, not the pinned dp={space.fixed['dp']}"
+        return
+    if dp % space.dp_replicate:
+        yield (f"dp = GPUs/(tp*cp*pp) = {dp} does not split into dp_replicate="
+               f"{space.dp_replicate} replicas of a shard group")
         return
     if space.heterogeneous and space.stage_group_counts(tp, cp, dp) is None:
         yield (f"a stage's dp*tp*cp = {dp * tp * cp} GPUs do not fill the node groups "
@@ -132,19 +137,23 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
                 if vpp > 1 and (pp == 1 or nmb < pp):
                     yield (f"vpp={vpp} (interleaving) needs pp > 1 and num_microbatches "
                            f">= pp (pp={pp}, {nmb} micro-batches)")
-                elif space.fixed_split:
-                    if not space._fixed_split_ok(pp, vpp):
-                        yield f"the pinned layer split does not fit pp={pp}, vpp={vpp}"
-                elif space.partition == "uniform" and L % (pp * vpp):
-                    yield (f"the {L} layers do not divide by pp*vpp = {pp}*{vpp} (this "
-                           "space searches uniform splits only)")
-                elif space.partition == "free" and (pp * vpp > L or L % vpp):
-                    yield (f"the {L} layers are not a multiple of vpp={vpp} with at least "
-                           f"vpp per stage over pp={pp} (the search splits each stage into "
-                           "vpp equal chunks; pin an uneven layout with --fix chunk_layers)")
-                elif not space._moe_partition_ok(pp, vpp):
-                    yield (f"the first stage cannot hold the dense prefix layers with pp={pp}, "
-                           f"vpp={vpp}")
+                elif not space.placeable(pp, vpp):
+                    yield _layout_rule(space, pp, vpp)
+
+
+def _layout_rule(space: SearchSpace, pp: int, vpp: int) -> str:
+    """Why no searched layer split places the model on (pp, vpp)."""
+    L = space.num_layers
+    if space.fixed_split:
+        return f"the pinned layer split does not fit pp={pp}, vpp={vpp}"
+    if space.partition == "uniform" and L % (pp * vpp):
+        return (f"the {L} layers do not divide by pp*vpp = {pp}*{vpp} (this space searches "
+                "uniform splits only)")
+    if space.partition == "free" and (pp * vpp > L or L % vpp):
+        named = " nor by a named uneven layout" if space.named_splits else ""
+        return (f"the {L} layers split neither into multiples of vpp={vpp} with at least vpp "
+                f"per stage over pp={pp}{named} (pin a layout with --fix chunk_layers)")
+    return f"the first stage cannot hold the dense prefix layers with pp={pp}, vpp={vpp}"
 
 
 def empty_space(job: Job, space: SearchSpace) -> str:
@@ -153,8 +162,13 @@ def empty_space(job: Job, space: SearchSpace) -> str:
     (the most frequent broken rules are named with their numbers), and every `--fix` pin is
     dropped in turn to say which pins leave plans when dropped."""
     rules: Counter[str] = Counter()
+    n = job.num_gpus
     for tp in space.tp:
         for cp in space.cp:
+            if n % (tp * cp):  # one sentence for every pp
+                rules[f"tp*cp = {tp}*{cp} = {tp * cp} does not divide the {n} GPUs"] += \
+                    len(space.pp)
+                continue
             for pp in space.pp:
                 rules.update(_broken(space, tp, cp, pp))
     pins = dict(space.fixed)

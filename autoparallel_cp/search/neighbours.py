@@ -50,6 +50,11 @@ def neighbours(job: Any, plan: Plan) -> list[tuple[str, Plan]]:
     elif moe and plan.folded:
         edits.append((f"etp {plan.expert_tp} -> {plan.tp}", {"etp": None}))
     edits += axis_edits(job, plan)
+    if plan.zero >= 1:  # hybrid sharding: replicas of the shard group (spec/hybrid_sharding.py)
+        r = plan.dp_replicate
+        for nr in (r * 2, r // 2):
+            if nr >= 1 and nr != r and plan.dp % nr == 0:
+                edits.append((f"dp_replicate {r} -> {nr}", {"dp_replicate": nr}))
     domains = _domains(job)
     out: list[tuple[str, Plan]] = []
     seen = {plan.key()}

@@ -74,3 +74,18 @@ def check_structural_pins(job: Job, pins: Mapping[str, Any]) -> None:
         raise InputError(f"--fix recompute_layers={rl}: must be in 0..{L}",
                          field="recompute_layers")
 
+
+def replicate_zeros(pins: dict[str, Any], zeros: list[int]) -> list[int]:
+    """The ZeRO domain under a pinned `dp_replicate` R: zero 0 leaves it when R > 1 (hybrid
+    sharding replicates sharded states; spec/plan.py `replicate_violations`), and a pinned
+    zero=0 with R > 1 is an InputError naming the field."""
+    rep = int(pins.get("dp_replicate", 1))
+    if rep == 1:
+        return zeros
+    if pins.get("zero") == 0:
+        raise InputError(f"--fix dp_replicate={rep} needs zero >= 1: hybrid sharding shards "
+                         "the states within the shard group, and zero=0 shards none",
+                         field="dp_replicate")
+    return [z for z in zeros if z >= 1]
+
+

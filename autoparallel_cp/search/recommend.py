@@ -150,9 +150,14 @@ class Recommendation:
                 if axis in ("tp", "pp", "vpp", "cp", "ep"):
                     label += f" ({axis}={fv})"
                 dropped.append(("" if rw == 0 else "less ") + label)
-        what = ", ".join(dropped) if dropped else "fewer moving parts"
+        if _uniform(self.plan) and not _uniform(self.fastest):
+            dropped.append("a hand-made stage split")
+        if self.fastest.recompute == "full" and self.fastest.recompute_layers is not None \
+                and not (self.plan.recompute == "full" and self.plan.recompute_layers is not None):
+            dropped.append("partial recompute")
+        what = ("avoids " + ", ".join(dropped)) if dropped else "fewer moving parts in all"
         return (f"{self.slowdown:+.1%} step time for a simpler set-up (complexity "
-                f"{self.complexity} vs {self.fastest_complexity}): avoids {what}.")
+                f"{self.complexity} vs {self.fastest_complexity}): {what}.")
 
 
 def pick_simplest(

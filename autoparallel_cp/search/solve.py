@@ -87,7 +87,8 @@ class SolveResult:
     stats: dict[str, Any] = field(default_factory=dict)
     #: the solve's proofs, reused by `recommend` (not part of the JSON)
     context: SearchContext | None = field(default=None, repr=False)
-    #: the space searched: its `proof()` is the JSON `space` (what the proof covered)
+    #: the space searched: `space_proof.proof_space` of it is the JSON `space` (what the
+    #: proof covered)
     searched: SearchSpace | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:

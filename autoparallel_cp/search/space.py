@@ -19,6 +19,9 @@ Axes and their default domains (every value is also checked against the job):
   (`etp_legal`), its best the best over them, its bounds the least (cpsat_master.py's
   docstring: the master's tables are the elementwise least over the sizes). etp = tp written
   out is the default's plan and is not searched twice.
+- `dp_replicate` (hybrid sharding): one value per space (`--fix`, 1 by default), carried by
+  every etp variant: R | dp, R | the experts' DP group (`ep_ok`), zero >= 1
+  (`pins.replicate_zeros`); the tables read the shard group dp·cp/R from the cost functions.
 - `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches >= pp`: Megatron's
   micro-batch groups, `spec.plan.microbatch_group`);
 - `mbs`: powers of two up to `max_mbs` dividing the global batch;
@@ -44,6 +47,7 @@ Axes and their default domains (every value is also checked against the job):
   group; each group holds exactly `gpus_in_group / (dp tp cp)` stages).
 
 `size()` counts complete plans (every field that changes the plan) without listing them.
+Kept whole: the domains, the degree rules and the count read the same fields.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from math import comb, factorial
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search.pins import check_structural_pins
+from autoparallel_cp.search.pins import check_structural_pins, replicate_zeros
 from autoparallel_cp.search.schedule_axis import narrow, refuse_unsearched
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import (
@@ -72,7 +76,7 @@ PartitionKind = Literal["uniform", "free"]
 FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
     "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers", "etp",
-    "schedule",
+    "dp_replicate", "schedule",
 )
 
 
@@ -131,6 +135,7 @@ class SearchSpace:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     #: expert-tensor-parallel size of every plan (`--fix etp`); None: Megatron's default (tp)
     etp: int | None = None
+    dp_replicate: int = 1  #: hybrid sharding's replicas of every plan (`--fix dp_replicate`)
     #: the expert-TP sizes searched (`etp_variants`): (etp,) unless the search folds the
     #: experts too (MoE models without `--fix etp`: (None, *ETP_VALUES))
     etp_axis: tuple[int | None, ...] = (None,)
@@ -183,7 +188,7 @@ class SearchSpace:
             eps = [1]
         vpps = list(range(1, max_vpp + 1))
         mbss = [b for b in (2**i for i in range(12)) if b <= max_mbs and job.global_batch % b == 0]
-        zeros = list(zero)
+        zeros = replicate_zeros(pins, list(zero))
         sps = [0, 1]
         modes: list[RecomputeMode] = list(RECOMPUTE_MODES)
         if m.moe is not None and m.moe.moe_layer_freq > 1:
@@ -238,6 +243,7 @@ class SearchSpace:
             partial_recompute=partial_recompute,
             fixed=pins,
             etp=pins.get("etp"),
+            dp_replicate=int(pins.get("dp_replicate", 1)),
             etp_axis=(pins["etp"],) if "etp" in pins else _etp_axis(job, etp_values),
             schedule=pins.get("schedule"),
             named_splits=named_splits and partition == "free" and not (
@@ -340,7 +346,7 @@ class SearchSpace:
                     if n % (tp * cp * pp):
                         continue
                     dp = n // (tp * cp * pp)
-                    if "dp" in self.fixed and self.fixed["dp"] != dp:
+                    if ("dp" in self.fixed and self.fixed["dp"] != dp) or dp % self.dp_replicate:
                         continue
                     if self.heterogeneous and self.stage_group_counts(tp, cp, dp) is None:
                         continue
@@ -428,14 +434,16 @@ class SearchSpace:
     def ep_ok(self, tp: int, cp: int, dp: int, ep: int) -> bool:
         """Expert parallelism fits the stage's ranks: ep | dp*cp by default (etp = tp), else
         etp*ep | tp*cp*dp (Megatron's expert grid, spec/plan.py) and etp | the expert FFN;
-        with several expert-TP sizes searched, under one of them."""
+        with several expert-TP sizes searched, under one of them; with hybrid sharding the
+        expert-DP group also divides by dp_replicate (MoE models)."""
         if len(self.etp_axis) > 1:
             return any(v.ep_ok(tp, cp, dp, ep) for v in self.etp_variants())
-        if self.etp is None:
-            return (dp * cp) % ep == 0
         moe = self.job.model.moe
+        r = self.dp_replicate if moe is not None else 1
+        if self.etp is None:
+            return (dp * cp) % (ep * r) == 0
         ffn_ok = moe is None or moe.expert_ffn_hidden_size % self.etp == 0
-        return ffn_ok and (tp * cp * dp) % (self.etp * ep) == 0
+        return ffn_ok and (tp * cp * dp) % (self.etp * ep * r) == 0
 
     def sp_ok(self, tp: int, sp: int) -> bool:
         """sp = 1 needs tp > 1; a folded layout (etp != tp) with tp > 1 needs sp = 1."""
@@ -556,4 +564,5 @@ class SearchSpace:
             "partition": self.partitions_searched(),
             "etp": [e if e is not None else "tp" for e in self.etp_axis],
             "partial_recompute": [self.partial_recompute],
+            "dp_replicate": [self.dp_replicate],
         }

@@ -68,6 +68,7 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
         "rules": ["dp*tp*pp*cp = GPUs", "global batch % (dp*mbs) = 0",
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
                   "ep | dp*cp (etp = tp), else etp*ep | tp*cp*dp",
+                  "dp_replicate | dp (and the expert-DP group), zero >= 1 when > 1",
                   "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)"],
     }
 
@@ -108,6 +109,9 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if have not in wants:
         shown = ", ".join("tp" if e is None else str(e) for e in space.etp_axis)
         return f"etp={plan.expert_tp} (searched: {shown})"
+    if plan.dp_replicate != space.dp_replicate:
+        return (f"dp_replicate={plan.dp_replicate} (searched: {space.dp_replicate} only; "
+                "pin it with --fix dp_replicate)")
     one = next((v for v in space.etp_variants()
                 if (None if v.etp is None or v.etp == plan.tp else v.etp) == have), space)
     if not one.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
@@ -131,8 +135,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if plan.stage_layers is None and plan.vpp > 1 and L % (plan.pp * plan.vpp):
         # its model chunks are Megatron's uneven default ones, not the equal chunks of a stage
         # that the free partition gives
-        return (f"Megatron's default split of {L} layers over pp*vpp = {plan.pp * plan.vpp} "
-                "(uneven; searched: multiples of vpp per stage)")
+        return (f"Megatron's uneven default split ({L} layers over pp*vpp = "
+                f"{plan.pp * plan.vpp}; searched: multiples of vpp per stage)")
     if any(n % plan.vpp or n < plan.vpp for n in per_stage):
         return f"layer split {list(per_stage)} (searched: multiples of vpp = {plan.vpp})"
     return None

@@ -196,6 +196,7 @@ def build_tables(space: SearchSpace) -> Tables:
 def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...]) -> Tables:
     """`build_tables` of a space with one expert-TP size, over the dp and m domains given."""
     job = space.job
+    rep = space.dp_replicate  # hybrid sharding: one value per space (search/space.py)
     model = job.model
     kinds: tuple[bool, ...] = (False,) if model.moe is None else (
         (False, True) if model.moe.first_k_dense_layers else (True,))
@@ -258,9 +259,9 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
         ax7 = np.ix_(tp, cp, ep, sp, mbs, np.array([0.0, 1.0, 2.0]), dp)
         for kind in kinds:
             _, _, z3per, _ = fx.dp_sync_factors(job, g, ax7[0], ax7[1], ax7[6], ax7[2], 3,
-                                                space.etp)
+                                                space.etp, rep)
             dl, _ = fx.layer_param_counts(job, kind, ax7[0], ax7[2], space.etp)
-            lat_mb, _ = fx.fsdp_call_latency(job, g, ax7[0], ax7[1], ax7[6], 3)
+            lat_mb, _ = fx.fsdp_call_latency(job, g, ax7[0], ax7[1], ax7[6], 3, rep)
             ag = z3per * dl + lat_mb
             base_t = t.time[g, kind][..., None]
             t.z3l[g, kind] = fx.overlap_exposed(ag, base_t) + fx.zero3_copy_factor(job, g) * dl
@@ -268,8 +269,9 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
     # model states per layer: (tp, ep, zero, dp, cp)
     g5 = np.ix_(tp, ep, zero, dp, cp)
     tp5, ep5, z5, dp5, cp5 = g5
-    shard_d = dp5 * cp5
-    shard_e = fx.expert_dp_size(tp5, cp5, dp5, ep5, space.etp)
+    # hybrid sharding: states shard over dp*cp/R (Plan.state_shard, Plan.expert_state_shard)
+    shard_d = dp5 * cp5 / rep
+    shard_e = fx.expert_dp_size(tp5, cp5, dp5, ep5, space.etp) / rep
     wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d)
     we, ge, oe = fx.state_bytes_per_param(job.recipe.for_experts(), z5, shard_e)
     buf = tch * fx.buffer_bytes_per_param(job, z5)
@@ -281,28 +283,29 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
         t.states[kind] = np.broadcast_to(
             pd * (wd + gch * gd + od + buf) + pe * (we + gch * ge + oe + buf), shape5).copy()
         for g in range(len(job.cluster.node_groups)):
-            sd, se, _z3, _fixed = fx.dp_sync_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp)
+            sd, se, _z3, _fixed = fx.dp_sync_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp,
+                                                     rep)
             opt = fx.optimizer_factor(job, g)
             on = (dp5 * cp5 > 1).astype(float)
             # expert gradients reduce over the expert-DP group (steptime.stage_times)
             on_e = np.maximum(on, (shard_e > 1).astype(float))
-            _, lat_step = fx.fsdp_call_latency(job, g, tp5, cp5, dp5, z5)
+            _, lat_step = fx.fsdp_call_latency(job, g, tp5, cp5, dp5, z5, rep)
             t.dpsync[g, kind] = np.broadcast_to(on * (sd * pd + lat_step) + on_e * (se * pe),
                                                 shape5).copy()
             t.opt[g, kind] = np.broadcast_to(opt * (pd * loc_d + pe * loc_e), shape5).copy()
-            md, me = fx.microbatch_grad_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp)
+            md, me = fx.microbatch_grad_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp, rep)
             t.mbl[g, kind] = np.broadcast_to(md * pd + me * pe, shape5).copy()
     ef0 = fx.edge_factors(job, 0, tp, 1, 0, 1)
     emb_p = np.asarray(ef0.emb_params, float).reshape(-1, 1, 1, 1)
     head_p = np.asarray(ef0.head_params, float).reshape(-1, 1, 1, 1)
     g4 = np.ix_(tp, zero, dp, cp)
     _, z4, dp4, cp4 = g4
-    w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4)
+    w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rep)
     per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
     shape4 = (len(tp), len(zero), len(dp), len(cp))
     t.emb_states = np.broadcast_to(emb_p * per4, shape4).copy()
     t.head_states = np.broadcast_to(head_p * per4, shape4).copy()
-    loc4 = np.where(z4 >= 1, 1.0 / (dp4 * cp4), 1.0)
+    loc4 = np.where(z4 >= 1, 1.0 / (dp4 * cp4 / rep), 1.0)
     # (parameters, dp-sync / optimizer / per-micro-batch tables) of the stage extras
     extras = [(emb_p, t.emb_dpsync, t.emb_opt, t.emb_mb),
               (head_p, t.head_dpsync, t.head_opt, t.head_mb)]
@@ -319,12 +322,14 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
         extras += [(mtp_p, t.mtp_dpsync, t.mtp_opt, t.mtp_mb),
                    (copy_p, t.mtpc_dpsync, t.mtpc_opt, t.mtpc_mb)]
     for g in range(len(job.cluster.node_groups)):
-        sd, _, _, fixed = fx.dp_sync_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
+        sd, _, _, fixed = fx.dp_sync_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4,
+                                             None, rep)
         on4 = (dp4 * cp4 > 1).astype(float)
         sd = sd * on4
         t.dps_fixed[g] = np.broadcast_to(fixed * on4, shape4).copy()
         opt = fx.optimizer_factor(job, g)
-        md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4)
+        md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4,
+                                            None, rep)
         for p_, ds, op, mb in extras:
             ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
             op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
@@ -376,6 +381,9 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
             t = v
             break
     sp_ = t.space
+    if plan.dp_replicate != sp_.dp_replicate:  # the tables hold one shard group size
+        raise ValueError(f"plan dp_replicate={plan.dp_replicate}, tables of "
+                         f"dp_replicate={sp_.dp_replicate}")
     L = sp_.num_layers
     ls = plan.layers_per_stage(L)
     chunks = plan.chunks_per_stage(L)

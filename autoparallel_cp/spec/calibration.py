@@ -19,12 +19,16 @@ Every knob enters the cost model through the job, never through the solver:
   ranking (the search composes without it; `search/recommend.py` subtracts it from the limit).
 - ``memory_reserve_gib``: allocated bytes per GPU the model does not count (workspaces, extra
   buffers); added to `other_bytes` (`cost/model_state.py`), hence to every peak the search and
-  `evaluate` compute. Negative when the model over-counts.
+  `evaluate` compute. Never negative: a reserve is bytes added, and a negative one would make
+  a small job's peak negative (its memory interval inverted); where the model over-counts, the
+  fitted memory interval says so instead.
 
 The identity (`Calibration()`) leaves every number unchanged.
 """
 
 from __future__ import annotations
+
+import math
 
 from pydantic import Field, model_validator
 
@@ -35,15 +39,18 @@ from .cluster import ClusterSpec
 #: 0.5-1.5x of the H200-fitted curves covers power-capped / older-driver clusters up to
 #: kernels faster than the curves; network 0.2-1.5x covers a congested fabric up to links
 #: faster than their nominal efficiency; fixed times up to 0.5 s per micro-batch and 30 s per
-#: step (host-bound or I/O-bound loops); memory reserve -8..16 GiB.
+#: step (host-bound or I/O-bound loops); memory reserve 0..16 GiB (module docstring).
 BOUNDS: dict[str, tuple[float, float]] = {
     "compute": (0.5, 1.5),
     "net_intra": (0.2, 1.5),
     "net_inter": (0.2, 1.5),
     "per_microbatch_s": (0.0, 0.5),
     "per_step_s": (0.0, 30.0),
-    "memory_reserve_gib": (-8.0, 16.0),
+    "memory_reserve_gib": (0.0, 16.0),
 }
+#: Widest interval end, |ln(measured / predicted)|: a factor of 10 either way. A wider 80 %
+#: interval says nothing a plan could be chosen by (and exp() of it must stay finite).
+MAX_LOG_INTERVAL = math.log(10.0)
 
 #: Version of the calibration file format (docs/user-guide.md, "Calibrating to your cluster").
 FORMAT_VERSION = 1
@@ -52,8 +59,8 @@ FORMAT_VERSION = 1
 class Interval(Strict):
     """A nominal 80 % interval of a log-ratio error: measured / predicted in [exp(lo), exp(hi)]."""
 
-    lo: float = Field(le=0.0)
-    hi: float = Field(ge=0.0)
+    lo: float = Field(le=0.0, ge=-MAX_LOG_INTERVAL)
+    hi: float = Field(ge=0.0, le=MAX_LOG_INTERVAL)
 
 
 class Calibration(Strict):
@@ -84,6 +91,13 @@ class Calibration(Strict):
             v = getattr(self, k)
             if not lo <= v <= hi:
                 raise ValueError(f"{k} = {v} outside its range [{lo}, {hi}]")
+        for name, v in self.std.items():
+            kind = name.split(":", 1)[0]
+            if kind not in BOUNDS:
+                raise ValueError(f"uncertainty of unknown knob {name[:80]!r}")
+            lo, hi = BOUNDS[kind]
+            if not 0.0 <= v <= hi - lo:  # one sd wider than the whole range says nothing
+                raise ValueError(f"uncertainty of {name} = {v} outside [0, {hi - lo:g}]")
         return self
 
     def compute_factor(self, gpu_name: str) -> float:

@@ -383,6 +383,18 @@ RULES: tuple[Rule, ...] = (
          "with pipeline parallelism'",
          f"{_DS} deepspeed/runtime/pipe/engine.py:76-77",
          lambda j, p: {"zero": 1} if p.pp > 1 and p.zero >= 2 else None),
+    Rule("deepspeed", "dp_replicate",
+         "hybrid sharding is MiCS (mics_shard_size), a ZeRO-3 optimizer only; hpZ "
+         "(zero_hpz_partition_size) keeps the states sharded over all of dp, a different cost",
+         "DeepSpeed 38327e07 (2025-02) deepspeed/runtime/engine.py:1706-1707 (MiCS in the stage-3 "
+         "branch), runtime/zero/stage3.py:215 (hpZ: secondary weight partition only)",
+         lambda j, p: {"zero": 3} if p.dp_replicate > 1 and p.zero < 3 else None),
+    Rule("deepspeed", "dp_replicate",
+         "MiCS cuts consecutive world ranks into shard groups, with no tensor or pipeline "
+         "ranks in between (its config takes pp_size = 1)",
+         "DeepSpeed 38327e07 (2025-02) deepspeed/runtime/zero/mics_utils.py:74 and 183",
+         lambda j, p: {"dp_replicate": 1} if p.dp_replicate > 1 and (p.tp > 1 or p.pp > 1)
+         else None),
     Rule("deepspeed", "vpp",
          "the pipeline engine runs one stage per rank (TrainSchedule); no interleaved schedule",
          f"{_DS} deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
@@ -498,7 +510,8 @@ def pins(fmt: str, given: dict[str, int] | None = None) -> dict[str, int]:
 
     DeepSpeed (rows above): no interleaving, ring CP or sequence parallelism (AutoTP splits
     linears only; sp is meaningless at tp 1, so it is pinned off whatever tp the search picks);
-    with a pipeline, ZeRO <= 1 and no TP; with TP (AutoTP), no pipeline.
+    with a pipeline, ZeRO <= 1 and no TP; with TP (AutoTP), no pipeline; with hybrid sharding
+    (MiCS), ZeRO-3 and neither TP nor a pipeline.
     """
     g = given or {}
     if _family(fmt) != "deepspeed":
@@ -508,6 +521,8 @@ def pins(fmt: str, given: dict[str, int] | None = None) -> dict[str, int]:
         out.update(tp=1, zero=1)
     if g.get("tp", 1) > 1:
         out.update(pp=1)
+    if g.get("dp_replicate", 1) > 1 and g.get("pp", 1) == 1 and g.get("tp", 1) == 1:
+        out.update(zero=3, tp=1, pp=1)  # MiCS: ZeRO-3 over data-parallel ranks only
     return out
 
 

@@ -3,8 +3,8 @@
 Field names are the stable surface of INTERFACE.md: dp, tp, pp, vpp, cp, ep, sp, zero, mbs,
 num_microbatches, recompute, recompute_layers, plus the optional layer partition
 (`stage_layers`, or per model chunk `chunk_layers`), on heterogeneous clusters the node group
-of each stage (`stage_groups`), and the expert-tensor-parallel size `etp` of MoE parallel
-folding.
+of each stage (`stage_groups`), the expert-tensor-parallel size `etp` of MoE parallel
+folding, and the replicas `dp_replicate` of hybrid sharding (`spec/hybrid_sharding.py`).
 
 Layer splits (defaults, model chunks, micro-batch groups): `spec/splits.py`.
 
@@ -34,6 +34,7 @@ from autoparallel_cp.spec.base import (
     Bounded,
 )
 from autoparallel_cp.spec.folding import folding_violations
+from autoparallel_cp.spec.hybrid_sharding import replicate_violations
 from autoparallel_cp.spec.schedules import (
     Schedule,
     axis_key,
@@ -89,6 +90,7 @@ class Plan(BaseModel):
     schedule: Schedule | None = None  # spec/schedules.py; None: default_schedule(vpp)
     optimizer_offload: Fraction = 0.0  # share of the optimizer states kept in host memory
     activation_offload: LayerCount = 0  # layers per stage whose activations go to the host
+    dp_replicate: Degree = 1  # hybrid sharding: replicas of the dp*cp/dp_replicate shard group
 
     def __init__(self, **fields: Any) -> None:
         """Validate the fields; a bad one is a PlanError (a UserError) naming the field."""
@@ -108,7 +110,8 @@ class Plan(BaseModel):
             self.stage_layers or (), self.stage_groups or (),
         ) + ((self.chunk_layers,) if self.chunk_layers is not None else ()) + (
             ((self.etp,),) if self.etp is not None else ()) + axis_key(  # ints: comparable
-            self.schedule, self.optimizer_offload, self.activation_offload)
+            self.schedule, self.optimizer_offload, self.activation_offload) + (
+            ((-2, self.dp_replicate),) if self.dp_replicate != 1 else ())  # no chunk is < 0
 
     def short(self) -> str:
         """Compact `key=value` text, accepted back by `parse_plan`."""
@@ -128,6 +131,8 @@ class Plan(BaseModel):
         if self.etp is not None:
             parts.append(f"etp={self.etp}")
         parts += axis_text(self.schedule, self.optimizer_offload, self.activation_offload)
+        if self.dp_replicate != 1:
+            parts.append(f"dp_replicate={self.dp_replicate}")
         return ",".join(parts)
 
     @property
@@ -150,6 +155,21 @@ class Plan(BaseModel):
         """Expert-data-parallel size: tp*cp*dp / (etp*ep) ranks of a stage hold the same
         experts (Megatron parallel_state.py:880, world / (etp*ep*pp)); dp*cp/ep by default."""
         return max(self.tp * self.cp * self.dp // (self.expert_tp * self.ep), 1)
+
+    @property
+    def dp_shard(self) -> int:
+        """Data-parallel ranks of one shard group (torchtitan's dp_shard): dp / dp_replicate."""
+        return max(self.dp // self.dp_replicate, 1)
+
+    @property
+    def state_shard(self) -> int:
+        """Ranks the dense states shard over under ZeRO: dp·cp/dp_replicate (hybrid_sharding)."""
+        return max(self.dp * self.cp // self.dp_replicate, 1)
+
+    @property
+    def expert_state_shard(self) -> int:
+        """Ranks the expert states shard over under ZeRO: `expert_dp` / dp_replicate."""
+        return max(self.expert_dp // self.dp_replicate, 1)
 
     def layers_per_stage(self, num_layers: int) -> tuple[int, ...]:
         """Transformer layers held by each pipeline stage: the stage sums of `chunk_layers`,
@@ -198,7 +218,7 @@ class PlanError(UserError, ValueError):
 
 
 _INT_FIELDS = {"dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
-               "recompute_layers", "etp", "activation_offload"}
+               "recompute_layers", "etp", "activation_offload", "dp_replicate"}
 _TUPLE_FIELDS = {"stage_layers", "stage_groups", "chunk_layers"}
 _AXIS_FIELDS = {"schedule", "optimizer_offload"}  # spec/schedules.py `axis_value`
 PLAN_FIELDS = tuple(sorted(_INT_FIELDS | _TUPLE_FIELDS | _AXIS_FIELDS | {"recompute"}))
@@ -345,6 +365,8 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
                                   plan.sp)
     if plan.sp and plan.tp == 1:
         out.append("sp=1 needs tp > 1")
+    out += replicate_violations(plan.dp, plan.zero, plan.expert_dp, plan.dp_replicate,
+                                m.moe is not None)
     out += split_violations(m.num_layers, plan)
     if plan.stage_groups is not None:
         if len(plan.stage_groups) != plan.pp:
@@ -371,6 +393,11 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
         )
     if plan.recompute_layers is not None and plan.recompute != "full":
         out.append("recompute_layers is only meaningful with recompute=full")
+    elif plan.recompute_layers is not None and not split_violations(m.num_layers, plan):
+        most = max(plan.layers_per_stage(m.num_layers))
+        if plan.recompute_layers > most:
+            out.append(f"recompute_layers={plan.recompute_layers} exceeds the {most} layers "
+                       "of the largest pipeline stage (layers per stage that recompute)")
     out += schedule_violations(plan.schedule, plan.pp, plan.vpp, plan.num_microbatches)
     if not split_violations(m.num_layers, plan):
         out += offload_violations(plan.activation_offload, plan.optimizer_offload,

@@ -22,9 +22,11 @@ LAYERS: dict[str, int] = {
     "search": 3,
     "emit": 3,
     "calibrate": 3,
+    "streams": 3,  # a leaf: the standard streams of the CLI (outputs writes through it)
     "outputs": 4,
     "api": 4,
     "report": 5,
+    "gcs_probe": 4,  # a leaf: asks a host:port whether a Ray GCS answers (sweep_backends)
     "trace": 5,
     "sweep_backends": 5,
     "whatif": 6,

@@ -154,3 +154,79 @@ def test_measure_without_torch_is_a_clear_error(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["measure", "--cluster", "dgx-h100", "--cpu",
                                   "--out", str(tmp_path / "m.csv")])
     assert r.exit_code == 2 and "needs torch" in r.output and "Traceback" not in r.output
+
+
+# --- hostile RUNS.csv (issue 32): exit 2, one line naming the file, the row and the field ------
+
+def _cli(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(main, ["calibrate", *args, "-q"])
+    return r.exit_code, r.output
+
+
+@pytest.mark.parametrize(("cells", "field", "words"), [
+    ("x" * 300 + ',dgx-h100,8,4096,64,megatron-bf16,"tp=8",6.1,', "model", "unknown"),
+    ('llama3-8b,' + "c" * 300 + ',8,4096,64,megatron-bf16,"tp=8",6.1,', "cluster", "unknown"),
+    ('llama3-8b,dgx-h100,8,4096,64,megatron-bf16,"tp=8",6.1,1e-300', "peak_gib", "less than"),
+    ('llama3-8b,dgx-h100,8,4096,64,megatron-bf16,"tp=8",6.1,1e300', "peak_gib", "more than"),
+    ('llama3-8b,dgx-h100,8,4096,64,megatron-bf16,"tp=8",1e-300,', "step_s", "less than"),
+    ('llama3-8b,dgx-h100,8,4096,64,megatron-bf16,"tp=8",6.1,' + "1" * 200_000, "peak_gib",
+     "characters"),
+    ('llama3-8b,dgx-h100,8,4096,1e30,megatron-bf16,"tp=8",6.1,', "global_batch", "more than"),
+])
+def test_hostile_fields_exit_2_naming_row_and_field(tmp_path: Path, cells: str, field: str,
+                                                    words: str) -> None:
+    p = _csv(tmp_path, GOOD, cells + "\n")
+    code, out = _cli("--runs", str(p), "--out", str(tmp_path / "c.yaml"))
+    assert code == 2, out
+    assert "Traceback" not in out and len(out.strip().splitlines()) == 1, out
+    assert str(p) in out and "row 2" in out and f"field '{field}'" in out and words in out, out
+    assert not (tmp_path / "c.yaml").exists()
+
+
+def test_bom_and_crlf_are_read(tmp_path: Path) -> None:
+    """A spreadsheet's "CSV UTF-8": a byte-order mark, CRLF line ends; the model column is
+    read, not taken from --model."""
+    p = tmp_path / "runs.csv"
+    p.write_bytes(b"\xef\xbb\xbf" + (HEADER + GOOD).replace("\n", "\r\n").encode())
+    runs, _ = load_runs(p, model="llama3-70b")
+    assert runs[0].job.model.name.startswith("llama3-8b") and runs[0].step_s == 6.1
+    assert runs[0].plan.tp == 8
+
+
+def test_huge_and_special_files_exit_2(tmp_path: Path) -> None:
+    code, out = _cli("--runs", "/dev/zero", "--out", str(tmp_path / "c.yaml"))
+    assert code == 2 and "/dev/zero" in out and "MiB" in out and "Traceback" not in out, out
+    big = tmp_path / "big.csv"
+    with big.open("w", encoding="utf-8") as fh:
+        fh.write(HEADER + GOOD)
+        fh.write("x" * (100 << 20) + "\n")  # one 100 MB line
+    code, out = _cli("--runs", str(big), "--out", str(tmp_path / "c.yaml"))
+    assert code == 2 and "MiB" in out and "Traceback" not in out, out
+
+
+def test_misspelt_and_duplicate_columns(tmp_path: Path) -> None:
+    p = _csv(tmp_path, GOOD, header=HEADER.replace("peak_gib", "peak_gb"))
+    with pytest.raises(InputError, match="did you mean 'peak_gib'"):
+        load_runs(p)
+    p = _csv(tmp_path, GOOD.rstrip("\n") + ",x\n", header=HEADER.rstrip("\n") + ",plan\n")
+    with pytest.raises(InputError, match="twice"):
+        load_runs(p)
+
+
+MICRO = "kind,cluster,gpu,m,k,n,dtype,gpus,gpus_per_node,size_bytes,time_s\n"
+
+
+@pytest.mark.parametrize(("row", "field", "words"), [
+    ("gemm,dgx-h100,H100-SXM5-80GB,1024,1024,1024,bf16,,,,nan", "time_s", "finite"),
+    ("gemm,dgx-h100,H100-SXM5-80GB,1024,1024,1024,bf16,,,,inf", "time_s", "finite"),
+    ("all_reduce,dgx-h100,,,,,,8,0.5,1048576,0.001", "gpus_per_node", "whole"),
+    ("all_reduce,dgx-h100,,,,,,1,1,1048576,0.001", "gpus", ">= 2 processes"),
+    ("all_reduce,dgx-h100,,,,,,4,8,1048576,0.001", "gpus_per_node", "more than"),
+    ("gemm,dgx-h100,H100-SXM5-80GB,1e12,1024,1024,bf16,,,,0.1", "m", "outside"),
+])
+def test_bad_micro_rows(tmp_path: Path, row: str, field: str, words: str) -> None:
+    p = _csv(tmp_path, "gemm,dgx-h100,H100-SXM5-80GB,1024,1024,1024,bf16,,,,0.001\n", row + "\n",
+             header=MICRO)
+    code, out = _cli("--runs", str(p), "--out", str(tmp_path / "c.yaml"))
+    assert code == 2 and "Traceback" not in out, out
+    assert "row 2" in out and f"field '{field}'" in out and words in out, out

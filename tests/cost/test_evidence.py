@@ -94,3 +94,23 @@ def test_a_class_without_published_runs_says_so() -> None:
     job = api.make_job("mixtral-8x7b", "dgx-a100", gpus=64, seq_len=4096, global_batch=256)
     ev = evidence(job, 0.5, {"step_s": 1.0, "compute_s": 1.0})
     assert ev["best_published_mfu"] is None and not ev["beyond_evidence"]
+
+
+def test_the_terminal_names_the_claim_and_its_mechanisms() -> None:
+    from click.testing import CliRunner
+
+    from autoparallel_cp.cli import main
+
+    r = CliRunner().invoke(main, ["solve", "--model", "gpt3-175b", "--cluster", "dgx-a100",
+                                  "--gpus", "1024", "--seq-len", "2048", "--global-batch",
+                                  "1536", "--top-k", "2", "--time-limit", "30"])
+    assert r.exit_code == 0, r.output
+    marked = [x for x in r.stdout.splitlines() if "%*" in x]
+    flat = " ".join(r.stdout.split())  # the sentence may wrap on the terminal's width
+    at = flat.find("beyond the evidence (*)")
+    line = flat[at:at + 600] if at >= 0 else None
+    # a starred MFU and the sentence come together, naming the class and what carries it
+    assert bool(marked) == (line is not None)
+    if line is not None:
+        assert "past the best published dense 100-300B | A100 | bf16 run" in line
+        assert "carried by" in line

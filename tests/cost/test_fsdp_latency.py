@@ -98,8 +98,8 @@ def test_stage_sync_pays_one_reduce_scatter_latency_per_layer(
     plan = Plan(dp=32, zero=3, mbs=1, num_microbatches=2)
     with_calls = stage_times(job, plan)[0].dp_sync_s
 
-    def none(job: Job, g: int, tp: object, cp: object, dp: object, zero: object
-             ) -> tuple[np.ndarray, np.ndarray]:
+    def none(job: Job, g: int, tp: object, cp: object, dp: object, zero: object,
+             rep: object = 1) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(()), np.zeros(())
 
     monkeypatch.setattr(F, "fsdp_call_latency", none)

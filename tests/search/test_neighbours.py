@@ -45,6 +45,8 @@ def test_neighbours_of_a_plan_by_hand() -> None:
         "optimizer_offload 0 -> 1": dict(optimizer_offload=1.0),
         "activation_offload 0 -> 1": dict(activation_offload=1),
         "activation_offload 0 -> 6": dict(activation_offload=6),
+        # hybrid sharding (zero >= 1): two replicas of the dp/2 shard group
+        "dp_replicate 1 -> 2": dict(dp_replicate=2),
     }
     assert list(got) == list(want)  # in the order the axes are tried
     for label, upd in want.items():

@@ -71,3 +71,25 @@ def test_robust_objective_on_the_cli() -> None:
     plans = json.loads(r.stdout)["plans"]
     ps = [p["time"]["pessimistic_step_s"] for p in plans]
     assert ps == sorted(ps) and all(p["time"]["step_s"] < q for p, q in zip(plans, ps, strict=True))
+    table = CliRunner().invoke(main, ["solve", "--model", "llama3-8b", "--cluster", "dgx-h100",
+                                      "--gpus", "16", "--seq-len", "2048", "--global-batch",
+                                      "32", "--fix", FIX, "--objective", "robust", "--top-k",
+                                      "3"])
+    assert table.exit_code == 0, table.output
+    line = next(x for x in table.stdout.splitlines() if x.startswith("objective robust:"))
+    assert line.count("#") == len(plans)
+    assert "best robust: #1" in table.stdout
+
+
+def test_no_plan_is_faster_under_the_pessimistic_job() -> None:
+    """The docstring's premise: slower rates and a longer fixed time never shorten a step
+    (checked on a proven top-k and every single-axis neighbour of it, dense and MoE)."""
+    from autoparallel_cp.search.neighbours import neighbours
+
+    for model, gpus in (("llama3-70b", 64), ("mixtral-8x7b", 64)):
+        job = api.make_job(model, "dgx-h100", gpus=gpus, seq_len=4096, global_batch=128)
+        pj = pessimistic_job(job)
+        plans = [e.plan for e in api.solve(job, top_k=3, time_limit=30).plans]
+        plans += [p for q in plans[:1] for _, p in neighbours(job, q)]
+        for p in plans:
+            assert step_time(pj, p).step_s >= step_time(job, p).step_s

@@ -1,0 +1,49 @@
+"""Hybrid sharding (HSDP): the plan field `dp_replicate` and its rules (pure functions of
+counts; `spec.plan.Plan` carries the field and applies them).
+
+`dp` stays the whole data-parallel size; the model states shard over a shard group of
+dp·cp/dp_replicate ranks (ZeRO within the group) and are replicated across `dp_replicate`
+such groups; gradients are reduce-scattered within the group and the reduced share is
+all-reduced across the replicas (cost/sync.py). The shard group is the inner one in every
+framework that runs it:
+
+- torchtitan @b5bcd76c: `data_parallel_replicate_degree` x `data_parallel_shard_degree`
+  (torchtitan/config/configs.py:122-150), mesh ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
+  (distributed/parallel_dims.py:239), FSDP2 over dp_shard·cp with dp_replicate replicating
+  (distributed/fsdp.py:28-29): zero 2 / 3 (`fsdp_reshard_after_forward` never / always);
+  PyTorch FSDP2 all-reduces across the replicate group after every reduce-scatter
+  (`FSDPParamGroup.all_reduce_grads` defaults to True, torch/distributed/fsdp/_fully_shard/
+  _fsdp_param_group.py), and torchtitan never calls `set_requires_all_reduce(False)`;
+- Megatron-LM d98e8a64 `--num-distributed-optimizer-instances` (training/arguments.py:3216):
+  (dp·cp) % instances == 0, each instance a consecutive slice of the dp-cp ranks
+  (core/parallel_state.py:922-929, 984-990), the distributed optimizer (zero 1) within an
+  instance, an all-reduce across instances (distributed/param_and_grad_buffer.py:734-745);
+  Megatron-FSDP (zero 2 / 3) reads the same flag as its HSDP switch
+  (distributed/fsdp/mcore_fsdp_adapter.py:346);
+- DeepSpeed @38327e07 MiCS (`mics_shard_size`, runtime/zero/config.py:326): ZeRO-3 within
+  groups of consecutive ranks (zero/mics_utils.py:183), gradients all-reduced across the
+  replicas at the accumulation boundary (zero/mics.py:436); spec/frameworks.py refuses the
+  rest (ZeRO++ hpZ keeps the states sharded over all of dp: a different layout).
+"""
+
+from __future__ import annotations
+
+
+def replicate_violations(dp: int, zero: int, expert_dp: int, replicate: int,
+                         moe: bool) -> list[str]:
+    """Rules of hybrid sharding: dp_replicate divides dp (and the MoE experts' DP group,
+    whose states shard over expert_dp/dp_replicate ranks: torchtitan's sparse storage mesh
+    dp_replicate x efsdp x ep, fsdp.py:29), and something is sharded (zero >= 1)."""
+    r = replicate
+    if r == 1:
+        return []
+    out: list[str] = []
+    if dp % r:
+        out.append(f"dp % dp_replicate: {dp} % {r} != 0 (the shard group is dp/dp_replicate)")
+    if zero == 0:
+        out.append(f"dp_replicate={r} needs zero >= 1: hybrid sharding replicates sharded "
+                   "states, and zero=0 shards none")
+    if moe and expert_dp % r:
+        out.append(f"expert-DP group % dp_replicate: {expert_dp} % {r} != 0 (the experts' "
+                   "states shard over expert_dp/dp_replicate ranks)")
+    return out
