@@ -264,9 +264,12 @@ def solve(
     fix: str | Mapping[str, Any] | None = None,
     progress: Callable[..., Any] | None = None,
     seed: int | None = None,
+    emit: str | None = None,
 ) -> Any:
     """Optimal and k best plans found by CP-SAT: a SolveResult (status, solve_time_s,
-    space_size, plans best first). Raises InfeasibleError when no plan fits."""
+    space_size, plans best first). Raises InfeasibleError when no plan fits. The search keeps
+    to the plans the recipe's framework (deepspeed, torchtitan-fsdp, pytorch-fsdp) and the
+    `emit` format run (spec/framework_space.py)."""
     _check_search_args(job, top_k, objective)
     if time_limit is not None:
         check_number(time_limit, "--time-limit", hi=MAX_TIME_LIMIT_S)
@@ -280,9 +283,11 @@ def solve(
     pins = parse_fix(fix)
     from autoparallel_cp.search.solve import solve as cpsat_solve
 
+    fmt = _emit_format(emit)
+
     def run(j: Job) -> Any:
         return cpsat_solve(j, **_given(top_k=top_k, time_limit=time_limit, workers=workers,
-                                       fix=pins, progress=progress, seed=seed))
+                                       fix=pins, progress=progress, seed=seed, emit=fmt))
 
     return _robust(job, run) if objective == "robust" else run(job)
 
@@ -293,16 +298,28 @@ def enumerate_plans(
     top_k: int = 5,
     objective: str = "throughput",
     fix: str | Mapping[str, Any] | None = None,
+    emit: str | None = None,
 ) -> Any:
     """The exhaustive reference over the same space as `solve` (a SolveResult)."""
     _check_search_args(job, top_k, objective)
     pins = parse_fix(fix)
     from autoparallel_cp.search.solve import enumerate_plans as reference
 
+    fmt = _emit_format(emit)
+
     def run(j: Job) -> Any:
-        return reference(j, **_given(top_k=top_k, fix=pins))
+        return reference(j, **_given(top_k=top_k, fix=pins, emit=fmt))
 
     return _robust(job, run) if objective == "robust" else run(job)
+
+
+def _emit_format(emit: str | None) -> str | None:
+    """`emit` checked against the launch-settings formats (InputError naming them)."""
+    from autoparallel_cp.spec.frameworks import FRAMEWORKS
+
+    if emit is not None and emit not in FRAMEWORKS:
+        raise InputError(f"emit: {emit!r} is not one of {', '.join(FRAMEWORKS)}", field="emit")
+    return emit
 
 
 def with_inter_node_bandwidth(cluster: ClusterSpec, gbps: float) -> ClusterSpec:

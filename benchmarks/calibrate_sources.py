@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import sys
 
-import crossval as X
 import numpy as np
+from harness import crossval as X
 
 from autoparallel_cp.calibrate.fit import fit
 from autoparallel_cp.calibrate.runs import Run

@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import crossval  # noqa: E402
+from harness import crossval  # noqa: E402
 
 from autoparallel_cp.cost.efficiency import peak_flops  # noqa: E402
 from autoparallel_cp.cost.evaluate import evaluate  # noqa: E402

@@ -107,7 +107,7 @@ def _compare(label: str, job: Job, plan: Plan, measured: float, kind: str,
 
 def rows(time_limit: float) -> list[Row]:
     """Every job of the table (module docstring)."""
-    import crossval as X
+    from harness import crossval as X
 
     out: list[Row] = []
     cases = X.cases()

@@ -85,13 +85,28 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.frameworks_megatron import worker_megatron, worker_megatron_params
+from harness.frameworks_torchtitan import (
+    worker_deepspeed,
+    worker_torchtitan,
+    worker_torchtitan_toml,
+)
+
 FORMATS = ("megatron", "torchtitan", "torchtitan-toml", "deepspeed")
+
+
 EXT = {"megatron": "sh", "torchtitan": "py", "torchtitan-toml": "toml", "deepspeed": "json"}
+
 
 # model files of the windowed test models (not presets: see their `source`)
 SWA_ALT = str(Path(__file__).parent / "data" / "models" / "swa-alt-8b.yaml")
+
+
 SWA_TAIL = str(Path(__file__).parent / "data" / "models" / "swa-tail-8b.yaml")
+
+
 GPT_OSS_20B = str(Path(__file__).parent / "data" / "hf_configs" / "gpt-oss-20b.json")
+
 
 # (label, model, gpus, seq_len, global_batch, recipe, command, plan-or-fix, extra CLI args)
 JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
@@ -186,6 +201,7 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
     ("recipe-as-given", "llama3-8b", 32, 8192, 64, "megatron-bf16", "evaluate",
      "tp=2,sp=1,zero=3,mbs=1", ["strict"]),
 ]
+
 
 PARAM_JOBS = [("llama3-8b", 32, "tp=8,zero=1,mbs=1"), ("gpt3-13b", 16, "tp=4,zero=1,mbs=1"),
               ("mixtral-8x7b", 64, "tp=2,pp=4,ep=8,sp=1,zero=1,mbs=1"),
@@ -301,400 +317,6 @@ def _deepspeed_plan(plan_json: Path, emitted: Path) -> str:
                 s += ",stage_layers=" + ":".join(map(str, p["stage_layers"]))
             return s
     return ""
-
-
-# ----------------------------------------------------------------- workers (one per framework)
-
-def _megatron_setup(src: str) -> Any:
-    import typing
-
-    import typing_extensions
-    typing.override = typing_extensions.override  # type: ignore[attr-defined]
-    sys.path.insert(0, src)
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("LOCAL_RANK", "0")
-    from megatron.core.models.common.embeddings import rope_utils
-    from megatron.training import arguments as a
-    a.get_device_arch_version = lambda: 9  # H100 (dgx-h100), no GPU here
-    if rope_utils.fused_apply_rotary_pos_emb is None:  # Transformer Engine stand-in (see top)
-        rope_utils.fused_apply_rotary_pos_emb = lambda *x, **k: None
-    return a
-
-
-def _bash_array(path: str) -> tuple[list[str], dict[str, str]]:
-    """MEGATRON_ARGS and the exports, read back through bash exactly as a user's shell would."""
-    script = (f"set -e; source {path}; for a in \"${{MEGATRON_ARGS[@]}}\"; do printf '%s\\0' "
-              "\"$a\"; done; printf 'ENV\\0%s\\0' \"${CUDA_DEVICE_MAX_CONNECTIONS-}\"")
-    raw = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
-    items = raw.stdout.split("\0")[:-1]
-    i = items.index("ENV")
-    env = {"CUDA_DEVICE_MAX_CONNECTIONS": items[i + 1]} if items[i + 1] else {}
-    return items[:i], env
-
-
-def _megatron_chunks(cfg: Any, pp: int, vpp: int) -> list[int]:
-    """Decoder layers Megatron builds in every model chunk (layout order: chunk v of rank j at
-    v*pp + j): its parsed --pipeline-model-parallel-layout, else transformer_block.py
-    `get_num_layers_to_build` per (rank, virtual stage)."""
-    from megatron.core.transformer.enums import LayerType
-    from megatron.core.transformer.transformer_block import get_num_layers_to_build
-
-    lay = cfg.pipeline_model_parallel_layout
-    if lay is not None:
-        return [lay.layout[j][v].count(LayerType.decoder) for v in range(vpp)
-                for j in range(pp)]
-    if pp == 1:
-        return [cfg.num_layers]
-    return [get_num_layers_to_build(cfg, vp_stage=v if vpp > 1 else None, pp_rank=j)
-            for v in range(vpp) for j in range(pp)]
-
-
-def _differences(got: dict[str, Any], want: dict[str, Any]) -> str:
-    """What Megatron derived that differs from the plan (per-layer lists: the first layer)."""
-    out = []
-    for k, w in want.items():
-        g = got.get(k)
-        if g == w:
-            continue
-        if k in ("windows", "cp_comm") and isinstance(g, list) and len(g) == len(w):
-            i = next(i for i, (a, b) in enumerate(zip(g, w, strict=True)) if a != b)
-            out.append(f"{k}: layer {i + 1} (1-based) derived {g[i]} != plan {w[i]}")
-        else:
-            out.append(f"{k}: derived {g} != plan {w}")
-    return "; ".join(out)
-
-
-def _megatron_attention(cfg: Any, cp: int) -> dict[str, Any]:
-    """Each layer's window as Megatron builds it (transformer/utils.py:531-547
-    `is_layer_window_attention`, 1-based layer numbers, read by both attention cores:
-    dot_product_attention.py:93-98, extensions/transformer_engine.py:2163-2171) and, with
-    cp > 1, each layer's context-parallel exchange (transformer_layer.py:378-385: the list's
-    entry layer_number - 1, or the one string) and the layers Transformer Engine would refuse
-    (v2.9 context_parallel.py, TE is not installed here: its rules are applied as written):
-    3803-3809, a sliding window (window_size other than (-1, 0) / (-1, -1)) runs only with
-    cp_comm_type "a2a" or "all_gather"; 3825-3827, a softmax_type other than "vanilla" (the
-    attention sinks of --softmax-type learnable, handed over at
-    extensions/transformer_engine.py:2184-2189) only with "a2a"; 3854-3888 knows only p2p,
-    a2a+p2p, all_gather and a2a."""
-    from megatron.core.transformer.utils import is_layer_window_attention
-
-    n = cfg.num_layers
-    win = [list(cfg.window_size) if is_layer_window_attention(
-        cfg.window_size, cfg.window_attn_skip_freq, i + 1) else None for i in range(n)]
-    out: dict[str, Any] = {"windows": win}
-    if cp > 1:
-        kinds = cfg.cp_comm_type if isinstance(cfg.cp_comm_type, list) else \
-            [cfg.cp_comm_type] * n
-        out["cp_comm"] = kinds
-        out["te_refuses"] = [
-            i + 1 for i, (w, k) in enumerate(zip(win, kinds, strict=True))
-            if k not in ("p2p", "a2a+p2p", "all_gather", "a2a")
-            or (w is not None and tuple(w) not in ((-1, 0), (-1, -1))
-                and k not in ("a2a", "all_gather"))
-            or (cfg.softmax_type != "vanilla" and k != "a2a")]
-    return out
-
-
-def worker_megatron(cases: list[dict[str, Any]], src: str) -> None:
-    a = _megatron_setup(src)
-    for c in cases:
-        pid = os.fork()
-        if pid == 0:  # a fresh process state per case
-            try:
-                args_list, env = _bash_array(c["file"])
-                os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
-                os.environ.update(env, WORLD_SIZE=str(c["gpus"]))
-                sys.argv = ["pretrain_gpt.py", *args_list, "--tokenizer-type", "NullTokenizer"]
-                args = a.parse_args()
-                a.validate_args(args, {})
-                cfg = a.core_transformer_config_from_args(args)
-                p = c["plan_fields"]
-                got = {"dp": args.data_parallel_size,
-                       "vpp": args.virtual_pipeline_model_parallel_size or 1,
-                       "chunks": _megatron_chunks(cfg, p["pp"], p["vpp"])}
-                want = {"dp": p["dp"], "vpp": p["vpp"], "chunks": c["layout"]}
-                if p["pp"] > 1 and p["vpp"] > 1:
-                    # the interleaved p2p overlap Megatron runs (model_parallel_config
-                    # overlap_p2p_comm / batch_p2p_comm from the arguments) is the one the
-                    # recipe costs; on pp 2 Megatron always overlaps (the emit's note)
-                    got["overlap_p2p_comm"] = (cfg.overlap_p2p_comm, cfg.batch_p2p_comm)
-                    on = bool(c["p2p_overlap"]) or p["pp"] == 2
-                    want["overlap_p2p_comm"] = (on, not on)
-                if p["recompute"] == "full" and p["recompute_layers"] is not None and \
-                        p["recompute_layers"] < max(c["stage_layers"]):
-                    got["recompute_layers"] = args.recompute_num_layers * got["vpp"]
-                    want["recompute_layers"] = p["recompute_layers"]
-                got.update(_megatron_attention(cfg, p["cp"]))
-                want["windows"] = c["windows"] or [None] * c["num_layers"]
-                if p["cp"] > 1:
-                    # the exchange the cost model charges: the all-gather on windowed
-                    # layers, the p2p ring on the others (cost/cp_ring.py)
-                    want["cp_comm"] = ["all_gather" if w else "p2p" for w in want["windows"]]
-                    want["te_refuses"] = []
-                ok = got == want
-                print(json.dumps({"id": c["id"], "ok": ok, "why": _differences(got, want)}),
-                      flush=True)
-            except BaseException as exc:  # noqa: BLE001 - report every rejection
-                print(json.dumps({"id": c["id"], "ok": False,
-                                  "why": f"{type(exc).__name__}: {str(exc)[:300]}"}),
-                      flush=True)
-            os._exit(0)
-        os.waitpid(pid, 0)
-
-
-def worker_megatron_params(jobs: list[dict[str, Any]], src: str) -> None:
-    a = _megatron_setup(src)
-    import torch
-    for j in jobs:
-        pid = os.fork()
-        if pid == 0:
-            try:
-                args_list, _ = _bash_array(j["file"])
-                os.environ.update(WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29591")
-                sys.argv = ["pretrain_gpt.py", *args_list, "--tokenizer-type", "NullTokenizer",
-                            "--use-cpu-initialization", "--transformer-impl", "local",
-                            "--no-rope-fusion", "--no-bias-swiglu-fusion",
-                            "--no-bias-dropout-fusion", "--no-masked-softmax-fusion",
-                            "--no-gradient-accumulation-fusion"]
-                args = a.parse_args()
-                for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                          "expert_model_parallel_size", "context_parallel_size"):
-                    setattr(args, k, 1)  # the whole model on one rank, same architecture
-                args.sequence_parallel = False
-                args.pipeline_model_parallel_layout = None
-                args.decoder_first_pipeline_num_layers = None
-                args.decoder_last_pipeline_num_layers = None
-                args.num_layers_per_virtual_pipeline_stage = None
-                args.use_megatron_fsdp = False
-                # the token dispatcher holds no parameter; alltoall's constructor makes a CUDA
-                # stream (moe/token_dispatcher.py:471-472), which a CPU has not (the dispatcher
-                # flag itself is checked by the per-case worker)
-                if args.moe_token_dispatcher_type == "alltoall":
-                    args.moe_token_dispatcher_type = "allgather"
-                args.global_batch_size = args.micro_batch_size
-                a.validate_args(args, {})
-                from megatron.core.tokenizers.utils.build_tokenizer import (
-                    vocab_size_with_padding,
-                )
-                args.padded_vocab_size = vocab_size_with_padding(args.vocab_size, args)
-                cfg = a.core_transformer_config_from_args(args)
-                cfg.perform_initialization = False
-                cfg.persist_layer_norm = False
-                mtp_layers, cfg.mtp_num_layers = cfg.mtp_num_layers, None
-                torch.distributed.init_process_group("gloo", world_size=1, rank=0)
-                from megatron.core import parallel_state
-                parallel_state.initialize_model_parallel()
-                from megatron.core.models.gpt import GPTModel
-                from megatron.core.models.gpt.gpt_layer_specs import (
-                    get_gpt_decoder_block_spec,
-                )
-                from megatron.core.transformer.dot_product_attention import (
-                    DotProductAttention,
-                )
-                def _dpa(self: Any, *x: Any, k_channels: Any = None, v_channels: Any = None,
-                         _init: Any = DotProductAttention.__init__, **kw: Any) -> None:
-                    _init(self, *x, **kw)
-                DotProductAttention.__init__ = _dpa  # type: ignore[method-assign]
-                torch.cuda.current_device = lambda: "meta"  # type: ignore[assignment,return-value]
-                spec = get_gpt_decoder_block_spec(cfg, use_transformer_engine=False)
-                with torch.device("meta"):
-                    m = GPTModel(config=cfg, transformer_layer_spec=spec,
-                                 vocab_size=args.padded_vocab_size,
-                                 max_sequence_length=args.max_position_embeddings,
-                                 position_embedding_type=args.position_embedding_type,
-                                 share_embeddings_and_output_weights=(
-                                     not args.untie_embeddings_and_output_weights))
-                n = sum(p.numel() for p in m.parameters())
-                bias = sum(b.numel() for k, b in m.named_buffers() if k.endswith("expert_bias"))
-                # the window each built layer's softmax masks with (local core attention:
-                # dot_product_attention.py:93-108 hands it to FusedScaleMaskSoftmax)
-                wins = [list(w) if (w := layer.self_attention.core_attention
-                                    .scale_mask_softmax.window_size) is not None else None
-                        for layer in m.decoder.layers]
-                print(json.dumps({"model": j["model"], "megatron_params": n,
-                                  "expert_bias_buffers": bias, "mtp_layers": mtp_layers or 0,
-                                  "padded_vocab": args.padded_vocab_size,
-                                  "windows": wins}), flush=True)
-            except BaseException as exc:  # noqa: BLE001
-                print(json.dumps({"model": j["model"], "error": f"{type(exc).__name__}: {exc}"}),
-                      flush=True)
-            os._exit(0)
-        os.waitpid(pid, 0)
-
-
-def _check_split(c: dict[str, Any], fqns: list[list[str]]) -> str:
-    p = c["plan_fields"]
-    chunks = c["layout"] if p["pp"] > 1 else [c["num_layers"]]
-    got = [sum(m.startswith("layers.") for m in part) for part in fqns]
-    return "" if got == chunks else f"stage split {got} != plan {chunks}"
-
-
-def _batch_rule(c: dict[str, Any], local: int, gbs: int, mb: int, dp: int, pp: int) -> str:
-    """torchtitan trainer.py:415-437 (0.3.0): gbs % (local * dp) == 0 and the microbatches."""
-    p = c["plan_fields"]
-    if gbs % (local * dp):
-        return f"global batch {gbs} not a multiple of local {local} * dp {dp}"
-    accum = gbs // (local * dp)
-    n_mb = local // mb if pp > 1 else 1
-    if accum * n_mb != p["num_microbatches"] or (pp > 1 and mb != p["mbs"]):
-        return f"micro-batches {accum}*{n_mb} != plan {p['num_microbatches']}"
-    return ""
-
-
-def worker_torchtitan(cases: list[dict[str, Any]]) -> None:
-    import torchtitan.components.quantization.float8 as tt_float8
-    from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
-    from torchtitan.config.manager import ConfigManager
-    from torchtitan.distributed.parallel_dims import ParallelDims
-    from torchtitan.distributed.pipeline_parallel import (
-        _generate_llm_fqn_per_model_part,
-        _get_pipeline_metadata,
-    )
-    tt_float8.has_cuda_capability = lambda major, minor: (major, minor) <= (9, 0)  # H100
-    import torch
-    built: dict[str, int] = {}
-    for c in cases:
-        try:
-            d = os.path.dirname(c["file"])
-            if d not in sys.path:
-                sys.path.insert(0, d)
-            mod = Path(c["file"]).stem.replace(".", "_").replace("-", "_").replace("+", "_")
-            Path(d, mod + ".py").write_text(Path(c["file"]).read_text())
-            cfg = ConfigManager().parse_args(["--module", mod, "--config", "autoparallel_plan"])
-            cfg.__post_init__()  # Trainer.Config checks on the final values
-            par, tr = cfg.parallelism, cfg.training
-            dims = ParallelDims(dp_replicate=par.data_parallel_replicate_degree,
-                                dp_shard=par.data_parallel_shard_degree,
-                                cp=par.context_parallel_degree, tp=par.tensor_parallel_degree,
-                                pp=par.pipeline_parallel_degree,
-                                ep=par.expert_parallel_degree, world_size=c["gpus"])
-            why = ""
-            dense = dims.dp_shard * dims.cp * dims.tp  # parallel_dims.py:277-279, 338-339
-            if (dense // dims.ep) * dims.ep != dense:
-                why = f"sparse mesh: dp_shard*cp*tp = {dense} not a multiple of ep = {dims.ep}"
-            if c["model"] not in built:  # the model torchtitan builds, on the meta device
-                with torch.device("meta"):
-                    m = cfg.model_spec.model.build()
-                built[c["model"]] = sum(p.numel() for p in m.parameters()) + sum(
-                    b.numel() for k, b in m.named_buffers() if "expert_bias" in k)
-                del m
-            if built[c["model"]] != c["planned_params"]:
-                why = (f"torchtitan builds {built[c['model']]:,} parameters (+ expert-bias "
-                       f"buffers), the plan {c['planned_params']:,}")
-            if dims.pp > 1 and not why:
-                if par.module_fqns_per_model_part is None:
-                    n, layers, iw, ow = _get_pipeline_metadata(dims, par, cfg.model_spec.model)
-                    fqns = _generate_llm_fqn_per_model_part(n, layers, iw, ow)
-                else:
-                    fqns = par.module_fqns_per_model_part
-                    single = issubclass(get_schedule_class(par.pipeline_parallel_schedule),
-                                        PipelineScheduleSingle)
-                    if len(fqns) % dims.pp or (single and len(fqns) != dims.pp):
-                        why = f"{len(fqns)} stages do not fit {par.pipeline_parallel_schedule}"
-                why = why or _check_split(c, fqns)
-            dp = dims.dp_replicate * dims.dp_shard
-            why = why or _batch_rule(c, tr.local_batch_size, tr.global_batch_size,
-                                     par.pipeline_parallel_microbatch_size, dp, dims.pp)
-            print(json.dumps({"id": c["id"], "ok": not why, "why": why}), flush=True)
-        except BaseException as exc:  # noqa: BLE001
-            print(json.dumps({"id": c["id"], "ok": False,
-                              "why": f"{type(exc).__name__}: {str(exc)[:300]}"}), flush=True)
-
-
-def worker_torchtitan_toml(cases: list[dict[str, Any]], src: str) -> None:
-    import math
-    sys.path.insert(0, src)
-    import torchtitan.components.quantization  # noqa: F401 - registers the converters
-    from torchtitan.config.manager import ConfigManager
-    from torchtitan.distributed.parallel_dims import ParallelDims
-    from torchtitan.distributed.pipeline_parallel import generate_llm_fqn_per_model_part
-    from torchtitan.protocols.model_converter import _registry_model_converter_cls
-    assert src in (torchtitan.__file__ or ""), torchtitan.__file__
-    for c in cases:
-        try:
-            cfg = ConfigManager().parse_args(["--job.config_file", c["file"]])
-            par, tr = cfg.parallelism, cfg.training
-            dims = ParallelDims(dp_replicate=par.data_parallel_replicate_degree,
-                                dp_shard=par.data_parallel_shard_degree,
-                                cp=par.context_parallel_degree, tp=par.tensor_parallel_degree,
-                                pp=par.pipeline_parallel_degree, ep=par.expert_parallel_degree,
-                                etp=par.expert_tensor_parallel_degree, world_size=c["gpus"])
-            why = ""
-            for name in cfg.model.converters:
-                if name not in _registry_model_converter_cls:
-                    why = f"converter {name!r} is not registered"
-            if dims.pp > 1 and not why:
-                if par.module_fqns_per_model_part is None:
-                    # v0.2.2 distributed/pipeline_parallel.py:72-105
-                    iw = par.pipeline_parallel_first_stage_less_layers
-                    ow = par.pipeline_parallel_last_stage_less_layers
-                    n = math.ceil((c["num_layers"] + iw + ow)
-                                  / par.pipeline_parallel_layers_per_stage)
-                    per_rank = n // dims.pp
-                    single = par.pipeline_parallel_schedule in ("1F1B", "GPipe")
-                    if n % dims.pp or (single and per_rank != 1) or (not single
-                                                                    and per_rank < 2):
-                        why = f"{n} virtual stages for pp={dims.pp}"
-                    else:
-                        fqns = generate_llm_fqn_per_model_part(n, c["num_layers"], iw, ow)
-                        why = _check_split(c, fqns)
-                else:
-                    why = _check_split(c, par.module_fqns_per_model_part)
-            dp = dims.dp_replicate * dims.dp_shard
-            why = why or _batch_rule(c, tr.local_batch_size, tr.global_batch_size,
-                                     par.pipeline_parallel_microbatch_size, dp, dims.pp)
-            print(json.dumps({"id": c["id"], "ok": not why, "why": why}), flush=True)
-        except BaseException as exc:  # noqa: BLE001
-            print(json.dumps({"id": c["id"], "ok": False,
-                              "why": f"{type(exc).__name__}: {str(exc)[:300]}"}), flush=True)
-
-
-def worker_deepspeed(cases: list[dict[str, Any]]) -> None:
-    import deepspeed.comm as dist
-    from deepspeed.module_inject.auto_ep_config import (
-        parse_autoep_config,
-        validate_autoep_config,
-    )
-    from deepspeed.runtime.config import DeepSpeedConfig
-    from deepspeed.runtime.pipe.topology import (
-        PipeDataParallelTopology,
-        PipeModelDataParallelTopology,
-    )
-    from deepspeed.runtime.zero.config import ZeroStageEnum
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29592", RANK="0", LOCAL_RANK="0",
-                      WORLD_SIZE="1")
-    dist.init_distributed(dist_backend="gloo")  # DeepSpeedConfig asks deepspeed.comm
-
-    class Mpu:
-        def __init__(self, dp: int) -> None:
-            self.dp = dp
-
-        def get_data_parallel_world_size(self) -> int:
-            return self.dp
-
-    for c in cases:
-        try:
-            p = c["plan_fields"]
-            cfg = json.loads(Path(c["file"]).read_text())
-            if p["pp"] > 1:
-                dp = PipeDataParallelTopology(num_pp=p["pp"], num_dp=p["dp"]).get_dim("data")
-            elif p["tp"] > 1:
-                dp = PipeModelDataParallelTopology(num_pp=1, num_mp=p["tp"],
-                                                   num_dp=p["dp"]).get_dim("data")
-            else:
-                dp = c["gpus"]  # no mpu: DeepSpeed counts every rank
-            ds = DeepSpeedConfig(cfg, mpu=Mpu(dp))
-            why = ""
-            if "expert_parallel" in cfg:  # AutoEP's own validation (folding of EP onto ranks)
-                validate_autoep_config(parse_autoep_config(cfg["expert_parallel"]),
-                                       world_size=c["gpus"], pp_size=p["pp"], tp_size=p["tp"],
-                                       sp_size=1, zero_stage=p["zero"])
-            if p["pp"] > 1 and not ds.zero_optimization_stage < ZeroStageEnum.gradients:
-                why = "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
-            print(json.dumps({"id": c["id"], "ok": not why, "why": why}), flush=True)
-        except BaseException as exc:  # noqa: BLE001
-            print(json.dumps({"id": c["id"], "ok": False,
-                              "why": f"{type(exc).__name__}: {str(exc)[:300]}"}), flush=True)
 
 
 # ----------------------------------------------------------------------------------- driver

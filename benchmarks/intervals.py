@@ -28,9 +28,9 @@ import math
 import sys
 from collections import defaultdict
 
-import crossval as X
 import numpy as np
-from validate import h200_rows, predicted_reserved_bytes, published_rows
+from harness import crossval as X
+from harness.train_rows import h200_rows, predicted_reserved_bytes, published_rows
 
 from autoparallel_cp.cost.evaluate import evaluate
 

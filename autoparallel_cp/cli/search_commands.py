@@ -31,7 +31,8 @@ from autoparallel_cp.cli.common import (
 from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.search import capacity
 from autoparallel_cp.search.space_proof import proof_space, space_line
-from autoparallel_cp.spec import Job, frameworks
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.framework_space import Restriction
 
 
 def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: str,
@@ -41,10 +42,12 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                  workers: int | None = None, trace_path: str | None = None,
                  trace_rank: int = 1, html_path: str | None = None) -> None:
     out, note = consoles(json_path, quiet, csv_path, emit_out, trace_path, html_path)
-    if emit_fmt:  # search only plans the --emit framework runs (spec/frameworks.py)
-        if (why := frameworks.job_refusal(job, emit_fmt)) is not None:
-            raise UserError(why)
-        fix = frameworks.with_pins(fix, emit_fmt)
+    # the search keeps to the plans the --emit format, else the recipe's framework, runs
+    # (spec/framework_space.py); a format that cannot train the job at all is named first (a
+    # recipe only costs the job as its framework would, whatever the model)
+    restriction = Restriction.of(job, emit_fmt)
+    if emit_fmt and restriction is not None and (why := restriction.job_refusal()):
+        raise UserError(why)
     # near-capacity plans stay visible (search/capacity.py): the search admits every plan that
     # fits the GPU's memory; --mem-headroom marks the risky ones and keeps them out of the
     # recommendation
@@ -54,21 +57,15 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         if kind == "solve":
             with ProgressLine(not quiet, "CP-SAT") as progress:
                 return api.solve(j, top_k=k, time_limit=time_limit, workers=workers,
-                                 objective=objective, fix=fix, progress=progress)
-        return api.enumerate_plans(j, top_k=k, objective=objective, fix=fix)
+                                 objective=objective, fix=fix, progress=progress,
+                                 emit=emit_fmt)
+        return api.enumerate_plans(j, top_k=k, objective=objective, fix=fix, emit=emit_fmt)
 
     result = search(full_job, top_k)
     status, solve_time, space, evs = result_parts(result)
     stats = getattr(result, "stats", {}) or {}
     wall_net = bool(stats.get("wall_clock_net_hit"))
     pess = stats.get("pessimistic_step_s")  # --objective robust: the ranking's step times
-    if emit_fmt:
-        keep = [i for i, ev in enumerate(evs)
-                if not frameworks.refusals(job, plan_of(ev), emit_fmt)]
-        if evs and not keep:
-            raise UserError(frameworks.none_runs(job, [plan_of(ev) for ev in evs], emit_fmt))
-        evs = [evs[i] for i in keep]
-        pess = [pess[i] for i in keep] if pess is not None else None
     dicts = report.plans_from(evs)
     if not dicts:
         # a time-out, not an infeasibility proof (INTERFACE.md: exit 3, JSON status timeout)
@@ -123,8 +120,10 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
                 rec = recommend(rjob_safe, safe, tolerance, fix=fix,
                                 time_limit=time_limit if time_limit is not None else 10.0,
                                 workers=workers, context=None)
-        if emit_fmt and frameworks.refusals(job, rec.plan, emit_fmt):
-            # phase 2 searched the whole space: keep the simplest of the plans the framework runs
+        if restriction is not None and (restriction.key_refusals(rec.plan)
+                                        or restriction.split_refusals(rec.plan)):
+            # phase 2 fell back to a space without the restriction: keep the simplest of the
+            # k best, which are all plans the frameworks run
             rec = recommend(rjob_safe, safe, tolerance, fix=fix, phase_two=False)
     rec_rank = None
     if rec is not None:
@@ -185,8 +184,9 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         proof = f" (time limit hit, gap {gap:.2%}: raise --time-limit)"
     else:
         proof = " (time limit hit before the proof: raise --time-limit)"
-    out.print(f"{kind}: status {status}{proof}, {solve_time:.2f} s, space {space_txt} plans, "
-              f"objective {objective}")
+    runs = f" that {restriction.describe()} runs" if restriction is not None else ""
+    out.print(f"{kind}: status {status}{proof}, {solve_time:.2f} s, space {space_txt} plans"
+              f"{runs}, objective {objective}")
     if space_desc is not None:
         out.print("  " + space_line(space_desc), markup=False, highlight=False, soft_wrap=True)
     if wall_net:

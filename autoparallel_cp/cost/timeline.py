@@ -4,26 +4,41 @@ chunk, per kind of work (`autoparallel_cp/trace.py` writes them as a Chrome trac
 The step is cost/steptime.py's composition, laid out in time:
 
     step = pipeline + max_j exposed_dp_j + max_j optimizer_j + per_step_s,
-    pipeline = m·T + B,  T = max_j t_j,  B = (Σ_j t_j - T)/vpp
+    pipeline = m·T + B,  T = max_j t_j,  B = the schedule's bubble (cost/schedules.py:
+    (Σ_j t_j - T)/vpp times its ratio, or the replay of PyTorch's V orders)
 
-- order: each stage runs its passes in the order of the plan's schedule (`cost/pass_order.py`);
-  their positions come from an ideal run of that order in which every stage takes the
-  slowest stage's time (each pass starts when its stage is free and the pass it depends on,
-  `schedules.depends_on`, has finished). Each pass then owns a *slot* of its ideal duration;
-- pace: the slowest stage s sets it (steptime: "the slowest stage sets the pace"): a slot lasts
-  its share of T; a faster stage works its own share of t_j at the slot's start and waits the
-  rest (a gap in its rows);
-- bubble: the ideal run's idle time of a stage (fill, round trip, drain) is drawn as "bubble"
-  slices scaled so that they sum to the cost model's B on every stage (the fill and drain
-  charge each other stage's t_j/vpp, not T/vpp); every stage's pipeline phase thus ends at
-  m·T + B;
-- a pass: a micro-batch's chunk c takes σ_c = (layers of chunk c)/(layers of the stage) of the
-  stage's per-micro-batch time (model chunks of unequal layer counts, Plan.chunks_per_stage;
-  steptime charges them through the stage totals alone, so does this); forward and backward
-  split the compute, the exposed TP / CP / EP communication and the ZeRO-3 gathers 1/3 : 2/3
-  (steptime.BACKWARD_SHARE: 2 of the 3 GEMM passes are backward), the pipeline sends 1/2 : 1/2
-  (cost/sync.py p2p_factor: one activation forward, one gradient back), and the per-micro-batch
-  gradient work (ZeRO-2 reduce-scatter, BF16_Optimizer accumulation) follows the backward;
+- order: each rank runs its passes in the order of the plan's schedule
+  (`cost/pass_order.py`: 1F1B, interleaved, GPipe, ZB-H1/H2, ZBV, DualPipe, DualPipeV; the
+  V-shaped and DualPipe orders are cost/pipeline_sim.py's action lists, the ones the bubble
+  is costed with);
+- placement: an event-driven replay (`replay`) with each rank's own pass times: a step starts
+  when its rank is free and every pass it depends on (`pass_order.dependencies`) has ended;
+  then every start is multiplied by one factor k >= 1 (`stretch`) so that the last pass
+  ends at the cost model's pipeline term m·T + B (T = max_j t_j, B = steptime's bubble).
+  Scaling starts by k >= 1 with durations kept preserves every dependency and every rank's
+  order, so the picture respects the data flow *and* its span is the predicted step: the
+  idle time between passes, drawn as "bubble", is what stretches. On the slowest rank the
+  passes take m·T, so its bubble slices sum to B exactly;
+- where the cost model's pipeline term is *shorter* than the replay of its own order (a closed
+  form that does not describe every split of a pass exactly: ZB-H1/H2's (p-1)·max(F+B-W, F)
+  and (p-1)·max(F+B-2W, F) when F, B, W differ, the handcrafted ZB-H2 order replays longer for
+  some splits; the V replay's small differences of pass split), no placement with
+  these durations can hold every dependency within the predicted step. The timeline then draws
+  the replay as it runs and says so: `Timeline.model_gap_s` is the excess (the span is step_s
+  + model_gap_s, the excess drawn as bubble on the slowest rank), reported in the trace's
+  `otherData` and under the report's timeline. The cost model's numbers are not changed here
+  (the solver mirrors them); the gap measures how optimistic its bubble is for the layout;
+- a pass: a micro-batch's chunk takes 1/vpp of the stage's per-micro-batch time t_j, as the
+  cost model charges it (steptime's (Σ_j t_j - T)/vpp, cost/schedules.py's V replay with
+  half a rank's time per chunk). Drawing chunks by their layer counts (Plan.chunks_per_stage)
+  would run past the predicted step even on even layouts (measured: +4.3 % for llama3-8b
+  pp=4 vpp=3, chunks of 3:3:2 layers; +4.9 % for a ZBV plan with 3 to 5 layers per rank):
+  the cost model does not see unequal chunks, and the picture shows its step. DualPipe's
+  two lines each take the whole rank's time (steptime's mean of the mirror stages); of that,
+  its pass kind's share
+  (`pass_shares`: F 1/3, B 2/3 for 1F1B-style schedules, steptime.BACKWARD_SHARE; F, B, W =
+  cost/schedules.py `backward_split` for the split-backward ones); `_pass_pieces` lays out
+  what the pass is made of;
 - overlapped communication is drawn beside what hides it, marked `exposed = False` and in no
   sum: the ZeRO-3 weight gathers beside each pass's compute (`zero3_gather_s`), the DP sync
   beside the last backward;
@@ -33,18 +48,19 @@ The step is cost/steptime.py's composition, laid out in time:
 
 `critical` marks the slices the step time is made of: the slowest stage's passes and bubbles,
 the largest exposed DP sync, the largest optimizer step and the fixed time. Their sums by kind
-are `Evaluation.time`'s breakdown (compute_s ... optimizer_s, bubble_s, fixed_s), and the last
-slice ends at step_s.
+are `Evaluation.time`'s breakdown (compute_s ... optimizer_s, offload_s, bubble_s + model_gap_s,
+fixed_s), and the last slice ends at step_s + model_gap_s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.memory import stage_groups, stage_layer_kinds
-from autoparallel_cp.cost.pass_order import SCHEDULES, Op, depends_on, schedule_name
+from autoparallel_cp.cost.pass_order import SCHEDULES, Op, dependencies, schedule_name
+from autoparallel_cp.cost.pass_replay import replay, stretch
+from autoparallel_cp.cost.schedules import backward_split
 from autoparallel_cp.cost.steptime import (
     BACKWARD_SHARE,
     StageTime,
@@ -54,16 +70,17 @@ from autoparallel_cp.cost.steptime import (
 )
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.schedules import SPLIT_BACKWARD
 
 #: Share of a pass's compute, exposed TP/CP/EP and ZeRO-3 gathers that is forward.
 FORWARD_SHARE = 1.0 - BACKWARD_SHARE
 
 #: Breakdown keys (INTERFACE.md `time`, without `_s`/`_comm_s`) a slice's kind is one of.
-KINDS = ("compute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer", "fixed")
+KINDS = ("compute", "bubble", "tp", "cp", "ep", "pp", "dp", "optimizer", "offload", "fixed")
 
 #: Rows of a stage, in display order.
 ROWS = ("compute", "tp", "cp", "ep", "pp recv", "pp send", "dp gather", "dp reduce", "optimizer",
-        "bubble")
+        "offload", "bubble")
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,9 @@ class Slice:
         return self.start_s + self.dur_s
 
 
+Link = tuple[int, Op, int, Op]
+
+
 @dataclass(frozen=True)
 class Timeline:
     """The slices of one step and the numbers they add up to."""
@@ -97,6 +117,15 @@ class Timeline:
     pipeline_s: float
     slowest_stage: int
     slices: tuple[Slice, ...]
+    #: (sender stage, its pass, receiver stage, its pass) of every cross-stage dependency
+    links: tuple[Link, ...] = ()
+    #: how much longer the replay of the schedule's own order is than the cost model's pipeline
+    #: term (module docstring): the span is step_s + model_gap_s, the excess drawn as bubble
+    model_gap_s: float = 0.0
+
+    @property
+    def span_s(self) -> float:
+        return self.step_s + self.model_gap_s
 
     def kind_sums(self) -> dict[str, float]:
         """Seconds by kind of the critical slices: the step-time breakdown."""
@@ -107,64 +136,53 @@ class Timeline:
         return out
 
 
-def _pass_pieces(st: StageTime, phase: str, share: float
+def pass_shares(job: Job, plan: Plan, schedule: str) -> dict[str, float]:
+    """Share of a stage's per-micro-batch work each kind of pass does: 1F1B-style schedules
+    F 1/3, B 2/3 (steptime.BACKWARD_SHARE); split-backward ones (F, B, W) =
+    cost/schedules.py `backward_split`, the shares their bubble is costed with; BW = B + W."""
+    if schedule in SPLIT_BACKWARD:
+        f, b, w = backward_split(job, plan)
+    else:
+        f, b, w = FORWARD_SHARE, BACKWARD_SHARE, 0.0
+    return {"F": f, "B": b, "W": w, "BW": b + w}
+
+
+def _pass_pieces(st: StageTime, phase: str, share: float, w: float
                  ) -> list[tuple[str, str, str, float]]:
-    """(row, kind, name, seconds) of one pass of a stage, in the order they are drawn."""
-    w = FORWARD_SHARE if phase == "F" else BACKWARD_SHARE
-    half = 0.25 * share * st.pp_s  # the pass's send (recv) half of its pipeline transfer
-    what = "forward" if phase == "F" else "backward"
-    pieces = [
-        ("pp recv", "pp", f"pp recv ({'activation' if phase == 'F' else 'gradient'})", half),
+    """(row, kind, name, seconds) of one pass of a stage, in the order they are drawn: the
+    pass's share `w` (`pass_shares`) of the micro-batch's compute, exposed TP / CP / EP and
+    ZeRO-3 gathers; half the pipeline transfer on F and half on the backward (B or BW: cost/
+    sync.py p2p_factor, one activation forward, one gradient back; W sends nothing); half the
+    activation offload copies after F, half before the backward; the per-micro-batch gradient
+    work after the pass that ends the weight gradient (B of a 1F1B-style schedule, W, BW)."""
+    names = {"F": "forward", "B": "backward", "W": "weight gradient (W)",
+             "BW": "backward (B+W)"}
+    if phase == "B" and w < BACKWARD_SHARE - 1e-12:
+        names["B"] = "input gradient (B)"
+    moves = phase != "W"
+    half = 0.25 * share * st.pp_s if moves else 0.0
+    off = 0.5 * share * st.offload_s if moves else 0.0
+    what = "activation" if phase == "F" else "gradient"
+    pieces = [("pp recv", "pp", f"pp recv ({what})", half)]
+    if phase != "F":
+        pieces.append(("offload", "offload", "activation reload from host", off))
+    pieces += [
         ("dp gather", "dp", "ZeRO-3 weight all-gather (exposed)", w * share * st.zero3_s),
-        ("compute", "compute", what, w * share * st.compute_s),
+        ("compute", "compute", names[phase], w * share * st.compute_s),
         ("tp", "tp", "TP collectives (exposed)", w * share * st.tp_s),
         ("cp", "cp", "CP ring (exposed)", w * share * st.cp_s),
         ("ep", "ep", "EP all-to-all (exposed)", w * share * st.ep_s),
     ]
-    if phase == "B":
+    if phase == "F":
+        pieces.append(("offload", "offload", "activation offload to host", off))
+    if phase in ("W", "BW") or (phase == "B" and w >= BACKWARD_SHARE - 1e-12):
         pieces += [
             ("dp reduce", "dp", "gradient reduce-scatter (per micro-batch)",
              share * st.grad_reduce_s),
             ("optimizer", "optimizer", "fp32 gradient accumulation", share * st.grad_accum_s),
         ]
-    pieces.append(("pp send", "pp",
-                   f"pp send ({'activation' if phase == 'F' else 'gradient'})", half))
+    pieces.append(("pp send", "pp", f"pp send ({what})", half))
     return [p for p in pieces if p[3] > 0.0]
-
-
-def _pass_time(st: StageTime, phase: str, share: float) -> float:
-    return sum(p[3] for p in _pass_pieces(st, phase, share))
-
-
-def ideal_run(orders: Sequence[Sequence[Op]], pp: int, vpp: int,
-              dur: Sequence[dict[tuple[int, str], float]]
-              ) -> list[list[tuple[Op, float, float]]]:
-    """Start and duration of every pass when each starts as soon as its stage is free and
-    its dependency (`schedules.depends_on`) has finished; `dur[j][(chunk, phase)]`. Raises
-    ValueError when the orders deadlock (a schedule bug)."""
-    end: dict[tuple[int, Op], float] = {}
-    free = [0.0] * pp
-    ptr = [0] * pp
-    out: list[list[tuple[Op, float, float]]] = [[] for _ in range(pp)]
-    left = sum(len(o) for o in orders)
-    while left:
-        moved = False
-        for j in range(pp):
-            while ptr[j] < len(orders[j]):
-                op = orders[j][ptr[j]]
-                dep = depends_on(op, j, pp, vpp)
-                if dep is not None and dep not in end:
-                    break
-                start = max(free[j], end[dep] if dep is not None else 0.0)
-                d = dur[j][(op.chunk, op.phase)]
-                end[(j, op)] = free[j] = start + d
-                out[j].append((op, start, d))
-                ptr[j] += 1
-                left -= 1
-                moved = True
-        if not moved:
-            raise ValueError("pipeline schedule deadlocks: a pass waits for one never run")
-    return out
 
 
 def zero3_gather_s(job: Job, plan: Plan) -> list[float]:
@@ -183,14 +201,6 @@ def zero3_gather_s(job: Job, plan: Plan) -> list[float]:
                 dense, _ = F.layer_param_counts(job, moe, plan.tp, plan.ep, plan.etp)
                 total += n * (z3_per * float(dense) + lat_mb)
         out.append(total)
-    return out
-
-
-def _chunk_shares(job: Job, plan: Plan) -> list[tuple[float, ...]]:
-    out = []
-    for chunks in plan.chunks_per_stage(job.model.num_layers):
-        n = sum(chunks)
-        out.append(tuple(c / n for c in chunks) if n else (1.0 / plan.vpp,) * plan.vpp)
     return out
 
 
@@ -223,55 +233,57 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
     st = step_time(job, plan, opts)
     stages = st.stages
     pp, vpp, m = plan.pp, plan.vpp, plan.num_microbatches
-    # a plan's own `schedule` field, where the spec has one, names its order
-    name = schedule_name(vpp, schedule if schedule is not None
-                         else getattr(plan, "schedule", None))
-    order_of = SCHEDULES[name]
-    orders = [order_of(pp, vpp, m, j) for j in range(pp)]
-    shares = _chunk_shares(job, plan)
+    name = schedule_name(vpp, schedule if schedule is not None else plan.schedule)
+    orders = [SCHEDULES[name](pp, vpp, m, j) for j in range(pp)]
+    kinds = pass_shares(job, plan, name)
     s = st.slowest_stage
-    pace = stages[s].total_s
-    bubble = st.bubble_s
-    # the ideal run: every stage takes the slowest stage's split (unit = T per micro-batch)
-    f_share = _pass_time(stages[s], "F", 1.0) / pace if pace > 0 else FORWARD_SHARE
-    unit = [{(c, ph): sh * (f_share if ph == "F" else 1.0 - f_share)
-             for c, sh in enumerate(shares[j]) for ph in ("F", "B")} for j in range(pp)]
-    ideal = ideal_run(orders, pp, vpp, unit)
-    span = max((a + d for runs in ideal for _, a, d in runs), default=0.0)
-    pipeline = m * pace + bubble
+    pipeline = m * stages[s].total_s + st.bubble_s
 
+    def share_of(j: int, op: Op) -> float:  # DualPipe's chunk is its line: the whole rank
+        return 1.0 if name == "dualpipe" else 1.0 / vpp
+
+    def dur(j: int, op: Op) -> float:
+        return sum(p[3] for p in _pass_pieces(stages[j], op.phase, share_of(j, op),
+                                              kinds[op.phase]))
+
+    runs = replay(name, pp, vpp, orders, dur)
+    k = stretch(runs, pipeline)
+    gap = max(max(e for run in runs for _, _, e in run) - pipeline, 0.0)
+    if gap <= 1e-9 * pipeline:  # rounding, not a gap
+        gap = 0.0
+    pipeline += gap
     gathers = zero3_gather_s(job, plan) if plan.zero >= 3 else [0.0] * pp
     slices: list[Slice] = []
-    for j, runs in enumerate(ideal):
+    links: list[Link] = []
+    for j, run in enumerate(runs):
         crit = j == s
-        idle = span - sum(d for _, _, d in runs)
-        scale = bubble / idle if idle > 0 else 0.0  # unit idle -> seconds of bubble
-        cursor = 0.0  # end of the last slot (seconds)
-        busy_until = 0.0  # end of the stage's own work
-        prev = 0.0  # end of the last pass in the ideal run (units)
-
-        if idle <= 0 and bubble > 0:  # no idle in the ideal run: the bubble comes first
-            slices.append(Slice(j, "bubble", "bubble", "pipeline bubble", 0.0, bubble,
-                                critical=crit))
-            cursor = busy_until = bubble
-        for op, a, d in runs:
-            cursor += _bubble(slices, j, cursor, (a - prev) * scale, crit)
-            start = max(cursor, busy_until)
-            t = start
-            share = shares[j][op.chunk]
-            for row, kind, label, sec in _pass_pieces(stages[j], op.phase, share):
-                slices.append(Slice(j, row, kind, label, t, sec, op=op, critical=crit))
-                if row == "compute" and gathers[j] > 0:  # the gathers hidden behind it
-                    w = FORWARD_SHARE if op.phase == "F" else BACKWARD_SHARE
-                    slices.append(Slice(j, "dp gather", "dp",
-                                        "ZeRO-3 weight all-gather (overlapped)", t,
-                                        min(w * share * gathers[j], sec), op=op,
-                                        exposed=False))
-                t += sec
-            busy_until = t
-            cursor += d * pace
-            prev = a + d
-        _bubble(slices, j, cursor, (span - prev) * scale, crit)
+        cursor = 0.0  # end of the rank's last step
+        for step, a, _ in run:
+            t = k * a
+            _bubble(slices, j, cursor, t - cursor, crit)
+            pair = len(step) > 1
+            for op in step:
+                share = share_of(j, op)
+                for row, kind, label, sec in _pass_pieces(stages[j], op.phase, share,
+                                                          kinds[op.phase]):
+                    if pair and row == "compute":
+                        label += " (F&B overlapped pair)"
+                    slices.append(Slice(j, row, kind, label, t, sec, op=op, critical=crit))
+                    if row == "compute" and gathers[j] > 0:  # the gathers hidden behind it
+                        slices.append(Slice(j, "dp gather", "dp",
+                                            "ZeRO-3 weight all-gather (overlapped)", t,
+                                            min(kinds[op.phase] * share * gathers[j], sec),
+                                            op=op, exposed=False))
+                    t += sec
+                for r, i, c, what in dependencies(name, pp, vpp, j, op):
+                    if r != j:
+                        links.append((r, Op(i, c, _SENDER[what]), j, op))
+            cursor = t
+        _bubble(slices, j, cursor, pipeline - cursor, crit)
+    grad = {(r, x.microbatch, x.chunk): x for r, run in enumerate(runs)
+            for step, _, _ in run for x in step if x.phase in ("B", "BW")}
+    links = [(r, grad.get((r, op.microbatch, op.chunk), op) if op.phase == "B" else op, j, to)
+             for r, op, j, to in links]  # a gradient's sender is the B or BW that made it
 
     # after the pipeline: DP sync (hidden part beside the last backward), optimizer, fixed
     exposed = [exposed_dp(x, opts.dp_overlap) for x in stages]
@@ -295,4 +307,8 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
         slices.append(Slice(s, "optimizer", "fixed", "fixed per-step time (calibrated)",
                             pipeline + e_max + o_max, st.fixed_s, critical=True))
     return Timeline(schedule=name, pp=pp, vpp=vpp, num_microbatches=m, step_s=st.step_s,
-                    pipeline_s=pipeline, slowest_stage=s, slices=tuple(slices))
+                    pipeline_s=pipeline, slowest_stage=s, slices=tuple(slices),
+                    links=tuple(links), model_gap_s=gap)
+
+
+_SENDER = {"F": "F", "G": "B", "W": "W"}

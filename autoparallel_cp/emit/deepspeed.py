@@ -14,6 +14,7 @@ from typing import Any
 
 from autoparallel_cp.emit.common import refuse_unrunnable
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.frameworks import fp8_library
 from autoparallel_cp.spec.plan import Plan
 
 
@@ -68,7 +69,16 @@ def deepspeed_config(job: Job, plan: Plan) -> tuple[dict[str, Any], list[str]]:
         which = "every transformer layer" if k is None else f"the first {k} layers of each stage"
         notes.append(f"required: wrap {which} with deepspeed.checkpointing.checkpoint")
     if job.recipe.compute_dtype == "fp8":
-        notes.append("required: fp8 GEMMs from Transformer Engine layers in the model code")
+        # the library the recipe was costed with (spec.frameworks.fp8_library): it sets what
+        # the fp8 linears save for backward and the casts each GEMM pays (cost/fp8_casts.py)
+        lib = fp8_library(job)
+        notes.append({
+            "te": "required: fp8 GEMMs from Transformer Engine layers (te.Linear / "
+                  "te.LayerNormLinear under te.fp8_autocast) in the model code, as costed",
+            "torchao": "required: fp8 GEMMs from torchao float8 training "
+                       "(torchao.float8.convert_to_float8_training on the model, tensorwise "
+                       "scaling, under torch.compile), as costed; not Transformer Engine layers",
+        }.get(lib, f"required: fp8 GEMMs as the recipe's {lib!r} library runs them"))
     m = job.model
     if m.sliding_window_left is not None:
         # DeepSpeed trains the module it is given and has no attention setting of its own

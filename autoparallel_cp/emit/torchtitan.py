@@ -49,6 +49,13 @@ def module_fqns(job: Job, plan: Plan, output: str = "lm_head") -> list[list[str]
     return out
 
 
+def _compiled(job: Job) -> bool:
+    """The recipe costs compiled (fused) kernels: `fused`, None meaning the framework's default
+    (fused for Megatron, eager for PyTorch: spec/recipe.py)."""
+    fused = job.recipe.behaviour.fused
+    return fused if fused is not None else job.recipe.framework == "megatron"
+
+
 def torchtitan_settings(job: Job, plan: Plan, fmt: str = "torchtitan"
                         ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Config sections (training, parallelism, activation_checkpoint) and notes."""
@@ -106,6 +113,20 @@ def torchtitan_settings(job: Job, plan: Plan, fmt: str = "torchtitan"
         par["enable_sequence_parallel"] = bool(plan.sp) or plan.tp == 1
         if plan.pp > 1 or plan.ep > 1:
             sections["training"]["disable_cuda_graphs"] = True
+    # run what was costed: torch.compile exactly when the recipe fuses (the torchtitan-fsdp
+    # recipe costs torch.compile per block), async TP exactly when it costs it
+    # (tp_comm_overlap > 0, cost/async_tp.py); both set, so a baseline's own values (the
+    # llama3_405b() baseline turns both on: config_registry.py:295-299) never apply.
+    # 0.3.0: CompileConfig(enable, enable_async_tensor_parallel) (configs.py:290-310); v0.2.2:
+    # [compile] enable (job_config.py:721-723) and [parallelism] enable_async_tensor_parallel
+    # (job_config.py:357)
+    compiled = _compiled(job)
+    async_tp = job.recipe.behaviour.tp_comm_overlap > 0 and plan.tp > 1 and compiled
+    sections["compile"] = {"enable": compiled}
+    if fmt == "torchtitan":
+        sections["compile"]["enable_async_tensor_parallel"] = async_tp
+    else:
+        par["enable_async_tensor_parallel"] = async_tp
     if plan.recompute == "selective":
         # op-level SAC, which frameworks.py only lets through for a recipe that costs it
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
@@ -163,7 +184,7 @@ def torchtitan_python(job: Job, plan: Plan) -> tuple[str, list[str]]:
         f"# plan: {plan_comment(plan)}",
         f"# run: NGPU={job.num_gpus} MODULE=<this module> CONFIG=autoparallel_plan "
         "./run_train.sh",
-        "from torchtitan.config import ParallelismConfig, TrainingConfig",
+        "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
         f"from torchtitan.models.{module} import model_registry",
         f"from torchtitan.models.{module}.config_registry import {baseline}",
         "from torchtitan.trainer import Trainer",
@@ -182,12 +203,16 @@ def torchtitan_python(job: Job, plan: Plan) -> tuple[str, list[str]]:
     extra = ""
     if job.model.mtp_layers:  # the plan costs MTP; torchtitan's 671B flavor defaults to none
         extra += f", num_mtp_layers={job.model.mtp_layers}"
-    if "model" in sections:
-        extra += ", converters=[Float8LinearConverter.Config()]"
+    comp = sections["compile"]
+    if "model" in sections:  # the converter is told whether the model is compiled
+        extra += (", converters=[Float8LinearConverter.Config(model_compile_enabled="
+                  f"{comp['enable']!r})]")
     lines.append(f"    config.model_spec = model_registry({flavor!r}{extra})")
     lines.append("    config.training = TrainingConfig(")
     lines += [f"        {k}={_py(v)}," for k, v in tr.items()]
     lines.append("    )")
+    lines.append("    config.compile = CompileConfig(" + ", ".join(
+        f"{k}={_py(v)}" for k, v in comp.items()) + ")")
     lines.append("    config.parallelism = ParallelismConfig(")
     lines += [f"        {k}={_py(v)}," for k, v in par.items()]
     lines.append("    )")

@@ -13,6 +13,7 @@ from autoparallel_cp.cost.pass_order import Op
 from autoparallel_cp.cost.timeline import ROWS, Slice, Timeline
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.schedules import SPLIT_BACKWARD
 from autoparallel_cp.trace import ROW_NAMES, stage_ranks
 
 GIB = report.GIB
@@ -30,6 +31,7 @@ TIME_PARTS = (
     ("pp_comm_s", "pp", "PP comm", "#72b7b2"),
     ("dp_comm_s", "dp", "DP comm", "#54a24b"),
     ("optimizer_s", "optimizer", "optimizer", "#eeca3b"),
+    ("offload_s", "offload", "host offload", "#ff9da6"),
     ("fixed_s", "fixed", "fixed per step", "#9d755d"),
 )
 KIND_COLOUR = {kind: colour for _, kind, _, colour in TIME_PARTS}
@@ -189,8 +191,7 @@ def timeline_figure(tl: Timeline, plan: Plan) -> Any:
             if not sl:
                 continue
             text = [s.name if s.op is None else
-                    f"{s.op.phase}{s.op.microbatch}"
-                    f"{f' chunk {s.op.chunk}' if plan.vpp > 1 else ''}: {s.name}" for s in sl]
+                    f"{s.op.phase}{s.op.microbatch}{_chunk(tl, s.op)}: {s.name}" for s in sl]
             fig.add_bar(
                 y=[f"stage {s.stage} · {ROW_NAMES[s.row]}" for s in sl],
                 x=[s.dur_s * 1e3 for s in sl], base=[s.start_s * 1e3 for s in sl],
@@ -206,12 +207,28 @@ def timeline_figure(tl: Timeline, plan: Plan) -> Any:
     return fig
 
 
+def _chunk(tl: Timeline, op: Op) -> str:
+    if tl.schedule == "dualpipe":
+        return f" line {op.chunk}"
+    return f" chunk {op.chunk}" if tl.vpp > 1 else ""
+
+
 def timeline_caption(tl: Timeline) -> str:
-    """One line under the timeline's heading: schedule, micro-batches, step, slowest stage."""
+    """One line under the timeline's heading: schedule, micro-batches, step, slowest stage,
+    and the cost model's gap to the replay of its order when there is one."""
     _, note = drawn_slices(tl)
-    return (f"{tl.schedule} schedule, {tl.num_microbatches} micro-batches, step "
+    passes = ("F forward, B input gradient, W weight gradient, BW a whole backward; "
+              "F&B pairs run together" if tl.schedule in SPLIT_BACKWARD else
+              "F forward, B backward")
+    gap = ""
+    if tl.model_gap_s > 0:
+        gap = (f" Replayed with every dependency, this order runs "
+               f"{report.fmt_time(tl.model_gap_s)} longer than the predicted step "
+               f"({tl.model_gap_s / tl.step_s:.1%}): the cost model's pipeline bubble is "
+               "optimistic for this layout; the extra idle time is drawn as bubble.")
+    return (f"{tl.schedule} schedule, {tl.num_microbatches} micro-batches ({passes}), step "
             f"{report.fmt_time(tl.step_s)}, pipeline {report.fmt_time(tl.pipeline_s)}; "
             f"stage {tl.slowest_stage} is the slowest and sets the pace."
-            + (f" {note}" if note else ""))
+            + gap + (f" {note}" if note else ""))
 
 

@@ -167,6 +167,10 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         model.add(r >= 1)
         if not s.partial_recompute:
             model.add(r == L)
+        if (step := s.recompute_step(vpp)) > 1:  # a framework's rule (space.recompute_step):
+            # multiples of step, or L ("all layers", the enumerator's None)
+            model.add_linear_expression_in_domain(r, cp_model.Domain.from_values(
+                sorted({*range(step, L + 1, step), L})))
     layers: list[Any] = []
     nm_t: list[Any] = []
     rm_t: list[Any] = []
@@ -435,6 +439,10 @@ def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, see
             break  # no split of this family, nor of a later one, fits
         res, ok = _solve_family(tf, key, seed=seed, workers=workers, max_rounds=max_rounds,
                                 cutoff_s=cutoff_s, budget=budget)
+        r = tf.space.restriction
+        if res is not None and r is not None and r.split_refusals(res[1]):
+            res, ok = None, True  # a family whose best the framework does not run (as the
+            # enumerator: spec/framework_space.py, split rows of a pinned or named layout)
         if res is None:
             proven = proven and ok
         elif best is None or (res[0], res[1].key()) < (best[0], best[1].key()):

@@ -16,7 +16,7 @@ Plans are processed in chunks of partitions so memory stays bounded. It refuses 
 than `DEFAULT_LIMIT` plans with an InputError saying so: restrict the space
 (`partition="uniform"`, `partial_recompute=False`, or `--fix`) or use the CP-SAT solver.
 
-Kept whole (about 510 lines): the partition and placement generators, the vectorized stage
+Kept whole (about 520 lines): the partition and placement generators, the vectorized stage
 terms and the per-degree best are one pass over the same arrays; split, each part would need
 the others' slices.
 """
@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.search.schedule_axis import inflight, plan_schedule, stage_inflight
-from autoparallel_cp.search.space import Degrees, SearchSpace
+from autoparallel_cp.search.space import Degrees, KeyView, SearchSpace
 from autoparallel_cp.search.tables import (
     MODES,
     Tables,
@@ -100,7 +100,7 @@ def placements(space: SearchSpace, d: Degrees) -> Iterator[tuple[int, ...] | Non
             yield perm
 
 
-def recompute_options(space: SearchSpace, mode: RecomputeMode, biggest: int
+def recompute_options(space: SearchSpace, mode: RecomputeMode, biggest: int, vpp: int = 1
                       ) -> Iterator[int | None]:
     """recompute_layers values for a partition whose largest stage has `biggest` layers."""
     if mode != "full":
@@ -111,7 +111,8 @@ def recompute_options(space: SearchSpace, mode: RecomputeMode, biggest: int
         yield r if r < biggest else None
         return
     if space.partial_recompute:
-        yield from range(1, biggest)
+        step = space.recompute_step(vpp)
+        yield from range(step, biggest, step)
     yield None
 
 
@@ -369,15 +370,17 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
 # --------------------------------------------------------------------------------------------
 
 
-def _r_options(space: SearchSpace, mode: RecomputeMode, max_biggest: int
+def _r_options(space: SearchSpace, mode: RecomputeMode, max_biggest: int, vpp: int = 1
                ) -> list[int | None]:
-    """Every recompute_layers value some partition may take, in Plan.key() order."""
+    """Every recompute_layers value some partition may take, in Plan.key() order (multiples
+    of `SearchSpace.recompute_step`)."""
     if mode != "full":
         return [None]
     if "recompute_layers" in space.fixed:
         return [None, int(space.fixed["recompute_layers"])]
     if space.partial_recompute:
-        return [None, *range(1, max_biggest)]
+        step = space.recompute_step(vpp)
+        return [None, *range(step, max_biggest, step)]
     return [None]
 
 
@@ -402,7 +405,7 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
     P, Q = len(parts), len(places)
     ncol = len(sps) * len(space.zero)
     biggest = parts.max(axis=1) if P else np.zeros(0, np.int64)
-    ropts = _r_options(space, mode_name, int(biggest.max()) if P else 0)
+    ropts = _r_options(space, mode_name, int(biggest.max()) if P else 0, d.vpp)
     R = len(ropts)
     rvals = np.array([-1 if r is None else r for r in ropts], np.int64)
     best = np.full(ncol, np.inf)
@@ -495,9 +498,14 @@ def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:
     return float(cost[col]), plan
 
 
-def enumerate_best(space: SearchSpace, limit: int | None = None
+def enumerate_best(space: SearchSpace, limit: int | None = None,
+                   refused: dict[tuple[str, str], int] | None = None
                    ) -> tuple[list[tuple[float, Plan]], int]:
-    """Best plan per key (the key of solve.py), ranked by exact step time; and the space size."""
+    """Best plan per key (the key of solve.py), ranked by exact step time; and the space size.
+
+    With a framework restriction a key it refuses is left out (the rows read the key only, so
+    its best plan stands for all of them), the refusing rows counted in `refused`, and a pinned
+    split's plan that breaks a split row too, as `solve.best_for_key` does."""
     size = space.size()
     lim = DEFAULT_LIMIT if limit is None else limit
     if size > lim:
@@ -511,9 +519,28 @@ def enumerate_best(space: SearchSpace, limit: int | None = None
     # every expert-TP size searched (one space and tables each), then every degree choice
     for vi, tabs in enumerate(base.variants or [base]):
         _best_of_space(tabs, vi, best, part_cache)
-    out = list(best.values())
+    out = list(best.values()) if space.restriction is None else _runnable(space, best, refused)
     out.sort(key=lambda x: (x[0], x[1]))
     return [(c, p) for c, _, p in out], size
+
+
+def _runnable(space: SearchSpace,
+              best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]],
+              refused: dict[tuple[str, str], int] | None
+              ) -> list[tuple[float, tuple[Any, ...], Plan]]:
+    """The keys' best plans the space's frameworks run (solve.py `_runnable` and
+    `best_for_key`): a key a row refuses is dropped and the row counted in `refused`."""
+    assert space.restriction is not None
+    out = []
+    for (d, mode_name, sp_, zero), cand in best.items():
+        why = space.refusals_of_key(KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, sp_, zero,
+                                            d.mbs, d.num_microbatches, MODES.index(mode_name)))
+        for row in why:
+            if refused is not None:
+                refused[row] = refused.get(row, 0) + 1
+        if not why and not space.restriction.split_refusals(cand[2]):
+            out.append(cand)
+    return out
 
 
 def _best_of_space(tabs: Tables, vi: int,
@@ -557,6 +584,9 @@ def _best_of_space(tabs: Tables, vi: int,
                                 chunk_layers=None if cl is None else tuple(cl),
                                 etp=space.etp, schedule=plan_schedule(space.schedule),
                                 dp_replicate=space.dp_replicate)
+                    r = fs.restriction
+                    if r is not None and r.split_refusals(plan):
+                        continue  # the framework does not run this family's best (as solve)
                     k = (d, mode_name, sp_, zero)
                     cand = (float(cost[col]), plan.key(), plan)
                     if k not in best or cand[:2] < best[k][:2]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import Plan, split_violations
 
 
 def check_structural_pins(job: Job, pins: Mapping[str, Any]) -> None:
@@ -57,6 +58,7 @@ def check_structural_pins(job: Job, pins: Mapping[str, Any]) -> None:
         if sl is not None and len(cl) % len(sl):
             raise InputError("--fix chunk_layers and stage_layers: the chunks do not split "
                              "over the stages", field="chunk_layers")
+        _check_pinned_split(job, pins, cl, sl)
     sg = pins.get("stage_groups")
     if sg is not None:
         text = ":".join(map(str, sg))
@@ -87,5 +89,28 @@ def replicate_zeros(pins: dict[str, Any], zeros: list[int]) -> list[int]:
                          "the states within the shard group, and zero=0 shards none",
                          field="dp_replicate")
     return [z for z in zeros if z >= 1]
+def _check_pinned_split(job: Job, pins: Mapping[str, Any], cl: Any, sl: Any) -> None:
+    """A pinned `chunk_layers` that no (pp, vpp) the pins allow can run (a stage without
+    layers, or stage sums that contradict a pinned `stage_layers`): InputError naming the pin
+    and `spec.plan.split_violations`' reason, not an empty space reported as infeasible."""
+    n = len(cl)
+    # interleaving (n / pp chunks per stage > 1) needs pp > 1 (SearchSpace.degrees)
+    pps = [pins["pp"]] if "pp" in pins else [p for p in range(1, n + 1)
+                                              if n % p == 0 and (p > 1 or n == 1)]
+    if sl is not None:
+        pps = [p for p in pps if p == len(sl)]
+    if "vpp" in pins:
+        pps = [p for p in pps if p * pins["vpp"] == n]
+    why: list[str] = []
+    for pp in pps:
+        why = split_violations(job.model.num_layers, Plan.model_construct(
+            pp=pp, vpp=n // pp, chunk_layers=tuple(cl),
+            stage_layers=None if sl is None else tuple(sl)))
+        if not why:
+            return
+    text = ":".join(map(str, cl))
+    reason = why[0] if why else (f"{n} chunks for " + ", ".join(
+        f"{k}={pins[k]}" for k in ("pp", "vpp") if k in pins))
+    raise InputError(f"--fix chunk_layers={text}: {reason}", field="chunk_layers")
 
 

@@ -28,10 +28,14 @@ trial cutoff, which becomes its bound, and the key goes back to the heap. A key 
 above the k-th best is skipped without a model (and so is every key behind it in the heap).
 The search stops once the k-th best exact step time is <= hi, since every unseen key has
 LB > hi and every skipped key a bound above the k-th best, so an exact step time above it.
+With a framework restriction (`SearchSpace.restriction`, spec/framework_space.py) a listed key
+whose axes a framework row refuses is dropped as listed (`_runnable`; `best_for_key` refuses it
+too): every plan of it is outside the space, so the proof is over the framework's plans, and the
+master's LB and the key bounds, computed over the larger space, stay lower bounds.
 Status `optimal` means this proof completed. The per-key models' limits are deterministic time
 (`limits.Budget`), so the answer does not depend on the machine's load.
 
-Kept whole (about 415 lines): `solve`'s loop is the proof above step by step (windows, heap,
+Kept whole (about 455 lines): `solve`'s loop is the proof above step by step (windows, heap,
 coupled bounds, trial cutoffs); split, its invariants would sit apart from the code they hold.
 """
 
@@ -112,9 +116,9 @@ def _key(plan: Plan) -> tuple[Any, ...]:
             plan.mbs, plan.recompute)
 
 
-def _space(job: Job, space: SearchSpace | None, fix: str | Mapping[str, Any] | None
-           ) -> SearchSpace:
-    return space if space is not None else SearchSpace.for_job(job, fix=fix)
+def _space(job: Job, space: SearchSpace | None, fix: str | Mapping[str, Any] | None,
+           emit: str | None = None) -> SearchSpace:
+    return space if space is not None else SearchSpace.for_job(job, fix=fix, emit=emit)
 
 
 def _finish(job: Job, ranked: list[tuple[float, Plan]], top_k: int) -> list[Any]:
@@ -162,6 +166,10 @@ def best_for_key(space: SearchSpace, key: Any, *, time_limit: float = 10.0,
     from autoparallel_cp.search.tables import build_tables
 
     del workers  # the per-key model is solved by one deterministic worker
+    if space.refusals_of_key(key):  # outside the frameworks' space: none of its plans runs
+        if above is not None:
+            above[key] = math.inf
+        return None
     tk = tables if tables is not None else build_tables(key_space(space, key))
     res, proven = solve_partition_proven(tk, key, time_limit=time_limit, seed=seed, workers=1,
                                          cutoff_s=cutoff_s, budget=budget)
@@ -170,6 +178,8 @@ def best_for_key(space: SearchSpace, key: Any, *, time_limit: float = 10.0,
             above[key] = math.inf if cutoff_s is None else cutoff_s
         return None
     step, plan, diff, err = res
+    if space.restriction is not None and space.restriction.split_refusals(plan):
+        return None  # a pinned split the framework cannot run (free splits obey the rows)
     return KeyResult(step, plan, diff, err, tk)
 
 
@@ -185,6 +195,7 @@ def solve(
     progress_callback: Callable[[dict[str, Any]], None] | None = None,
     fix: str | Mapping[str, Any] | None = None,
     progress: Callable[..., Any] | None = None,
+    emit: str | None = None,
 ) -> SolveResult:
     """The k best distinct plans by CP-SAT, proven (see the module docstring).
 
@@ -192,7 +203,8 @@ def solve(
     gives the same plans and status on an idle or a busy machine. Status `timeout` (no plan,
     not proven infeasible) when it runs out before any plan is found. `workers` is accepted
     and unused: the master's keys are a numpy table and every per-key model is solved by one
-    deterministic worker.
+    deterministic worker. The space (unless given) holds only the plans the recipe's framework
+    and the `emit` format run (`SearchSpace.for_job`); keys it refuses are skipped as listed.
     """
     from autoparallel_cp.search.key_bounds import key_bound, key_bounds
     from autoparallel_cp.search.key_table import build_key_table
@@ -201,10 +213,12 @@ def solve(
     del objective, workers  # a fixed cluster: cost per step is proportional to the step time
     cb_ = progress_callback or progress
     t0 = time.perf_counter()
-    sp = _space(job, space, fix)
+    sp = _space(job, space, fix, emit)
     size = sp.size()
     if sp.num_degree_combinations() == 0:
         _raise_infeasible(job, sp)
+    refused: dict[tuple[str, str], int] = {}  # framework rows that refused listed keys
+    runnable = 0  # listed keys the frameworks run
     phase: dict[str, float] = {}
     tp0 = time.perf_counter()
     tabs = build_tables(sp)
@@ -269,6 +283,8 @@ def solve(
         if capped:  # too wide a window: narrow it and ask again
             hi = (lo if lo is not None else lb0) + max((hi - (lo or lb0)) // 4, 1)
             continue
+        keys = _runnable(sp, keys, refused)
+        runnable += len(keys)
         all_listed.extend(keys)
         listed_hi = hi
         stop = False
@@ -357,7 +373,7 @@ def solve(
     ranked = sorted(found.values(), key=lambda r: (r.step_s, r.plan.key()))
     if not ranked:
         if proven:
-            _raise_infeasible(job, sp)
+            _raise_infeasible(job, sp, refused, runnable)
         return SolveResult("timeout", time.perf_counter() - t0, size, [], gap=1.0,
                            iterations=evaluated, stats=_limit_stats(budget))
     best_lb = lb0 * unit
@@ -386,6 +402,24 @@ def solve(
     )
 
 
+def _runnable(space: SearchSpace, keys: list[tuple[int, Any]],
+              refused: dict[tuple[str, str], int]) -> list[tuple[int, Any]]:
+    """The listed keys the space's frameworks run (all without a restriction); the rows that
+    refuse the others are counted in `refused`, for the error when none is left. Skipping a
+    key keeps the proof: none of its plans is in the space."""
+    if space.restriction is None:
+        return keys
+    out = []
+    for lb_u, key in keys:
+        why = space.refusals_of_key(key)
+        if why:
+            for row in why:
+                refused[row] = refused.get(row, 0) + 1
+        else:
+            out.append((lb_u, key))
+    return out
+
+
 def _limit_stats(budget: Budget) -> dict[str, Any]:
     """What the budget says about the run: deterministic seconds used, and whether the
     wall-clock safety net (not the deterministic budget) stopped it."""
@@ -401,22 +435,32 @@ def enumerate_plans(
     fix: str | Mapping[str, Any] | None = None,
     limit: int | None = None,
     progress_callback: Callable[[dict[str, Any]], None] | None = None,
+    emit: str | None = None,
 ) -> SolveResult:
     """The exhaustive reference over the same space (see enumerate.py)."""
     from autoparallel_cp.search import enumerate as en
 
     del objective, progress_callback
     t0 = time.perf_counter()
-    sp = _space(job, space, fix)
-    ranked, size = en.enumerate_best(sp, limit=limit)
+    sp = _space(job, space, fix, emit)
+    refused: dict[tuple[str, str], int] = {}
+    ranked, size = en.enumerate_best(sp, limit=limit, refused=refused)
     if not ranked:
-        _raise_infeasible(job, sp)
+        _raise_infeasible(job, sp, refused)
     evs = _finish(job, ranked, top_k)
     return SolveResult("optimal", time.perf_counter() - t0, size, evs, method="enumerate",
                        stats={"ranked": ranked[:top_k]}, searched=sp)
 
 
-def _raise_infeasible(job: Job, space: SearchSpace) -> None:
+def _raise_infeasible(job: Job, space: SearchSpace,
+                      refused: dict[tuple[str, str], int] | None = None, runnable: int = 0
+                      ) -> None:
     from autoparallel_cp.search.infeasibility import explain
 
+    if refused and space.restriction is not None:
+        # layouts that may fit exist, and the frameworks' rows refuse them (the `runnable`
+        # others, if any, were scored exactly and none fits)
+        from autoparallel_cp.spec.framework_space import emptied_by
+
+        raise InfeasibleError(emptied_by(space.restriction, refused, runnable))
     raise InfeasibleError(explain(job, space))

@@ -44,23 +44,30 @@ Axes and their default domains (every value is also checked against the job):
   A pinned `stage_layers` or `chunk_layers` may be any split `spec.plan.plan_violations`
   accepts, and is the only partition searched;
 - on a heterogeneous cluster, the node group of every stage (a stage's dp*tp*cp GPUs sit in one
-  group; each group holds exactly `gpus_in_group / (dp tp cp)` stages).
+  group; each group holds exactly `gpus_in_group / (dp tp cp)` stages);
+- a framework restriction (`restriction`, spec/framework_space.py: the recipe's framework and
+  `--emit`'s): narrowed domains, partial recompute and etp here; its key rules
+  (`refusals_of_key`) applied by the best-first loop and the enumerator alike.
 
 `size()` counts complete plans (every field that changes the plan) without listing them.
-Kept whole: the domains, the degree rules and the count read the same fields.
+
+Kept whole (about 440 lines): the domains, the degree rules and the counting of one space read
+the same fields; split, a rule and its count would sit apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import product
 from math import comb, factorial
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search.pins import check_structural_pins, replicate_zeros
-from autoparallel_cp.search.schedule_axis import narrow, refuse_unsearched
+from autoparallel_cp.search.schedule_axis import narrow, plan_schedule, refuse_unsearched
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.framework_space import KeyView, Restriction
 from autoparallel_cp.spec.plan import (
     RECOMPUTE_MODES,
     Plan,
@@ -144,6 +151,8 @@ class SearchSpace:
     #: the pipeline schedule of every plan (`--fix schedule`, search/schedule_axis.py
     #: `SEARCHED`); None: today's default, 1f1b at vpp 1 and interleaved at vpp > 1
     schedule: str | None = None
+    #: the frameworks whose plans only are searched (spec/framework_space.py); None: any
+    restriction: Restriction | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -163,8 +172,12 @@ class SearchSpace:
         zero: tuple[int, ...] = (0, 1, 2, 3),
         named_splits: bool = True,
         etp_values: tuple[int, ...] | None = None,
+        emit: str | None = None,
+        by_framework: bool = True,
     ) -> SearchSpace:
-        """The default space of `job`, narrowed by `fix` (text `k=v,...` or a mapping)."""
+        """The default space of `job`, narrowed by `fix` (text `k=v,...` or a mapping) and,
+        with `by_framework`, to the plans the recipe's framework and the `emit` format run
+        (`Restriction.of`, applied by `_restrict`)."""
         pins: dict[str, Any] = dict(parse_assignments(fix) if isinstance(fix, str) else fix or {})
         refuse_unsearched(pins)
         for k in pins:
@@ -249,7 +262,33 @@ class SearchSpace:
             named_splits=named_splits and partition == "free" and not (
                 "stage_layers" in pins or "chunk_layers" in pins),
         )
-        return space
+        restriction = Restriction.of(job, emit) if by_framework else None
+        return space if restriction is None else space._restrict(restriction)
+
+    def _restrict(self, r: Restriction) -> SearchSpace:
+        """This space narrowed to the plans of `r`'s frameworks (`Restriction.narrow`: domains,
+        partial recompute, etp; its key rules are applied by the search itself). A pinned
+        schedule the framework does not run is an InputError (one schedule per space)."""
+        if self.schedule is not None:
+            probe = Plan(pp=max(self.pp), vpp=min(self.vpp), schedule=plan_schedule(self.schedule))
+            for x in r.key_refusals(probe):
+                if x.field == "schedule":
+                    raise InputError(f"--fix schedule={self.schedule}: {x.framework} does not run "
+                                     f"it ({x.reason})", field="schedule")
+        return self.with_(restriction=r, **r.narrow(
+            {a: getattr(self, a) for a in ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "sp",
+                                           "recompute")}, self.fixed))
+
+    def refusals_of_key(self, key: Any) -> tuple[tuple[str, str], ...]:
+        """(framework, field) of the restriction's rows that search `key` breaks (every plan
+        of the key breaks the same: `Restriction.key_rows`); empty without a restriction."""
+        return () if self.restriction is None else self.restriction.key_rows(
+            key, self.etp, self.dp_replicate)
+
+    def recompute_step(self, vpp: int) -> int:
+        """Partial recompute counts are multiples of this (the restriction's,
+        `Restriction.recompute_step`; "all layers" stays searched)."""
+        return 1 if self.restriction is None else self.restriction.recompute_step(vpp)
 
     def etp_variants(self) -> tuple[SearchSpace, ...]:
         """One space per searched expert-TP size (`etp_axis`), each with that etp fixed: the
@@ -500,25 +539,26 @@ class SearchSpace:
             out //= factorial(c)
         return out
 
+    def mode_choices(self, mode: RecomputeMode, pp: int, vpp: int) -> int:
+        """Distinct recompute_layers settings of one mode per partition."""
+        if mode == "full" and self.partial_recompute and "recompute_layers" not in self.fixed:
+            # r = 1 .. (largest possible stage) - 1 in steps of `recompute_step`, plus "all"
+            biggest = self.num_layers - (pp - 1) * self.layer_step(vpp)
+            pinned = self.fixed_stage_layers(pp, vpp)
+            if pinned is not None:
+                biggest = max(pinned)
+            elif self.partition == "uniform":
+                biggest = self.num_layers // pp
+            return (max(1, biggest) - 1) // self.recompute_step(vpp) + 1
+        return 1
+
     def recompute_choices(self, pp: int, vpp: int) -> int:
         """Distinct (mode, recompute_layers) settings per partition, summed over the modes."""
-        total = 0
-        for mode in self.recompute:
-            if mode == "full" and self.partial_recompute and "recompute_layers" not in self.fixed:
-                # r = 1 .. (largest possible stage) - 1, plus "all layers"
-                biggest = self.num_layers - (pp - 1) * self.layer_step(vpp)
-                pinned = self.fixed_stage_layers(pp, vpp)
-                if pinned is not None:
-                    biggest = max(pinned)
-                elif self.partition == "uniform":
-                    biggest = self.num_layers // pp
-                total += max(1, biggest)
-            else:
-                total += 1
-        return total
+        return sum(self.mode_choices(mode, pp, vpp) for mode in self.recompute)
 
     def size(self) -> int:
-        """Number of complete plans in the space (counted, not listed)."""
+        """Number of complete plans in the space (counted, not listed; with a restriction,
+        the keys it refuses are left out)."""
         per_rest = len(self.zero)
         total = 0
         if len(self.etp_axis) > 1:  # the union of the one-etp spaces (no plan twice)
@@ -529,11 +569,18 @@ class SearchSpace:
                 fams[d.pp, d.vpp] = sum(
                     f.recompute_choices(d.pp, d.vpp) * f.num_partitions(d.pp, d.vpp)
                     for f in self.split_families(d.pp, d.vpp))
-            sps = sum(1 for s in self.sp if self.etp_legal(d.tp, d.cp, d.dp, d.ep, s))
-            total += (
-                sps * per_rest * fams[d.pp, d.vpp]
-                * self.num_placements(d.tp, d.cp, d.dp, d.pp)
-            )
+            place = self.num_placements(d.tp, d.cp, d.dp, d.pp)
+            sps = [s for s in self.sp if self.etp_legal(d.tp, d.cp, d.dp, d.ep, s)]
+            if self.restriction is None:
+                total += len(sps) * per_rest * fams[d.pp, d.vpp] * place
+                continue
+            # the keys a framework row refuses hold no plan of the space
+            for s, z, mode in product(sps, self.zero, self.recompute):
+                key = KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, s, z, d.mbs,
+                              d.num_microbatches, RECOMPUTE_MODES.index(mode))
+                if not self.refusals_of_key(key):
+                    total += sum(f.mode_choices(mode, d.pp, d.vpp) * f.num_partitions(
+                        d.pp, d.vpp) for f in self.split_families(d.pp, d.vpp)) * place
         return total
 
     def num_degree_combinations(self) -> int:
@@ -565,4 +612,6 @@ class SearchSpace:
             "etp": [e if e is not None else "tp" for e in self.etp_axis],
             "partial_recompute": [self.partial_recompute],
             "dp_replicate": [self.dp_replicate],
+            **({"frameworks": list(self.restriction.formats)}
+               if self.restriction is not None else {}),
         }

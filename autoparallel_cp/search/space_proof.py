@@ -20,8 +20,9 @@ from autoparallel_cp.spec.schedules import default_schedule
 #: a search/space.py SearchSpace (not imported: space.py is the lower module)
 SearchSpace = Any
 
-#: fields of SearchSpace that are not part of what the proof covered
-_NOT_AXES = ("job", "fixed")
+#: fields of SearchSpace that are not part of what the proof covered (the framework
+#: restriction is described by its frameworks: `proof_space`)
+_NOT_AXES = ("job", "fixed", "restriction")
 
 
 def _plain(v: Any) -> Any:
@@ -57,6 +58,9 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
              if f.name not in _NOT_AXES and not isinstance(getattr(space, f.name), tuple)}
     if other.get("etp", 0) is None:
         other["etp"] = "tp"  # Megatron's default: the experts' tensor-parallel size is tp
+    r = space.restriction
+    if r is not None:  # spec/framework_space.py: only the plans these frameworks run
+        other["frameworks"] = list(r.formats)
     return {
         "axes": {k: _plain(v) for k, v in axes(space).items()},
         "dp": list(space.dp_domain),
@@ -69,7 +73,9 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
                   "ep | dp*cp (etp = tp), else etp*ep | tp*cp*dp",
                   "dp_replicate | dp (and the expert-DP group), zero >= 1 when > 1",
-                  "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)"],
+                  "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)"]
+        + ([f"the rows of {', '.join(r.formats)} in spec/frameworks.py"] if r is not None
+           else []),
     }
 
 
@@ -120,6 +126,12 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         return f"sp={plan.sp} with tp={plan.tp} (the space's sequence-parallel rule)"
     if plan.recompute_layers is not None and not space.partial_recompute:
         return "partial recompute (not searched)"
+    r = space.restriction
+    if r is not None and (why := r.key_refusals(plan) or r.split_refusals(plan)):
+        return f"{why[0].field}: {why[0].framework} does not run it"
+    step = space.recompute_step(plan.vpp)
+    if plan.recompute_layers is not None and plan.recompute_layers % step:
+        return f"recompute_layers={plan.recompute_layers} (searched: multiples of {step})"
     L = space.num_layers
     if space.fixed_split:
         return None

@@ -3,10 +3,11 @@
 Every row names the plan field it restricts (or the job's: model, recipe, seq_len), the rule, and
 the framework source that enforces it (file:line at the commit or release named in VERSIONS).
 `refusals(job, plan, fw)` lists the rows a plan breaks, each with the closest plan the framework
-can run; `--emit` refuses such a plan (exit 2) instead of printing settings that differ from it,
-and `solve --emit X` keeps only plans with no refusal (`pins(fw)` narrows the search up front).
+can run; `--emit` refuses such a plan (exit 2) instead of printing settings that differ from it.
+The search reads the same rows as a space (`framework_space.Restriction`): `solve --emit X` and
+`--recipe deepspeed / torchtitan-fsdp / pytorch-fsdp` search only the plans the framework runs.
 
-Kept whole (about 450 lines): one table of sourced rows and the predicates they name; split, a
+Kept whole (about 530 lines): one table of sourced rows and the predicates they name; split, a
 framework's rules would sit in several files.
 """
 
@@ -73,6 +74,13 @@ class Rule:
     broken: Callable[[Job, Plan], dict[str, Any] | None]  # closest-plan changes, or None
     #: the exact formats the row applies to (None: every format of `framework`'s family)
     formats: tuple[str, ...] | None = None
+    #: what the row reads: "key" (the search key's axes: tp, pp, cp, dp, ep, vpp, sp, zero,
+    #: mbs, micro-batches, recompute mode; the space's etp), "split" (the layer split or the
+    #: recompute count, which the search space expresses itself: framework_space.py) or "job"
+    scope: str = "key"
+    #: the axis values the row allows whatever the other axes, for the job (the search
+    #: narrows those domains up front; every value left out is one `broken` refuses)
+    domain: Callable[[Job], dict[str, tuple[Any, ...]]] | None = None
 
 
 def _empty_middle_chunk(job: Job, plan: Plan) -> bool:
@@ -205,6 +213,29 @@ def _recipe_for(fmt: str) -> Callable[[Job, Plan], dict[str, Any] | None]:
     return broken
 
 
+def fp8_library(job: Job) -> str:
+    """The library the recipe's fp8 linears were costed with (behaviour `fp8_linear`; None:
+    Transformer Engine for Megatron recipes, torchao float8 for PyTorch ones), as
+    cost/common.py `_fp8_lib` reads it (tests/emit/test_emit_costed.py keeps them equal)."""
+    lib = job.recipe.behaviour.fp8_linear
+    return lib if lib is not None else ("torchao" if job.recipe.framework == "pytorch" else "te")
+
+
+def _tt_fp8(job: Job, plan: Plan) -> dict[str, Any] | None:
+    if job.recipe.compute_dtype == "fp8" and fp8_library(job) != "torchao":
+        return {"recipe": "one whose fp8_linear is torchao (torchtitan-fsdp with compute_dtype "
+                          "fp8)"}
+    return None
+
+
+def _tt_async_tp(job: Job, plan: Plan) -> dict[str, Any] | None:
+    b = job.recipe.behaviour
+    if b.tp_comm_overlap > 0 and not (b.fused if b.fused is not None
+                                      else job.recipe.framework == "megatron"):
+        return {"recipe": "one with fused: true (torch.compile) when it costs async TP"}
+    return None
+
+
 #: the schedules each framework runs (spec/schedules.py names; torchtitan: every schedule of
 #: torch.distributed.pipelining it names, TORCHTITAN_SCHEDULES)
 RUNS_SCHEDULES: dict[str, tuple[str, ...]] = {
@@ -249,6 +280,59 @@ def _learned_positions(job: Job, plan: Plan) -> dict[str, Any] | None:
 
 
 _MG = "Megatron-LM d98e8a64"
+_FSDP = "PyTorch FSDP1 torch/distributed/fsdp"
+_FSDP1_ONLY = ("FullyShardedDataParallel shards one data-parallel group (a second, replicated "
+               "level only with HYBRID_SHARD); the recipe costs no tensor, pipeline, context "
+               "or expert parallelism from another library")
+
+_MDS = "Megatron-DeepSpeed f4157bea"
+
+#: Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed), which the `deepspeed` recipe costs:
+#: Megatron's TP (and sequence-parallel) layers in DeepSpeed's PipelineModule and engine. No
+#: emitter: `--recipe deepspeed` searches its plans, `--emit deepspeed` DeepSpeed's own.
+MDS_RULES: tuple[Rule, ...] = (
+    Rule("megatron-deepspeed", "zero",
+         "with pp > 1 deepspeed.initialize returns DeepSpeed's PipelineEngine, which asserts "
+         "ZeRO stage < 2",
+         f"{_MDS} megatron/training.py:504-509 (the PipelineEngine) and DeepSpeed 0.19.8 "
+         "deepspeed/runtime/pipe/engine.py:76-77",
+         lambda j, p: {"zero": 1} if p.pp > 1 and p.zero >= 2 else None),
+    Rule("megatron-deepspeed", "vpp",
+         "the pipeline is DeepSpeed's PipelineModule (GPTModelPipe) run by its TrainSchedule, "
+         "one stage per rank; Megatron's interleaved schedule is not used with --deepspeed",
+         f"{_MDS} megatron/model/gpt_model.py:322,454-461 and DeepSpeed 0.19.8 "
+         "deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
+         lambda j, p: {"vpp": 1} if p.vpp > 1 else None, domain=lambda j: {"vpp": (1,)}),
+    Rule("megatron-deepspeed", "cp",
+         "no ring context parallelism: its sequence parallelism over ranks is DeepSpeed "
+         "Ulysses (--ds-sequence-parallel-size, an all-to-all on heads), a different cost",
+         f"{_MDS} megatron/arguments.py:974-975 (--ds-sequence-parallel-size)",
+         lambda j, p: {"cp": 1} if p.cp > 1 else None, domain=lambda j: {"cp": (1,)}),
+)
+
+#: PyTorch FSDP1 as the `pytorch-fsdp` recipe runs it (llm-foundry / Composer, HF Accelerate)
+FSDP1_RULES: tuple[Rule, ...] = tuple(
+    Rule("pytorch-fsdp", axis, _FSDP1_ONLY,
+         f"{_FSDP}/fully_sharded_data_parallel.py (FullyShardedDataParallel(process_group | "
+         "device_mesh, sharding_strategy)), api.py:31 (ShardingStrategy)",
+         (lambda a: lambda j, p: {a: 1} if getattr(p, a) > 1 else None)(axis),
+         domain=(lambda a: lambda j: {a: (1,)})(axis))
+    for axis in ("tp", "pp", "cp", "ep", "vpp")
+) + (
+    Rule("pytorch-fsdp", "zero",
+         "ShardingStrategy is FULL_SHARD (zero=3), SHARD_GRAD_OP (zero=2) or NO_SHARD "
+         "(zero=0): no optimizer-only sharding",
+         f"{_FSDP}/api.py:31-61 (ShardingStrategy)",
+         lambda j, p: {"zero": 2} if p.zero == 1 else None,
+         domain=lambda j: {"zero": (0, 2, 3)}),
+    Rule("pytorch-fsdp", "recompute",
+         "activation checkpointing wraps whole modules (checkpoint_wrapper through "
+         "apply_activation_checkpointing's check_fn); no attention-core-only recompute",
+         "PyTorch torch/distributed/algorithms/_checkpoint/checkpoint_wrapper.py "
+         "(apply_activation_checkpointing)",
+         lambda j, p: {"recompute": "full"} if p.recompute == "selective" else None,
+         domain=lambda j: {"recompute": ("none", "full")}),
+)
 _TT = "torchtitan 0.3.0"
 _DS = "DeepSpeed 0.19.8"
 
@@ -289,7 +373,7 @@ RULES: tuple[Rule, ...] = (
          "stage's uneven chunks must all hold at least (or all at most) k layers",
          f"{_MG} megatron/core/transformer/transformer_config.py:551-555 (per TransformerBlock = "
          "per chunk) and transformer_block.py _checkpointed_forward 'block'",
-         _mg_recompute),
+         _mg_recompute, scope="split"),
     Rule("megatron", "cp",
          "attention sinks (--softmax-type learnable) run under context parallelism only with "
          "Transformer Engine's a2a exchange (an all-to-all over heads), not the p2p ring or the "
@@ -304,6 +388,16 @@ RULES: tuple[Rule, ...] = (
          "schedule when pp > 1",
          f"{_MG} megatron/core/transformer/transformer_config.py:3007-3011",
          _mg_ep_overlap),
+    Rule("torchtitan", "recipe",
+         "fp8 linears are torchao's Float8Linear (Float8LinearConverter); a recipe costed with "
+         "Transformer Engine's fp8 layers saves and casts differently",
+         f"{_TT} torchtitan/components/quantization/float8.py:53,77-79 (Float8LinearConverter "
+         "needs torchao.float8)", _tt_fp8),
+    Rule("torchtitan", "recipe",
+         "async tensor parallelism (the recipe's tp_comm_overlap > 0) runs only in a compiled "
+         "model: CompileConfig raises 'Async TP requires ... --compile.enable'",
+         f"{_TT} torchtitan/config/configs.py:303-310 (CompileConfig.__post_init__)",
+         _tt_async_tp),
     Rule("torchtitan", "model",
          "torchtitan builds models from its own registries, with a flavor for "
          + ", ".join(TORCHTITAN_MODELS) + " only",
@@ -326,17 +420,20 @@ RULES: tuple[Rule, ...] = (
          "replication (zero=0)",
          f"{_TT} torchtitan/config/configs.py:124-150 (data_parallel_shard_degree, "
          "fsdp_reshard_after_forward)",
-         lambda j, p: {"zero": 2} if p.zero == 1 else None),
+         lambda j, p: {"zero": 2} if p.zero == 1 else None,
+         domain=lambda j: {"zero": (0, 2, 3)}),
     Rule("torchtitan", "recompute_layers",
          "FullAC wraps every transformer block; no per-stage layer count",
          f"{_TT} torchtitan/distributed/activation_checkpoint.py:152-166 (apply to all layers)",
          lambda j, p: {"recompute_layers": "all (omit the field)"} if (
              _partial(p) and (p.recompute_layers or 0)
-             < max(p.layers_per_stage(j.model.num_layers))) else None),
+             < max(p.layers_per_stage(j.model.num_layers))) else None, scope="split"),
     Rule("torchtitan", "recompute",
          "SelectiveAC is op-level SAC (every 2nd matmul replayed), not attention-core recompute: "
          "only a recipe whose selective_policy is 'op' (torchtitan-fsdp) costs it",
-         f"{_TT} torchtitan/distributed/activation_checkpoint.py:185-195", _tt_selective),
+         f"{_TT} torchtitan/distributed/activation_checkpoint.py:185-195", _tt_selective,
+         domain=lambda j: {} if j.recipe.behaviour.selective_policy == "op"
+         else {"recompute": ("none", "full")}),
     Rule("torchtitan", "ep",
          "expert_parallel_degree must divide dp_shard * cp * tp (dp_shard = 1 when replicating)",
          f"{_TT} torchtitan/distributed/parallel_dims.py:277-279,338-339 (efsdp = dp_shard * cp "
@@ -359,7 +456,8 @@ RULES: tuple[Rule, ...] = (
          "every model chunk is a module list (module_fqns_per_model_part); a middle chunk "
          "with no layer would be a pipeline stage with no module",
          f"{_TT} torchtitan/config/configs.py:181-189 (module_fqns_per_model_part)",
-         lambda j, p: {"stage_layers": "uniform"} if _empty_middle_chunk(j, p) else None),
+         lambda j, p: {"stage_layers": "uniform"} if _empty_middle_chunk(j, p) else None,
+         scope="split"),
     Rule("torchtitan", "num_microbatches",
          "interleaving with pp not dividing the micro-batches: PyTorch's Interleaved1F1B "
          "groups micro-batches in rounds of m // pp (and refuses m % rounds != 0), not "
@@ -368,6 +466,18 @@ RULES: tuple[Rule, ...] = (
          "(_build_pipeline_schedule hands n_microbatches to PyTorch's ScheduleInterleaved1F1B: "
          "number_of_rounds = max(1, n_microbatches // pp_group_size))",
          _tt_interleaved_m),
+    Rule("torchtitan", "pp",
+         "DeepSeek-V3's multi-token prediction (num_mtp_layers > 0) raises 'MTP does not "
+         "support pipeline parallelism yet'",
+         f"{_TT} torchtitan/models/deepseek_v3/mtp.py:202",
+         lambda j, p: {"pp": 1} if j.model.mtp_layers and p.pp > 1 else None,
+         domain=lambda j: {"pp": (1,)} if j.model.mtp_layers else {}),
+    Rule("torchtitan", "cp",
+         "DeepSeek-V3's multi-token prediction (num_mtp_layers > 0) raises the same with "
+         "context parallelism",
+         f"{_TT} torchtitan/models/deepseek_v3/mtp.py:202",
+         lambda j, p: {"cp": 1} if j.model.mtp_layers and p.cp > 1 else None,
+         domain=lambda j: {"cp": (1,)} if j.model.mtp_layers else {}),
     Rule("torchtitan-toml", "zero",
          "zero=0 is DDP, which raises 'DDP has not supported > 1D parallelism' with tp, pp or cp",
          "torchtitan v0.2.2 torchtitan/models/llama3/infra/parallelize.py:148-151",
@@ -398,7 +508,7 @@ RULES: tuple[Rule, ...] = (
     Rule("deepspeed", "vpp",
          "the pipeline engine runs one stage per rank (TrainSchedule); no interleaved schedule",
          f"{_DS} deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
-         lambda j, p: {"vpp": 1} if p.vpp > 1 else None),
+         lambda j, p: {"vpp": 1} if p.vpp > 1 else None, domain=lambda j: {"vpp": (1,)}),
     Rule("megatron", "schedule",
          "Megatron-Core runs 1F1B, or interleaved 1F1B with --num-layers-per-virtual-pipeline-"
          "stage; no zero-bubble, DualPipe or GPipe schedule",
@@ -457,10 +567,15 @@ RULES: tuple[Rule, ...] = (
          "no ring context parallelism (Ulysses sequence_parallel_size is all-to-all on heads, a "
          "different cost)",
          f"{_DS} deepspeed/runtime/config.py:457-470 (sequence_parallel_size)",
-         lambda j, p: {"cp": 1} if p.cp > 1 else None),
+         lambda j, p: {"cp": 1} if p.cp > 1 else None, domain=lambda j: {"cp": (1,)}),
     Rule("deepspeed", "tp",
          "tensor parallelism is AutoTP (tensor_parallel.autotp_size) on a non-pipeline module; "
-         "PipelineModule has no tensor-parallel layers",
+         "PipelineModule has no tensor-parallel layers of its own. Runs with tp x pp (MT-NLG's "
+         "tp 8 x pp 35) used Megatron-DeepSpeed, Megatron's TP layers inside a PipelineModule "
+         "over a PipeModelDataParallelTopology (microsoft/Megatron-DeepSpeed f4157bea "
+         "megatron/model/gpt_model.py:322,454-461), a fork whose launch settings this tool "
+         "does not emit: the `deepspeed` recipe searches its plans without --emit, and "
+         "evaluate --plan scores one",
          f"{_DS} deepspeed/__init__.py:550-553 (AutoTP only on the non-PipelineModule path)",
          lambda j, p: {"tp": 1} if p.tp > 1 and p.pp > 1 else None),
     Rule("deepspeed", "ep",
@@ -476,12 +591,16 @@ RULES: tuple[Rule, ...] = (
     Rule("deepspeed", "sp",
          "AutoTP has no sequence parallelism (norm/dropout activations stay replicated)",
          f"{_DS} deepspeed/module_inject/auto_tp.py:210 (AutoTP replaces linears only)",
-         lambda j, p: {"sp": 0} if p.sp and p.tp > 1 else None),
+         lambda j, p: {"sp": 0} if p.sp and p.tp > 1 else None,
+         domain=lambda j: {"sp": (0,)}),  # sp = 1 needs tp > 1 (spec/plan.py) anyway
     Rule("deepspeed", "recompute",
          "activation checkpointing wraps whole functions (deepspeed.checkpointing.checkpoint); "
          "no attention-core-only recompute",
          f"{_DS} deepspeed/runtime/activation_checkpointing/checkpointing.py:1048",
-         lambda j, p: {"recompute": "full"} if p.recompute == "selective" else None),
+         lambda j, p: {"recompute": "full"} if p.recompute == "selective" else None,
+         domain=lambda j: {"recompute": ("none", "full")}),
+    *FSDP1_RULES,
+    *MDS_RULES,
 )
 
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "torchtitan-toml", "deepspeed")
@@ -491,50 +610,20 @@ def _family(fmt: str) -> str:
     return "torchtitan" if fmt.startswith("torchtitan") else fmt
 
 
+def rules_for(fmt: str) -> tuple[Rule, ...]:
+    """The rows that apply to format `fmt` (its family's, less those of another format)."""
+    return tuple(r for r in RULES if r.framework in (fmt, _family(fmt))
+                 and (r.formats is None or fmt in r.formats))
+
+
 def refusals(job: Job, plan: Plan, fmt: str) -> list[Refusal]:
     """The capability rows of framework `fmt` that `plan` breaks for `job` (empty: it runs)."""
     out: list[Refusal] = []
-    for r in RULES:
-        if r.framework not in (fmt, _family(fmt)):
-            continue
-        if r.formats is not None and fmt not in r.formats:
-            continue
+    for r in rules_for(fmt):
         closest = r.broken(job, plan)
         if closest is not None:
             out.append(Refusal(r.framework, r.field, r.rule, r.source, closest))
     return out
-
-
-def pins(fmt: str, given: dict[str, int] | None = None) -> dict[str, int]:
-    """Plan fields that framework `fmt` runs at one value only, given the user's own pins.
-
-    DeepSpeed (rows above): no interleaving, ring CP or sequence parallelism (AutoTP splits
-    linears only; sp is meaningless at tp 1, so it is pinned off whatever tp the search picks);
-    with a pipeline, ZeRO <= 1 and no TP; with TP (AutoTP), no pipeline; with hybrid sharding
-    (MiCS), ZeRO-3 and neither TP nor a pipeline.
-    """
-    g = given or {}
-    if _family(fmt) != "deepspeed":
-        return {}
-    out = {"vpp": 1, "cp": 1, "sp": 0}
-    if g.get("pp", 1) > 1:
-        out.update(tp=1, zero=1)
-    if g.get("tp", 1) > 1:
-        out.update(pp=1)
-    if g.get("dp_replicate", 1) > 1 and g.get("pp", 1) == 1 and g.get("tp", 1) == 1:
-        out.update(zero=3, tp=1, pp=1)  # MiCS: ZeRO-3 over data-parallel ranks only
-    return out
-
-
-def with_pins(fix: str | None, fmt: str) -> str | None:
-    """`--fix` text plus the pins of framework `fmt` the user did not set themselves."""
-    given: dict[str, int] = {}
-    for item in (fix or "").split(","):
-        if "=" in item:
-            k, v = (x.strip() for x in item.split("=", 1))
-            given[k] = int(v) if v.isdigit() else -1
-    extra = [f"{k}={v}" for k, v in pins(fmt, given).items() if k not in given]
-    return ",".join(([fix] if fix else []) + extra) or None
 
 
 def job_refusal(job: Job, fmt: str) -> str | None:
@@ -546,10 +635,3 @@ def job_refusal(job: Job, fmt: str) -> str | None:
                 return Refusal(fmt, r.field, r.rule, r.source, closest).message(Plan()).replace(
                     "cannot run this plan", f"cannot train {job.model.name} as planned", 1)
     return None
-
-
-def none_runs(job: Job, plans: list[Plan], fmt: str) -> str:
-    """The error when none of the searched plans runs on `fmt`: the best plan's first refusal."""
-    why = refusals(job, plans[0], fmt)[0].message(plans[0]) if plans else ""
-    return (f"none of the {len(plans)} best plans runs on {fmt} (the best: {why}); pin the "
-            "closest plan with --fix, or raise --top-k")

@@ -35,6 +35,7 @@ from autoparallel_cp.spec.base import (
 )
 from autoparallel_cp.spec.folding import folding_violations
 from autoparallel_cp.spec.hybrid_sharding import replicate_violations
+from autoparallel_cp.spec.plan_text import int_list, json_object, split_items
 from autoparallel_cp.spec.schedules import (
     Schedule,
     axis_key,
@@ -281,11 +282,18 @@ def check_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 def parse_assignments(text: str) -> dict[str, Any]:
     """Parse `key=value[,key=value...]` (as in `--plan` and `--fix`) into typed values.
 
-    Every value is range-checked (`check_field`) and a key given twice is an error."""
+    Lists and JSON as the outputs write a plan are read too (spec/plan_text.py). Every value is
+    range-checked (`check_field`) and a key given twice is an error."""
     if not isinstance(text, str):
         raise PlanError(f"expected 'key=value,...' text, got {type(text).__name__}")
+    if text.lstrip().startswith(("{", '"')):
+        try:
+            fields = json_object(text)
+        except ValueError as exc:
+            raise PlanError(f"expected 'key=value,...' or a JSON plan object: {exc}") from None
+        return check_fields(fields)
     out: dict[str, Any] = {}
-    for raw in text.split(","):
+    for raw in split_items(text):
         item = raw.strip()
         if not item:
             continue
@@ -302,10 +310,10 @@ def parse_assignments(text: str) -> dict[str, Any]:
                 raise PlanError(f"field {k!r}: expected an integer, got {v!r}") from None
         elif k in _TUPLE_FIELDS:
             try:
-                value = tuple(int(x) for x in v.replace("/", ":").split(":") if x)
+                value = int_list(v)
             except ValueError:
                 raise PlanError(
-                    f"field {k!r}: expected integers separated by ':', got {v!r}"
+                    f"field {k!r}: expected integers separated by ':' (or a [list]), got {v!r}"
                 ) from None
         else:
             value = v

@@ -89,7 +89,7 @@ def test_nemo_gpt3_20b_run_fits() -> None:
     persistent, 16.77 GB activations transient: required 80.75 + 1.07 + 0.088 x 16.77 =
     83.30 GB of 84.94 GB (the old 5 %-of-peak rule: 85.86 GB, predicted not to fit)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from heldout import heldout_rows
+    from harness.heldout import heldout_rows
 
     [row] = [r for r in heldout_rows() if r.idx == 1]
     assert row.job is not None and row.plan is not None

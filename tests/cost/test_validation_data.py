@@ -19,8 +19,7 @@ from autoparallel_cp.cost.evaluate import evaluate
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-import crossval  # noqa: E402
-import validate  # noqa: E402
+from harness import crossval, train_rows  # noqa: E402
 
 #: Allowed drift of one row's signed error (percentage points) before the snapshot is updated.
 PIN_POINTS = 1.0
@@ -74,11 +73,11 @@ def test_signed_bias_and_worst_row_bounded(
 def test_development_rows_fit_and_memory_bound() -> None:
     """No development run is predicted not to fit; no predicted torchtitan peak (allocated)
     exceeds the measured max reserved memory, and predicted reserved memory (peak +
-    fragmentation on the transient bytes, `validate.predicted_reserved_bytes`) is within 10% of
+    fragmentation on the transient bytes, `train_rows.predicted_reserved_bytes`) is within 10% of
     it on average (9.3% with torchtitan's default layer split for the 405B rows; 11.0% when
     the old rule charged 5% on the whole peak)."""
     mem_errs = []
-    for row in validate.published_rows():
+    for row in train_rows.published_rows():
         if row.job is None or row.plan is None:
             assert row.skip
             continue
@@ -86,7 +85,7 @@ def test_development_rows_fit_and_memory_bound() -> None:
         assert ev.fits, f"published run #{row.idx} predicted not to fit"
         if row.measured_mem_gib:
             assert ev.memory.peak_bytes / 2**30 <= row.measured_mem_gib, row.idx
-            reserved = validate.predicted_reserved_bytes(ev) / 2**30
+            reserved = train_rows.predicted_reserved_bytes(ev) / 2**30
             mem_errs.append(abs(reserved / row.measured_mem_gib - 1))
     assert len(mem_errs) == 18
     assert sum(mem_errs) / len(mem_errs) < 0.10
@@ -94,11 +93,11 @@ def test_development_rows_fit_and_memory_bound() -> None:
 
 def test_every_unstated_choice_is_flagged() -> None:
     """A row that uses a tuned constant says so in `assumed` (issue 16: unflagged choices)."""
-    from heldout import heldout_rows
-    from tuned import flag
+    from harness.heldout import heldout_rows
+    from harness.tuned import flag
 
     n = 0
-    for row in validate.published_rows():
+    for row in train_rows.published_rows():
         for k in row.knobs:
             assert flag(k) in row.assumed, (row.idx, k)
             n += 1
@@ -115,7 +114,7 @@ def test_plain_megatron_lm_rows_take_their_commits_defaults() -> None:
     `--use-distributed-optimizer` are store_true, dropout defaults to 0.1, DP reduction is not
     overlapped), and the memory flags Korthikanti et al. 2022 (Table 5) give GPT-3 175B:
     sequence parallelism + selective recompute. Rows of other frameworks keep theirs."""
-    from heldout import heldout_rows
+    from harness.heldout import heldout_rows
 
     ms = [h for h in heldout_rows() if h.source == "megascale-2024" and h.plan is not None]
     assert len(ms) == 8
@@ -138,7 +137,8 @@ def test_interleaved_megatron_rows_take_their_sources_p2p_overlap() -> None:
     MegaScale's Megatron-LM 285068c8 (2023-01-11) and the 2021-22 papers' Megatron-LM, which
     predate the option (f9283c5a8a, 2023-05-31). No interleaved row is left to the recipe's
     default."""
-    from heldout import P2P_MAIN_DEFAULT, heldout_rows
+    from harness.heldout import heldout_rows
+    from harness.heldout_megatron import P2P_MAIN_DEFAULT
 
     on = {"dgxc-bench-25.02", "mbridge-perf", "mbridge-cards"}
     off = {"megascale-2024"}
@@ -154,7 +154,7 @@ def test_interleaved_megatron_rows_take_their_sources_p2p_overlap() -> None:
         assert h.source in on | off | {"nemo-perf-24.07"}, h.source
         assert h.job.recipe.behaviour.overlap_p2p_comm is want, (h.idx, h.name)
     assert seen == on | off | {"nemo-perf-24.07"}
-    train = [r for r in validate.published_rows()
+    train = [r for r in train_rows.published_rows()
              if r.plan is not None and r.plan.vpp > 1 and r.source in ("sc21", "korthikanti")]
     assert len(train) == 8
     for r in train:
@@ -165,7 +165,7 @@ def test_interleaved_megatron_rows_take_their_sources_p2p_overlap() -> None:
 def test_bloom_row_runs_its_slurm_scripts_settings() -> None:
     """BLOOM's tr11 slurm script sets no dropout flag (the bigscience Megatron-DeepSpeed fork's
     default is 0.1) and the fork has no sequence parallelism: dropout on, sp off."""
-    from heldout import heldout_rows
+    from harness.heldout import heldout_rows
 
     (h,) = [h for h in heldout_rows() if h.source == "bloom-tr11" and h.plan is not None]
     assert h.options.dropout is True
@@ -178,7 +178,7 @@ def test_gpt_bloom_mpt_rows_share_embedding_and_output() -> None:
     default (none of these rows' configurations unties it); Llama-family rows do not, except
     FlagPerf's Llama 3 runs, whose launch script leaves Megatron-Core's default (tied: no
     --untie-embeddings-and-output-weights in pretrain_llama3.sh @1b5a030398)."""
-    from heldout import heldout_rows
+    from harness.heldout import heldout_rows
 
     rows = [h for h in heldout_rows() if h.job is not None]
     for h in rows:
@@ -195,7 +195,7 @@ def test_dgxc_rows_run_their_launch_files_plan_and_fp8_params() -> None:
     BF16 only (128 GPUs / (tp 8 x pp 8 x cp 2) = dp 1, 16 micro-batches of GBS 32 become 32),
     and the FP8 runs of Llama 3.1, Nemotron-4 and Grok-1 pass fp8_params=true (1-byte weights);
     BF16 runs keep 2 bytes."""
-    from heldout import heldout_rows
+    from harness.heldout import heldout_rows
 
     rows = [h for h in heldout_rows() if h.source == "dgxc-bench-25.02" and h.plan is not None]
     nem = {(h.job.recipe.compute_dtype, h.plan.tp * h.plan.pp * h.plan.cp * h.plan.dp):
@@ -220,7 +220,7 @@ def test_bridge_perf_rows_run_their_containers_perf_configs() -> None:
     dp 64 / pp 4 = 16 at MBS 4 is GA 8); the config runs MBS 1: GA 512 / 16 = 32.
     The 26.04.01 GPT-OSS B200 row (v0.4.x `_B200_BF16_V2`: EP 8, HybridEP) runs the flex
     dispatcher; the 26.04.01 H100 row (`_H100_BF16_V2`, no backend set) stays on alltoall."""
-    from heldout import heldout_rows
+    from harness.heldout import heldout_rows
 
     rows = {(h.name, h.job.cluster.node_groups[0].gpu.name[:4], h.job.global_batch): h
             for h in heldout_rows() if h.source == "mbridge-perf" and h.job is not None}
@@ -245,7 +245,8 @@ def test_llmfoundry_pure_rows_reduce_gradients_in_bf16() -> None:
     (composer/trainer/mosaic_fsdp_utils.py @v0.16.4 `get_mixed_precision`)."""
     import csv
 
-    from heldout import DATA, heldout_rows
+    from harness.heldout import heldout_rows
+    from harness.heldout_common import DATA
 
     with open(DATA / "published_runs_heldout.csv", newline="") as fh:
         notes = [r["notes"] for r in csv.DictReader(fh)]
@@ -266,7 +267,7 @@ def test_olmo_core_rows_take_the_scripts_settings() -> None:
     4096-token sequence, fused AdamW, SDPA on cuDNN attention (torch 2.6.0.dev20241009), torchao
     float8 only in the BF16/FP8 rows, and `llama_like`'s FFN rounding with QK-norm on the
     OLMo-1124 models only."""
-    from heldout import heldout_rows
+    from harness.heldout import heldout_rows
 
     def ffn(d: int, mult: float | None, of: int) -> int:
         # llama_like: int(8d/3), times the multiplier, rounded up to a multiple of `of`
@@ -301,7 +302,7 @@ def test_olmo_core_rows_take_the_scripts_settings() -> None:
     assert sorted(precisions) == ["bf16"] * 4 + ["fp8"] * 4
 def test_automodel_rows_run_their_yamls_settings() -> None:
     """NeMo AutoModel's pre-training table (automodel-perf) as its benchmark YAMLs and
-    framework code set it (benchmarks/heldout_automodel.py), derived by hand:
+    framework code set it (benchmarks/harness/heldout_automodel.py), derived by hand:
 
     - DeepSeek-V3 on 256 GPUs, pp 4, `layers_per_stage: 2`: ceil(61 / 2) + 1 = 32 virtual
       stages (a multiple of 4: vpp 8), 61 = 32 + 29, so stages 0-28 hold 2 layers and 29-31
@@ -315,8 +316,8 @@ def test_automodel_rows_run_their_yamls_settings() -> None:
     - GPT-OSS 20B: reshard_after_forward False without the optimizations (zero=2), 120B:
       True (zero=3, no recompute); FlexAttention as the FA2-class curve, the window 128 - 1.
     Every row: bf16 parameters and Adam states, fp32 reduction, no clipping, DeepEP (flex)."""
-    import heldout_automodel as am
-    from heldout import heldout_rows
+    from harness import heldout_automodel as am
+    from harness.heldout import heldout_rows
 
     rows = [h for h in heldout_rows() if h.source == am.SOURCE]
     assert len(rows) == 6

@@ -11,7 +11,7 @@ from autoparallel_cp.api import make_job
 from autoparallel_cp.emit import deepspeed_config, emit, megatron_args
 from autoparallel_cp.emit.torchtitan import torchtitan_settings
 from autoparallel_cp.errors import UserError
-from autoparallel_cp.spec.frameworks import pins, refusals, with_pins
+from autoparallel_cp.spec.frameworks import refusals
 from autoparallel_cp.spec.plan import parse_plan, plan_violations
 
 
@@ -55,6 +55,11 @@ def test_deepspeed_runs_it_as_mics_only() -> None:
         bad = parse_plan(text, job)
         with pytest.raises(UserError, match=f"dp_replicate: .*closest plan it runs: {field}"):
             emit(job, bad, "deepspeed")
-    assert pins("deepspeed", {"dp_replicate": 2})["zero"] == 3
-    assert with_pins("dp_replicate=2", "deepspeed") is not None
-    assert "zero=3" in (with_pins("dp_replicate=2", "deepspeed") or "")
+    # the search with --emit deepspeed keeps to MiCS: a pinned replicate degree gives ZeRO-3
+    from autoparallel_cp.search.solve import solve
+    from autoparallel_cp.search.space import SearchSpace
+
+    space = SearchSpace.for_job(job, fix="dp_replicate=2", emit="deepspeed")
+    res = solve(job, space, top_k=3, time_limit=30, workers=1)
+    assert res.plans and all(ev.plan.zero == 3 and ev.plan.tp == ev.plan.pp == 1
+                             for ev in res.plans)

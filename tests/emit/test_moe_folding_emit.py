@@ -18,6 +18,7 @@ import pytest
 from autoparallel_cp.api import make_job
 from autoparallel_cp.emit import emit, megatron_args
 from autoparallel_cp.errors import UserError
+from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.frameworks import refusals
 from autoparallel_cp.spec.plan import parse_plan, plan_violations
 
@@ -51,9 +52,14 @@ def test_megatron_default_layout_keeps_its_flags() -> None:
     assert "--moe-token-dispatcher-type" not in args
 
 
+def _no_mtp(job: Job) -> Job:
+    """DeepSeek-V3 without its MTP module: torchtitan refuses MTP with pp > 1 (mtp.py:202)."""
+    return job.model_copy(update={"model": job.model.model_copy(update={"mtp_layers": 0})})
+
+
 def test_torchtitan_runs_ep_without_expert_tp() -> None:
-    job = make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=1024,
-                   recipe="torchtitan-fsdp")
+    job = _no_mtp(make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096,
+                           global_batch=1024, recipe="torchtitan-fsdp"))
     split = ",stage_layers=3" + ":4" * 14 + ":2"
     default = parse_plan("tp=2,pp=16,ep=32,sp=1,zero=3,mbs=1" + split, job)
     [bad] = [r for r in refusals(job, default, "torchtitan") if r.field == "etp"]
@@ -68,8 +74,8 @@ def test_torchtitan_runs_ep_without_expert_tp() -> None:
 
 
 def test_torchtitan_v022_writes_its_expert_tp_degree() -> None:
-    job = make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096, global_batch=1024,
-                   recipe="torchtitan-fsdp")
+    job = _no_mtp(make_job("deepseek-v3", "dgx-h100", gpus=1024, seq_len=4096,
+                           global_batch=1024, recipe="torchtitan-fsdp"))
     split = ",stage_layers=3" + ":4" * 14 + ":2"
     for etp, ep in (("", 32), (",etp=1", 64)):
         plan = parse_plan(f"tp=2,pp=16,ep={ep},sp=1,zero=3,mbs=1{etp}" + split, job)

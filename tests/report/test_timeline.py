@@ -15,18 +15,22 @@ from autoparallel_cp import api
 from autoparallel_cp.cost.pass_order import (
     SCHEDULES,
     Op,
-    depends_on,
+    dependencies,
     interleaved_1f1b,
     one_f_one_b,
+    produces,
+    zb_h1,
+    zb_h2,
 )
 from autoparallel_cp.cost.timeline import KINDS, Timeline, timeline
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import PlanError
+from autoparallel_cp.spec.schedules import SPLIT_BACKWARD
 
 BREAKDOWN = {"compute": "compute_s", "bubble": "bubble_s", "tp": "tp_comm_s",
              "cp": "cp_comm_s", "ep": "ep_comm_s", "pp": "pp_comm_s", "dp": "dp_comm_s",
-             "optimizer": "optimizer_s", "fixed": "fixed_s"}
+             "optimizer": "optimizer_s", "offload": "offload_s", "fixed": "fixed_s"}
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 
@@ -37,19 +41,42 @@ def _job(model: str, gpus: int, recipe: str, batch: int = 64) -> Job:
                         recipe=recipe)
 
 
-def check_adds_up(job: Job, plan_text: str) -> Timeline:
-    """Span = step, critical sums = breakdown, per stage the passes = m x its stage time."""
+def check_dependencies(tl: Timeline) -> None:
+    """Every pass starts no earlier than every pass it depends on ends (on any stage)."""
+    begin: dict[tuple[int, Op], float] = {}
+    end: dict[tuple[int, Op], float] = {}
+    for s in tl.slices:
+        if s.op is not None and s.exposed:
+            key = (s.stage, s.op)
+            begin[key] = min(begin.get(key, s.start_s), s.start_s)
+            end[key] = max(end.get(key, s.end_s), s.end_s)
+    ready = {produces(op, j): e for (j, op), e in end.items()}
+    tol = 1e-9 * tl.step_s
+    for (j, op), b in begin.items():
+        for dep in dependencies(tl.schedule, tl.pp, tl.vpp, j, op):
+            if dep != produces(op, j):
+                assert ready[dep] <= b + tol, (tl.schedule, j, op, dep)
+    for r_from, op_from, r_to, op_to in tl.links:  # the trace's arrows go forward in time
+        assert r_from != r_to and end[r_from, op_from] <= begin[r_to, op_to] + tol
+
+
+def check_adds_up(job: Job, plan_text: str, schedule: str | None = None) -> Timeline:
+    """Span = step (+ the cost model's gap to the replay, `Timeline.model_gap_s`), critical
+    sums = breakdown, per stage the passes = m x its stage time, dependencies respected."""
     ev = api.evaluate(job, plan_text)
-    tl = timeline(job, ev.plan)
+    tl = timeline(job, ev.plan, schedule=schedule)
     start = min(s.start_s for s in tl.slices)
     end = max(s.end_s for s in tl.slices)
     assert start == pytest.approx(0.0, abs=1e-12)
-    assert end - start == pytest.approx(ev.time.step_s, rel=1e-9)
+    assert tl.model_gap_s >= 0.0
+    assert end - start == pytest.approx(ev.time.step_s + tl.model_gap_s, rel=1e-9)
     sums = tl.kind_sums()
     assert set(sums) == set(KINDS)
     for kind, field in BREAKDOWN.items():
-        assert sums[kind] == pytest.approx(getattr(ev.time, field), rel=1e-9, abs=1e-12), kind
-    assert sum(sums.values()) == pytest.approx(ev.time.step_s, rel=1e-9)
+        want = getattr(ev.time, field) + (tl.model_gap_s if kind == "bubble" else 0.0)
+        assert sums[kind] == pytest.approx(want, rel=1e-9, abs=1e-12), kind
+    assert sum(sums.values()) == pytest.approx(ev.time.step_s + tl.model_gap_s, rel=1e-9)
+    check_dependencies(tl)
     m = ev.plan.num_microbatches
     per_stage: dict[int, float] = defaultdict(float)
     for s in tl.slices:
@@ -72,7 +99,9 @@ def check_adds_up(job: Job, plan_text: str) -> Timeline:
                 assert s1 >= e0 - 1e-9 * tl.step_s
     # every pass of every micro-batch and chunk is drawn on every stage
     passes = {(s.stage, s.op) for s in tl.slices if s.op is not None and s.row == "compute"}
-    assert len(passes) == ev.plan.pp * m * ev.plan.vpp * 2
+    split = tl.schedule in SPLIT_BACKWARD
+    assert len(passes) >= ev.plan.pp * m * ev.plan.vpp * 2
+    assert len(passes) <= ev.plan.pp * m * ev.plan.vpp * (3 if split else 2)
     return tl
 
 
@@ -123,22 +152,39 @@ def test_timeline_adds_up_on_many_plans(model: str, recipe: str, tp: int, pp: in
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
-@pytest.mark.parametrize(("pp", "m"), [(1, 3), (2, 2), (4, 4), (4, 6), (4, 9), (3, 7)])
+@pytest.mark.parametrize(("pp", "m"), [(1, 3), (2, 2), (2, 4), (4, 4), (4, 6), (4, 8), (4, 9),
+                                       (3, 7), (6, 12), (8, 16)])
 def test_schedules_run_every_pass_once_without_deadlock(name: str, pp: int, m: int) -> None:
-    vpp = 3 if name == "interleaved-1f1b" else 1
-    if name == "interleaved-1f1b" and m < pp:
+    from autoparallel_cp.cost.pass_replay import replay
+    from autoparallel_cp.spec.schedules import schedule_violations
+
+    vpp = {"interleaved": 3, "zbv": 2, "dualpipev": 2}.get(name, 1)
+    if schedule_violations(name, pp, vpp, m) or (pp == 1 and name != "1f1b"):
         return
+    orders = [SCHEDULES[name](pp, vpp, m, j) for j in range(pp)]
     for j in range(pp):
-        order = SCHEDULES[name](pp, vpp, m, j)
-        assert sorted(order) == sorted(Op(i, c, ph) for i in range(m) for c in range(vpp)
-                                       for ph in "FB")
+        ops = [op for step in orders[j] for op in step]
+        assert len(ops) == len(set(ops))
+        lines = 2 if name == "dualpipe" else 1
+        fwd = sorted((op.microbatch, op.chunk) for op in ops if op.phase == "F")
+        assert len(fwd) == m * vpp * (1 if lines == 1 else 1)
         seen: set[Op] = set()
-        for op in order:  # a stage's own backward follows its forward of the same chunk
-            if op.phase == "B":
+        for op in ops:  # a pass's own inputs come first; every F has its backward
+            if op.phase in ("B", "BW"):
                 assert Op(op.microbatch, op.chunk, "F") in seen
+            if op.phase == "W":
+                assert Op(op.microbatch, op.chunk, "B") in seen
             seen.add(op)
-            dep = depends_on(op, j, pp, vpp)
-            assert dep is None or 0 <= dep[0] < pp
+        for op in ops:
+            if op.phase == "F":
+                assert (Op(op.microbatch, op.chunk, "B") in seen) != (
+                    Op(op.microbatch, op.chunk, "BW") in seen)
+            if op.phase == "B" and name in SPLIT_BACKWARD:
+                assert Op(op.microbatch, op.chunk, "W") in seen
+    # the orders run to the end under any per-pass durations (no deadlock)
+    for unit in (lambda r, op: 1.0, lambda r, op: 1.0 + r + 0.5 * (op.phase == "F")):
+        runs = replay(name, pp, vpp, orders, unit)
+        assert sum(len(r) for r in runs) == sum(len(o) for o in orders)
 
 
 def test_one_f_one_b_order() -> None:
@@ -181,7 +227,8 @@ def test_gpipe_placement_adds_up_like_1f1b() -> None:
     phases = [p for _, p in s0]
     assert phases == ["F"] * ev.plan.num_microbatches + ["B"] * ev.plan.num_microbatches
     # the interleaved order is not drawn for a plan without model chunks
-    assert timeline(job, ev.plan, schedule="interleaved-1f1b").schedule == "1f1b"
+    assert timeline(job, ev.plan, schedule="interleaved").schedule == "1f1b"
+    assert timeline(job, ev.plan, schedule="zbv").schedule == "1f1b"
 
 
 def test_calibrated_fixed_time_and_per_microbatch_time_add_up() -> None:
@@ -254,3 +301,117 @@ def test_a_behaviour_override_adds_up_like_evaluate() -> None:
     sums = tl.kind_sums()
     for kind, field in BREAKDOWN.items():
         assert sums[kind] == pytest.approx(getattr(ev.time, field), rel=1e-9, abs=1e-12)
+
+
+def _names(order: list[Op]) -> list[str]:
+    return [f"{o.phase}{o.microbatch}" for o in order]
+
+
+def test_zero_bubble_orders_pp4_m8() -> None:
+    """Qi et al. 2401.10241 Figure 3, pp = 4, m = 8 (0-indexed stages): ZB-H1 keeps 1F1B's
+    warm-up (3, 2, 1, 0 forwards) and each stage j holds back j weight-gradient passes, run in
+    the drain; ZB-H2 warms up 2(pp - j) - 1 forwards (7 on the first stage)."""
+    assert _names(zb_h1(4, 1, 8, 0)) == [
+        "F0", "F1", "F2", "F3", "B0", "W0", "F4", "B1", "W1", "F5", "B2", "W2", "F6", "B3", "W3",
+        "F7", "B4", "W4", "B5", "W5", "B6", "W6", "B7", "W7"]
+    assert _names(zb_h1(4, 1, 8, 3)) == [
+        "F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3", "W0", "F4", "B4", "W1", "F5", "B5", "W2",
+        "F6", "B6", "W3", "F7", "B7", "W4", "W5", "W6", "W7"]
+    assert _names(zb_h2(4, 1, 8, 0))[:9] == [f"F{i}" for i in range(8)] + ["B0"]
+    assert _names(zb_h2(4, 1, 8, 3))[:3] == ["F0", "F1", "B0"]
+
+
+def test_dualpipe_runs_both_directions_pp4_m8() -> None:
+    """DualPipe (2412.19437 Figure 5, 8 ranks / 20 micro-batches in the paper; here pp 4, m 8):
+    rank 0 starts line 0 and rank 3 line 1 at once, each with 2(pp/2 - 1) + 1 forwards before
+    the other line's first forward reaches it, and the steady state runs F&B pairs."""
+    r0 = SCHEDULES["dualpipe"](4, 1, 8, 0)
+    r3 = SCHEDULES["dualpipe"](4, 1, 8, 3)
+    assert [s[0].chunk for s in r0[:3]] == [0, 0, 0] and r0[3][0].chunk == 1
+    assert [s[0].chunk for s in r3[:3]] == [1, 1, 1] and r3[3][0].chunk == 0
+    assert any(len(s) == 2 for s in r0) and all(len(s) <= 2 for s in r0)
+    # each rank runs m/2 micro-batches per line, m forwards in all
+    assert sum(op.phase == "F" for s in r0 for op in s) == 8
+
+
+def test_replayed_bubble_is_the_papers_for_equal_stages() -> None:
+    """With F = B = W and equal stages, the replay of each order has the paper's bubble over
+    the last rank's m·t (2401.10241 Table 2, 2412.19437 Table 2; the V ones cost/schedules.py's
+    replay): the orders are the ones the cost model prices."""
+    from autoparallel_cp.cost.pass_replay import replay
+
+    pp, m = 4, 8
+    for name, vpp, want in [("1f1b", 1, 3.0), ("gpipe", 1, 3.0), ("zb-h1", 1, 1.0),
+                            ("zb-h2", 1, 1.0), ("dualpipe", 1, 2.0 / 3.0),
+                            ("interleaved", 2, 1.5)]:
+        split = name in SPLIT_BACKWARD
+        part = {"F": 1 / 3, "B": 1 / 3 if split else 2 / 3, "W": 1 / 3, "BW": 2 / 3}
+        orders = [SCHEDULES[name](pp, vpp, m, j) for j in range(pp)]
+        runs = replay(name, pp, vpp, orders, lambda r, op, v=vpp, p=part: p[op.phase] / v)
+        span = max(e for run in runs for _, _, e in run)
+        assert span - m == pytest.approx(want), name
+
+
+@SETTINGS
+@given(schedule=st.sampled_from(["1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipe",
+                                 "dualpipev", "gpipe"]),
+       pp=st.sampled_from([2, 4, 8]), zero=st.sampled_from([1, 3]),
+       recompute=st.sampled_from(["none", "full"]), uneven=st.booleans(),
+       batch=st.sampled_from([32, 64]), ep=st.sampled_from([1, 2]))
+def test_every_schedule_adds_up_and_respects_dependencies(
+        schedule: str, pp: int, zero: int, recompute: str, uneven: bool, batch: int,
+        ep: int) -> None:
+    """Span, sums and rows as `check_adds_up`, and every pass after those it depends on, for
+    each schedule on pp > 2, vpp > 1 and uneven stages."""
+    model = "mixtral-8x7b" if ep > 1 else "llama3-8b"
+    job = _job(model, 32, "megatron-bf16", batch)
+    vpp = 2 if schedule in ("interleaved", "zbv", "dualpipev") else 1
+    text = (f"tp=2,pp={pp},vpp={vpp},ep={ep},zero={zero},mbs=1,recompute={recompute},"
+            f"schedule={schedule}")
+    if uneven:
+        n = job.model.num_layers
+        base = [n // pp] * pp
+        base[0] -= 1
+        base[1] += 1
+        text += ",stage_layers=" + ":".join(str(x) for x in base)
+    try:
+        api.evaluate(job, text)
+    except (PlanError, UserError, ValueError):
+        assume(False)
+    tl = check_adds_up(job, text)
+    assert tl.schedule == schedule
+
+
+def test_v_orders_are_torchs_pp4_m8() -> None:
+    """ZBV and DualPipeV on pp 4, m 8 are cost/pipeline_sim.py's action lists (torch v2.13.0
+    `ScheduleZBVZeroBubble` / `ScheduleDualPipeV`): rank 0 warms up with 2·pp - 1 forwards of
+    its first chunk (ZBV) and runs its first chunk-1 forward once stage 2pp-1's input reaches
+    it; the last rank starts F0 of both its chunks back to back (the V's turn)."""
+    def names(steps: list[tuple[Op, ...]]) -> list[str]:
+        return ["&".join(f"{o.phase}{o.microbatch}c{o.chunk}" for o in s) for s in steps]
+
+    z0 = names(SCHEDULES["zbv"](4, 2, 8, 0))
+    assert z0[:8] == [f"F{i}c0" for i in range(7)] + ["F0c1"]
+    z3 = names(SCHEDULES["zbv"](4, 2, 8, 3))
+    assert z3[:3] == ["F0c0", "F0c1", "F1c0"]
+    d0 = names(SCHEDULES["dualpipev"](4, 2, 8, 0))
+    assert d0[:8] == [f"F{i}c0" for i in range(7)] + ["F0c1"]
+    assert any("&" in s for s in d0)  # the overlapped F&B pairs
+
+
+def test_a_gap_between_the_model_and_the_replay_is_shown() -> None:
+    """ZB-H2 on gpt3-1.3b pp 2: the cost model's (p-1)·max(F+B-2W, F) is below the replay of
+    the order (B > W here); the timeline draws the replay (dependencies held), its span
+    step + model_gap_s, and the trace and the page say so."""
+    from autoparallel_cp.html_report.figures import timeline_caption
+    from autoparallel_cp.trace import chrome_trace
+
+    job = _job("gpt3-1.3b", 32, "megatron-bf16")
+    text = "tp=2,pp=2,mbs=1,zero=1,schedule=zb-h2"
+    tl = check_adds_up(job, text)
+    assert 0.0 < tl.model_gap_s < 0.01 * tl.step_s
+    assert "longer than the predicted step" in timeline_caption(tl)
+    ev = api.evaluate(job, text)
+    assert chrome_trace(job, ev.plan)["otherData"]["model_gap_s"] == tl.model_gap_s
+    # the default schedules have none
+    assert check_adds_up(job, "tp=2,pp=2,mbs=1,zero=1").model_gap_s == 0.0

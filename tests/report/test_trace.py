@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,44 @@ def test_the_python_calls_the_user_guide_names() -> None:
     tl = timeline(job, ev.plan)
     assert sum(tl.kind_sums().values()) == pytest.approx(ev.time.step_s, rel=1e-9)
     assert check_events(chrome_trace(job, ev.plan)) == []
+
+
+@pytest.mark.parametrize(("plan", "split"), [("tp=1,pp=4,vpp=2,mbs=1,schedule=zbv", True),
+                                             ("tp=1,pp=4,vpp=2,mbs=1,schedule=dualpipev", True),
+                                             ("tp=1,pp=4,mbs=1,schedule=zb-h1", True),
+                                             ("tp=1,pp=4,mbs=1,schedule=dualpipe", True),
+                                             ("tp=1,pp=4,vpp=2,mbs=1", False)])
+def test_every_schedule_traces_its_own_passes(plan: str, split: bool) -> None:
+    """W passes and F&B pairs are drawn as such, named as torch's profiler names them where
+    torch runs the schedule, and every arrow goes forward in time."""
+    job = api.make_job("gpt3-1.3b", "dgx-h100", gpus=16, seq_len=2048, global_batch=32)
+    ev = api.evaluate(job, plan)
+    trace = chrome_trace(job, ev.plan, ev.to_json())
+    assert check_events(trace) == []
+    events = trace["traceEvents"]
+    passes = {e["args"]["pass"] for e in events if e["ph"] == "X" and "pass" in e["args"]}
+    assert ("W" in passes) == split
+    ranges = [e["args"]["profiler_range"] for e in events
+              if e["ph"] == "X" and "profiler_range" in e["args"]]
+    sched = ev.plan.pipeline_schedule
+    kinds = {re.fullmatch(r"PP:(\d+)([FIWB])(\d+)", r).group(2)  # type: ignore[union-attr]
+             for r in ranges}
+    if sched in ("zbv", "dualpipev"):
+        assert {"F", "I", "W"} <= kinds
+        stages = {int(re.fullmatch(r"PP:(\d+)\D.*", r).group(1))  # type: ignore[union-attr]
+                  for r in ranges}
+        assert stages == set(range(8))  # the V's 2·pp stages
+    elif sched == "interleaved":
+        assert kinds == {"F", "B"}
+    else:
+        assert ranges == []
+    if sched in ("dualpipe", "dualpipev"):
+        assert any("F&B overlapped pair" in e["name"] for e in events if e["ph"] == "X")
+    flows = [e for e in events if e["ph"] in ("s", "f")]
+    by_id: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for f in flows:
+        by_id[f["id"]].append(f)
+    assert by_id
+    for pair in by_id.values():
+        start, end = sorted(pair, key=lambda e: e["ph"] != "s")
+        assert start["ts"] < end["ts"]

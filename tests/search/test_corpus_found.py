@@ -2,8 +2,9 @@
 <the run's stated fields>`, and the 126-slot layout NVIDIA runs Llama 3.1 405B with is searched.
 
 The corpus: every row of benchmarks/data/published_runs_{train,heldout}.csv that the validation
-turns into a job and a plan (`validate.published_rows`, `heldout.heldout_rows`; each has a
-measured throughput, so it ran; the rows they skip state no plan the tool expresses). The pins:
+turns into a job and a plan (`harness.train_rows.published_rows`,
+`harness.heldout.heldout_rows`; each has a measured throughput, so it ran; the rows they skip
+state no plan the tool expresses). The pins:
 the parallel layout the source states (tp, pp, vpp, cp, ep, dp, mbs). Everything else (the
 layer split, the expert-TP size, ZeRO, SP, recompute) is searched: a folded run (ep > dp*cp,
 etp 1 in Megatron-Bridge's recipes) is found through the etp axis. Memory headroom: the
@@ -39,8 +40,8 @@ NEAR_CAPACITY = {("heldout", 89), ("heldout", 92), ("heldout", 97), ("heldout", 
 
 def _corpus() -> list[tuple[str, int, str, Job, Plan]]:
     sys.path.insert(0, str(BENCH))
-    from heldout import heldout_rows
-    from validate import published_rows
+    from harness.heldout import heldout_rows
+    from harness.train_rows import published_rows
 
     out: list[tuple[str, int, str, Job, Plan]] = []
     for file, rows in (("train", published_rows()), ("heldout", heldout_rows())):

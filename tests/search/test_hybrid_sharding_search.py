@@ -34,7 +34,9 @@ def test_pinned_replicas_match_enumeration(moe: bool, layers: int, rep: int,
     job = _job(moe, layers, 16, recipe)
     space = SearchSpace.for_job(job, fix=f"dp_replicate={rep}", max_pp=2, max_vpp=2, max_mbs=2,
                                 zero=(0, 1, 3))
-    assert space.zero == (1, 3)
+    # zero 0 leaves the domain under R > 1; a recipe's framework may narrow it further
+    # (torchtitan-fsdp runs ZeRO-3 only here: spec/framework_space.py)
+    assert space.zero and 0 not in space.zero and set(space.zero) <= {1, 3}
     res = _compare_tol(job, space, 4)
     for ev in res.plans:
         assert ev.plan.dp_replicate == rep and ev.plan.dp % rep == 0 and ev.plan.zero >= 1

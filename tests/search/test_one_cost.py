@@ -223,7 +223,8 @@ def _agree(case: tuple[Job, Plan]) -> None:
     fix = _fix(plan, job.model.num_layers, job.model.moe is not None)
     space = SearchSpace.for_job(job, fix=fix, max_pp=4,
                                 max_vpp=2, max_mbs=2, max_ep=4,
-                                partial_recompute=plan.recompute_layers is not None)
+                                partial_recompute=plan.recompute_layers is not None,
+                                by_framework=False)  # one cost for any plan, run or not
     pc = plan_cost(build_tables(space), plan)
     ev = evaluate(job, plan)
     assert pc.step_s == pytest.approx(ev.time.step_s, rel=1e-9)

@@ -53,6 +53,13 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
      "--fix chunk_layers=6:6:6:6: 4 chunks for pp*vpp = 2*3"),
     ({"chunk_layers": (8, 8, 8), "stage_layers": (12, 12)}, "chunk_layers",
      "--fix chunk_layers and stage_layers: the chunks do not split over the stages"),
+    # issue 32: a split no (pp, vpp) can run is the pin's error, not "no feasible plan"
+    ({"chunk_layers": (0, 0, 0, 24), "pp": 2, "vpp": 2}, "chunk_layers",
+     "--fix chunk_layers=0:0:0:24: chunk_layers leaves a pipeline stage without layers"),
+    ({"chunk_layers": (0, 0, 0, 24)}, "chunk_layers",
+     "--fix chunk_layers=0:0:0:24: chunk_layers leaves a pipeline stage without layers"),
+    ({"chunk_layers": (6, 6, 6, 6), "stage_layers": (10, 14)}, "chunk_layers",
+     "--fix chunk_layers=6:6:6:6: stage_layers 10:14 != the stage sums of chunk_layers 12:12"),
     ({"stage_groups": (0, 1)}, "stage_groups",
      "--fix stage_groups=0:1: the cluster has node groups 0..0"),
     ({"stage_groups": (0, -1)}, "stage_groups",

@@ -153,3 +153,25 @@ def test_gpipe_memory_binds_and_every_ranked_plan_fits() -> None:
         ev = evaluate(job, p)
         assert ev.fits, p.short()
         assert cost == pytest.approx(ev.time.step_s, rel=1e-9)
+
+
+def test_a_pinned_schedule_the_framework_does_not_run_is_refused() -> None:
+    """`--emit megatron` (or `--emit deepspeed`) with --fix schedule=gpipe: exit 2 naming the
+    framework's row; torchtitan runs GPipe (spec/frameworks.py RUNS_SCHEDULES), so its
+    recipe's search returns GPipe plans."""
+    from autoparallel_cp.spec import RECIPES
+
+    job = _job()
+    with pytest.raises(UserError, match="megatron does not run it"):
+        SearchSpace.for_job(job, fix="schedule=gpipe", max_pp=4, emit="megatron")
+    ds = job.model_copy(update={"recipe": RECIPES["deepspeed"]})
+    with pytest.raises(UserError, match="deepspeed does not run it"):
+        SearchSpace.for_job(ds, fix="schedule=gpipe", max_pp=4, emit="deepspeed")
+    tt = job.model_copy(update={"recipe": RECIPES["torchtitan-fsdp"]})
+    sp = SearchSpace.for_job(tt, fix="schedule=gpipe", max_pp=4, max_mbs=2)
+    assert sp.restriction is not None
+    res = enumerate_plans(tt, sp, top_k=2)
+    assert all(ev.plan.schedule == "gpipe" for ev in res.plans)
+    # Megatron runs interleaved: the pin stays a plain search there
+    assert SearchSpace.for_job(job, fix="schedule=interleaved", max_pp=4,
+                               emit="megatron").schedule == "interleaved"

@@ -21,13 +21,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from heldout import heldout_rows
-from tuned import TUNED
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.factors import CostOptions
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
+from harness.heldout import heldout_rows
+from harness.tuned import TUNED
 
 #: Sources of the development set (validate.published_rows kinds).
 DEV_SOURCES = ("sc21", "korthikanti", "mcore", "torchtitan")
@@ -52,7 +52,7 @@ class Case:
 
 def cases(knobs: Mapping[str, float] | None = None) -> list[Case]:
     """Every run with a plan and a measured tokens/s/GPU, with the tuned constants `knobs`."""
-    from validate import published_rows
+    from harness.train_rows import published_rows
 
     out: list[Case] = []
     rows: list[tuple[str, object]] = [("dev", r) for r in published_rows(knobs)]

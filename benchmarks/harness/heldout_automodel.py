@@ -37,7 +37,7 @@ the table's numbers) unless noted:
   `reshard_after_forward` False the bf16 parameters are then gathered once and kept for the
   whole step, the gradients accumulate unsharded in the fp32 reduce dtype (torch
   `FSDPParam.to_accumulated_grad_if_needed`) and are reduce-scattered once: ZeRO-1 in the
-  plan's terms, as validate.py writes torchtitan's FSDP under PP. Otherwise FSDP2's defaults
+  plan's terms, as train_rows.py writes torchtitan's FSDP under PP. Otherwise FSDP2's defaults
   hold: `reshard_after_forward` False = SHARD_GRAD_OP (zero=2), True = FULL_SHARD (zero=3);
 - pipeline: `interleaved1f1b` over ceil(L / layers_per_stage) + 1 virtual stages (rounded
   down to a multiple of pp), stage s on rank s mod pp (`stage_ids_this_rank` "loop"), the
@@ -126,7 +126,7 @@ def recipe(s: dict[str, str], pp: int, assumed: list[str]) -> TrainingRecipe:
         # parameters: bf16 `.grad`s accumulated by autograd, no second copy
         "expert_grad_bytes": 2, "expert_master_weight_bytes": 0,
         "optimizer_kernel": "foreach", "grad_clip": False, "behaviour": behaviour,
-        "source": "NeMo AutoModel FSDP2 + EP benchmark recipe (benchmarks/heldout_automodel.py)"})
+        "source": "NeMo AutoModel FSDP2 + EP benchmark recipe (harness/heldout_automodel.py)"})
     assumed.append("AutoModel: bf16 params, fp32 reduce, bf16 Adam (foreach), no clipping, "
                    f"TE / Megatron-Core MoE kernels with an eager RoPE, {attn} attention"
                    + (", DeepEP dispatch" if _on(s, "deepep") else ""))
