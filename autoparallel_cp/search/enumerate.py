@@ -352,7 +352,8 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
     if t.space.fixed_split:
         # a pinned split may hold unequal chunks: the in-flight count of each stage's own
         f = np.array([stage_inflight(t.space.schedule, d.pp, d.vpp, d.num_microbatches,
-                                     int(a), t.space.chunks_of(d.pp, d.vpp, int(a), int(b)))
+                                     int(a),
+                                     tuple(t.space.chunks_of(d.pp, d.vpp, int(a), int(b))))
                       for a, b in zip(np.asarray(j), np.asarray(n), strict=True)],
                      float)[col]
     else:  # free partitions hold multiples of vpp: equal chunks
@@ -493,8 +494,7 @@ def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:
                 recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                 stage_layers=part_objs[int(pi[col])], stage_groups=place_objs[int(qi[col])],
                 chunk_layers=None if cl is None else tuple(cl), etp=space.etp,
-                schedule=plan_schedule(space.schedule),
-                dp_replicate=space.dp_replicate)
+                schedule=plan_schedule(space.schedule), dp_replicate=space.dp_replicate)
     return float(cost[col]), plan
 
 

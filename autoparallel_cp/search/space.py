@@ -51,8 +51,9 @@ Axes and their default domains (every value is also checked against the job):
 
 `size()` counts complete plans (every field that changes the plan) without listing them.
 
-Kept whole (about 440 lines): the domains, the degree rules and the counting of one space read
-the same fields; split, a rule and its count would sit apart.
+Kept whole (about 630 lines): the domains, the degree rules, the partition families, the
+expert-TP sizes and the counting of one space read the same fields; split, a rule and its
+count would sit apart.
 """
 
 from __future__ import annotations
@@ -303,10 +304,13 @@ class SearchSpace:
     def etp_legal(self, tp: int, cp: int, dp: int, ep: int, sp: int) -> bool:
         """The key (these axes) is a plan of this one-etp space: the expert grid and the SP
         rule hold, and an explicit etp equal to tp is left to the default (the same plan)."""
-        if self.etp is not None and len(self.etp_axis) == 1 and "etp" not in self.fixed \
-                and self.etp == tp:
-            return False
-        return self.ep_ok(tp, cp, dp, ep) and self.sp_ok(tp, sp)
+        memo: dict[tuple[int, ...], bool] = self.__dict__.setdefault("_etp_legal", {})
+        k = (tp, cp, dp, ep, sp)
+        if k not in memo:
+            memo[k] = not (self.etp is not None and len(self.etp_axis) == 1
+                           and "etp" not in self.fixed and self.etp == tp) \
+                and self.ep_ok(tp, cp, dp, ep) and self.sp_ok(tp, sp)
+        return memo[k]
 
     def key_legal(self, tp: int, cp: int, dp: int, ep: int, sp: int) -> bool:
         """Some searched expert-TP size takes these axes (`etp_legal`); with one size, the
@@ -376,7 +380,16 @@ class SearchSpace:
         return tuple(out)
 
     def degrees(self) -> Iterator[Degrees]:
-        """Legal degree combinations (tp, pp, cp, dp, ep, vpp, mbs); the other axes are free."""
+        """Legal degree combinations (tp, pp, cp, dp, ep, vpp, mbs); the other axes are free.
+        Listed once per space (the size, the tables, the key listing and the bounds read
+        them again)."""
+        memo: dict[str, tuple[Degrees, ...]] = self.__dict__.setdefault("_degrees", {})
+        if "d" not in memo:
+            memo["d"] = tuple(self._list_degrees())
+        return iter(memo["d"])
+
+    def _list_degrees(self) -> Iterator[Degrees]:
+        """`degrees`, generated."""
         job, n = self.job, self.job.num_gpus
         placeable: dict[tuple[int, int], bool] = {}
         for tp in self.tp:
@@ -557,8 +570,15 @@ class SearchSpace:
         return sum(self.mode_choices(mode, pp, vpp) for mode in self.recompute)
 
     def size(self) -> int:
-        """Number of complete plans in the space (counted, not listed; with a restriction,
-        the keys it refuses are left out)."""
+        """Number of complete plans in the space (counted, not listed, once per space; with a
+        restriction, the keys it refuses are left out)."""
+        memo: dict[str, int] = self.__dict__.setdefault("_size", {})
+        if "n" not in memo:
+            memo["n"] = self._count()
+        return memo["n"]
+
+    def _count(self) -> int:
+        """`size`, counted."""
         per_rest = len(self.zero)
         total = 0
         if len(self.etp_axis) > 1:  # the union of the one-etp spaces (no plan twice)
