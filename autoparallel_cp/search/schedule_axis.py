@@ -36,6 +36,8 @@ import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.errors import InputError
+from autoparallel_cp.spec.framework_space import Restriction
+from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import SCHEDULES, Schedule, default_schedule
 
 #: the schedules whose cost the search composes exactly (module docstring)
@@ -62,6 +64,19 @@ def refuse_unsearched(pins: Mapping[str, Any]) -> None:
             raise InputError(f"{k} is not a search axis yet: the search keeps everything on "
                              f"the GPU; evaluate a plan with it (evaluate --plan "
                              f"'...,{k}={pins[k]}') or see explain's single changes", field=k)
+
+
+def refuse_unrun(schedule: str | None, r: Restriction, pp: int, vpp: int) -> None:
+    """InputError (exit 2) when the restriction's framework does not run the pinned schedule
+    (its spec/frameworks.py "schedule" row, read on a probe plan of the space's pp and vpp:
+    the schedule is one per space, so one check covers every plan)."""
+    if schedule is None:
+        return
+    probe = Plan(pp=pp, vpp=vpp, schedule=plan_schedule(schedule))
+    for x in r.key_refusals(probe):
+        if x.field == "schedule":
+            raise InputError(f"--fix schedule={schedule}: {x.framework} does not run it "
+                             f"({x.reason})", field="schedule")
 
 
 def narrow(schedule: str | None, pps: list[int], vpps: list[int]

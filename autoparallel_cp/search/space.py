@@ -66,7 +66,7 @@ from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search.pins import check_structural_pins, replicate_zeros
-from autoparallel_cp.search.schedule_axis import narrow, plan_schedule, refuse_unsearched
+from autoparallel_cp.search.schedule_axis import narrow, refuse_unrun, refuse_unsearched
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.framework_space import KeyView, Restriction
 from autoparallel_cp.spec.plan import (
@@ -270,12 +270,7 @@ class SearchSpace:
         """This space narrowed to the plans of `r`'s frameworks (`Restriction.narrow`: domains,
         partial recompute, etp; its key rules are applied by the search itself). A pinned
         schedule the framework does not run is an InputError (one schedule per space)."""
-        if self.schedule is not None:
-            probe = Plan(pp=max(self.pp), vpp=min(self.vpp), schedule=plan_schedule(self.schedule))
-            for x in r.key_refusals(probe):
-                if x.field == "schedule":
-                    raise InputError(f"--fix schedule={self.schedule}: {x.framework} does not run "
-                                     f"it ({x.reason})", field="schedule")
+        refuse_unrun(self.schedule, r, max(self.pp), min(self.vpp))
         return self.with_(restriction=r, **r.narrow(
             {a: getattr(self, a) for a in ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "sp",
                                            "recompute")}, self.fixed))
