@@ -272,8 +272,9 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
     # hybrid sharding: states shard over dp*cp/R (Plan.state_shard, Plan.expert_state_shard)
     shard_d = dp5 * cp5 / rep
     shard_e = fx.expert_dp_size(tp5, cp5, dp5, ep5, space.etp) / rep
-    wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d)
-    we, ge, oe = fx.state_bytes_per_param(job.recipe.for_experts(), z5, shard_e)
+    pp5 = job.num_gpus / (tp5 * cp5 * dp5)  # pp is derived (space.py), as for p2p above
+    wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d, pp5)
+    we, ge, oe = fx.state_bytes_per_param(job.recipe.for_experts(), z5, shard_e, pp5)
     buf = tch * fx.buffer_bytes_per_param(job, z5)
     loc_d = np.where(z5 >= 1, 1.0 / shard_d, 1.0)
     loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(shard_e), 1.0), 1.0)
@@ -300,7 +301,8 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
     head_p = np.asarray(ef0.head_params, float).reshape(-1, 1, 1, 1)
     g4 = np.ix_(tp, zero, dp, cp)
     _, z4, dp4, cp4 = g4
-    w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rep)
+    pp4 = job.num_gpus / (tp.reshape(-1, 1, 1, 1) * cp4 * dp4)
+    w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rep, pp4)
     per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
     shape4 = (len(tp), len(zero), len(dp), len(cp))
     t.emb_states = np.broadcast_to(emb_p * per4, shape4).copy()
