@@ -33,7 +33,6 @@ together; splitting them would put the composition the solver proves against in 
 
 from __future__ import annotations
 
-import functools
 import itertools
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -45,6 +44,7 @@ import numpy.typing as npt
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
+from autoparallel_cp.search.schedule_axis import stage_inflight
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec.plan import Plan
 
@@ -146,13 +146,6 @@ class Tables:
     @property
     def main_kind(self) -> bool:
         return self.space.job.model.moe is not None
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def stage_inflight(pp: int, vpp: int, m: int, j: int, chunks: tuple[int, ...]) -> float:
-    """`factors.stage_inflight` (a walk over the schedule), memoized: the bounds, the per-key
-    scan and the enumerator ask for the same (stage, chunks, m) many times; the same float."""
-    return float(fx.stage_inflight(pp, vpp, m, j, chunks))
 
 
 def key_variants(t: Tables, key: Any) -> list[Tables]:
@@ -418,7 +411,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
             counts = [(False, k_dense, rd), (True, n - k_dense, r - rd)]
         else:
             counts = [(t.main_kind, n, r)]
-        f = fx.stage_inflight(plan.pp, plan.vpp, m, j, chunks[j])
+        f = stage_inflight(plan.schedule, plan.pp, plan.vpp, m, j, tuple(chunks[j]))
         ttime = act = states = dsync = opt = work = z3first = 0.0
         for kind, cnt, rc in counts:
             if cnt == 0:
