@@ -97,6 +97,9 @@ def plan_label(plan: Mapping[str, Any]) -> str:
     if rc != "none":
         rl = plan.get("recompute_layers")
         parts.append(f"rc:{rc}" + (f"({rl})" if rl is not None else ""))
+    parts += [str(plan["schedule"])] if plan.get("schedule") is not None else []  # unset: 1f1b
+    parts += [f"{k}={plan[k]:g}" for k in ("optimizer_offload", "activation_offload")
+              if plan.get(k)]
     return " ".join(parts)
 
 

@@ -11,7 +11,9 @@ the framework itself, in a subprocess per framework:
   read back through bash, then `parse_args()`, `validate_args()` and
   `core_transformer_config_from_args()` (the TransformerConfig checks) run; Megatron's derived
   data-parallel size, virtual stages and recompute count must equal the plan's, and on an
-  interleaved plan its `overlap_p2p_comm` / `batch_p2p_comm` the recipe's p2p overlap. For a
+  interleaved plan its `overlap_p2p_comm` / `batch_p2p_comm` the recipe's p2p overlap; its
+  parsed `num_distributed_optimizer_instances`, optimizer offload fraction and CPU-offloaded
+  layer count must be the plan's `dp_replicate`, `optimizer_offload`, `activation_offload`. For a
   windowed model, every layer's window as Megatron builds it (`is_layer_window_attention` over
   the parsed `--window-size` / `--window-attn-skip-freq`) must be the plan's, and with cp > 1
   every layer's `cp_comm_type` must be the exchange the cost model charges (all_gather on
@@ -26,6 +28,10 @@ the framework itself, in a subprocess per framework:
   (`--module <file> --config autoparallel_plan`), `Trainer.Config.__post_init__` runs, then
   `ParallelDims` (its `_validate`), `_get_pipeline_metadata` and
   `_generate_llm_fqn_per_model_part` (the stage split, whose layer counts must equal the plan's);
+  the replicate x shard degrees ParallelDims holds must be the plan's (`dp_replicate`,
+  dp/dp_replicate), and with pp > 1 the class `get_schedule_class` returns for the emitted
+  `pipeline_parallel_schedule` must be the plan's schedule (Schedule1F1B, ...ZBVZeroBubble,
+  ...DualPipeV, ...);
   the model the config builds (meta device, once per model) must have the plan's parameter count
   (MTP included, expert-bias buffers counted as the plan counts them);
   the batch rule of trainer.py:415-437 is applied as written there (it sits inside
@@ -36,29 +42,31 @@ the framework itself, in a subprocess per framework:
 - deepspeed: DeepSpeed 0.19.8: `DeepSpeedConfig(json, mpu)` with the data-parallel size the
   emitted topology/mpu gives (`PipeDataParallelTopology` / `PipeModelDataParallelTopology`
   `.get_dim("data")`; every rank when tp = pp = 1), the pipeline engine's ZeRO assertion
-  (runtime/pipe/engine.py:76-77) for pp > 1, and AutoEP's `validate_autoep_config` for ep > 1.
+  (runtime/pipe/engine.py:76-77) for pp > 1, AutoEP's `validate_autoep_config` for ep > 1, and
+  the parsed `offload_optimizer` (device cpu, `ratio`) must be the plan's `optimizer_offload`.
 
 Each format gets the job in the precision recipe it runs (megatron-* for Megatron, torchtitan-fsdp,
-or a float8 variant of it, for torchtitan; the job's own for DeepSpeed); the last job keeps its
-recipe everywhere to show the refusal. A case passes when the framework accepts the emitted
-settings, or when `--emit` refused the plan
+or a float8 variant of it, for torchtitan; the job's own for DeepSpeed); the `space-*` jobs
+(`solve --recipe R --emit X`: the search keeps to what X runs) and the last job keep their
+recipe everywhere (the last one to show the refusal). A case passes when the framework accepts
+the emitted settings, or when `--emit` refused the plan
 (exit 2, naming the plan field, the framework source and the closest plan it runs): the refused
 plans are counted apart. A DeepSpeed solve case (JSON has no comment line) is matched to its plan
 in the `--json` output by its batch, ZeRO and tp fields.
 
 Setup (CPU only, ~2.5 GB; Python 3.11):
-    python3.11 -m venv /work/venv-fw
-    /work/venv-fw/bin/pip install torch==2.13.0        # the CPU wheel on local disk
-    DS_BUILD_OPS=0 /work/venv-fw/bin/pip install --no-build-isolation \\
+    python3.11 -m venv /work/venvs/fw
+    /work/venvs/fw/bin/pip install torch==2.13.0        # the CPU wheel on local disk
+    DS_BUILD_OPS=0 /work/venvs/fw/bin/pip install --no-build-isolation \\
         deepspeed==0.19.8 torchtitan==0.3.0 triton torchao
-    /work/venv-fw/bin/pip install -e .                 # this project
+    /work/venvs/fw/bin/pip install -e .                 # this project
     git clone https://github.com/NVIDIA/Megatron-LM /tmp/fw-src/Megatron-LM
     git -C /tmp/fw-src/Megatron-LM checkout d98e8a64ddf34856e74b24714e3bedb2f5a39553
     git clone https://github.com/pytorch/torchtitan /tmp/tt
     mkdir -p /tmp/fw-src/torchtitan-v0.2.2
     git -C /tmp/tt archive v0.2.2 torchtitan | tar -x -C /tmp/fw-src/torchtitan-v0.2.2
 Run:
-    /work/venv-fw/bin/python benchmarks/frameworks_check.py --params \\
+    /work/venvs/fw/bin/python benchmarks/frameworks_check.py --params \\
         --megatron-lm /tmp/fw-src/Megatron-LM --torchtitan-v022 /tmp/fw-src/torchtitan-v0.2.2
 (`--only TEXT` runs the jobs whose label contains TEXT, e.g. `--only swa`, without --params.)
 
@@ -78,6 +86,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -166,6 +175,31 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
      "tp=8,zero=1,mbs=1,optimizer_offload=0.5,activation_offload=4", []),
     ("offload-opt-all", "llama3-8b", 16, 4096, 64, "megatron-bf16", "evaluate",
      "tp=1,zero=1,mbs=1,optimizer_offload=1", []),
+    ("sched-zbv-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",
+     "pp=4,vpp=2,zero=3,mbs=1,schedule=zbv,dp_replicate=2", []),
+    ("offload-zero3-part", "llama3-8b", 16, 4096, 64, "megatron-bf16", "evaluate",
+     "zero=3,mbs=1,optimizer_offload=0.25", []),
+    # issues 28/31: hybrid sharding (dp_replicate: torchtitan data_parallel_replicate_degree,
+    # Megatron --num-distributed-optimizer-instances, DeepSpeed MiCS mics_shard_size)
+    ("hsdp-zero3-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",
+     "zero=3,mbs=1,dp_replicate=2", []),
+    ("hsdp-zero3-r4-offload", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",
+     "zero=3,mbs=1,dp_replicate=4,optimizer_offload=1", []),
+    ("hsdp-tp2-zero1-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",
+     "tp=2,sp=1,zero=1,mbs=1,dp_replicate=2", []),
+    ("hsdp-ddp-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",
+     "tp=8,zero=0,mbs=1,dp_replicate=2", []),
+    ("hsdp-solve-fix-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "solve",
+     "dp_replicate=2", []),
+    # framework spaces: `solve --recipe R --emit X` searches only what X runs under R
+    # (the recipe kept in every format: the strict ones)
+    ("space-torchtitan-fsdp", "llama3-8b", 32, 4096, 64, "torchtitan-fsdp", "solve", "",
+     ["strict"]),
+    ("space-pytorch-fsdp", "llama3-8b", 32, 4096, 64, "pytorch-fsdp", "solve", "",
+     ["strict"]),
+    ("space-deepspeed", "llama3-8b", 32, 4096, 64, "deepspeed", "solve", "", ["strict"]),
+    ("space-megatron-fp8", "llama3-70b", 64, 4096, 128, "megatron-fp8", "solve", "",
+     ["strict"]),
     ("dp+zero1", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate", "zero=1,mbs=2", []),
     ("gpt3-learned-pos", "gpt3-13b", 16, 2048, 64, "megatron-bf16", "evaluate",
      "tp=4,pp=2,sp=1,zero=1,mbs=1", []),
@@ -275,6 +309,7 @@ def emit_all(out: Path, only: str | None = None) -> list[dict[str, Any]]:
                 case["planned_params"] = count_params(job.model).total_with_mtp
                 case["windows"] = planned_windows(job.model)
                 case["p2p_overlap"] = job.recipe.behaviour.overlap_p2p_comm
+                case["schedule"] = p.pipeline_schedule
             cases.append(case)
     return cases
 
@@ -308,13 +343,19 @@ def _deepspeed_plan(plan_json: Path, emitted: Path) -> str:
         if (p["mbs"] == cfg["train_micro_batch_size_per_gpu"]
                 and p["num_microbatches"] == cfg["gradient_accumulation_steps"]
                 and p["zero"] == cfg["zero_optimization"]["stage"]
-                and p["tp"] == cfg.get("tensor_parallel", {}).get("autotp_size", 1)):
+                and p["tp"] == cfg.get("tensor_parallel", {}).get("autotp_size", 1)
+                and p.get("dp_replicate", 1) == p["dp"] // cfg["zero_optimization"].get(
+                    "mics_shard_size", p["dp"])):
             keys = ("dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "recompute")
             s = ",".join(f"{k}={p[k]}" for k in keys)
             if p.get("recompute_layers") is not None:
                 s += f",recompute_layers={p['recompute_layers']}"
             if p.get("stage_layers"):
                 s += ",stage_layers=" + ":".join(map(str, p["stage_layers"]))
+            if p.get("optimizer_offload"):  # ZeRO-Offload
+                s += f",optimizer_offload={p['optimizer_offload']:g}"
+            if p.get("dp_replicate", 1) != 1:  # hybrid sharding (MiCS)
+                s += f",dp_replicate={p['dp_replicate']}"
             return s
     return ""
 
@@ -400,7 +441,8 @@ def main() -> int:
             elif c["exit"] == 2:
                 status = "refused"
                 print(f"REFUSED   {where} exit 2: {c.get('message', '')[:220]}")
-            elif c["exit"] == 1 and "no plan fits" in c.get("message", ""):
+            elif c["exit"] == 1 and re.search(r"no plan (that \S+ runs )?fits",
+                                               c.get("message", "")):
                 status = "infeasible"  # the solver proves no plan this framework runs fits
                 print(f"NOFIT     {where} exit 1: {c.get('message', '')[:220]}")
             else:

@@ -143,3 +143,9 @@ def test_band_shows_both_ends_of_an_uncentred_interval() -> None:
     assert report.band(1000.0, [1020.0, 1200.0]) == " +2%/+20%"  # a calibrated shift
     assert report.band(1000.0, None) == ""
     assert report.band(None, [1.0, 2.0]) == ""
+
+
+def test_plan_label_names_a_set_schedule_and_offload() -> None:
+    plan = {**_plan_dict()["plan"], "schedule": "gpipe", "optimizer_offload": 0.5}
+    assert report.plan_label(plan).endswith("rc:selective gpipe optimizer_offload=0.5")
+    assert "gpipe" not in report.plan_label(_plan_dict()["plan"])

@@ -254,9 +254,10 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     kinds = stage_layer_kinds(job, plan)
     shard_dense = plan.state_shard  # dp*cp, over dp_replicate with hybrid sharding
     shard_exp = plan.expert_state_shard
-    wd, gd, od = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_dense))
+    wd, gd, od = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_dense,
+                                                                  plan.pp))
     we, ge, oe = (float(x) for x in F.state_bytes_per_param(job.recipe.for_experts(),
-                                                            plan.zero, shard_exp))
+                                                            plan.zero, shard_exp, plan.pp))
     buf_pp = float(F.buffer_bytes_per_param(job, plan.zero))
     z3 = float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero, plan.etp))
     other = F.other_bytes(job)

@@ -17,6 +17,7 @@ from autoparallel_cp.cost.constants import (
     DDP_BUCKET_BYTES,
     ZERO3_RESIDENT_LAYERS,
 )
+from autoparallel_cp.cost.pp_grad_sync import deferred_by_pp
 from autoparallel_cp.spec import GIB, Job, TrainingRecipe
 from autoparallel_cp.spec.params import layer_breakdown
 
@@ -44,8 +45,8 @@ def layer_param_counts(job: Job, moe: bool, tp: ArrayLike, ep: ArrayLike,
     return dense + 0.0 * ep_ * etp_, expert + 0.0 * tp_
 
 
-def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayLike
-                          ) -> tuple[FloatArray, FloatArray, FloatArray]:
+def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayLike,
+                          pp: ArrayLike = 1) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(weights, grads, optimizer) bytes per parameter with ZeRO stage `zero` over `shard` GPUs.
 
     ZeRO §5 (Rajbhandari et al. 2019): stage 1 shards optimizer states (master weights + Adam
@@ -53,7 +54,10 @@ def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayL
     18 unsharded, 6 + 12/d distributed optimizer (Megatron dist_optimizer.md); with the ZeRO
     paper's fp16 mixed precision (2 + 2 + 12): 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N. Stages 2
     and 3 shard the gradients only when they reduce them every micro-batch (recipe
-    `zero2_reduce`, `zero3_reduce`); reduced once per step they stay whole, as at stage 1.
+    `zero2_reduce`, `zero3_reduce`); reduced once per step they stay whole, as at stage 1,
+    and so do they at pp > 1 under a pipelining that defers the reduction to the last
+    backward (`pp_defers_reduce`: FSDP2 accumulates unsharded gradients while
+    `set_requires_gradient_sync(False)`, cost/pp_grad_sync.py).
     """
     z = _f(zero)
     d = np.maximum(_f(shard), 1.0)
@@ -63,6 +67,7 @@ def state_bytes_per_param(recipe: TrainingRecipe, zero: ArrayLike, shard: ArrayL
     beh = recipe.behaviour
     sharded = np.where(z >= 3, beh.zero3_reduce != "step",
                        np.where(z >= 2, beh.zero2_reduce != "step", False))
+    sharded = np.logical_and(sharded, np.logical_not(deferred_by_pp(recipe, pp)))
     gr = recipe.grad_bytes / np.where(sharded, d, 1.0)
     opt = (recipe.master_weight_bytes + recipe.optimizer_state_bytes) / np.where(z >= 1, d, 1.0)
     return w, gr, opt

@@ -23,6 +23,7 @@ from autoparallel_cp.cost.constants import (
     GRAD_CLIP_BYTES_PER_PARAM,
 )
 from autoparallel_cp.cost.efficiency import hbm_time
+from autoparallel_cp.cost.pp_grad_sync import pp_deferred
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.splits import microbatch_group
 
@@ -124,7 +125,8 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     dense reduce-scatter moves from the step into the per-micro-batch ZeRO-3 term beside the
     two gathers (each unit reduces its gradients in every micro-batch's backward); expert
     gradients keep their one reduction per step, as the ZeRO-3 term gathers dense units only.
-    Solver bounds: both options only move non-negative alpha-beta terms between the step's
+    Where `pp_deferred` (torchtitan at pp > 1) ZeRO-2/3 reduce once per step, as "step" does.
+    Solver bounds: these options only move non-negative alpha-beta terms between the step's
     sync and the per-micro-batch ZeRO-3 term, which the search's tables read from this same
     function (search/tables.py `z3l`, `dpsync`), so every bound taken as a minimum over
     those tables stays a lower bound of this cost.
@@ -151,8 +153,9 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     # left for the end of the step (bandwidth terms; the latency of the reduce-scatter stays
     # in `fixed`, once per step)
     beh = job.recipe.behaviour
-    mb2 = beh.zero2_reduce != "step"
-    mb3 = beh.zero3_reduce == "microbatch"
+    eager = np.logical_not(pp_deferred(job, tp_, cp_, dp_))  # reduced in every micro-batch
+    mb2 = np.logical_and(beh.zero2_reduce != "step", eager)
+    mb3 = np.logical_and(beh.zero3_reduce == "microbatch", eager)
 
     def reduce(n: FloatArray, st: FloatArray, nbytes: float) -> FloatArray:
         """Gradient reduction of a ZeRO stage: reduce-scatter within the shard group of n/rep
@@ -161,8 +164,8 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
         return (comm.reduce_scatter(nd, ns, st, nbytes * gb)
                 + comm.replica_all_reduce(nd, ns, rep_, st, nbytes * gb))
 
-    def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: bool = False,
-             per_mb3: bool = False) -> FloatArray:
+    def sync(n: FloatArray, st: FloatArray, nbytes: float, per_mb: ArrayLike = False,
+             per_mb3: ArrayLike = False) -> FloatArray:
         ar = comm.all_reduce(nd, n, st, nbytes * gb)
         ns = n / rep_
         ag = comm.all_gather(nd, ns, st, nbytes * wb)
@@ -170,8 +173,8 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
         rs = rs3 + ag
         # per-micro-batch ZeRO-2 reduce-scatter: the replicas' all-reduce stays per step
         cross = comm.replica_all_reduce(nd, ns, rep_, st, nbytes * gb)
-        z12 = np.where(z == 2, ag + cross, rs) if per_mb else rs
-        z3_step = np.zeros_like(rs3) if per_mb3 else rs3  # moved into the per-micro-batch term
+        z12 = np.where(np.logical_and(per_mb, z == 2), ag + cross, rs)
+        z3_step = np.where(per_mb3, 0.0, rs3)  # moved into the per-micro-batch term
         return np.where(z == 0, ar, np.where(z >= 3, z3_step, z12))
 
     fixed = sync(n_dense, tp_, 0.0)
@@ -183,8 +186,7 @@ def dp_sync_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayLik
     n_shard = n_dense / rep_
     ag0 = comm.all_gather(nd, n_shard, tp_, 0.0)
     z3 = 2.0 * (comm.all_gather(nd, n_shard, tp_, ref * wb3) - ag0) / ref
-    if mb3:
-        z3 = z3 + (reduce(n_dense, tp_, ref) - reduce(n_dense, tp_, 0.0)) / ref
+    z3 = z3 + np.where(mb3, (reduce(n_dense, tp_, ref) - reduce(n_dense, tp_, 0.0)) / ref, 0.0)
     return per_dense, per_exp, np.where(z >= 3, z3, 0.0), fixed
 
 
@@ -199,11 +201,11 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     per unit: under FULL_SHARD (zero 3) an all-gather before the unit's forward and another
     before its backward (parameters resharded after forward), every micro-batch; a
     reduce-scatter of its gradients (every micro-batch under `zero3_reduce == "microbatch"`,
-    else once per step); under SHARD_GRAD_OP (zero 2) one all-gather and one
-    reduce-scatter, whose latency is charged once per step (the reduce-scatter's volume is
-    charged every micro-batch, `microbatch_grad_factors`; its per-call latency in the
-    micro-batches before the last is left out: a per-layer term that the solver's
-    per-micro-batch gradient table, linear in parameters, does not carry). Each
+    else, or where `pp_deferred`, once per step); under SHARD_GRAD_OP (zero 2) one all-gather
+    and one reduce-scatter, whose latency is charged once per step (the volume every micro-batch,
+    `microbatch_grad_factors`; the per-call latency of the micro-batches before the last is
+    left out: a per-layer term that the solver's per-micro-batch gradient table, linear in
+    parameters, does not carry). Each
     call is an NCCL ring over the dp·cp group at stride tp and pays `comm.ring_call_latency`;
     `dp_sync_factors` keeps only the bandwidth of the ZeRO-3 gathers and one latency per step.
     Megatron's zero=3 is Megatron-FSDP `optim_grads_params`, whose units are the transformer
@@ -223,13 +225,13 @@ def fsdp_call_latency(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: ArrayL
     (tuning.cc nsteps for AllReduce), twice `ring_call_latency` at stride tp·shard.
     """
     zeros = np.zeros(np.broadcast(_f(tp), _f(cp), _f(dp), _f(zero), _f(rep)).shape)
-    nd = node(job, g)
+    nd, beh3 = node(job, g), job.recipe.behaviour.zero3_reduce
     tp_, cp_, dp_, z = (_f(x) for x in (tp, cp, dp, zero))
     rep_ = np.maximum(_f(rep), 1.0)
     shard = dp_ * cp_ / rep_
     one = comm.ring_call_latency(nd, shard, tp_) + zeros
     cross = 2.0 * comm.ring_call_latency(nd, rep_, tp_ * shard) + zeros
-    rs_mb = 1.0 if job.recipe.behaviour.zero3_reduce == "microbatch" else 0.0
+    rs_mb = np.where(pp_deferred(job, tp_, cp_, dp_), 0.0, float(beh3 == "microbatch"))
     z2 = 2.0 if _is_pytorch(job.recipe) else 0.0
     per_mb = np.where(z >= 3, (2.0 + rs_mb) * one + rs_mb * cross, 0.0)
     per_step = np.where(z >= 3, (1.0 - rs_mb) * (one + cross),
@@ -243,8 +245,9 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     """Seconds per (tp-local) dense and per expert parameter of a stage, per micro-batch, of
     the gradient work a framework does after every micro-batch's backward, not overlapped:
 
-    - ZeRO-2 (zero == 2) unless `zero2_reduce == "step"`: the reduce-scatter of the
-      micro-batch's gradients over the dp·cp group (experts: the expert-DP group).
+    - ZeRO-2 (zero == 2) unless `zero2_reduce == "step"` or `pp_deferred`: the
+      reduce-scatter of the micro-batch's gradients over the dp·cp group (experts: the
+      expert-DP group).
       DeepSpeed (`"microbatch"`) reduces in the communication dtype, the model dtype by
       default (`communication_data_type`, engine.py @v0.11.1 l. 798-809: bf16 =
       `weight_bytes`); stage_1_and_2.py @v0.11.1 l. 1327-1328 reduces every micro-batch when
@@ -279,6 +282,7 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     zeros = np.zeros(np.broadcast(tp_, cp_, dp_, ep_, z, etp_).shape)
     dense, expert = zeros.copy(), zeros.copy()
     if beh.zero2_reduce != "step":
+        z2 = np.logical_and(z == 2, np.logical_not(pp_deferred(job, tp_, cp_, dp_)))
         rec = job.recipe
         cb = float(rec.weight_bytes if beh.zero2_reduce == "microbatch" else rec.grad_reduce_bytes)
         ref = 1e9
@@ -290,8 +294,8 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
             one = comm.reduce_scatter(nd, n, st, ref * cb) - comm.reduce_scatter(nd, n, st, 0.0)
             return np.where(n > 1, one / ref, 0.0)
 
-        dense = dense + np.where(z == 2, rs(n_dense, tp_), 0.0)
-        expert = expert + np.where(z == 2, rs(n_exp, etp_ * ep_), 0.0)
+        dense = dense + np.where(z2, rs(n_dense, tp_), 0.0)
+        expert = expert + np.where(z2, rs(n_exp, etp_ * ep_), 0.0)
     if beh.bf16_accum_pass:
         rec = job.recipe
         per = float(rec.weight_bytes + 4 * rec.grad_bytes)

@@ -28,11 +28,6 @@ def deepspeed_config(job: Job, plan: Plan) -> tuple[dict[str, Any], list[str]]:
         "gradient_accumulation_steps": plan.num_microbatches,
         "zero_optimization": {"stage": plan.zero},
     }
-    if plan.dp_replicate > 1:
-        # hybrid sharding as MiCS: ZeRO-3 within consecutive groups of dp/R ranks, gradients
-        # all-reduced across them at the accumulation boundary (DeepSpeed @38327e07
-        # runtime/zero/config.py:326, zero/mics_utils.py:183, zero/mics.py:436)
-        cfg["zero_optimization"]["mics_shard_size"] = plan.dp_shard
     if plan.optimizer_offload:  # ZeRO-Offload; a partial `ratio` on ZeRO-3 (frameworks.py)
         off: dict[str, Any] = {"device": "cpu", "pin_memory": True}
         if plan.optimizer_offload < 1:

@@ -63,6 +63,13 @@ folded tp > 1), and every step above uses only the composition and that the fact
 never how a factor depends on an axis; the same holds for `key_bounds`. Tested against the
 enumerator on folded spaces (tests/search/test_solver_vs_enumerate.py, test_cpsat_partition.py).
 
+A pinned pipeline schedule (`--fix schedule`, search/schedule_axis.py: 1f1b, interleaved,
+gpipe) does not touch it either: the bubble is (S - T)/vpp for all three (cost/steptime.py,
+`bubble_ratio` 1), so the time bounds are the same, and GPipe holds all m >= 1 micro-batches
+on every stage at its peak (torch `ScheduleGPipe`), so the ">= 1 in-flight micro-batch" of
+the memory condition holds; `key_bounds` and the partition model read the schedule's own f_j
+(tests/search/test_schedule_search.py: LB <= every GPipe plan's exact cost).
+
 Listing: the search takes every key's LB from `key_table` (this objective evaluated with numpy
 for all keys at once, the same integers); `enumerate_keys` (CP-SAT's solution enumeration) is
 the reference the tests compare it with, and the model itself serves the recommendation's

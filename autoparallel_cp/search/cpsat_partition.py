@@ -34,12 +34,13 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
+from autoparallel_cp.search.schedule_axis import inflight, plan_schedule, stage_inflight
 from autoparallel_cp.search.tables import Tables, family_tables, key_variants
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, canonical
+from autoparallel_cp.spec.schedules import Schedule
 
 #: Fixed-point scale of the DP-tail fractions (DP_TAIL_FRACTION, BACKWARD_SHARE).
 FRAC_SCALE = 1 << 20
@@ -59,6 +60,7 @@ class PartitionModel:
     key: Any
     chunk_layers: tuple[int, ...] | None = None  # the pinned layout, carried to the plan
     etp: int | None = None  # the space's expert-TP size (fixed per space, not a key axis)
+    schedule: Schedule | None = None  # the plans' schedule field (schedule_axis.plan_schedule)
     dp_replicate: int = 1  # the space's hybrid-sharding replicas (fixed per space)
 
     def read_plan(self, solver: cp_model.CpSolver, uniform: bool) -> Plan:
@@ -75,6 +77,7 @@ class PartitionModel:
                     zero=k.zero, mbs=k.mbs, num_microbatches=k.m, recompute=mode,
                     recompute_layers=rl, stage_layers=None if uniform else ls,
                     stage_groups=sg, chunk_layers=self.chunk_layers, etp=self.etp,
+                    schedule=self.schedule,
                     dp_replicate=self.dp_replicate)
 
     def forbid(self, solver: cp_model.CpSolver) -> None:
@@ -242,10 +245,10 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
             model.add(layers[j] <= layers[j + 1])
     # ------------------------------------------------------------------ per-stage costs
     if fixed_sl is not None:  # the pinned stages' own chunks (tables.plan_cost's f_j)
-        f = [fx.stage_inflight(pp, vpp, m, j, s.chunks_of(pp, vpp, j, int(fixed_sl[j])))
+        f = [stage_inflight(s.schedule, pp, vpp, m, j, s.chunks_of(pp, vpp, j, int(fixed_sl[j])))
              for j in range(pp)]
     else:  # multiples of vpp: equal chunks
-        f = [float(fx.inflight(pp, vpp, m, j)) for j in range(pp)]
+        f = [float(inflight(s.schedule, pp, vpp, m, j)) for j in range(pp)]
     times: list[Any] = []
     E_cons: list[tuple[Any, Any, Any]] = []
     opts: list[Any] = []
@@ -382,6 +385,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     cl = s.fixed.get("chunk_layers")
     return PartitionModel(model, layers, r, y if hetero else None, obj, tu / vpp, err, key,
                           None if cl is None else tuple(int(x) for x in cl), t.space.etp,
+                          plan_schedule(s.schedule),
                           t.space.dp_replicate)
 
 

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.errors import UserError
+from autoparallel_cp.search.schedule_axis import inflight, plan_schedule, stage_inflight
 from autoparallel_cp.search.space import Degrees, KeyView, SearchSpace
 from autoparallel_cp.search.tables import (
     MODES,
@@ -41,7 +41,6 @@ from autoparallel_cp.search.tables import (
     build_tables,
     family_tables,
     stage_groups_of,
-    stage_inflight,
 )
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, RecomputeMode
 
@@ -352,12 +351,13 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
         ttime = ttime + s.p2p[gr, spc]
     if t.space.fixed_split:
         # a pinned split may hold unequal chunks: the in-flight count of each stage's own
-        f = np.array([stage_inflight(d.pp, d.vpp, d.num_microbatches, int(a),
+        f = np.array([stage_inflight(t.space.schedule, d.pp, d.vpp, d.num_microbatches,
+                                     int(a),
                                      tuple(t.space.chunks_of(d.pp, d.vpp, int(a), int(b))))
                       for a, b in zip(np.asarray(j), np.asarray(n), strict=True)],
                      float)[col]
     else:  # free partitions hold multiples of vpp: equal chunks
-        f = fx.inflight(d.pp, d.vpp, d.num_microbatches, jr)
+        f = inflight(t.space.schedule, d.pp, d.vpp, d.num_microbatches, jr)
     peak = states + f * act + extra + work + s.z3[zi] + t.other
     cap = np.array(t.capacity, float)[gr]
     fits = peak <= cap
@@ -494,7 +494,7 @@ def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:
                 recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                 stage_layers=part_objs[int(pi[col])], stage_groups=place_objs[int(qi[col])],
                 chunk_layers=None if cl is None else tuple(cl), etp=space.etp,
-                dp_replicate=space.dp_replicate)
+                schedule=plan_schedule(space.schedule), dp_replicate=space.dp_replicate)
     return float(cost[col]), plan
 
 
@@ -582,7 +582,8 @@ def _best_of_space(tabs: Tables, vi: int,
                                 recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                                 stage_layers=part, stage_groups=place_objs[int(qi[col])],
                                 chunk_layers=None if cl is None else tuple(cl),
-                                etp=space.etp, dp_replicate=space.dp_replicate)
+                                etp=space.etp, schedule=plan_schedule(space.schedule),
+                                dp_replicate=space.dp_replicate)
                     r = fs.restriction
                     if r is not None and r.split_refusals(plan):
                         continue  # the framework does not run this family's best (as solve)

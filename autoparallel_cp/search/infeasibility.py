@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from autoparallel_cp.errors import UserError
+from autoparallel_cp.search.schedule_axis import plan_schedule
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec import GIB, Job
 from autoparallel_cp.spec.plan import Plan
@@ -34,6 +35,7 @@ def explain(job: Job, space: SearchSpace) -> str:
             p = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,
                      sp=sp, zero=zero, mbs=d.mbs,
                      num_microbatches=d.num_microbatches, recompute=mode, etp=space.etp,
+                     schedule=plan_schedule(space.schedule),
                      dp_replicate=space.dp_replicate,
                      stage_layers=split)
             stages = stage_memory(job, p)

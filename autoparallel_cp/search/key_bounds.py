@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search.key_coefs import KeyCoefs, coef_arrays, key_coefs, stack_coefs
-from autoparallel_cp.search.tables import Tables, key_variants, stage_inflight
+from autoparallel_cp.search.schedule_axis import inflight_row, layout_inflight, stage_inflight
+from autoparallel_cp.search.tables import Tables, key_variants
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
 #: From how many entries a grid takes the paths that touch fewer entries with more numpy calls
@@ -40,24 +40,10 @@ SPLIT_ENTRIES = 20_000
 SPLIT_POSITIONS = 5
 
 
-@functools.lru_cache(maxsize=4096)
-def _inflight(pp: int, vpp: int, m: int) -> npt.NDArray[np.float64]:
-    """`factors.inflight` of every stage position (equal chunks), computed once per schedule."""
-    out = np.asarray(fx.inflight(pp, vpp, m, np.arange(pp)), float)
-    out.flags.writeable = False
-    return out
-
-
 @functools.lru_cache(maxsize=1 << 14)
 def _stage_sums(cl: tuple[int, ...], pp: int) -> tuple[int, ...]:
     """Layers per stage of a layout in `chunk_layers` order (chunk v of stage j at v*pp + j)."""
     return tuple(sum(cl[j::pp]) for j in range(pp))
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _layout_f(pp: int, vpp: int, m: int, cl: tuple[int, ...]) -> tuple[float, ...]:
-    """`stage_inflight` of every stage of a layout (memoized per m and layout)."""
-    return tuple(stage_inflight(pp, vpp, m, j, cl[j::pp]) for j in range(pp))
 
 
 def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]:
@@ -295,17 +281,18 @@ class _Batch:
         if layouts is not None:  # a named layout per key (rows of one or several families)
             n_fixed = np.array([_stage_sums(cl, pp) for cl in layouts], float)
             ls = np.unique(n_fixed)
-            f_all = np.array([_layout_f(pp, vpp, m, cl) for m, cl in zip(ms, layouts,
-                                                                          strict=True)])
+            f_all = np.array([layout_inflight(s.schedule, pp, vpp, m, cl)
+                              for m, cl in zip(ms, layouts, strict=True)])
         elif fixed is not None:  # a pinned split: each position holds its own count only
             ls = np.array(sorted(set(fixed)), dtype=float)
             chunks = tuple(s.chunks_of(pp, vpp, j, n) for j, n in enumerate(fixed))
-            f_all = np.array([[stage_inflight(pp, vpp, m, j, c) for j, c in enumerate(chunks)]
+            f_all = np.array([[stage_inflight(s.schedule, pp, vpp, m, j, c)
+                               for j, c in enumerate(chunks)]
                               for m in ms], float)
             n_fixed = np.array(fixed, float).reshape(1, pp)
         else:
             ls = np.arange(vpp, L + 1, vpp, dtype=float)
-            f_all = np.stack([_inflight(pp, vpp, m) for m in ms])
+            f_all = np.stack([inflight_row(s.schedule, pp, vpp, m) for m in ms])
         if ls.size == 0:
             return None
         if full and rs.size > 1:

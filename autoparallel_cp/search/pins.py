@@ -114,16 +114,3 @@ def _check_pinned_split(job: Job, pins: Mapping[str, Any], cl: Any, sl: Any) -> 
     raise InputError(f"--fix chunk_layers={text}: {reason}", field="chunk_layers")
 
 
-#: plan fields the cost model evaluates but the search does not vary (spec/schedules.py)
-UNSEARCHED = ("schedule", "optimizer_offload", "activation_offload")
-
-
-def refuse_unsearched(pins: Mapping[str, Any]) -> None:
-    """InputError (exit 2) for a pin of a field the search does not vary yet: the schedule
-    and host offload are evaluated (`evaluate --plan`, `explain`), not searched."""
-    for k in UNSEARCHED:
-        if k in pins:
-            raise InputError(f"{k} is not a search axis yet: the search runs today's schedules "
-                             "(1f1b, interleaved) on the GPU only; evaluate a plan with it "
-                             f"(evaluate --plan '...,{k}={pins[k]}') or see explain's single "
-                             "changes", field=k)

@@ -65,11 +65,8 @@ from math import comb, factorial
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search.pins import (
-    check_structural_pins,
-    refuse_unsearched,
-    replicate_zeros,
-)
+from autoparallel_cp.search.pins import check_structural_pins, replicate_zeros
+from autoparallel_cp.search.schedule_axis import narrow, refuse_unrun, refuse_unsearched
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.framework_space import KeyView, Restriction
 from autoparallel_cp.spec.plan import (
@@ -87,7 +84,7 @@ PartitionKind = Literal["uniform", "free"]
 FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
     "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers", "etp",
-    "dp_replicate",
+    "dp_replicate", "schedule",
 )
 
 
@@ -152,6 +149,9 @@ class SearchSpace:
     etp_axis: tuple[int | None, ...] = (None,)
     #: search the named uneven layouts (`layouts`) besides the space's own partitions
     named_splits: bool = True
+    #: the pipeline schedule of every plan (`--fix schedule`, search/schedule_axis.py
+    #: `SEARCHED`); None: today's default, 1f1b at vpp 1 and interleaved at vpp > 1
+    schedule: str | None = None
     #: the frameworks whose plans only are searched (spec/framework_space.py); None: any
     restriction: Restriction | None = None
 
@@ -237,6 +237,7 @@ class SearchSpace:
             partition = "free"
             pps = [p for p in pps if len(pins["chunk_layers"]) % p == 0]
             vpps = sorted({len(pins["chunk_layers"]) // p for p in pps})
+        pps, vpps = narrow(pins.get("schedule"), pps, vpps)
         if "stage_groups" in pins:
             pps = [p for p in pps if p == len(pins["stage_groups"])]
         if "recompute_layers" in pins and "recompute" not in pins:
@@ -258,6 +259,7 @@ class SearchSpace:
             etp=pins.get("etp"),
             dp_replicate=int(pins.get("dp_replicate", 1)),
             etp_axis=(pins["etp"],) if "etp" in pins else _etp_axis(job, etp_values),
+            schedule=pins.get("schedule"),
             named_splits=named_splits and partition == "free" and not (
                 "stage_layers" in pins or "chunk_layers" in pins),
         )
@@ -266,7 +268,9 @@ class SearchSpace:
 
     def _restrict(self, r: Restriction) -> SearchSpace:
         """This space narrowed to the plans of `r`'s frameworks (`Restriction.narrow`: domains,
-        partial recompute, etp; its key rules are applied by the search itself)."""
+        partial recompute, etp; its key rules are applied by the search itself). A pinned
+        schedule the framework does not run is an InputError (one schedule per space)."""
+        refuse_unrun(self.schedule, r, max(self.pp), min(self.vpp))
         return self.with_(restriction=r, **r.narrow(
             {a: getattr(self, a) for a in ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "sp",
                                            "recompute")}, self.fixed))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from autoparallel_cp.search.schedule_axis import searched
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import default_schedule
 
@@ -66,7 +67,7 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
         **other,
         "layer_split": _split_rule(space),
         "pins": _plain(dict(space.fixed)),
-        "schedule": "1f1b at vpp 1, interleaved at vpp > 1",
+        "schedule": searched(space.schedule, space.vpp),
         "offload": "none (optimizer and activations stay on the GPU)",
         "rules": ["dp*tp*pp*cp = GPUs", "global batch % (dp*mbs) = 0",
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
@@ -85,7 +86,8 @@ def space_line(desc: dict[str, Any]) -> str:
         vals = ["tp" if v is None and name == "etp_axis" else str(v) for v in dom]
         parts.append(f"{'etp' if name == 'etp_axis' else name} {','.join(vals)}")
     # etp and named_splits are shown by the etp axis and the layer-split rule
-    extra = [f"{k} {v}" for k, v in desc.items()
+    extra = [f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
+             for k, v in desc.items()
              if k not in ("axes", "dp", "layer_split", "pins", "rules", "partition", "etp",
                           "named_splits")]
     return ("proof covers: " + "; ".join(parts + extra)
@@ -100,9 +102,12 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
             return f"{name}={getattr(plan, name)} (searched: {list(dom)})"
     if plan.dp not in space.dp_domain:
         return f"dp={plan.dp}"
-    if plan.pipeline_schedule != default_schedule(plan.vpp):
-        return (f"schedule={plan.pipeline_schedule} (searched: 1f1b at vpp 1, interleaved at "
-                "vpp > 1)")
+    runs = searched(space.schedule, space.vpp)
+    if plan.pipeline_schedule not in runs or (
+            space.schedule is None and plan.pipeline_schedule != default_schedule(plan.vpp)):
+        return (f"schedule={plan.pipeline_schedule} (searched: {', '.join(runs)}"
+                + ("; 1f1b at vpp 1, interleaved at vpp > 1)" if space.schedule is None
+                   else ")"))
     if plan.optimizer_offload or plan.activation_offload:
         return "host offload (not searched: everything stays on the GPU)"
     have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None

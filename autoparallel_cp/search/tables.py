@@ -33,7 +33,6 @@ together; splitting them would put the composition the solver proves against in 
 
 from __future__ import annotations
 
-import functools
 import itertools
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -45,6 +44,7 @@ import numpy.typing as npt
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
+from autoparallel_cp.search.schedule_axis import stage_inflight
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec.plan import Plan
 
@@ -146,13 +146,6 @@ class Tables:
     @property
     def main_kind(self) -> bool:
         return self.space.job.model.moe is not None
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def stage_inflight(pp: int, vpp: int, m: int, j: int, chunks: tuple[int, ...]) -> float:
-    """`factors.stage_inflight` (a walk over the schedule), memoized: the bounds, the per-key
-    scan and the enumerator ask for the same (stage, chunks, m) many times; the same float."""
-    return float(fx.stage_inflight(pp, vpp, m, j, chunks))
 
 
 def key_variants(t: Tables, key: Any) -> list[Tables]:
@@ -279,8 +272,9 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
     # hybrid sharding: states shard over dp*cp/R (Plan.state_shard, Plan.expert_state_shard)
     shard_d = dp5 * cp5 / rep
     shard_e = fx.expert_dp_size(tp5, cp5, dp5, ep5, space.etp) / rep
-    wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d)
-    we, ge, oe = fx.state_bytes_per_param(job.recipe.for_experts(), z5, shard_e)
+    pp5 = job.num_gpus / (tp5 * cp5 * dp5)  # pp is derived (space.py), as for p2p above
+    wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d, pp5)
+    we, ge, oe = fx.state_bytes_per_param(job.recipe.for_experts(), z5, shard_e, pp5)
     buf = tch * fx.buffer_bytes_per_param(job, z5)
     loc_d = np.where(z5 >= 1, 1.0 / shard_d, 1.0)
     loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(shard_e), 1.0), 1.0)
@@ -307,7 +301,8 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
     head_p = np.asarray(ef0.head_params, float).reshape(-1, 1, 1, 1)
     g4 = np.ix_(tp, zero, dp, cp)
     _, z4, dp4, cp4 = g4
-    w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rep)
+    pp4 = job.num_gpus / (tp.reshape(-1, 1, 1, 1) * cp4 * dp4)
+    w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rep, pp4)
     per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
     shape4 = (len(tp), len(zero), len(dp), len(cp))
     t.emb_states = np.broadcast_to(emb_p * per4, shape4).copy()
@@ -416,7 +411,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
             counts = [(False, k_dense, rd), (True, n - k_dense, r - rd)]
         else:
             counts = [(t.main_kind, n, r)]
-        f = fx.stage_inflight(plan.pp, plan.vpp, m, j, chunks[j])
+        f = stage_inflight(plan.schedule, plan.pp, plan.vpp, m, j, tuple(chunks[j]))
         ttime = act = states = dsync = opt = work = z3first = 0.0
         for kind, cnt, rc in counts:
             if cnt == 0:

@@ -86,8 +86,8 @@ class KeyPlan:
     recompute: str
     etp: int | None
     recompute_layers: None = None
-    schedule: None = None  # the search runs the default schedule on the GPU only (pins.py
-    optimizer_offload: float = 0.0  # UNSEARCHED)
+    schedule: None = None  # a pinned schedule is one per space, checked against the rows up
+    optimizer_offload: float = 0.0  # front (SearchSpace._restrict); offload is not searched
     activation_offload: int = 0
     dp_replicate: int = 1  # the space's (one value per space, as a pinned etp)
 

@@ -7,17 +7,19 @@ can run; `--emit` refuses such a plan (exit 2) instead of printing settings that
 The search reads the same rows as a space (`framework_space.Restriction`): `solve --emit X` and
 `--recipe deepspeed / torchtitan-fsdp / pytorch-fsdp` search only the plans the framework runs.
 
-Kept whole (about 530 lines): one table of sourced rows and the predicates they name; split, a
-framework's rules would sit in several files.
+The row and verdict types are in `framework_rule.py`; the rows of the frameworks with no
+emitter (Megatron-DeepSpeed, FSDP1) in `framework_rows_unemitted.py`. Kept whole (about 540
+lines): one table of the emitted frameworks' sourced rows and the predicates they name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.framework_rows_unemitted import FSDP1_RULES, MDS_RULES
+from autoparallel_cp.spec.framework_rule import JOB_FIELDS, Refusal, Rule
 from autoparallel_cp.spec.plan import Plan
 
 # The framework versions the emitters target and `benchmarks/frameworks_check.py` validates.
@@ -37,50 +39,6 @@ TORCHTITAN_MODELS: dict[str, tuple[str, str, str]] = {
     "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
 }
 
-
-# refusals no plan can fix (sliding_window_left: a model field)
-JOB_FIELDS = ("model", "recipe", "seq_len", "sliding_window_left")
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A plan field the framework cannot run as planned, and the closest plan it can."""
-
-    framework: str
-    field: str
-    reason: str
-    source: str
-    closest: dict[str, Any]
-
-    def message(self, plan: Plan) -> str:
-        fix = ",".join(f"{k}={v}" for k, v in self.closest.items())
-        head = f"{self.framework} cannot run this plan: {self.field}: {self.reason} [{self.source}]"
-        if self.field in JOB_FIELDS:  # not a plan field: the job itself must change
-            how = {"recipe": "--recipe", "seq_len": "--seq-len"}.get(self.field)
-            return head + (f"; it runs the job with {how} {self.closest[self.field]}" if how
-                           else f"; it needs {self.closest.get(self.field, '')}")
-        return (f"{head}; closest plan it runs: {fix} "
-                f"(evaluate it with --plan, or solve with --fix {fix})")
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One row of the capability table."""
-
-    framework: str
-    field: str
-    rule: str
-    source: str
-    broken: Callable[[Job, Plan], dict[str, Any] | None]  # closest-plan changes, or None
-    #: the exact formats the row applies to (None: every format of `framework`'s family)
-    formats: tuple[str, ...] | None = None
-    #: what the row reads: "key" (the search key's axes: tp, pp, cp, dp, ep, vpp, sp, zero,
-    #: mbs, micro-batches, recompute mode; the space's etp), "split" (the layer split or the
-    #: recompute count, which the search space expresses itself: framework_space.py) or "job"
-    scope: str = "key"
-    #: the axis values the row allows whatever the other axes, for the job (the search
-    #: narrows those domains up front; every value left out is one `broken` refuses)
-    domain: Callable[[Job], dict[str, tuple[Any, ...]]] | None = None
 
 
 def _empty_middle_chunk(job: Job, plan: Plan) -> bool:
@@ -280,59 +238,6 @@ def _learned_positions(job: Job, plan: Plan) -> dict[str, Any] | None:
 
 
 _MG = "Megatron-LM d98e8a64"
-_FSDP = "PyTorch FSDP1 torch/distributed/fsdp"
-_FSDP1_ONLY = ("FullyShardedDataParallel shards one data-parallel group (a second, replicated "
-               "level only with HYBRID_SHARD); the recipe costs no tensor, pipeline, context "
-               "or expert parallelism from another library")
-
-_MDS = "Megatron-DeepSpeed f4157bea"
-
-#: Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed), which the `deepspeed` recipe costs:
-#: Megatron's TP (and sequence-parallel) layers in DeepSpeed's PipelineModule and engine. No
-#: emitter: `--recipe deepspeed` searches its plans, `--emit deepspeed` DeepSpeed's own.
-MDS_RULES: tuple[Rule, ...] = (
-    Rule("megatron-deepspeed", "zero",
-         "with pp > 1 deepspeed.initialize returns DeepSpeed's PipelineEngine, which asserts "
-         "ZeRO stage < 2",
-         f"{_MDS} megatron/training.py:504-509 (the PipelineEngine) and DeepSpeed 0.19.8 "
-         "deepspeed/runtime/pipe/engine.py:76-77",
-         lambda j, p: {"zero": 1} if p.pp > 1 and p.zero >= 2 else None),
-    Rule("megatron-deepspeed", "vpp",
-         "the pipeline is DeepSpeed's PipelineModule (GPTModelPipe) run by its TrainSchedule, "
-         "one stage per rank; Megatron's interleaved schedule is not used with --deepspeed",
-         f"{_MDS} megatron/model/gpt_model.py:322,454-461 and DeepSpeed 0.19.8 "
-         "deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
-         lambda j, p: {"vpp": 1} if p.vpp > 1 else None, domain=lambda j: {"vpp": (1,)}),
-    Rule("megatron-deepspeed", "cp",
-         "no ring context parallelism: its sequence parallelism over ranks is DeepSpeed "
-         "Ulysses (--ds-sequence-parallel-size, an all-to-all on heads), a different cost",
-         f"{_MDS} megatron/arguments.py:974-975 (--ds-sequence-parallel-size)",
-         lambda j, p: {"cp": 1} if p.cp > 1 else None, domain=lambda j: {"cp": (1,)}),
-)
-
-#: PyTorch FSDP1 as the `pytorch-fsdp` recipe runs it (llm-foundry / Composer, HF Accelerate)
-FSDP1_RULES: tuple[Rule, ...] = tuple(
-    Rule("pytorch-fsdp", axis, _FSDP1_ONLY,
-         f"{_FSDP}/fully_sharded_data_parallel.py (FullyShardedDataParallel(process_group | "
-         "device_mesh, sharding_strategy)), api.py:31 (ShardingStrategy)",
-         (lambda a: lambda j, p: {a: 1} if getattr(p, a) > 1 else None)(axis),
-         domain=(lambda a: lambda j: {a: (1,)})(axis))
-    for axis in ("tp", "pp", "cp", "ep", "vpp")
-) + (
-    Rule("pytorch-fsdp", "zero",
-         "ShardingStrategy is FULL_SHARD (zero=3), SHARD_GRAD_OP (zero=2) or NO_SHARD "
-         "(zero=0): no optimizer-only sharding",
-         f"{_FSDP}/api.py:31-61 (ShardingStrategy)",
-         lambda j, p: {"zero": 2} if p.zero == 1 else None,
-         domain=lambda j: {"zero": (0, 2, 3)}),
-    Rule("pytorch-fsdp", "recompute",
-         "activation checkpointing wraps whole modules (checkpoint_wrapper through "
-         "apply_activation_checkpointing's check_fn); no attention-core-only recompute",
-         "PyTorch torch/distributed/algorithms/_checkpoint/checkpoint_wrapper.py "
-         "(apply_activation_checkpointing)",
-         lambda j, p: {"recompute": "full"} if p.recompute == "selective" else None,
-         domain=lambda j: {"recompute": ("none", "full")}),
-)
 _TT = "torchtitan 0.3.0"
 _DS = "DeepSpeed 0.19.8"
 
@@ -494,17 +399,12 @@ RULES: tuple[Rule, ...] = (
          f"{_DS} deepspeed/runtime/pipe/engine.py:76-77",
          lambda j, p: {"zero": 1} if p.pp > 1 and p.zero >= 2 else None),
     Rule("deepspeed", "dp_replicate",
-         "hybrid sharding is MiCS (mics_shard_size), a ZeRO-3 optimizer only; hpZ "
-         "(zero_hpz_partition_size) keeps the states sharded over all of dp, a different cost",
-         "DeepSpeed 38327e07 (2025-02) deepspeed/runtime/engine.py:1706-1707 (MiCS in the stage-3 "
-         "branch), runtime/zero/stage3.py:215 (hpZ: secondary weight partition only)",
-         lambda j, p: {"zero": 3} if p.dp_replicate > 1 and p.zero < 3 else None),
-    Rule("deepspeed", "dp_replicate",
-         "MiCS cuts consecutive world ranks into shard groups, with no tensor or pipeline "
-         "ranks in between (its config takes pp_size = 1)",
-         "DeepSpeed 38327e07 (2025-02) deepspeed/runtime/zero/mics_utils.py:74 and 183",
-         lambda j, p: {"dp_replicate": 1} if p.dp_replicate > 1 and (p.tp > 1 or p.pp > 1)
-         else None),
+         "no hybrid sharding: MiCS is removed and its mics_shard_size key rejected ('MiCS "
+         "ZeRO-3 sharding has been removed'); hpZ (zero_hpz_partition_size) keeps the states "
+         "sharded over all of dp, a different cost",
+         f"{_DS} deepspeed/runtime/config.py:119-125,133-141 (_reject_removed_config_keys), "
+         "runtime/zero/config.py:324 (hpZ)",
+         lambda j, p: {"dp_replicate": 1} if p.dp_replicate > 1 else None),
     Rule("deepspeed", "vpp",
          "the pipeline engine runs one stage per rank (TrainSchedule); no interleaved schedule",
          f"{_DS} deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",

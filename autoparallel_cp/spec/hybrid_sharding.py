@@ -20,10 +20,9 @@ framework that runs it:
   instance, an all-reduce across instances (distributed/param_and_grad_buffer.py:734-745);
   Megatron-FSDP (zero 2 / 3) reads the same flag as its HSDP switch
   (distributed/fsdp/mcore_fsdp_adapter.py:346);
-- DeepSpeed @38327e07 MiCS (`mics_shard_size`, runtime/zero/config.py:326): ZeRO-3 within
-  groups of consecutive ranks (zero/mics_utils.py:183), gradients all-reduced across the
-  replicas at the accumulation boundary (zero/mics.py:436); spec/frameworks.py refuses the
-  rest (ZeRO++ hpZ keeps the states sharded over all of dp: a different layout).
+- DeepSpeed: none. MiCS (`mics_shard_size`, @38327e07 runtime/zero/config.py:326) was
+  removed: 0.19.8 rejects the key (runtime/config.py:119-125, 133-141), and ZeRO++ hpZ keeps
+  the states sharded over all of dp (a different layout); spec/frameworks.py refuses it.
 """
 
 from __future__ import annotations

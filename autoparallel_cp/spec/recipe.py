@@ -140,6 +140,16 @@ class FrameworkBehaviour(Strict):
       @640518880), OLMo-core only for DDP (train/trainer.py `_train_microbatch_context`
       @a7de3f651c), torchtitan only on the LM head of its chunked loss
       (components/loss.py @b5bcd76c6).
+    - ``pp_defers_reduce``: with pp > 1, PyTorch's pipelining runs every micro-batch's backward
+      of an FSDP2 stage with `set_requires_gradient_sync(False)` and
+      `set_reshard_after_backward(False)` (torch v2.13.0 torch/distributed/pipelining/stage.py
+      :843-848 `backward_maybe_with_nosync`) and reduce-scatters once, in the REDUCE_GRAD
+      action after the step's last backward (`perform_reduce_grad`, stage.py:1164-1195, called
+      at schedules.py:960, 1177 and 2605-2607): ZeRO-2 and ZeRO-3 then reduce the dense and
+      expert gradients once per step, and the unsharded gradients stay whole until then
+      (FSDP2 accumulates them unsharded between syncs), as ``zero2_reduce`` /
+      ``zero3_reduce`` "step" do. On for torchtitan (its pipelined stages are FSDP2 modules);
+      pp = 1 keeps ``zero2_reduce`` / ``zero3_reduce``.
     - ``fsdp_float8_all_gather``: with torchao float8 linears (`compute_dtype: fp8`), FSDP2
       all-gathers their weights cast to float8, 1 B per element instead of bf16's 2
       (torchao `Float8LinearConfig.enable_fsdp_float8_all_gather`: torchtitan's
@@ -253,6 +263,7 @@ class FrameworkBehaviour(Strict):
     moe_prob_scaling: Literal["activation", "combine"] = "activation"
     zero2_reduce: Literal["step", "microbatch", "unit"] = "unit"
     zero3_reduce: Literal["step", "microbatch"] = "microbatch"
+    pp_defers_reduce: bool = False
     compiled_loss: bool = False
     fsdp_float8_all_gather: bool = False
     bf16_accum_pass: bool = False
@@ -378,10 +389,12 @@ RECIPES: dict[str, TrainingRecipe] = {
         optimizer_kernel="foreach",
         behaviour=FrameworkBehaviour(selective_policy="op", fused=True, attention_kernel="fa2",
                                      gqa_repeat_kv=True, eager_ops="llama-upcast",
-                                     cp_ring="torch-allgather", zero3_reduce="microbatch"),
+                                     cp_ring="torch-allgather", zero3_reduce="microbatch",
+                                     pp_defers_reduce=True),
         source=("torchtitan 2024-12 Llama: FSDP2 with fp32 sharded params, bf16 compute, fp32 "
-                "reduce, reduce-scattered every micro-batch; foreach AdamW; torch.compile per "
-                "block; op-level SAC as `selective`; "
+                "reduce, reduce-scattered every micro-batch (once per step with pp > 1: "
+                "PyTorch pipelining defers it to the last backward); foreach AdamW; "
+                "torch.compile per block; op-level SAC as `selective`; "
                 "SDPA on FlashAttention-2; repeat_kv for GQA; all-gather ring attention "
                 "(16 B/param)"),
     ),

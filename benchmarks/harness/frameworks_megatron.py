@@ -120,6 +120,15 @@ def worker_megatron(cases: list[dict[str, Any]], src: str) -> None:
                        "vpp": args.virtual_pipeline_model_parallel_size or 1,
                        "chunks": _megatron_chunks(cfg, p["pp"], p["vpp"])}
                 want = {"dp": p["dp"], "vpp": p["vpp"], "chunks": c["layout"]}
+                # hybrid sharding and host offload as Megatron parsed them
+                # (d98e8a64 arguments.py:3216, 2918-2923, 1950-1951)
+                got["dp_replicate"] = args.num_distributed_optimizer_instances
+                got["optimizer_offload"] = (args.optimizer_offload_fraction
+                                            if args.optimizer_cpu_offload else 0.0)
+                got["activation_offload"] = max(args.cpu_offloading_num_layers, 0)
+                want.update(dp_replicate=p["dp_replicate"],
+                            optimizer_offload=float(p["optimizer_offload"]),
+                            activation_offload=p["activation_offload"])
                 if p["pp"] > 1 and p["vpp"] > 1:
                     # the interleaved p2p overlap Megatron runs (model_parallel_config
                     # overlap_p2p_comm / batch_p2p_comm from the arguments) is the one the

@@ -29,6 +29,12 @@ def _batch_rule(c: dict[str, Any], local: int, gbs: int, mb: int, dp: int, pp: i
     return ""
 
 
+#: the torch.distributed.pipelining class (torch v2.13.0 schedules.py) of each plan schedule
+_TORCH_SCHEDULE = {"1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
+                   "gpipe": "ScheduleGPipe", "zbv": "ScheduleZBVZeroBubble",
+                   "dualpipev": "ScheduleDualPipeV"}
+
+
 def worker_torchtitan(cases: list[dict[str, Any]]) -> None:
     import torchtitan.components.quantization.float8 as tt_float8
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
@@ -69,6 +75,21 @@ def worker_torchtitan(cases: list[dict[str, Any]]) -> None:
             if built[c["model"]] != c["planned_params"]:
                 why = (f"torchtitan builds {built[c['model']]:,} parameters (+ expert-bias "
                        f"buffers), the plan {c['planned_params']:,}")
+            p = c["plan_fields"]
+            # zero = 0 is DDP: every data-parallel rank a replica (configs.py:124-150);
+            # otherwise FSDP over dp/dp_replicate ranks, replicated dp_replicate times
+            want_rs = ((p["dp"], 1) if p["zero"] == 0
+                       else (p["dp_replicate"], p["dp"] // p["dp_replicate"]))
+            if (dims.dp_replicate, dims.dp_shard) != want_rs:
+                why = (f"dp_replicate, dp_shard = {dims.dp_replicate}, {dims.dp_shard} != plan "
+                       f"{want_rs[0]}, {want_rs[1]}")
+            if dims.pp > 1 and not why:
+                # the schedule class torch builds (torch schedules.py get_schedule_class)
+                # must be the plan's, under torchtitan's name for it
+                cls = get_schedule_class(par.pipeline_parallel_schedule).__name__
+                want_cls = _TORCH_SCHEDULE[c["schedule"]]
+                if cls != want_cls:
+                    why = f"schedule {cls} != plan {want_cls}"
             if dims.pp > 1 and not why:
                 if par.module_fqns_per_model_part is None:
                     n, layers, iw, ow = _get_pipeline_metadata(dims, par, cfg.model_spec.model)
@@ -173,6 +194,14 @@ def worker_deepspeed(cases: list[dict[str, Any]]) -> None:
                 dp = c["gpus"]  # no mpu: DeepSpeed counts every rank
             ds = DeepSpeedConfig(cfg, mpu=Mpu(dp))
             why = ""
+            # ZeRO-Offload as DeepSpeed parsed it (0.19.8 runtime/zero/config.py:171,
+            # offload_config.py:99 ratio); hybrid sharding is refused by --emit (MiCS removed)
+            zc = ds.zero_config
+            off = zc.offload_optimizer
+            on_cpu = off is not None and str(off.device).endswith("cpu")
+            got_off = off.ratio if on_cpu else 0.0
+            if abs(got_off - p["optimizer_offload"]) > 1e-9:
+                why = f"offload_optimizer ratio {got_off} != plan {p['optimizer_offload']}"
             if "expert_parallel" in cfg:  # AutoEP's own validation (folding of EP onto ranks)
                 validate_autoep_config(parse_autoep_config(cfg["expert_parallel"]),
                                        world_size=c["gpus"], pp_size=p["pp"], tp_size=p["tp"],

@@ -1,7 +1,7 @@
 """Launch settings of hybrid sharding (plan field `dp_replicate`), pinned to the frameworks'
 sources (spec/hybrid_sharding.py): torchtitan `data_parallel_replicate_degree` x
-`data_parallel_shard_degree`, Megatron `--num-distributed-optimizer-instances`, DeepSpeed MiCS
-`mics_shard_size` (ZeRO-3 over data-parallel ranks only, refused otherwise with the reason)."""
+`data_parallel_shard_degree`, Megatron `--num-distributed-optimizer-instances`; DeepSpeed
+0.19.8 has none (MiCS removed): refused with the reason."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from autoparallel_cp.api import make_job
 from autoparallel_cp.emit import deepspeed_config, emit, megatron_args
 from autoparallel_cp.emit.torchtitan import torchtitan_settings
-from autoparallel_cp.errors import UserError
+from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.spec.frameworks import refusals
 from autoparallel_cp.spec.plan import parse_plan, plan_violations
 
@@ -45,21 +45,24 @@ def test_megatron_writes_optimizer_instances() -> None:
     assert "--num-distributed-optimizer-instances" not in args
 
 
-def test_deepspeed_runs_it_as_mics_only() -> None:
+def test_deepspeed_refuses_it() -> None:
+    """DeepSpeed 0.19.8 removed MiCS: its config raises on `mics_shard_size`
+    (runtime/config.py:119-125, 133-141), so --emit deepspeed refuses a replicated plan,
+    naming the plain-sharding plan it runs, and the search with --emit deepspeed proves none
+    fits, naming the row."""
     job = _job("deepspeed")
-    plan = parse_plan("zero=3,mbs=1,dp_replicate=4", job)
-    cfg, _ = deepspeed_config(job, plan)
-    assert cfg["zero_optimization"] == {"stage": 3, "mics_shard_size": 8}
-    for text, field in (("zero=1,mbs=1,dp_replicate=4", "zero=3"),
-                        ("tp=2,zero=3,mbs=1,dp_replicate=4", "dp_replicate=1")):
+    for text in ("zero=3,mbs=1,dp_replicate=4", "zero=1,mbs=1,dp_replicate=4",
+                 "tp=2,zero=3,mbs=1,dp_replicate=4"):
         bad = parse_plan(text, job)
-        with pytest.raises(UserError, match=f"dp_replicate: .*closest plan it runs: {field}"):
+        with pytest.raises(UserError, match="dp_replicate: .*MiCS.*closest plan it runs: "
+                                            "dp_replicate=1"):
             emit(job, bad, "deepspeed")
-    # the search with --emit deepspeed keeps to MiCS: a pinned replicate degree gives ZeRO-3
+    cfg, _ = deepspeed_config(job, parse_plan("zero=3,mbs=1", job))
+    assert cfg["zero_optimization"] == {"stage": 3}
     from autoparallel_cp.search.solve import solve
     from autoparallel_cp.search.space import SearchSpace
 
     space = SearchSpace.for_job(job, fix="dp_replicate=2", emit="deepspeed")
-    res = solve(job, space, top_k=3, time_limit=30, workers=1)
-    assert res.plans and all(ev.plan.zero == 3 and ev.plan.tp == ev.plan.pp == 1
-                             for ev in res.plans)
+    with pytest.raises(InfeasibleError, match="no plan that deepspeed runs.*deepspeed "
+                                              "dp_replicate .*MiCS is removed"):
+        solve(job, space, top_k=3, time_limit=30, workers=1)

@@ -1,11 +1,11 @@
 """One cost, everywhere: for random plans (pp > 1, interleaving, partial recompute, ZeRO-3, CP,
 EP, MoE parallel folding (etp, ep over tensor ranks), two node groups with explicit stage
-placement; Megatron's splits: pp*vpp not dividing the layers, stage counts not multiples of vpp,
-explicit model chunks, micro-batch counts pp does not divide) the solver's cost tables
-(`tables.plan_cost`), the enumerator's score, the CP-SAT solver's reported plan and
-`cost/evaluate.evaluate()` agree on the step time, the per-stage times and the per-stage peak
-memory. Each search is pinned (`--fix`) to the one drawn plan, so the enumerator and the solver
-must score exactly that plan."""
+placement, the GPipe schedule; Megatron's splits: pp*vpp not dividing the layers, stage counts
+not multiples of vpp, explicit model chunks, micro-batch counts pp does not divide) the
+solver's cost tables (`tables.plan_cost`), the enumerator's score, the CP-SAT solver's
+reported plan and `cost/evaluate.evaluate()` agree on the step time, the per-stage times and
+the per-stage peak memory. Each search is pinned (`--fix`) to the one drawn plan, so the
+enumerator and the solver must score exactly that plan."""
 
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ def _fix(p: Plan, layers: int, moe: bool = False) -> str:
         parts.append("chunk_layers=" + ":".join(map(str, p.chunk_layers)))
     if p.etp is not None or moe:
         parts.append(f"etp={p.expert_tp}")
+    if p.schedule is not None:  # a searched schedule (search/schedule_axis.py)
+        parts.append(f"schedule={p.schedule}")
     return ",".join(parts)
 
 
@@ -123,7 +125,9 @@ def _cases(draw: Any, new_splits: bool = False) -> tuple[Job, Plan]:
                 zero=draw(st.sampled_from([3, 1, 0, 2])), mbs=mbs,
                 num_microbatches=batch // (dp * mbs), recompute=mode,
                 recompute_layers=r_layers, stage_layers=stage_layers,
-                stage_groups=tuple(groups), chunk_layers=chunk_layers, etp=etp)
+                stage_groups=tuple(groups), chunk_layers=chunk_layers, etp=etp,
+                # GPipe: all m micro-batches in flight on every stage (search/schedule_axis.py)
+                schedule=draw(st.sampled_from([None, "gpipe"])) if vpp == 1 else None)
     assume(not plan_violations(job, plan))
     if plan.recompute_layers is not None and job.model.mtp_layers \
             and plan.recompute_layers >= max(plan.layers_per_stage(layers)):
@@ -212,7 +216,8 @@ def _agree(case: tuple[Job, Plan]) -> None:
                      ("uneven chunks", uneven_chunks(plan, job.model.num_layers)),
                      ("chunk_layers", plan.chunk_layers is not None),
                      ("m % pp != 0", plan.vpp > 1 and plan.num_microbatches % plan.pp > 0),
-                     ("mtp", job.model.mtp_layers > 0)):
+                     ("mtp", job.model.mtp_layers > 0),
+                     ("gpipe", plan.schedule == "gpipe")):
         if on:
             event(name)
     fix = _fix(plan, job.model.num_layers, job.model.moe is not None)
@@ -251,6 +256,7 @@ def _agree(case: tuple[Job, Plan]) -> None:
         assert [got.recomputed_layers(n) for n in got.layers_per_stage(job.model.num_layers)] \
             == [plan.recomputed_layers(n) for n in plan.layers_per_stage(job.model.num_layers)]
         assert got.stage_groups == plan.stage_groups
+        assert got.schedule == plan.schedule
         assert cost == pytest.approx(ev.time.step_s, rel=1e-9)
         [rep] = res.plans
         assert rep.time.step_s == pytest.approx(ev.time.step_s, rel=1e-12)

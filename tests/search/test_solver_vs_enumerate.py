@@ -409,3 +409,20 @@ def test_folded_keys_are_searched_without_a_pin() -> None:
                                etp_values=()).num_degree_combinations() == 0
     assert SearchSpace.for_job(job, fix=fix + ",etp=1", zero=(1,)).describe()["etp"] == [1]
     assert space.describe()["etp"] == ["tp", 1]
+
+
+@pytest.mark.parametrize("fix", ["pp=2", None])
+def test_torchtitan_pipelined_zero_matches_enumeration(fix: str | None) -> None:
+    """torchtitan with pp > 1 reduce-scatters ZeRO-2/3 gradients once per step and keeps them
+    whole (behaviour `pp_defers_reduce`, cost/sync.py `pp_deferred`): the tables read pp from
+    their (tp, cp, dp) axes, so CP-SAT equals the enumerator and the master bound holds, on
+    pipelined plans only and on the whole space."""
+    from autoparallel_cp.spec import RECIPES
+
+    job = Job(model=_mini(False, 4), cluster=load_cluster("dgx-h100").take_gpus(8),
+              recipe=RECIPES["torchtitan-fsdp"], seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, fix=fix, max_pp=4, max_vpp=1, max_mbs=2, zero=(1, 2, 3))
+    a = _compare_tol(job, space, 4)
+    if fix:
+        assert all(ev.plan.pp == 2 for ev in a.plans)
+    _assert_master_bounds(job, space, 3)

@@ -1,0 +1,24 @@
+"""`solve --fix schedule=...` through the CLI: a searched schedule (gpipe) is solved and its
+plans and JSON `space` say so; an unsearched one is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+from test_cli import FAST, SMALL, assert_user_error, run
+
+
+def test_fix_gpipe_solves_and_the_json_names_it() -> None:
+    result, out, err = run("solve", *SMALL, "--fix", "schedule=gpipe,pp=2,cp=1", "--top-k", "2",
+                           *FAST, "--json", "-")
+    assert result.exit_code == 0, (result.exit_code, err)
+    doc = json.loads(out)
+    assert doc["space"]["schedule"] == ["gpipe"]
+    assert doc["plans"] and all(p["plan"]["schedule"] == "gpipe" for p in doc["plans"])
+
+
+def test_fix_unsearched_schedule_is_one_line_exit_2() -> None:
+    assert_user_error(["solve", *SMALL, "--fix", "schedule=zbv", *FAST],
+                      "schedule", "not a search axis yet", "gpipe")
+    assert_user_error(["enumerate", *SMALL, "--fix", "optimizer_offload=0.5", "--quiet"],
+                      "optimizer_offload", "not a search axis yet")
