@@ -40,6 +40,14 @@ SPLIT_ENTRIES = 20_000
 SPLIT_POSITIONS = 5
 
 
+def _replay_counts(rs: npt.NDArray[np.float64], ls: npt.NDArray[np.float64]
+                   ) -> npt.NDArray[np.float64]:
+    """The partial-recompute counts 1..R (`rs`) the grid needs for layer counts `ls`: a stage
+    of l layers replays min(r, l), so every r >= max(ls) gives the entries of r = max(ls) and
+    the min over r is the same float without them (a split's counts near L / pp: far fewer r)."""
+    return rs[:max(1, min(rs.size, int(ls.max())))]
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _stage_sums(cl: tuple[int, ...], pp: int) -> tuple[int, ...]:
     """Layers per stage of a layout in `chunk_layers` order (chunk v of stage j at v*pp + j)."""
@@ -296,10 +304,7 @@ class _Batch:
         if ls.size == 0:
             return None
         if full and rs.size > 1:
-            # partial recompute (r in 1..L): a stage replays r_k = min(r, l) layers, so every
-            # r >= the largest count l gives the entries of r = max(l); dropping them leaves
-            # each min over r the same float (a split's counts near L / pp: far fewer r)
-            rs = rs[:max(1, min(rs.size, int(ls.max())))]
+            rs = _replay_counts(rs, ls)
 
         def inflight_at(j: Any) -> Any:
             """f_j of the positions j (the pinned stages' own chunks, else equal chunks)."""
