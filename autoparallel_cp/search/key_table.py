@@ -130,20 +130,24 @@ def build_key_table(t: Tables, time_unit: float = 1e-6,
     mi = np.tile(np.arange(nm), len(dg) * nz)
     tp, cp, pp, dp, ep, vpp, sp, mbs, m = (rows[:, i] for i in range(9))
     itp, icp, iep, isp, imb, idp = (rows[:, i] for i in range(9, 15))
-    i6 = (itp, icp, iep, isp, imb, mi)
-    i5 = (itp, iep, zi, idp, icp, imb)
+    # flat positions into the 6-d and 5-d bound tables (one gather each, the same entries)
+    i6 = np.ravel_multi_index((itp, icp, iep, isp, imb, mi), bt.s6.shape)
+    i5 = np.ravel_multi_index((itp, iep, zi, idp, icp, imb), bt.tail5.shape)
+
+    def at(a: npt.NDArray[np.float64], flat: I64) -> npt.NDArray[np.float64]:
+        return np.take(a, flat)  # `take` reads the array in C order, as ravel_multi_index
     # the bubble family (tp, cp, mbs, pp, vpp): S_lb least and V largest over (ep, sp, mode)
     s_min = bt.s6.min(axis=(2, 3, 5))[itp, icp, imb]
     v_max = bt.v6.max(axis=(2, 3, 5))[itp, icp, imb]
     ppf, vppf = pp.astype(np.float64), vpp.astype(np.float64)
     bub = _floor_u(np.maximum(0.0, s_min - v_max / ppf) / vppf, tu)
-    lb1 = _floor_u(bt.mt6[i6], tu) + bub + _floor_u(bt.tail5[i5], tu)
-    over = (m.astype(np.float64) - BACKWARD_SHARE) * bt.s6[i6] / ppf
-    lb2 = _floor_u(over, tu) + bub + _floor_u(bt.tail5x[i5], tu)
+    lb1 = _floor_u(at(bt.mt6, i6), tu) + bub + _floor_u(at(bt.tail5, i5), tu)
+    over = (m.astype(np.float64) - BACKWARD_SHARE) * at(bt.s6, i6) / ppf
+    lb2 = _floor_u(over, tu) + bub + _floor_u(at(bt.tail5x, i5), tu)
     top = int((float(np.max(bt.mt6)) + float(np.max(bt.s6.min(axis=(2, 3, 5))))
                + max(float(np.max(bt.tail5)), float(np.max(bt.tail5x)))) / tu) + 3
     cap_u = int(math.ceil(bt.cap_avg / mu))
-    mem = _floor_u(bt.ms5[i5], mu) + _floor_u(bt.ma6[i6], mu)
+    mem = _floor_u(at(bt.ms5, i5), mu) + _floor_u(at(bt.ma6, i6), mu)
     ok = (mem <= cap_u * pp) & (lb1 >= 0) & (lb1 <= top) & (lb2 >= 0) & (lb2 <= top)
     lb = np.maximum(lb1, lb2)[ok]
     mode = np.array(modes, dtype=np.int64)[mi]
