@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.search.schedule_axis import inflight, plan_schedule, stage_inflight
-from autoparallel_cp.search.space import Degrees, KeyView, SearchSpace
+from autoparallel_cp.search.space import Degrees, SearchSpace
 from autoparallel_cp.search.tables import (
     MODES,
     Tables,
@@ -42,6 +42,7 @@ from autoparallel_cp.search.tables import (
     family_tables,
     stage_groups_of,
 )
+from autoparallel_cp.spec.framework_space import KeyView
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, RecomputeMode
 
 F = npt.NDArray[np.float64]

@@ -60,15 +60,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from itertools import product
-from math import comb, factorial
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
+from autoparallel_cp.search import space_count
 from autoparallel_cp.search.pins import check_structural_pins, replicate_zeros
 from autoparallel_cp.search.schedule_axis import narrow, refuse_unrun, refuse_unsearched
 from autoparallel_cp.spec import Job
-from autoparallel_cp.spec.framework_space import KeyView, Restriction
+from autoparallel_cp.spec.framework_space import Restriction
 from autoparallel_cp.spec.plan import (
     RECOMPUTE_MODES,
     Plan,
@@ -523,42 +522,18 @@ class SearchSpace:
         return max(1, -(-k // step))
 
     # ------------------------------------------------------------------ counting
+    # (search/space_count.py: the size of the space, counted without listing it)
     def num_partitions(self, pp: int, vpp: int) -> int:
-        """Layer partitions over `pp` stages (compositions in steps of vpp*freq)."""
-        if self.fixed_split:
-            return 1
-        if self.partition == "uniform":
-            return 1
-        step = self.layer_step(vpp)
-        if self.num_layers % step:
-            return 0
-        units = self.num_layers // step - (self.first_stage_min_units(vpp) - 1)
-        return comb(units - 1, pp - 1) if units >= pp else 0
+        """Layer partitions over `pp` stages (`space_count.num_partitions`)."""
+        return space_count.num_partitions(self, pp, vpp)
 
     def num_placements(self, tp: int, cp: int, dp: int, pp: int) -> int:
-        """Orders of node groups over the stages (1 on a homogeneous cluster)."""
-        if not self.heterogeneous or "stage_groups" in self.fixed:
-            return 1
-        counts = self.stage_group_counts(tp, cp, dp)
-        if counts is None or sum(counts) != pp:
-            return 0
-        out = factorial(pp)
-        for c in counts:
-            out //= factorial(c)
-        return out
+        """Orders of node groups over the stages (`space_count.num_placements`)."""
+        return space_count.num_placements(self, tp, cp, dp, pp)
 
     def mode_choices(self, mode: RecomputeMode, pp: int, vpp: int) -> int:
         """Distinct recompute_layers settings of one mode per partition."""
-        if mode == "full" and self.partial_recompute and "recompute_layers" not in self.fixed:
-            # r = 1 .. (largest possible stage) - 1 in steps of `recompute_step`, plus "all"
-            biggest = self.num_layers - (pp - 1) * self.layer_step(vpp)
-            pinned = self.fixed_stage_layers(pp, vpp)
-            if pinned is not None:
-                biggest = max(pinned)
-            elif self.partition == "uniform":
-                biggest = self.num_layers // pp
-            return (max(1, biggest) - 1) // self.recompute_step(vpp) + 1
-        return 1
+        return space_count.mode_choices(self, mode, pp, vpp)
 
     def recompute_choices(self, pp: int, vpp: int) -> int:
         """Distinct (mode, recompute_layers) settings per partition, summed over the modes."""
@@ -566,37 +541,11 @@ class SearchSpace:
 
     def size(self) -> int:
         """Number of complete plans in the space (counted, not listed, once per space; with a
-        restriction, the keys it refuses are left out)."""
+        restriction, the keys it refuses are left out: `space_count.count`)."""
         memo: dict[str, int] = self.__dict__.setdefault("_size", {})
         if "n" not in memo:
-            memo["n"] = self._count()
+            memo["n"] = space_count.count(self)
         return memo["n"]
-
-    def _count(self) -> int:
-        """`size`, counted."""
-        per_rest = len(self.zero)
-        total = 0
-        if len(self.etp_axis) > 1:  # the union of the one-etp spaces (no plan twice)
-            return sum(v.size() for v in self.etp_variants())
-        fams: dict[tuple[int, int], int] = {}
-        for d in self.degrees():
-            if (d.pp, d.vpp) not in fams:
-                fams[d.pp, d.vpp] = sum(
-                    f.recompute_choices(d.pp, d.vpp) * f.num_partitions(d.pp, d.vpp)
-                    for f in self.split_families(d.pp, d.vpp))
-            place = self.num_placements(d.tp, d.cp, d.dp, d.pp)
-            sps = [s for s in self.sp if self.etp_legal(d.tp, d.cp, d.dp, d.ep, s)]
-            if self.restriction is None:
-                total += len(sps) * per_rest * fams[d.pp, d.vpp] * place
-                continue
-            # the keys a framework row refuses hold no plan of the space
-            for s, z, mode in product(sps, self.zero, self.recompute):
-                key = KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, s, z, d.mbs,
-                              d.num_microbatches, RECOMPUTE_MODES.index(mode))
-                if not self.refusals_of_key(key):
-                    total += sum(f.mode_choices(mode, d.pp, d.vpp) * f.num_partitions(
-                        d.pp, d.vpp) for f in self.split_families(d.pp, d.vpp)) * place
-        return total
 
     def num_degree_combinations(self) -> int:
         """Legal (tp, pp, cp, dp, ep, vpp, mbs) combinations."""

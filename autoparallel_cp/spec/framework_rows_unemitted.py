@@ -29,6 +29,12 @@ MDS_RULES: tuple[Rule, ...] = (
          f"{_MDS} megatron/model/gpt_model.py:322,454-461 and DeepSpeed 0.19.8 "
          "deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
          lambda j, p: {"vpp": 1} if p.vpp > 1 else None, domain=lambda j: {"vpp": (1,)}),
+    Rule("megatron-deepspeed", "schedule",
+         "DeepSpeed's PipelineEngine runs its TrainSchedule, a 1F1B schedule; no GPipe, "
+         "zero-bubble or DualPipe schedule",
+         f"{_MDS} megatron/training.py:504-509 (the PipelineEngine) and DeepSpeed 0.19.8 "
+         "deepspeed/runtime/pipe/schedule.py:189 (TrainSchedule)",
+         lambda j, p: {"schedule": "1f1b"} if p.pipeline_schedule not in ("1f1b",) else None),
     Rule("megatron-deepspeed", "cp",
          "no ring context parallelism: its sequence parallelism over ranks is DeepSpeed "
          "Ulysses (--ds-sequence-parallel-size, an all-to-all on heads), a different cost",

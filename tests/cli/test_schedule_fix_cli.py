@@ -22,3 +22,10 @@ def test_fix_unsearched_schedule_is_one_line_exit_2() -> None:
                       "schedule", "not a search axis yet", "gpipe")
     assert_user_error(["enumerate", *SMALL, "--fix", "optimizer_offload=0.5", "--quiet"],
                       "optimizer_offload", "not a search axis yet")
+
+
+def test_the_deepspeed_recipe_refuses_a_schedule_its_pipeline_engine_does_not_run() -> None:
+    # --recipe deepspeed costs Megatron-DeepSpeed, whose pipeline is DeepSpeed's 1F1B
+    # TrainSchedule (spec/framework_rows_unemitted.py): a pinned GPipe is exit 2 naming it
+    assert_user_error(["solve", *SMALL, "--recipe", "deepspeed", "--fix", "schedule=gpipe",
+                       *FAST], "schedule", "megatron-deepspeed does not run it", "TrainSchedule")

@@ -33,21 +33,21 @@ from autoparallel_cp.spec.splits import slot_layout
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
-#: (file, row index) of the runs found only with headroom 0 (module docstring)
-NEAR_CAPACITY = {("heldout", 89), ("heldout", 92), ("heldout", 97), ("heldout", 98),
-                 ("heldout", 103), ("heldout", 104)}
+#: the source whose runs may be found only with headroom 0 (module docstring): llm-foundry's
+#: benchmark table (its MPT rows; more of them since the GPU-count ablation rows)
+NEAR_CAPACITY_SOURCE = "llmfoundry-bench"
 
 
-def _corpus() -> list[tuple[str, int, str, Job, Plan]]:
+def _corpus() -> list[tuple[str, int, str, str, Job, Plan]]:
     sys.path.insert(0, str(BENCH))
     from harness.heldout import heldout_rows
     from harness.train_rows import published_rows
 
-    out: list[tuple[str, int, str, Job, Plan]] = []
+    out: list[tuple[str, int, str, str, Job, Plan]] = []
     for file, rows in (("train", published_rows()), ("heldout", heldout_rows())):
         for r in rows:
             if r.job is not None and r.plan is not None and r.measured_tps:
-                out.append((file, r.idx, r.name, r.job, r.plan))
+                out.append((file, r.idx, r.name, getattr(r, "source", ""), r.job, r.plan))
     return out
 
 
@@ -70,13 +70,13 @@ def test_every_published_run_is_found_with_its_stated_fields() -> None:
     headroom = default_mem_headroom()
     missing, near = [], set()
     uneven = folded = 0
-    for file, idx, name, job, plan in corpus:
+    for file, idx, name, source, job, plan in corpus:
         fix = _stated(plan)
         got = _found(job.calibrated(None, headroom), fix)
         if got is None:
             got = _found(job, fix)
             if got is not None:
-                near.add((file, idx))
+                near.add((file, idx, name, source))
         if got is None:
             missing.append(f"{file} row {idx} {name}: {fix}")
             continue
@@ -90,7 +90,8 @@ def test_every_published_run_is_found_with_its_stated_fields() -> None:
             assert got.chunk_layers is not None or any(
                 n % plan.vpp for n in got.layers_per_stage(L))
     assert not missing, "\n".join(missing)
-    assert near <= NEAR_CAPACITY
+    assert near and all(src == NEAR_CAPACITY_SOURCE and name.startswith("MPT")
+                        for _, _, name, src in near), sorted(near)
     assert uneven >= 5  # 405B on pp 8 x vpp 8, DeepSeek-V3 / Qwen3 on uneven chunks
     assert folded >= 4  # Qwen3 235B, GPT-OSS 20B / 120B: ep > dp*cp
 

@@ -1,0 +1,83 @@
+"""The size of a search space (`SearchSpace.size`), counted without listing its plans: layer
+partitions per layout family (compositions), node-group placements (multinomials), recompute
+settings, and the keys a framework restriction refuses left out."""
+
+from __future__ import annotations
+
+from itertools import product
+from math import comb, factorial
+from typing import Any
+
+from autoparallel_cp.spec.framework_space import KeyView
+from autoparallel_cp.spec.plan import RECOMPUTE_MODES, RecomputeMode
+
+#: a search/space.py SearchSpace (not imported: space.py is the upper module)
+SearchSpace = Any
+
+
+def num_partitions(space: SearchSpace, pp: int, vpp: int) -> int:
+    """Layer partitions over `pp` stages (compositions in steps of vpp*freq)."""
+    if space.fixed_split:
+        return 1
+    if space.partition == "uniform":
+        return 1
+    step = space.layer_step(vpp)
+    if space.num_layers % step:
+        return 0
+    units = space.num_layers // step - (space.first_stage_min_units(vpp) - 1)
+    return comb(units - 1, pp - 1) if units >= pp else 0
+
+
+def num_placements(space: SearchSpace, tp: int, cp: int, dp: int, pp: int) -> int:
+    """Orders of node groups over the stages (1 on a homogeneous cluster)."""
+    if not space.heterogeneous or "stage_groups" in space.fixed:
+        return 1
+    counts = space.stage_group_counts(tp, cp, dp)
+    if counts is None or sum(counts) != pp:
+        return 0
+    out = factorial(pp)
+    for c in counts:
+        out //= factorial(c)
+    return out
+
+
+def mode_choices(space: SearchSpace, mode: RecomputeMode, pp: int, vpp: int) -> int:
+    """Distinct recompute_layers settings of one mode per partition."""
+    if mode == "full" and space.partial_recompute and "recompute_layers" not in space.fixed:
+        # r = 1 .. (largest possible stage) - 1 in steps of `recompute_step`, plus "all"
+        biggest = space.num_layers - (pp - 1) * space.layer_step(vpp)
+        pinned = space.fixed_stage_layers(pp, vpp)
+        if pinned is not None:
+            biggest = max(pinned)
+        elif space.partition == "uniform":
+            biggest = space.num_layers // pp
+        return (max(1, biggest) - 1) // space.recompute_step(vpp) + 1
+    return 1
+
+
+def count(space: SearchSpace) -> int:
+    """`SearchSpace.size`, counted: per degree combination, the sp and ZeRO choices times the
+    recompute settings and partitions of each layout family, times the stage placements."""
+    per_rest = len(space.zero)
+    total = 0
+    if len(space.etp_axis) > 1:  # the union of the one-etp spaces (no plan twice)
+        return sum(v.size() for v in space.etp_variants())
+    fams: dict[tuple[int, int], int] = {}
+    for d in space.degrees():
+        if (d.pp, d.vpp) not in fams:
+            fams[d.pp, d.vpp] = sum(
+                f.recompute_choices(d.pp, d.vpp) * f.num_partitions(d.pp, d.vpp)
+                for f in space.split_families(d.pp, d.vpp))
+        place = space.num_placements(d.tp, d.cp, d.dp, d.pp)
+        sps = [s for s in space.sp if space.etp_legal(d.tp, d.cp, d.dp, d.ep, s)]
+        if space.restriction is None:
+            total += len(sps) * per_rest * fams[d.pp, d.vpp] * place
+            continue
+        # the keys a framework row refuses hold no plan of the space
+        for s, z, mode in product(sps, space.zero, space.recompute):
+            key = KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, s, z, d.mbs,
+                          d.num_microbatches, RECOMPUTE_MODES.index(mode))
+            if not space.refusals_of_key(key):
+                total += sum(f.mode_choices(mode, d.pp, d.vpp) * f.num_partitions(
+                    d.pp, d.vpp) for f in space.split_families(d.pp, d.vpp)) * place
+    return total
