@@ -116,16 +116,16 @@ def zb_h1(pp: int, vpp: int, m: int, stage: int) -> list[Op]:
 
 
 def zb_h2(pp: int, vpp: int, m: int, stage: int) -> list[Op]:
-    """ZB-H2: min(2(pp - stage) - 1, m) warm-up forwards (Qi §2.2: the extra forwards fill
-    the fill bubble) and 2·stage W held back, so that every stage holds 2pp - 1 micro-batches'
-    inputs at its peak (Qi Table 2's (2p-1)·M_B; a held W's inputs counted whole). The
-    smallest lag at which the replay's bubble stops shrinking: with stage (ZB-H1's lag) it is
-    (p-1)·max(F+B-W, F); with 2·stage it meets (p-1)·max(F+B-2W, F) for F = B = W (the
-    paper's (p-1)·F, tests/report/test_timeline.py) and for most splits, not all (F, B, W =
-    .2, .5, .3 of t replays to (p-1)·.3 t against the formula's (p-1)·.2 t)."""
+    """ZB-H2: min(2(pp - stage) - 2, m) warm-up forwards, 2(pp - stage) - 1 before the first
+    B (Qi §2.2, Figure 3: the extra forwards fill the fill bubble) and 2·stage W held back,
+    so that every stage holds 2pp - 1 micro-batches' inputs at its peak (Qi Table 1's
+    (2p-1)·M_B; a held W's inputs counted whole). Its replay for equal stages is
+    cost/schedules.py's (p-1)·max(F+B-2W, B-F, F): the paper's F+B-2W, the last rank's ramp
+    F, and the first rank's wait for its first B, (p-1)(B-F) beyond its 2p-1 forwards
+    (tests/cost/test_schedules.py checks the two agree)."""
     if vpp != 1:
         raise ValueError("ZB-H2 runs one model chunk per stage (vpp = 1)")
-    return _zero_bubble_h(pp, m, stage, min(2 * (pp - stage) - 1, m), 2 * stage)
+    return _zero_bubble_h(pp, m, stage, min(2 * (pp - stage) - 2, m), 2 * stage)
 
 
 _KIND = {"F": "F", "I": "B", "W": "W", "B": "BW"}

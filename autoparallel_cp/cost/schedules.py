@@ -12,8 +12,8 @@ bubble over 1F1B's, with (F, B, W) = `backward_split` shares of t:
 |---|---|---|
 | 1f1b, gpipe | (p-1)(F+B+W) | Narayanan §2.2; GPipe (p-1)/(m+p-1) of the step (Huang 2019 §2.2) |
 | interleaved | (p-1)(F+B+W)/v | Narayanan §2.2 |
-| zb-h1 | (p-1)·max(F+B-W, F) | Qi et al. arXiv 2401.10241 §2.1, Table 2 (ZB-H1) |
-| zb-h2 | (p-1)·max(F+B-2W, F) | same, Table 2 (ZB-H2) |
+| zb-h1 | (p-1)·max(F+B-W, B, F) | Qi et al. arXiv 2401.10241 §2.1, Table 1 (ZB-H1) |
+| zb-h2 | (p-1)·max(F+B-2W, B-F, F) | same, §2.2, Table 1 (ZB-H2) |
 | dualpipe | (p/2-1)(F&B+B'-3W), B' = B+W | DeepSeek-V3 arXiv 2412.19437 §3.2.1 Table 2 |
 | zbv, dualpipev | PyTorch's own action order, replayed | cost/pipeline_sim.py (torch v2.13.0) |
 
@@ -21,11 +21,19 @@ F&B (a forward and a backward chunk run together) costs F + B' of compute: the o
 the communication (below), not FLOPs; so DualPipe's bubble is (p/2-1)(F + 2B - W). A negative
 bracket means the W passes more than fill the warm-up: the bubble is then 0, not negative (the
 max). ZB-H1 / ZB-H2 are the paper's handcrafted schedules (the authors' Megatron fork runs
-them). The paper's Table 2 counts each rank's idle time, which is the step's bubble only with
+them). The paper's Table 1 counts each rank's idle time, which is the step's bubble only with
 its optimizer post-validation (Qi §4), letting the next step start on each rank as soon as it
 is done; without it (PyTorch, Megatron: the gradient-norm all-reduce closes the step) the step
 also waits for the last rank, which starts (p-1)·F late and then runs its m·t: the bubble is at
-least (p-1)·F, the F of the max (ZB-H2's zero becomes (p-1)·F). The V-shaped ones are
+least (p-1)·F, the F of the max (ZB-H2's zero becomes (p-1)·F). The paper's brackets assume
+F = B = W (its Figure 3); for another split the memory bound sets a third floor: the first
+rank may hold k micro-batches before its first B (ZB-H1 k = p, 1F1B's; ZB-H2 k = 2p-1, Qi
+Table 1), and that B can start only after micro-batch 0's forward through p stages and its B
+back through p-1, at pF + (p-1)B, while the rank's k forwards end at kF: it idles
+(p-1)B - (k-p)F with no W to run (none is ready before its first B), (p-1)·B for ZB-H1 and
+(p-1)·(B-F) for ZB-H2 (F, B, W = .2, .5, .3: .3 against F+B-2W = .1). The three terms are
+the replay of cost/pass_order.py's ZB-H1/ZB-H2 orders for equal stages, exactly, for every
+split and m >= 2p (tests/cost/test_schedules.py, hypothesis). The V-shaped ones are
 PyTorch's classes, whose real order `simulated_bubble` replays with each chunk's F, B, W
 times: for DualPipeV it reproduces DeepSeek's (p-1)(F&B+B-3W) over the 2p chunks when
 F = B = W, and for ZBV it keeps the same (p-1)-chunk ramp, where the paper's ZB-V, with the
@@ -38,8 +46,10 @@ layers; steptime/memory multiply the stage's per-micro-batch activations by it):
 - zb-h1: min(p, m): rank j holds 1F1B's p - j micro-batches plus the inputs of its j deferred
   W passes (Qi §2.1: "the same number of in-flight micro-batches" on every stage; a deferred
   W's inputs are counted as a whole micro-batch, an upper bound, Qi Table 1 M_W < M_B);
-- zb-h2: min(2p - 1 - j, m): 2(p-j)-1 warm-up forwards plus j deferred W (Qi §2.2, peak
-  (2p-1)·M_B on the first stage);
+- zb-h2: min(2p - 1, m): rank j's 2(p-j)-1 forwards before its first B plus the inputs of its 2j
+  deferred W (cost/pass_order.py `zb_h2`: the held W keep the parallelogram of Qi §2.2,
+  Figure 3, every stage at the peak, Table 1's (2p-1)·M_B; a deferred W counted whole, as
+  for zb-h1);
 - zbv: min(p, m): torch's ZBV warm-up holds 2(p-r)-1 + 2r + 1 = 2p half-size chunks on
   every rank before its first backward (2401.10241 §6: 1F1B's peak, balanced);
 - dualpipe: p + 1 (2412.19437 Table 2, "Activation PP+1"), over the rank's two stages, half
@@ -113,10 +123,10 @@ def bubble_ratio(schedule: str, pp: int, split: tuple[float, float, float]) -> f
     f, b, w = split
     if schedule in ("1f1b", "interleaved", "gpipe") or pp == 1:
         return 1.0
-    if schedule == "zb-h1":  # at least the last rank's (p-1)·F ramp (module docstring)
-        return max(f + b - w, f)
+    if schedule == "zb-h1":  # the ramp F and the first rank's wait B (module docstring)
+        return max(f + b - w, b, f)
     if schedule == "zb-h2":
-        return max(f + b - 2.0 * w, f)
+        return max(f + b - 2.0 * w, b - f, f)
     if schedule == "dualpipe":
         return (pp / 2.0 - 1.0) / (pp - 1.0) * max(f + 2.0 * b - w, 0.0)
     raise ValueError(f"schedule {schedule!r} has no closed form: `simulated_bubble`")
@@ -155,7 +165,7 @@ def inflight_units(plan: Plan, stage: int, chunks: Sequence[int]) -> float:
     if s in ("zb-h1", "zbv"):
         return float(min(pp, m))
     if s == "zb-h2":
-        return float(min(2 * pp - 1 - j, m))
+        return float(min(2 * pp - 1, m))
     if s == "dualpipe":  # per stage of the rank's two: half of p + 1 each
         return min(pp + 1.0, float(m)) / 2.0
     if s == "dualpipev":

@@ -19,6 +19,7 @@ from autoparallel_cp.cost.factors import CostOptions, recipe_options
 from autoparallel_cp.spec import ClusterSpec, Job
 from autoparallel_cp.spec.plan import Plan, plan_violations
 from harness import heldout_automodel as automodel
+from harness import heldout_deepseek as deepseek
 from harness.heldout_bridge import (
     CLAMPED_GLU_BIAS_MODELS,
     _bridge_cuda_graphs,
@@ -61,7 +62,7 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             out.append(HeldOutRow(_i, _n, _s, fam, None, None, CostOptions(), _m, None,
                                   skip=why))
 
-        family = _family(r)
+        family = _family(r) or deepseek.family(r)
         if family is None:
             skip(f"framework {r['framework']!r} ({r['framework_version'][:40]}) has no recipe")
             continue
@@ -147,8 +148,8 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         if moe_comm is not None and not _int(r["moe_experts"]):
             # a dense card row: only the recipe's TP overlap applies
             moe_comm = ("alltoall", False, moe_comm[2])
-        got = _recipe(family, precision, r, tp, assumed,
-                      None if moe_comm is None else moe_comm[2])
+        got = deepseek.recipe(assumed) if family == deepseek.FAMILY else _recipe(
+            family, precision, r, tp, assumed, None if moe_comm is None else moe_comm[2])
         if got is None:
             skip("no recipe", family)
             continue
@@ -166,6 +167,9 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             skip("fp8 on a GPU without fp8", family)
             continue
         recompute = _recompute(r["recompute"])
+        schedule = None
+        if family == deepseek.FAMILY:
+            recompute, schedule = deepseek.STATED["recompute"], deepseek.STATED["schedule"]
         stated_rc = _stated_settings(r).get("recompute") if family == "megatron-core" else None
         if recompute is None and stated_rc is not None:
             recompute = str(stated_rc)
@@ -259,7 +263,8 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)
             plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
                         num_microbatches=gb // (dp * mbs), recompute=recompute,
-                        stage_layers=stage_layers, chunk_layers=chunk_layers, etp=etp)
+                        stage_layers=stage_layers, chunk_layers=chunk_layers, etp=etp,
+                        schedule=schedule)
         except ValueError as exc:
             skip(f"not expressible: {str(exc).splitlines()[0][:80]}", family)
             continue

@@ -16,11 +16,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoparallel_cp.cost import schedules as S
 from autoparallel_cp.cost import steptime
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.memory import stage_memory
+from autoparallel_cp.cost.pass_order import SCHEDULES as ORDERS
+from autoparallel_cp.cost.pass_replay import replay
 from autoparallel_cp.cost.pipeline_sim import dualpipev_actions, makespan, zbv_actions
 from autoparallel_cp.spec import RECIPES, ClusterSpec, GPUSpec, Job, LinkSpec, ModelSpec, NodeGroup
 from autoparallel_cp.spec.plan import Plan, PlanError, parse_plan, plan_violations
@@ -177,8 +181,8 @@ def test_dualpipe_balances_a_heavy_last_stage(monkeypatch: pytest.MonkeyPatch) -
 @pytest.mark.parametrize(("schedule", "vpp", "m", "want"), [
     ("1f1b", 1, 8, [4, 3, 2, 1]),
     ("zb-h1", 1, 8, [4, 4, 4, 4]),     # 1F1B's p - j + j deferred W: p everywhere
-    ("zb-h2", 1, 8, [7, 6, 5, 4]),     # 2(p-j)-1 + j; (2p-1) M_B on the first stage
-    ("zb-h2", 1, 5, [5, 5, 5, 4]),     # capped at m
+    ("zb-h2", 1, 8, [7, 7, 7, 7]),     # 2(p-j)-1 + 2j held W: (2p-1) M_B everywhere
+    ("zb-h2", 1, 5, [5, 5, 5, 5]),     # capped at m
     ("gpipe", 1, 8, [8, 8, 8, 8]),
     ("zbv", 2, 8, [4, 4, 4, 4]),       # 2p half-size chunks on every rank
     ("dualpipev", 2, 8, [4.5] * 4),    # PP+1 of 2p half chunks
@@ -218,11 +222,11 @@ def test_gpipe_and_zb_h2_memory_grow_as_stated() -> None:
     act = {s: stage_memory(job, Plan(**base, schedule=s))[1].activations_bytes
            for s in ("1f1b", "zb-h2", "gpipe")}
     one = act["1f1b"]
-    # stage 1 (no embedding or head): 1F1B holds p-1 = 3, ZB-H2 2p-1-1 = 6, GPipe 16
+    # stage 1 (no embedding or head): 1F1B holds p-1 = 3, ZB-H2 2p-1 = 7, GPipe 16
     work = stage_memory(job, Plan(**base))[1].activations_bytes - 3 * (
         (act["gpipe"] - one) / 13)
     per_mb = (act["gpipe"] - one) / 13
-    assert act["zb-h2"] == pytest.approx(work + 6 * per_mb)
+    assert act["zb-h2"] == pytest.approx(work + 7 * per_mb)
     assert act["gpipe"] == pytest.approx(work + 16 * per_mb)
 
 
@@ -323,3 +327,54 @@ def test_dualpipe_needs_even_pp() -> None:
 def test_bad_schedule_names_the_field() -> None:
     with pytest.raises(PlanError, match="field 'schedule'"):
         parse_plan("schedule=zb")
+
+
+# --------------------------------------------------------------------------------------------
+# ZB-H1 / ZB-H2: the closed form is the replay of their own pass order (cost/pass_order.py)
+# --------------------------------------------------------------------------------------------
+
+
+def _replayed_bubble(schedule: str, p: int, m: int, split: tuple[float, float, float]) -> float:
+    """Span of the event-driven replay of the schedule's per-rank orders, equal stages with
+    t = 1, beyond the m·t of work: in units of t."""
+    part = dict(zip("FBW", split, strict=True))
+    runs = replay(schedule, p, 1, [ORDERS[schedule](p, 1, m, r) for r in range(p)],
+                  lambda r, op: part[op.phase])
+    return max(e for run in runs for _, _, e in run) - m
+
+
+def test_zb_h2_skewed_split_by_hand() -> None:
+    """pp 4, m 8, F, B, W = .2, .5, .3 of t. Rank 0 runs its 2p-1 = 7 warm-up forwards by
+    7F = 1.4; micro-batch 0 leaves rank 3 at 4F = 0.8, its B runs down ranks 3..1 (3B = 1.5)
+    and reaches rank 0 at 2.3: rank 0 waits 0.9 = (p-1)(B-F) with no W ready, and never again
+    (the paper's (p-1)(F+B-2W) = 0.3 and the ramp (p-1)F = 0.6 are both below)."""
+    split = (0.2, 0.5, 0.3)
+    assert S.bubble_ratio("zb-h2", 4, split) * 3 == pytest.approx(0.9)
+    assert _replayed_bubble("zb-h2", 4, 8, split) == pytest.approx(0.9)
+    # ZB-H1's first rank holds p = 4: it waits (p-1)B = 1.5 (F+B-W = .4 per stage below it)
+    assert S.bubble_ratio("zb-h1", 4, split) * 3 == pytest.approx(1.5)
+    assert _replayed_bubble("zb-h1", 4, 8, split) == pytest.approx(1.5)
+    # memory: every rank of the order holds 2p-1 = 7 micro-batches' inputs at its peak
+    for r in range(4):
+        held = peak = 0
+        for (op,) in ORDERS["zb-h2"](4, 1, 8, r):
+            held += {"F": 1, "B": 0, "W": -1}[op.phase]
+            peak = max(peak, held)
+        assert peak == S.inflight_units(Plan(pp=4, num_microbatches=8, schedule="zb-h2"),
+                                        r, (1,)) == 7
+
+
+_SHARE = st.floats(min_value=0.01, max_value=1.0, allow_nan=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(schedule=st.sampled_from(["zb-h1", "zb-h2"]), p=st.integers(2, 6),
+       per_rank=st.integers(2, 4), f=_SHARE, b=_SHARE, w=_SHARE)
+def test_zero_bubble_closed_form_is_the_replay(schedule: str, p: int, per_rank: int, f: float,
+                                               b: float, w: float) -> None:
+    """For equal stages, any F/B/W split and m >= 2p, `bubble_ratio` x (p-1) t equals the
+    replay of the schedule's own order: cost, timeline and memory describe one schedule."""
+    total = f + b + w
+    split = (f / total, b / total, w / total)
+    want = _replayed_bubble(schedule, p, per_rank * p, split)
+    assert S.bubble_ratio(schedule, p, split) * (p - 1) == pytest.approx(want, abs=1e-9)

@@ -350,3 +350,18 @@ def test_automodel_rows_run_their_yamls_settings() -> None:
     assert am.chunk_layers({"layers_per_stage": "2"}, 36, 2, 9) == (2,) * 18
     assert am.chunk_layers({"layers_per_stage": "2"}, 61, 8, 4) == (2,) * 29 + (1,) * 3
     assert am.chunk_layers({"layers_per_stage": "2"}, 61, 4, 4) is None
+
+
+def test_deepseek_v3_report_runs_dualpipe_within_15_percent(
+        errors: dict[str, tuple[crossval.Case, float]]) -> None:
+    """Issue 31: DeepSeek-V3's published 1,543 tokens/s/GPU (2,048 H800, arXiv 2412.19437 §1)
+    is a held-out row, evaluated with its stated DualPipe schedule and the deepseek-v3-fp8
+    recipe (harness/heldout_deepseek.py), and predicted within 15%."""
+    got = [(c, e) for c, e in errors.values() if c.source == "deepseek-v3-report"]
+    assert len(got) == 1
+    case, err = got[0]
+    assert case.split == "heldout"
+    assert case.plan.pipeline_schedule == "dualpipe"
+    assert (case.plan.pp, case.plan.ep, case.plan.zero, case.plan.dp) == (16, 64, 1, 128)
+    assert case.job.recipe.name == "deepseek-v3-fp8"
+    assert abs(err) < 15.0

@@ -310,15 +310,16 @@ def _names(order: list[Op]) -> list[str]:
 def test_zero_bubble_orders_pp4_m8() -> None:
     """Qi et al. 2401.10241 Figure 3, pp = 4, m = 8 (0-indexed stages): ZB-H1 keeps 1F1B's
     warm-up (3, 2, 1, 0 forwards) and each stage j holds back j weight-gradient passes, run in
-    the drain; ZB-H2 warms up 2(pp - j) - 1 forwards (7 on the first stage)."""
+    the drain; ZB-H2 runs 2(pp - j) - 1 forwards before its first B (7 on the first stage,
+    Qi Figure 3: the last stage runs its B right after its first F)."""
     assert _names(zb_h1(4, 1, 8, 0)) == [
         "F0", "F1", "F2", "F3", "B0", "W0", "F4", "B1", "W1", "F5", "B2", "W2", "F6", "B3", "W3",
         "F7", "B4", "W4", "B5", "W5", "B6", "W6", "B7", "W7"]
     assert _names(zb_h1(4, 1, 8, 3)) == [
         "F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3", "W0", "F4", "B4", "W1", "F5", "B5", "W2",
         "F6", "B6", "W3", "F7", "B7", "W4", "W5", "W6", "W7"]
-    assert _names(zb_h2(4, 1, 8, 0))[:9] == [f"F{i}" for i in range(8)] + ["B0"]
-    assert _names(zb_h2(4, 1, 8, 3))[:3] == ["F0", "F1", "B0"]
+    assert _names(zb_h2(4, 1, 8, 0))[:9] == [f"F{i}" for i in range(7)] + ["B0", "W0"]
+    assert _names(zb_h2(4, 1, 8, 3))[:3] == ["F0", "B0", "F1"]
 
 
 def test_dualpipe_runs_both_directions_pp4_m8() -> None:
@@ -400,9 +401,10 @@ def test_v_orders_are_torchs_pp4_m8() -> None:
 
 
 def test_a_gap_between_the_model_and_the_replay_is_shown() -> None:
-    """ZB-H2 on gpt3-1.3b pp 2: the cost model's (p-1)·max(F+B-2W, F) is below the replay of
-    the order (B > W here); the timeline draws the replay (dependencies held), its span
-    step + model_gap_s, and the trace and the page say so."""
+    """ZB-H2 on gpt3-1.3b pp 2: the cost model's closed form (equal stages) is below the
+    replay of the order for these unequal ones (embedding, head); the timeline draws the
+    replay (dependencies held), its span step + model_gap_s, and the trace and the page say
+    so."""
     from autoparallel_cp.html_report.figures import timeline_caption
     from autoparallel_cp.trace import chrome_trace
 
