@@ -1,5 +1,5 @@
 """`key_bounds` and the coupled `key_bound` take entry-saving numpy paths on large grids
-(`key_bounds.SPLIT_ENTRIES` / `SPLIT_POSITIONS`: the stage-time grid composed per (first, last)
+(`key_grid.SPLIT_ENTRIES` / `SPLIT_POSITIONS`: the stage-time grid composed per (first, last)
 class of positions, the caps found by argmax / argmin, the Lagrangian one multiplier at a time)
 and one numpy call per step on small ones. Both paths must give the same floats: here every key
 of the spaces of test_key_bounds_batch is bounded with each path forced, compared exactly."""
@@ -10,6 +10,7 @@ import pytest
 from test_key_bounds_batch import SPACES, _space
 
 from autoparallel_cp.search import key_bounds as kb
+from autoparallel_cp.search import key_grid as kg
 from autoparallel_cp.search.key_table import build_key_table
 from autoparallel_cp.search.tables import build_tables
 
@@ -24,8 +25,8 @@ def test_both_paths_same_floats(monkeypatch: pytest.MonkeyPatch, cluster: str, m
     sample = keys[::max(1, len(keys) // 12)]
 
     def bounds(entries: int, positions: int) -> tuple[list[float], list[float]]:
-        monkeypatch.setattr(kb, "SPLIT_ENTRIES", entries)
-        monkeypatch.setattr(kb, "SPLIT_POSITIONS", positions)
+        monkeypatch.setattr(kg, "SPLIT_ENTRIES", entries)
+        monkeypatch.setattr(kg, "SPLIT_POSITIONS", positions)
         return kb.key_bounds(t, keys), [kb.key_bound(t, k, coupled=True) for k in sample]
 
     small = bounds(10**15, 10**6)
