@@ -3,10 +3,9 @@
 
 Python runs a signal handler only in the main thread between bytecodes, never while it waits in
 CP-SAT's C++ search; the handler's wakeup fd (`signal.set_wakeup_fd`) is written at once, so a
-thread reading it calls `limits.request_stop`, which stops every running solve (the same scheme
-as `limits.sigint_watcher`, here for both signals). The handlers raise KeyboardInterrupt, so
-every cleanup written for a Ctrl-C (Ray tasks cancelled, pools terminated, no output written)
-runs for SIGTERM too.
+thread reading it calls `limits.request_stop`, which stops every running solve, for both
+signals. The handlers raise KeyboardInterrupt, so every cleanup written for a Ctrl-C (Ray tasks
+cancelled, pools terminated, no output written) runs for SIGTERM too.
 """
 
 from __future__ import annotations

@@ -10,19 +10,15 @@ and the caller reports it (the answer may then depend on the load).
 
 Interrupts: CP-SAT catches SIGINT itself by default (`catch_sigint_signal`) and then returns
 normally, so a Ctrl-C was swallowed. Every solve here turns that off and registers its solver;
-`request_stop` (called by `sigint_watcher`'s thread as soon as SIGINT arrives, while the main
-thread is inside CP-SAT's C++ code) stops the registered solvers (`CpSolver.stop_search`) and
-makes the next `check` raise KeyboardInterrupt.
+`request_stop` (called by the CLI's `cli/signals.py` `stop_watcher` thread as soon as SIGINT or
+SIGTERM arrives, while the main thread is inside CP-SAT's C++ code) stops the registered
+solvers (`CpSolver.stop_search`) and makes the next `check` raise KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -122,48 +118,3 @@ def run(solver: cp_model.CpSolver, model: cp_model.CpModel,
             _ACTIVE.discard(solver)
     check()
     return st
-
-
-@contextlib.contextmanager
-def sigint_watcher() -> Iterator[None]:
-    """While active, SIGINT stops running CP-SAT solves at once (not only when they return).
-
-    Python runs signal handlers only in the main thread between bytecodes, never while it waits
-    in CP-SAT's C++ search; the handler's wakeup fd (`signal.set_wakeup_fd`) is written at once,
-    so a thread reading it calls `request_stop`. The Python handler itself is left as it is
-    (KeyboardInterrupt in the main thread). A no-op off the main thread.
-    """
-    reset()
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    r, w = os.pipe()
-    os.set_blocking(w, False)
-    try:
-        old = signal.set_wakeup_fd(w)
-    except ValueError:
-        os.close(r)
-        os.close(w)
-        yield
-        return
-
-    def watch() -> None:
-        while True:
-            try:
-                data = os.read(r, 64)
-            except OSError:
-                return
-            if not data:
-                return
-            if signal.SIGINT in data:
-                request_stop()
-
-    thread = threading.Thread(target=watch, name="ap-solve-sigint", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        signal.set_wakeup_fd(old)
-        os.close(w)
-        thread.join(timeout=1.0)
-        os.close(r)

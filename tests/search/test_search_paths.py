@@ -8,7 +8,6 @@ and the infeasibility explanations."""
 from __future__ import annotations
 
 import re
-import threading
 import time
 from typing import Any
 
@@ -370,19 +369,6 @@ def test_a_stop_request_stops_the_next_solve_and_reset_clears_it() -> None:
     limits.reset()
     limits.check()
     assert limits.run(cp_model.CpSolver(), _knapsack(30)) == cp_model.OPTIMAL
-
-
-def test_sigint_watcher_is_a_no_op_off_the_main_thread() -> None:
-    out: list[Any] = []
-
-    def body() -> None:
-        with limits.sigint_watcher():
-            out.append(limits.run(cp_model.CpSolver(), _knapsack(30)))
-
-    th = threading.Thread(target=body)
-    th.start()
-    th.join(30)
-    assert out == [cp_model.OPTIMAL]
 
 
 # ------------------------------------------------------------------------------------------
