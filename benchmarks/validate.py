@@ -19,7 +19,13 @@ import json
 import sys
 from pathlib import Path
 
-from harness.train_rows import DATA, h200_rows, predicted_reserved_bytes, published_rows
+from harness.train_rows import (
+    DATA,
+    H200_HELDOUT_FILES,
+    h200_rows,
+    predicted_reserved_bytes,
+    published_rows,
+)
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.factors import ALLOCATOR_FRAGMENTATION
@@ -75,14 +81,24 @@ def main(markdown: bool = False) -> int:
     for row in skipped:
         print(f"  #{row.idx} {row.name}: {row.skip}")
 
-    print("\n## H200 pytorch-amp (single GPU)\n")
-    hdr2 = ["model", "seq", "mbs", "recompute", "peak pred GiB", "peak meas GiB", "err%",
-            "step pred ms", "step meas ms", "err%"]
+    for title, files in (("development: data/h200_pytorch_amp_train.jsonl",
+                          ("h200_pytorch_amp_train.jsonl",)),
+                         ("held out: data/h200_s15/train_set{1,2,3}.jsonl, session 15",
+                          H200_HELDOUT_FILES)):
+        h200_table(title, files, markdown, sep)
+    return 0
+
+
+def h200_table(title: str, files: tuple[str, ...], markdown: bool, sep: str) -> None:
+    """Predicted vs measured peak memory and step time of single-H200 PyTorch-AMP steps."""
+    print(f"\n## H200 pytorch-amp (single GPU), {title}\n")
+    hdr2 = ["model", "seq", "mbs", "recompute", "micro-batches", "peak pred GiB",
+            "peak meas GiB", "err%", "step pred ms", "step meas ms", "err%"]
     if markdown:
         print("| " + " | ".join(hdr2) + " |")
         print("|" + "---|" * len(hdr2))
-    me, te = [], []
-    for r, job, plan in h200_rows():
+    me, te, se = [], [], []
+    for r, job, plan in h200_rows(files):
         ev = evaluate(job, plan)
         pm = ev.memory.peak_bytes
         ts = ev.time.step_s
@@ -90,13 +106,14 @@ def main(markdown: bool = False) -> int:
         e2 = (ts / r["step_s"] - 1) * 100
         me.append(abs(e1))
         te.append(abs(e2))
+        se.append(e2)
         cells = [str(r["model"]), str(r["seq"]), str(r["mbs"]), str(r["recompute"]),
-                 f"{pm / GIB:.2f}", f"{r['peak_bytes'] / GIB:.2f}", f"{e1:+.1f}",
-                 f"{ts * 1e3:.1f}", f"{r['step_s'] * 1e3:.1f}", f"{e2:+.1f}"]
+                 str(plan.num_microbatches), f"{pm / GIB:.2f}", f"{r['peak_bytes'] / GIB:.2f}",
+                 f"{e1:+.1f}", f"{ts * 1e3:.1f}", f"{r['step_s'] * 1e3:.1f}", f"{e2:+.1f}"]
         print(("| " if markdown else "") + sep.join(cells) + (" |" if markdown else ""))
     print(f"\nH200 peak memory MAPE {sum(me) / len(me):.1f}% (max {max(me):.1f}%), "
-          f"step time MAPE {sum(te) / len(te):.1f}% (max {max(te):.1f}%) over {len(me)} rows")
-    return 0
+          f"step time MAPE {sum(te) / len(te):.1f}% (signed {sum(se) / len(se):+.1f}%, "
+          f"max {max(te):.1f}%) over {len(me)} rows")
 
 
 def heldout_section(markdown: bool) -> None:

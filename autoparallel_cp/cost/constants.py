@@ -101,7 +101,14 @@ COMPILED_CE_BYTES_PER_LOGIT = 8.0
 #: forward (grad in + saved input read, grad out write): backward traffic = 2x forward.
 ELEMENTWISE_BWD_FACTOR = 2.0
 #: Extra HBM traffic of unfused eager PyTorch elementwise ops (separate cast, scale, mul kernels)
-#: relative to fused Megatron/compiled kernels; calibrated on the H200 eager rows.
+#: relative to fused Megatron/compiled kernels. Chosen on the H200 eager rows (development
+#: file) before session 15; checked since against session 15's kernel microbenchmarks
+#: (data/h200_s15/probe_set1.jsonl, kind=op): the measured fp32 RMSNorm (fwd+bwd 14.6 ps per
+#: element at hidden 4096) and bf16 SwiGLU (17.4 ps per ffn element) kernels plus the residual
+#: adds sum to ~740 KB of traffic-equivalent per token and layer of tiny1b, against 645 KB from
+#: the fused byte list x this factor (x3 for forward + backward): within 15%. Applying those two
+#: ops' own ratio (3.7x their fused bytes) to the whole list instead over-predicts the
+#: development rows by +14.6%: the list's adds and copies are not eager-inflated that much.
 EAGER_ELEMENTWISE_FACTOR = 2.0
 #: Eager HBM bytes per element of the Llama modules as torchtitan (2024) and HF transformers
 #: write them (`CostOptions.eager_ops="llama-upcast"`), one kernel per op on bf16 inputs:
@@ -114,14 +121,18 @@ EAGER_LLAMA_NORM_BYTES = 36.0
 EAGER_LLAMA_ROPE_BYTES = 20.0
 #: `silu(w1(x)) * w3(x)`: silu r2 w2, mul r4 w2 = 10 per ffn element (fused: 6).
 EAGER_LLAMA_SWIGLU_BYTES = 10.0
-#: Host (Python + dispatcher + launch) time of one eager PyTorch layer's forward + backward
-#: (~25 forward ops and ~50 autograd nodes at ~30 us each); an unfused, uncompiled layer cannot
-#: run faster than its host issues kernels. Fitted on the H200 tiny1b s=2048 b=1 row
-#: ((48.1 ms - optimizer - head) / 16 layers).
-EAGER_HOST_S_PER_LAYER = 2.5e-3
-#: Extra host time of a `torch.utils.checkpoint` layer (replayed forward + saved-tensor hooks);
-#: fitted on the H200 tiny1b s=2048 b=1 recompute row ((81.6 - 48.1) ms / 16 layers).
-EAGER_HOST_S_RECOMPUTE = 2.1e-3
+#: Host (Python + dispatcher + launch) time of one eager PyTorch decoder layer's forward +
+#: backward under autocast; an unfused, uncompiled layer cannot run faster than its host issues
+#: kernels. Measured on the H200 machine (session 15, data/h200_s15/probe_set1.jsonl kind=host,
+#: benchmarks/measure_h200_ops.py `host_section`): a 4- and a 16-layer decoder of hidden 256
+#: on 64 tokens (GPU work negligible) took 7.26 and 29.49 ms per forward + backward: slope
+#: 1.852 ms per layer. Host speed is the machine's: the blind set of the third lease ran a
+#: 32-layer decoder at 0.9 ms per layer (train_set3 row 14, predicted +119%);
+#: benchmarks/measure_h200_host.py is the same-machine check that would settle it.
+EAGER_HOST_S_PER_LAYER = 1.852e-3
+#: Extra host time of a `torch.utils.checkpoint` layer (replayed forward + saved-tensor hooks):
+#: same microbenchmark with recompute, 15.61 and 55.55 ms: slope 3.328 ms, i.e. 1.476 ms more.
+EAGER_HOST_S_RECOMPUTE = 1.476e-3
 #: Host time of one operation issued from Python on a DGX-class x86 host: CPU time of one
 #: `torch.nn.Linear` forward (Python, ATen dispatch, autograd record, cuBLAS launch), BF16,
 #: hidden 2048, 8192 tokens, on a DGX H100 (Intel Xeon Platinum 8480C): 13.48 us

@@ -114,6 +114,27 @@ ATTN_KERNELS_SM80: dict[str, tuple[float, float, float, float]] = {
 
 #: Fraction of the HBM spec bandwidth reached by streaming kernels (H200 copy test 4174/4800).
 HBM_EFFICIENCY = 0.87
+#: Kernel-sustained fractions of the HBM spec bandwidth, measured on the H200 in session 15
+#: (`benchmarks/data/h200_s15/probe_set1.jsonl`, kind=op, `benchmarks/measure_h200_ops.py`;
+#: each one kernel call of hundreds of MB, CUDA events, median of 8):
+#: torch's fused AdamW (`torch.optim.AdamW(fused=True)`, 64 fp32 tensors, 2^28 parameters,
+#: 28 B/param: p, g, m, v read, p, m, v written) ran 2.647 ms = 2,840 GB/s = 0.592 of 4,800.
+FUSED_ADAMW_HBM_FRACTION = 0.592
+#: Eager fp32 cross-entropy forward + backward of bf16 logits (`F.cross_entropy(logits.float(),
+#: y)`, t = 4096): 1.874 ms at V = 32,000 and 7.593 ms at V = 128,256, i.e. 14.30 / 14.45 ps per
+#: logit; over its 48 B per logit (constants.CE_BYTES_PER_LOGIT["pytorch"]) that is 3.33 TB/s =
+#: 0.694 of the spec (mean of the two): the softmax's reductions stream below a copy.
+EAGER_CE_HBM_FRACTION = 0.694
+#: A bf16 GEMM whose leading dimension is not a multiple of 8 elements (16 bytes) cannot use
+#: the Hopper kernels that need 16-byte-aligned rows (TMA descriptors; NVIDIA's "Matrix
+#: Multiplication Background User's Guide", "Tensor Core Requirements": dimensions multiples
+#: of 8 for 16-bit types). Measured on the H200 (session 15, `h200_s15/gemm_graph.jsonl`, CUDA
+#: graphs of 20 calls, t = 4096 tokens, hidden 2048 and 4096) for the LM head of a 50,257-token
+#: vocabulary: `x @ W.t()` (the forward, output rows of 50,257) 0.0998 / 0.1002 of the dense
+#: peak, `a.t() @ b` (reading a [.., 50257] operand: the backward GEMMs) 0.1563 / 0.1523,
+#: against 0.66-0.69 at 50,304 (aligned) in the same run.
+GEMM_UNALIGNED_FWD_FRACTION = 0.100
+GEMM_UNALIGNED_BWD_FRACTION = 0.154
 #: Achieved fraction of the fp8 dense peak relative to the bf16 fraction: the end-to-end figure
 #: (Transformer-Engine / torchao report 1.3-1.6x end-to-end speed-ups over bf16, i.e. ~0.75 of
 #: the bf16 fraction at twice the peak), kept while the casts are charged op by op
@@ -149,6 +170,20 @@ def gemm_time(
     flops = 2.0 * m_ * k_ * n_ * np.asarray(batch, dtype=np.float64)
     slow = 1.0 + GEMM_K_HALF / np.maximum(k_, 1.0) + GEMM_M_DERATE * m_ / (m_ + GEMM_M_HALF)
     return np.where(flops > 0, fixed_s + flops / rate * slow, 0.0)
+
+
+def hbm_time_at(gpu: GPUSpec, nbytes: ArrayLike, fraction: float) -> FloatArray:
+    """Seconds to stream `nbytes` through HBM at `fraction` of the spec bandwidth (a kernel's
+    own sustained rate, e.g. `FUSED_ADAMW_HBM_FRACTION`)."""
+    return np.asarray(nbytes, dtype=np.float64) / (gpu.hbm_gbps * 1e9 * fraction)
+
+
+def unaligned_gemm_time(gpu: GPUSpec, m: ArrayLike, k: ArrayLike, n: ArrayLike,
+                        fraction: float) -> FloatArray:
+    """Seconds of a bf16 GEMM with a leading dimension that is not a multiple of 8 elements,
+    at `fraction` of the dense peak (`GEMM_UNALIGNED_*_FRACTION`)."""
+    flops = 2.0 * np.asarray(m, np.float64) * np.asarray(k, np.float64) * np.asarray(n, np.float64)
+    return np.where(flops > 0, GEMM_FIXED_S + flops / (fraction * peak_flops(gpu, "bf16")), 0.0)
 
 
 def sm_reserve_stretch(gpu: GPUSpec, reserved: float) -> float:

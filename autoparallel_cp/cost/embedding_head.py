@@ -24,7 +24,15 @@ from autoparallel_cp.cost.constants import (
     LOGITS_BYTES,
     LOSS_PARALLEL_LOGITS_BYTES,
 )
-from autoparallel_cp.cost.efficiency import gemm_time, hbm_time
+from autoparallel_cp.cost.efficiency import (
+    EAGER_CE_HBM_FRACTION,
+    GEMM_UNALIGNED_BWD_FRACTION,
+    GEMM_UNALIGNED_FWD_FRACTION,
+    gemm_time,
+    hbm_time,
+    hbm_time_at,
+    unaligned_gemm_time,
+)
 from autoparallel_cp.cost.flops import head_gemm
 from autoparallel_cp.cost.straggler import job_compute_stretch
 from autoparallel_cp.spec import Job
@@ -33,6 +41,16 @@ from autoparallel_cp.spec.params import count_params
 # ---------------------------------------------------------------------------------------------
 # First / last stage
 # ---------------------------------------------------------------------------------------------
+
+
+def unaligned_vocab(job: Job) -> bool:
+    """Whether the LM head's GEMMs run with an unaligned leading dimension: a PyTorch recipe
+    keeps the tokenizer's vocabulary (HF transformers / torchtitan build `nn.Linear(h, V)`
+    as given), and a V that is not a multiple of 8 makes every head GEMM's [.., V] operand
+    misaligned (efficiency.GEMM_UNALIGNED_*). Megatron pads the vocabulary to a multiple of
+    `make_vocab_size_divisible_by` (128) x tp (megatron/training/tokenizer/tokenizer.py
+    `_vocab_size_with_padding`), so its head is always aligned."""
+    return _is_pytorch(job.recipe) and job.model.vocab_size % 8 != 0
 
 
 @dataclass(frozen=True)
@@ -92,15 +110,29 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
     # converter skips `output` (filter_fqns = ["output"] in its llama3 train configs @ce5ace24d;
     # `fqn != "output"` before, torchtitan/float8.py @aff949468)
     dtype = "bf16"
-    head_compute = job_compute_stretch(job) * (gemm_time(gpu, hg.m, hg.k, hg.n, dtype)
-                                               + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
-                                               + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))
-    # fp32 logits: cast, max/exp/sum, softmax, grad, cast back (CE_BYTES_PER_LOGIT)
+    if unaligned_vocab(job):
+        head_gemms = (unaligned_gemm_time(gpu, hg.m, hg.k, hg.n, GEMM_UNALIGNED_FWD_FRACTION)
+                      + unaligned_gemm_time(gpu, hg.m, hg.n, hg.k, GEMM_UNALIGNED_BWD_FRACTION)
+                      + unaligned_gemm_time(gpu, hg.k, hg.m, hg.n, GEMM_UNALIGNED_BWD_FRACTION))
+    else:
+        head_gemms = (gemm_time(gpu, hg.m, hg.k, hg.n, dtype)
+                      + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
+                      + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))
+    head_compute = job_compute_stretch(job) * head_gemms
+    if recipe.transient_weight_copy_bytes > 0:  # autocast's cast of the head weight (fwd)
+        head_compute = head_compute + hbm_time(
+            gpu, pc.lm_head / tp_ * (recipe.weight_bytes + recipe.transient_weight_copy_bytes))
+    # fp32 logits: cast, max/exp/sum, softmax, grad, cast back (CE_BYTES_PER_LOGIT); PyTorch's
+    # eager chain at its measured rate (efficiency.EAGER_CE_HBM_FRACTION)
     eager_per_logit = CE_BYTES_PER_LOGIT["pytorch" if _is_pytorch(recipe) else "megatron"]
-    per_logit = np.where(tp_ > 1, eager_per_logit,
-                         COMPILED_CE_BYTES_PER_LOGIT if compiled else eager_per_logit)
-    ce_bytes = tokens * v / tp_ * per_logit
-    head_compute = head_compute + hbm_time(gpu, ce_bytes)
+    ce_bytes = tokens * v / tp_ * eager_per_logit
+    if _is_pytorch(recipe):
+        eager_ce = hbm_time_at(gpu, ce_bytes, EAGER_CE_HBM_FRACTION)
+        fused_ce = hbm_time(gpu, tokens * v / tp_ * COMPILED_CE_BYTES_PER_LOGIT)
+        ce_time = np.where((tp_ > 1) | (not compiled), eager_ce, fused_ce)
+    else:
+        ce_time = hbm_time(gpu, ce_bytes)
+    head_compute = head_compute + ce_time
     # vocab-parallel CE all-reduces 3 scalars per token over tp (max, sum-exp, target logit)
     ce_comm = comm.all_reduce(nd, tp_, 1, tokens * 4.0 * 3)
     head_time = head_compute + ce_comm

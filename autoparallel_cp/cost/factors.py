@@ -81,13 +81,13 @@ from autoparallel_cp.cost.model_state import (
     zero3_buffer_bytes,
 )
 from autoparallel_cp.cost.mtp import MtpFactors, mtp_factors, mtp_layer_kind, mtp_recomputed
+from autoparallel_cp.cost.optimizer_step import optimizer_factor
 from autoparallel_cp.cost.sync import (
     dp_sync_factors,
     expert_dp_size,
     fsdp_call_latency,
     inflight,
     microbatch_grad_factors,
-    optimizer_factor,
     p2p_factor,
     stage_inflight,
     zero3_copy_factor,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from autoparallel_cp.cost import comm, fp8_casts, moe_host, unfused_ops
+from autoparallel_cp.cost import autocast, comm, fp8_casts, moe_host, unfused_ops
 from autoparallel_cp.cost.activations import (
     _op_sac_per_token,
     _op_sac_recompute_s,
@@ -263,6 +263,7 @@ def _one_layer(
     gather_b = sp_gather_bytes(job)
     sp_copy = dtensor_sp_copy_bytes(job, tp_, sp_, opts, gather_b)
     copies_f = copies_b = hbm_time(gpu, sp_copy * tokens)
+    copies_f = copies_f + autocast.autocast_cast_s(job, gpu, gemm_list)
     act_b = float(recipe.activation_bytes)
     h = model.hidden_size
     msg = tokens * h * act_b  # one b·s·h tensor

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from autoparallel_cp.cost import comm
+from autoparallel_cp.cost.autocast import autocast_grad_s
 from autoparallel_cp.cost.common import (
     ArrayLike,
     FloatArray,
@@ -16,11 +17,8 @@ from autoparallel_cp.cost.common import (
     node,
 )
 from autoparallel_cp.cost.constants import (
-    ADAM_BYTES_PER_PARAM,
-    ADAM_FOREACH_BYTES_PER_PARAM,
     COMM_SM_SHARE,
     FSDP_COPY_OUT_BYTES_PER_PARAM,
-    GRAD_CLIP_BYTES_PER_PARAM,
 )
 from autoparallel_cp.cost.efficiency import hbm_time
 from autoparallel_cp.cost.pp_grad_sync import pp_deferred
@@ -267,6 +265,8 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
     - DeepSpeed BF16_Optimizer (`bf16_accum_pass`, zero <= 1): `update_hp_grads` adds each
       bf16 gradient into its fp32 one, an unfused cast (r weight_bytes, w grad_bytes) and add
       (r 2·grad_bytes, w grad_bytes): 18 B per parameter at bf16/fp32, at HBM bandwidth.
+    - autocast over fp32 weights (`transient_weight_copy_bytes` > 0, pytorch-amp): the
+      weight-gradient cast back to fp32 and AccumulateGrad's fp32 add (cost/autocast.py).
     - autograd accumulation into `.grad` (`autograd_grad_accum`, zero <= 1): AccumulateGrad's
       in-place add in the parameter dtype (r 2·weight_bytes, w weight_bytes): 6 B per
       parameter in bf16. Charged on every micro-batch; the first one's gradient is taken as
@@ -306,21 +306,11 @@ def microbatch_grad_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: 
         add = np.where(z <= 1, float(hbm_time(nd.gpu, 3.0 * job.recipe.weight_bytes)), 0.0)
         dense = dense + add
         expert = expert + add
+    grad_back = autocast_grad_s(job, g, beh.autograd_grad_accum)
+    acc = grad_back.cast_back + np.where(z <= 1, grad_back.accumulate, 0.0)
+    dense = dense + acc
+    expert = expert + acc
     return dense, expert
-
-
-def optimizer_factor(job: Job, g: int) -> float:
-    """Seconds per locally updated parameter of one fused Adam step (HBM-bound)."""
-    gpu = node(job, g).gpu
-    recipe = job.recipe
-    if recipe.optimizer_kernel == "foreach":
-        # + the bf16 working copy (r4 w2) when the optimizer updates an fp32 master
-        per = ADAM_FOREACH_BYTES_PER_PARAM + (6.0 if recipe.master_weight_bytes > 0 else 0.0)
-    else:
-        per = ADAM_BYTES_PER_PARAM - (2.0 if recipe.master_weight_bytes == 0 else 0.0)
-    if recipe.grad_clip:
-        per += GRAD_CLIP_BYTES_PER_PARAM
-    return float(hbm_time(gpu, per))
 
 
 def zero3_copy_factor(job: Job, g: int) -> float:

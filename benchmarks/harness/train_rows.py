@@ -266,13 +266,24 @@ def published_rows(knobs: Mapping[str, float] | None = None) -> list[Row]:
     return out
 
 
-def h200_rows() -> list[tuple[dict[str, float], Job, Plan]]:
+#: session 15's held-out H200 training steps (data/README.md: h200_s15/), never used to fit
+H200_HELDOUT_FILES = ("h200_s15/train_set1.jsonl", "h200_s15/train_set2.jsonl",
+                      "h200_s15/train_set3.jsonl")
+
+
+def h200_rows(files: tuple[str, ...] = ("h200_pytorch_amp_train.jsonl",)
+              ) -> list[tuple[dict[str, float], Job, Plan]]:
+    """(measured row, job, plan) of the single-H200 PyTorch-AMP training steps in `files`
+    (default: the development file; `H200_HELDOUT_FILES`: session 15's held-out rows, whose
+    steps accumulate gradients over `num_microbatches` micro-batches)."""
     cl = ClusterSpec(name="h200x1", node_groups=[NodeGroup(
         name="h200", gpu=H200, gpus_per_node=1, num_nodes=1, intra_node=NVLINK4,
         inter_node=NDR_IB)])
     out = []
-    with open(DATA / "h200_pytorch_amp_train.jsonl") as fh:
-        lines = fh.readlines()
+    lines = []
+    for name in files:
+        with open(DATA / name) as fh:
+            lines += fh.readlines()
     for line in lines:
         r = json.loads(line)
         if not r.get("ok"):
@@ -280,9 +291,10 @@ def h200_rows() -> list[tuple[dict[str, float], Job, Plan]]:
         model = ModelSpec(name=r["model"], num_layers=r["L"], hidden_size=r["h"],
                           ffn_hidden_size=r["ffn"], num_attention_heads=r["nh"],
                           num_kv_heads=r["nkv"], vocab_size=r["V"])
+        m = int(r.get("num_microbatches", 1))
         job = Job(model=model, cluster=cl, recipe=H200_RECIPE, seq_len=r["seq"],
-                  global_batch=r["mbs"])
-        plan = Plan(mbs=r["mbs"], num_microbatches=1,
+                  global_batch=r["mbs"] * m)
+        plan = Plan(mbs=r["mbs"], num_microbatches=m,
                     recompute="full" if r["recompute"] else "none")
         out.append((r, job, plan))
     return out

@@ -19,7 +19,8 @@ import pytest
 from autoparallel_cp.cost import comm
 from autoparallel_cp.cost.efficiency import hbm_time
 from autoparallel_cp.cost.model_state import layer_param_counts, zero3_buffer_bytes
-from autoparallel_cp.cost.sync import dp_sync_factors, optimizer_factor
+from autoparallel_cp.cost.optimizer_step import optimizer_factor
+from autoparallel_cp.cost.sync import dp_sync_factors
 from autoparallel_cp.spec import (
     RECIPES,
     ClusterSpec,
