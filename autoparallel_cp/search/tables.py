@@ -336,6 +336,10 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
             ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
             op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
             mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
+        # the embedding's and the LM head's exposed ZeRO-3 collectives (FSDP's root unit)
+        for p_, mb in ((emb_p, t.emb_mb), (head_p, t.head_mb)):
+            mb[g] = mb[g] + np.broadcast_to(fx.zero3_edge_s(
+                job, g, p_, tp.reshape(-1, 1, 1, 1), cp4, dp4, z4, rep), shape4)
     tp3, ep3, z3_ = np.ix_(tp, ep, zero)
     t.z3 = np.broadcast_to(tch * fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
                            (len(tp), len(ep), len(zero))).copy()
