@@ -92,7 +92,7 @@ from autoparallel_cp.cost.sync import (
     stage_inflight,
     zero3_copy_factor,
 )
-from autoparallel_cp.cost.zero3_edges import zero3_edge_s
+from autoparallel_cp.cost.zero3_edges import zero3_edge_bytes, zero3_edge_s
 
 __all__ = [
     "ActBreakdown", "korthikanti_gpt_layer_bytes", "layer_activation_per_token", "CostOptions",
@@ -106,4 +106,5 @@ __all__ = [
     "mtp_layer_kind", "mtp_recomputed",
     "charged_bytes", "fragmentation_bytes", "grad_charge",
     "persistent_bytes", "persistent_grads", "transient_charge", "zero3_edge_s",
+    "zero3_edge_bytes",
 ]

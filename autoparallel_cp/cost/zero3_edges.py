@@ -30,6 +30,12 @@ after or before them to overlap; for the LM head it is an upper bound by the ove
 gather could have with the last layers' forward. Before this term the edge parameters were
 neither gathered nor (with per-micro-batch reduction) reduced anywhere.
 
+Memory: while the root is gathered (from its pre-forward to its reshard after the backward,
+i.e. through the whole micro-batch) every rank holds the unsharded bf16 edge weights,
+`zero3_edge_bytes`, charged on the first / last stage as a transient buffer, as the layers'
+gathered copies are (`model_state.zero3_buffer_bytes`); search/tables.py adds the same bytes to
+its edge state tables (`emb_states`, `head_states`, indexed (tp, zero, dp, cp)).
+
 Solver bounds: the term is a non-negative function of (edge parameters, tp, cp, dp, zero)
 only, added per micro-batch to the first / last stage, and search/tables.py adds the same
 function to its per-micro-batch edge tables (`emb_mb`, `head_mb`), indexed (tp, zero, dp, cp):
@@ -69,3 +75,9 @@ def zero3_edge_s(job: Job, g: int, params: ArrayLike, tp: ArrayLike, cp: ArrayLi
     t = gather + np.where(per_mb, reduce, 0.0)
     on = (z >= 3) & (p > 0) & (dp_ * cp_ > 1)
     return np.where(on, t, 0.0)
+
+
+def zero3_edge_bytes(params: ArrayLike, zero: ArrayLike) -> FloatArray:
+    """Bytes of the unsharded bf16 edge weights a ZeRO-3 rank holds through a micro-batch (the
+    root unit gathered, module docstring); 0 below ZeRO-3."""
+    return np.where(_f(zero) >= 3, _f(params) * EDGE_GATHER_BYTES, 0.0)

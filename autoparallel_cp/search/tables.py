@@ -305,8 +305,11 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
     w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rep, pp4)
     per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
     shape4 = (len(tp), len(zero), len(dp), len(cp))
-    t.emb_states = np.broadcast_to(emb_p * per4, shape4).copy()
-    t.head_states = np.broadcast_to(head_p * per4, shape4).copy()
+    # + the ZeRO-3 root unit's gathered edge weights (cost/zero3_edges.py), transient
+    t.emb_states = np.broadcast_to(emb_p * per4 + tch * fx.zero3_edge_bytes(emb_p, z4),
+                                   shape4).copy()
+    t.head_states = np.broadcast_to(head_p * per4 + tch * fx.zero3_edge_bytes(head_p, z4),
+                                    shape4).copy()
     loc4 = np.where(z4 >= 1, 1.0 / (dp4 * cp4 / rep), 1.0)
     # (parameters, dp-sync / optimizer / per-micro-batch tables) of the stage extras
     extras = [(emb_p, t.emb_dpsync, t.emb_opt, t.emb_mb),

@@ -89,3 +89,21 @@ def test_stage_time_carries_both_edges_once_per_microbatch(
     assert with_edges - stage_times(job, plan)[0].zero3_s == pytest.approx(edge, rel=1e-9)
     assert gathers - zero3_gather_s(job, plan)[0] == pytest.approx(edge, rel=1e-9)
     assert stage_times(job, plan.model_copy(update={"zero": 1}))[0].zero3_s == 0.0
+
+
+def test_gathered_edges_held_in_memory_on_their_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root unit's unsharded bf16 weights, 2 B per edge parameter, are held on the first
+    (embedding) and last (head) stage at ZeRO-3 only: pp 2 puts V·H·2 B on each end."""
+    from autoparallel_cp.cost.memory import stage_memory
+    from autoparallel_cp.cost.zero3_edges import zero3_edge_bytes
+
+    assert float(zero3_edge_bytes(10.0, 3)) == 20.0
+    assert float(zero3_edge_bytes(10.0, 2)) == 0.0
+    job = _job(nodes=2)
+    plan = Plan(tp=1, pp=2, dp=8, zero=3, mbs=1, num_microbatches=8, recompute="none")
+    ef = edge_factors(job, 0, 1, 1, 0, 1)
+    with_edges = [m.other_bytes for m in stage_memory(job, plan)]
+    monkeypatch.setattr(F, "zero3_edge_bytes", lambda *a, **k: 0.0)
+    without = [m.other_bytes for m in stage_memory(job, plan)]
+    assert with_edges[0] - without[0] == pytest.approx(2.0 * float(ef.emb_params), rel=1e-12)
+    assert with_edges[1] - without[1] == pytest.approx(2.0 * float(ef.head_params), rel=1e-12)
