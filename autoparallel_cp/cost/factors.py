@@ -92,6 +92,7 @@ from autoparallel_cp.cost.sync import (
     stage_inflight,
     zero3_copy_factor,
 )
+from autoparallel_cp.cost.zero3_edges import zero3_edge_bytes, zero3_edge_s
 
 __all__ = [
     "ActBreakdown", "korthikanti_gpt_layer_bytes", "layer_activation_per_token", "CostOptions",
@@ -104,5 +105,6 @@ __all__ = [
     "microbatch_grad_factors", "fsdp_call_latency", "MtpFactors", "mtp_factors",
     "mtp_layer_kind", "mtp_recomputed",
     "charged_bytes", "fragmentation_bytes", "grad_charge",
-    "persistent_bytes", "persistent_grads", "transient_charge",
+    "persistent_bytes", "persistent_grads", "transient_charge", "zero3_edge_s",
+    "zero3_edge_bytes",
 ]

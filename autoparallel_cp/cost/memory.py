@@ -265,7 +265,8 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     mtps = mtp_cache(job, plan, opts)
     chunks = plan.chunks_per_stage(job.model.num_layers)
     last = head_stage(plan)
-    parts: list[tuple[float, float, float, float, float]] = []  # dense_p exp_p act work host
+    # dense_p exp_p act work host, and the ZeRO-3 root unit's gathered edge weights
+    parts: list[tuple[float, float, float, float, float, float]] = []
     for j, (nd, nm, rd, rm) in enumerate(kinds):
         g = groups[j]
         edge = edges(g)
@@ -288,11 +289,14 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
         f = inflight_units(plan, j, chunks[j])
         off, one = offloaded_activations(plan.activation_offload, kept)
         act = (act - off) * f + one  # one offloaded layer in transit (cost/offload.py)
+        edge_buf = 0.0
         if j == 0:
             dense_p += float(edge.emb_params)
             act += f * float(edge.emb_act_bytes)
+            edge_buf += float(F.zero3_edge_bytes(float(edge.emb_params), plan.zero))
         if j == last:
             dense_p += float(edge.head_params)
+            edge_buf += float(F.zero3_edge_bytes(float(edge.head_params), plan.zero))
             act += float(edge.head_act_bytes)
             work = max(work, float(edge.head_work_bytes))
             mt = mtp_terms(job, plan, layer, mtps, g)
@@ -301,16 +305,17 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
                 exp_p += mt.exp_p
                 act += mt.act
                 work = max(work, mt.work)
-        parts.append((dense_p, exp_p, act, work, f * off))
+        parts.append((dense_p, exp_p, act, work, f * off, edge_buf))
     out: list[StageMemory] = []
     for j, g in enumerate(groups):
-        dense_p, exp_p, act, work, host = parts[j]
+        dense_p, exp_p, act, work, host, edge_buf = parts[j]
         mirror = dualpipe_mirror(plan, j)
         if mirror is not None:  # DualPipe: the rank also holds stage p-1-j (its own f share)
-            d2, e2, a2, w2, h2 = parts[mirror]
+            d2, e2, a2, w2, h2, b2 = parts[mirror]
             dense_p, exp_p, act, work = dense_p + d2, exp_p + e2, act + a2, max(work, w2)
             host += h2
-        buffers = buf_pp * (dense_p + exp_p) + z3 + other
+            edge_buf += b2
+        buffers = buf_pp * (dense_p + exp_p) + z3 + edge_buf + other
         params_b = wd * dense_p + we * exp_p
         grads_b = gd * dense_p + ge * exp_p
         opt_b = od * dense_p + oe * exp_p

@@ -23,7 +23,9 @@ Per stage j (on its node group's GPU), per micro-batch:
   from the overlapped compute) + one layer's gather (prologue) + FSDP2's copy-out / reduce
   packing traffic (factors.zero3_copy_factor); for PyTorch FSDP `ag` includes the per-call
   ring latency of each layer's gathers, and the stage's DP sync that of each layer's
-  reduce-scatter (factors.fsdp_call_latency);
+  reduce-scatter (factors.fsdp_call_latency); on the first / last stage + the exposed gather
+  (and per-micro-batch reduce-scatter) of the embedding / LM head (factors.zero3_edge_s:
+  FSDP's root unit);
 - g_j: gradient work after every micro-batch's backward, not overlapped
   (factors.microbatch_grad_factors x the stage's parameters: DeepSpeed ZeRO-2's per-micro-batch
   reduce-scatter, reported with the DP communication, and BF16_Optimizer's fp32 accumulation
@@ -209,10 +211,14 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         if j == 0:
             comp += float(edge.emb_time_s)
             dense_p += float(edge.emb_params)
+            z3 += float(F.zero3_edge_s(job, g, float(edge.emb_params), plan.tp, plan.cp,
+                                       plan.dp, plan.zero, plan.dp_replicate))
         if j == last:
             comp += float(edge.head_compute_s)
             tp += float(edge.head_time_s - edge.head_compute_s)
             dense_p += float(edge.head_params)
+            z3 += float(F.zero3_edge_s(job, g, float(edge.head_params), plan.tp, plan.cp,
+                                       plan.dp, plan.zero, plan.dp_replicate))
             mt = mtp_terms(job, plan, layer, mtps, g)
             if mt is not None:
                 comp += mt.compute_s

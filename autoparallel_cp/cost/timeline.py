@@ -60,7 +60,7 @@ from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.memory import stage_groups, stage_layer_kinds
 from autoparallel_cp.cost.pass_order import SCHEDULES, Op, dependencies, schedule_name
 from autoparallel_cp.cost.pass_replay import replay, stretch
-from autoparallel_cp.cost.schedules import backward_split
+from autoparallel_cp.cost.schedules import backward_split, head_stage
 from autoparallel_cp.cost.steptime import (
     BACKWARD_SHARE,
     StageTime,
@@ -188,7 +188,8 @@ def _pass_pieces(st: StageTime, phase: str, share: float, w: float
 def zero3_gather_s(job: Job, plan: Plan) -> list[float]:
     """Per stage, the ZeRO-3 weight all-gathers of one micro-batch before any overlap: the
     sum over its layers of steptime.stage_times' `ag` (z3_per·dense parameters + the FSDP
-    per-call latency), from the same factors (steptime._dp_factors); StageTime.zero3_s is
+    per-call latency), from the same factors (steptime._dp_factors), and of the first / last
+    stage's embedding / LM head (factors.zero3_edge_s, exposed whole); StageTime.zero3_s is
     their exposed part. MTP depths are left out (drawn only: not in any sum)."""
     sync, _, unit_lat = _dp_factors(job, plan)
     groups = stage_groups(job, plan)
@@ -200,7 +201,7 @@ def zero3_gather_s(job: Job, plan: Plan) -> list[float]:
             if n:
                 dense, _ = F.layer_param_counts(job, moe, plan.tp, plan.ep, plan.etp)
                 total += n * (z3_per * float(dense) + lat_mb)
-        out.append(total)
+        out.append(total + _edge_gather_s(job, plan, j, groups[j]))
     return out
 
 
@@ -312,3 +313,17 @@ def timeline(job: Job, plan: Plan, options: F.CostOptions | None = None,
 
 
 _SENDER = {"F": "F", "G": "B", "W": "W"}
+
+
+def _edge_gather_s(job: Job, plan: Plan, j: int, g: int) -> float:
+    """The embedding's (stage 0) and LM head's (last stage) ZeRO-3 term of stage `j`."""
+    if plan.zero < 3:
+        return 0.0
+    ef = F.edge_factors(job, g, plan.tp, plan.cp, plan.sp, plan.mbs)
+    args = (plan.tp, plan.cp, plan.dp, plan.zero, plan.dp_replicate)
+    t = 0.0
+    if j == 0:
+        t += float(F.zero3_edge_s(job, g, float(ef.emb_params), *args))
+    if j == head_stage(plan):
+        t += float(F.zero3_edge_s(job, g, float(ef.head_params), *args))
+    return t

@@ -305,8 +305,11 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
     w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rep, pp4)
     per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
     shape4 = (len(tp), len(zero), len(dp), len(cp))
-    t.emb_states = np.broadcast_to(emb_p * per4, shape4).copy()
-    t.head_states = np.broadcast_to(head_p * per4, shape4).copy()
+    # + the ZeRO-3 root unit's gathered edge weights (cost/zero3_edges.py), transient
+    t.emb_states = np.broadcast_to(emb_p * per4 + tch * fx.zero3_edge_bytes(emb_p, z4),
+                                   shape4).copy()
+    t.head_states = np.broadcast_to(head_p * per4 + tch * fx.zero3_edge_bytes(head_p, z4),
+                                    shape4).copy()
     loc4 = np.where(z4 >= 1, 1.0 / (dp4 * cp4 / rep), 1.0)
     # (parameters, dp-sync / optimizer / per-micro-batch tables) of the stage extras
     extras = [(emb_p, t.emb_dpsync, t.emb_opt, t.emb_mb),
@@ -336,6 +339,10 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
             ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
             op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
             mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
+        # the embedding's and the LM head's exposed ZeRO-3 collectives (FSDP's root unit)
+        for p_, mb in ((emb_p, t.emb_mb), (head_p, t.head_mb)):
+            mb[g] = mb[g] + np.broadcast_to(fx.zero3_edge_s(
+                job, g, p_, tp.reshape(-1, 1, 1, 1), cp4, dp4, z4, rep), shape4)
     tp3, ep3, z3_ = np.ix_(tp, ep, zero)
     t.z3 = np.broadcast_to(tch * fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
                            (len(tp), len(ep), len(zero))).copy()
