@@ -102,7 +102,11 @@ def test_cli_round_trip(tmp_path: Path) -> None:
     assert doc["format"] == "ap-solve-calibration" and doc["version"] == 1
     cal = load_calibration(out)
     assert cal.compute["H100-SXM5-80GB"] == pytest.approx(0.8, abs=0.03)
-    assert doc["report"]["residuals_after"]["step_mape_pct"] < 1.0
+    # the CLI assumes the model's per-configuration error (calibrate/prior.py, ~9 %): seven
+    # runs of one node identify the compute factor, not the 0.2 s per step beside it
+    assert doc["report"]["residuals_after"]["step_mape_pct"] < 6.0
+    assert doc["report"]["residuals_after"]["step_mape_pct"] < \
+        doc["report"]["residuals_before"]["step_mape_pct"] / 3
     args = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
             "--global-batch", "64", "--json", "-"]
     plain = CliRunner().invoke(main, ["evaluate", *args, "--plan", "tp=8,mbs=1"])
