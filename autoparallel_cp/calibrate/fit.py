@@ -82,6 +82,8 @@ class FitResult:
     after: dict[str, float]
     outliers: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the model's per-configuration error the runs' time residuals were weighed with
+    model_sigma: float = 0.0
 
 
 def knobs_for(runs: Sequence[Run], micro: Sequence[MicroRow],
@@ -312,7 +314,10 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
     if sel.ran:
         before["heldout_step_pct"] = float(np.expm1(sel.cv_prior) * 100)
         after["heldout_step_pct"] = float(np.expm1(sel.cv_chosen) * 100)
-    return FitResult(cal, results, rows, before, after, outliers, notes)
+    for j, kr in enumerate(results):
+        kr.determined = float(gammas([j])[0]) if j in free else 0.0
+        kr.prior_sigma = knobs[j].sigma
+    return FitResult(cal, results, rows, before, after, outliers, notes, model_sigma)
 
 
 def _sensitivity(lin: Linear, d: Data, knobs: Sequence[Knob]) -> list[float]:

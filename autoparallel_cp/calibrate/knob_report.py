@@ -21,6 +21,11 @@ class KnobResult:
     std: float | None  # one standard deviation, in the knob's units; None when not fitted
     identified: bool
     note: str = ""
+    #: share of the knob the runs determine alone (calibrate/prior.py gamma), 0 when no
+    #: prediction depends on it measurably; None for a knob never fitted (memory reserve
+    #: without measured peaks has no entry at all)
+    determined: float | None = None
+    prior_sigma: float | None = None  # the prior width it was fitted under (fit units)
 
 
 def knob_results(knobs: Sequence[Knob], runs: Sequence[Run], free: Sequence[int],
