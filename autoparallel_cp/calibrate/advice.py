@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from autoparallel_cp.calibrate.fit import PRIOR_SIGMA
+from autoparallel_cp.calibrate.prior import WEAK_PRIOR_SIGMA
 from autoparallel_cp.calibrate.residuals import Z80
 from autoparallel_cp.cost.steptime import step_time
 from autoparallel_cp.spec import Job
@@ -63,20 +63,23 @@ def near_tie_line(plans: Sequence[Mapping[str, Any]],
 
 def knob_ranges(job: Job) -> dict[str, tuple[float, float]]:
     """Multipliers (compute, networks) or added seconds (per micro-batch) at the 80 % ends of
-    each knob: the calibration's fitted one-sd uncertainty where it has one, else the prior."""
+    each knob: the calibration's fitted one-sd uncertainty where it has one, else the weak
+    prior (calibrate/prior.py WEAK_PRIOR_SIGMA: the ranges `--objective robust` was built and
+    tested with; the corpus's spread across clusters, CORPUS_PRIOR_SIGMA, sets the fit's
+    prior only)."""
     cal = job.calibration
     std = cal.std if cal is not None else {}
     out: dict[str, tuple[float, float]] = {}
     for g in dict.fromkeys(g.gpu.name for g in job.cluster.node_groups):
         name = f"compute:{g}"
         v = cal.compute_factor(g) if cal is not None else 1.0
-        s = std[name] / v if name in std else PRIOR_SIGMA["compute"]
+        s = std[name] / v if name in std else WEAK_PRIOR_SIGMA["compute"]
         out[name] = (math.exp(-Z80 * s), math.exp(Z80 * s))
     for name in ("net_intra", "net_inter"):
         v = float(getattr(cal, name)) if cal is not None else 1.0
-        s = std[name] / v if name in std else PRIOR_SIGMA[name]
+        s = std[name] / v if name in std else WEAK_PRIOR_SIGMA[name]
         out[name] = (math.exp(-Z80 * s), math.exp(Z80 * s))
-    s = std.get("per_microbatch_s", PRIOR_SIGMA["per_microbatch_s"])
+    s = std.get("per_microbatch_s", WEAK_PRIOR_SIGMA["per_microbatch_s"])
     base = cal.per_microbatch_s if cal is not None else 0.0
     out["per_microbatch_s"] = (-min(Z80 * s, base), Z80 * s)
     return out
@@ -147,7 +150,8 @@ def pessimistic_job(job: Job) -> Job:
     and both networks slower, the fixed time per micro-batch longer: `knob_ranges`): the
     `--objective robust` job. A plan's step time under it is the pessimistic end of its
     interval as a function of its breakdown: a gain carried by a term whose knob is least
-    evidenced (widest range: the priors of calibrate/fit.py, or the calibration's fitted sd)
+    evidenced (widest range: the weak priors of calibrate/prior.py, or the calibration's fitted
+    sd)
     shrinks most. Memory is unchanged (no knob moves it), and each time term is a
     non-increasing function of every rate, so a plan is never faster under it."""
     j = job

@@ -72,7 +72,11 @@ def to_document(result: FitResult, sources: dict[str, Any] | None = None) -> dic
         "report": {
             "inputs": sources or {},
             "knobs": [{"name": k.name, "value": k.value, "std": k.std,
-                       "identified": k.identified, "note": k.note} for k in result.knobs],
+                       "identified": k.identified, "note": k.note,
+                       "moved": k.std is not None, "determined": k.determined,
+                       "prior_sigma": k.prior_sigma} for k in result.knobs],
+            "moved": [k.name for k in result.knobs if k.std is not None],
+            "model_sigma_time": result.model_sigma,
             "residuals_before": result.before,
             "residuals_after": result.after,
             "outlier_rows": list(result.outliers),

@@ -27,7 +27,7 @@ chi-square of the data residuals when above 1 (Press et al., Numerical Recipes Â
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,14 +38,21 @@ from autoparallel_cp.calibrate.gauss_newton import (
     predict,
     residuals_and_jacobian,
 )
+from autoparallel_cp.calibrate.knob_report import KnobResult, knob_results
 from autoparallel_cp.calibrate.linear import (
-    KnobRef,
     Linear,
     Progress,
     Units,
     linearize,
 )
 from autoparallel_cp.calibrate.micro import MicroRow, micro_predict
+from autoparallel_cp.calibrate.prior import (
+    MIN_INFORMATION,
+    MODEL_SIGMA_TIME,
+    PRIOR_SIGMA,
+    Knob,
+    information,
+)
 from autoparallel_cp.calibrate.residuals import interval, summary
 from autoparallel_cp.calibrate.runs import Run
 from autoparallel_cp.calibrate.select import Selection, select
@@ -58,50 +65,12 @@ from autoparallel_cp.spec.calibration import BOUNDS, Calibration
 SIGMA_TIME = 0.02
 #: Same for a measured allocated peak (deterministic to within allocator rounding: 1 %).
 SIGMA_MEMORY = 0.01
-#: Prior widths (one standard deviation) of each knob around the identity: compute and network
-#: factors +-20 % / +-30 % in log space (the spread of the per-source signed errors in
-#: benchmarks/RESULTS.md), 20 ms per micro-batch, 1 s per step, 2 GiB reserve.
-PRIOR_SIGMA = {"compute": 0.2, "net_intra": 0.3, "net_inter": 0.3, "per_microbatch_s": 0.02,
-               "per_step_s": 1.0, "memory_reserve_gib": 2.0}
 #: A knob is identified when moving it by one prior width moves some prediction by at least
 #: this many noise sigmas (0.5 -> 1 % of a step time).
 MIN_SENSITIVITY = 0.5
 #: A run whose time residual is further than this many robust sigmas (and 10 %) from the
 #: others' median is reported as an outlier.
 OUTLIER_SIGMAS = 3.0
-
-
-@dataclass(frozen=True)
-class Knob(KnobRef):
-    """A fitted knob: name ("compute:<GPU name>", "net_intra", ...), kind (a PRIOR_SIGMA /
-    BOUNDS key), whether it is fitted as ln(value); its bounds and prior in fit units."""
-
-    @property
-    def lo(self) -> float:
-        lo = BOUNDS[self.kind][0]
-        return math.log(lo) if self.log else lo
-
-    @property
-    def hi(self) -> float:
-        hi = BOUNDS[self.kind][1]
-        return math.log(hi) if self.log else hi
-
-    @property
-    def prior(self) -> float:
-        return 0.0  # ln 1 for factors, 0 s / 0 GiB for the additive knobs
-
-    @property
-    def sigma(self) -> float:
-        return PRIOR_SIGMA[self.kind]
-
-
-@dataclass
-class KnobResult:
-    name: str
-    value: float
-    std: float | None  # one standard deviation, in the knob's units; None when not fitted
-    identified: bool
-    note: str = ""
 
 
 @dataclass
@@ -113,11 +82,16 @@ class FitResult:
     after: dict[str, float]
     outliers: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the model's per-configuration error the runs' time residuals were weighed with
+    model_sigma: float = 0.0
 
 
-def knobs_for(runs: Sequence[Run], micro: Sequence[MicroRow]) -> list[Knob]:
+def knobs_for(runs: Sequence[Run], micro: Sequence[MicroRow],
+              widths: Mapping[str, float] | None = None) -> list[Knob]:
     """The knobs: one compute factor per GPU type in the runs, networks, fixed times, and the
-    memory reserve when some run measured its peak."""
+    memory reserve when some run measured its peak; prior widths per kind from `widths`
+    (else PRIOR_SIGMA)."""
+    w = dict(PRIOR_SIGMA) | dict(widths or {})
     gpus: list[str] = []
     for r in runs:
         for g in r.job.cluster.node_groups:
@@ -127,12 +101,14 @@ def knobs_for(runs: Sequence[Run], micro: Sequence[MicroRow]) -> list[Knob]:
         name = (m.fields.get("gpu") or "").strip()
         if m.kind == "gemm" and name and name not in gpus:
             gpus.append(name)
-    out = [Knob(f"compute:{g}", "compute", True) for g in gpus]
-    out += [Knob("net_intra", "net_intra", True), Knob("net_inter", "net_inter", True),
-            Knob("per_microbatch_s", "per_microbatch_s", False),
-            Knob("per_step_s", "per_step_s", False)]
+    out = [Knob(f"compute:{g}", "compute", True, w["compute"]) for g in gpus]
+    out += [Knob("net_intra", "net_intra", True, w["net_intra"]),
+            Knob("net_inter", "net_inter", True, w["net_inter"]),
+            Knob("per_microbatch_s", "per_microbatch_s", False, w["per_microbatch_s"]),
+            Knob("per_step_s", "per_step_s", False, w["per_step_s"])]
     if any(r.peak_bytes is not None for r in runs):
-        out.append(Knob("memory_reserve_gib", "memory_reserve_gib", False))
+        out.append(Knob("memory_reserve_gib", "memory_reserve_gib", False,
+                        w["memory_reserve_gib"]))
     return out
 
 
@@ -168,24 +144,29 @@ def predictions(runs: Sequence[Run], micro: Sequence[MicroRow], cal: Calibration
 
 def fit(runs: Sequence[Run], micro: Sequence[MicroRow] = (),
         progress: Callable[[str], None] | None = None, bar: Progress | None = None,
-        select_knobs: bool = True, relinearize: bool | None = None) -> FitResult:
+        select_knobs: bool = True, relinearize: bool | None = None,
+        prior_sigma: Mapping[str, float] | None = None,
+        model_sigma: float | None = None) -> FitResult:
     """Fit the knobs to the runs (module docstring). Raises ValueError without data.
     `progress` gets one-line notes, `bar` (stage, done, total) the cost-model evaluations;
     `select_knobs` False keeps every identified knob (no cross-validation); `relinearize`
-    forces finite-difference slopes at every step (True) or Broyden's update (False)."""
+    forces finite-difference slopes at every step (True) or Broyden's update (False);
+    `prior_sigma` replaces prior widths per knob kind, `model_sigma` the model's
+    per-configuration error (defaults: calibrate/prior.py; 0 for runs the model itself made)."""
     if not runs and not micro:
         raise ValueError("no runs to calibrate on")
-    knobs = knobs_for(runs, micro)
+    knobs = knobs_for(runs, micro, prior_sigma)
     units = Units(runs, micro)
+    ms = MODEL_SIGMA_TIME if model_sigma is None else float(model_sigma)
     try:
-        return _fit(runs, micro, knobs, units, progress, bar, select_knobs, relinearize)
+        return _fit(runs, micro, knobs, units, progress, bar, select_knobs, relinearize, ms)
     finally:
         units.close()
 
 
 def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], units: Units,
          progress: Callable[[str], None] | None, bar: Progress | None, select_knobs: bool,
-         relinearize: bool | None) -> FitResult:
+         relinearize: bool | None, model_sigma: float) -> FitResult:
     kind_at = {k.kind: i for i, k in enumerate(knobs)}
     mem_idx = np.array([i for i, r in enumerate(runs) if r.peak_bytes is not None], dtype=int)
     f_prior, peaks = units.at_identity(bar)
@@ -195,7 +176,8 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
                 n_train_units=len(units.train),
                 meas_u=np.array([float(m.fields["time_s"]) for m in micro]),
                 sigma_t=SIGMA_TIME, sigma_m=SIGMA_MEMORY, ps=kind_at.get("per_step_s"),
-                reserve=kind_at.get("memory_reserve_gib"))
+                reserve=kind_at.get("memory_reserve_gib"),
+                sigma_r=math.hypot(SIGMA_TIME, model_sigma))
     sigma = np.array([k.sigma for k in knobs])
     lo = np.array([k.lo for k in knobs])
     hi = np.array([k.hi for k in knobs])
@@ -210,6 +192,15 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
                      bar, f0=f_prior)
     sens = _sensitivity(lin0, data, knobs)
     free = [j for j, s in enumerate(sens) if s >= MIN_SENSITIVITY]
+    # identified by the runs' design (calibrate/prior.py): a set of knobs is, when the runs
+    # determine at least MIN_INFORMATION of every knob in it, jointly
+    _, j0 = residuals_and_jacobian(lin0, data, prior)
+
+    def gammas(sub: Sequence[int]) -> np.ndarray:
+        return information(j0[:, list(sub)], sigma[list(sub)])
+
+    def identified(sub: Sequence[int]) -> bool:
+        return bool(np.all(gammas(sub) >= MIN_INFORMATION))
     if progress:
         progress(f"fitting {len(free)} of {len(knobs)} knobs")
 
@@ -220,8 +211,22 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
 
     # which knobs the runs support, by cross-validation within them (calibrate/select.py)
     time_free = [j for j in free if knobs[j].kind != "memory_reserve_gib"]
-    sel = (select(lin, data, time_free, theta, lo, hi, sigma, prior) if select_knobs
-           else Selection(time_free, 1.0, float("nan"), float("nan"), ran=False))
+    sel = (select(lin, data, time_free, theta, lo, hi, sigma, prior, identified)
+           if select_knobs else Selection(time_free, 1.0, float("nan"), float("nan"),
+                                          ran=False))
+    if select_knobs and not sel.ran:  # no cross-validation: best determined alone first
+        sel.chosen = []
+        for j in sorted(time_free, key=lambda i: (-float(gammas([i])[0]), i)):
+            if identified([*sel.chosen, j]):
+                sel.chosen.append(j)
+    # knobs the design refuses beside the chosen ones: (share determined alone, the least
+    # share of a knob of the set with it, that knob)
+    design: dict[int, tuple[float, float, str]] = {}
+    for j in time_free:
+        if j not in sel.chosen and not identified([*sel.chosen, j]):
+            g = gammas([*sel.chosen, j])
+            design[j] = (float(gammas([j])[0]), float(g.min()),
+                         knobs[[*sel.chosen, j][int(np.argmin(g))]].name)
     kept = sorted(sel.chosen + [j for j in free if j not in time_free])
     if kept != free:  # refit the chosen knobs, the others back at the prior
         start = np.where(np.isin(np.arange(len(knobs)), kept), theta, prior)
@@ -253,7 +258,8 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
     else:
         std_theta = used = np.zeros(0)
 
-    results, notes = _knob_results(knobs, runs, free, kept, theta, std_theta, sel)
+    results, notes = knob_results(
+        knobs, runs, free, kept, theta, std_theta, sel, design)
 
     # residuals and outliers
     st0, pk0, mc0 = predict(lin0, data, prior)
@@ -308,7 +314,10 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
     if sel.ran:
         before["heldout_step_pct"] = float(np.expm1(sel.cv_prior) * 100)
         after["heldout_step_pct"] = float(np.expm1(sel.cv_chosen) * 100)
-    return FitResult(cal, results, rows, before, after, outliers, notes)
+    for j, kr in enumerate(results):
+        kr.determined = float(gammas([j])[0]) if j in free else 0.0
+        kr.prior_sigma = knobs[j].sigma
+    return FitResult(cal, results, rows, before, after, outliers, notes, model_sigma)
 
 
 def _sensitivity(lin: Linear, d: Data, knobs: Sequence[Knob]) -> list[float]:
@@ -327,59 +336,3 @@ def _sensitivity(lin: Linear, d: Data, knobs: Sequence[Knob]) -> list[float]:
                 * k.sigma / d.sigma_t
         out.append(float(np.max(v)) if len(v) else 0.0)
     return out
-
-
-def _knob_results(knobs: Sequence[Knob], runs: Sequence[Run], free: Sequence[int],
-                  kept: Sequence[int], theta: np.ndarray, std_theta: np.ndarray,
-                  sel: Selection) -> tuple[list[KnobResult], list[str]]:
-    """Per knob: its value, uncertainty and status; the notes that explain the status."""
-    results: list[KnobResult] = []
-    notes: list[str] = []
-    pct = 100.0
-    for j, k in enumerate(knobs):
-        if j in kept:
-            i = list(kept).index(j)
-            v = k.value(float(theta[j]))
-            sd = float(std_theta[i]) * (v if k.log else 1.0)
-            weak = std_theta[i] > 0.5 * k.sigma
-            note = ("weakly identified: its uncertainty is close to the prior width"
-                    if weak else "")
-            at_bound = (math.isclose(float(theta[j]), k.lo, abs_tol=1e-6)
-                        or math.isclose(float(theta[j]), k.hi, abs_tol=1e-6))
-            if at_bound and k.hi != k.lo:
-                note = (note + "; " if note else "") + "at its bound"
-            if sel.ran and sel.shrink != 1.0 and j in sel.chosen:
-                note = (note + "; " if note else "") + (
-                    f"shrunk to {sel.shrink:g} of its fitted move towards the prior (the runs "
-                    "disagree: held-out runs are predicted better so)")
-            results.append(KnobResult(k.name, v, sd, not weak, note))
-            if note:
-                notes.append(f"{k.name}: {note}")
-        elif j in free:
-            g = sel.gains.get(j)
-            others = ", ".join(knobs[i].name for i in sel.chosen) or "no other knob"
-            why = (f"held-out runs are predicted no better with it added to {others} "
-                   f"({np.expm1(g[0]) * pct:.1f}% vs {np.expm1(g[1]) * pct:.1f}%, "
-                   "cross-validated)" if g is not None else "not chosen by cross-validation")
-            results.append(KnobResult(k.name, k.value(k.prior), None, False,
-                                      "left at its prior (cross-validation)"))
-            notes.append(f"{k.name}: left at its prior {k.value(k.prior):g}: {why}")
-        else:
-            results.append(KnobResult(k.name, k.value(k.prior), None, False,
-                                      "not identified, left at its prior"))
-            notes.append(f"{k.name}: not identified ({_why_not(k, runs)}); left at its prior "
-                         f"{k.value(k.prior):g}")
-    return results, notes
-
-
-def _why_not(k: Knob, runs: Sequence[Run]) -> str:
-    if not runs:
-        return ("no microbenchmark row's predicted time depends on it measurably (too small, "
-                "latency-bound, or none of its kind)")
-    if k.kind == "net_inter" and all(
-            sum(g.num_nodes for g in r.job.cluster.node_groups) == 1 for r in runs):
-        return "every run fits in one node, so none crosses the inter-node network"
-    if k.kind == "net_intra" and all(
-            r.job.cluster.node_groups[0].gpus_per_node == 1 for r in runs):
-        return "every run uses one GPU per node"
-    return "no run's predicted time or memory depends on it measurably"

@@ -63,6 +63,13 @@ class Data:
     sigma_m: float
     ps: int | None  # index of per_step_s among the knobs
     reserve: int | None  # index of memory_reserve_gib
+    #: sigma of a training run's ln step residual: the measurement noise and the model's
+    #: per-configuration error (calibrate/prior.py); None: sigma_t
+    sigma_r: float | None = None
+
+    @property
+    def sigma_run(self) -> float:
+        return self.sigma_t if self.sigma_r is None else self.sigma_r
 
     @property
     def n_runs(self) -> int:
@@ -95,11 +102,11 @@ def residuals_and_jacobian(lin: Linear, d: Data, theta: np.ndarray
     s = lin.unit_seconds(theta)
     steps, peaks, mic = predict(lin, d, theta)
     k = len(lin.knobs)
-    r_t = np.log(steps / d.meas_t) / d.sigma_t
+    r_t = np.log(steps / d.meas_t) / d.sigma_run
     su = s[d.run_unit]
-    j_t = (su / steps)[:, None] * lin.slopes[d.run_unit] / d.sigma_t
+    j_t = (su / steps)[:, None] * lin.slopes[d.run_unit] / d.sigma_run
     if d.ps is not None:
-        j_t[:, d.ps] = 1.0 / (steps * d.sigma_t)
+        j_t[:, d.ps] = 1.0 / (steps * d.sigma_run)
     r_m = (peaks - d.meas_m) / (d.sigma_m * d.meas_m)
     j_m = np.zeros((len(d.mem_idx), k))
     if d.reserve is not None and len(d.mem_idx):

@@ -5,16 +5,18 @@ K-fold cross-validation (leave-one-out up to MAX_FOLDS runs; run i in fold i mod
 step-time error on held-out runs, mean |ln(predicted / measured)|: every candidate is fitted on
 the other folds (calibrate/gauss_newton.py `solve`, on the fit's linear model) and scored on
 the held-out runs. Knob sets grow greedily from none (the shipped model) while a knob lowers
-the held-out error by at least MIN_GAIN; then the fitted moves are scaled towards the prior by
-the factor w in SHRINK with the lowest held-out error (w = 1 unless shrinking is better by
-MIN_GAIN). Forward selection by cross-validation: Hastie, Tibshirani & Friedman, The Elements
-of Statistical Learning, 2nd ed., §3.3 and §7.10; shrinking fitted effects towards a prior
-mean by a cross-validated factor: §3.4 (ridge) and Efron & Morris (1975, JASA 70:311).
+the held-out error by at least MIN_GAIN and the runs' design identifies it beside the knobs
+already taken (calibrate/prior.py: two runs whose plans move two knobs alike identify one);
+then the fitted moves are scaled towards the prior by the factor w in SHRINK with the lowest
+held-out error (w = 1 unless shrinking is better by MIN_GAIN). Forward selection by
+cross-validation: Hastie, Tibshirani & Friedman, The Elements of Statistical Learning, 2nd
+ed., §3.3 and §7.10; shrinking fitted effects towards a prior mean by a cross-validated
+factor: §3.4 (ridge) and Efron & Morris (1975, JASA 70:311).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,8 +74,11 @@ def cv_error(lin: Linear, d: Data, subset: Sequence[int], w: float, start: np.nd
 
 
 def select(lin: Linear, d: Data, candidates: Sequence[int], start: np.ndarray, lo: np.ndarray,
-           hi: np.ndarray, sigma: np.ndarray, prior: np.ndarray) -> Selection:
-    """Greedy forward selection and shrinkage by cross-validation (module docstring)."""
+           hi: np.ndarray, sigma: np.ndarray, prior: np.ndarray,
+           identified: Callable[[Sequence[int]], bool] | None = None) -> Selection:
+    """Greedy forward selection and shrinkage by cross-validation (module docstring); a knob
+    joins only while `identified` holds for the knobs taken with it (the runs' design,
+    calibrate/prior.py)."""
     if d.n_runs < 2 or d.n_runs > CV_MAX_RUNS or not candidates:
         return Selection(list(candidates), 1.0, float("nan"), float("nan"), ran=False)
 
@@ -86,6 +91,10 @@ def select(lin: Linear, d: Data, candidates: Sequence[int], start: np.ndarray, l
     gains: dict[int, tuple[float, float]] = {}
     left = list(candidates)
     while left:
+        if identified is not None:
+            left = [j for j in left if identified([*chosen, j])]
+            if not left:
+                break
         trial = {j: cv([*chosen, j]) for j in left}
         for j, e in trial.items():
             gains[j] = (e, e_cur)

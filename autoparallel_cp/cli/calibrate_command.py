@@ -75,7 +75,7 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
     out.print(Text(f"calibration from {len(runs)} runs"
                    + (f" and {len(micro)} microbenchmark rows" if micro else ""), style="bold"))
     t = Table(show_header=True, header_style="bold")
-    for h in ("knob", "value", "± 1 sd", "status"):
+    for h in ("knob", "value", "± 1 sd", "runs determine", "status"):
         t.add_column(h)
     for k in res.knobs:
         sd = "-" if k.std is None else f"{k.std:.3g}"
@@ -86,12 +86,16 @@ def calibrate(runs_path: str, out_path: str, model: str | None, cluster: str | N
             status += ", at bound"
         if "shrunk" in k.note:
             status += ", shrunk"
-        t.add_row(k.name, f"{k.value:.4g}", sd, status)
+        det = "-" if k.determined is None else f"{k.determined:.0%}"
+        t.add_row(k.name, f"{k.value:.4g}", sd, det, status)
     out.print(t)
     moved = [f"{k.name} {k.value:.4g}" for k in res.knobs if k.std is not None]
     kept = [k.name for k in res.knobs if k.std is None]
     out.print("moved: " + (", ".join(moved) or "none") + "; left at the prior: "
               + (", ".join(kept) or "none") + " (why: the notes below)")
+    out.print(f"runs weighed with the model's per-configuration error {res.model_sigma:.1%} "
+              "(beside 2% measurement noise); a knob moves only where the runs determine at "
+              "least half of it (\"runs determine\": alone)")
     for label, d in (("before", res.before), ("after", res.after)):
         parts = []
         if "step_mape_pct" in d:

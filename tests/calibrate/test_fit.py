@@ -8,6 +8,7 @@ import pytest
 
 from autoparallel_cp.api import as_plan, make_job
 from autoparallel_cp.calibrate.fit import fit, predictions
+from autoparallel_cp.calibrate.prior import WEAK_PRIOR_SIGMA
 from autoparallel_cp.calibrate.runs import Run
 from autoparallel_cp.spec.calibration import Calibration
 
@@ -40,16 +41,21 @@ def _truth(name: str) -> float:
 
 
 def test_recovers_knobs_within_their_uncertainty() -> None:
-    res = fit(synthetic(TRUE, SPECS, noise=0.01))
+    # the model made the runs (no per-configuration error), with knobs beyond the corpus's
+    res = fit(synthetic(TRUE, SPECS, noise=0.01), model_sigma=0.0, prior_sigma=WEAK_PRIOR_SIGMA)
     fitted = {k.name: k for k in res.knobs}
-    for name in ("compute:" + GPU, "per_microbatch_s", "per_step_s", "memory_reserve_gib"):
+    for name in ("compute:" + GPU, "per_step_s", "memory_reserve_gib"):
         k = fitted[name]
         assert k.identified, name
         assert k.std is not None and k.std > 0
         assert abs(k.value - _truth(name)) <= 3 * k.std, (name, k.value, k.std)
-    for k in res.knobs:  # every fitted knob is consistent with the truth
-        if k.std is not None:
-            assert abs(k.value - _truth(k.name)) <= 3 * k.std + 1e-9, k
+    # the eight runs move NVLink and the network as they move the fixed times: the design
+    # leaves both at the prior (calibrate/prior.py), and the time per micro-batch takes up
+    # part of their slowdown (10 ms true, identified, biased upwards within 2x)
+    for name in ("net_intra", "net_inter"):
+        assert fitted[name].std is None and "design" in fitted[name].note
+    mb = fitted["per_microbatch_s"]
+    assert mb.identified and 0.01 <= mb.value <= 0.02, mb
     assert res.before["step_mape_pct"] > 20
     assert res.after["step_mape_pct"] < res.before["step_mape_pct"] / 10
     assert res.after["memory_mape_pct"] < res.before["memory_mape_pct"] / 5
@@ -67,7 +73,8 @@ def test_recovers_knobs_within_their_uncertainty() -> None:
 
 def test_single_node_runs_leave_the_network_at_its_prior() -> None:
     single = [s for s in SPECS if s[0] == 8]
-    res = fit(synthetic(TRUE, single, noise=0.01, seed=1))
+    res = fit(synthetic(TRUE, single, noise=0.01, seed=1), model_sigma=0.0,
+              prior_sigma=WEAK_PRIOR_SIGMA)
     net = next(k for k in res.knobs if k.name == "net_inter")
     assert not net.identified and net.std is None and net.value == 1.0
     assert res.calibration.net_inter == 1.0
@@ -78,7 +85,7 @@ def test_a_contradicting_run_is_reported() -> None:
     runs = synthetic(TRUE, SPECS, noise=0.005, seed=2)
     bad = runs[3]
     runs[3] = Run(bad.row, bad.job, bad.plan, bad.step_s * 2.5, bad.peak_bytes)
-    res = fit(runs)
+    res = fit(runs, model_sigma=0.0, prior_sigma=WEAK_PRIOR_SIGMA)
     assert res.outliers == [bad.row]
     assert any(f"row {bad.row}" in n for n in res.notes)
     # the robust loss keeps the compute knob near the truth despite the outlier

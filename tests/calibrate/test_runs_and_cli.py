@@ -102,7 +102,20 @@ def test_cli_round_trip(tmp_path: Path) -> None:
     assert doc["format"] == "ap-solve-calibration" and doc["version"] == 1
     cal = load_calibration(out)
     assert cal.compute["H100-SXM5-80GB"] == pytest.approx(0.8, abs=0.03)
-    assert doc["report"]["residuals_after"]["step_mape_pct"] < 1.0
+    # which knobs moved, how much of each the runs determine, under which model error
+    rep = doc["report"]
+    assert rep["moved"] == ["compute:H100-SXM5-80GB"]
+    by = {k["name"]: k for k in rep["knobs"]}
+    gpu = by["compute:H100-SXM5-80GB"]
+    assert gpu["moved"] and gpu["determined"] > 0.5
+    assert by["net_inter"]["determined"] == 0.0 and not by["net_inter"]["moved"]
+    assert 0.0 < rep["model_sigma_time"] < 0.2
+    assert "runs determine" in r.output
+    # the CLI assumes the model's per-configuration error (calibrate/prior.py, ~9 %): seven
+    # runs of one node identify the compute factor, not the 0.2 s per step beside it
+    assert doc["report"]["residuals_after"]["step_mape_pct"] < 6.0
+    assert doc["report"]["residuals_after"]["step_mape_pct"] < \
+        doc["report"]["residuals_before"]["step_mape_pct"] / 3
     args = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
             "--global-batch", "64", "--json", "-"]
     plain = CliRunner().invoke(main, ["evaluate", *args, "--plan", "tp=8,mbs=1"])
