@@ -382,6 +382,9 @@ STATED_SHAPE: dict[str, dict[str, tuple[dict[str, object], str]]] = {
         "llama3": ({"position_embedding": "learned", "tie_embeddings": True, **_BIASES},
                    "learned absolute positions, tied output layer, linear biases "
                    "(pretrain_llama3.sh leaves Megatron core_v0.6.0 defaults)"),
+        "baichuan2": ({"position_embedding": "alibi"},
+                      "ALiBi positions (Baichuan2-13B-Base config.json / modeling_baichuan.py: "
+                      "the 13B model has no rotary embedding)"),
         "llama2 7b": ({"norm": "layernorm", **_BIASES},
                       "LayerNorm and linear biases (megatron-deepspeed_main.sh: the "
                       "'#--recompute-activations' line comments out the flags after it under "
