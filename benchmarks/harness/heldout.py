@@ -38,7 +38,14 @@ from harness.heldout_common import (
     _model_name,
 )
 from harness.heldout_megatron import _mcore_before_013, _megatron_lm_defaults, _plain_mcore_minor
-from harness.heldout_models import OPA_4X100, _model, _node_group, _recompute, _zero
+from harness.heldout_models import (
+    IB_200_PER_GPU,
+    OPA_4X100,
+    _model,
+    _node_group,
+    _recompute,
+    _zero,
+)
 from harness.heldout_recipes import _recipe
 from harness.heldout_stated import _stated_grad_accum, _stated_plan, _stated_settings, _stated_shape
 from harness.tuned import flag, knob
@@ -139,6 +146,9 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         if "4 opa links per node" in r["extra_config"].lower():
             group = group.model_copy(update={"inter_node": OPA_4X100})
             assumed.append("inter-node 4 x 100 Gb/s Omni-Path per node (the source's hardware)")
+        if "h800" in r["gpu"].lower() and "ib 200gb/s" in r["extra_config"].lower():
+            group = group.model_copy(update={"inter_node": IB_200_PER_GPU})
+            assumed.append("inter-node InfiniBand 200 Gb/s per GPU (the source's H800 hosts)")
         precision = r["precision"].strip()
         if not precision:
             precision = "bf16"
