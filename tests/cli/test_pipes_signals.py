@@ -179,8 +179,8 @@ def test_ctrl_c_during_validate_is_130_without_traceback() -> None:
     """A terminal's Ctrl-C goes to the whole foreground process group: the benchmark runs in
     its own session, so only ap-solve gets it, ends the benchmark and exits 130."""
     # --cv: the leave-one-source-out pass takes minutes (the plain table ends in about 3 s)
-    p = subprocess.Popen(cli("validate", "--", "--cv"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         env=env(), cwd=ROOT, start_new_session=True)
+    p = subprocess.Popen(cli("validate", "--", "--cv"), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, env=env(), cwd=ROOT, start_new_session=True)
     time.sleep(4.0)
     os.killpg(p.pid, signal.SIGINT)
     _, err = p.communicate(timeout=60)
