@@ -157,6 +157,12 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.with_behaviour(bf16_accum_pass=False, autograd_grad_accum=True)
             assumed.append(f"bf16 gradient accumulation in .grad by autograd "
                            f"({stated['bf16_grad_accum']})")
+        if stated.get("half_grad_accum"):
+            # DeepSpeed's fp16 path: no fp32 accumulation pass, fp16 `.grad` and reduction
+            recipe = recipe.model_copy(update={"grad_bytes": 2, "grad_reduce_bytes": 2})
+            recipe = recipe.with_behaviour(bf16_accum_pass=False, autograd_grad_accum=True)
+            assumed.append("fp16 gradients in .grad, reduced in fp16 "
+                           f"({stated['half_grad_accum']})")
         if stated.get("no_sp"):
             assumed.append(f"no sequence parallelism ({stated['no_sp']})")
             return recipe, "0", ()
@@ -311,7 +317,8 @@ def _deepspeed_hf(r: dict[str, str], assumed: list[str]) -> TrainingRecipe:
 
     - bf16 with ZeRO enabled accumulates gradients in bf16 (engine.py l. 866-870: fp32 only
       without ZeRO), so ZeRO-1 runs DeepSpeedZeroOptimizer, not BF16_Optimizer (l. 1151-1154),
-      and autograd adds each micro-batch's gradient into `.grad` (stage_1_and_2.py);
+      autograd adds each micro-batch's gradient into the bf16 `.grad` (stage_1_and_2.py), and
+      the reduction runs in bf16 (`communication_data_type`, l. 798-807);
     - ZeRO-1 reduces once per step, at the accumulation boundary (engine.py l. 1874-1882),
       after the backward: not overlapped whatever `overlap_comm` says;
     - ZeRO-3 reduce-scatters every micro-batch from backward hooks, overlapped with the
@@ -319,7 +326,10 @@ def _deepspeed_hf(r: dict[str, str], assumed: list[str]) -> TrainingRecipe:
     """
     extra = r["extra_config"].lower()
     flash = "flash attention 2" in extra
-    recipe = RECIPES["deepspeed"].model_copy(update={"flash_attention": flash})
+    # gradients held and reduced in bf16: the accumulation dtype is the model's under ZeRO
+    # (engine.py l. 866-870) and so is the communication dtype (engine.py l. 798-807)
+    recipe = RECIPES["deepspeed"].model_copy(update={"flash_attention": flash,
+                                                     "grad_bytes": 2, "grad_reduce_bytes": 2})
     recipe = recipe.with_behaviour(fused=False, pp_scatter_gather=False,
                                    bf16_accum_pass=False, autograd_grad_accum=True)
     assumed.append("HF eager modules under the DeepSpeed engine, bf16 gradient accumulation "
