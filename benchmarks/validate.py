@@ -187,10 +187,36 @@ def error_tables(cv: bool, markdown: bool) -> None:
         a2, t2 = X.ranking_agreement(base, preds_cv)
         line += f" in-sample, {a2}/{t2} leave-one-source-out"
     print(line)
+    ablation_table(base, insample, preds_cv if cv else None)
     if cv:
         print("\nTuned constants re-fitted per held-out source:")
         for src, vals in fitted.items():
             print(f"  {src}: " + ", ".join(f"{k}={v:g}" for k, v in vals.items()))
+
+
+def ablation_table(base: list, insample: dict[tuple[str, int], float],
+                   preds_cv: dict[tuple[str, int], float] | None) -> None:
+    """Ranking agreement on the ablation pairs (runs of one job that differ in one choice,
+    harness/ablation.py), per axis: the subset of the ranking pairs on exactly these choices."""
+    from harness import ablation as A
+
+    print("\n## Ablation pairs (same job, one choice changed; measured > 10% apart scored)\n")
+    hdr = ["axis", "pairs", "scored", "agree in-sample"] + (["agree LOSO"] if preds_cv else [])
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + "---|" * len(hdr))
+    ins = A.agreement(base, insample)
+    cvs = A.agreement(base, preds_cv) if preds_cv is not None else {}
+    for ax in A.AXES:
+        a, t, n = ins[ax]
+        cells = [ax, str(n), str(t), f"{a}/{t}"]
+        if preds_cv is not None:
+            cells.append(f"{cvs[ax][0]}/{cvs[ax][1]}")
+        print("| " + " | ".join(cells) + " |")
+    tot = [sum(v[i] for v in ins.values()) for i in range(3)]
+    line = f"ablation pairs: {tot[2]}, scored {tot[1]}, in-sample {tot[0]}/{tot[1]}"
+    if preds_cv is not None:
+        line += f", leave-one-source-out {sum(v[0] for v in cvs.values())}/{tot[1]}"
+    print(line)
 
 
 #: Other plausible values of each tuned constant (sources' ranges: the NVL part's 835 and the

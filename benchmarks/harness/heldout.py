@@ -1,6 +1,6 @@
 """Held-out published runs (`data/published_runs_heldout.csv`): rows to (job, plan, options).
 
-The 172 rows of 17 sources (`data/heldout_sources.md`) were collected after the cost model was
+The 199 rows of 17 sources (`data/heldout_sources.md`) were collected after the cost model was
 developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
 them. Each row becomes a job and a plan by rules per framework family, written once here and
 cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written
@@ -38,9 +38,22 @@ from harness.heldout_common import (
     _model_name,
 )
 from harness.heldout_megatron import _mcore_before_013, _megatron_lm_defaults, _plain_mcore_minor
-from harness.heldout_models import OPA_4X100, _model, _node_group, _recompute, _zero
+from harness.heldout_models import (
+    IB_200_PER_GPU,
+    OPA_4X100,
+    _model,
+    _node_group,
+    _recompute,
+    _zero,
+)
 from harness.heldout_recipes import _recipe
-from harness.heldout_stated import _stated_grad_accum, _stated_plan, _stated_settings, _stated_shape
+from harness.heldout_stated import (
+    _stated_grad_accum,
+    _stated_plan,
+    _stated_settings,
+    _stated_shape,
+    _stated_stage_layers,
+)
 from harness.tuned import flag, knob
 
 
@@ -139,6 +152,9 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         if "4 opa links per node" in r["extra_config"].lower():
             group = group.model_copy(update={"inter_node": OPA_4X100})
             assumed.append("inter-node 4 x 100 Gb/s Omni-Path per node (the source's hardware)")
+        if "h800" in r["gpu"].lower() and "ib 200gb/s" in r["extra_config"].lower():
+            group = group.model_copy(update={"inter_node": IB_200_PER_GPU})
+            assumed.append("inter-node InfiniBand 200 Gb/s per GPU (the source's H800 hosts)")
         precision = r["precision"].strip()
         if not precision:
             precision = "bf16"
@@ -213,6 +229,7 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             assumed.append("sp with tp")
         L = model.num_layers
         stage_layers: tuple[int, ...] | None = None
+        stated_stages = _stated_stage_layers(r)
         chunk_layers: tuple[int, ...] | None = None
         if am and vpp > 1:
             chunk_layers = automodel.chunk_layers(am, L, pp, vpp)
@@ -229,6 +246,14 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
                 continue
             chunk_layers, why = _bridge_layout(name, L, pp, vpp)
             assumed.append(why)
+        elif stated_stages is not None and vpp == 1:
+            stated_sl, why_sl = stated_stages
+            if len(stated_sl) != pp or sum(stated_sl) != L:
+                skip(f"stated stage layers {stated_sl} do not give {L} layers on pp {pp}",
+                     family)
+                continue
+            stage_layers = stated_sl
+            assumed.append("stage layers " + "/".join(map(str, stated_sl)) + f" ({why_sl})")
         elif L % (pp * vpp):
             # first and last stages hold the remainder less (Megatron-DeepSpeed
             # 'type:transformer|embedding', Llama 3's one fewer layer on the edge stages)

@@ -83,6 +83,10 @@ def _family(r: dict[str, str]) -> str | None:
     if fw in ("pytorch-fsdp", "torchtitan", "megatron-deepspeed", "olmo-core",
               "automodel"):
         return fw
+    if fw == "deepspeed" and "transformers" in r["framework_version"].lower():
+        # Hugging Face transformers models under the DeepSpeed engine (FlagPerf's
+        # *-deepspeed cases); DeepSpeed with Megatron layers is "megatron-deepspeed"
+        return "deepspeed-hf"
     if fw == "other" and "maxtext" in r["model"].lower():
         return "maxtext"
     return None

@@ -23,6 +23,12 @@ OPA_4X100 = LinkSpec(bandwidth_gbps=4 * 12.5 / 8, latency_us=8.0,
                      source="BLOOM README: 4 Omni-Path links per node; OPA 100 Series 100 Gb/s "
                             "per port")
 
+#: FlagPerf's H800 hosts: "多机网络类型、带宽: InfiniBand, 200Gb/s" (training/nvidia/*/README.md
+#: @1b5a030398, H800 environment sections), read per GPU as on its A800 hosts (one 200 Gb/s
+#: HDR/NDR200 port per GPU, 25 GB/s), where the dgx-h800 preset has 400 Gb/s per GPU.
+IB_200_PER_GPU = LinkSpec(bandwidth_gbps=200 / 8, latency_us=8.0,
+                          source="FlagPerf H800 README: InfiniBand 200 Gb/s, one port per GPU")
+
 
 def _node_group(gpu_text: str, n: int) -> tuple[NodeGroup, str] | None:
     """The node group a source's GPU cell names (hardware from the cluster presets)."""

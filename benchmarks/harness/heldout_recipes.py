@@ -157,10 +157,18 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             recipe = recipe.with_behaviour(bf16_accum_pass=False, autograd_grad_accum=True)
             assumed.append(f"bf16 gradient accumulation in .grad by autograd "
                            f"({stated['bf16_grad_accum']})")
+        if stated.get("half_grad_accum"):
+            # DeepSpeed's fp16 path: no fp32 accumulation pass, fp16 `.grad` and reduction
+            recipe = recipe.model_copy(update={"grad_bytes": 2, "grad_reduce_bytes": 2})
+            recipe = recipe.with_behaviour(bf16_accum_pass=False, autograd_grad_accum=True)
+            assumed.append("fp16 gradients in .grad, reduced in fp16 "
+                           f"({stated['half_grad_accum']})")
         if stated.get("no_sp"):
             assumed.append(f"no sequence parallelism ({stated['no_sp']})")
             return recipe, "0", ()
         return recipe, "tp>1", ()
+    if family == "deepspeed-hf":
+        return _deepspeed_hf(r, assumed), "0", ()
     if family == "pytorch-fsdp":
         # the `pytorch-fsdp` preset (FSDP1 as llm-foundry / Composer run it); MPT's modules
         # are not HF Llama code, so no repeat_kv (MHA anyway) and generic eager ops
@@ -297,3 +305,40 @@ def _olmo_core_recipe(fp8: bool, assumed: list[str]
                        "FSDP all-gather (float8.py Float8Config defaults, "
                        "enable_fsdp_float8_all_gather=True; TransformerConfig.build)")
     return recipe, "0", ()
+
+
+def _deepspeed_hf(r: dict[str, str], assumed: list[str]) -> TrainingRecipe:
+    """A Hugging Face transformers model under the DeepSpeed engine (FlagPerf's
+    `training/benchmarks/*/deepspeed/run_pretraining.py` @1b5a030398: `deepspeed.initialize`
+    on the HF module, its ds_config.json): the `deepspeed` preset's precisions (bf16 weights,
+    fp32 master and Adam), HF eager modules (no fused Megatron kernels), the attention kernel
+    the row states, and the ds_config's ZeRO behaviour (DeepSpeed v0.11.1, the version FlagPerf
+    states):
+
+    - bf16 with ZeRO enabled accumulates gradients in bf16 (engine.py l. 866-870: fp32 only
+      without ZeRO), so ZeRO-1 runs DeepSpeedZeroOptimizer, not BF16_Optimizer (l. 1151-1154),
+      autograd adds each micro-batch's gradient into the bf16 `.grad` (stage_1_and_2.py), and
+      the reduction runs in bf16 (`communication_data_type`, l. 798-807);
+    - ZeRO-1 reduces once per step, at the accumulation boundary (engine.py l. 1874-1882),
+      after the backward: not overlapped whatever `overlap_comm` says;
+    - ZeRO-3 reduce-scatters every micro-batch from backward hooks, overlapped with the
+      backward when the ds_config sets `overlap_comm` (stage3.py).
+    """
+    extra = r["extra_config"].lower()
+    flash = "flash attention 2" in extra
+    # gradients held and reduced in bf16: the accumulation dtype is the model's under ZeRO
+    # (engine.py l. 866-870) and so is the communication dtype (engine.py l. 798-807)
+    recipe = RECIPES["deepspeed"].model_copy(update={"flash_attention": flash,
+                                                     "grad_bytes": 2, "grad_reduce_bytes": 2})
+    recipe = recipe.with_behaviour(fused=False, pp_scatter_gather=False,
+                                   bf16_accum_pass=False, autograd_grad_accum=True)
+    assumed.append("HF eager modules under the DeepSpeed engine, bf16 gradient accumulation "
+                   "under ZeRO (DeepSpeed v0.11.1 engine.py l. 866-870, 1151-1154)")
+    if flash:
+        recipe = recipe.with_behaviour(attention_kernel="fa2")
+    zero = _int(r["zero_stage"])
+    if zero == 3 and "overlap_comm" in extra:
+        recipe = recipe.with_behaviour(dp_overlap=True)
+        assumed.append("ZeRO-3 reduce-scatter overlapped with the backward (ds_config "
+                       "overlap_comm)")
+    return recipe

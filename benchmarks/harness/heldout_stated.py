@@ -118,7 +118,16 @@ STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
     # fork's defaults hold (bigscience-workshop/Megatron-DeepSpeed megatron/arguments.py
     # @8387ae17: --attention-dropout / --hidden-dropout 0.1), and that fork has no sequence
     # parallelism (no such argument)
-    "bloom-tr11": {"bloom": {"dropout": "tr11 slurm sets none: the fork's default 0.1",
+    # The prequel's throughput tables (train/tr11-176B-ml/chronicles-prequel.md @9e64ede) ran
+    # fp16 until its "Rebalancing layers" section ("from now on the testing is happening with
+    # BF16 optimizer ... compared to fp16 which grad accumulates in fp16"): DeepSpeed's fp16
+    # path keeps the gradients in the fp16 `.grad` that autograd adds into and reduces them
+    # in fp16 (engine.py `communication_data_type`)
+    "bloom-tr11": {"bloom prequel": {"dropout": "the fork's default 0.1 (tr11's launch sets none)",
+                                     "no_sp": "the bigscience Megatron-DeepSpeed fork has none",
+                                     "half_grad_accum": "fp16 runs of the prequel: gradients "
+                                                        "accumulated and reduced in fp16"},
+                   "bloom": {"dropout": "tr11 slurm sets none: the fork's default 0.1",
                              "no_sp": "the bigscience Megatron-DeepSpeed fork has none"}},
     # FlagOpen/FlagPerf @1b5a030398 training/nvidia/llama2_7b-megatron-deepspeed/config/
     # ds_config.json: bf16, ZeRO stage 1, "data_types": {"grad_accum_dtype": "bf16"}; DeepSpeed
@@ -382,6 +391,11 @@ STATED_SHAPE: dict[str, dict[str, tuple[dict[str, object], str]]] = {
         "llama3": ({"position_embedding": "learned", "tie_embeddings": True, **_BIASES},
                    "learned absolute positions, tied output layer, linear biases "
                    "(pretrain_llama3.sh leaves Megatron core_v0.6.0 defaults)"),
+        "baichuan2": ({"position_embedding": "alibi", "mlp": "swiglu", "norm": "rmsnorm",
+                       "tie_embeddings": False},
+                      "ALiBi positions, SwiGLU MLP, RMSNorm, untied output head "
+                      "(Baichuan2-13B-Base config.json and modeling_baichuan.py: no rotary "
+                      "embedding in the 13B model, a separate NormHead lm_head)"),
         "llama2 7b": ({"norm": "layernorm", **_BIASES},
                       "LayerNorm and linear biases (megatron-deepspeed_main.sh: the "
                       "'#--recompute-activations' line comments out the flags after it under "
@@ -408,3 +422,20 @@ def _stated_grad_accum(notes: str) -> int | None:
     column says N" / "Source GA N"), None where the source states none."""
     m = re.search(r"[Ss]ource GA (?:column says )?(\d+)", notes)
     return int(m.group(1)) if m else None
+
+
+#: Pipeline stage sizes a source states where they differ from the harness's edge layout
+#: (source id -> model prefix -> (layers per stage, citation)).
+STATED_STAGE_LAYERS: dict[str, dict[str, tuple[tuple[int, ...], str]]] = {
+    "bloom-tr11": {
+        "bloom prequel 182b (78x13824)": (
+            (7,) * 11 + (1,),
+            "chronicles-prequel.md 'Re-do': 78/12 = 6.5, so the last stage has 1 block and "
+            "the rest 7"),
+    },
+}
+
+
+def _stated_stage_layers(r: dict[str, str]) -> tuple[tuple[int, ...], str] | None:
+    """The STATED_STAGE_LAYERS (layers per stage, citation) of this row, or None."""
+    return _for_model(STATED_STAGE_LAYERS.get(r["source_id"], {}), r)

@@ -72,3 +72,27 @@ def test_heldout_counts_per_source_match_the_sources_file(held: list) -> None:
     total = re.search(r"^(\d+) rows from (\d+) independent sources", text, re.M)
     assert total is not None
     assert (int(total.group(1)), int(total.group(2))) == (len(held), len(documented))
+
+
+def test_deepspeed_hf_rows_take_the_ds_config_rules(held: list) -> None:
+    """FlagPerf's Hugging Face models under DeepSpeed (family deepspeed-hf): HF eager modules,
+    bf16 accumulation in .grad under ZeRO (DeepSpeed v0.11.1), the ZeRO stage of each
+    ds_config, FlashAttention-2 only where the model enables it, the overlapped reduce only at
+    ZeRO-3, ALiBi for Baichuan2-13B, and the H800 hosts' stated 200 Gb/s per GPU."""
+    rows = [r for r in held if r.family == "deepspeed-hf"]
+    assert {r.name for r in rows} == {"Baichuan2-13B", "Llama2-7B HF"} and len(rows) == 6
+    for r in rows:
+        b = r.job.recipe.behaviour
+        assert b.fused is False and b.autograd_grad_accum and not b.bf16_accum_pass
+        baichuan = r.name == "Baichuan2-13B"
+        assert r.plan.zero == (1 if baichuan else 3)
+        assert b.dp_overlap is (not baichuan)
+        assert r.job.recipe.flash_attention is (not baichuan)
+        assert r.job.model.position_embedding == ("alibi" if baichuan else "rope")
+    h800 = [r for r in rows if "H800" in r.job.cluster.node_groups[0].gpu.name]
+    assert len(h800) == 3  # both Baichuan2-13B runs and one Llama 2 7B run
+    assert all(r.job.cluster.node_groups[0].inter_node.bandwidth_gbps == 25.0 for r in h800)
+    pair = sorted((r for r in rows if r.name == "Baichuan2-13B"),
+                  key=lambda r: r.plan.num_microbatches)
+    assert [r.plan.num_microbatches for r in pair] == [8, 64]
+    assert [r.job.global_batch for r in pair] == [128, 1024]

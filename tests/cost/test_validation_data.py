@@ -167,10 +167,25 @@ def test_bloom_row_runs_its_slurm_scripts_settings() -> None:
     default is 0.1) and the fork has no sequence parallelism: dropout on, sp off."""
     from harness.heldout import heldout_rows
 
-    (h,) = [h for h in heldout_rows() if h.source == "bloom-tr11" and h.plan is not None]
+    rows = [h for h in heldout_rows() if h.source == "bloom-tr11" and h.plan is not None]
+    (h,) = [h for h in rows if "prequel" not in h.name]
     assert h.options.dropout is True
     assert h.plan.sp == 0 and h.plan.tp == 4
     assert h.job.recipe.flash_attention is False
+    # the prequel's fp16 throughput experiments (chronicles-prequel.md): the same fork's
+    # defaults, and fp16 gradients held in .grad and reduced in fp16
+    prequel = [h for h in rows if "prequel" in h.name]
+    assert len(prequel) == 10
+    for h in prequel:
+        assert h.options.dropout is True and h.plan.sp == 0
+        assert h.job.recipe.flash_attention is False
+        assert h.job.recipe.grad_bytes == 2 and h.job.recipe.grad_reduce_bytes == 2
+        assert h.job.recipe.behaviour.autograd_grad_accum
+    warmup = sorted((h for h in prequel if h.job.model.num_layers == 78),
+                    key=lambda h: h.plan.num_microbatches)
+    assert [h.plan.num_microbatches for h in warmup] == [32, 64, 96, 128]
+    assert all(h.plan.stage_layers == (7,) * 11 + (1,) for h in warmup)
+    assert sorted(h.plan.zero for h in prequel) == [0] + [1] * 9
 
 
 def test_gpt_bloom_mpt_rows_share_embedding_and_output() -> None:
