@@ -58,9 +58,10 @@ def mode_choices(space: SearchSpace, mode: RecomputeMode, pp: int, vpp: int) -> 
 def count(space: SearchSpace) -> int:
     """`SearchSpace.size`, counted: per degree combination, the sp and ZeRO choices times the
     recompute settings and partitions of each layout family, times the stage placements."""
-    per_rest = len(space.zero)
+    zeros = [z for z in space.zero if space.zero_ok(z)]
+    per_rest = len(zeros)
     total = 0
-    if len(space.etp_axis) > 1:  # the union of the one-etp spaces (no plan twice)
+    if space.multi:  # the union of the one-etp, one-replicas spaces (no plan twice)
         return sum(v.size() for v in space.etp_variants())
     fams: dict[tuple[int, int], int] = {}
     for d in space.degrees():
@@ -74,7 +75,7 @@ def count(space: SearchSpace) -> int:
             total += len(sps) * per_rest * fams[d.pp, d.vpp] * place
             continue
         # the keys a framework row refuses hold no plan of the space
-        for s, z, mode in product(sps, space.zero, space.recompute):
+        for s, z, mode in product(sps, zeros, space.recompute):
             key = KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, s, z, d.mbs,
                           d.num_microbatches, RECOMPUTE_MODES.index(mode))
             if not space.refusals_of_key(key):

@@ -149,14 +149,16 @@ class Tables:
 
 
 def key_variants(t: Tables, key: Any) -> list[Tables]:
-    """The tables of each expert-TP size under which `key` is a plan (`SearchSpace.etp_legal`):
-    `t` itself unless the space searches several sizes. A key's plans are the union over
-    these (and, within each, over its partition families)."""
+    """The tables of each (expert-TP size, replicas) variant under which `key` is a plan
+    (`SearchSpace.etp_legal`, `zero_ok`, and a framework row reading the replicas):
+    `t` itself unless the space searches several. A key's plans are the union over these
+    (and, within each, over its partition families)."""
     if not t.variants:
         return [t]
     return [v for v in t.variants
             if v.space.etp_legal(key.tp, key.cp, key.dp, key.ep, key.sp)
-            and key.dp in v.dp and key.m in v.m]
+            and v.space.zero_ok(key.zero) and key.dp in v.dp and key.m in v.m
+            and (v.space.dp_replicate == 1 or not v.space.refusals_of_key(key))]
 
 
 def family_tables(t: Tables, pp: int, vpp: int) -> list[Tables]:
@@ -185,8 +187,16 @@ def build_tables(space: SearchSpace) -> Tables:
     variants = space.etp_variants()
     dps = space.dp_domain or (1,)
     ms = tuple(sorted({d.num_microbatches for d in space.degrees()})) or (1,)
-    if len(variants) > 1:  # every size's tables over the whole space's dp and m domains
-        vs = [_build_tables(v, dps, ms) for v in variants]
+    if len(variants) > 1:  # every variant's tables over the whole space's dp and m domains
+        vs: list[Tables] = []
+        by_etp: dict[int | None, Tables] = {}
+        for v in variants:
+            base = by_etp.get(v.etp)
+            if base is None:
+                vt = by_etp[v.etp] = _build_tables(v, dps, ms)
+            else:  # the replicas change only the state and sync tables: share the rest
+                vt = _replica_tables(replace(base, space=v))
+            vs.append(vt)
         t = replace(vs[0], space=space)
         t.variants = vs
         return t
@@ -196,14 +206,12 @@ def build_tables(space: SearchSpace) -> Tables:
 def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...]) -> Tables:
     """`build_tables` of a space with one expert-TP size, over the dp and m domains given."""
     job = space.job
-    rep = space.dp_replicate  # hybrid sharding: one value per space (search/space.py)
     model = job.model
     kinds: tuple[bool, ...] = (False,) if model.moe is None else (
         (False, True) if model.moe.first_k_dense_layers else (True,))
     t = Tables(space=space, dp=tuple(dps), m=ms, kinds=kinds)
     t.tail_frac, t.bwd_share = dp_exposure(fx.options_for(job, None).dp_overlap)
     tch = fx.transient_charge()  # every transient byte's charge (module docstring)
-    gch = fx.grad_charge(job.recipe)
     tp = np.array(space.tp, float)
     cp = np.array(space.cp, float)
     ep = np.array(space.ep, float)
@@ -255,6 +263,45 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
                             ax_p[5])
         t.p2p[g] = np.broadcast_to(
             p2p, (len(tp), len(cp), 2, len(mbs), len(vpp), len(dp))).copy()
+    if model.mtp_layers:
+        t.mtp = model.mtp_layers
+        t.mtp_kind = fx.mtp_layer_kind(job)
+        if t.mtp_kind != t.main_kind:  # space.py admits no MoE layer frequency > 1
+            raise ValueError("the MTP layer's kind is not the search space's main layer kind")
+    tp3, ep3, z3_ = np.ix_(tp, ep, zero)
+    t.z3 = np.broadcast_to(tch * fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
+                           (len(tp), len(ep), len(zero))).copy()
+    t.capacity = tuple(capacity_bytes(usable_bytes(job, g.gpu.memory_bytes))
+                       for g in job.cluster.node_groups)
+    t.other = tch * fx.other_bytes(job)
+    return _replica_tables(t)
+
+
+def _replica_tables(t: Tables) -> Tables:
+    """The tables that read hybrid sharding's replicas (`t.space.dp_replicate`: the shard
+    group dp·cp/R): ZeRO-3 gathers, model states, DP sync, optimizer and per-micro-batch
+    gradient work, of the layers and of the stage extras. Set in place on fresh dicts (a
+    variant sharing the other tables with its R = 1 sibling never writes into them)."""
+    space = t.space
+    job = space.job
+    model = job.model
+    rep = space.dp_replicate  # hybrid sharding: one value per space (search/space.py)
+    kinds = t.kinds
+    tch = fx.transient_charge()
+    gch = fx.grad_charge(job.recipe)
+    tp = np.array(space.tp, float)
+    cp = np.array(space.cp, float)
+    ep = np.array(space.ep, float)
+    sp = np.array([0.0, 1.0])
+    mbs = np.array(space.mbs, float)
+    zero = np.array(space.zero, float)
+    dp = np.array(t.dp, float)
+    t.z3l, t.z3f, t.states, t.dpsync, t.opt, t.mbl = {}, {}, {}, {}, {}, {}
+    t.emb_dpsync, t.head_dpsync, t.emb_opt, t.head_opt, t.emb_mb, t.head_mb = \
+        {}, {}, {}, {}, {}, {}
+    t.dps_fixed, t.mtp_dpsync, t.mtpc_dpsync, t.mtp_opt, t.mtpc_opt, t.mtp_mb, t.mtpc_mb = \
+        {}, {}, {}, {}, {}, {}, {}
+    for g in range(len(job.cluster.node_groups)):
         # ZeRO-3 per-layer exposed all-gather (used when zero == 3): (tp,cp,ep,sp,mbs,mode,dp)
         ax7 = np.ix_(tp, cp, ep, sp, mbs, np.array([0.0, 1.0, 2.0]), dp)
         for kind in kinds:
@@ -312,10 +359,6 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
     extras = [(emb_p, t.emb_dpsync, t.emb_opt, t.emb_mb),
               (head_p, t.head_dpsync, t.head_opt, t.head_mb)]
     if model.mtp_layers:
-        t.mtp = model.mtp_layers
-        t.mtp_kind = fx.mtp_layer_kind(job)
-        if t.mtp_kind != t.main_kind:  # space.py admits no MoE layer frequency > 1
-            raise ValueError("the MTP layer's kind is not the search space's main layer kind")
         mf0 = fx.mtp_factors(job, 0, tp, 1, 0, 1)
         mtp_p = t.mtp * np.asarray(mf0.params, float).reshape(-1, 1, 1, 1)
         copy_p = np.asarray(mf0.copy_params, float).reshape(-1, 1, 1, 1)
@@ -336,12 +379,6 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
             ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
             op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
             mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
-    tp3, ep3, z3_ = np.ix_(tp, ep, zero)
-    t.z3 = np.broadcast_to(tch * fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
-                           (len(tp), len(ep), len(zero))).copy()
-    t.capacity = tuple(capacity_bytes(usable_bytes(job, g.gpu.memory_bytes))
-                       for g in job.cluster.node_groups)
-    t.other = tch * fx.other_bytes(job)
     return t
 
 
@@ -377,9 +414,9 @@ def stage_groups_of(t: Tables, plan: Plan) -> tuple[int, ...]:
 
 def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     """The memory.py / steptime.py composition for one plan, in exact floats (with the tables
-    of the plan's expert-TP size when the space searches several)."""
+    of the plan's expert-TP size and replicas when the space searches several)."""
     for v in t.variants:
-        if v.space.etp == plan.etp:
+        if v.space.etp == plan.etp and v.space.dp_replicate == plan.dp_replicate:
             t = v
             break
     sp_ = t.space
