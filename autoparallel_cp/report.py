@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autoparallel_cp.outputs import GIB, MEMORY_FIELDS, TIME_FIELDS, safe_stream
-from autoparallel_cp.search.capacity import risk_text
+from autoparallel_cp.search.capacity import risk_note, risk_text
 
 _TIME_LABEL: dict[str, str] = {
     "compute_s": "compute", "bubble_s": "bubble", "tp_comm_s": "TP comm", "cp_comm_s": "CP comm",
@@ -359,8 +359,9 @@ def print_plan_report(console: Console, p: Mapping[str, Any], *, title: str,
     console.print(Text(title, style="bold"))
     console.print("plan: " + ", ".join(f"{k}={plan[k]}" for k in plan))
     fits = p.get("fits")
-    console.print(Text("fits in memory" if fits else "DOES NOT FIT in memory",
-                       style="green" if fits else "bold red"))
+    near = risk_note(p) if fits else ""
+    console.print(Text("fits in memory" + near if fits else "DOES NOT FIT in memory",
+                       style=("yellow" if near else "green") if fits else "bold red"))
     mt, tt = breakdown_tables(p)
     console.print(mt)
     console.print(tt)

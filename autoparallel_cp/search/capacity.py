@@ -33,12 +33,14 @@ def to_capacity(job: Job) -> tuple[Job, float]:
 
 def annotate(dicts: Iterable[dict[str, Any]], headroom: float) -> None:
     """Add `memory.near_capacity` and `memory.mem_headroom` to PLAN dicts evaluated against the
-    whole memory (in place; `fits` and every other field unchanged)."""
+    whole memory (in place; `fits` and every other field unchanged). A plan that does not fit
+    the whole memory (evaluate's `fits: false`) is over capacity, not near it."""
     for d in dicts:
         mem = d.setdefault("memory", {})
         need = mem.get("required_bytes", mem.get("peak_bytes")) or 0.0
         cap = mem.get("capacity_bytes") or 0.0
-        mem["near_capacity"] = bool(cap) and near_capacity(float(need), float(cap), headroom)
+        mem["near_capacity"] = bool(cap) and d.get("fits", True) is not False \
+            and near_capacity(float(need), float(cap), headroom)
         mem["mem_headroom"] = headroom
 
 
