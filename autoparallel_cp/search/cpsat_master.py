@@ -60,7 +60,7 @@ replicas of a shard group of whole nodes) are variants too (`etp_variants` is th
 the two axes). The replicas change only the tables over (tp, ep, zero, dp, cp) (states, DP
 sync, optimizer, ZeRO-3 gathers, per-micro-batch gradient work: `tables._replica_tables`),
 never the composition, and every factor stays >= 0, so each variant's own LB bounds its plans
-as above. A variant R > 1 is legal only where R is the entry's replicas and zero >= 1
+as above. A variant R > 1 is legal only where R is the entry's replicas and zero >= 2
 (`rep_ok`, `zero_ok`, `ep_ok`); its pieces are +inf elsewhere (`_replica_masked`), so the
 elementwise least at an entry is over the variants legal there, the R = 1 variant (legal for
 every key) among them: still <= each legal variant's piece, hence LB(key) <= every plan of
@@ -88,7 +88,7 @@ for all keys at once, the same integers); `enumerate_keys` (CP-SAT's solution en
 the reference the tests compare it with, and the model itself serves the recommendation's
 fallback (`recommend.simplest_within`).
 
-Kept whole (about 445 lines): the master's literals, its two lower bounds and the key listing
+Kept whole (about 545 lines): the master's literals, its two lower bounds and the key listing
 read the same marginal tables; the bounds' proofs refer to the literals defined here.
 """
 
@@ -178,6 +178,16 @@ def bound_tables(t: Tables) -> BoundTables:
                            tail5=lo("tail5"), ms5=lo("ms5"),
                            cap_avg=max(b.cap_avg for b in bts), tail5x=lo("tail5x"))
     return _bound_tables(t)
+
+
+def with_capacity(b: BoundTables, t: Tables) -> BoundTables:
+    """`b` with the capacity mean of `t` (tables of the same space at another memory
+    headroom, `tables.with_capacity`): the only piece that reads the capacity, computed as
+    `_bound_tables` does."""
+    job = t.space.job
+    fr = [g.num_gpus / job.num_gpus for g in job.cluster.node_groups]
+    return replace(b, cap_avg=sum(f * c for f, c in zip(fr, t.capacity, strict=True))
+                   - t.other)
 
 
 def _replica_masked(b: BoundTables, t: Tables) -> BoundTables:

@@ -26,7 +26,7 @@ Axes and their default domains (every value is also checked against the job):
   (`spec.hybrid_sharding.node_shard_replicas`: one node, PyTorch HYBRID_SHARD's layout, or
   the fewest nodes with two shard ranks when tp·cp fills a node). Each value R is a variant
   space as an expert-TP size is (`etp_variants`: the product of the two axes) whose keys are
-  those with that R (`rep_ok`) and zero >= 1 (`zero_ok`); R | the experts' DP group
+  those with that R (`rep_ok`) and zero >= 2 (hybrid FSDP, `zero_ok`); R | the experts' DP group
   (`ep_ok`). `--fix dp_replicate=R` searches R alone (any R | dp, zero >= 1:
   `pins.replicate_zeros`). The tables read the shard group dp·cp/R from the cost functions.
 - `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches >= pp`: Megatron's
@@ -58,7 +58,7 @@ Axes and their default domains (every value is also checked against the job):
 
 `size()` counts complete plans (every field that changes the plan) without listing them.
 
-Kept whole (about 630 lines): the domains, the degree rules, the partition families, the
+Kept whole (about 670 lines): the domains, the degree rules, the partition families, the
 expert-TP sizes and the counting of one space read the same fields; split, a rule and its
 count would sit apart.
 """
@@ -100,6 +100,14 @@ FIXABLE = (
 #: GPT-OSS: `expert_tensor_parallel_size=1`, Megatron-Core MoE paper arXiv 2603.07685
 #: "Parallel Folding"). Each size adds a copy of every MoE factor table and its keys' scoring.
 ETP_VALUES: tuple[int, ...] = (1,)
+
+
+#: The least ZeRO stage of a searched hybrid-sharding plan: hybrid FSDP, as the frameworks
+#: that run it name it (torchtitan FSDP2's data_parallel_replicate_degree over fully_shard,
+#: zero 2 / 3; Megatron-FSDP's outer data-parallel group, --use-megatron-fsdp; PyTorch FSDP's
+#: HYBRID_SHARD and _HYBRID_SHARD_ZERO2). Megatron's distributed-optimizer instances at zero 1
+#: (--num-distributed-optimizer-instances) are evaluated and searched when pinned.
+SEARCHED_REPLICA_ZERO = 2
 
 
 def _etp_axis(job: Job, values: tuple[int, ...] | None) -> tuple[int | None, ...]:
@@ -291,8 +299,8 @@ class SearchSpace:
 
     def _with_replicas(self) -> SearchSpace:
         """This space searching hybrid sharding too: `rep_axis` = 1 and the
-        `node_shard_replicas` of its keys (none when zero >= 1 is not searched)."""
-        if not any(z >= 1 for z in self.zero):
+        `node_shard_replicas` of its keys (none when zero >= 2 is not searched)."""
+        if not any(z >= SEARCHED_REPLICA_ZERO for z in self.zero):
             return self
         gpn = self.gpus_per_node
         reps = sorted({node_shard_replicas(d.tp, d.cp, d.dp, gpn) for d in self.degrees()}
@@ -333,8 +341,23 @@ class SearchSpace:
             return (self,)
         cache: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_etp", {})
         if "v" not in cache:
-            cache["v"] = tuple(self.with_(etp=e, etp_axis=(e,), dp_replicate=r, rep_axis=(r,))
-                               for e in self.etp_axis for r in self.rep_axis)
+            out: list[SearchSpace] = []
+            for e in self.etp_axis:
+                one = None
+                for r in self.rep_axis:
+                    v = self.with_(etp=e, etp_axis=(e,), dp_replicate=r, rep_axis=(r,))
+                    if r == 1:
+                        one = v
+                    elif one is not None:
+                        # its degrees are its R = 1 sibling's that take R (`rep_ok`, and the
+                        # expert grid with R, `ep_ok`): every other rule of `_list_degrees`
+                        # reads no R, so the same list without listing the space again
+                        v.__dict__["_degrees"] = {"d": tuple(
+                            d for d in one.degrees() if v.rep_ok(d.tp, d.cp, d.dp)
+                            and v.ep_ok(d.tp, d.cp, d.dp, d.ep))}
+                        v.__dict__["_sibling"] = one  # (space_count.count reads its plans)
+                    out.append(v)
+            cache["v"] = tuple(out)
         return cache["v"]
 
     def rep_ok(self, tp: int, cp: int, dp: int) -> bool:
@@ -349,8 +372,11 @@ class SearchSpace:
             tp, cp, dp, self.gpus_per_node) == r
 
     def zero_ok(self, zero: int) -> bool:
-        """Hybrid sharding replicates sharded states: R > 1 needs zero >= 1."""
-        return self.dp_replicate == 1 or zero >= 1
+        """Hybrid sharding replicates sharded states: R > 1 needs zero >= 1, and the searched
+        (not pinned) R > 1 is hybrid FSDP, zero 2 or 3 (`SEARCHED_REPLICA_ZERO`)."""
+        if self.dp_replicate == 1:
+            return True
+        return zero >= (1 if "dp_replicate" in self.fixed else SEARCHED_REPLICA_ZERO)
 
     def etp_legal(self, tp: int, cp: int, dp: int, ep: int, sp: int) -> bool:
         """The key (these axes) is a plan of this one-etp, one-R space: the expert grid, the

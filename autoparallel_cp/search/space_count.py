@@ -63,7 +63,16 @@ def count(space: SearchSpace) -> int:
     total = 0
     if space.multi:  # the union of the one-etp, one-replicas spaces (no plan twice)
         return sum(v.size() for v in space.etp_variants())
+    sib = space.__dict__.get("_sibling")
+    if sib is not None and space.restriction is None:
+        # a replicas variant: its degrees are its R = 1 sibling's that take R, each with the
+        # same sp values, partitions and placements (space.py `etp_variants`), and its own
+        # ZeRO stages (zero >= 1)
+        sib.size()
+        per = sib.__dict__["_per_degree"]
+        return sum(per[d] for d in space.degrees()) * per_rest
     fams: dict[tuple[int, int], int] = {}
+    per_degree: dict[Any, int] = {}  # the plans of a degree choice per ZeRO stage
     for d in space.degrees():
         if (d.pp, d.vpp) not in fams:
             fams[d.pp, d.vpp] = sum(
@@ -72,7 +81,8 @@ def count(space: SearchSpace) -> int:
         place = space.num_placements(d.tp, d.cp, d.dp, d.pp)
         sps = [s for s in space.sp if space.etp_legal(d.tp, d.cp, d.dp, d.ep, s)]
         if space.restriction is None:
-            total += len(sps) * per_rest * fams[d.pp, d.vpp] * place
+            per_degree[d] = len(sps) * fams[d.pp, d.vpp] * place
+            total += per_degree[d] * per_rest
             continue
         # the keys a framework row refuses hold no plan of the space
         for s, z, mode in product(sps, zeros, space.recompute):
@@ -81,4 +91,5 @@ def count(space: SearchSpace) -> int:
             if not space.refusals_of_key(key):
                 total += sum(f.mode_choices(mode, d.pp, d.vpp) * f.num_partitions(
                     d.pp, d.vpp) for f in space.split_families(d.pp, d.vpp)) * place
+    space.__dict__["_per_degree"] = per_degree
     return total

@@ -73,9 +73,9 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
                   "ep | dp*cp (etp = tp), else etp*ep | tp*cp*dp",
                   "dp_replicate | dp (and the expert-DP group), zero >= 1 when > 1; "
-                  "searched (not pinned): 1, or the replicas of a shard group of the fewest "
-                  "whole nodes holding two shard ranks (spec/hybrid_sharding.py "
-                  "node_shard_replicas)",
+                  "searched (not pinned): 1, or with zero >= 2 (hybrid FSDP) the replicas of "
+                  "a shard group of the fewest whole nodes holding two shard ranks "
+                  "(spec/hybrid_sharding.py node_shard_replicas)",
                   "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)"]
         + ([f"the rows of {', '.join(r.formats)} in spec/frameworks.py"] if r is not None
            else []),
@@ -127,8 +127,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
                 and v.dp_replicate == plan.dp_replicate), space)
     if not (one.rep_ok(plan.tp, plan.cp, plan.dp) and one.zero_ok(plan.zero)):
         return (f"dp_replicate={plan.dp_replicate} with tp*cp*dp = "
-                f"{plan.tp * plan.cp * plan.dp} (searched: the shard group of whole nodes, "
-                "zero >= 1; pin it with --fix dp_replicate)")
+                f"{plan.tp * plan.cp * plan.dp}, zero={plan.zero} (searched: the shard group "
+                "of whole nodes, zero >= 2; pin it with --fix dp_replicate)")
     if not one.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
         return f"ep={plan.ep} with dp*cp = {plan.dp * plan.cp} (the space's expert grid rule)"
     if not one.sp_ok(plan.tp, plan.sp):

@@ -58,10 +58,11 @@ def test_the_axis_follows_the_frameworks() -> None:
     assert SearchSpace.for_job(job, hybrid=False).rep_axis == (1,)
     assert SearchSpace.for_job(job, fix="dp_replicate=2").rep_axis == (2,)
     assert SearchSpace.for_job(job, fix="zero=0").rep_axis == (1,)  # nothing sharded
+    assert SearchSpace.for_job(job, fix="zero=1").rep_axis == (1,)  # no hybrid FSDP
 
 
 def test_size_counts_each_key_once_per_replicas() -> None:
-    """The axis adds, per key with zero >= 1 whose dp takes a node shard group, exactly the
+    """The axis adds, per key with zero >= 2 whose dp takes a node shard group, exactly the
     plans of the R = 1 key: the size is the plain size plus those keys' plans."""
     job = _job(False, 4, 32, "megatron-bf16")
     kw = dict(max_pp=2, max_vpp=1, max_mbs=2, partial_recompute=False)
@@ -71,7 +72,7 @@ def test_size_counts_each_key_once_per_replicas() -> None:
     for d in plain.degrees():
         if node_shard_replicas(d.tp, d.cp, d.dp, 8) > 1:
             sps = [s for s in plain.sp if plain.sp_ok(d.tp, s)]
-            extra += len(sps) * sum(1 for z in plain.zero if z >= 1) * len(plain.recompute) \
+            extra += len(sps) * sum(1 for z in plain.zero if z >= 2) * len(plain.recompute) \
                 * plain.num_partitions(d.pp, d.vpp)
     assert extra > 0 and both.size() == plain.size() + extra
 
@@ -84,13 +85,13 @@ def test_axis_matches_enumeration(moe: bool, layers: int, gpus: int, recipe: str
     """Two or four 8-GPU nodes, the replicas' axis searched: CP-SAT's top k equals the
     enumerator's (the tie-break by `Plan.key()` includes dp_replicate)."""
     job = _job(moe, layers, gpus, recipe)
-    space = SearchSpace.for_job(job, max_pp=2, max_vpp=2, max_mbs=2, zero=(0, 1, 3))
+    space = SearchSpace.for_job(job, max_pp=2, max_vpp=2, max_mbs=2, zero=(0, 1, 2, 3))
     assert len(space.rep_axis) > 1
     res = _compare_tol(job, space, 6)
     for ev in res.plans:
         p = ev.plan
         if p.dp_replicate > 1:
-            assert p.zero >= 1 and p.dp_replicate == node_shard_replicas(p.tp, p.cp, p.dp, 8)
+            assert p.zero >= 2 and p.dp_replicate == node_shard_replicas(p.tp, p.cp, p.dp, 8)
 
 
 def test_master_bound_holds_with_the_axis() -> None:
@@ -138,7 +139,7 @@ def test_no_neighbour_inside_the_space_beats_a_proven_optimum(
     best = res.plans[0]
     inside = [p for _, p in neighbours(job, best.plan) if outside(sp, p) is None]
     assert inside
-    if best.plan.zero >= 1 and node_shard_replicas(best.plan.tp, best.plan.cp,
+    if best.plan.zero >= 2 and node_shard_replicas(best.plan.tp, best.plan.cp,
                                                    best.plan.dp, 8) > 1:
         # the axis is covered: a dp_replicate neighbour lies in the space
         assert any(p.dp_replicate != best.plan.dp_replicate for p in inside)
