@@ -78,9 +78,11 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
     if explain:
         from autoparallel_cp.search.neighbours import single_changes
 
-        changes = single_changes(job, plan_of(ev), d)
+        # judged against the whole memory, as solve searches (a change above the margin
+        # still fits; its breakdown says so)
+        changes = single_changes(full_job, plan_of(ev), d)
         if changes:
-            sensitivity = explain_sensitivity_lines(job, plan_of(ev), step_of(d), changes)
+            sensitivity = explain_sensitivity_lines(full_job, plan_of(ev), step_of(d), changes)
     items = [(json_path, outputs.plan_json(d))] if json_path else []
     if emitted is not None and emit_out:
         items.append((emit_out, emitted.text))
