@@ -342,23 +342,38 @@ class SearchSpace:
         cache: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_etp", {})
         if "v" not in cache:
             out: list[SearchSpace] = []
+            gpn = self.gpus_per_node
             for e in self.etp_axis:
                 one = None
+                by_rep: dict[int, list[Degrees]] = {}
                 for r in self.rep_axis:
                     v = self.with_(etp=e, etp_axis=(e,), dp_replicate=r, rep_axis=(r,))
                     if r == 1:
                         one = v
+                        # the sibling's degrees by their searched replicas (`rep_ok`)
+                        for d in v.degrees():
+                            by_rep.setdefault(node_shard_replicas(d.tp, d.cp, d.dp, gpn),
+                                              []).append(d)
                     elif one is not None:
                         # its degrees are its R = 1 sibling's that take R (`rep_ok`, and the
                         # expert grid with R, `ep_ok`): every other rule of `_list_degrees`
                         # reads no R, so the same list without listing the space again
                         v.__dict__["_degrees"] = {"d": tuple(
-                            d for d in one.degrees() if v.rep_ok(d.tp, d.cp, d.dp)
-                            and v.ep_ok(d.tp, d.cp, d.dp, d.ep))}
+                            d for d in by_rep.get(r, ()) if v.ep_ok(d.tp, d.cp, d.dp, d.ep))}
                         v.__dict__["_sibling"] = one  # (space_count.count reads its plans)
                     out.append(v)
             cache["v"] = tuple(out)
         return cache["v"]
+
+    def base_variants(self) -> tuple[SearchSpace, ...]:
+        """The variants of the space's first replicas value (R = 1 when hybrid sharding is
+        searched): a key legal under some variant is legal under one of these (R > 1 only
+        adds rules: `rep_ok`, `zero_ok`, R | the expert-DP group)."""
+        memo: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_base", {})
+        if "v" not in memo:
+            memo["v"] = tuple(v for v in self.etp_variants()
+                              if v.dp_replicate == self.rep_axis[0])
+        return memo["v"]
 
     def rep_ok(self, tp: int, cp: int, dp: int) -> bool:
         """The key's dp takes this space's replicas: R | dp, and a searched (not pinned)
@@ -396,7 +411,7 @@ class SearchSpace:
         and SP rules (`ep_ok`, `sp_ok`)."""
         if not self.multi:
             return self.ep_ok(tp, cp, dp, ep) and self.sp_ok(tp, sp)
-        return any(v.etp_legal(tp, cp, dp, ep, sp) for v in self.etp_variants())
+        return any(v.etp_legal(tp, cp, dp, ep, sp) for v in self.base_variants())
 
     def with_(self, **changes: Any) -> SearchSpace:
         """A copy with some fields replaced."""
@@ -569,7 +584,7 @@ class SearchSpace:
         with several expert-TP sizes searched, under one of them; with hybrid sharding the
         expert-DP group also divides by dp_replicate (MoE models)."""
         if self.multi:
-            return any(v.ep_ok(tp, cp, dp, ep) for v in self.etp_variants())
+            return any(v.ep_ok(tp, cp, dp, ep) for v in self.base_variants())
         moe = self.job.model.moe
         r = self.dp_replicate if moe is not None else 1
         if self.etp is None:
@@ -582,7 +597,7 @@ class SearchSpace:
         if sp:
             return tp > 1
         if self.multi:
-            return any(v.sp_ok(tp, sp) for v in self.etp_variants())
+            return any(v.sp_ok(tp, sp) for v in self.base_variants())
         return self.etp is None or tp == 1 or tp == self.etp
 
     def _moe_partition_ok(self, pp: int, vpp: int) -> bool:

@@ -46,6 +46,7 @@ from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
 from autoparallel_cp.search.schedule_axis import stage_inflight
 from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.spec.hybrid_sharding import node_shard_replicas
 from autoparallel_cp.spec.plan import Plan
 
 F = npt.NDArray[np.float64]
@@ -127,6 +128,9 @@ class Tables:
     #: searches several, else empty (these tables are then the only ones)
     variants: list[Tables] = field(default_factory=list, init=False, repr=False,
                                    compare=False)
+    #: `variants` by their replicas R (`key_variants`), filled on first use
+    by_rep: dict[int, list[Tables]] = field(default_factory=dict, init=False, repr=False,
+                                            compare=False)
 
     # ------------------------------------------------------------------ index helpers
     def i(self, axis: str, v: int) -> int:
@@ -155,7 +159,15 @@ def key_variants(t: Tables, key: Any) -> list[Tables]:
     (and, within each, over its partition families)."""
     if not t.variants:
         return [t]
-    return [v for v in t.variants
+    sp = t.space
+    cands = t.variants
+    if len(sp.rep_axis) > 1:  # searched replicas: R = 1 and the key's own R only
+        if not t.by_rep:
+            for v in t.variants:
+                t.by_rep.setdefault(v.space.dp_replicate, []).append(v)
+        r = node_shard_replicas(key.tp, key.cp, key.dp, sp.gpus_per_node)
+        cands = t.by_rep[1] + (t.by_rep.get(r, []) if r > 1 else [])
+    return [v for v in cands
             if v.space.etp_legal(key.tp, key.cp, key.dp, key.ep, key.sp)
             and v.space.zero_ok(key.zero) and key.dp in v.dp and key.m in v.m
             and (v.space.dp_replicate == 1 or not v.space.refusals_of_key(key))]
