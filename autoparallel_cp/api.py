@@ -265,11 +265,14 @@ def solve(
     progress: Callable[..., Any] | None = None,
     seed: int | None = None,
     emit: str | None = None,
+    prior: Any = None,
 ) -> Any:
     """Optimal and k best plans found by CP-SAT: a SolveResult (status, solve_time_s,
     space_size, plans best first). Raises InfeasibleError when no plan fits. The search keeps
     to the plans the recipe's framework (deepspeed, torchtitan-fsdp, pytorch-fsdp) and the
-    `emit` format run (spec/framework_space.py)."""
+    `emit` format run (spec/framework_space.py). `prior`: a SolveResult's `context` of the
+    same search at a smaller `mem_headroom`, whose proven parts are reused (search/capacity.py
+    `reuse`; not with the robust objective, whose job differs)."""
     _check_search_args(job, top_k, objective)
     if time_limit is not None:
         check_number(time_limit, "--time-limit", hi=MAX_TIME_LIMIT_S)
@@ -287,7 +290,8 @@ def solve(
 
     def run(j: Job) -> Any:
         return cpsat_solve(j, **_given(top_k=top_k, time_limit=time_limit, workers=workers,
-                                       fix=pins, progress=progress, seed=seed, emit=fmt))
+                                       fix=pins, progress=progress, seed=seed, emit=fmt,
+                                       prior=prior if objective != "robust" else None))
 
     return _robust(job, run) if objective == "robust" else run(job)
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autoparallel_cp.outputs import GIB, MEMORY_FIELDS, TIME_FIELDS, safe_stream
-from autoparallel_cp.search.capacity import risk_text
+from autoparallel_cp.search.capacity import risk_note, risk_text
 
 _TIME_LABEL: dict[str, str] = {
     "compute_s": "compute", "bubble_s": "bubble", "tp_comm_s": "TP comm", "cp_comm_s": "CP comm",
@@ -119,14 +119,14 @@ def plans_table(
     dominates the time; with `compare`, why each plan loses to #1."""
     table = Table(title=title, header_style="bold", title_justify="left", pad_edge=False)
     table.add_column("#", justify="right", no_wrap=True)
-    # vpp / cp / ep columns only when some plan uses them (the CSV/JSON always have them)
-    shown = [c for c in ("dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs")
-             if c not in ("vpp", "cp", "ep")
+    # vpp / cp / ep / dp_replicate (rep) columns only when some plan uses them (the CSV/JSON
+    shown = [c for c in ("dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "dp_replicate", "mbs")
+             if c not in ("vpp", "cp", "ep", "dp_replicate")  # always have them)
              or any((p.get("plan", {}).get(c) or 1) > 1 for p in plans)]
     if any(p.get("plan", {}).get("etp") is not None for p in plans):
         shown.insert(shown.index("sp"), "etp")  # MoE parallel folding's expert-TP size
     for col in (*shown, "m"):
-        table.add_column(col, justify="right", no_wrap=True)
+        table.add_column({"dp_replicate": "rep"}.get(col, col), justify="right", no_wrap=True)
     table.add_column("recompute", no_wrap=True)
     table.add_column("mem GiB", justify="right", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
@@ -136,7 +136,7 @@ def plans_table(
     if compare:
         table.add_column("vs #1", no_wrap=True)
     for i, p in enumerate(plans, start=1):
-        plan = p.get("plan", {})
+        plan = {"dp_replicate": 1, **p.get("plan", {})}  # (absent: plain sharding)
         mem = p.get("memory", {})
         t = p.get("time", {})
         thr = p.get("throughput", {})
@@ -359,8 +359,8 @@ def print_plan_report(console: Console, p: Mapping[str, Any], *, title: str,
     console.print(Text(title, style="bold"))
     console.print("plan: " + ", ".join(f"{k}={plan[k]}" for k in plan))
     fits = p.get("fits")
-    console.print(Text("fits in memory" if fits else "DOES NOT FIT in memory",
-                       style="green" if fits else "bold red"))
+    console.print(Text("fits in memory" + risk_note(p) if fits else "DOES NOT FIT in memory",
+                       style=("yellow" if risk_note(p) else "green") if fits else "bold red"))
     mt, tt = breakdown_tables(p)
     console.print(mt)
     console.print(tt)

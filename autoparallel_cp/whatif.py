@@ -20,6 +20,7 @@ from rich.table import Table
 
 from autoparallel_cp import api, outputs, report, sweep_backends
 from autoparallel_cp.errors import InfeasibleError, UserError
+from autoparallel_cp.search import capacity
 from autoparallel_cp.spec import Job
 
 SWEEP_KEYS: tuple[str, ...] = ("cluster", "gpus", "inter_node_gbps", "seq_len", "global_batch")
@@ -28,6 +29,9 @@ ROW_COLUMNS: tuple[str, ...] = SWEEP_KEYS + (
     "peak_gib", "days", "cost_usd", "usd_per_hour", "explanation",
     # the job's stated MoE load imbalance (--moe-load-imbalance; 1 = balanced), echoed
     "moe_load_imbalance",
+    # the best plan above the --mem-headroom margin (search/capacity.py) and its chance of
+    # running out of memory (cost/uncertainty.py), as solve marks its plans
+    "near_capacity", "oom_risk",
 )
 
 
@@ -94,15 +98,20 @@ def _bw(job: Job) -> Any:
 
 def _solve_point(job: Job, fix: str | None, objective: str, time_limit: float,
                  workers: int) -> dict[str, Any]:
-    """Worker: the best plan of one point, or why there is none."""
+    """Worker: the best plan of one point, or why there is none. As `solve` does, the search
+    admits every plan that fits the GPU's whole memory, and a plan above the `--mem-headroom`
+    margin is kept and marked (`memory.near_capacity`, `memory.oom_risk`: search/capacity.py),
+    not cut."""
+    full_job, headroom = capacity.to_capacity(job)
     try:
-        res = api.solve(job, top_k=1, time_limit=time_limit, workers=workers,
+        res = api.solve(full_job, top_k=1, time_limit=time_limit, workers=workers,
                         objective=objective, fix=fix)
     except InfeasibleError as exc:
         return {"status": "infeasible", "explanation": exc.explanation.strip()}
     except UserError as exc:
         return {"status": "error", "explanation": str(exc)}
     plans = report.plans_from(getattr(res, "plans", []) or [])
+    capacity.annotate(plans, headroom)
     if not plans:
         return {"status": "timeout",
                 "explanation": "no plan found within the time limit (not proven infeasible)"}
@@ -150,7 +159,7 @@ def _row(point: Point, out: dict[str, Any], tokens: float | None) -> dict[str, A
     row["moe_load_imbalance"] = job.moe_load_imbalance
     best = out.get("best")
     for k in ("plan", "step_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "peak_gib",
-              "days", "cost_usd"):
+              "days", "cost_usd", "near_capacity", "oom_risk"):
         row[k] = None
     row["explanation"] = out.get("explanation")
     if best is not None:
@@ -160,8 +169,11 @@ def _row(point: Point, out: dict[str, Any], tokens: float | None) -> dict[str, A
         row["tokens_per_s"] = thr.get("tokens_per_s")
         row["tokens_per_s_per_gpu"] = thr.get("tokens_per_s_per_gpu")
         row["mfu"] = thr.get("mfu")
-        peak = best.get("memory", {}).get("peak_bytes")
+        mem = best.get("memory", {})
+        peak = mem.get("peak_bytes")
         row["peak_gib"] = round(peak / report.GIB, 2) if peak is not None else None
+        row["near_capacity"] = mem.get("near_capacity")
+        row["oom_risk"] = mem.get("oom_risk")
         if tokens and row["tokens_per_s"]:
             hours = tokens / row["tokens_per_s"] / 3600.0
             row["days"] = hours / 24.0
@@ -196,7 +208,10 @@ def rows_table(rows: Sequence[dict[str, Any]], *, tokens: float | None = None,
                  str(r["seq_len"]), str(r["global_batch"]), plan,
                  report.fmt_time(r["step_s"]), report.fmt_count(r["tokens_per_s_per_gpu"]),
                  "-" if r["mfu"] is None else f"{r['mfu']:.1%}",
-                 "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}"]
+                 "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}" + (
+                     " " + capacity.risk_text({"memory": {"near_capacity": True,
+                                                          "oom_risk": r.get("oom_risk")}})
+                     if r.get("near_capacity") else "")]
         if tokens:
             cells.append("-" if r["days"] is None else f"{r['days']:.1f}")
             cells.append("-" if r["cost_usd"] is None else f"{r['cost_usd']:,.0f}")

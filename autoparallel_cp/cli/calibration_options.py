@@ -51,7 +51,7 @@ def headroom_option(fn: F) -> F:
              "of running out of memory, and recommend a plan within the margin (default "
              f"{default_mem_headroom():g}: the model's 90th-percentile memory under-"
              "prediction, where the risk is 10%; 0 turns it off). evaluate, explain and "
-             "whatif compare the need with the capacity less this margin.")(fn)
+             "whatif mark a plan the same way (memory.near_capacity, memory.oom_risk).")(fn)
 
 
 def moe_imbalance_option(fn: F) -> F:

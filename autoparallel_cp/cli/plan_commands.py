@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autoparallel_cp import api, outputs, report
-from autoparallel_cp.cli.calibration_options import explain_sensitivity_lines
+from autoparallel_cp.cli.calibration_options import explain_sensitivity_lines, headroom_option
 from autoparallel_cp.cli.common import (
     F,
     build_job,
@@ -24,6 +24,7 @@ from autoparallel_cp.cli.common import (
     step_of,
 )
 from autoparallel_cp.emit import EMIT_FORMATS, emit
+from autoparallel_cp.search import capacity
 from autoparallel_cp.spec import Job
 
 
@@ -45,6 +46,7 @@ def _plan_options(fn: F) -> F:
                      help="Write a self-contained HTML report (needs plotly: the `html` "
                           "extra)."),
         click.option("--quiet", "-q", is_flag=True, help="No notes on stderr."),
+        headroom_option,
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -64,17 +66,23 @@ def _evaluate_and_report(job: Job, plan_text: str, json_path: str | None,
                          explain: bool, trace_path: str | None = None,
                          html_path: str | None = None) -> None:
     out, note = consoles(json_path, quiet, emit_out, trace_path, html_path)
-    ev = api.evaluate(job, plan_text)
+    # as solve's plans (search/capacity.py): evaluated against the GPU's whole memory, a plan
+    # above the --mem-headroom margin marked `memory.near_capacity` with its `oom_risk`
+    full_job, headroom = capacity.to_capacity(job)
+    ev = api.evaluate(full_job, plan_text)
     d = report.plans_from([ev])[0]
+    capacity.annotate([d], headroom)
     emitted = emit(job, plan_of(ev), emit_fmt) if emit_fmt else None
     changes: list[Any] = []
     sensitivity: list[str] = []
     if explain:
         from autoparallel_cp.search.neighbours import single_changes
 
-        changes = single_changes(job, plan_of(ev), d)
+        # judged against the whole memory, as solve searches (a change above the margin
+        # still fits; its breakdown says so)
+        changes = single_changes(full_job, plan_of(ev), d)
         if changes:
-            sensitivity = explain_sensitivity_lines(job, plan_of(ev), step_of(d), changes)
+            sensitivity = explain_sensitivity_lines(full_job, plan_of(ev), step_of(d), changes)
     items = [(json_path, outputs.plan_json(d))] if json_path else []
     if emitted is not None and emit_out:
         items.append((emit_out, emitted.text))

@@ -53,12 +53,12 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     # recommendation
     full_job, headroom = capacity.to_capacity(job)
 
-    def search(j: Job, k: int) -> Any:
+    def search(j: Job, k: int, prior: Any = None) -> Any:
         if kind == "solve":
             with ProgressLine(not quiet, "CP-SAT") as progress:
                 return api.solve(j, top_k=k, time_limit=time_limit, workers=workers,
                                  objective=objective, fix=fix, progress=progress,
-                                 emit=emit_fmt)
+                                 emit=emit_fmt, prior=prior)
         return api.enumerate_plans(j, top_k=k, objective=objective, fix=fix, emit=emit_fmt)
 
     result = search(full_job, top_k)
@@ -93,7 +93,9 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
     if capacity.needs_safe_search(dicts):
         # #1 is near capacity: the fastest plan within the margin is not among the k best
         try:
-            sres = search(job, 1)
+            # the first search's proven bounds and key results hold within the margin too
+            # (search/capacity.py `reuse`)
+            sres = search(job, 1, getattr(result, "context", None))
         except InfeasibleError:
             sres = None
         if sres is not None:

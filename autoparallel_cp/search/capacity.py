@@ -17,6 +17,7 @@ with the margin for it (`needs_safe_search`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from autoparallel_cp.cost.uncertainty import near_capacity
@@ -33,12 +34,14 @@ def to_capacity(job: Job) -> tuple[Job, float]:
 
 def annotate(dicts: Iterable[dict[str, Any]], headroom: float) -> None:
     """Add `memory.near_capacity` and `memory.mem_headroom` to PLAN dicts evaluated against the
-    whole memory (in place; `fits` and every other field unchanged)."""
+    whole memory (in place; `fits` and every other field unchanged). A plan that does not fit
+    the whole memory (evaluate's `fits: false`) is over capacity, not near it."""
     for d in dicts:
         mem = d.setdefault("memory", {})
         need = mem.get("required_bytes", mem.get("peak_bytes")) or 0.0
         cap = mem.get("capacity_bytes") or 0.0
-        mem["near_capacity"] = bool(cap) and near_capacity(float(need), float(cap), headroom)
+        mem["near_capacity"] = bool(cap) and d.get("fits", True) is not False \
+            and near_capacity(float(need), float(cap), headroom)
         mem["mem_headroom"] = headroom
 
 
@@ -79,3 +82,56 @@ def risk_note(d: Mapping[str, Any]) -> str:
     return (f", near capacity ({need / GIB:.1f} of {cap / GIB:.1f} GiB, above the "
             f"{mem.get('mem_headroom', 0):.1%} margin)"
             + ("" if risk is None else f": {risk:.0%} risk of running out of memory"))
+
+
+@dataclass
+class Reuse:
+    """What a search of a space up to a larger capacity hands to a search of the same space
+    within the margin (`reuse`): tables and bound tables at the new capacity, proven lower
+    bounds by key, and the keys whose best plan is already known."""
+
+    tables: Any
+    bounds: Any  # cpsat_master.BoundTables at the new capacity
+    key_bounds: dict[Any, float]
+    found: dict[Any, Any]  # key -> solve.KeyResult, exact under the new capacity
+
+
+def reuse(prior: Any, space: Any) -> Reuse | None:
+    """The first (up-to-capacity) search's results that stay true for `space`, the same space
+    at a smaller capacity (the job differs only in a larger `mem_headroom`); None when the
+    spaces differ in anything else. `prior` is the first search's `solve.SearchContext`.
+
+    Proof. Only the GPUs' usable memory changes, so every factor table but the capacity is the
+    same (`tables.with_capacity`), and the master's bound tables but their capacity mean
+    (`cpsat_master.with_capacity`). A plan fitting the smaller capacity fits the larger one,
+    so the new space's plans of a key are a subset of the old's: (1) a lower bound of every old
+    plan of the key (`key_bound`, a proven `above` value, the key's old best step time) bounds
+    every new one; (2) a key's old best that fits the new capacity (the exact re-check,
+    `tables.plan_cost`) is its new best, since no new plan is faster than the old best. The
+    search then runs its loop unchanged over these: its stopping rule needs only that every
+    bound is a lower bound and every found plan a key's exact best (solve.py)."""
+    from dataclasses import replace as dc_replace
+
+    from autoparallel_cp.search.cpsat_master import with_capacity as bt_capacity
+    from autoparallel_cp.search.tables import plan_cost
+    from autoparallel_cp.search.tables import with_capacity as t_capacity
+
+    old = prior.space
+    if prior.tables is None or old.job.mem_headroom > space.job.mem_headroom:
+        return None
+    same_job = old.job.model_copy(update={"mem_headroom": space.job.mem_headroom})
+    if same_job != space.job or old.describe() != space.describe() \
+            or dict(old.fixed) != dict(space.fixed) or old.restriction != space.restriction:
+        return None
+    tabs = t_capacity(prior.tables, space)
+    bt = bt_capacity(prior.keys.bounds, tabs)
+    bounds = dict(prior.key_bounds)
+    for key, v in prior.above.items():
+        bounds[key] = max(bounds.get(key, v), v)
+    found: dict[Any, Any] = {}
+    for key, res in prior.found.items():
+        if plan_cost(tabs, res.plan).fits:
+            found[key] = dc_replace(res, tables=tabs)
+        else:  # its best needs more memory: the new best is no faster
+            bounds[key] = max(bounds.get(key, res.step_s), res.step_s)
+    return Reuse(tabs, bt, bounds, found)

@@ -55,6 +55,19 @@ shrink with V, since m >= 1 > 2/3), so the tables taken elementwise as the least
 exact step time of every plan of the key whatever its etp (`bound_tables`); the key listing
 (`key_table`) reads the same combined tables.
 
+Hybrid sharding's replicas as a searched axis (`SearchSpace.rep_axis`: 1 and, per key, the
+replicas of a shard group of whole nodes) are variants too (`etp_variants` is the product of
+the two axes). The replicas change only the tables over (tp, ep, zero, dp, cp) (states, DP
+sync, optimizer, ZeRO-3 gathers, per-micro-batch gradient work: `tables._replica_tables`),
+never the composition, and every factor stays >= 0, so each variant's own LB bounds its plans
+as above. A variant R > 1 is legal only where R is the entry's replicas and zero >= 2
+(`rep_ok`, `zero_ok`, `ep_ok`); its pieces are +inf elsewhere (`_replica_masked`), so the
+elementwise least at an entry is over the variants legal there, the R = 1 variant (legal for
+every key) among them: still <= each legal variant's piece, hence LB(key) <= every plan of
+the key whatever its replicas, and finite (tests/search/test_hybrid_sharding_axis.py checks
+LB <= every key's exact best with the axis). A pinned R (`--fix dp_replicate`) is one value
+per space, every key takes it, and nothing is masked.
+
 MoE parallel folding (`--fix etp`) does not touch this argument: the expert-TP size is one
 value per search space, so the tables are the factor functions evaluated at it (the folded
 layers' times, activations, expert states and expert-DP gradient sync) over the same axes, the
@@ -75,15 +88,16 @@ for all keys at once, the same integers); `enumerate_keys` (CP-SAT's solution en
 the reference the tests compare it with, and the model itself serves the recommendation's
 fallback (`recommend.simplest_within`).
 
-Kept whole (about 445 lines): the master's literals, its two lower bounds and the key listing
+Kept whole (about 545 lines): the master's literals, its two lower bounds and the key listing
 read the same marginal tables; the bounds' proofs refer to the literals defined here.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -154,7 +168,7 @@ def bound_tables(t: Tables) -> BoundTables:
     several expert-TP sizes searched (`Tables.variants`), each piece the least over the sizes
     (V, the subtracted one, the largest): the module docstring's union argument."""
     if t.variants:
-        bts = [_bound_tables(v) for v in t.variants]
+        bts = [_replica_masked(_bound_tables(v), v) for v in t.variants]
 
         def lo(name: str) -> np.ndarray:
             return np.minimum.reduce([getattr(b, name) for b in bts])
@@ -164,6 +178,41 @@ def bound_tables(t: Tables) -> BoundTables:
                            tail5=lo("tail5"), ms5=lo("ms5"),
                            cap_avg=max(b.cap_avg for b in bts), tail5x=lo("tail5x"))
     return _bound_tables(t)
+
+
+def with_capacity(b: BoundTables, t: Tables) -> BoundTables:
+    """`b` with the capacity mean of `t` (tables of the same space at another memory
+    headroom, `tables.with_capacity`): the only piece that reads the capacity, computed as
+    `_bound_tables` does."""
+    job = t.space.job
+    fr = [g.num_gpus / job.num_gpus for g in job.cluster.node_groups]
+    return replace(b, cap_avg=sum(f * c for f, c in zip(fr, t.capacity, strict=True))
+                   - t.other)
+
+
+def _replica_masked(b: BoundTables, t: Tables) -> BoundTables:
+    """A replicas variant's (R > 1) pieces over (tp, ep, zero, dp, cp) set to +inf where R
+    is not that entry's (`SearchSpace.rep_ok`, `zero_ok`, the expert grid `ep_ok`): no
+    plan of those keys has R, and the R = 1 variant, legal for every key, keeps the least
+    finite (a pinned R is left as it is: no R = 1 variant, and every key takes R). Only
+    the pieces over dp read R (the state, sync and ZeRO-3 tables)."""
+    s = t.space
+    if s.dp_replicate == 1 or "dp_replicate" in s.fixed:
+        return b  # a pinned R: every variant has it, and every key of the space takes it
+    legal = np.zeros((len(s.tp), len(s.ep), len(s.zero), len(t.dp), len(s.cp)), bool)
+    for (i, tp), (j, dp), (c, cp) in itertools.product(enumerate(s.tp), enumerate(t.dp),
+                                                       enumerate(s.cp)):
+        if not s.rep_ok(tp, cp, dp):
+            continue
+        for e, ep in enumerate(s.ep):
+            if s.ep_ok(tp, cp, dp, ep):
+                legal[i, e, :, j, c] = [s.zero_ok(z) for z in s.zero]
+
+    def m(a: np.ndarray) -> np.ndarray:
+        mask = legal.reshape(legal.shape + (1,) * (a.ndim - legal.ndim))
+        return np.where(mask, a, np.inf)
+
+    return replace(b, tail5=m(b.tail5), ms5=m(b.ms5), tail5x=m(b.tail5x))
 
 
 def _bound_tables(t: Tables) -> BoundTables:

@@ -575,6 +575,11 @@ def _best_of_space(tabs: Tables, vi: int,
                 for col in np.nonzero(np.isfinite(cost))[0]:
                     sp_ = int(sps[col // len(space.zero)])
                     zero = space.zero[col % len(space.zero)]
+                    if not space.zero_ok(zero) or (space.dp_replicate > 1 and (
+                            space.refusals_of_key(KeyView(
+                                d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, sp_, zero, d.mbs,
+                                d.num_microbatches, MODES.index(mode_name))))):
+                        continue  # not a plan of this replicas variant (tables.key_variants)
                     p = int(pi[col])
                     part = tuple(int(x) for x in parts[p]) if free_parts else part_objs[p]
                     plan = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoparallel_cp.search.recommend import complexity
+from autoparallel_cp.spec.hybrid_sharding import node_shard_replicas
 from autoparallel_cp.spec.plan import Plan
 
 
@@ -52,7 +53,9 @@ def neighbours(job: Any, plan: Plan) -> list[tuple[str, Plan]]:
     edits += axis_edits(job, plan)
     if plan.zero >= 1:  # hybrid sharding: replicas of the shard group (spec/hybrid_sharding.py)
         r = plan.dp_replicate
-        for nr in (r * 2, r // 2):
+        gpn = min(g.gpus_per_node for g in job.cluster.node_groups)
+        node = node_shard_replicas(plan.tp, plan.cp, plan.dp, gpn)  # the searched one
+        for nr in dict.fromkeys((r * 2, r // 2, node, 1)):
             if nr >= 1 and nr != r and plan.dp % nr == 0:
                 edits.append((f"dp_replicate {r} -> {nr}", {"dp_replicate": nr}))
     domains = _domains(job)

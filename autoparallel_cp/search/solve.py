@@ -35,7 +35,7 @@ master's LB and the key bounds, computed over the larger space, stay lower bound
 Status `optimal` means this proof completed. The per-key models' limits are deterministic time
 (`limits.Budget`), so the answer does not depend on the machine's load.
 
-Kept whole (about 455 lines): `solve`'s loop is the proof above step by step (windows, heap,
+Kept whole (about 475 lines): `solve`'s loop is the proof above step by step (windows, heap,
 coupled bounds, trial cutoffs); split, its invariants would sit apart from the code they hold.
 """
 
@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoparallel_cp.errors import InfeasibleError
+from autoparallel_cp.search import capacity
 from autoparallel_cp.search.limits import Budget, check
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.space_proof import proof_space
@@ -196,8 +197,14 @@ def solve(
     fix: str | Mapping[str, Any] | None = None,
     progress: Callable[..., Any] | None = None,
     emit: str | None = None,
+    prior: SearchContext | None = None,
 ) -> SolveResult:
     """The k best distinct plans by CP-SAT, proven (see the module docstring).
+
+    `prior`: the context of a search of the same space up to a larger capacity (the CLI's
+    first, up-to-capacity search, when the fastest plan within the --mem-headroom margin is
+    asked next): its tables, bounds and exact key results that stay true here are reused
+    (`capacity.reuse`, where the proof is); anything else is ignored.
 
     `time_limit` (seconds) is a deterministic-time budget (`limits.Budget`): the same input
     gives the same plans and status on an idle or a busy machine. Status `timeout` (no plan,
@@ -221,12 +228,13 @@ def solve(
     runnable = 0  # listed keys the frameworks run
     phase: dict[str, float] = {}
     tp0 = time.perf_counter()
-    tabs = build_tables(sp)
+    ru = capacity.reuse(prior, sp) if prior is not None else None
+    tabs = ru.tables if ru is not None else build_tables(sp)
     phase["build_s"] = time.perf_counter() - tp0
     # every key of the master with its LB (numpy, the master's integer objective bit for bit):
     # its least LB seeds the first window and each window is a slice of the sorted keys
     tp0 = time.perf_counter()
-    table = build_key_table(tabs)
+    table = build_key_table(tabs, bt=ru.bounds if ru is not None else None)
     phase["master_s"] = time.perf_counter() - tp0
     lb0_ = table.minimum()
     if lb0_ is None:  # no key passes the degree rules and the memory condition
@@ -236,8 +244,9 @@ def solve(
     unit = table.unit_s
     top_u = table.top_u
     budget = Budget(time_limit)
-    found: dict[Any, KeyResult] = {}
-    bounds: dict[Any, float] = {}
+    # a prior search's exact key results and lower bounds that hold here (capacity.reuse)
+    found: dict[Any, KeyResult] = dict(ru.found) if ru is not None else {}
+    bounds: dict[Any, float] = dict(ru.key_bounds) if ru is not None else {}
     above: dict[Any, float] = {}  # keys proven to have no plan <= the value
     tight: set[Any] = set()  # keys whose bound is the coupled one (`key_bound(coupled=True)`)
     heap: list[tuple[float, tuple[Any, ...], int, Any]] = []  # (bound, order, LB, key) to score
@@ -309,8 +318,8 @@ def solve(
             if kb > hi * unit and hi < top_u:
                 break  # an unlisted key (LB > hi) may come before it: list the next window
             heapq.heappop(heap)
-            if lb_u * unit >= cut:
-                continue
+            if lb_u * unit >= cut or key in found:
+                continue  # above the k-th best, or its best already known (`prior`)
             if key not in tight:
                 # the coupled bound (a few ms, so only for the keys that would get a model):
                 # the key goes back to the heap with it, to be scored in its turn

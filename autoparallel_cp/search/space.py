@@ -19,9 +19,16 @@ Axes and their default domains (every value is also checked against the job):
   (`etp_legal`), its best the best over them, its bounds the least (cpsat_master.py's
   docstring: the master's tables are the elementwise least over the sizes). etp = tp written
   out is the default's plan and is not searched twice.
-- `dp_replicate` (hybrid sharding): one value per space (`--fix`, 1 by default), carried by
-  every etp variant: R | dp, R | the experts' DP group (`ep_ok`), zero >= 1
-  (`pins.replicate_zeros`); the tables read the shard group dp·cp/R from the cost functions.
+- `dp_replicate` (hybrid sharding, `rep_axis`): for the frameworks that run it (every
+  restriction whose rows do not refuse it, `Restriction.replicates`: Megatron's distributed-
+  optimizer instances and Megatron-FSDP, torchtitan's FSDP2, PyTorch FSDP's HYBRID_SHARD;
+  not DeepSpeed), 1 and, per key, the replicas of a shard group of whole nodes
+  (`spec.hybrid_sharding.node_shard_replicas`: one node, PyTorch HYBRID_SHARD's layout, or
+  the fewest nodes with two shard ranks when tp·cp fills a node). Each value R is a variant
+  space as an expert-TP size is (`etp_variants`: the product of the two axes) whose keys are
+  those with that R (`rep_ok`) and zero >= 2 (hybrid FSDP, `zero_ok`); R | the experts' DP group
+  (`ep_ok`). `--fix dp_replicate=R` searches R alone (any R | dp, zero >= 1:
+  `pins.replicate_zeros`). The tables read the shard group dp·cp/R from the cost functions.
 - `vpp`: `1..max_vpp` (interleaved 1F1B needs `pp > 1` and `num_microbatches >= pp`: Megatron's
   micro-batch groups, `spec.plan.microbatch_group`);
 - `mbs`: powers of two up to `max_mbs` dividing the global batch;
@@ -51,7 +58,7 @@ Axes and their default domains (every value is also checked against the job):
 
 `size()` counts complete plans (every field that changes the plan) without listing them.
 
-Kept whole (about 630 lines): the domains, the degree rules, the partition families, the
+Kept whole (about 670 lines): the domains, the degree rules, the partition families, the
 expert-TP sizes and the counting of one space read the same fields; split, a rule and its
 count would sit apart.
 """
@@ -68,6 +75,7 @@ from autoparallel_cp.search.pins import check_structural_pins, replicate_zeros
 from autoparallel_cp.search.schedule_axis import narrow, refuse_unrun, refuse_unsearched
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.framework_space import Restriction
+from autoparallel_cp.spec.hybrid_sharding import node_shard_replicas
 from autoparallel_cp.spec.plan import (
     RECOMPUTE_MODES,
     Plan,
@@ -92,6 +100,14 @@ FIXABLE = (
 #: GPT-OSS: `expert_tensor_parallel_size=1`, Megatron-Core MoE paper arXiv 2603.07685
 #: "Parallel Folding"). Each size adds a copy of every MoE factor table and its keys' scoring.
 ETP_VALUES: tuple[int, ...] = (1,)
+
+
+#: The least ZeRO stage of a searched hybrid-sharding plan: hybrid FSDP, as the frameworks
+#: that run it name it (torchtitan FSDP2's data_parallel_replicate_degree over fully_shard,
+#: zero 2 / 3; Megatron-FSDP's outer data-parallel group, --use-megatron-fsdp; PyTorch FSDP's
+#: HYBRID_SHARD and _HYBRID_SHARD_ZERO2). Megatron's distributed-optimizer instances at zero 1
+#: (--num-distributed-optimizer-instances) are evaluated and searched when pinned.
+SEARCHED_REPLICA_ZERO = 2
 
 
 def _etp_axis(job: Job, values: tuple[int, ...] | None) -> tuple[int | None, ...]:
@@ -143,6 +159,9 @@ class SearchSpace:
     #: expert-tensor-parallel size of every plan (`--fix etp`); None: Megatron's default (tp)
     etp: int | None = None
     dp_replicate: int = 1  #: hybrid sharding's replicas of every plan (`--fix dp_replicate`)
+    #: the replica counts searched (`etp_variants`): (dp_replicate,) unless the search tries
+    #: hybrid sharding too: (1, every `node_shard_replicas` value of the space's keys)
+    rep_axis: tuple[int, ...] = (1,)
     #: the expert-TP sizes searched (`etp_variants`): (etp,) unless the search folds the
     #: experts too (MoE models without `--fix etp`: (None, *ETP_VALUES))
     etp_axis: tuple[int | None, ...] = (None,)
@@ -174,10 +193,12 @@ class SearchSpace:
         etp_values: tuple[int, ...] | None = None,
         emit: str | None = None,
         by_framework: bool = True,
+        hybrid: bool = True,
     ) -> SearchSpace:
         """The default space of `job`, narrowed by `fix` (text `k=v,...` or a mapping) and,
         with `by_framework`, to the plans the recipe's framework and the `emit` format run
-        (`Restriction.of`, applied by `_restrict`)."""
+        (`Restriction.of`, applied by `_restrict`); with `hybrid`, hybrid sharding's replicas
+        too where those frameworks run it (`rep_axis`)."""
         pins: dict[str, Any] = dict(parse_assignments(fix) if isinstance(fix, str) else fix or {})
         refuse_unsearched(pins)
         for k in pins:
@@ -257,13 +278,34 @@ class SearchSpace:
             fixed=pins,
             etp=pins.get("etp"),
             dp_replicate=int(pins.get("dp_replicate", 1)),
+            rep_axis=(int(pins.get("dp_replicate", 1)),),
             etp_axis=(pins["etp"],) if "etp" in pins else _etp_axis(job, etp_values),
             schedule=pins.get("schedule"),
             named_splits=named_splits and partition == "free" and not (
                 "stage_layers" in pins or "chunk_layers" in pins),
         )
         restriction = Restriction.of(job, emit) if by_framework else None
-        return space if restriction is None else space._restrict(restriction)
+        if restriction is not None:
+            space = space._restrict(restriction)
+        if hybrid and "dp_replicate" not in pins and (
+                restriction is None or restriction.replicates):
+            space = space._with_replicas()
+        return space
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs per node of the smallest node group (the shard group's unit)."""
+        return min(g.gpus_per_node for g in self.job.cluster.node_groups)
+
+    def _with_replicas(self) -> SearchSpace:
+        """This space searching hybrid sharding too: `rep_axis` = 1 and the
+        `node_shard_replicas` of its keys (none when zero >= 2 is not searched)."""
+        if not any(z >= SEARCHED_REPLICA_ZERO for z in self.zero):
+            return self
+        gpn = self.gpus_per_node
+        reps = sorted({node_shard_replicas(d.tp, d.cp, d.dp, gpn) for d in self.degrees()}
+                      - {1})
+        return self.with_(rep_axis=(1, *reps)) if reps else self
 
     def _restrict(self, r: Restriction) -> SearchSpace:
         """This space narrowed to the plans of `r`'s frameworks (`Restriction.narrow`: domains,
@@ -285,33 +327,91 @@ class SearchSpace:
         `Restriction.recompute_step`; "all layers" stays searched)."""
         return 1 if self.restriction is None else self.restriction.recompute_step(vpp)
 
+    @property
+    def multi(self) -> bool:
+        """Whether the space is a union of variants (several expert-TP sizes or replicas)."""
+        return len(self.etp_axis) > 1 or len(self.rep_axis) > 1
+
     def etp_variants(self) -> tuple[SearchSpace, ...]:
-        """One space per searched expert-TP size (`etp_axis`), each with that etp fixed: the
-        spaces whose union this one is (the space itself when it searches one etp)."""
-        if len(self.etp_axis) == 1:
+        """One space per searched (expert-TP size, replicas) pair (`etp_axis` x `rep_axis`),
+        each with both fixed: the spaces whose union this one is (the space itself when it
+        searches one of each). A key's plans are the union over the variants it is legal
+        under (`etp_legal`, `zero_ok`)."""
+        if not self.multi:
             return (self,)
         cache: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_etp", {})
         if "v" not in cache:
-            cache["v"] = tuple(self.with_(etp=e, etp_axis=(e,)) for e in self.etp_axis)
+            out: list[SearchSpace] = []
+            gpn = self.gpus_per_node
+            for e in self.etp_axis:
+                one = None
+                by_rep: dict[int, list[Degrees]] = {}
+                for r in self.rep_axis:
+                    v = self.with_(etp=e, etp_axis=(e,), dp_replicate=r, rep_axis=(r,))
+                    if r == 1:
+                        one = v
+                        # the sibling's degrees by their searched replicas (`rep_ok`)
+                        for d in v.degrees():
+                            by_rep.setdefault(node_shard_replicas(d.tp, d.cp, d.dp, gpn),
+                                              []).append(d)
+                    elif one is not None:
+                        # its degrees are its R = 1 sibling's that take R (`rep_ok`, and the
+                        # expert grid with R, `ep_ok`): every other rule of `_list_degrees`
+                        # reads no R, so the same list without listing the space again
+                        v.__dict__["_degrees"] = {"d": tuple(
+                            d for d in by_rep.get(r, ()) if v.ep_ok(d.tp, d.cp, d.dp, d.ep))}
+                        v.__dict__["_sibling"] = one  # (space_count.count reads its plans)
+                    out.append(v)
+            cache["v"] = tuple(out)
         return cache["v"]
 
+    def base_variants(self) -> tuple[SearchSpace, ...]:
+        """The variants of the space's first replicas value (R = 1 when hybrid sharding is
+        searched): a key legal under some variant is legal under one of these (R > 1 only
+        adds rules: `rep_ok`, `zero_ok`, R | the expert-DP group)."""
+        memo: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_base", {})
+        if "v" not in memo:
+            memo["v"] = tuple(v for v in self.etp_variants()
+                              if v.dp_replicate == self.rep_axis[0])
+        return memo["v"]
+
+    def rep_ok(self, tp: int, cp: int, dp: int) -> bool:
+        """The key's dp takes this space's replicas: R | dp, and a searched (not pinned)
+        R > 1 is the key's `node_shard_replicas`."""
+        r = self.dp_replicate
+        if r == 1:
+            return True
+        if dp % r:
+            return False
+        return "dp_replicate" in self.fixed or node_shard_replicas(
+            tp, cp, dp, self.gpus_per_node) == r
+
+    def zero_ok(self, zero: int) -> bool:
+        """Hybrid sharding replicates sharded states: R > 1 needs zero >= 1, and the searched
+        (not pinned) R > 1 is hybrid FSDP, zero 2 or 3 (`SEARCHED_REPLICA_ZERO`)."""
+        if self.dp_replicate == 1:
+            return True
+        return zero >= (1 if "dp_replicate" in self.fixed else SEARCHED_REPLICA_ZERO)
+
     def etp_legal(self, tp: int, cp: int, dp: int, ep: int, sp: int) -> bool:
-        """The key (these axes) is a plan of this one-etp space: the expert grid and the SP
-        rule hold, and an explicit etp equal to tp is left to the default (the same plan)."""
+        """The key (these axes) is a plan of this one-etp, one-R space: the expert grid, the
+        SP rule and the replicas' rule hold, and an explicit etp equal to tp is left to the
+        default (the same plan). ZeRO is the caller's (`zero_ok`)."""
         memo: dict[tuple[int, ...], bool] = self.__dict__.setdefault("_etp_legal", {})
         k = (tp, cp, dp, ep, sp)
         if k not in memo:
             memo[k] = not (self.etp is not None and len(self.etp_axis) == 1
                            and "etp" not in self.fixed and self.etp == tp) \
+                and self.rep_ok(tp, cp, dp) \
                 and self.ep_ok(tp, cp, dp, ep) and self.sp_ok(tp, sp)
         return memo[k]
 
     def key_legal(self, tp: int, cp: int, dp: int, ep: int, sp: int) -> bool:
-        """Some searched expert-TP size takes these axes (`etp_legal`); with one size, the
-        expert grid and SP rules (`ep_ok`, `sp_ok`)."""
-        if len(self.etp_axis) == 1:
+        """Some searched variant takes these axes (`etp_legal`); with one, the expert grid
+        and SP rules (`ep_ok`, `sp_ok`)."""
+        if not self.multi:
             return self.ep_ok(tp, cp, dp, ep) and self.sp_ok(tp, sp)
-        return any(v.etp_legal(tp, cp, dp, ep, sp) for v in self.etp_variants())
+        return any(v.etp_legal(tp, cp, dp, ep, sp) for v in self.base_variants())
 
     def with_(self, **changes: Any) -> SearchSpace:
         """A copy with some fields replaced."""
@@ -392,7 +492,8 @@ class SearchSpace:
                     if n % (tp * cp * pp):
                         continue
                     dp = n // (tp * cp * pp)
-                    if ("dp" in self.fixed and self.fixed["dp"] != dp) or dp % self.dp_replicate:
+                    if ("dp" in self.fixed and self.fixed["dp"] != dp) \
+                            or not self.rep_ok(tp, cp, dp):
                         continue
                     if self.heterogeneous and self.stage_group_counts(tp, cp, dp) is None:
                         continue
@@ -482,8 +583,8 @@ class SearchSpace:
         etp*ep | tp*cp*dp (Megatron's expert grid, spec/plan.py) and etp | the expert FFN;
         with several expert-TP sizes searched, under one of them; with hybrid sharding the
         expert-DP group also divides by dp_replicate (MoE models)."""
-        if len(self.etp_axis) > 1:
-            return any(v.ep_ok(tp, cp, dp, ep) for v in self.etp_variants())
+        if self.multi:
+            return any(v.ep_ok(tp, cp, dp, ep) for v in self.base_variants())
         moe = self.job.model.moe
         r = self.dp_replicate if moe is not None else 1
         if self.etp is None:
@@ -495,8 +596,8 @@ class SearchSpace:
         """sp = 1 needs tp > 1; a folded layout (etp != tp) with tp > 1 needs sp = 1."""
         if sp:
             return tp > 1
-        if len(self.etp_axis) > 1:
-            return any(v.sp_ok(tp, sp) for v in self.etp_variants())
+        if self.multi:
+            return any(v.sp_ok(tp, sp) for v in self.base_variants())
         return self.etp is None or tp == 1 or tp == self.etp
 
     def _moe_partition_ok(self, pp: int, vpp: int) -> bool:
@@ -575,7 +676,7 @@ class SearchSpace:
             "partition": self.partitions_searched(),
             "etp": [e if e is not None else "tp" for e in self.etp_axis],
             "partial_recompute": [self.partial_recompute],
-            "dp_replicate": [self.dp_replicate],
+            "dp_replicate": list(self.rep_axis),
             **({"frameworks": list(self.restriction.formats)}
                if self.restriction is not None else {}),
         }

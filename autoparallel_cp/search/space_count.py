@@ -58,11 +58,21 @@ def mode_choices(space: SearchSpace, mode: RecomputeMode, pp: int, vpp: int) -> 
 def count(space: SearchSpace) -> int:
     """`SearchSpace.size`, counted: per degree combination, the sp and ZeRO choices times the
     recompute settings and partitions of each layout family, times the stage placements."""
-    per_rest = len(space.zero)
+    zeros = [z for z in space.zero if space.zero_ok(z)]
+    per_rest = len(zeros)
     total = 0
-    if len(space.etp_axis) > 1:  # the union of the one-etp spaces (no plan twice)
+    if space.multi:  # the union of the one-etp, one-replicas spaces (no plan twice)
         return sum(v.size() for v in space.etp_variants())
+    sib = space.__dict__.get("_sibling")
+    if sib is not None and space.restriction is None:
+        # a replicas variant: its degrees are its R = 1 sibling's that take R, each with the
+        # same sp values, partitions and placements (space.py `etp_variants`), and its own
+        # ZeRO stages (zero >= 1)
+        sib.size()
+        per = sib.__dict__["_per_degree"]
+        return sum(per[d] for d in space.degrees()) * per_rest
     fams: dict[tuple[int, int], int] = {}
+    per_degree: dict[Any, int] = {}  # the plans of a degree choice per ZeRO stage
     for d in space.degrees():
         if (d.pp, d.vpp) not in fams:
             fams[d.pp, d.vpp] = sum(
@@ -71,13 +81,15 @@ def count(space: SearchSpace) -> int:
         place = space.num_placements(d.tp, d.cp, d.dp, d.pp)
         sps = [s for s in space.sp if space.etp_legal(d.tp, d.cp, d.dp, d.ep, s)]
         if space.restriction is None:
-            total += len(sps) * per_rest * fams[d.pp, d.vpp] * place
+            per_degree[d] = len(sps) * fams[d.pp, d.vpp] * place
+            total += per_degree[d] * per_rest
             continue
         # the keys a framework row refuses hold no plan of the space
-        for s, z, mode in product(sps, space.zero, space.recompute):
+        for s, z, mode in product(sps, zeros, space.recompute):
             key = KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, s, z, d.mbs,
                           d.num_microbatches, RECOMPUTE_MODES.index(mode))
             if not space.refusals_of_key(key):
                 total += sum(f.mode_choices(mode, d.pp, d.vpp) * f.num_partitions(
                     d.pp, d.vpp) for f in space.split_families(d.pp, d.vpp)) * place
+    space.__dict__["_per_degree"] = per_degree
     return total

@@ -72,7 +72,10 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
         "rules": ["dp*tp*pp*cp = GPUs", "global batch % (dp*mbs) = 0",
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
                   "ep | dp*cp (etp = tp), else etp*ep | tp*cp*dp",
-                  "dp_replicate | dp (and the expert-DP group), zero >= 1 when > 1",
+                  "dp_replicate | dp (and the expert-DP group), zero >= 1 when > 1; "
+                  "searched (not pinned): 1, or with zero >= 2 (hybrid FSDP) the replicas of "
+                  "a shard group of the fewest whole nodes holding two shard ranks "
+                  "(spec/hybrid_sharding.py node_shard_replicas)",
                   "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)"]
         + ([f"the rows of {', '.join(r.formats)} in spec/frameworks.py"] if r is not None
            else []),
@@ -84,12 +87,13 @@ def space_line(desc: dict[str, Any]) -> str:
     parts = []
     for name, dom in desc["axes"].items():
         vals = ["tp" if v is None and name == "etp_axis" else str(v) for v in dom]
-        parts.append(f"{'etp' if name == 'etp_axis' else name} {','.join(vals)}")
+        shown = {"etp_axis": "etp", "rep_axis": "dp_replicate"}.get(name, name)
+        parts.append(f"{shown} {','.join(vals)}")
     # etp and named_splits are shown by the etp axis and the layer-split rule
     extra = [f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
              for k, v in desc.items()
              if k not in ("axes", "dp", "layer_split", "pins", "rules", "partition", "etp",
-                          "named_splits")]
+                          "named_splits", "dp_replicate")]
     return ("proof covers: " + "; ".join(parts + extra)
             + f"; layer split {desc['layer_split']}")
 
@@ -115,11 +119,16 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if have not in wants:
         shown = ", ".join("tp" if e is None else str(e) for e in space.etp_axis)
         return f"etp={plan.expert_tp} (searched: {shown})"
-    if plan.dp_replicate != space.dp_replicate:
-        return (f"dp_replicate={plan.dp_replicate} (searched: {space.dp_replicate} only; "
-                "pin it with --fix dp_replicate)")
+    if plan.dp_replicate not in space.rep_axis:
+        return (f"dp_replicate={plan.dp_replicate} (searched: "
+                f"{', '.join(map(str, space.rep_axis))}; pin it with --fix dp_replicate)")
     one = next((v for v in space.etp_variants()
-                if (None if v.etp is None or v.etp == plan.tp else v.etp) == have), space)
+                if (None if v.etp is None or v.etp == plan.tp else v.etp) == have
+                and v.dp_replicate == plan.dp_replicate), space)
+    if not (one.rep_ok(plan.tp, plan.cp, plan.dp) and one.zero_ok(plan.zero)):
+        return (f"dp_replicate={plan.dp_replicate} with tp*cp*dp = "
+                f"{plan.tp * plan.cp * plan.dp}, zero={plan.zero} (searched: the shard group "
+                "of whole nodes, zero >= 2; pin it with --fix dp_replicate)")
     if not one.ep_ok(plan.tp, plan.cp, plan.dp, plan.ep):
         return f"ep={plan.ep} with dp*cp = {plan.dp * plan.cp} (the space's expert grid rule)"
     if not one.sp_ok(plan.tp, plan.sp):

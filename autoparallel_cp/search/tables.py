@@ -27,7 +27,7 @@ min(rho, ep) >= 1 stays non-negative and enters the same sums; the solver and `p
 the same scaled entries (tests/search/test_moe_imbalance_search.py: CP-SAT == enumeration at
 rho 1.5, LB(key) <= each key's best at rho 2).
 
-Kept whole (about 420 lines): the tables and `plan_cost`, their one exact reader, must change
+Kept whole (about 570 lines): the tables and `plan_cost`, their one exact reader, must change
 together; splitting them would put the composition the solver proves against in two files.
 """
 
@@ -46,6 +46,7 @@ from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
 from autoparallel_cp.search.schedule_axis import stage_inflight
 from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.spec.hybrid_sharding import node_shard_replicas
 from autoparallel_cp.spec.plan import Plan
 
 F = npt.NDArray[np.float64]
@@ -127,6 +128,9 @@ class Tables:
     #: searches several, else empty (these tables are then the only ones)
     variants: list[Tables] = field(default_factory=list, init=False, repr=False,
                                    compare=False)
+    #: `variants` by their replicas R (`key_variants`), filled on first use
+    by_rep: dict[int, list[Tables]] = field(default_factory=dict, init=False, repr=False,
+                                            compare=False)
 
     # ------------------------------------------------------------------ index helpers
     def i(self, axis: str, v: int) -> int:
@@ -149,14 +153,24 @@ class Tables:
 
 
 def key_variants(t: Tables, key: Any) -> list[Tables]:
-    """The tables of each expert-TP size under which `key` is a plan (`SearchSpace.etp_legal`):
-    `t` itself unless the space searches several sizes. A key's plans are the union over
-    these (and, within each, over its partition families)."""
+    """The tables of each (expert-TP size, replicas) variant under which `key` is a plan
+    (`SearchSpace.etp_legal`, `zero_ok`, and a framework row reading the replicas):
+    `t` itself unless the space searches several. A key's plans are the union over these
+    (and, within each, over its partition families)."""
     if not t.variants:
         return [t]
-    return [v for v in t.variants
+    sp = t.space
+    cands = t.variants
+    if len(sp.rep_axis) > 1:  # searched replicas: R = 1 and the key's own R only
+        if not t.by_rep:
+            for v in t.variants:
+                t.by_rep.setdefault(v.space.dp_replicate, []).append(v)
+        r = node_shard_replicas(key.tp, key.cp, key.dp, sp.gpus_per_node)
+        cands = t.by_rep[1] + (t.by_rep.get(r, []) if r > 1 else [])
+    return [v for v in cands
             if v.space.etp_legal(key.tp, key.cp, key.dp, key.ep, key.sp)
-            and key.dp in v.dp and key.m in v.m]
+            and v.space.zero_ok(key.zero) and key.dp in v.dp and key.m in v.m
+            and (v.space.dp_replicate == 1 or not v.space.refusals_of_key(key))]
 
 
 def family_tables(t: Tables, pp: int, vpp: int) -> list[Tables]:
@@ -185,25 +199,49 @@ def build_tables(space: SearchSpace) -> Tables:
     variants = space.etp_variants()
     dps = space.dp_domain or (1,)
     ms = tuple(sorted({d.num_microbatches for d in space.degrees()})) or (1,)
-    if len(variants) > 1:  # every size's tables over the whole space's dp and m domains
-        vs = [_build_tables(v, dps, ms) for v in variants]
+    if len(variants) > 1:  # every variant's tables over the whole space's dp and m domains
+        vs: list[Tables] = []
+        by_etp: dict[int | None, Tables] = {}
+        rest: dict[int | None, list[Tables]] = {}
+        for v in variants:
+            base = by_etp.get(v.etp)
+            if base is None:
+                vt = by_etp[v.etp] = _build_tables(v, dps, ms)
+            else:  # the replicas change only the state and sync tables: share the rest
+                vt = replace(base, space=v)
+                rest.setdefault(v.etp, []).append(vt)
+            vs.append(vt)
+        for group in rest.values():  # every R > 1 of one etp at once
+            _replica_tables_of(group)
         t = replace(vs[0], space=space)
         t.variants = vs
         return t
     return _build_tables(space, dps, ms)
 
 
+def with_capacity(t: Tables, space: SearchSpace) -> Tables:
+    """`t` for `space`, the same space at another `mem_headroom` (search/capacity.py
+    `reuse`): the usable memory (`memory.usable_bytes`) is the only input the headroom
+    changes, so every table is `t`'s (shared, never written) and the capacity is
+    `space`'s; the variants follow `space.etp_variants()` (the same order: the same axes)."""
+    cap = tuple(capacity_bytes(usable_bytes(space.job, g.gpu.memory_bytes))
+                for g in space.job.cluster.node_groups)
+    out = replace(t, space=space, capacity=cap)
+    if t.variants:
+        out.variants = [replace(v, space=vs, capacity=cap)
+                        for v, vs in zip(t.variants, space.etp_variants(), strict=True)]
+    return out
+
+
 def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...]) -> Tables:
     """`build_tables` of a space with one expert-TP size, over the dp and m domains given."""
     job = space.job
-    rep = space.dp_replicate  # hybrid sharding: one value per space (search/space.py)
     model = job.model
     kinds: tuple[bool, ...] = (False,) if model.moe is None else (
         (False, True) if model.moe.first_k_dense_layers else (True,))
     t = Tables(space=space, dp=tuple(dps), m=ms, kinds=kinds)
     t.tail_frac, t.bwd_share = dp_exposure(fx.options_for(job, None).dp_overlap)
     tch = fx.transient_charge()  # every transient byte's charge (module docstring)
-    gch = fx.grad_charge(job.recipe)
     tp = np.array(space.tp, float)
     cp = np.array(space.cp, float)
     ep = np.array(space.ep, float)
@@ -255,101 +293,163 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
                             ax_p[5])
         t.p2p[g] = np.broadcast_to(
             p2p, (len(tp), len(cp), 2, len(mbs), len(vpp), len(dp))).copy()
-        # ZeRO-3 per-layer exposed all-gather (used when zero == 3): (tp,cp,ep,sp,mbs,mode,dp)
-        ax7 = np.ix_(tp, cp, ep, sp, mbs, np.array([0.0, 1.0, 2.0]), dp)
-        for kind in kinds:
-            _, _, z3per, _ = fx.dp_sync_factors(job, g, ax7[0], ax7[1], ax7[6], ax7[2], 3,
-                                                space.etp, rep)
-            dl, _ = fx.layer_param_counts(job, kind, ax7[0], ax7[2], space.etp)
-            lat_mb, _ = fx.fsdp_call_latency(job, g, ax7[0], ax7[1], ax7[6], 3, rep)
-            ag = z3per * dl + lat_mb
-            base_t = t.time[g, kind][..., None]
-            t.z3l[g, kind] = fx.overlap_exposed(ag, base_t) + fx.zero3_copy_factor(job, g) * dl
-            t.z3f[g, kind] = np.broadcast_to(ag, t.z3l[g, kind].shape)[:, :, :, 0, 0, 0, :].copy()
-    # model states per layer: (tp, ep, zero, dp, cp)
-    g5 = np.ix_(tp, ep, zero, dp, cp)
-    tp5, ep5, z5, dp5, cp5 = g5
-    # hybrid sharding: states shard over dp*cp/R (Plan.state_shard, Plan.expert_state_shard)
-    shard_d = dp5 * cp5 / rep
-    shard_e = fx.expert_dp_size(tp5, cp5, dp5, ep5, space.etp) / rep
-    pp5 = job.num_gpus / (tp5 * cp5 * dp5)  # pp is derived (space.py), as for p2p above
-    wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d, pp5)
-    we, ge, oe = fx.state_bytes_per_param(job.recipe.for_experts(), z5, shard_e, pp5)
-    buf = tch * fx.buffer_bytes_per_param(job, z5)
-    loc_d = np.where(z5 >= 1, 1.0 / shard_d, 1.0)
-    loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(shard_e), 1.0), 1.0)
-    shape5 = (len(tp), len(ep), len(zero), len(dp), len(cp))
-    for kind in kinds:
-        pd, pe = fx.layer_param_counts(job, kind, tp5, ep5, space.etp)
-        t.states[kind] = np.broadcast_to(
-            pd * (wd + gch * gd + od + buf) + pe * (we + gch * ge + oe + buf), shape5).copy()
-        for g in range(len(job.cluster.node_groups)):
-            sd, se, _z3, _fixed = fx.dp_sync_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp,
-                                                     rep)
-            opt = fx.optimizer_factor(job, g)
-            on = (dp5 * cp5 > 1).astype(float)
-            # expert gradients reduce over the expert-DP group (steptime.stage_times)
-            on_e = np.maximum(on, (shard_e > 1).astype(float))
-            _, lat_step = fx.fsdp_call_latency(job, g, tp5, cp5, dp5, z5, rep)
-            t.dpsync[g, kind] = np.broadcast_to(on * (sd * pd + lat_step) + on_e * (se * pe),
-                                                shape5).copy()
-            t.opt[g, kind] = np.broadcast_to(opt * (pd * loc_d + pe * loc_e), shape5).copy()
-            md, me = fx.microbatch_grad_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp, rep)
-            t.mbl[g, kind] = np.broadcast_to(md * pd + me * pe, shape5).copy()
-    ef0 = fx.edge_factors(job, 0, tp, 1, 0, 1)
-    emb_p = np.asarray(ef0.emb_params, float).reshape(-1, 1, 1, 1)
-    head_p = np.asarray(ef0.head_params, float).reshape(-1, 1, 1, 1)
-    g4 = np.ix_(tp, zero, dp, cp)
-    _, z4, dp4, cp4 = g4
-    pp4 = job.num_gpus / (tp.reshape(-1, 1, 1, 1) * cp4 * dp4)
-    w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rep, pp4)
-    per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
-    shape4 = (len(tp), len(zero), len(dp), len(cp))
-    # + the ZeRO-3 root unit's gathered edge weights (cost/zero3_edges.py), transient
-    t.emb_states = np.broadcast_to(emb_p * per4 + tch * fx.zero3_edge_bytes(emb_p, z4),
-                                   shape4).copy()
-    t.head_states = np.broadcast_to(head_p * per4 + tch * fx.zero3_edge_bytes(head_p, z4),
-                                    shape4).copy()
-    loc4 = np.where(z4 >= 1, 1.0 / (dp4 * cp4 / rep), 1.0)
-    # (parameters, dp-sync / optimizer / per-micro-batch tables) of the stage extras
-    extras = [(emb_p, t.emb_dpsync, t.emb_opt, t.emb_mb),
-              (head_p, t.head_dpsync, t.head_opt, t.head_mb)]
     if model.mtp_layers:
         t.mtp = model.mtp_layers
         t.mtp_kind = fx.mtp_layer_kind(job)
         if t.mtp_kind != t.main_kind:  # space.py admits no MoE layer frequency > 1
             raise ValueError("the MTP layer's kind is not the search space's main layer kind")
-        mf0 = fx.mtp_factors(job, 0, tp, 1, 0, 1)
-        mtp_p = t.mtp * np.asarray(mf0.params, float).reshape(-1, 1, 1, 1)
-        copy_p = np.asarray(mf0.copy_params, float).reshape(-1, 1, 1, 1)
-        t.mtp_states = np.broadcast_to(mtp_p * per4, shape4).copy()
-        t.mtpc_states = np.broadcast_to(copy_p * per4, shape4).copy()
-        extras += [(mtp_p, t.mtp_dpsync, t.mtp_opt, t.mtp_mb),
-                   (copy_p, t.mtpc_dpsync, t.mtpc_opt, t.mtpc_mb)]
-    for g in range(len(job.cluster.node_groups)):
-        sd, _, _, fixed = fx.dp_sync_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4,
-                                             None, rep)
-        on4 = (dp4 * cp4 > 1).astype(float)
-        sd = sd * on4
-        t.dps_fixed[g] = np.broadcast_to(fixed * on4, shape4).copy()
-        opt = fx.optimizer_factor(job, g)
-        md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4,
-                                            None, rep)
-        for p_, ds, op, mb in extras:
-            ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
-            op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
-            mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
-        # the embedding's and the LM head's exposed ZeRO-3 collectives (FSDP's root unit)
-        for p_, mb in ((emb_p, t.emb_mb), (head_p, t.head_mb)):
-            mb[g] = mb[g] + np.broadcast_to(fx.zero3_edge_s(
-                job, g, p_, tp.reshape(-1, 1, 1, 1), cp4, dp4, z4, rep), shape4)
     tp3, ep3, z3_ = np.ix_(tp, ep, zero)
     t.z3 = np.broadcast_to(tch * fx.zero3_buffer_bytes(job, tp3, ep3, z3_, etp=space.etp),
                            (len(tp), len(ep), len(zero))).copy()
     t.capacity = tuple(capacity_bytes(usable_bytes(job, g.gpu.memory_bytes))
                        for g in job.cluster.node_groups)
     t.other = tch * fx.other_bytes(job)
+    return _replica_tables(t)
+
+
+def _replica_tables(t: Tables) -> Tables:
+    """The replica-dependent tables of `t`'s space (`_replica_tables_of`), set on `t`."""
+    _replica_tables_of([t])
     return t
+
+
+def _replica_tables_of(ts: list[Tables]) -> None:
+    """The replica-dependent tables (`_replica_parts`) of spaces that differ only in R (the
+    same etp, domains and layer tables), computed at once with R as a leading axis (the
+    factor functions broadcast it: every entry is the float R alone gives) and set on each
+    `t` as its slice (contiguous: R leads), in fresh dicts (a variant sharing the other tables
+    with its R = 1 sibling never writes into them)."""
+    parts, arrs = _replica_parts(ts[0], [v.space.dp_replicate for v in ts])
+    for i, ti in enumerate(ts):
+        for n, vals in parts.items():
+            setattr(ti, n, {k: v[i] for k, v in vals.items()})
+        for n, a in arrs.items():
+            setattr(ti, n, a[i])
+
+
+#: the tables (dict-valued, then array-valued) that read the replicas (`_replica_parts`)
+_REP_DICTS = ("z3l", "z3f", "states", "dpsync", "opt", "mbl", "emb_dpsync", "head_dpsync",
+              "emb_opt", "head_opt", "emb_mb", "head_mb", "dps_fixed", "mtp_dpsync",
+              "mtpc_dpsync", "mtp_opt", "mtpc_opt", "mtp_mb", "mtpc_mb")
+_REP_ARRAYS = ("emb_states", "head_states", "mtp_states", "mtpc_states")
+
+
+def _replica_parts(t: Tables, reps: list[int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tables that read hybrid sharding's replicas R (the shard group dp·cp/R): ZeRO-3
+    gathers, model states, DP sync, optimizer and per-micro-batch gradient work, of the layers
+    and of the stage extras, of `t`'s space at each R of `reps` (a leading axis): dict-valued
+    tables by name, then array-valued ones."""
+    space = t.space
+    job = space.job
+    model = job.model
+    rep_a = np.array(reps, float)
+    nr = len(reps)
+
+    def rr(k: int) -> npt.NDArray[np.float64]:
+        return rep_a.reshape((-1,) + (1,) * k)  # R on a leading axis before k table axes
+
+    kinds = t.kinds
+    tch = fx.transient_charge()
+    gch = fx.grad_charge(job.recipe)
+    tp = np.array(space.tp, float)
+    cp = np.array(space.cp, float)
+    ep = np.array(space.ep, float)
+    sp = np.array([0.0, 1.0])
+    mbs = np.array(space.mbs, float)
+    zero = np.array(space.zero, float)
+    dp = np.array(t.dp, float)
+    out: dict[str, Any] = {n: {} for n in _REP_DICTS}
+    for g in range(len(job.cluster.node_groups)):
+        # ZeRO-3 per-layer exposed all-gather (used when zero == 3): (tp,cp,ep,sp,mbs,mode,dp)
+        ax7 = np.ix_(tp, cp, ep, sp, mbs, np.array([0.0, 1.0, 2.0]), dp)
+        for kind in kinds:
+            _, _, z3per, _ = fx.dp_sync_factors(job, g, ax7[0], ax7[1], ax7[6], ax7[2], 3,
+                                                space.etp, rr(7))
+            dl, _ = fx.layer_param_counts(job, kind, ax7[0], ax7[2], space.etp)
+            lat_mb, _ = fx.fsdp_call_latency(job, g, ax7[0], ax7[1], ax7[6], 3, rr(7))
+            ag = z3per * dl + lat_mb
+            base_t = t.time[g, kind][..., None]
+            z3l = fx.overlap_exposed(ag, base_t) + fx.zero3_copy_factor(job, g) * dl
+            z3l = np.broadcast_to(z3l, (nr,) + base_t.shape[:-1] + (len(dp),))
+            out["z3l"][g, kind] = np.ascontiguousarray(z3l)
+            out["z3f"][g, kind] = np.broadcast_to(ag, z3l.shape)[:, :, :, :, 0, 0, 0, :].copy()
+    # model states per layer: (tp, ep, zero, dp, cp)
+    g5 = np.ix_(tp, ep, zero, dp, cp)
+    tp5, ep5, z5, dp5, cp5 = g5
+    # hybrid sharding: states shard over dp*cp/R (Plan.state_shard, Plan.expert_state_shard)
+    shard_d = dp5 * cp5 / rr(5)
+    shard_e = fx.expert_dp_size(tp5, cp5, dp5, ep5, space.etp) / rr(5)
+    pp5 = job.num_gpus / (tp5 * cp5 * dp5)  # pp is derived (space.py), as for p2p above
+    wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d, pp5)
+    we, ge, oe = fx.state_bytes_per_param(job.recipe.for_experts(), z5, shard_e, pp5)
+    buf = tch * fx.buffer_bytes_per_param(job, z5)
+    loc_d = np.where(z5 >= 1, 1.0 / shard_d, 1.0)
+    loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(shard_e), 1.0), 1.0)
+    shape5 = (nr, len(tp), len(ep), len(zero), len(dp), len(cp))
+    for kind in kinds:
+        pd, pe = fx.layer_param_counts(job, kind, tp5, ep5, space.etp)
+        out["states"][kind] = np.broadcast_to(
+            pd * (wd + gch * gd + od + buf) + pe * (we + gch * ge + oe + buf), shape5).copy()
+        for g in range(len(job.cluster.node_groups)):
+            sd, se, _z3, _fixed = fx.dp_sync_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp,
+                                                     rr(5))
+            opt = fx.optimizer_factor(job, g)
+            on = (dp5 * cp5 > 1).astype(float)
+            # expert gradients reduce over the expert-DP group (steptime.stage_times)
+            on_e = np.maximum(on, (shard_e > 1).astype(float))
+            _, lat_step = fx.fsdp_call_latency(job, g, tp5, cp5, dp5, z5, rr(5))
+            out["dpsync"][g, kind] = np.broadcast_to(
+                on * (sd * pd + lat_step) + on_e * (se * pe), shape5).copy()
+            out["opt"][g, kind] = np.broadcast_to(opt * (pd * loc_d + pe * loc_e),
+                                                  shape5).copy()
+            md, me = fx.microbatch_grad_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp,
+                                                rr(5))
+            out["mbl"][g, kind] = np.broadcast_to(md * pd + me * pe, shape5).copy()
+    ef0 = fx.edge_factors(job, 0, tp, 1, 0, 1)
+    emb_p = np.asarray(ef0.emb_params, float).reshape(-1, 1, 1, 1)
+    head_p = np.asarray(ef0.head_params, float).reshape(-1, 1, 1, 1)
+    g4 = np.ix_(tp, zero, dp, cp)
+    _, z4, dp4, cp4 = g4
+    pp4 = job.num_gpus / (tp.reshape(-1, 1, 1, 1) * cp4 * dp4)
+    w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rr(4), pp4)
+    per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
+    shape4 = (nr, len(tp), len(zero), len(dp), len(cp))
+    # + the ZeRO-3 root unit's gathered edge weights (cost/zero3_edges.py), transient
+    arrs: dict[str, Any] = {
+        "emb_states": np.broadcast_to(emb_p * per4 + tch * fx.zero3_edge_bytes(emb_p, z4),
+                                      shape4).copy(),
+        "head_states": np.broadcast_to(head_p * per4 + tch * fx.zero3_edge_bytes(head_p, z4),
+                                       shape4).copy()}
+    loc4 = np.where(z4 >= 1, 1.0 / (dp4 * cp4 / rr(4)), 1.0)
+    # (parameters, dp-sync / optimizer / per-micro-batch tables) of the stage extras
+    extras = [(emb_p, out["emb_dpsync"], out["emb_opt"], out["emb_mb"]),
+              (head_p, out["head_dpsync"], out["head_opt"], out["head_mb"])]
+    if model.mtp_layers:
+        mf0 = fx.mtp_factors(job, 0, tp, 1, 0, 1)
+        mtp_p = t.mtp * np.asarray(mf0.params, float).reshape(-1, 1, 1, 1)
+        copy_p = np.asarray(mf0.copy_params, float).reshape(-1, 1, 1, 1)
+        arrs["mtp_states"] = np.broadcast_to(mtp_p * per4, shape4).copy()
+        arrs["mtpc_states"] = np.broadcast_to(copy_p * per4, shape4).copy()
+        extras += [(mtp_p, out["mtp_dpsync"], out["mtp_opt"], out["mtp_mb"]),
+                   (copy_p, out["mtpc_dpsync"], out["mtpc_opt"], out["mtpc_mb"])]
+    for g in range(len(job.cluster.node_groups)):
+        sd, _, _, fixed = fx.dp_sync_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4,
+                                             None, rr(4))
+        on4 = (dp4 * cp4 > 1).astype(float)
+        sd = sd * on4
+        out["dps_fixed"][g] = np.broadcast_to(fixed * on4, shape4).copy()
+        opt = fx.optimizer_factor(job, g)
+        md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4,
+                                            None, rr(4))
+        for p_, ds, op, mb in extras:
+            ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
+            op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
+            mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
+        # the embedding's and the LM head's exposed ZeRO-3 collectives (FSDP's root unit)
+        for p_, mb in ((emb_p, out["emb_mb"]), (head_p, out["head_mb"])):
+            mb[g] = mb[g] + np.broadcast_to(fx.zero3_edge_s(
+                job, g, p_, tp.reshape(-1, 1, 1, 1), cp4, dp4, z4, rr(4)), shape4)
+    return out, arrs
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,9 +484,9 @@ def stage_groups_of(t: Tables, plan: Plan) -> tuple[int, ...]:
 
 def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     """The memory.py / steptime.py composition for one plan, in exact floats (with the tables
-    of the plan's expert-TP size when the space searches several)."""
+    of the plan's expert-TP size and replicas when the space searches several)."""
     for v in t.variants:
-        if v.space.etp == plan.etp:
+        if v.space.etp == plan.etp and v.space.dp_replicate == plan.dp_replicate:
             t = v
             break
     sp_ = t.space

@@ -40,6 +40,12 @@ MDS_RULES: tuple[Rule, ...] = (
          "Ulysses (--ds-sequence-parallel-size, an all-to-all on heads), a different cost",
          f"{_MDS} megatron/arguments.py:974-975 (--ds-sequence-parallel-size)",
          lambda j, p: {"cp": 1} if p.cp > 1 else None, domain=lambda j: {"cp": (1,)}),
+    Rule("megatron-deepspeed", "dp_replicate",
+         "no hybrid sharding: the ZeRO engine is DeepSpeed's, whose MiCS is removed (its "
+         "mics_shard_size key rejected) and whose hpZ keeps the states sharded over all of dp",
+         f"{_MDS} megatron/training.py:504-509 (deepspeed.initialize) and DeepSpeed 0.19.8 "
+         "deepspeed/runtime/config.py:119-125,133-141 (_reject_removed_config_keys)",
+         lambda j, p: {"dp_replicate": 1} if p.dp_replicate > 1 else None),
 )
 
 #: PyTorch FSDP1 as the `pytorch-fsdp` recipe runs it (llm-foundry / Composer, HF Accelerate)

@@ -156,6 +156,12 @@ class Restriction:
         return not any(r.scope == "split" and r.field == "recompute_layers"
                        and r.framework.startswith("torchtitan") for _, r in self._rows())
 
+    @property
+    def replicates(self) -> bool:
+        """Whether every framework runs hybrid sharding (no row of theirs reads
+        `dp_replicate`: DeepSpeed's refuses it, spec/frameworks.py), so the search tries it."""
+        return not any(r.field == "dp_replicate" for _, r in self._rows())
+
     def recompute_step(self, vpp: int) -> int:
         """Partial recompute counts are multiples of this (Megatron with interleaving)."""
         mg = any(f == "megatron" for f in self.formats)

@@ -27,6 +27,8 @@ framework that runs it:
 
 from __future__ import annotations
 
+import math
+
 
 def replicate_violations(dp: int, zero: int, expert_dp: int, replicate: int,
                          moe: bool) -> list[str]:
@@ -46,3 +48,28 @@ def replicate_violations(dp: int, zero: int, expert_dp: int, replicate: int,
         out.append(f"expert-DP group % dp_replicate: {expert_dp} % {r} != 0 (the experts' "
                    "states shard over expert_dp/dp_replicate ranks)")
     return out
+
+
+def node_shard_replicas(tp: int, cp: int, dp: int, gpus_per_node: int) -> int:
+    """The replicas R that the search tries for a key (tp, cp, dp): the shard group is the
+    fewest whole nodes that hold at least two state-shard ranks, and R = dp / dp_shard its
+    copies; 1 (no such layout) when dp_shard does not divide dp or R < 2.
+
+    The mesh is ["pp", "dp_replicate", "dp_shard", "cp", "tp"] (torchtitan parallel_dims.py:239,
+    Megatron's instances are consecutive dp-cp slices), so a shard group is tp·cp·dp_shard
+    consecutive GPUs. PyTorch FSDP's HYBRID_SHARD is "FULL_SHARD within a node, and replicate
+    parameters across nodes" (torch.distributed.fsdp.ShardingStrategy docs; its default
+    process groups are the node's ranks, `_init_intra_and_inter_node_groups`): the shard
+    group is one node, dp_shard = gpus_per_node / (tp·cp). Where tp·cp fills a node (no two
+    shard ranks in it), torchtitan's dp_shard and Megatron's instance size take any divisor,
+    and the fewest whole nodes with two shard ranks keep the per-layer gathers on the fewest
+    network hops. A shard group smaller than a node leaves part of the node's NVLink to the
+    replicas' all-reduce and saves no network traffic, a larger one is one more search axis
+    per key; both stay evaluable and pinnable (`--fix dp_replicate=R` searches R alone)."""
+    span = tp * cp
+    shard = math.lcm(span, gpus_per_node) // span  # dp_shard: whole nodes
+    if cp * shard < 2:
+        shard *= 2  # one node holds a single shard rank (tp·cp fills it): two nodes' worth
+    if dp % shard or dp // shard < 2:
+        return 1
+    return dp // shard

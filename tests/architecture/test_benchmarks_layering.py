@@ -25,7 +25,6 @@ HARNESS: dict[str, int] = {
     "harness.heldout_automodel": 0,
     "harness.heldout_deepseek": 0,
     "harness.h200_kit": 0,
-
     "harness.ablation": 0,
     "harness.frameworks_megatron": 0,
     "harness.frameworks_torchtitan": 0,
