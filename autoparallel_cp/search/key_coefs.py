@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.search.mtp_coefs import mtp_coefs
-from autoparallel_cp.search.schedule_axis import bubble_divisor
+from autoparallel_cp.search.schedule_axis import RATIO_SCHEDULES, bubble_divisor
 from autoparallel_cp.search.tables import Tables
 
 
@@ -204,7 +204,8 @@ def coef_arrays(t: Tables, keys: Sequence[Any]) -> dict[str, npt.NDArray[np.floa
           "p2p": per(t.p2p, (*ie, ix("vpp"), idp), multi),
           "const_mem": np.asarray(t.z3[itp, iep, iz], float) + float(t.other),
           "capacity": np.tile(np.asarray(t.capacity, float), (B, 1)),
-          "vdiv": np.array([bubble_divisor(t.space, k) for k in keys], float)}
+          "vdiv": np.array([bubble_divisor(t.space, k) for k in keys] if t.space.schedule
+                           in RATIO_SCHEDULES else [k.vpp for k in keys], float)}
     return co | _mtp_arrays(t, per, i6, i6m, i5, i4, ie, idp, z3, multi)
 
 
