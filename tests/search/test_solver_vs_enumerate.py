@@ -144,6 +144,15 @@ def test_schedule_axis_matches_enumeration(schedule: str, moe: bool, layers: int
     _assert_master_bounds(job, space, 9)
 
 
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2"])
+def test_heterogeneous_zero_bubble_matches_enumeration(schedule: str) -> None:
+    """Two node groups with a zero-bubble schedule: stage placement and the bubble ratio."""
+    job = Job(model=_mini(False, 6), cluster=_mixed_small(), seq_len=4096, global_batch=16)
+    space = SearchSpace.for_job(job, max_pp=4, max_vpp=1, max_mbs=2, zero=(1,),
+                                fix=f"tp=8,schedule={schedule}")
+    _compare_tol(job, space, 3)
+
+
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(layers=st.sampled_from([4, 6]), batch=st.sampled_from([16, 32]))
 def test_heterogeneous_matches_enumeration(layers: int, batch: int) -> None:
