@@ -81,7 +81,12 @@ gpipe) does not touch it either: the bubble is (S - T)/vpp for all three (cost/s
 `bubble_ratio` 1), so the time bounds are the same, and GPipe holds all m >= 1 micro-batches
 on every stage at its peak (torch `ScheduleGPipe`), so the ">= 1 in-flight micro-batch" of
 the memory condition holds; `key_bounds` and the partition model read the schedule's own f_j
-(tests/search/test_schedule_search.py: LB <= every GPipe plan's exact cost).
+(tests/search/test_schedule_search.py: LB <= every GPipe plan's exact cost). ZB-H1 / ZB-H2
+(bubble rho (S - T)/vpp, 0 <= rho <= 1 per key): m*T + rho (S - T)/vpp grows with T and S
+and is >= m*T + rho' (S - T)/vpp for rho' <= rho, so the bubble term above times rho' = the
+least rho of its (tp, cp, mbs, pp) family (`schedule_axis.family_ratio`) stays a lower bound
+(in both LB1 and LB2, whose T and S coefficients stay positive); they hold >= 1 micro-batch
+on every stage (schedule_axis.py's docstring; tests/search/test_zb_search.py).
 
 Listing: the search takes every key's LB from `key_table` (this objective evaluated with numpy
 for all keys at once, the same integers); `enumerate_keys` (CP-SAT's solution enumeration) is
@@ -108,6 +113,7 @@ from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search import cpsat_blocks as cb
 from autoparallel_cp.search.cpsat_axes import add_axes
 from autoparallel_cp.search.limits import Budget
+from autoparallel_cp.search.schedule_axis import RATIO_SCHEDULES, family_ratio
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
@@ -457,6 +463,9 @@ def build_master(t: Tables, time_unit: float = 1e-6) -> Master:
     for (tp_, cp_, mb_, p_, v_), x in xb.items():
         i = (t.space.tp.index(tp_), t.space.cp.index(cp_), t.space.mbs.index(mb_))
         val = max(0.0, float(s_min[i]) - float(v_max[i]) / p_) / v_
+        if t.space.schedule in RATIO_SCHEDULES:  # x the family's least rho (schedule_axis.py)
+            val = val * family_ratio([v.space for v in t.variants] or [t.space], tp_, cp_,
+                                     mb_, p_)
         bub = bub + int(math.floor(val / tu)) * x
     hi = int((float(np.max(bt.mt6)) + float(np.max(s_min)) + max(float(np.max(bt.tail5)),
                                                                    float(np.max(bt.tail5x))))

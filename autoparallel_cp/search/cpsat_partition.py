@@ -37,13 +37,20 @@ from ortools.sat.python import cp_model
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
-from autoparallel_cp.search.schedule_axis import inflight, plan_schedule, stage_inflight
+from autoparallel_cp.search.schedule_axis import (
+    inflight,
+    key_ratio,
+    plan_schedule,
+    stage_inflight,
+)
 from autoparallel_cp.search.tables import Tables, family_tables, key_variants
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, canonical
 from autoparallel_cp.spec.schedules import Schedule
 
 #: Fixed-point scale of the DP-tail fractions (DP_TAIL_FRACTION, BACKWARD_SHARE).
 FRAC_SCALE = 1 << 20
+#: Fixed-point scale of a zero-bubble schedule's bubble ratio (search/schedule_axis.py)
+RHO_SCALE = 1 << 16
 
 
 @dataclass
@@ -372,8 +379,12 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     Ov = model.new_int_var(0, BD + BT, "O")
     for o in opts:
         model.add(o <= Ov)
-    obj = model.new_int_var(0, vpp * m * BT + pp * BT + vpp * 2 * (BD + BT), "obj")
-    model.add(obj == vpp * m * T + S - T + vpp * (E + Ov))
+    # zb-h1 / zb-h2: the bubble is rho x 1F1B's (search/schedule_axis.py): the objective
+    # times Q with floor(rho Q) (S - T), a lower bound (S >= T); Q = 1 otherwise (unchanged)
+    rho = key_ratio(s, pp, key.tp, key.cp, key.ep, key.mbs, key.mode)
+    q, rq = (1, 1) if rho == 1.0 else (RHO_SCALE, int(math.floor(rho * RHO_SCALE)))
+    obj = model.new_int_var(0, q * (vpp * m * BT + pp * BT + vpp * 2 * (BD + BT)), "obj")
+    model.add(obj == q * vpp * m * T + rq * (S - T) + q * vpp * (E + Ov))
     model.minimize(obj)
     # error bound (seconds): each t_j is < 2 l_j + 14 units short (one unit per floored term
     # times its count), so m*T < m (2L + 14), the bubble < (2L + 14 pp)/vpp; d_j and opt_j are
@@ -382,8 +393,10 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     per = 2 * L + 14
     err_u = m * per + (2 * L + 14 * pp) / vpp + (L + 14) + 2 * per + (L + 14) + 2
     err = err_u * tu + (dmax + BT * tu) * 2.0 / FRAC_SCALE
+    if q > 1:  # floor(rho Q) (S - T) is short of rho Q (S - T) by < S - T <= pp BT units
+        err += pp * BT * tu / (vpp * q)
     cl = s.fixed.get("chunk_layers")
-    return PartitionModel(model, layers, r, y if hetero else None, obj, tu / vpp, err, key,
+    return PartitionModel(model, layers, r, y if hetero else None, obj, tu / (vpp * q), err, key,
                           None if cl is None else tuple(int(x) for x in cl), t.space.etp,
                           plan_schedule(s.schedule),
                           t.space.dp_replicate)

@@ -33,7 +33,12 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.errors import UserError
-from autoparallel_cp.search.schedule_axis import inflight, plan_schedule, stage_inflight
+from autoparallel_cp.search.schedule_axis import (
+    inflight,
+    key_ratio,
+    plan_schedule,
+    stage_inflight,
+)
 from autoparallel_cp.search.space import Degrees, SearchSpace
 from autoparallel_cp.search.tables import (
     MODES,
@@ -408,6 +413,7 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
     ncol = len(sps) * len(space.zero)
     biggest = parts.max(axis=1) if P else np.zeros(0, np.int64)
     ropts = _r_options(space, mode_name, int(biggest.max()) if P else 0, d.vpp)
+    rho = key_ratio(space, d.pp, d.tp, d.cp, d.ep, d.mbs, mode)
     R = len(ropts)
     rvals = np.array([-1 if r is None else r for r in ropts], np.int64)
     best = np.full(ncol, np.inf)
@@ -459,7 +465,8 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
             dmax = _later(dps[u], dmax)
             omax = _later(opt[u], omax)
             ok = ok & fits[u]
-        pipeline = d.num_microbatches * tmax + (tsum - tmax) / d.vpp
+        bub = tsum - tmax  # x rho for zb-h1 / zb-h2 (tables.plan_cost, schedule_axis.py)
+        pipeline = d.num_microbatches * tmax + (bub if rho == 1.0 else rho * bub) / d.vpp
         cost = np.where(ok, pipeline + (dmax + omax), np.inf)
         k = np.argmin(cost, axis=0)
         c = cost[k, np.arange(ncol)]

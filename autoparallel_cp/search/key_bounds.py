@@ -223,7 +223,8 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
     L = t.space.num_layers
     G = t.groups
     K = t.dense_prefix if t.main_kind else 0
-    pp, vpp, m = key.pp, key.vpp, key.m
+    pp, m = key.pp, key.m
+    vpp = c.vdiv  # the bubble's divisor: vpp, or vpp / rho (search/schedule_axis.py)
     tmin = bt.tmin[0]
     ls = bt.ls
     lsr = ls.reshape(1, 1, -1)

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.search.mtp_coefs import mtp_coefs
+from autoparallel_cp.search.schedule_axis import RATIO_SCHEDULES, bubble_divisor
 from autoparallel_cp.search.tables import Tables
 
 
@@ -68,6 +69,8 @@ class KeyCoefs:
     mtp_states: float
     mtp_dps: list[float]
     mtp_opt: list[float]
+    # the bubble's divisor vpp / rho of the key (search/schedule_axis.py `bubble_divisor`)
+    vdiv: float = 1.0
 
 
 def key_coefs(t: Tables, key: Any) -> KeyCoefs:
@@ -132,6 +135,7 @@ def key_coefs(t: Tables, key: Any) -> KeyCoefs:
         mtp_act=mc.act if mc else zero_l(), mtp_ckpt=mc.ckpt if mc else zero_l(),
         mtp_states=mc.states if mc else 0.0, mtp_dps=mc.dps if mc else zero_l(),
         mtp_opt=mc.opt if mc else zero_l(),
+        vdiv=bubble_divisor(t.space, key),
     )
 
 
@@ -199,7 +203,9 @@ def coef_arrays(t: Tables, keys: Sequence[Any]) -> dict[str, npt.NDArray[np.floa
           "dps_fixed": per(t.dps_fixed, i4),
           "p2p": per(t.p2p, (*ie, ix("vpp"), idp), multi),
           "const_mem": np.asarray(t.z3[itp, iep, iz], float) + float(t.other),
-          "capacity": np.tile(np.asarray(t.capacity, float), (B, 1))}
+          "capacity": np.tile(np.asarray(t.capacity, float), (B, 1)),
+          "vdiv": np.array([bubble_divisor(t.space, k) for k in keys] if t.space.schedule
+                           in RATIO_SCHEDULES else [k.vpp for k in keys], float)}
     return co | _mtp_arrays(t, per, i6, i6m, i5, i4, ie, idp, z3, multi)
 
 

@@ -390,7 +390,8 @@ class Batch:
         S_all = self.s_lb(self.tmin[ok], self.lams(ok))
         a, b, o = self.tail()
         with np.errstate(invalid="ignore"):
-            best = least_step(T_lb[ok], S_all, self.pp, self.vpp, self.m[ok], a[ok], b[ok], o[ok],
+            best = least_step(T_lb[ok], S_all, self.pp, self.co["vdiv"][ok], self.m[ok], a[ok],
+                              b[ok], o[ok],
                         self.t.bwd_share)
         for i, v in zip(ok, best.tolist(), strict=True):
             # inf (or nan from 0 * inf): no placement fills a stage
@@ -398,10 +399,12 @@ class Batch:
         return out
 
 
-def least_step(T0: Any, S_lb: Any, pp: int, vpp: int, m: Any, a: Any, b: Any, o: Any,
+def least_step(T0: Any, S_lb: Any, pp: int, vpp: Any, m: Any, a: Any, b: Any, o: Any,
          bs: float = BACKWARD_SHARE) -> Any:
     """The least step over S >= max(S_lb, T0) with T = max(T0, S/pp) (elementwise); `bs`: the
-    backward share the DP tail hides behind (0 without DP overlap: the step grows with S)."""
+    backward share the DP tail hides behind (0 without DP overlap: the step grows with S);
+    `vpp`: the bubble's divisor (vpp / rho for a zero-bubble schedule, search/schedule_axis.py:
+    >= vpp, so the step still grows with T)."""
     S0 = np.maximum(S_lb, T0)
 
     def step(S: Any) -> Any:

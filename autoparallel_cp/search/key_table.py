@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search.cpsat_master import KEY_AXES, BoundTables, Key, bound_tables
+from autoparallel_cp.search.schedule_axis import RATIO_SCHEDULES, family_ratio
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
@@ -140,7 +141,10 @@ def build_key_table(t: Tables, time_unit: float = 1e-6,
     s_min = bt.s6.min(axis=(2, 3, 5))[itp, icp, imb]
     v_max = bt.v6.max(axis=(2, 3, 5))[itp, icp, imb]
     ppf, vppf = pp.astype(np.float64), vpp.astype(np.float64)
-    bub = _floor_u(np.maximum(0.0, s_min - v_max / ppf) / vppf, tu)
+    bub_s = np.maximum(0.0, s_min - v_max / ppf) / vppf
+    if s.schedule in RATIO_SCHEDULES:  # x the family's least rho (search/schedule_axis.py)
+        bub_s = bub_s * _family_rho(t, tp, cp, mbs, pp)
+    bub = _floor_u(bub_s, tu)
     lb1 = _floor_u(at(bt.mt6, i6), tu) + bub + _floor_u(at(bt.tail5, i5), tu)
     over = (m.astype(np.float64) - BACKWARD_SHARE) * at(bt.s6, i6) / ppf
     lb2 = _floor_u(over, tu) + bub + _floor_u(at(bt.tail5x, i5), tu)
@@ -160,3 +164,13 @@ def build_key_table(t: Tables, time_unit: float = 1e-6,
     order = np.lexsort(tuple(c[a] for a in ("mode", "mbs", "zero", "sp", "vpp", "ep", "dp",
                                             "cp", "pp", "tp")) + (lb,))
     return KeyTable(cols[order], lb[order], tu, top, bt)
+
+
+def _family_rho(t: Tables, tp: I64, cp: I64, mbs: I64, pp: I64) -> npt.NDArray[np.float64]:
+    """`schedule_axis.family_ratio` of every row's bubble family (tp, cp, mbs, pp), asked once
+    per distinct family (the master's same floats)."""
+    fam = np.stack([tp, cp, mbs, pp], axis=1)
+    uniq, inv = np.unique(fam, axis=0, return_inverse=True)
+    spaces = [v.space for v in t.variants] if t.variants else [t.space]
+    vals = np.array([family_ratio(spaces, *(int(x) for x in row)) for row in uniq], float)
+    return vals[np.asarray(inv).reshape(-1)]

@@ -8,21 +8,44 @@ m, j) and the stage's chunks alone (cost/schedules.py `inflight_units`):
 
 - `1f1b`, `interleaved`: `factors.inflight` / `factors.stage_inflight` (today's search);
 - `gpipe`: m on every stage (all forwards before any backward, torch v2.13.0 schedules.py:872
-  `ScheduleGPipe`), one model chunk per rank and pp > 1 (spec/schedules.py).
+  `ScheduleGPipe`), one model chunk per rank and pp > 1 (spec/schedules.py);
+- `zb-h1`, `zb-h2` (Qi et al., arXiv 2401.10241 §2): min(p, m) and min(2p - 1, m) on every
+  stage (cost/schedules.py `inflight_units`), one chunk per rank and pp > 1, and the bubble
+  rho·(Σ_j t_j - T_max) with rho = `bubble_ratio` of the plan's F/B/W split
+  (`backward_split`), a per-key constant (`key_ratio`, below).
 
 `SEARCHED` lists them; `--fix schedule=X` searches X only, and without it the space keeps
 today's meaning (1f1b at vpp 1, interleaved at vpp > 1; the schedule field left unset).
 
 Why the bounds stay valid (cpsat_master.py, key_bounds.py, cpsat_partition.py): the bubble
-term is the same function of the stage times for all three, so every step-time bound is
-unchanged; memory enters the bounds only as f_j x (a stage's activations), and those bounds
-use f_j >= 1 (cpsat_master) or the exact f_j of the key's own schedule (key_bounds,
-cpsat_partition and the enumerator all call `inflight` / `stage_inflight` here with the
-space's schedule), and gpipe's m >= 1 and is the same on every stage (so the partition model's
-"f_j nonincreasing in j" symmetry break holds too). The zero-bubble and DualPipe schedules
-(bubble ratio from the plan's F/B/W split, the head on rank 0 in a V, DualPipe's two stages
-per rank, the EP overlap) change the composition itself and are not searched yet
-(`refuse_unsearched`).
+term is the same function of the stage times for 1f1b, interleaved and gpipe, so every
+step-time bound is unchanged; memory enters the bounds only as f_j x (a stage's
+activations), and those bounds use f_j >= 1 (cpsat_master) or the exact f_j of the key's
+own schedule (key_bounds, cpsat_partition and the enumerator all call `inflight` /
+`stage_inflight` here with the space's schedule), and gpipe's m >= 1 and is the same on
+every stage (so the partition model's "f_j nonincreasing in j" symmetry break holds too).
+
+ZB-H1 / ZB-H2 (steptime.py: pipeline = m·T + rho·(S - T)/vpp, S = Σ_j t_j, T = max_j t_j).
+rho depends on the split (F, B, W), a function of (tp, cp, ep, etp, mbs, recompute mode) and,
+under full recompute, of the replayed share min(1, r·pp/L) (`backward_split`); so the space
+of a ZB pin recomputes all layers or a pinned count r (`narrow_recompute`: no free partial
+count), and rho is one number per key: `key_ratio` (the plans' own value, `plan_ratio`, is
+the same: a plan written with recompute_layers None has r >= its largest stage, hence
+r·pp >= L, share 1). Bounds: 0 <= rho <= 1 (F, B, W >= 0 sum to 1, and each bracket of
+`bubble_ratio` is at most one of them or F + B - W <= 1), so pipeline = (m - rho/vpp)·T +
+rho·S/vpp has nonnegative coefficients in T and S (m >= 1 >= rho/vpp), and for any
+rho' <= rho, m·T + rho'·(S - T)/vpp <= pipeline (S >= T). Hence:
+- the per-key bounds (key_bounds.py, key_grid.py `least_step`) compose (m - 1/v)·T + S/v with
+  the bubble divisor v = vpp/rho instead of vpp (`bubble_divisor`; v >= vpp >= 1, so
+  m - 1/v >= m - 1/vpp and every monotonicity step of their proofs still holds);
+- the master (cpsat_master.py, key_table.py) multiplies its bubble term max(0, S_lb - V/pp)/vpp
+  by the least rho of the bubble family (tp, cp, mbs, pp) over (ep, mode) and the expert-TP
+  sizes (`family_ratio`): a rho' <= rho of every key of the family;
+- the partition model (cpsat_partition.py) scales its objective by Q = 2^16 and takes
+  floor(rho·Q)·(S - T), below the exact rho·Q·(S - T) by < (S - T) <= pp·T units (its error
+  bound grows by that);
+- memory: f_j = min(p, m) or min(2p - 1, m) >= 1, the same on every stage (the partition
+  model's "f_j nonincreasing in j" symmetry break holds, the master's >= 1 in-flight holds).
 """
 
 from __future__ import annotations
@@ -35,13 +58,18 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
+from autoparallel_cp.cost.schedules import backward_split, bubble_ratio, inflight_units
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec.framework_space import Restriction
-from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan
 from autoparallel_cp.spec.schedules import SCHEDULES, Schedule, default_schedule
 
 #: the schedules whose cost the search composes exactly (module docstring)
-SEARCHED: tuple[str, ...] = ("1f1b", "interleaved", "gpipe")
+SEARCHED: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2")
+#: the searched schedules whose bubble is 1F1B's times a per-key ratio rho < 1 (`key_ratio`)
+RATIO_SCHEDULES: frozenset[str] = frozenset({"zb-h1", "zb-h2"})
+#: one model chunk per rank (spec/schedules.py)
+ONE_CHUNK: frozenset[str] = frozenset({"1f1b", "gpipe", "zb-h1", "zb-h2"})
 #: plan fields the cost model evaluates but the search does not vary (spec/schedules.py)
 UNSEARCHED_FIELDS = ("optimizer_offload", "activation_offload")
 
@@ -81,11 +109,12 @@ def refuse_unrun(schedule: str | None, r: Restriction, pp: int, vpp: int) -> Non
 
 def narrow(schedule: str | None, pps: list[int], vpps: list[int]
            ) -> tuple[list[int], list[int]]:
-    """The pp and vpp values a pinned `schedule` runs with (spec/schedules.py rules): gpipe
-    and 1f1b one chunk per rank (gpipe pp > 1), interleaved vpp > 1 and pp > 1."""
+    """The pp and vpp values a pinned `schedule` runs with (spec/schedules.py rules): gpipe,
+    zb-h1, zb-h2 and 1f1b one chunk per rank (all but 1f1b pp > 1), interleaved vpp > 1 and
+    pp > 1."""
     if schedule is None:
         return pps, vpps
-    if schedule in ("1f1b", "gpipe"):
+    if schedule in ONE_CHUNK:
         vpps = [v for v in vpps if v == 1]
     if schedule == "interleaved":
         vpps = [v for v in vpps if v > 1]
@@ -105,6 +134,62 @@ def searched(schedule: str | None, vpps: Sequence[int]) -> list[str]:
     return sorted({default_schedule(v) for v in vpps}, key=SCHEDULES.index)
 
 
+def narrow_recompute(schedule: str | None, pins: Mapping[str, Any], partial: bool) -> bool:
+    """The space's `partial_recompute` under a pinned `schedule`: a ZB schedule's bubble ratio
+    depends on the replayed share of full recompute (module docstring), so its space
+    recomputes all layers of a stage or the pinned `recompute_layers`, never a free count."""
+    return partial and not (schedule in RATIO_SCHEDULES and "recompute_layers" not in pins)
+
+
+def plan_ratio(space: Any, plan: Plan) -> float:
+    """rho of one plan of `space`: steptime.py's bubble ratio (1 for every schedule but
+    zb-h1, zb-h2)."""
+    s = plan.pipeline_schedule
+    if s not in RATIO_SCHEDULES or plan.pp == 1:
+        return 1.0
+    return _ratio(space, s, plan.pp, plan.tp, plan.cp, plan.ep, plan.etp, plan.mbs,
+                  plan.recompute, plan.recompute_layers)
+
+
+def key_ratio(space: Any, pp: int, tp: int, cp: int, ep: int, mbs: int, mode: int) -> float:
+    """rho of every plan of a key of `space` (its schedule, etp and pinned recompute count;
+    1 for the schedules with 1F1B's bubble): the per-key constant of the module docstring."""
+    s = space.schedule
+    if s not in RATIO_SCHEDULES or pp == 1:
+        return 1.0
+    rec = RECOMPUTE_MODES[mode]
+    rl = space.fixed.get("recompute_layers") if rec == "full" else None
+    return _ratio(space, s, pp, tp, cp, ep, space.etp, mbs, rec,
+                  None if rl is None else int(rl))
+
+
+def family_ratio(spaces: Sequence[Any], tp: int, cp: int, mbs: int, pp: int) -> float:
+    """The least `key_ratio` of the bubble family (tp, cp, mbs, pp) over ep, the recompute
+    modes and the expert-TP sizes' spaces `spaces` (the master's rho', module docstring)."""
+    return min(key_ratio(sp, pp, tp, cp, e, mbs, RECOMPUTE_MODES.index(r))
+               for sp in spaces for e in sp.ep for r in sp.recompute)
+
+
+def bubble_divisor(space: Any, key: Any) -> float:
+    """vpp / rho of a key: the bubble's divisor in the bounds' composition (module docstring);
+    vpp itself (the same float) when rho is 1."""
+    r = key_ratio(space, key.pp, key.tp, key.cp, key.ep, key.mbs, key.mode)
+    return float(key.vpp) if r == 1.0 else key.vpp / r
+
+
+def _ratio(space: Any, schedule: str, pp: int, tp: int, cp: int, ep: int, etp: int | None,
+           mbs: int, recompute: str, rl: int | None) -> float:
+    """`bubble_ratio` of the split of a probe plan with these fields (cost/schedules.py),
+    memoized on the space (its job is one per space)."""
+    memo: dict[tuple[Any, ...], float] = space.__dict__.setdefault("_rho", {})
+    k = (schedule, pp, tp, cp, ep, etp, mbs, recompute, rl)
+    if k not in memo:
+        probe = Plan(pp=pp, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute,
+                     recompute_layers=rl, schedule=cast(Schedule, schedule))
+        memo[k] = float(bubble_ratio(schedule, pp, backward_split(space.job, probe)))
+    return memo[k]
+
+
 def plan_schedule(schedule: str | None) -> Schedule | None:
     """The `schedule` field of the space's plans: the pin (1f1b / interleaved pinned are
     today's default and stay unset, so their plans and keys are today's)."""
@@ -113,9 +198,16 @@ def plan_schedule(schedule: str | None) -> Schedule | None:
 
 def inflight(schedule: str | None, pp: int, vpp: int, m: int, stage: Any) -> Any:
     """In-flight micro-batches of stage(s) `stage` with equal chunks (module docstring)."""
-    if schedule == "gpipe":
-        return np.full(np.shape(stage), float(m)) if np.ndim(stage) else float(m)
+    if schedule == "gpipe" or schedule in RATIO_SCHEDULES:  # the same on every stage
+        f = float(m) if schedule == "gpipe" else _zb_inflight(schedule, pp, vpp, m)
+        return np.full(np.shape(stage), f) if np.ndim(stage) else f
     return fx.inflight(pp, vpp, m, stage)
+
+
+def _zb_inflight(schedule: str, pp: int, vpp: int, m: int) -> float:
+    """cost/schedules.py `inflight_units` of a ZB-H1 / ZB-H2 stage (any stage: the same)."""
+    probe = Plan(pp=pp, vpp=vpp, num_microbatches=m, schedule=cast(Schedule, schedule))
+    return float(inflight_units(probe, 0, (1,)))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -125,6 +217,8 @@ def stage_inflight(schedule: str | None, pp: int, vpp: int, m: int, j: int,
     batch with the same m and every family sharing a stage's chunks asks for the same value."""
     if schedule == "gpipe":
         return float(m)
+    if schedule in RATIO_SCHEDULES:
+        return _zb_inflight(schedule, pp, vpp, m)
     return float(fx.stage_inflight(pp, vpp, m, j, chunks))
 
 

@@ -72,7 +72,12 @@ from typing import Any, Literal
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import space_count
 from autoparallel_cp.search.pins import check_structural_pins, replicate_zeros
-from autoparallel_cp.search.schedule_axis import narrow, refuse_unrun, refuse_unsearched
+from autoparallel_cp.search.schedule_axis import (
+    narrow,
+    narrow_recompute,
+    refuse_unrun,
+    refuse_unsearched,
+)
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.framework_space import Restriction
 from autoparallel_cp.spec.hybrid_sharding import node_shard_replicas
@@ -274,7 +279,7 @@ class SearchSpace:
             sp=tuple(pin("sp", sps)),
             recompute=tuple(pin("recompute", modes)),
             partition=partition,
-            partial_recompute=partial_recompute,
+            partial_recompute=narrow_recompute(pins.get("schedule"), pins, partial_recompute),
             fixed=pins,
             etp=pins.get("etp"),
             dp_replicate=int(pins.get("dp_replicate", 1)),

@@ -44,7 +44,7 @@ import numpy.typing as npt
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
-from autoparallel_cp.search.schedule_axis import stage_inflight
+from autoparallel_cp.search.schedule_axis import plan_ratio, stage_inflight
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec.hybrid_sharding import node_shard_replicas
 from autoparallel_cp.spec.plan import Plan
@@ -577,7 +577,9 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
         dps.append(max(t.tail_frac * dsync, dsync - t.bwd_share * ttime))
         opts.append(opt)
     tmax = max(times)
-    pipeline = m * tmax + (sum(times) - tmax) / plan.vpp
+    rho = plan_ratio(sp_, plan)  # 1 but for zb-h1 / zb-h2 (search/schedule_axis.py)
+    bub = sum(times) - tmax
+    pipeline = m * tmax + (bub if rho == 1.0 else rho * bub) / plan.vpp
     tail = max(dps) + max(opts)
     fits = all(p <= t.capacity[g] for p, g in zip(peaks, groups, strict=True))
     return PlanCost(pipeline + tail, pipeline, tail, tuple(times), tuple(peaks), fits)

@@ -29,3 +29,20 @@ def test_the_deepspeed_recipe_refuses_a_schedule_its_pipeline_engine_does_not_ru
     # TrainSchedule (spec/framework_rows_unemitted.py): a pinned GPipe is exit 2 naming it
     assert_user_error(["solve", *SMALL, "--recipe", "deepspeed", "--fix", "schedule=gpipe",
                        *FAST], "schedule", "megatron-deepspeed does not run it", "TrainSchedule")
+
+
+def test_fix_zb_h1_solves_and_says_which_bubble_it_removes() -> None:
+    """A zero-bubble pin is searched (search/schedule_axis.py): its plans carry the schedule,
+    the JSON `space` names it, and the report says the bubble against 1F1B's on the same plan
+    (report.schedule_line)."""
+    result, out, err = run("solve", *SMALL, "--fix", "schedule=zb-h1,pp=2,cp=1", "--top-k", "2",
+                           *FAST, "--json", "-")
+    assert result.exit_code == 0, (result.exit_code, err)
+    doc = json.loads(out)
+    assert doc["space"]["schedule"] == ["zb-h1"]
+    assert doc["plans"] and all(p["plan"]["schedule"] == "zb-h1" for p in doc["plans"])
+    result, out, err = run("solve", *SMALL, "--fix", "schedule=zb-h1,pp=2,cp=1", "--top-k", "2",
+                           *FAST)
+    assert result.exit_code == 0, (result.exit_code, err)
+    line = next(x for x in out.splitlines() if "schedule zb-h1: bubble" in x)
+    assert "against 1f1b on the same plan" in line and "shorter" in line

@@ -35,6 +35,7 @@ from autoparallel_cp.search.cpsat_master import Key, ListingCut, build_master, e
 from autoparallel_cp.search.cpsat_partition import build_partition
 from autoparallel_cp.search.key_bounds import key_bound, key_coefs
 from autoparallel_cp.search.limits import Budget
+from autoparallel_cp.search.schedule_axis import plan_schedule
 from autoparallel_cp.search.solve import best_for_key, enumerate_plans
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import Tables, build_tables, plan_cost
@@ -68,14 +69,14 @@ def _placements(job: Job, pp: int) -> list[tuple[int, ...] | None]:
             if all(pl.count(g) == n[g] for g in range(len(groups)))]
 
 
-def _plan(key: Key, ls: tuple[int, ...], r: int | None, groups: tuple[int, ...] | None
-          ) -> Plan:
+def _plan(key: Key, ls: tuple[int, ...], r: int | None, groups: tuple[int, ...] | None,
+          schedule: Any = None) -> Plan:
     full = RECOMPUTE_MODES[key.mode] == "full"
     return Plan(dp=key.dp, tp=key.tp, pp=key.pp, vpp=key.vpp, cp=key.cp, ep=key.ep,
                 sp=key.sp, zero=key.zero, mbs=key.mbs, num_microbatches=key.m,
                 recompute=RECOMPUTE_MODES[key.mode],
                 recompute_layers=r if full and r is not None and r < max(ls) else None,
-                stage_layers=ls, stage_groups=groups)
+                stage_layers=ls, stage_groups=groups, schedule=schedule)
 
 
 def _every_partition(t: Tables, key: Key) -> tuple[int, int, float]:
@@ -111,7 +112,7 @@ def _every_partition(t: Tables, key: Key) -> tuple[int, int, float]:
                     assert pm.y is not None
                     for j, g in enumerate(groups):
                         pm.model.add(pm.y[j][g] == 1)
-                plan = _plan(key, ls, r, groups)
+                plan = _plan(key, ls, r, groups, plan_schedule(t.space.schedule))
                 exact = plan_cost(t, plan)
                 solver = cp_model.CpSolver()
                 solver.parameters.num_workers = 1
@@ -191,6 +192,28 @@ def test_partition_model_four_stages_memory_bound() -> None:
     key = Key(tp=2, cp=1, pp=4, dp=1, ep=1, vpp=1, sp=1, zero=1, mbs=1, m=16, mode=2)
     checked, fitting, _ = _every_partition(t, key)
     assert 0 < fitting < checked
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2"])
+@pytest.mark.parametrize("mode", [0, 1])
+def test_partition_model_zero_bubble_four_stages(schedule: str, mode: int) -> None:
+    """The partition model of a ZB-H1 / ZB-H2 key (objective x Q, floor(rho Q) (S - T):
+    search/schedule_axis.py) against every pinned partition: a lower bound of plan_cost within
+    its error bound, feasible exactly when the split fits (5 GiB GPUs: the ZB in-flight counts,
+    p and 2p - 1 on every stage, rule some splits out), and tighter than 1F1B's rho = 1."""
+    job = Job(model=_mini(False, 8), cluster=_with_memory(
+        load_cluster("dgx-h100").take_gpus(8), 5.0), seq_len=8192, global_batch=16)
+    space = SearchSpace.for_job(job, fix=f"tp=2,cp=1,pp=4,vpp=1,sp=1,mbs=1,zero=1,"
+                                         f"schedule={schedule}")
+    t = build_tables(space)
+    key = Key(tp=2, cp=1, pp=4, dp=1, ep=1, vpp=1, sp=1, zero=1, mbs=1, m=16, mode=mode)
+    checked, fitting, worst = _every_partition(t, key)
+    assert 0 < fitting <= checked
+    one = build_tables(SearchSpace.for_job(job, fix="tp=2,cp=1,pp=4,vpp=1,sp=1,mbs=1,zero=1"))
+    for ls in ((2, 2, 2, 2), (3, 1, 2, 2)):
+        zb, base = plan_cost(t, _plan(key, ls, None, None, schedule)), \
+            plan_cost(one, _plan(key, ls, None, None))
+        assert zb.step_s < base.step_s and zb.stage_time_s == base.stage_time_s
 
 
 def test_master_bound_is_exact_for_one_stage_keys() -> None:

@@ -1,11 +1,11 @@
 """One cost, everywhere: for random plans (pp > 1, interleaving, partial recompute, ZeRO-3, CP,
 EP, MoE parallel folding (etp, ep over tensor ranks), two node groups with explicit stage
-placement, the GPipe schedule; Megatron's splits: pp*vpp not dividing the layers, stage counts
-not multiples of vpp, explicit model chunks, micro-batch counts pp does not divide) the
-solver's cost tables (`tables.plan_cost`), the enumerator's score, the CP-SAT solver's
-reported plan and `cost/evaluate.evaluate()` agree on the step time, the per-stage times and
-the per-stage peak memory. Each search is pinned (`--fix`) to the one drawn plan, so the
-enumerator and the solver must score exactly that plan."""
+placement, the GPipe, ZB-H1 and ZB-H2 schedules; Megatron's splits: pp*vpp not dividing the
+layers, stage counts not multiples of vpp, explicit model chunks, micro-batch counts pp does
+not divide) the solver's cost tables (`tables.plan_cost`), the enumerator's score, the CP-SAT
+solver's reported plan and `cost/evaluate.evaluate()` agree on the step time, the per-stage
+times and the per-stage peak memory. Each search is pinned (`--fix`) to the one drawn plan, so
+the enumerator and the solver must score exactly that plan."""
 
 from __future__ import annotations
 
@@ -126,8 +126,10 @@ def _cases(draw: Any, new_splits: bool = False) -> tuple[Job, Plan]:
                 num_microbatches=batch // (dp * mbs), recompute=mode,
                 recompute_layers=r_layers, stage_layers=stage_layers,
                 stage_groups=tuple(groups), chunk_layers=chunk_layers, etp=etp,
-                # GPipe: all m micro-batches in flight on every stage (search/schedule_axis.py)
-                schedule=draw(st.sampled_from([None, "gpipe"])) if vpp == 1 else None)
+                # GPipe: all m micro-batches in flight on every stage; ZB-H1 / ZB-H2: their
+                # own in-flight counts and the split's bubble ratio (search/schedule_axis.py)
+                schedule=draw(st.sampled_from([None, "gpipe", "zb-h1", "zb-h2"]))
+                if vpp == 1 else None)
     assume(not plan_violations(job, plan))
     if plan.recompute_layers is not None and job.model.mtp_layers \
             and plan.recompute_layers >= max(plan.layers_per_stage(layers)):
@@ -186,7 +188,18 @@ def _explicit_slots() -> tuple[Job, Plan]:
                      recompute="selective", stage_groups=(1, 0))
 
 
+def _explicit_zb(schedule: str) -> tuple[Job, Plan]:
+    """A zero-bubble schedule with a pinned partial recompute (the split's replayed share
+    r·pp/L sets the bubble ratio), an uneven split over two groups, MoE with ZeRO-1."""
+    job = Job(model=_model(True, 8), cluster=_two_groups(), seq_len=4096, global_batch=BATCH)
+    return job, Plan(dp=2, tp=2, cp=1, pp=4, vpp=1, ep=2, sp=1, zero=1, mbs=1,
+                     num_microbatches=8, recompute="full", recompute_layers=1,
+                     stage_layers=(3, 2, 2, 1), stage_groups=(1, 0, 0, 1), schedule=schedule)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@example(case=_explicit_zb("zb-h1"))
+@example(case=_explicit_zb("zb-h2"))
 @example(case=_explicit())
 @example(case=_explicit_folded())
 @example(case=_explicit_slots())
@@ -217,7 +230,8 @@ def _agree(case: tuple[Job, Plan]) -> None:
                      ("chunk_layers", plan.chunk_layers is not None),
                      ("m % pp != 0", plan.vpp > 1 and plan.num_microbatches % plan.pp > 0),
                      ("mtp", job.model.mtp_layers > 0),
-                     ("gpipe", plan.schedule == "gpipe")):
+                     ("gpipe", plan.schedule == "gpipe"),
+                     ("zero-bubble", plan.schedule in ("zb-h1", "zb-h2"))):
         if on:
             event(name)
     fix = _fix(plan, job.model.num_layers, job.model.moe is not None)

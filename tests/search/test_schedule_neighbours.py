@@ -28,7 +28,7 @@ def test_search_refuses_to_pin_what_it_does_not_search() -> None:
     from autoparallel_cp.search.space import SearchSpace
 
     job = make_job("llama3-8b", "dgx-h100", gpus=32, global_batch=64)
-    for fix in ("schedule=zb-h1", "optimizer_offload=0.5", "activation_offload=2"):
+    for fix in ("schedule=zbv", "optimizer_offload=0.5", "activation_offload=2"):
         with pytest.raises(InputError, match="not a search axis yet"):
             SearchSpace.for_job(job, fix=fix)
 

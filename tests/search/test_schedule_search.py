@@ -1,8 +1,8 @@
-"""The pipeline schedule as a search axis (search/schedule_axis.py): `--fix schedule=X` searches
-X only (1f1b, interleaved, gpipe), the zero-bubble / DualPipe schedules and host offload are
-refused with exit 2, the proof's space names the schedules from the space, the enumerator and
-CP-SAT agree on GPipe spaces, the master's and the keys' bounds stay below every GPipe plan's
-exact cost, and pinning today's schedules changes no answer."""
+"""The pipeline schedule as a search axis (search/schedule_axis.py): `--fix schedule=X`
+searches X only (1f1b, interleaved, gpipe; zb-h1 / zb-h2: test_zb_search.py), ZBV, DualPipe
+and host offload are refused with exit 2, the proof's space names the schedules from the
+space, the enumerator and CP-SAT agree on GPipe spaces, the master's and the keys' bounds stay
+below every GPipe plan's exact cost, and pinning today's schedules changes no answer."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_gpipe_pin_narrows_the_space_and_the_proof_names_it() -> None:
 
 
 @pytest.mark.parametrize("fix, match", [
-    ("schedule=zb-h1", "not a search axis yet"),
+    ("schedule=zbv", "not a search axis yet"),
     ("schedule=dualpipev", "not a search axis yet"),
     ("schedule=nope", "expected one of"),
     ("optimizer_offload=0.5", "not a search axis yet"),
