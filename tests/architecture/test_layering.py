@@ -1,6 +1,7 @@
 """The package's layers and their one-way flow (docs/design.md, "Map").
 
-errors -> spec -> cost -> search / emit -> outputs / api -> report / sweep_backends -> whatif
+errors -> spec -> cost -> search / emit -> outputs / api -> report_advice -> report /
+sweep_backends -> whatif
 -> cli: a module imports only from its own layer package or from a layer below it, and no two
 modules import each other, directly or through others (function-level imports included).
 """
@@ -26,13 +27,14 @@ LAYERS: dict[str, int] = {
     "streams": 3,  # a leaf: the standard streams of the CLI (outputs writes through it)
     "outputs": 4,
     "api": 4,
-    "report": 5,
+    "report_advice": 5,  # what a plan report advises (report re-exports it)
+    "report": 6,
     "gcs_probe": 4,  # a leaf: asks a host:port whether a Ray GCS answers (sweep_backends)
     "trace": 5,
     "sweep_backends": 5,
-    "whatif": 6,
-    "html_report": 6,
-    "cli": 7,
+    "whatif": 7,
+    "html_report": 7,
+    "cli": 8,
 }
 
 

@@ -253,11 +253,11 @@ def test_evaluate_with_the_torchtitan_recipe() -> None:
     (it replays matmuls, so it costs more time than Megatron-style selective recompute)."""
     args = ("evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
             "--seq-len", "8192", "--global-batch", "16", "--plan",
-            "zero=3,mbs=2,recompute=selective", "--json", "-", "--quiet")
+            "zero=3,mbs=1,recompute=selective", "--json", "-", "--quiet")
     result, out, _ = run(*args, "--recipe", "torchtitan-fsdp")
     assert result.exit_code == 0, result.output
     tt = json.loads(out)
-    assert tt["fits"]
+    assert tt["fits"]  # at mbs 2 the root unit's gathered embedding and head tip it over
     from autoparallel_cp.cost.evaluate import evaluate
     from autoparallel_cp.spec import RECIPES, Job
     from autoparallel_cp.spec.loaders import load_cluster, load_model
@@ -266,7 +266,7 @@ def test_evaluate_with_the_torchtitan_recipe() -> None:
     recipe = RECIPES["torchtitan-fsdp"]
     job = Job(model=load_model("llama3-8b"), cluster=load_cluster("dgx-h100").take_gpus(8),
               recipe=recipe, seq_len=8192, global_batch=16)
-    plan = Plan(dp=8, zero=3, mbs=2, num_microbatches=1, recompute="selective")
+    plan = Plan(dp=8, zero=3, mbs=1, num_microbatches=2, recompute="selective")
     assert tt["time"]["step_s"] == pytest.approx(evaluate(job, plan).time.step_s)
     megatron_style = job.model_copy(update={"recipe": recipe.model_copy(update={
         "behaviour": recipe.behaviour.model_copy(update={"selective_policy": "attention"})})})
