@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoparallel_cp.search.enumerate import (
-    SpaceTooLarge,
-    enumerate_best,
+from autoparallel_cp.search.enumerate import SpaceTooLarge, enumerate_best
+from autoparallel_cp.search.enumerate_axes import (
     partition_array,
     partitions,
     placements,

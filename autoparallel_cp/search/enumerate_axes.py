@@ -1,0 +1,121 @@
+"""The plan axes of one degree combination for the exhaustive reference (search/enumerate.py):
+the layer partitions, node-group placements and partial-recompute counts it visits, as
+generators (the reference order) and as the sorted arrays its vectorized pass reads.
+
+Split out of enumerate.py (no behaviour change): they read only the space, never the tables'
+factor values.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from math import comb
+
+import numpy as np
+import numpy.typing as npt
+
+from autoparallel_cp.search.space import Degrees, SearchSpace
+from autoparallel_cp.search.tables import Tables, stage_groups_of
+from autoparallel_cp.spec.plan import Plan, RecomputeMode
+
+Ints = npt.NDArray[np.int64]
+
+# --------------------------------------------------------------------------------------------
+# The plan axes of one degree combination (reference generators and their array forms)
+# --------------------------------------------------------------------------------------------
+
+
+def partitions(space: SearchSpace, pp: int, vpp: int) -> Iterator[tuple[int, ...] | None]:
+    """Layer partitions (front to back) of the space for (pp, vpp); None = uniform."""
+    fixed = space.fixed_stage_layers(pp, vpp)
+    if fixed is not None:
+        yield fixed
+        return
+    if space.partition == "uniform":
+        yield None
+        return
+    step = space.layer_step(vpp)
+    units = space.num_layers // step
+    first_min = space.first_stage_min_units(vpp)
+    for cuts in itertools.combinations(range(1, units), pp - 1):
+        parts = [b - a for a, b in zip((0, *cuts), (*cuts, units), strict=True)]
+        if parts[0] < first_min:
+            continue
+        yield tuple(p * step for p in parts)
+
+
+def placements(space: SearchSpace, d: Degrees) -> Iterator[tuple[int, ...] | None]:
+    """Node-group orders over the stages (None on a homogeneous cluster)."""
+    if not space.heterogeneous:
+        yield None
+        return
+    if "stage_groups" in space.fixed:
+        yield tuple(space.fixed["stage_groups"])
+        return
+    counts = space.stage_group_counts(d.tp, d.cp, d.dp)
+    assert counts is not None
+    base = [g for g, c in enumerate(counts) for _ in range(c)]
+    seen: set[tuple[int, ...]] = set()
+    for perm in itertools.permutations(base):
+        if perm not in seen:
+            seen.add(perm)
+            yield perm
+
+
+def recompute_options(space: SearchSpace, mode: RecomputeMode, biggest: int, vpp: int = 1
+                      ) -> Iterator[int | None]:
+    """recompute_layers values for a partition whose largest stage has `biggest` layers."""
+    if mode != "full":
+        yield None
+        return
+    if "recompute_layers" in space.fixed:
+        r = int(space.fixed["recompute_layers"])
+        yield r if r < biggest else None
+        return
+    if space.partial_recompute:
+        step = space.recompute_step(vpp)
+        yield from range(step, biggest, step)
+    yield None
+
+
+def partition_array(space: SearchSpace, pp: int, vpp: int
+                    ) -> tuple[Ints, list[tuple[int, ...] | None]]:
+    """Layers per stage of every partition, (P, pp) sorted lexicographically, and the Plan
+    `stage_layers` value of each row (None for the uniform split)."""
+    if space.fixed_split or space.partition == "uniform":
+        part = next(partitions(space, pp, vpp))
+        ls = part if part is not None else Plan(pp=pp).layers_per_stage(space.num_layers)
+        return np.array([ls], np.int64).reshape(1, pp), [part]
+    step = space.layer_step(vpp)
+    units = space.num_layers // step
+    first_min = space.first_stage_min_units(vpp)
+    if pp == 1:
+        out = np.array([[units]], np.int64) if units >= first_min else np.zeros((0, 1), np.int64)
+    else:
+        n = comb(units - 1, pp - 1)
+        flat = np.fromiter(
+            itertools.chain.from_iterable(itertools.combinations(range(1, units), pp - 1)),
+            dtype=np.int64, count=n * (pp - 1))
+        cuts = flat.reshape(n, pp - 1)
+        cuts = cuts[cuts[:, 0] >= first_min]
+        edges = np.concatenate(
+            [np.zeros((len(cuts), 1), np.int64), cuts, np.full((len(cuts), 1), units, np.int64)],
+            axis=1)
+        out = np.diff(edges, axis=1)
+    # combinations come in lexicographic order of the cuts = lexicographic order of the parts
+    out = out * step
+    return out, [None] * len(out)  # the winners' stage_layers tuples are read off the rows
+
+
+def placement_array(space: SearchSpace, t: Tables, d: Degrees
+                    ) -> tuple[Ints, list[tuple[int, ...] | None]]:
+    """Node group of every stage for every placement, (Q, pp) sorted lexicographically, and
+    the Plan `stage_groups` value of each row (None: the default order of `stage_groups_of`)."""
+    objs = sorted(placements(space, d), key=lambda x: x or ())
+    rows = []
+    for sg in objs:
+        if sg is None:
+            sg = stage_groups_of(t, Plan(dp=d.dp, tp=d.tp, pp=d.pp, cp=d.cp))
+        rows.append(sg)
+    return np.array(rows, np.int64).reshape(len(rows), d.pp), objs
