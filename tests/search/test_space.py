@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search.space import SearchSpace, divisors
+from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.search.space_domains import divisors
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.loaders import load_cluster, load_model
 from autoparallel_cp.spec.plan import PlanError
