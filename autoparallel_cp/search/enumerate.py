@@ -421,12 +421,14 @@ def enumerate_best(space: SearchSpace, limit: int | None = None,
             f"enumerate refuses a space of {size:,} plans (limit {lim:,}); use `solve`, "
             "or narrow the space (--fix, uniform partitions, no partial recompute)"
         )
-    base = build_tables(space)
     best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]] = {}
     part_cache: dict[tuple[Any, ...], tuple[Ints, list[tuple[int, ...] | None]]] = {}
-    # every expert-TP size searched (one space and tables each), then every degree choice
-    for vi, tabs in enumerate(base.variants or [base]):
-        _best_of_space(tabs, vi, best, part_cache)
+    # every schedule sub-space (SearchSpace.schedule_variants: a key keeps its best over
+    # them), every expert-TP size searched (one space and tables each), every degree choice
+    for si, sv in enumerate(space.schedule_variants()):
+        base = build_tables(sv)
+        for vi, tabs in enumerate(base.variants or [base]):
+            _best_of_space(tabs, (si, vi), best, part_cache)
     out = list(best.values()) if space.restriction is None else _runnable(space, best, refused)
     out.sort(key=lambda x: (x[0], x[1]))
     return [(c, p) for c, _, p in out], size
@@ -451,7 +453,7 @@ def _runnable(space: SearchSpace,
     return out
 
 
-def _best_of_space(tabs: Tables, vi: int,
+def _best_of_space(tabs: Tables, vi: tuple[int, int],
                    best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]],
                    part_cache: dict[tuple[Any, ...], tuple[Ints, list[tuple[int, ...] | None]]]
                    ) -> None:

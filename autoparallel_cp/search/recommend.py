@@ -220,7 +220,8 @@ def simplest_within(
         space, space_tables, table = context.space, context.tables, context.keys
         scored, bounds, above = context.found, context.key_bounds, context.above
     else:
-        space = SearchSpace.for_job(job, fix=fix)
+        # the default schedules' sub-space, as the solve's context (solve.py `SearchContext`)
+        space = SearchSpace.for_job(job, fix=fix).schedule_variants()[0]
         space_tables = build_tables(space)
         table = build_key_table(space_tables)
         scored, bounds, above = {}, {}, {}

@@ -14,8 +14,32 @@ m, j) and the stage's chunks alone (cost/schedules.py `inflight_units`):
   rho·(Σ_j t_j - T_max) with rho = `bubble_ratio` of the plan's F/B/W split
   (`backward_split`), a per-key constant (`key_ratio`, below).
 
-`SEARCHED` lists them; `--fix schedule=X` searches X only, and without it the space keeps
-today's meaning (1f1b at vpp 1, interleaved at vpp > 1; the schedule field left unset).
+`SEARCHED` lists them; `--fix schedule=X` searches X only. Without it the space is the union
+(`union_schedules`) of today's default (1f1b at vpp 1, interleaved at vpp > 1; the schedule
+field left unset) and `UNION` (zb-h1, zb-h2), each restricted to the frameworks the space
+runs (spec/frameworks.py RUNS_SCHEDULES: Megatron, DeepSpeed and torchtitan run neither, so
+their spaces keep the default): one sub-space per schedule (`SearchSpace.schedule_variants`,
+each exactly the space of `--fix schedule=X`), disjoint (their plans differ in `schedule`).
+A key's best is the best over the sub-spaces that hold it, as over the expert-TP sizes.
+
+GPipe stays pin-only, by dominance: for every gpipe plan P, the same plan under the default
+schedule (1f1b, vpp 1) has the same step time and never more memory. Time: `bubble_ratio` is
+1 for both (cost/schedules.py), neither splits the backward (SPLIT_BACKWARD) nor hides EP
+all-to-all (`ep_hidden_share`) nor copies parameters (`dualpipe_mirror`), so every term of
+steptime.py is the same. Memory: gpipe holds m micro-batches on every stage, 1f1b
+min(p - j, m) <= m (`inflight_units`), and nothing else differs. So the default plan fits
+whenever P does and is no slower, and its `Plan.key()` (no schedule entry) sorts first: the
+best of every key, and so the top k, is the same with or without gpipe
+(tests/search/test_schedule_union.py checks both claims on random plans).
+
+Why the union's top k is exact and proven (search/solve.py `_solve_union`): the sub-spaces
+are solved in turn, each with its own proof (tables, master, key bounds, per-key models),
+and every later one's cutoff is the k-th best of the union so far (the best per key over the
+sub-spaces solved, `union_kth`): k distinct keys with a known plan each, so it is >= the
+union's final k-th best. A key a sub-space skips has a proven bound above that cutoff (or
+LB > the window's end >= it), so none of its plans there enters the union's top k; a key
+whose plan there does is scored exactly. Each sub-space's own bounds hold for its plans
+(the proofs below), so the union's bounds are the sub-spaces' bounds, per plan.
 
 Why the bounds stay valid (cpsat_master.py, key_bounds.py, cpsat_partition.py): the bubble
 term is the same function of the stage times for 1f1b, interleaved and gpipe, so every
@@ -66,6 +90,9 @@ from autoparallel_cp.spec.schedules import SCHEDULES, Schedule, default_schedule
 
 #: the schedules whose cost the search composes exactly (module docstring)
 SEARCHED: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2")
+#: the schedules searched besides today's default when `--fix schedule` is not given
+#: (module docstring; gpipe is dominated by 1f1b)
+UNION: tuple[str, ...] = ("zb-h1", "zb-h2")
 #: the searched schedules whose bubble is 1F1B's times a per-key ratio rho < 1 (`key_ratio`)
 RATIO_SCHEDULES: frozenset[str] = frozenset({"zb-h1", "zb-h2"})
 #: one model chunk per rank (spec/schedules.py)
@@ -94,17 +121,44 @@ def refuse_unsearched(pins: Mapping[str, Any]) -> None:
                              f"'...,{k}={pins[k]}') or see explain's single changes", field=k)
 
 
-def refuse_unrun(schedule: str | None, r: Restriction, pp: int, vpp: int) -> None:
-    """InputError (exit 2) when the restriction's framework does not run the pinned schedule
-    (its spec/frameworks.py "schedule" row, read on a probe plan of the space's pp and vpp:
-    the schedule is one per space, so one check covers every plan)."""
-    if schedule is None:
-        return
+def runs(schedule: str, r: Restriction, pp: int, vpp: int) -> str | None:
+    """None when the restriction's frameworks run `schedule` (their spec/frameworks.py
+    "schedule" row, read on a probe plan of this pp and vpp), else the refusing row's
+    framework and reason."""
     probe = Plan(pp=pp, vpp=vpp, schedule=plan_schedule(schedule))
     for x in r.key_refusals(probe):
         if x.field == "schedule":
-            raise InputError(f"--fix schedule={schedule}: {x.framework} does not run it "
-                             f"({x.reason})", field="schedule")
+            return f"{x.framework} does not run it ({x.reason})"
+    return None
+
+
+def refuse_unrun(schedule: str | None, r: Restriction, pp: int, vpp: int) -> None:
+    """InputError (exit 2) when the restriction's framework does not run the pinned schedule
+    (`runs`; the schedule is one per space, so one check covers every plan)."""
+    if schedule is None:
+        return
+    why = runs(schedule, r, pp, vpp)
+    if why is not None:
+        raise InputError(f"--fix schedule={schedule}: {why}", field="schedule")
+
+
+def union_schedules(r: Restriction | None, pps: Sequence[int], vpps: Sequence[int]
+                    ) -> tuple[str | None, ...]:
+    """The sub-spaces' schedules of a space without `--fix schedule`: None (today's default)
+    and each of `UNION` some pp > 1 at vpp 1 of the domains runs, that the frameworks run."""
+    pp = max(pps, default=1)
+    if pp == 1 or 1 not in vpps:
+        return (None,)
+    return (None, *(s for s in UNION if r is None or runs(s, r, pp, 1) is None))
+
+
+def variant_domains(schedule: str, pps: Sequence[int], vpps: Sequence[int]
+                    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The pp and vpp domains of a union's sub-space of `schedule` (`narrow`'s rules, empty
+    where none runs it)."""
+    one = schedule in ONE_CHUNK
+    return (tuple(p for p in pps if p > 1 or schedule == "1f1b"),
+            tuple(v for v in vpps if (v == 1) == one))
 
 
 def narrow(schedule: str | None, pps: list[int], vpps: list[int]
@@ -127,11 +181,13 @@ def narrow(schedule: str | None, pps: list[int], vpps: list[int]
     return pps, vpps
 
 
-def searched(schedule: str | None, vpps: Sequence[int]) -> list[str]:
-    """The schedules a space with this pin and vpp domain covers."""
-    if schedule is not None:
-        return [schedule]
-    return sorted({default_schedule(v) for v in vpps}, key=SCHEDULES.index)
+def searched(schedules: Sequence[str | None], vpps: Sequence[int]) -> list[str]:
+    """The schedules a space whose sub-spaces have `schedules` (None: today's default) and
+    vpp domain `vpps` covers."""
+    out = {s for s in schedules if s is not None}
+    if None in schedules:
+        out |= {default_schedule(v) for v in vpps}
+    return sorted(out, key=SCHEDULES.index)
 
 
 def narrow_recompute(schedule: str | None, pins: Mapping[str, Any], partial: bool) -> bool:
@@ -166,8 +222,22 @@ def key_ratio(space: Any, pp: int, tp: int, cp: int, ep: int, mbs: int, mode: in
 def family_ratio(spaces: Sequence[Any], tp: int, cp: int, mbs: int, pp: int) -> float:
     """The least `key_ratio` of the bubble family (tp, cp, mbs, pp) over ep, the recompute
     modes and the expert-TP sizes' spaces `spaces` (the master's rho', module docstring)."""
-    return min(key_ratio(sp, pp, tp, cp, e, mbs, RECOMPUTE_MODES.index(r))
-               for sp in spaces for e in sp.ep for r in sp.recompute)
+    s0 = spaces[0]
+    if s0.schedule not in RATIO_SCHEDULES or pp == 1:
+        return 1.0
+    # the distinct (etp, ep, mode, count) of the spaces (the replicas variants repeat them),
+    # and pp read only through a pinned count's share (`_split`): one min per (tp, cp, mbs)
+    memo: dict[Any, Any] = s0.__dict__.setdefault("_famrho", {})
+    if ("combos", len(spaces)) not in memo:
+        memo["combos", len(spaces)] = sorted(
+            {(sp.etp, e, r, sp.fixed.get("recompute_layers") if r == "full" else None)
+             for sp in spaces for e in sp.ep for r in sp.recompute}, key=repr)
+    combos = memo["combos", len(spaces)]
+    k = (tp, cp, mbs, pp if any(c[3] is not None for c in combos) else 0, len(spaces))
+    if k not in memo:
+        memo[k] = min(_ratio(s0, s0.schedule, pp, tp, cp, e, etp, mbs, r,
+                             None if rl is None else int(rl)) for etp, e, r, rl in combos)
+    return float(memo[k])
 
 
 def bubble_divisor(space: Any, key: Any) -> float:
@@ -184,9 +254,29 @@ def _ratio(space: Any, schedule: str, pp: int, tp: int, cp: int, ep: int, etp: i
     memo: dict[tuple[Any, ...], float] = space.__dict__.setdefault("_rho", {})
     k = (schedule, pp, tp, cp, ep, etp, mbs, recompute, rl)
     if k not in memo:
-        probe = Plan(pp=pp, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute,
-                     recompute_layers=rl, schedule=cast(Schedule, schedule))
-        memo[k] = float(bubble_ratio(schedule, pp, backward_split(space.job, probe)))
+        memo[k] = float(bubble_ratio(schedule, pp, _split(space.job, pp, tp, cp, ep, etp, mbs,
+                                                          recompute, rl)))
+    return memo[k]
+
+
+#: `_split` values by job (the job kept with them, so its id is not reused); a few jobs
+_SPLITS: dict[int, tuple[Any, dict[tuple[Any, ...], tuple[float, float, float]]]] = {}
+
+
+def _split(job: Any, pp: int, tp: int, cp: int, ep: int, etp: int | None, mbs: int,
+           recompute: str, rl: int | None) -> tuple[float, float, float]:
+    """`backward_split` of a probe plan with these fields, memoized per job: the split reads
+    no schedule and pp only through a partial recompute's share (cost/schedules.py), so the
+    sub-spaces of a union and their expert-TP / replicas variants share one value."""
+    if id(job) not in _SPLITS or _SPLITS[id(job)][0] is not job:
+        if len(_SPLITS) >= 16:
+            _SPLITS.clear()
+        _SPLITS[id(job)] = (job, {})
+    memo = _SPLITS[id(job)][1]
+    k = (pp if rl is not None else 0, tp, cp, ep, etp, mbs, recompute, rl)
+    if k not in memo:
+        memo[k] = backward_split(job, Plan(pp=pp, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs,
+                                           recompute=recompute, recompute_layers=rl))
     return memo[k]
 
 

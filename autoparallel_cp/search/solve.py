@@ -41,6 +41,7 @@ coupled bounds, trial cutoffs); split, its invariants would sit apart from the c
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
@@ -74,6 +75,9 @@ class SearchContext:
     key_bounds: dict[Any, float] = field(default_factory=dict)  # key_bounds.key_bound values
     #: keys proven to have no plan with an exact step time <= the value (`best_for_key`)
     above: dict[Any, float] = field(default_factory=dict)
+    #: a union of schedule sub-spaces (`_solve_union`): each one's context by its schedule
+    #: (this context is the default sub-space's: the recommendation's phase 2 searches it)
+    parts: dict[str | None, SearchContext] = field(default_factory=dict)
 
 
 @dataclass
@@ -198,8 +202,16 @@ def solve(
     progress: Callable[..., Any] | None = None,
     emit: str | None = None,
     prior: SearchContext | None = None,
+    incumbents: dict[tuple[Any, ...], tuple[float, Any]] | None = None,
+    budget: Budget | None = None,
 ) -> SolveResult:
     """The k best distinct plans by CP-SAT, proven (see the module docstring).
+
+    A space of several schedule sub-spaces (`SearchSpace.schedule_variants`) is solved by
+    `_solve_union`, which calls this once per sub-space with `incumbents` (the union's best
+    (step, `Plan.key()`) so far per `_key`: the k-th best of the union is every cutoff) and
+    its shared `budget`; such a call returns an empty plan list instead of raising when no
+    plan of its sub-space is under the union's k-th best.
 
     `prior`: the context of a search of the same space up to a larger capacity (the CLI's
     first, up-to-capacity search, when the fastest plan within the --mem-headroom margin is
@@ -221,9 +233,13 @@ def solve(
     cb_ = progress_callback or progress
     t0 = time.perf_counter()
     sp = _space(job, space, fix, emit)
-    size = sp.size()
     if sp.num_degree_combinations() == 0:
         _raise_infeasible(job, sp)
+    if len(sp.schedule_variants()) > 1:
+        return _solve_union(job, sp, top_k=top_k, time_limit=time_limit, seed=seed,
+                            progress=cb_, prior=prior)
+    part = incumbents is not None
+    size = sp.size()
     refused: dict[tuple[str, str], int] = {}  # framework rows that refused listed keys
     runnable = 0  # listed keys the frameworks run
     phase: dict[str, float] = {}
@@ -237,13 +253,19 @@ def solve(
     table = build_key_table(tabs, bt=ru.bounds if ru is not None else None)
     phase["master_s"] = time.perf_counter() - tp0
     lb0_ = table.minimum()
+    if lb0_ is None and part:  # none of this sub-space's keys fits: nothing to add
+        return SolveResult("optimal", time.perf_counter() - t0, size, [], searched=sp,
+                           stats={"phases": phase, "master_keys": 0, "keys_scored": 0,
+                                  "keys_skipped": 0, "models": 0},
+                           context=SearchContext(space=sp, tables=tabs, keys=table, listed=[],
+                                                 listed_hi=None, found={}))
     if lb0_ is None:  # no key passes the degree rules and the memory condition
         _raise_infeasible(job, sp)
     assert lb0_ is not None
     lb0 = lb0_
     unit = table.unit_s
     top_u = table.top_u
-    budget = Budget(time_limit)
+    budget = budget if budget is not None else Budget(time_limit)
     # a prior search's exact key results and lower bounds that hold here (capacity.reuse)
     found: dict[Any, KeyResult] = dict(ru.found) if ru is not None else {}
     bounds: dict[Any, float] = dict(ru.key_bounds) if ru is not None else {}
@@ -278,6 +300,8 @@ def solve(
         heapq.heappush(heap, (max(bounds[key], lb_u * unit), key.order(), lb_u, key))
 
     def kth() -> float:
+        if part:  # the union's k-th best: the other sub-spaces' best per key and these
+            return union_kth(incumbents or {}, found.values(), top_k)
         costs = sorted((r.step_s, r.plan.key()) for r in found.values())
         return costs[top_k - 1][0] if len(costs) >= top_k else float("inf")
 
@@ -380,6 +404,15 @@ def solve(
             grow = min(grow, max(int(math.ceil(target / unit)), hi + 1))
         hi = min(grow, top_u)
     ranked = sorted(found.values(), key=lambda r: (r.step_s, r.plan.key()))
+    ctx = SearchContext(space=sp, tables=tabs, keys=table, listed=all_listed,
+                        listed_hi=listed_hi, found=dict(found), key_bounds=bounds, above=above)
+    if not ranked and part:
+        return SolveResult("optimal" if proven else "timeout", time.perf_counter() - t0, size,
+                           [], iterations=evaluated, searched=sp, context=ctx,
+                           stats={"phases": phase, "master_keys": len(table),
+                                  "keys_scored": evaluated, "keys_skipped": listed - evaluated,
+                                  "models": models, "refused": refused, "runnable": runnable,
+                                  **_limit_stats(budget)})
     if not ranked:
         if proven:
             _raise_infeasible(job, sp, refused, runnable)
@@ -404,11 +437,79 @@ def solve(
                "root_bound_s": best_lb,
                "ranked": [(r.step_s, r.plan) for r in ranked[:top_k]],
                **_limit_stats(budget)},
-        context=SearchContext(space=sp, tables=tabs, keys=table, listed=all_listed,
-                              listed_hi=listed_hi, found=dict(found), key_bounds=bounds,
-                              above=above),
+        context=ctx,
         searched=sp,
     )
+
+
+def union_kth(incumbents: dict[tuple[Any, ...], tuple[float, Any]], found: Any,
+              top_k: int) -> float:
+    """The k-th best step time over distinct keys (`_key`) of the union: each key's best of
+    `incumbents` (earlier sub-spaces) and the `KeyResult`s `found` here. Each value is a real
+    plan's, so it is >= the union's final k-th best (schedule_axis.py's proof)."""
+    best = dict(incumbents)
+    for r in found:
+        k, c = _key(r.plan), (r.step_s, r.plan.key())
+        if k not in best or c < best[k]:
+            best[k] = c
+    if len(best) < top_k:
+        return float("inf")
+    return sorted(best.values())[top_k - 1][0]
+
+
+def _solve_union(job: Job, sp: SearchSpace, *, top_k: int, time_limit: float | None,
+                 seed: int | None, progress: Callable[..., Any] | None,
+                 prior: SearchContext | None) -> SolveResult:
+    """`solve` over a union of schedule sub-spaces (`SearchSpace.schedule_variants`): each
+    solved in turn by `solve` with the union's best per key so far (`union_kth` is every
+    cutoff) and one shared deterministic-time budget; a key's best is its best over them,
+    ranked by (step, `Plan.key()`) as within one. Exact and proven when every sub-space's
+    search is (search/schedule_axis.py: the proof). A `prior` union context hands each
+    sub-space its own part (`capacity.reuse` checks it)."""
+    t0 = time.perf_counter()
+    budget = Budget(time_limit)
+    best: dict[tuple[Any, ...], tuple[float, Any]] = {}
+    res: dict[tuple[Any, ...], KeyResult] = {}
+    parts: dict[str | None, SearchContext] = {}
+    stats: dict[str, Any] = {"phases": {}, "master_keys": 0, "keys_scored": 0,
+                             "keys_skipped": 0, "models": 0}
+    refused: dict[tuple[str, str], int] = {}
+    runnable, proven, gap = 0, True, 0.0
+    for v in sp.schedule_variants():
+        pri = prior.parts.get(v.schedule) if prior is not None else None
+        r = solve(job, v, top_k=top_k, time_limit=time_limit, seed=seed, progress=progress,
+                  prior=pri, incumbents=best, budget=budget)
+        assert r.context is not None
+        parts[v.schedule] = r.context
+        for kr in r.context.found.values():
+            k, c = _key(kr.plan), (kr.step_s, kr.plan.key())
+            if k not in best or c < best[k]:
+                best[k], res[k] = c, kr
+        for name in ("master_keys", "keys_scored", "keys_skipped", "models"):
+            stats[name] += r.stats.get(name, 0)
+        for name, t in r.stats.get("phases", {}).items():
+            stats["phases"][name] = stats["phases"].get(name, 0.0) + t
+        for row, n in r.stats.get("refused", {}).items():
+            refused[row] = refused.get(row, 0) + n
+        runnable += r.stats.get("runnable", 0)
+        proven = proven and r.status == "optimal"
+        gap = max(gap, r.gap)
+    ranked = sorted(res.values(), key=lambda r: (r.step_s, r.plan.key()))[:top_k]
+    size = sp.size()
+    if not ranked:
+        if proven:
+            _raise_infeasible(job, sp.schedule_variants()[0], refused, runnable)
+        return SolveResult("timeout", time.perf_counter() - t0, size, [], gap=1.0,
+                           stats=_limit_stats(budget), searched=sp)
+    stats.update(ranked=[(r.step_s, r.plan) for r in ranked], **_limit_stats(budget))
+    ctx = parts[None] if None in parts else next(iter(parts.values()))
+    return SolveResult(
+        status="optimal" if proven else "feasible", solve_time_s=time.perf_counter() - t0,
+        space_size=size, plans=_finish(job, [(r.step_s, r.plan) for r in ranked], top_k),
+        max_objective_diff_s=max(r.diff_s for r in ranked),
+        error_bound_s=max(r.error_bound_s for r in ranked), gap=0.0 if proven else gap,
+        iterations=stats["keys_scored"], stats=stats, searched=sp,
+        context=dataclasses.replace(ctx, parts=parts))
 
 
 def _runnable(space: SearchSpace, keys: list[tuple[int, Any]],

@@ -18,8 +18,12 @@ from typing import Any, Literal
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import space_count
 from autoparallel_cp.search.schedule_axis import (
+    narrow_recompute,
     refuse_unrun,
     refuse_unsearched,
+    searched,
+    union_schedules,
+    variant_domains,
 )
 from autoparallel_cp.search.space_domains import job_domains
 from autoparallel_cp.spec import Job
@@ -96,6 +100,10 @@ class SearchSpace:
     #: the pipeline schedule of every plan (`--fix schedule`, search/schedule_axis.py
     #: `SEARCHED`); None: today's default, 1f1b at vpp 1 and interleaved at vpp > 1
     schedule: str | None = None
+    #: the schedules of the sub-spaces whose union the space is (`schedule_variants`; None:
+    #: today's default): (schedule,) when one is pinned, else search/schedule_axis.py
+    #: `union_schedules` (the default and zb-h1 / zb-h2 where the frameworks run them)
+    schedules: tuple[str | None, ...] = (None,)
     #: the frameworks whose plans only are searched (spec/framework_space.py); None: any
     restriction: Restriction | None = None
 
@@ -137,6 +145,8 @@ class SearchSpace:
         restriction = Restriction.of(job, emit) if by_framework else None
         if restriction is not None:
             space = space._restrict(restriction)
+        if "schedule" not in pins:  # the schedules costed exactly (schedule_axis.py)
+            space = space.with_(schedules=union_schedules(restriction, space.pp, space.vpp))
         if hybrid and "dp_replicate" not in pins and (
                 restriction is None or restriction.replicates):
             space = space._with_replicas()
@@ -176,6 +186,28 @@ class SearchSpace:
         """Partial recompute counts are multiples of this (the restriction's,
         `Restriction.recompute_step`; "all layers" stays searched)."""
         return 1 if self.restriction is None else self.restriction.recompute_step(vpp)
+
+    def schedule_variants(self) -> tuple[SearchSpace, ...]:
+        """One space per schedule of `schedules`, each the space `--fix schedule=X` would
+        search (X's pp and vpp, `narrow_recompute`; the default's: this space's domains), in
+        `schedules` order; the space itself when it has one schedule. Disjoint: their plans
+        differ in `schedule` (search/schedule_axis.py)."""
+        if len(self.schedules) == 1:
+            return (self,)
+        memo: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_sched", {})
+        if "v" not in memo:
+            out = []
+            for s in self.schedules:
+                if s is None:
+                    out.append(self.with_(schedules=(None,)))
+                    continue
+                pps, vpps = variant_domains(s, self.pp, self.vpp)
+                if pps and vpps:
+                    out.append(self.with_(schedule=s, schedules=(s,), pp=pps, vpp=vpps,
+                                          partial_recompute=narrow_recompute(
+                                              s, self.fixed, self.partial_recompute)))
+            memo["v"] = tuple(out)
+        return memo["v"]
 
     @property
     def multi(self) -> bool:
@@ -495,7 +527,9 @@ class SearchSpace:
         restriction, the keys it refuses are left out: `space_count.count`)."""
         memo: dict[str, int] = self.__dict__.setdefault("_size", {})
         if "n" not in memo:
-            memo["n"] = space_count.count(self)
+            parts = self.schedule_variants()
+            memo["n"] = (space_count.count(self) if len(parts) == 1
+                         else sum(v.size() for v in parts))
         return memo["n"]
 
     def num_degree_combinations(self) -> int:
@@ -527,6 +561,7 @@ class SearchSpace:
             "etp": [e if e is not None else "tp" for e in self.etp_axis],
             "partial_recompute": [self.partial_recompute],
             "dp_replicate": list(self.rep_axis),
+            "schedule": searched(self.schedules, self.vpp),
             **({"frameworks": list(self.restriction.formats)}
                if self.restriction is not None else {}),
         }

@@ -178,6 +178,7 @@ def job_domains(job: Job, pins: dict[str, Any], *, partition: str, partial_recom
         rep_axis=(int(pins.get("dp_replicate", 1)),),
         etp_axis=(pins["etp"],) if "etp" in pins else _etp_axis(job, etp_values),
         schedule=pins.get("schedule"),
+        schedules=(pins.get("schedule"),),
         named_splits=named_splits and partition == "free" and not (
             "stage_layers" in pins or "chunk_layers" in pins),
     )

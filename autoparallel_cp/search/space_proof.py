@@ -21,8 +21,9 @@ from autoparallel_cp.spec.schedules import default_schedule
 SearchSpace = Any
 
 #: fields of SearchSpace that are not part of what the proof covered (the framework
-#: restriction is described by its frameworks: `proof_space`)
-_NOT_AXES = ("job", "fixed", "restriction")
+#: restriction is described by its frameworks, the sub-spaces' schedules by the schedules
+#: they cover: `proof_space`)
+_NOT_AXES = ("job", "fixed", "restriction", "schedules")
 
 
 def _plain(v: Any) -> Any:
@@ -67,7 +68,7 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
         **other,
         "layer_split": _split_rule(space),
         "pins": _plain(dict(space.fixed)),
-        "schedule": searched(space.schedule, space.vpp),
+        "schedule": searched(space.schedules, space.vpp),
         "offload": "none (optimizer and activations stay on the GPU)",
         "rules": ["dp*tp*pp*cp = GPUs", "global batch % (dp*mbs) = 0",
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
@@ -106,12 +107,23 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
             return f"{name}={getattr(plan, name)} (searched: {list(dom)})"
     if plan.dp not in space.dp_domain:
         return f"dp={plan.dp}"
-    runs = searched(space.schedule, space.vpp)
-    if plan.pipeline_schedule not in runs or (
-            space.schedule is None and plan.pipeline_schedule != default_schedule(plan.vpp)):
-        return (f"schedule={plan.pipeline_schedule} (searched: {', '.join(runs)}"
-                + ("; 1f1b at vpp 1, interleaved at vpp > 1)" if space.schedule is None
+    runs = searched(space.schedules, space.vpp)
+    ps = plan.pipeline_schedule
+    if None in space.schedules and ps == default_schedule(plan.vpp):
+        sub = None
+    elif ps in space.schedules:
+        sub = ps
+    else:
+        return (f"schedule={ps} (searched: {', '.join(runs)}"
+                + ("; 1f1b at vpp 1, interleaved at vpp > 1)" if None in space.schedules
                    else ")"))
+    # the rest is checked against the sub-space of the plan's schedule (its pp, vpp and
+    # partial recompute: SearchSpace.schedule_variants)
+    space = next(v for v in space.schedule_variants() if v.schedules == (sub,))
+    for name in ("pp", "vpp"):
+        if getattr(plan, name) not in getattr(space, name):
+            return (f"{name}={getattr(plan, name)} with schedule={ps} (searched: "
+                    f"{list(getattr(space, name))})")
     if plan.optimizer_offload or plan.activation_offload:
         return "host offload (not searched: everything stays on the GPU)"
     have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None

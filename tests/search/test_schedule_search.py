@@ -36,8 +36,12 @@ def test_gpipe_pin_narrows_the_space_and_the_proof_names_it() -> None:
     assert proof_space(sp)["schedule"] == ["gpipe"]
     assert "schedule gpipe" in space_line(proof_space(sp))
     default = SearchSpace.for_job(job, max_pp=4, max_vpp=2)
-    assert proof_space(default)["schedule"] == ["1f1b", "interleaved"]
-    assert proof_space(SearchSpace.for_job(job, max_vpp=1))["schedule"] == ["1f1b"]
+    # no --fix schedule: the union of the default and the zero-bubble schedules
+    assert proof_space(default)["schedule"] == ["1f1b", "interleaved", "zb-h1", "zb-h2"]
+    assert proof_space(SearchSpace.for_job(job, max_vpp=1))["schedule"] == [
+        "1f1b", "zb-h1", "zb-h2"]
+    assert proof_space(SearchSpace.for_job(job, max_vpp=2, emit="megatron"))["schedule"] == [
+        "1f1b", "interleaved"]
     inter = SearchSpace.for_job(job, fix="schedule=interleaved", max_pp=4, max_vpp=3)
     assert inter.vpp == (2, 3) and min(inter.pp) > 1 and inter.schedule == "interleaved"
 
@@ -97,7 +101,10 @@ def test_pinning_todays_schedules_changes_no_answer() -> None:
     with pp > 1: same plans (no schedule field written), same costs, same order."""
     job = _job(layers=8)
     kw = {"max_pp": 4, "max_vpp": 2, "max_mbs": 2, "zero": (1,)}
-    ranked = enumerate_plans(job, SearchSpace.for_job(job, **kw), top_k=10**6).stats["ranked"]
+    # the union's default sub-space (schedule_axis.py): today's space
+    base = SearchSpace.for_job(job, **kw).schedule_variants()[0]
+    assert base.schedules == (None,)
+    ranked = enumerate_plans(job, base, top_k=10**6).stats["ranked"]
     a = enumerate_plans(job, SearchSpace.for_job(job, fix="schedule=1f1b", **kw), top_k=10**6)
     b = enumerate_plans(job, SearchSpace.for_job(job, fix="schedule=interleaved", **kw),
                         top_k=10**6)

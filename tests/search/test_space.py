@@ -33,12 +33,15 @@ def test_domains_respect_job_rules() -> None:
 
 def test_size_counts_uniform_space_by_brute_force() -> None:
     s = SearchSpace.for_job(_job(gpus=8, batch=16), partition="uniform", partial_recompute=False)
+    assert s.schedules == (None, "zb-h1", "zb-h2")
     brute = 0
     for d in s.degrees():
-        for sp in s.sp:
-            if sp and d.tp == 1:
-                continue
-            brute += len(s.zero) * len(s.recompute)
+        # the default schedule, and zb-h1 / zb-h2 wherever pp > 1 at vpp 1 (schedule_axis.py)
+        for _ in range(3 if d.pp > 1 and d.vpp == 1 else 1):
+            for sp in s.sp:
+                if sp and d.tp == 1:
+                    continue
+                brute += len(s.zero) * len(s.recompute)
     assert s.size() == brute
 
 

@@ -47,7 +47,11 @@ def test_zb_pin_narrows_the_space_and_the_proof_names_it(sched: str) -> None:
     assert f"schedule {sched}" in space_line(proof_space(sp))
     best = enumerate_plans(job, sp, top_k=1).plans[0].plan
     assert best.schedule == sched and outside(sp, best) is None
-    assert f"schedule={sched}" in (outside(SearchSpace.for_job(job, max_pp=4), best) or "")
+    # the default space is the union now (schedule_axis.py): the plan lies in it, and not
+    # in a space whose framework does not run ZB schedules (--emit megatron)
+    assert outside(SearchSpace.for_job(job, max_pp=4), best) is None
+    assert f"schedule={sched}" in (
+        outside(SearchSpace.for_job(job, max_pp=4, emit="megatron"), best) or "")
 
 
 @pytest.mark.parametrize("fix, match", [
@@ -156,13 +160,16 @@ def test_zb_beats_1f1b_where_the_bubble_is_large() -> None:
 
 @pytest.mark.parametrize("recipe", ["megatron-bf16", "torchtitan-fsdp"])
 def test_default_search_is_unchanged_by_the_zb_axis(recipe: str) -> None:
-    """Without a pin the space keeps the default schedules (no framework row runs ZB-H1 /
-    ZB-H2: spec/frameworks.py), its keys' rho is exactly 1 and their bubble divisor exactly
-    vpp (so every bound and cost is today's float), and no plan carries a schedule."""
+    """Without a pin, a framework's space keeps the default schedules (no framework row runs
+    ZB-H1 / ZB-H2: spec/frameworks.py; Megatron's by --emit megatron, torchtitan's by its
+    recipe), its keys' rho is exactly 1 and their bubble divisor exactly vpp (so every bound
+    and cost is today's float), and no plan carries a schedule."""
     from autoparallel_cp.spec import RECIPES
 
     job = _job().model_copy(update={"recipe": RECIPES[recipe]})
-    sp = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
+    sp = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2,
+                             emit="megatron" if recipe == "megatron-bf16" else None)
+    assert sp.schedules == (None,)
     assert sp.schedule is None and sp.partial_recompute == (recipe == "megatron-bf16")
     assert proof_space(sp)["schedule"] == ["1f1b", "interleaved"]
     t = build_tables(sp)
