@@ -115,8 +115,11 @@ def plans_table(
              or any((p.get("plan", {}).get(c) or 1) > 1 for p in plans)]
     if any(p.get("plan", {}).get("etp") is not None for p in plans):
         shown.insert(shown.index("sp"), "etp")  # MoE parallel folding's expert-TP size
+    if any(p.get("plan", {}).get("schedule") is not None for p in plans):
+        shown.insert(shown.index("cp"), "schedule")  # a searched non-default schedule
     for col in (*shown, "m"):
-        table.add_column({"dp_replicate": "rep"}.get(col, col), justify="right", no_wrap=True)
+        table.add_column({"dp_replicate": "rep", "schedule": "sched"}.get(col, col),
+                         justify="right", no_wrap=True)
     table.add_column("recompute", no_wrap=True)
     table.add_column("mem GiB", justify="right", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
@@ -143,6 +146,7 @@ def plans_table(
         table.add_row(
             str(i),
             *(("-" if plan.get(f) is None else str(plan[f])) if f == "etp"
+              else _schedule_cell(plan) if f == "schedule"
               else str(plan.get(f, "")) for f in (*shown, "num_microbatches")),
             rc,
             memtxt,
@@ -156,6 +160,16 @@ def plans_table(
             style=style,
         )
     return table
+
+
+def _schedule_cell(plan: Mapping[str, Any]) -> str:
+    """The pipeline schedule of a table row: the plan's, else its default (1f1b, interleaved
+    when vpp > 1; spec/schedules.py), '-' without a pipeline."""
+    if plan.get("schedule") is not None:
+        return str(plan["schedule"])
+    if (plan.get("pp") or 1) == 1:
+        return "-"
+    return "interleaved" if (plan.get("vpp") or 1) > 1 else "1f1b"
 
 
 def band(value: float | None, interval: Sequence[float] | None) -> str:

@@ -116,6 +116,14 @@ def reuse(prior: Any, space: Any) -> Reuse | None:
     from autoparallel_cp.search.tables import plan_cost
     from autoparallel_cp.search.tables import with_capacity as t_capacity
 
+    subs = space.schedule_variants()
+    if len(subs) > 1:
+        # a union of schedule sub-spaces (solve.py `_solve_union`): each sub-space reuses its
+        # own part of the prior (`SearchContext.parts`), so the union is reusable when every
+        # part is; the value returned is the default sub-space's
+        parts = getattr(prior, "parts", None) or {}
+        got = [reuse(parts[v.schedule], v) if v.schedule in parts else None for v in subs]
+        return got[0] if all(g is not None for g in got) else None
     old = prior.space
     if prior.tables is None or old.job.mem_headroom > space.job.mem_headroom:
         return None
