@@ -116,7 +116,8 @@ def plans_table(
     if any(p.get("plan", {}).get("etp") is not None for p in plans):
         shown.insert(shown.index("sp"), "etp")  # MoE parallel folding's expert-TP size
     if any(p.get("plan", {}).get("schedule") is not None for p in plans):
-        shown.insert(shown.index("cp"), "schedule")  # a searched non-default schedule
+        # a searched non-default schedule: after the pipeline's columns
+        shown.insert(shown.index("vpp" if "vpp" in shown else "pp") + 1, "schedule")
     for col in (*shown, "m"):
         table.add_column({"dp_replicate": "rep", "schedule": "sched"}.get(col, col),
                          justify="right", no_wrap=True)

@@ -69,6 +69,7 @@ is that share.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -76,7 +77,7 @@ import numpy as np
 from autoparallel_cp.cost.flops import attention_core_flops, layer_gemms
 from autoparallel_cp.cost.pipeline_sim import dualpipev_actions, makespan, zbv_actions
 from autoparallel_cp.cost.sync import stage_inflight
-from autoparallel_cp.spec import Job
+from autoparallel_cp.spec import Job, ModelSpec
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import V_SHAPED
 
@@ -98,13 +99,13 @@ def backward_split(job: Job, plan: Plan) -> tuple[float, float, float]:
     model = job.model
     tokens = plan.mbs * job.seq_len / plan.cp
     attn = float(attention_core_flops(model, plan.mbs, job.seq_len, plan.cp, plan.tp, True))
-    n_moe = sum(model.is_moe_layer(i) for i in range(model.num_layers))
+    n_moe = _moe_layers(model)
     tot_f = tot_b = tot_w = 0.0
     for moe, n in ((False, model.num_layers - n_moe), (True, n_moe)):
         if n == 0:
             continue
-        gemm = float(sum(np.sum(g.flops) for g in layer_gemms(model, moe, tokens, plan.tp,
-                                                              plan.ep, plan.etp)))
+        gemm = _gemm_flops(model, moe, tokens, plan.tp, plan.ep if moe else 1,
+                           plan.etp if moe else None)
         f = gemm + attn
         tot_f += n * f
         tot_b += n * (gemm + ATTN_BACKWARD_RATIO * attn)
@@ -115,6 +116,21 @@ def backward_split(job: Job, plan: Plan) -> tuple[float, float, float]:
         tot_b += share * tot_f
     total = tot_f + tot_b + tot_w
     return tot_f / total, tot_b / total, tot_w / total
+
+
+@functools.lru_cache(maxsize=256)
+def _moe_layers(model: ModelSpec) -> int:
+    """MoE layers of the model (memoized: `backward_split` asks for every plan)."""
+    return sum(model.is_moe_layer(i) for i in range(model.num_layers))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _gemm_flops(model: ModelSpec, moe: bool, tokens: float, tp: int, ep: int,
+                etp: int | None) -> float:
+    """Forward GEMM FLOPs of one layer on one rank (`layer_gemms`, summed), memoized: a
+    dense layer's read neither ep nor etp (the caller passes 1 and None), so the search's
+    many keys of one (tokens, tp) share it."""
+    return float(sum(np.sum(g.flops) for g in layer_gemms(model, moe, tokens, tp, ep, etp)))
 
 
 def bubble_ratio(schedule: str, pp: int, split: tuple[float, float, float]) -> float:

@@ -412,7 +412,7 @@ def solve(
                            stats={"phases": phase, "master_keys": len(table),
                                   "keys_scored": evaluated, "keys_skipped": listed - evaluated,
                                   "models": models, "refused": refused, "runnable": runnable,
-                                  **_limit_stats(budget)})
+                                  "root_bound_s": lb0 * unit, **_limit_stats(budget)})
     if not ranked:
         if proven:
             _raise_infeasible(job, sp, refused, runnable)
@@ -475,10 +475,22 @@ def _solve_union(job: Job, sp: SearchSpace, *, top_k: int, time_limit: float | N
                              "keys_skipped": 0, "models": 0}
     refused: dict[tuple[str, str], int] = {}
     runnable, proven, gap = 0, True, 0.0
+    roots: list[float] = []
+
+    def report(d: dict[str, Any]) -> None:
+        """A sub-space's progress as the union's: keys scored and the best plan so far over
+        the sub-spaces solved."""
+        if progress is not None:
+            progress({**d, "iteration": stats["keys_scored"] + d["iteration"],
+                      "plans": len(best) + d["plans"],
+                      "best_s": min([d["best_s"], *(c for c, _ in best.values())])})
+
     for v in sp.schedule_variants():
         pri = prior.parts.get(v.schedule) if prior is not None else None
-        r = solve(job, v, top_k=top_k, time_limit=time_limit, seed=seed, progress=progress,
+        r = solve(job, v, top_k=top_k, time_limit=time_limit, seed=seed, progress=report,
                   prior=pri, incumbents=best, budget=budget)
+        if "root_bound_s" in r.stats:
+            roots.append(r.stats["root_bound_s"])
         assert r.context is not None
         parts[v.schedule] = r.context
         for kr in r.context.found.values():
@@ -501,7 +513,8 @@ def _solve_union(job: Job, sp: SearchSpace, *, top_k: int, time_limit: float | N
             _raise_infeasible(job, sp.schedule_variants()[0], refused, runnable)
         return SolveResult("timeout", time.perf_counter() - t0, size, [], gap=1.0,
                            stats=_limit_stats(budget), searched=sp)
-    stats.update(ranked=[(r.step_s, r.plan) for r in ranked], **_limit_stats(budget))
+    stats.update(ranked=[(r.step_s, r.plan) for r in ranked], root_bound_s=min(roots, default=0.0),
+                 **_limit_stats(budget))
     ctx = parts[None] if None in parts else next(iter(parts.values()))
     return SolveResult(
         status="optimal" if proven else "feasible", solve_time_s=time.perf_counter() - t0,
