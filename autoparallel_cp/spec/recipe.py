@@ -212,6 +212,14 @@ class FrameworkBehaviour(Strict):
       `flash_attn_varlen_func`), padding or not: llm-foundry's `attn_impl: flash`
       (llmfoundry/models/layers/attention.py `flash_attn_fn` @5e85bd62d). Gathers forward,
       zero-fill and scatter backward (cost/attention_padding.py). Default False.
+    - ``eager_attention``: how a non-flash attention core (`flash_attention` False) runs
+      between its two batched GEMMs: "fused" (Megatron's fused scale-mask-softmax kernel, one
+      read and one write of the scores each way) or "scale-mask-clamp" (the Hugging Face eager
+      chain of Baichuan2-13B's remote code, modeling_baichuan.py `BaichuanAttention.forward`,
+      FlagPerf @b3382b9b training/benchmarks/baichuan2_13b/deepspeed/model/: divide by
+      sqrt(head_dim), add the ALiBi mask, clamp with `torch.max` at the dtype's minimum,
+      softmax, each its own kernel on the activation-dtype scores; costed per score element
+      in cost/constants.py EAGER_ATTN_*). Default "fused".
     - ``overlap_p2p_comm``: Megatron-Core's `overlap_p2p_comm` (with `batch_p2p_comm` off): the
       interleaved schedule posts each send and receive before the other direction's model chunk
       and waits for it after, so the steady state's transfers run beside compute; the warm-up
@@ -271,6 +279,7 @@ class FrameworkBehaviour(Strict):
     moe_glu_clamp_bias: bool = False
     unfused_ops: tuple[UnfusedOp, ...] = ()
     attention_unpad: bool = False
+    eager_attention: Literal["fused", "scale-mask-clamp"] = "fused"
     overlap_p2p_comm: bool = False
     pp_scatter_gather: bool = False
     cuda_graph_scopes: tuple[CudaGraphScope, ...] = ()

@@ -330,12 +330,22 @@ def _deepspeed_hf(r: dict[str, str], assumed: list[str]) -> TrainingRecipe:
     # (engine.py l. 866-870) and so is the communication dtype (engine.py l. 798-807)
     recipe = RECIPES["deepspeed"].model_copy(update={"flash_attention": flash,
                                                      "grad_bytes": 2, "grad_reduce_bytes": 2})
+    # HF modules (transformers LlamaRMSNorm, Baichuan's RMSNorm) upcast to fp32 in their
+    # norms and run RoPE and SwiGLU op by op: the `llama-upcast` eager pricing
     recipe = recipe.with_behaviour(fused=False, pp_scatter_gather=False,
-                                   bf16_accum_pass=False, autograd_grad_accum=True)
+                                   bf16_accum_pass=False, autograd_grad_accum=True,
+                                   eager_ops="llama-upcast")
     assumed.append("HF eager modules under the DeepSpeed engine, bf16 gradient accumulation "
                    "under ZeRO (DeepSpeed v0.11.1 engine.py l. 866-870, 1151-1154)")
     if flash:
         recipe = recipe.with_behaviour(attention_kernel="fa2")
+    elif "baichuan" in r["model"].lower():
+        # Baichuan2-13B's remote code without xformers (FlagPerf's requirements.txt installs
+        # none): scale, ALiBi mask add, clamp and softmax as separate kernels
+        recipe = recipe.with_behaviour(eager_attention="scale-mask-clamp")
+        assumed.append("eager attention: scale, ALiBi mask add, torch.max clamp, softmax "
+                       "kernel by kernel (modeling_baichuan.py BaichuanAttention, FlagPerf "
+                       "@b3382b9b; no xformers in its requirements.txt)")
     zero = _int(r["zero_stage"])
     if zero == 3 and "overlap_comm" in extra:
         recipe = recipe.with_behaviour(dp_overlap=True)
