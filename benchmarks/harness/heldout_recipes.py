@@ -217,7 +217,7 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             assumed.append("float8 FSDP all-gather (enable_fsdp_float8_all_gather, stated)")
         if async_tp:
             assumed.append("async TP: Inductor micro-pipeline TP (cost/async_tp.py)")
-        knobs: tuple[str, ...] = ()
+        knobs = ()
         recipe = base.model_copy(update={"behaviour": behaviour,
                                          "compute_dtype": "fp8" if fp8 else "bf16"})
         if "96gb" in r["gpu"].lower():
