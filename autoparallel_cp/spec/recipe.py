@@ -220,6 +220,13 @@ class FrameworkBehaviour(Strict):
       sqrt(head_dim), add the ALiBi mask, clamp with `torch.max` at the dtype's minimum,
       softmax, each its own kernel on the activation-dtype scores; costed per score element
       in cost/constants.py EAGER_ATTN_*). Default "fused".
+    - ``zero3_predivide``: DeepSpeed's ZeRO-3 divides every reduce bucket by the data-parallel
+      size in place before its reduce-scatter, in every micro-batch's backward (stage3.py
+      @v0.11.1 l. 1159 / 1228 `__avg_scatter_grads` -> runtime/comm/coalesced_collectives.py
+      l. 116 `tensor_partition_flat_buffer.div_(world_sz)`; the all-reduce path without
+      `reduce_scatter` divides the same way): one read and one write of every gradient element
+      in the communication dtype (cost/sync.py `zero3_copy_factor`). Default False (Megatron's
+      and PyTorch FSDP's reductions scale inside or after the collective).
     - ``overlap_p2p_comm``: Megatron-Core's `overlap_p2p_comm` (with `batch_p2p_comm` off): the
       interleaved schedule posts each send and receive before the other direction's model chunk
       and waits for it after, so the steady state's transfers run beside compute; the warm-up
@@ -280,6 +287,7 @@ class FrameworkBehaviour(Strict):
     unfused_ops: tuple[UnfusedOp, ...] = ()
     attention_unpad: bool = False
     eager_attention: Literal["fused", "scale-mask-clamp"] = "fused"
+    zero3_predivide: bool = False
     overlap_p2p_comm: bool = False
     pp_scatter_gather: bool = False
     cuda_graph_scopes: tuple[CudaGraphScope, ...] = ()
@@ -440,7 +448,8 @@ RECIPES: dict[str, TrainingRecipe] = {
         # overlap_p2p_comm left off: DeepSpeed's PipelineEngine runs no interleaved schedule
         # (frameworks.py refuses vpp > 1 for it), so no plan DeepSpeed runs has the overlap
         behaviour=FrameworkBehaviour(dp_overlap=False, zero2_reduce="microbatch",
-                                     bf16_accum_pass=True, pp_scatter_gather=True),
+                                     bf16_accum_pass=True, pp_scatter_gather=True,
+                                     zero3_predivide=True),
         source=("DeepSpeed engine with Megatron-DeepSpeed's fused Megatron layers: bf16 "
                 "weights, fp32 gradient accumulation and master weights (BF16_Optimizer / "
                 "ZeRO bf16), fp32 Adam, ZeRO-1/2/3 as zero=1/2/3; gradient reduction not "
@@ -448,7 +457,9 @@ RECIPES: dict[str, TrainingRecipe] = {
                 "false, DeepSpeed config docs); ZeRO-2 reduce-scatters every micro-batch "
                 "(stage_1_and_2.py), BF16_Optimizer's fp32 accumulation pass every "
                 "micro-batch at zero <= 1; the PipelineEngine sends 1/tp of each activation "
-                "and gradient per rank (pipe/engine.py @v0.11.1 l. 132-133); 18 B/param"),
+                "and gradient per rank (pipe/engine.py @v0.11.1 l. 132-133); ZeRO-3 "
+                "divides each reduce bucket in place before reducing it (coalesced_collectives"
+                ".py l. 116); 18 B/param"),
     ),
     "megatron-fp8": TrainingRecipe(
         name="megatron-fp8",
