@@ -1,6 +1,6 @@
 """Training recipe spec: precision, optimizer state, framework behaviour, and the presets.
 
-Kept whole (about 425 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
+Kept whole (about 495 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
 each field means in the frameworks, beside the field; the presets are those fields' values, so
 the three read together.
 """
