@@ -156,6 +156,11 @@ def layer_activation_per_token(
     else:
         kept = kept + q_bytes + k_bytes + v_bytes + out_bytes
         core = core + (ab + drop * (1.0 + ab)) * a * s_kv / tp_ * one
+        if options.eager_attention == "scale-mask-clamp":
+            # `torch.max(scores, finfo.min)` saves its input, the masked scores, for its
+            # gradient (`maximum`: self == other, self < other); the softmax output above
+            # is the one the AV matmul saves too
+            core = core + ab * a * s_kv / tp_ * one
     if lin < ab:
         kept = kept + out_bytes * lin / ab  # TE's fp8 copy of the out-projection input
     kept = kept + drop * h * rep  # attention-output dropout mask

@@ -61,3 +61,14 @@ def test_flash_attention_ignores_the_field() -> None:
             for j in jobs]
     a, b = (layer_factors(j, 0, 1, 1, 1, 0, 1, "none") for j in jobs)
     assert float(a.compute_s) == float(b.compute_s)
+
+
+def test_clamp_keeps_the_masked_scores() -> None:
+    """`maximum` saves its input: one more bf16 score tensor per layer and micro-batch, 2 B x
+    32 heads / tp 2 x 2,048 keys per token, on top of the softmax output the fused path keeps;
+    nothing else of the activations moves."""
+    from autoparallel_cp.cost.activations import layer_activation_per_token
+
+    fused, eager = (layer_activation_per_token(_job(e), False, 2, 1, 1, 0) for e in (False, True))
+    assert float(eager.core - fused.core) == pytest.approx(2.0 * 16 * 2048)
+    assert float(eager.kept) == float(fused.kept)
