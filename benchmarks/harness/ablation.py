@@ -43,12 +43,20 @@ _MODEL_PARALLEL = ("tp", "pp", "vpp", "ep", "etp", "sp", "recompute", "schedule"
 
 
 class _Run(Protocol):
-    key: tuple[str, int]
-    shape: tuple[int, ...]
-    gpus: int
-    job: Job
-    plan: Plan
-    measured: float
+    """A run as crossval.Case has it (read-only members, so frozen records match)."""
+
+    @property
+    def key(self) -> tuple[str, int]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def job(self) -> Job: ...
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def measured(self) -> float: ...
 
 
 def _same_job(a: _Run, b: _Run) -> bool:

@@ -11,16 +11,23 @@ The row's `extra_config` names the paper's schedule (`schedule=<name>`); the pla
 - `ZB-2p`: `zb-h2`, the handcrafted schedule of the same 2p·M_B memory; the searched ZB-2p's
   bubble is at most ZB-H2's in Table 5 (0.1-4.3% against 2.6-10.8%), so the plan's bubble is
   an upper bound of the run's;
-- `ZB-V`: `zbv`, two chunks per rank in a V (§6).
+- `ZB-V`: `zbv`, two chunks per rank in a V (§6);
+- `1F1B-I`: `interleaved`, Megatron's interleaved 1F1B with "each transformer layer [as] a
+  chunk" (§5.1; examples/pretrain_zero_bubble.sh @6574e0ea `INTERLEAVED_1F1B`:
+  `--num-layers-per-virtual-pipeline-stage 1`), vpp = the padded layers per stage.
 Every ZB row ran with the optimizer post-validation (§4, `--enable-optimizer-post-validation`,
 which examples/pretrain_zero_bubble.sh @6574e0ea adds with fp16); the cost model charges the
 step-closing synchronisation (cost/schedules.py module docstring), so its ZB bubbles carry the
 (p-1)·F floor the post-validation removes.
 
-ZB-V layout: `--allow-padding-num-layers` pads the layers to a multiple of the stages and the
-fork's `ParallelTransformer.get_offset` (megatron/model/transformer.py @legacy-main) takes the
-padding from chunk indices -1, 0, ...: for the paper's 2·pp - 2 layers, chunks 0 and 2p-1,
-both on rank 0 in the V. The plan's chunk_layers say so (chunk v of rank j at v·pp + j).
+Chunk layout (vpp > 1): `--allow-padding-num-layers` pads the layers to a multiple of the
+stages and the fork's `ParallelTransformer.get_offset` (megatron/model/transformer.py
+@6574e0ea ll. 1593-1623) takes the padding from chunk indices -1, 0, 1, ... in model order.
+Interleaved, chunk index v·pp + j sits on rank j: the paper's 1F1B-I runs leave model chunk 0
+(rank 0) and the last (rank pp-1) empty, each rank keeping layers in its other chunks. In the
+V (ZB-V) model chunk s sits on rank s or 2pp-1-s: for the paper's 2·pp - 2 layers chunks 0 and
+2pp-1 are empty, both on rank 0, which then holds no layer (a plan cannot say so: skipped).
+The plan's chunk_layers list chunk v of rank j at v·pp + j.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ SOURCE = "zero-bubble-iclr24"
 
 #: the paper's schedule names -> the plan's (module docstring)
 PLAN_SCHEDULE: dict[str, Schedule | None] = {
-    "1F1B": None, "ZB-1p": "zb-h1", "ZB-2p": "zb-h2", "ZB-V": "zbv"}
+    "1F1B": None, "ZB-1p": "zb-h1", "ZB-2p": "zb-h2", "ZB-V": "zbv", "1F1B-I": "interleaved"}
 
 
 def schedule(r: dict[str, str]) -> tuple[Schedule | None, str] | None:
@@ -47,17 +54,24 @@ def schedule(r: dict[str, str]) -> tuple[Schedule | None, str] | None:
     plan = PLAN_SCHEDULE[name]
     if plan is None:
         return None, "1F1B (Megatron-LM's; the paper's baseline)"
+    if plan == "interleaved":
+        return plan, "1F1B-I as schedule=interleaved, one layer per chunk (2401.10241 §5.1)"
     return plan, (f"{name} as schedule={plan} (2401.10241 Table 5; optimizer post-validation "
                   "not modelled)")
 
 
 def chunk_layers(r: dict[str, str], layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
-    """The ZB-V rows' layers per chunk (module docstring), None for every other row."""
-    if r["source_id"] != SOURCE or vpp != 2:
+    """The layers per chunk of a Zero Bubble paper row with vpp > 1 (module docstring), None
+    for every other row."""
+    if r["source_id"] != SOURCE or vpp == 1:
         return None
     per = -(-layers // (pp * vpp))
-    sizes = [per] * (pp * vpp)
-    for i in range(-1, pp * vpp * per - layers - 1):  # the fork's padding, stage order
+    sizes = [per] * (pp * vpp)  # model order
+    for i in range(-1, pp * vpp * per - layers - 1):  # the fork's padding
         sizes[i] -= 1
-    # stage s of the V sits on rank s (s < pp) or 2pp-1-s: chunk (v=1, rank j) is stage 2pp-1-j
+    if "schedule=ZB-V" not in r.get("extra_config", "schedule=ZB-V"):
+        return tuple(sizes)  # interleaved: model chunk v*pp + j is chunk v of rank j
+    if vpp != 2:
+        raise ValueError(f"held-out row {r.get('model')}: ZB-V needs vpp 2, got {vpp}")
+    # the V: model chunk s on rank s (s < pp) or 2pp-1-s; chunk (v=1, rank j) is 2pp-1-j
     return tuple(sizes[j] for j in range(pp)) + tuple(sizes[2 * pp - 1 - j] for j in range(pp))

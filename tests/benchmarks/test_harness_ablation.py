@@ -6,6 +6,7 @@ published job (Llama 3 8B on DGX H100)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 from harness import ablation as A
@@ -29,7 +30,7 @@ MODEL = load_model("llama3-8b")
 
 
 def _run(i: int, gpus: int = 16, gb: int = 64, seq: int = 8192, recipe: str = "megatron-bf16",
-         measured: float = 100.0, **plan: int) -> Run:
+         measured: float = 100.0, **plan: Any) -> Run:
     cl = load_cluster("dgx-h100")
     group = cl.node_groups[0].model_copy(update={"num_nodes": gpus // 8})
     cl = cl.model_copy(update={"node_groups": [group]})

@@ -19,12 +19,12 @@ def rows() -> list:
 
 
 def test_rows_run_the_papers_schedules_and_script_settings(rows: list) -> None:
-    """Table 4's 36 runs are evaluated: pure pipeline (tp 1, dp 1, pp = the GPUs), 1F1B /
-    ZB-1p / ZB-2p as default / zb-h1 / zb-h2, the first and last stage one layer fewer, fp16
-    gradient buffers, no flash attention, dropout, no recompute. The 9 ZB-V runs are skipped
-    with the reason (rank 0 holds no layer)."""
+    """Table 4's 48 runs are evaluated: pure pipeline (tp 1, dp 1, pp = the GPUs), 1F1B /
+    ZB-1p / ZB-2p / 1F1B-I as default / zb-h1 / zb-h2 / interleaved, the first and last stage
+    one layer fewer, fp16 gradient buffers, no flash attention, dropout, no recompute. The 9
+    ZB-V runs are skipped with the reason (rank 0 holds no layer)."""
     done = [h for h in rows if h.plan is not None]
-    assert len(done) == 36 and len(rows) == 45
+    assert len(done) == 48 and len(rows) == 57
     for h in done:
         assert (h.plan.tp, h.plan.dp, h.plan.pp) == (1, 1, h.job.cluster.num_gpus)
         assert h.plan.recompute == "none" and h.plan.zero == 0
@@ -33,7 +33,12 @@ def test_rows_run_the_papers_schedules_and_script_settings(rows: list) -> None:
         sl = h.plan.layers_per_stage(h.job.model.num_layers)
         assert sl[0] == sl[-1] == max(sl) - 1
     got = {h.plan.pipeline_schedule for h in done}
-    assert got == {"1f1b", "zb-h1", "zb-h2"}
+    assert got == {"1f1b", "zb-h1", "zb-h2", "interleaved"}
+    for h in done:
+        if h.plan.pipeline_schedule == "interleaved":  # one layer per chunk, padding empties 2
+            cl = h.plan.chunk_layers
+            assert cl[0] == cl[-1] == 0 and set(cl[1:-1]) == {1}
+            assert len(cl) == h.plan.pp * h.plan.vpp and h.options.overlap_p2p_comm
     for h in rows:
         if h.plan is None:
             assert "chunk_layers leaves a pipeline stage without layers" in h.skip
@@ -42,7 +47,7 @@ def test_rows_run_the_papers_schedules_and_script_settings(rows: list) -> None:
 def test_zbv_layout_is_the_forks_padding() -> None:
     """Hand-derived from the fork's get_offset: layers padded to chunks of ceil(L/2pp), one
     fewer on stage indices -1, 0, ... (the padding), stage s on rank s or 2pp-1-s."""
-    r = {"source_id": zb.SOURCE}
+    r = {"source_id": zb.SOURCE, "extra_config": "schedule=ZB-V (...)"}
     # 30 layers on 16 ranks: 32 chunks of 1, stages 0 and 31 (both rank 0) empty
     assert zb.chunk_layers(r, 30, 16, 2) == (0,) + (1,) * 15 + (0,) + (1,) * 15
     # 62 layers on 8 ranks: 16 chunks of 4, stages 0 and 15 hold 3 (rank 0's two chunks)
@@ -50,6 +55,11 @@ def test_zbv_layout_is_the_forks_padding() -> None:
     # 60 layers on 8 ranks: 4 padding slots, stages 15, 0, 1, 2 -> ranks 0, 0, 1, 2
     assert zb.chunk_layers(r, 60, 8, 2) == (3, 3, 3) + (4,) * 5 + (3,) + (4,) * 7
     assert zb.chunk_layers(r, 30, 16, 1) is None
+    # interleaved (model chunk v*pp + j on rank j): 22 layers on 8 ranks x 3 chunks
+    r_i = {"source_id": zb.SOURCE, "extra_config": "schedule=1F1B-I (...)"}
+    assert zb.chunk_layers(r_i, 22, 8, 3) == (0,) + (1,) * 22 + (0,)
+    # 62 layers on 8 ranks x 2 chunks of 4: model chunks 15 (rank 7) and 0 (rank 0) hold 3
+    assert zb.chunk_layers(r_i, 62, 8, 2) == (3,) + (4,) * 14 + (3,)
     assert zb.chunk_layers({"source_id": "other"}, 30, 16, 2) is None
 
 
