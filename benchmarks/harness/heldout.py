@@ -1,6 +1,6 @@
 """Held-out published runs (`data/published_runs_heldout.csv`): rows to (job, plan, options).
 
-The 256 rows of 18 sources (`data/heldout_sources.md`) were collected after the cost model was
+The 274 rows of 18 sources (`data/heldout_sources.md`) were collected after the cost model was
 developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
 them. Each row becomes a job and a plan by rules per framework family, written once here and
 cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written

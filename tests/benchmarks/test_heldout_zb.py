@@ -19,12 +19,12 @@ def rows() -> list:
 
 
 def test_rows_run_the_papers_schedules_and_script_settings(rows: list) -> None:
-    """Table 4's 48 runs are evaluated: pure pipeline (tp 1, dp 1, pp = the GPUs), 1F1B /
-    ZB-1p / ZB-2p / 1F1B-I as default / zb-h1 / zb-h2 / interleaved, the first and last stage
-    one layer fewer, fp16 gradient buffers, no flash attention, dropout, no recompute. The 9
-    ZB-V runs are skipped with the reason (rank 0 holds no layer)."""
+    """Table 4's 48 runs and Table 12's 18 are evaluated: pure pipeline (tp 1, dp 1, pp = the
+    GPUs), 1F1B / ZB-1p / ZB-2p / 1F1B-I as default / zb-h1 / zb-h2 / interleaved, the first and
+    last stage one layer fewer, fp16 gradient buffers, no flash attention, dropout, no
+    recompute. The 9 ZB-V runs are skipped with the reason (rank 0 holds no layer)."""
     done = [h for h in rows if h.plan is not None]
-    assert len(done) == 48 and len(rows) == 57
+    assert len(done) == 66 and len(rows) == 75
     for h in done:
         assert (h.plan.tp, h.plan.dp, h.plan.pp) == (1, 1, h.job.cluster.num_gpus)
         assert h.plan.recompute == "none" and h.plan.zero == 0
@@ -68,9 +68,9 @@ def test_schedules_of_one_job_ranked_as_measured(rows: list) -> None:
     the cost model orders each such pair the same way or calls them equal within 1%
     (ZB-2p against ZB-1p: the FLOP split gives W = F, where ZB-H1 and ZB-H2 both sit on the
     (p-1)F floor; RESULTS.md 'Zero-bubble and offload runs')."""
-    done = [h for h in rows if h.plan is not None]
+    done = [h for h in rows if h.plan is not None and h.plan.num_microbatches >= 2 * h.plan.pp]
     jobs = {(h.name, h.plan.num_microbatches) for h in done}
-    assert len(jobs) == 12
+    assert len(jobs) == 12  # Table 4 (m >= 3p); Table 12's m <= p: RESULTS.md, a known miss
     for name, m in jobs:
         runs = {h.plan.pipeline_schedule: h for h in done
                 if (h.name, h.plan.num_microbatches) == (name, m)}
