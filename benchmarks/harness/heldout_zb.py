@@ -1,7 +1,7 @@
 """Held-out rows of the Zero Bubble paper (source `zero-bubble-iclr24`: Qi, Wan, Huang, Lin,
 "Zero Bubble Pipeline Parallelism", ICLR 2024, arXiv 2401.10241; the PDF with ZB-V that the
 authors committed to sail-sg/zero-bubble-pipeline-parallelism @3a91d0c8): the schedule each
-row ran, as the plan's `schedule` (spec/schedules.py), and the ZB-V rows' layer layout.
+row ran, as the plan's `schedule` (spec/schedules.py), and the chunk layout of its vpp > 1 rows.
 
 The row's `extra_config` names the paper's schedule (`schedule=<name>`); the plan takes:
 - `1F1B`: Megatron-LM's 1F1B, the default (None);
