@@ -322,7 +322,11 @@ def _deepspeed_hf(r: dict[str, str], assumed: list[str]) -> TrainingRecipe:
     - ZeRO-1 reduces once per step, at the accumulation boundary (engine.py l. 1874-1882),
       after the backward: not overlapped whatever `overlap_comm` says;
     - ZeRO-3 reduce-scatters every micro-batch from backward hooks, overlapped with the
-      backward when the ds_config sets `overlap_comm` (stage3.py).
+      backward when the ds_config sets `overlap_comm` (stage3.py), after dividing each bucket
+      in place (the preset's `zero3_predivide`);
+    - the HF modules upcast their RMSNorms to fp32 and run RoPE and SwiGLU op by op
+      (`eager_ops: llama-upcast`), and Baichuan2-13B's attention without xformers runs its
+      scale, ALiBi mask add, clamp and softmax as separate kernels (`eager_attention`).
     """
     extra = r["extra_config"].lower()
     flash = "flash attention 2" in extra
@@ -335,8 +339,9 @@ def _deepspeed_hf(r: dict[str, str], assumed: list[str]) -> TrainingRecipe:
     recipe = recipe.with_behaviour(fused=False, pp_scatter_gather=False,
                                    bf16_accum_pass=False, autograd_grad_accum=True,
                                    eager_ops="llama-upcast")
-    assumed.append("HF eager modules under the DeepSpeed engine, bf16 gradient accumulation "
-                   "under ZeRO (DeepSpeed v0.11.1 engine.py l. 866-870, 1151-1154)")
+    assumed.append("HF eager modules under the DeepSpeed engine (fp32-upcast RMSNorm), bf16 "
+                   "gradient accumulation under ZeRO (DeepSpeed v0.11.1 engine.py l. 866-870, "
+                   "1151-1154)")
     if flash:
         recipe = recipe.with_behaviour(attention_kernel="fa2")
     elif "baichuan" in r["model"].lower():
