@@ -13,8 +13,12 @@ project's `deepseek-v3-fp8` recipe (autoparallel_cp/spec/recipe.py) is written f
   inputs cached in FP8 and one E5M6 copy of the attention output (§3.3.3): the recipe;
 - DualPipe holds p - j micro-batches on stage j, p + 1 per rank (Table 2; deepseek-ai/DualPipe
   `DualPipe.step`), and its rank 0 shares the embedding with the MTP module (§3.2.3).
-The micro-batch is not stated: 1 (flagged, `assumed`); with 2048 GPUs and 15,360 sequences it
-gives 120 micro-batches per step, an even count DualPipe needs.
+The micro-batch is not stated in the report: 1 (flagged, `assumed`); with 2048 GPUs and 15,360
+sequences it gives 120 micro-batches per step, an even count DualPipe needs. DeepSeek's training
+profile (deepseek-ai/profile-data train.json: one forward-backward chunk pair of DualPipe, 4 MoE
+layers a chunk, "aligns with DeepSeek-V3 pretraining settings: EP64, TP1 with 4K sequence
+length") agrees: its per-token fp8 casts run 4096 blocks, one a token, and its FlashAttention
+forward a [32, 128, 1] grid (4096/128 query tiles x 128 heads x 1 sequence).
 """
 
 from __future__ import annotations
