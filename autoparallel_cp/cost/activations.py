@@ -237,8 +237,10 @@ def layer_activation_per_token(
                 act_out = lin + (0.0 if fused or not swiglu else ab)
                 dropped["moe_act"] = k * act_out * mo.expert_ffn_hidden_size / tp_ * ld \
                     + clamp_saved
-                if options.moe_swiglu_fp8_input and mo.num_shared_experts:
-                    # the shared expert's SwiGLU output too (§3.3.3 (2): "in MoE")
+                if options.moe_swiglu_fp8_input and mo.num_shared_experts \
+                        and "shared_experts" not in mods:
+                    # the shared expert's SwiGLU output too (§3.3.3 (2): "in MoE"; a
+                    # recomputed shared expert block drops it already)
                     dropped["moe_act"] = dropped["moe_act"] + act_out * (
                         mo.num_shared_experts * mo.shared_ffn) / tp_ * one
             if "shared_experts" in mods and mo.num_shared_experts:

@@ -203,7 +203,8 @@ def selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
             t = t + gemms("router", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2") \
                 + routed_act + shared_act
         if "moe_act" in d:
-            t = t + routed_act + (shared_act if opts.moe_swiglu_fp8_input else 0.0)
+            shared_too = opts.moe_swiglu_fp8_input and "shared_experts" not in d
+            t = t + routed_act + (shared_act if shared_too else 0.0)
         if "shared_experts" in d:
             t = t + gemms("shared_fc1", "shared_fc2") + shared_act
     return t

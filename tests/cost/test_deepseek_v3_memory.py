@@ -177,3 +177,42 @@ def test_published_plan_fits_with_the_stated_mechanisms() -> None:
     ev = api.evaluate(job, plan)
     assert ev.fits
     assert ev.memory.peak_bytes < 70 * GIB
+
+
+def test_shared_expert_recompute_does_not_double_count() -> None:
+    """With "shared_experts" recomputed too, its SwiGLU output is dropped once (by that
+    module, with the whole shared block), not again by "moe_act"."""
+    rec = RECIPES["deepseek-v3-fp8"]
+    both = rec.with_behaviour(recompute_modules=("layernorm", "mla_up_proj", "moe_act",
+                                                 "shared_experts"))
+    br = layer_activation_per_token(_job(both), True, 1, 1, 64, 0)
+    assert float(br.dropped["moe_act"]) == K * FE
+    assert float(br.dropped["shared_experts"]) == 2 * FE + FE  # fp8 SwiGLU input + fc2 input
+    assert float(br.selective) == pytest.approx(COMMON + MOE - 2 * FE)
+
+
+def test_replay_covers_the_latent_norms_and_the_shared_swiglu() -> None:
+    """The selective replay adds the two latent RMSNorms (read c, write norm(c): 2 x 2 B x
+    (1536 + 512) a token) and the shared expert's SwiGLU (read gate + up, write the output:
+    3 x 2 B x 2048 a token) to what Megatron's modules replay."""
+    import numpy as np
+
+    from autoparallel_cp.cost.efficiency import hbm_time
+    from autoparallel_cp.cost.layer_ops import selective_replay_s
+
+    rec = RECIPES["deepseek-v3-fp8"]
+    off = rec.with_behaviour(moe_swiglu_fp8_input=False, norm_recompute_drops_cache=False)
+    tokens = np.array(4096.0)
+    one, zero = np.array(1.0), np.array(0.0)
+
+    def replay(recipe: object) -> float:
+        job = _job(recipe)
+        br = layer_activation_per_token(job, True, 1, 1, 64, 0)
+        gpu = job.cluster.node_groups[0].gpu
+        return float(selective_replay_s(job, True, br, gpu, tokens, one, zero, zero, {},
+                                        job.recipe.behaviour))
+
+    gpu = _job().cluster.node_groups[0].gpu
+    want = float(hbm_time(gpu, 2 * 2 * (Q_LAT + KV_LAT) * tokens)
+                 + hbm_time(gpu, 3 * 2 * FE * tokens))
+    assert replay(rec) - replay(off) == pytest.approx(want)
