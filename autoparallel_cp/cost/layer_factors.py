@@ -327,7 +327,8 @@ def _one_layer(
         compute = compute + np.where(md == 1, sac + ew_f, 0.0)
     else:
         # the recipe's selective modules replayed in backward (Megatron --recompute-modules)
-        replay = selective_replay_s(job, moe, br, gpu, tokens, tp_, sp_, att_f, fwd_by_name)
+        replay = selective_replay_s(job, moe, br, gpu, tokens, tp_, sp_, att_f, fwd_by_name,
+                                    opts)
         compute = compute + np.where(md == 1, replay + glu_replay, 0.0)
     rc_compute = fwd_compute
     if not _fused(recipe, opts):
