@@ -39,7 +39,10 @@ sub-spaces solved, `union_kth`): k distinct keys with a known plan each, so it i
 union's final k-th best. A key a sub-space skips has a proven bound above that cutoff (or
 LB > the window's end >= it), so none of its plans there enters the union's top k; a key
 whose plan there does is scored exactly. Each sub-space's own bounds hold for its plans
-(the proofs below), so the union's bounds are the sub-spaces' bounds, per plan.
+(the proofs below), so the union's bounds are the sub-spaces' bounds, per plan. A sub-space
+whose least master bound is above the cutoff stops at its first window (every key's bound is
+above it: solve.py's stopping rule), after its tables and key table, which are its own (the
+in-flight counts and rho enter them; the bubble ratio's F/B/W split is shared, `_split`).
 
 Why the bounds stay valid (cpsat_master.py, key_bounds.py, cpsat_partition.py): the bubble
 term is the same function of the stage times for 1f1b, interleaved and gpipe, so every
@@ -188,6 +191,22 @@ def searched(schedules: Sequence[str | None], vpps: Sequence[int]) -> list[str]:
     if None in schedules:
         out |= {default_schedule(v) for v in vpps}
     return sorted(out, key=SCHEDULES.index)
+
+
+def union_kth(incumbents: Mapping[Any, tuple[float, Any]], found: Any, top_k: int,
+              key: Any) -> float:
+    """The k-th best step time over distinct keys (`key(plan)`: solve.py's key) of a union
+    being solved: each key's best (step, `Plan.key()`) of `incumbents` (the sub-spaces solved
+    before) and of the `KeyResult`s `found` in this one. Each value is a real plan's, so it
+    is >= the union's final k-th best (the module docstring's proof)."""
+    best = dict(incumbents)
+    for r in found:
+        k, c = key(r.plan), (r.step_s, r.plan.key())
+        if k not in best or c < best[k]:
+            best[k] = c
+    if len(best) < top_k:
+        return float("inf")
+    return float(sorted(best.values())[top_k - 1][0])
 
 
 def narrow_recompute(schedule: str | None, pins: Mapping[str, Any], partial: bool) -> bool:

@@ -35,7 +35,7 @@ master's LB and the key bounds, computed over the larger space, stay lower bound
 Status `optimal` means this proof completed. The per-key models' limits are deterministic time
 (`limits.Budget`), so the answer does not depend on the machine's load.
 
-Kept whole (about 475 lines): `solve`'s loop is the proof above step by step (windows, heap,
+Kept whole (about 580 lines): `solve`'s loop is the proof above step by step (windows, heap,
 coupled bounds, trial cutoffs); split, its invariants would sit apart from the code they hold.
 """
 
@@ -52,6 +52,7 @@ from typing import Any
 from autoparallel_cp.errors import InfeasibleError
 from autoparallel_cp.search import capacity
 from autoparallel_cp.search.limits import Budget, check
+from autoparallel_cp.search.schedule_axis import union_kth
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.space_proof import proof_space
 from autoparallel_cp.spec import Job
@@ -233,12 +234,16 @@ def solve(
     cb_ = progress_callback or progress
     t0 = time.perf_counter()
     sp = _space(job, space, fix, emit)
+    part = incumbents is not None
     if sp.num_degree_combinations() == 0:
+        if part:  # a sub-space without a legal degree combination: nothing to add
+            return SolveResult("optimal", time.perf_counter() - t0, 0, [], searched=sp,
+                               stats={"phases": {}, "master_keys": 0, "keys_scored": 0,
+                                      "keys_skipped": 0, "models": 0})
         _raise_infeasible(job, sp)
     if len(sp.schedule_variants()) > 1:
         return _solve_union(job, sp, top_k=top_k, time_limit=time_limit, seed=seed,
                             progress=cb_, prior=prior)
-    part = incumbents is not None
     size = sp.size()
     refused: dict[tuple[str, str], int] = {}  # framework rows that refused listed keys
     runnable = 0  # listed keys the frameworks run
@@ -301,7 +306,7 @@ def solve(
 
     def kth() -> float:
         if part:  # the union's k-th best: the other sub-spaces' best per key and these
-            return union_kth(incumbents or {}, found.values(), top_k)
+            return union_kth(incumbents or {}, found.values(), top_k, _key)
         costs = sorted((r.step_s, r.plan.key()) for r in found.values())
         return costs[top_k - 1][0] if len(costs) >= top_k else float("inf")
 
@@ -442,30 +447,15 @@ def solve(
     )
 
 
-def union_kth(incumbents: dict[tuple[Any, ...], tuple[float, Any]], found: Any,
-              top_k: int) -> float:
-    """The k-th best step time over distinct keys (`_key`) of the union: each key's best of
-    `incumbents` (earlier sub-spaces) and the `KeyResult`s `found` here. Each value is a real
-    plan's, so it is >= the union's final k-th best (schedule_axis.py's proof)."""
-    best = dict(incumbents)
-    for r in found:
-        k, c = _key(r.plan), (r.step_s, r.plan.key())
-        if k not in best or c < best[k]:
-            best[k] = c
-    if len(best) < top_k:
-        return float("inf")
-    return sorted(best.values())[top_k - 1][0]
-
-
 def _solve_union(job: Job, sp: SearchSpace, *, top_k: int, time_limit: float | None,
                  seed: int | None, progress: Callable[..., Any] | None,
                  prior: SearchContext | None) -> SolveResult:
     """`solve` over a union of schedule sub-spaces (`SearchSpace.schedule_variants`): each
-    solved in turn by `solve` with the union's best per key so far (`union_kth` is every
-    cutoff) and one shared deterministic-time budget; a key's best is its best over them,
-    ranked by (step, `Plan.key()`) as within one. Exact and proven when every sub-space's
-    search is (search/schedule_axis.py: the proof). A `prior` union context hands each
-    sub-space its own part (`capacity.reuse` checks it)."""
+    solved in turn by `solve` with the union's best per key so far (schedule_axis.py
+    `union_kth` is every cutoff) and one shared deterministic-time budget; a key's best is
+    its best over them, ranked by (step, `Plan.key()`) as within one. Exact and proven when
+    every sub-space's search is (search/schedule_axis.py: the proof). A `prior` union
+    context hands each sub-space its own part (`capacity.reuse` checks it)."""
     t0 = time.perf_counter()
     budget = Budget(time_limit)
     best: dict[tuple[Any, ...], tuple[float, Any]] = {}
@@ -491,8 +481,10 @@ def _solve_union(job: Job, sp: SearchSpace, *, top_k: int, time_limit: float | N
                   prior=pri, incumbents=best, budget=budget)
         if "root_bound_s" in r.stats:
             roots.append(r.stats["root_bound_s"])
-        assert r.context is not None
-        parts[v.schedule] = r.context
+        if r.context is not None:
+            parts[v.schedule] = r.context
+        else:  # no legal degree combination: nothing listed, nothing found
+            continue
         for kr in r.context.found.values():
             k, c = _key(kr.plan), (kr.step_s, kr.plan.key())
             if k not in best or c < best[k]:
@@ -513,8 +505,8 @@ def _solve_union(job: Job, sp: SearchSpace, *, top_k: int, time_limit: float | N
             _raise_infeasible(job, sp.schedule_variants()[0], refused, runnable)
         return SolveResult("timeout", time.perf_counter() - t0, size, [], gap=1.0,
                            stats=_limit_stats(budget), searched=sp)
-    stats.update(ranked=[(r.step_s, r.plan) for r in ranked], root_bound_s=min(roots, default=0.0),
-                 **_limit_stats(budget))
+    stats.update(ranked=[(r.step_s, r.plan) for r in ranked],
+                 root_bound_s=min(roots, default=0.0), **_limit_stats(budget))
     ctx = parts[None] if None in parts else next(iter(parts.values()))
     return SolveResult(
         status="optimal" if proven else "feasible", solve_time_s=time.perf_counter() - t0,
