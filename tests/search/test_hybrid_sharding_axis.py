@@ -69,11 +69,12 @@ def test_size_counts_each_key_once_per_replicas() -> None:
     plain = SearchSpace.for_job(job, hybrid=False, **kw)  # type: ignore[arg-type]
     both = SearchSpace.for_job(job, **kw)  # type: ignore[arg-type]
     extra = 0
-    for d in plain.degrees():
-        if node_shard_replicas(d.tp, d.cp, d.dp, 8) > 1:
-            sps = [s for s in plain.sp if plain.sp_ok(d.tp, s)]
-            extra += len(sps) * sum(1 for z in plain.zero if z >= 2) * len(plain.recompute) \
-                * plain.num_partitions(d.pp, d.vpp)
+    for v in plain.schedule_variants():  # the default and zero-bubble schedules' sub-spaces
+        for d in v.degrees():
+            if node_shard_replicas(d.tp, d.cp, d.dp, 8) > 1:
+                sps = [s for s in v.sp if v.sp_ok(d.tp, s)]
+                extra += len(sps) * sum(1 for z in v.zero if z >= 2) * len(v.recompute) \
+                    * v.num_partitions(d.pp, d.vpp)
     assert extra > 0 and both.size() == plain.size() + extra
 
 

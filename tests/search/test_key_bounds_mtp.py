@@ -72,10 +72,13 @@ def test_mtp_bound_below_every_key_best_and_tighter(cluster: str, seq: int, fix:
                                                     partial: bool, uniform: bool) -> None:
     """bound <= the exact best of every key (the enumerator's, MTP costed), coupled too; and
     above the bound of the model without MTP (the MTP terms left out) on some key."""
-    space = _space(cluster, seq, fix, partial, uniform=uniform)
+    # the default schedules' sub-space (the ZB ones' bounds: tests/search/test_zb_search.py,
+    # test_schedule_union.py)
+    space = _space(cluster, seq, fix, partial, uniform=uniform).schedule_variants()[0]
     ranked, _ = en.enumerate_best(space)
     t = build_tables(space)
-    t0 = build_tables(_space(cluster, seq, fix, partial, mtp=0, uniform=uniform))
+    t0 = build_tables(_space(cluster, seq, fix, partial, mtp=0,
+                             uniform=uniform).schedule_variants()[0])
     assert t.mtp == 1 and t0.mtp == 0
     keys = [_key(p) for _, p in ranked]
     kb = key_bounds(t, keys)

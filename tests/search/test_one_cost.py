@@ -59,8 +59,9 @@ def _fix(p: Plan, layers: int, moe: bool = False) -> str:
         parts.append("chunk_layers=" + ":".join(map(str, p.chunk_layers)))
     if p.etp is not None or moe:
         parts.append(f"etp={p.expert_tp}")
-    if p.schedule is not None:  # a searched schedule (search/schedule_axis.py)
-        parts.append(f"schedule={p.schedule}")
+    # the plan's schedule (search/schedule_axis.py), today's default pinned too: without a
+    # pin the space is the union with zb-h1 / zb-h2, whose plans of the same key may be faster
+    parts.append(f"schedule={p.pipeline_schedule}")
     return ",".join(parts)
 
 

@@ -7,6 +7,8 @@ neighbours lie in the space."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -186,3 +188,37 @@ def test_schedule_neighbours_of_a_proven_optimum_lie_in_the_union_and_do_not_bea
         assert not ev.fits or ev.time.step_s >= best.time.step_s * (1 - 1e-9), label
     gpipe = [p for _, p in changes if p.pipeline_schedule == "gpipe"]
     assert gpipe and all("schedule=gpipe" in (outside(space, p) or "") for p in gpipe)
+
+
+def test_the_readme_job_picks_zb_h1_and_says_which_bubble_it_removes(tmp_path: Any) -> None:
+    """The README job: the default search's #1 is ZB-H1 (the --fix schedule=zb-h1 optimum),
+    the table names the schedule, the report says which bubble it removes against 1F1B on
+    the same plan, and --emit megatron (no ZB schedule) keeps the default ones."""
+    import json
+
+    from click.testing import CliRunner
+
+    from autoparallel_cp.cli import main
+
+    job = ["--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "512", "--seq-len",
+           "8192", "--global-batch", "512", "--top-k", "2"]
+
+    def run(*extra: str) -> tuple[dict[str, Any], str]:
+        out = tmp_path / "s.json"
+        r = CliRunner().invoke(main, ["solve", *job, "--json", str(out), *extra])
+        assert r.exit_code == 0, r.output
+        return json.loads(out.read_text()), r.stdout
+
+    data, text = run()
+    top = data["plans"][0]
+    assert data["status"] == "optimal" and data["space"]["schedule"] == UNION
+    assert top["plan"]["schedule"] == "zb-h1"
+    assert "sched" in text and "schedule zb-h1: bubble" in text
+    assert "against 1f1b on the same plan" in text
+    pinned, _ = run("--fix", "schedule=zb-h1")
+    assert top["time"]["step_s"] == pytest.approx(pinned["plans"][0]["time"]["step_s"],
+                                                  rel=1e-12)
+    mg, _ = run("--emit", "megatron")
+    assert mg["space"]["schedule"] == ["1f1b", "interleaved"]
+    assert all(p["plan"].get("schedule") is None for p in mg["plans"])
+    assert mg["plans"][0]["time"]["step_s"] > top["time"]["step_s"]
