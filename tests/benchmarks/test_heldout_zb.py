@@ -100,7 +100,7 @@ def test_few_microbatches_gain_as_measured(rows: list) -> None:
                 for s, h in runs.items()}
         meas = {s: h.measured_tps for s, h in runs.items()}
         gain = pred["zb-h2"] / pred["1f1b"] - meas["zb-h2"] / meas["1f1b"]
-        assert 0.0 < meas["zb-h2"] / meas["1f1b"] - 1.0 and abs(gain) < 0.10, (name, m, gain)
+        assert meas["zb-h2"] > meas["1f1b"] and abs(gain) < 0.10, (name, m, gain)
 
 
 def test_unknown_schedule_name_is_an_error() -> None:
