@@ -34,9 +34,11 @@ search key: search/schedule_axis.py).
 
 from __future__ import annotations
 
+import functools
+
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.memory import _base_mode, plan_factors
-from autoparallel_cp.spec import Job
+from autoparallel_cp.spec import Job, ModelSpec
 from autoparallel_cp.spec.plan import Plan
 
 
@@ -47,7 +49,7 @@ def pass_times(job: Job, plan: Plan, options: F.CostOptions | None = None
     opts = F.options_for(job, options)
     model = job.model
     layer, edges = plan_factors(job, plan, opts)
-    n_moe = sum(model.is_moe_layer(i) for i in range(model.num_layers))
+    n_moe = _moe_layers(model)
     share = 0.0
     if plan.recompute == "full":
         share = 1.0 if plan.recompute_layers is None else min(
@@ -73,6 +75,12 @@ def pass_times(job: Job, plan: Plan, options: F.CostOptions | None = None
     w += 2.0 * emb / 3.0 + h_w
     b += max(float(e.head_time_s) - h_f - h_w, 0.0)
     return f, b, w
+
+
+@functools.lru_cache(maxsize=64)
+def _moe_layers(model: ModelSpec) -> int:
+    """How many of the model's layers are MoE layers."""
+    return sum(model.is_moe_layer(i) for i in range(model.num_layers))
 
 
 def backward_split(job: Job, plan: Plan, options: F.CostOptions | None = None

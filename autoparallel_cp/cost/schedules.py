@@ -110,7 +110,13 @@ def bubble_ratio(schedule: str, pp: int, split: tuple[float, float, float], m: i
     one the replay runs: tests/cost/test_schedules.py checks the max equals the replay for
     every split and m (hypothesis, p <= 8, m <= 3p). 0 <= ratio <= F + B <= 1: every term is
     at most q(F+B), and qF >= 0 (m >= 2) or q(F+B) (m = 1) is among them. Nonincreasing in m
-    (checked there too): more micro-batches, more W to fill the ramp."""
+    (search/schedule_axis.py's family bound uses it; tested there too): every term at m + 1
+    is at most one at m. The base terms fall with k; ZB-H1's [m < p]B term drops; ZB-H2's
+    p <= m < 2p-1 pair is constant and, where it appears (m = p), below the max already:
+    (p-2)F + B and qF + B - W are convex combinations of qF with qB and with q(F+B-W); its
+    2 <= m < p terms: from m odd, (p-h)(F+B) is above both even-m terms of the same h, and
+    from m even, (p-h-1)F + (p-h)B is above the next odd m's (p-h-1)(F+B); at m = 1,
+    q(F+B) is above every term."""
     f, b, w = split
     if schedule in ("1f1b", "interleaved", "gpipe") or pp == 1:
         return 1.0

@@ -44,8 +44,9 @@ pipeline = (m - rho/vpp)·T + rho·S/vpp has nonnegative coefficients in T and S
   m - 1/v >= m - 1/vpp and every monotonicity step of their proofs still holds);
 - the master (cpsat_master.py, key_table.py) multiplies its bubble term max(0, S_lb - V/pp)/vpp
   by the least rho of the bubble family (tp, cp, mbs, pp) over (ep, sp, mode), the expert-TP
-  sizes and every m >= 1 (`family_ratio`: m = 1 .. 2pp, `bubble_ratio` is constant beyond):
-  a rho' <= rho of every key of the family, whatever m its dp gives;
+  sizes and every m >= 1 (`family_ratio`: rho does not grow with m and is constant from
+  m = 2pp - 1, cost/schedules.py `bubble_ratio`): a rho' <= rho of every key of the family,
+  whatever m its dp gives;
 - the partition model (cpsat_partition.py) scales its objective by Q = 2^16 and takes
   floor(rho·Q)·(S - T), below the exact rho·Q·(S - T) by < (S - T) <= pp·T units (its error
   bound grows by that);
@@ -173,11 +174,10 @@ def key_ratio(space: Any, pp: int, tp: int, cp: int, ep: int, mbs: int, mode: in
 def family_ratio(spaces: Sequence[Any], tp: int, cp: int, mbs: int, pp: int) -> float:
     """The least `key_ratio` of the bubble family (tp, cp, mbs, pp) over ep, sp, the recompute
     modes, the expert-TP sizes' spaces `spaces` and every micro-batch count m >= 1 (the
-    master's rho', module docstring): m = 1 .. 2pp covers every value `bubble_ratio` takes
-    (it is the same for every m >= 2pp - 1)."""
-    return min(key_ratio(sp, pp, tp, cp, e, mbs, RECOMPUTE_MODES.index(r), q, m)
-               for sp in spaces for e in sp.ep for r in sp.recompute for q in sp.sp
-               for m in range(1, 2 * pp + 1))
+    master's rho', module docstring): `bubble_ratio` does not grow with m (its docstring's
+    proof) and is the same for every m >= 2pp - 1, so its least over m is its value at 2pp."""
+    return min(key_ratio(sp, pp, tp, cp, e, mbs, RECOMPUTE_MODES.index(r), q, 2 * pp)
+               for sp in spaces for e in sp.ep for r in sp.recompute for q in sp.sp)
 
 
 def bubble_divisor(space: Any, key: Any) -> float:
@@ -192,18 +192,20 @@ def _ratio(space: Any, schedule: str, pp: int, tp: int, cp: int, ep: int, etp: i
     """`bubble_ratio` at m micro-batches of the split of a probe plan with these fields
     (cost/pass_split.py, cost/schedules.py), memoized on the space (its job is one per
     space; the split once per layer axes, the ratio once per m)."""
-    splits: dict[tuple[Any, ...], tuple[float, float, float]] = space.__dict__.setdefault(
-        "_split", {})
     memo: dict[tuple[Any, ...], float] = space.__dict__.setdefault("_rho", {})
-    k = (schedule, pp, tp, cp, ep, etp, sp, mbs, recompute, rl)
-    if k + (m,) not in memo:
-        if k not in splits:
+    k = (schedule, pp, tp, cp, ep, etp, sp, mbs, recompute, rl, m)
+    if k not in memo:
+        splits: dict[tuple[Any, ...], tuple[float, float, float]] = space.__dict__.setdefault(
+            "_split", {})
+        # pp enters the split only through a pinned recompute count's share min(1, r·pp/L)
+        ks = (tp, cp, ep, etp, sp, mbs, recompute, rl, pp if rl is not None else 0)
+        if ks not in splits:
             probe = Plan(pp=pp, tp=tp, cp=cp, ep=ep, etp=etp, sp=int(sp), mbs=mbs,
                          recompute=recompute, recompute_layers=rl,
                          schedule=cast(Schedule, schedule))
-            splits[k] = backward_split(space.job, probe)
-        memo[k + (m,)] = float(bubble_ratio(schedule, pp, splits[k], m))
-    return memo[k + (m,)]
+            splits[ks] = backward_split(space.job, probe)
+        memo[k] = float(bubble_ratio(schedule, pp, splits[ks], m))
+    return memo[k]
 
 
 def plan_schedule(schedule: str | None) -> Schedule | None:
