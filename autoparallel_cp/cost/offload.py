@@ -61,8 +61,10 @@ def cpu_adam_s(job: Job, g: int, params: float) -> float:
 def overlaps_optimizer_copies(job: Job) -> bool:
     """Whether the framework pipelines the gradient D2H, the CPU step and the weight H2D
     (Megatron's `--overlap-cpu-optimizer-d2h-h2d`, which `--emit megatron` writes; DeepSpeed
-    ZeRO-Offload), or runs them in turn (FSDP2's CPUOffloadPolicy)."""
-    return not _is_pytorch(job.recipe)
+    ZeRO-Offload), or runs them in turn (FSDP2's CPUOffloadPolicy; Megatron without the flag:
+    behaviour `offload_copies_overlap` False)."""
+    stated = job.recipe.behaviour.offload_copies_overlap
+    return not _is_pytorch(job.recipe) if stated is None else stated
 
 
 def optimizer_offload_s(job: Job, g: int, params: float, share: float) -> float:

@@ -1,6 +1,6 @@
 """Training recipe spec: precision, optimizer state, framework behaviour, and the presets.
 
-Kept whole (about 425 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
+Kept whole (about 480 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
 each field means in the frameworks, beside the field; the presets are those fields' values, so
 the three read together.
 """
@@ -242,6 +242,13 @@ class FrameworkBehaviour(Strict):
       with tp > 1 (TE disables userbuffers at one TP rank). Default (0, 0): TE's own
       defaults (`initialize_ub` `get_default_config`: `set_sm_margin` False) and every
       framework without userbuffers.
+    - ``offload_copies_overlap``: whether optimizer offload pipelines the gradient D2H, the
+      CPU step and the weight H2D over parameter groups (True), or runs them one after the
+      other (False): Megatron-Core's HybridDeviceOptimizer without
+      `overlap_cpu_optimizer_d2h_h2d` (optimizer_config.py:356, default False) copies on the
+      current stream and steps one CPU optimizer over all offloaded parameters after the D2H
+      event (hybrid_optimizer.py:173-174,203-221 @d98e8a64). None: the framework's default
+      as `--emit` writes it (cost/offload.py `overlaps_optimizer_copies`).
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -275,6 +282,7 @@ class FrameworkBehaviour(Strict):
     pp_scatter_gather: bool = False
     cuda_graph_scopes: tuple[CudaGraphScope, ...] = ()
     ub_rs_sm_margin: tuple[SmMargin, SmMargin] = (0, 0)
+    offload_copies_overlap: bool | None = None
 
 
 class TrainingRecipe(Strict):
