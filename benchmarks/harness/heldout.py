@@ -295,9 +295,9 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             recipe = recipe.with_behaviour(ep_dispatcher="allgather")
             assumed.append("allgather MoE dispatcher (Megatron core_v0.6.0 default, "
                            "arguments.py l. 1592-1594; the launch sets none)")
-        opt_off, act_off, copies_overlap, off_notes = offload.offload(r)
-        if copies_overlap is not None:
-            recipe = recipe.with_behaviour(offload_copies_overlap=copies_overlap)
+        opt_off, act_off, off_behaviour, off_notes = offload.offload(r)
+        if off_behaviour:
+            recipe = recipe.with_behaviour(**off_behaviour)
         assumed += off_notes
         cl = ClusterSpec(name=group.name, node_groups=[group])
         try:

@@ -25,7 +25,7 @@ def test_rows_run_the_cards_plan_and_offload(rows: list) -> None:
     the copy overlap and 1 with it; tokens/s/GPU = 8 * 4096 / (iter_ms / 1000 * 16)."""
     assert len(rows) == 6 and all(h.plan is not None for h in rows)
     got = [(h.plan.optimizer_offload, h.job.recipe.behaviour.offload_copies_overlap)
-           for h in rows]
+           for h in rows]  # all without the precision-aware optimizer (the recipe)
     assert got == [(0.0, False), (0.25, False), (0.5, False), (0.75, False), (1.0, False),
                    (1.0, True)]
     for h in rows:
@@ -62,11 +62,24 @@ def test_offload_ablation_pairs(rows: list) -> None:
 def test_offload_settings_are_checked() -> None:
     """A row of the source must state its fraction and overlap; other sources state none."""
     base = {"source_id": off.SOURCE, "model": "m"}
-    assert off.offload({**base, "extra_config": "optimizer_offload=0.5; offload_overlap=1"})[
-        :3] == (0.5, 0, True)
+    ok = "optimizer_offload=0.5; offload_overlap=1; precision_aware_optimizer=0"
+    assert off.offload({**base, "extra_config": ok})[:3] == (
+        0.5, 0, {"offload_copies_overlap": True, "offload_gpu_master": True})
     with pytest.raises(ValueError):
-        off.offload({**base, "extra_config": "optimizer_offload=0.5"})
+        off.offload({**base, "extra_config": "optimizer_offload=0.5; offload_overlap=1"})
     with pytest.raises(ValueError):
-        off.offload({**base, "extra_config": "optimizer_offload=1.5; offload_overlap=0"})
+        off.offload({**base, "extra_config": ok.replace("0.5", "1.5")})
     assert off.offload({"source_id": "mbridge-perf", "model": "m", "extra_config": ""}) == (
-        0.0, 0, None, [])
+        0.0, 0, {}, [])
+
+
+def test_gpu_memory_falls_as_the_card_measured(rows: list) -> None:
+    """The GPU keeps the offloaded fp32 main params (behaviour offload_gpu_master): the
+    predicted persistent bytes (weights + grads + optimizer) are within 1% of the card's
+    mem_allocated_gb at every fraction: 47.2 / 43.4 / 39.6 / 35.6 / 32.0 / 32.0 GB (the
+    (1 - x) rule without the behaviour would give 41.2 / 35.5 / 29.8 / 24.1 GB)."""
+    card = (47.2, 43.4, 39.6, 35.6, 32.0, 32.0)
+    for h, gb in zip(rows, card, strict=True):
+        assert h.job.recipe.behaviour.offload_gpu_master
+        got = evaluate(h.job, h.plan, h.options).memory.persistent_bytes / 1e9
+        assert got == pytest.approx(gb, rel=0.01), (h.plan.optimizer_offload, got, gb)

@@ -97,6 +97,27 @@ def test_optimizer_offload_moves_bytes_and_time() -> None:
             0.75 * s0.optimizer_s + O.optimizer_offload_s(job, 0, params, 0.25))
 
 
+def test_gpu_kept_master_saves_only_the_moments() -> None:
+    """Behaviour offload_gpu_master (Megatron-Core without the precision-aware optimizer): of
+    Adam's 12 optimizer bytes per parameter (fp32 master 4 + moments 8) the offloaded share
+    frees only the moments, 8/12, the host bytes stay, and the H2D moves the 4-byte master
+    instead of the 2-byte weight: 1e9 parameters serial 62.5 + 390.625 + 62.5 ms."""
+    job = _job()
+    kept = job.model_copy(update={"recipe": job.recipe.with_behaviour(
+        offload_gpu_master=True, offload_copies_overlap=False)})
+    assert O.gpu_kept_optimizer_share(job.recipe) == 0.0
+    assert O.gpu_kept_optimizer_share(kept.recipe) == pytest.approx(4 / 12)
+    assert O.optimizer_offload_s(kept, 0, 1e9, 1.0) == pytest.approx(0.0625 + 0.390625 + 0.0625)
+    base = dict(dp=2, tp=4, pp=2, mbs=1, num_microbatches=8)
+    m0 = stage_memory(kept, Plan(**base))
+    m1 = stage_memory(kept, Plan(**base, optimizer_offload=0.75))
+    d1 = stage_memory(job, Plan(**base, optimizer_offload=0.75))
+    for a, b, d in zip(m0, m1, d1, strict=True):
+        assert b.optimizer_bytes == pytest.approx(a.optimizer_bytes * (1 - 0.75 * 8 / 12))
+        assert d.optimizer_bytes == pytest.approx(a.optimizer_bytes * 0.25)
+        assert b.host_bytes == pytest.approx(d.host_bytes)
+
+
 def test_activation_offload_memory() -> None:
     """4 of 8 layers per stage offload: the stage keeps the other 4 layers per in-flight
     micro-batch, one offloaded layer in transit; the host holds 4 layers per micro-batch."""
