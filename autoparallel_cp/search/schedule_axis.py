@@ -257,15 +257,18 @@ def family_ratio(spaces: Sequence[Any], tp: int, cp: int, mbs: int, pp: int) -> 
     # the distinct (etp, ep, mode, count, sp) of the spaces (the replicas variants repeat
     # them): each family's min once
     memo: dict[Any, Any] = s0.__dict__.setdefault("_famrho", {})
-    if ("combos", len(spaces)) not in memo:
-        memo["combos", len(spaces)] = sorted(
-            {(v.etp, e, r, v.fixed.get("recompute_layers") if r == "full" else None, q)
-             for v in spaces for e in v.ep for r in v.recompute for q in v.sp}, key=repr)
     k = (tp, cp, mbs, pp, len(spaces))
     if k not in memo:
-        memo[k] = min(_ratio(s0, s0.schedule, pp, tp, cp, e, etp, q, mbs, r,
-                             None if rl is None else int(rl), 2 * pp)
-                      for etp, e, r, rl, q in memo["combos", len(spaces)])
+        # only the (etp, ep, sp) a key of the family can take (its dp = N/(tp cp pp): the
+        # expert grid and SP rules, `ep_ok`, `sp_ok`); the replicas variants repeat them
+        dp = s0.job.num_gpus // (tp * cp * pp)
+        combos = sorted(
+            {(v.etp, e, r, v.fixed.get("recompute_layers") if r == "full" else None, q)
+             for v in spaces for e in v.ep if v.ep_ok(tp, cp, dp, e)
+             for r in v.recompute for q in v.sp if v.sp_ok(tp, q)}, key=repr)
+        memo[k] = min((_ratio(s0, s0.schedule, pp, tp, cp, e, etp, q, mbs, r,
+                              None if rl is None else int(rl), 2 * pp)
+                       for etp, e, r, rl, q in combos), default=1.0)
     return float(memo[k])
 
 
@@ -286,7 +289,9 @@ def _ratio(space: Any, schedule: str, pp: int, tp: int, cp: int, ep: int, etp: i
     if k not in memo:
         splits = _job_splits(space.job)  # shared by the expert-TP / replicas variants
         # pp enters the split only through a pinned recompute count's share min(1, r·pp/L)
-        ks = (schedule, tp, cp, ep, etp, sp, mbs, recompute, rl, pp if rl is not None else 0)
+        # and the schedule not at all (cost/pass_split.py reads the layer axes, the recompute
+        # mode and that share): zb-h1 and zb-h2 share it
+        ks = (tp, cp, ep, etp, sp, mbs, recompute, rl, pp if rl is not None else 0)
         if ks not in splits:
             probe = Plan(pp=pp, tp=tp, cp=cp, ep=ep, etp=etp, sp=int(sp), mbs=mbs,
                          recompute=recompute, recompute_layers=rl,
