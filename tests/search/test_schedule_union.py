@@ -112,16 +112,17 @@ def test_the_union_matches_enumeration_and_the_pinned_spaces(
 
 
 def test_the_union_beats_the_default_where_the_bubble_is_large_and_says_which() -> None:
-    """pp > 1 with few micro-batches: a ZB plan is the proven optimum of the union, equal to
-    the best of the --fix schedule=zb-h1 / zb-h2 solves, and faster than the default's."""
+    """A pipeline without interleaving (pp 4, vpp 1 pinned): a ZB plan is the proven optimum
+    of the union, equal to the best of the --fix schedule=zb-h1 / zb-h2 solves, and faster
+    than the default's (1F1B)."""
     job = _job(layers=8, gpus=8, seq=8192, batch=8)
     kw = {"max_pp": 4, "max_vpp": 2, "max_mbs": 1, "max_cp": 1}
-    space = SearchSpace.for_job(job, fix="pp=4,tp=1", **kw)
+    space = SearchSpace.for_job(job, fix="pp=4,tp=1,vpp=1", **kw)
     res = solve(job, space, top_k=3, time_limit=60)
     assert res.status == "optimal"
     top = res.plans[0]
     assert top.plan.schedule in ("zb-h1", "zb-h2")
-    pins = [solve(job, SearchSpace.for_job(job, fix=f"pp=4,tp=1,schedule={s}", **kw),
+    pins = [solve(job, SearchSpace.for_job(job, fix=f"pp=4,tp=1,vpp=1,schedule={s}", **kw),
                   top_k=1, time_limit=60).plans[0].time.step_s for s in ("zb-h1", "zb-h2")]
     default = solve(job, space.schedule_variants()[0], top_k=1, time_limit=60)
     assert top.time.step_s == pytest.approx(min(pins), rel=1e-12)
@@ -174,7 +175,7 @@ def test_schedule_neighbours_of_a_proven_optimum_lie_in_the_union_and_do_not_bea
     """`explain`'s schedule changes of a proven pp > 1 optimum: the ZB ones are inside the
     union now (space_proof.outside), and none of them that fits beats it."""
     job = _job(layers=8, gpus=8, seq=8192, batch=8)
-    space = SearchSpace.for_job(job, fix="pp=4,tp=1", max_pp=4, max_vpp=2, max_mbs=1,
+    space = SearchSpace.for_job(job, fix="pp=4,tp=1,vpp=1", max_pp=4, max_vpp=2, max_mbs=1,
                                 max_cp=1)
     res = solve(job, space, top_k=1, time_limit=60)
     assert res.status == "optimal"
