@@ -73,7 +73,8 @@ pipeline = (m - rho/vpp)·T + rho·S/vpp has nonnegative coefficients in T and S
   by the least rho of the bubble family (tp, cp, mbs, pp) over (ep, sp, mode), the expert-TP
   sizes and every m >= 1 (`family_ratio`: rho does not grow with m and is constant from
   m = 2pp - 1, cost/schedules.py `bubble_ratio`): a rho' <= rho of every key of the family,
-  whatever m its dp gives;
+  whatever m its dp gives; or rho' = 0 <= rho where those families would need more than
+  `FAMILY_SPLITS_MAX` splits (`_exact_families`);
 - the partition model (cpsat_partition.py) scales its objective by Q = 2^16 and takes
   floor(rho·Q)·(S - T), below the exact rho·Q·(S - T) by < (S - T) <= pp·T units (its error
   bound grows by that);
@@ -257,6 +258,8 @@ def family_ratio(spaces: Sequence[Any], tp: int, cp: int, mbs: int, pp: int) -> 
     # the distinct (etp, ep, mode, count, sp) of the spaces (the replicas variants repeat
     # them): each family's min once
     memo: dict[Any, Any] = s0.__dict__.setdefault("_famrho", {})
+    if not _exact_families(spaces):
+        return 0.0  # 0 <= rho of every key (module docstring): the per-key bounds keep theirs
     k = (tp, cp, mbs, pp, len(spaces))
     if k not in memo:
         # only the (etp, ep, sp) a key of the family can take (its dp = N/(tp cp pp): the
@@ -270,6 +273,35 @@ def family_ratio(spaces: Sequence[Any], tp: int, cp: int, mbs: int, pp: int) -> 
                               None if rl is None else int(rl), 2 * pp)
                        for etp, e, r, rl, q in combos), default=1.0)
     return float(memo[k])
+
+
+#: the most distinct F/B/W splits (`_split`: each a layer-cost evaluation, cost/pass_split.py)
+#: the master's per-family rho' may cost a space; beyond it rho' is 0 (`family_ratio`)
+FAMILY_SPLITS_MAX = 1024
+
+
+def _exact_families(spaces: Sequence[Any]) -> bool:
+    """Whether the master of a zero-bubble space takes each family's least rho (the distinct
+    splits its families need are at most `FAMILY_SPLITS_MAX`) or rho' = 0, a valid bound too
+    (0 <= rho) that spares DeepSeek-V3-sized spaces thousands of layer-cost evaluations; the
+    per-key bounds (`bubble_divisor`) read each listed key's exact rho either way. One
+    answer per space, from its domains only: deterministic."""
+    s0 = spaces[0]
+    memo: dict[Any, Any] = s0.__dict__.setdefault("_famrho", {})
+    if ("exact", len(spaces)) not in memo:
+        need = set()
+        for d in s0.degrees():
+            for v in spaces:
+                if not v.ep_ok(d.tp, d.cp, d.dp, d.ep):
+                    continue
+                for r in v.recompute:
+                    rl = v.fixed.get("recompute_layers") if r == "full" else None
+                    for q in v.sp:
+                        if v.sp_ok(d.tp, q):
+                            need.add((d.tp, d.cp, d.ep, v.etp, q, d.mbs, r, rl,
+                                      d.pp if rl is not None else 0))
+        memo["exact", len(spaces)] = len(need) <= FAMILY_SPLITS_MAX
+    return bool(memo["exact", len(spaces)])
 
 
 def bubble_divisor(space: Any, key: Any) -> float:
@@ -287,7 +319,9 @@ def _ratio(space: Any, schedule: str, pp: int, tp: int, cp: int, ep: int, etp: i
     memo: dict[tuple[Any, ...], float] = space.__dict__.setdefault("_rho", {})
     k = (schedule, pp, tp, cp, ep, etp, sp, mbs, recompute, rl, m)
     if k not in memo:
-        splits = _job_splits(space.job)  # shared by the expert-TP / replicas variants
+        if "_splits" not in space.__dict__:  # shared by the variants and the command's solves
+            space.__dict__["_splits"] = _job_splits(space.job)
+        splits = space.__dict__["_splits"]
         # pp enters the split only through a pinned recompute count's share min(1, r·pp/L)
         # and the schedule not at all (cost/pass_split.py reads the layer axes, the recompute
         # mode and that share): zb-h1 and zb-h2 share it
@@ -301,18 +335,22 @@ def _ratio(space: Any, schedule: str, pp: int, tp: int, cp: int, ep: int, etp: i
     return memo[k]
 
 
-#: `_ratio`'s splits by job (the job kept with them, so its id is not reused); a few jobs
-_SPLITS: dict[int, tuple[Any, dict[tuple[Any, ...], tuple[float, float, float]]]] = {}
+#: `_ratio`'s splits by job, its memory margin left out; a few jobs
+_SPLITS: list[tuple[Any, dict[tuple[Any, ...], tuple[float, float, float]]]] = []
 
 
 def _job_splits(job: Any) -> dict[tuple[Any, ...], tuple[float, float, float]]:
     """The split memo of `job`: the variants of a space (expert-TP sizes, replicas) and the
-    searches of one command share it (the split reads the job and the probe plan only)."""
-    if id(job) not in _SPLITS or _SPLITS[id(job)][0] is not job:
-        if len(_SPLITS) >= 16:
-            _SPLITS.clear()
-        _SPLITS[id(job)] = (job, {})
-    return _SPLITS[id(job)][1]
+    searches of one command share it, the within-margin one too (the split reads the job's
+    model, cluster and recipe and the probe plan, not `mem_headroom`)."""
+    key = job.model_copy(update={"mem_headroom": 0.0})
+    for j, memo in _SPLITS:
+        if j is key or j == key:
+            return memo
+    if len(_SPLITS) >= 8:
+        _SPLITS.pop(0)
+    _SPLITS.append((key, {}))
+    return _SPLITS[-1][1]
 
 
 def plan_schedule(schedule: str | None) -> Schedule | None:

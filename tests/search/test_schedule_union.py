@@ -223,3 +223,21 @@ def test_the_readme_job_picks_zb_h1_and_says_which_bubble_it_removes(tmp_path: A
     assert mg["space"]["schedule"] == ["1f1b", "interleaved"]
     assert all(p["plan"].get("schedule") is None for p in mg["plans"])
     assert mg["plans"][0]["time"]["step_s"] > top["time"]["step_s"]
+
+
+def test_rho_zero_master_past_the_split_budget_stays_exact(monkeypatch: Any) -> None:
+    """Past `FAMILY_SPLITS_MAX` the ZB sub-spaces' master takes rho' = 0 (schedule_axis.py
+    `_exact_families`): its LB stays below every plan and the union's answer is unchanged."""
+    from autoparallel_cp.search import schedule_axis
+
+    job = _job(moe=True, layers=6)
+    kw = {"max_pp": 4, "max_vpp": 2, "max_mbs": 2, "zero": (0, 1)}
+    want = solve(job, SearchSpace.for_job(job, **kw), top_k=4, time_limit=60).stats["ranked"]
+    monkeypatch.setattr(schedule_axis, "FAMILY_SPLITS_MAX", 0)
+    space = SearchSpace.for_job(job, **kw)
+    sub = space.schedule_variants()[1]
+    assert sub.schedule == "zb-h1"
+    assert schedule_axis.family_ratio([sub], 1, 1, 1, 2) == 0.0
+    _assert_master_bounds(job, space, 5)
+    got = _compare_tol(job, space, 4).stats["ranked"]
+    assert [(c, p.key()) for c, p in got] == [(c, p.key()) for c, p in want]
