@@ -460,3 +460,22 @@ def test_torchtitan_pipelined_zero_matches_enumeration(fix: str | None) -> None:
     if fix:
         assert all(ev.plan.pp == 2 for ev in a.plans)
     _assert_master_bounds(job, space, 3)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(layers=st.sampled_from([16, 20]), batch=st.sampled_from([32, 64]),
+       vpp=st.sampled_from([1, 2]))
+def test_pipelines_across_node_boundaries_match_enumeration(layers: int, batch: int,
+                                                            vpp: int) -> None:
+    """Two 8-GPU nodes, tp = cp = 1: pp 16 (stride 1), pp 4 (stride dp = 4) and pp 2 (stride
+    8) put one or both of the worst stage's pipeline links on the network
+    (cost/comm.py `pipeline_links`); the solver's p2p table must price them as the
+    enumerator does."""
+    job = Job(model=_mini(False, layers), cluster=load_cluster("dgx-a100").take_gpus(16),
+              seq_len=2048, global_batch=batch)
+    space = SearchSpace.for_job(job, fix="tp=1,cp=1,sp=0,zero=1,recompute=none,mbs=1",
+                                max_vpp=vpp)
+    if space.num_degree_combinations() == 0:
+        return
+    a = _compare_tol(job, space, 12)  # every key: pp 1, 2, 4, 8, 16
+    assert {ev.plan.pp for ev in a.plans} >= {2, 4, 16}
