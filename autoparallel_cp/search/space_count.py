@@ -64,7 +64,8 @@ def count(space: SearchSpace) -> int:
     if space.multi:  # the union of the one-etp, one-replicas spaces (no plan twice)
         return sum(v.size() for v in space.etp_variants())
     sib = space.__dict__.get("_sibling")
-    if sib is not None and space.restriction is None:
+    keyed = space.restriction is not None or space.optimizer_offload > 0.0
+    if sib is not None and not keyed:
         # a replicas variant: its degrees are its R = 1 sibling's that take R, each with the
         # same sp values, partitions and placements (space.py `etp_variants`), and its own
         # ZeRO stages (zero >= 1)
@@ -80,15 +81,16 @@ def count(space: SearchSpace) -> int:
                 for f in space.split_families(d.pp, d.vpp))
         place = space.num_placements(d.tp, d.cp, d.dp, d.pp)
         sps = [s for s in space.sp if space.etp_legal(d.tp, d.cp, d.dp, d.ep, s)]
-        if space.restriction is None:
+        if not keyed:
             per_degree[d] = len(sps) * fams[d.pp, d.vpp] * place
             total += per_degree[d] * per_rest
             continue
-        # the keys a framework row refuses hold no plan of the space
+        # the keys a framework row refuses, or whose offload share the hosts cannot hold
+        # (search/offload_axis.py `host_ok`), hold no plan of the space
         for s, z, mode in product(sps, zeros, space.recompute):
             key = KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, s, z, d.mbs,
                           d.num_microbatches, RECOMPUTE_MODES.index(mode))
-            if not space.refusals_of_key(key):
+            if space.host_ok(d.tp, d.ep, z, d.dp, d.cp) and not space.refusals_of_key(key):
                 total += sum(f.mode_choices(mode, d.pp, d.vpp) * f.num_partitions(
                     d.pp, d.vpp) for f in space.split_families(d.pp, d.vpp)) * place
     space.__dict__["_per_degree"] = per_degree

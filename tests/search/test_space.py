@@ -32,12 +32,17 @@ def test_domains_respect_job_rules() -> None:
 
 def test_size_counts_uniform_space_by_brute_force() -> None:
     s = SearchSpace.for_job(_job(gpus=8, batch=16), partition="uniform", partial_recompute=False)
+    # every node group has a host: each key once per offload share its hosts hold
+    assert len(s.off_axis) > 1
+    shares = [v for v in s.etp_variants()]
     brute = 0
     for d in s.degrees():
         for sp in s.sp:
             if sp and d.tp == 1:
                 continue
-            brute += len(s.zero) * len(s.recompute)
+            for z in s.zero:
+                brute += len(s.recompute) * sum(v.host_ok(d.tp, d.ep, z, d.dp, d.cp)
+                                                for v in shares)
     assert s.size() == brute
 
 

@@ -1,0 +1,185 @@
+"""Host optimizer offload as a search axis (issue 31.2): the share x of the optimizer states
+kept in host memory (`Plan.optimizer_offload`, cost/offload.py).
+
+Domain (`offload_axis`): `OFFLOAD_SHARES` where every node group states its host
+(spec/cluster.py `HostSpec`; else {0}), narrowed to the shares the space's frameworks run at
+some ZeRO stage of the space (spec/frameworks.py rows on `optimizer_offload`: Megatron any
+share with the distributed optimizer, zero >= 1; DeepSpeed the whole optimizer at ZeRO 1-2
+and a `ratio` at ZeRO-3; torchtitan none: its CPUOffloadPolicy moves parameters and
+gradients too). A per-key row (Megatron's and DeepSpeed's ZeRO rules) leaves the share out
+of that key only (`SearchSpace.refusals_of_key` with the variant's share). `--fix
+optimizer_offload=x` searches x alone (any x in [0, 1] the frameworks run).
+
+Integration: each share is a variant space, as an expert-TP size or a replicas count is
+(`SearchSpace.etp_variants` is the product of the three axes; a key's plans are the union
+over the variants it is legal under, its best the best over them). The share changes only
+two per-parameter factors, so no table gains an axis and the composition is unchanged
+(tables.py `_replica_parts`, one leading axis over the variants):
+- GPU optimizer bytes per parameter x (1 - x) (memory.py: `opt_b *= 1 - x`);
+- optimizer seconds per local parameter (1 - x)·o_g + x·h_g, o_g = `optimizer_factor`,
+  h_g = `optimizer_offload_s_per_param` (steptime.py: (1 - x)·opt + `optimizer_offload_s`,
+  whose stages are each linear in the offloaded count, so their max or sum is too).
+
+Host memory (a constraint: cost/evaluate.py `host_fits`): a stage's GPU keeps x·(optimizer
+bytes + 4 bytes of fp32 gradient) per locally updated parameter on the host, and a node's
+GPUs share it. The search takes a share on a key only where the *whole model's* host bytes
+at that key's sharding fit (`host_ok`): a stage holds at most every layer (each layer's bytes
+at most the larger kind's), the embedding, the head and the MTP depths, so every plan of a
+key that passes fits its hosts (evaluate agrees on every searched plan); plans whose stage
+would fit on a key whose whole model would not are left out (evaluate them with `--plan`).
+`host_ok` reads (tp, ep, zero, dp, cp) only, so it is a key rule like a framework row.
+
+Why the bounds stay valid (cpsat_master.py, key_bounds.py, cpsat_partition.py): each
+variant's tables are the factor functions at its share, every entry stays >= 0 ((1 - x)·o +
+x·h >= 0 and x (1 - x) >= 0 for 0 <= x <= 1), and the composition is the same, so each
+variant's own bounds bound its plans exactly as the no-offload ones do. Across variants:
+- the master takes every table elementwise as the least over the variants (`bound_tables`),
+  here the most-offloaded share's memory and the no-offload optimizer time wherever offload
+  is slower (h_g >= o_g; the least of (1 - x)·o + x·h over x otherwise), without masking
+  the keys a share is illegal on (a least over more variants is still <= each legal one's),
+  so LB(key) <= every plan of the key whatever its share;
+- the key bounds and the partition models are per variant and `key_variants` gives each
+  key only its legal shares (`host_ok`, the framework rows), so a key's bound is the least of
+  its legal variants' bounds, each a lower bound of that variant's plans.
+Offload rarely wins at scale: there the no-offload variant's best is already at or below the
+offloading variants' key bounds (their optimizer time is larger, h_g > o_g), and
+`solve_partition_proven` stops at the first family whose bound exceeds the best so far.
+
+Activation offload (`activation_offload`) stays evaluated, not searched (`refuse_pin`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from autoparallel_cp.cost import factors as fx
+from autoparallel_cp.cost.offload import host_bytes_per_param, optimizer_offload_s_per_param
+from autoparallel_cp.errors import InputError
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.framework_space import Restriction
+from autoparallel_cp.spec.plan import Plan
+
+#: the shares of the optimizer states on the host searched by default (issue 31.2: a small
+#: documented domain; Mist, EuroSys 2025, tunes the ratio jointly with the parallelism)
+OFFLOAD_SHARES: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+#: the offload fields the search still refuses to pin (evaluated, not searched)
+UNSEARCHED = ("activation_offload",)
+
+
+def has_hosts(job: Job) -> bool:
+    """Every node group states its host link and memory (spec/cluster.py `HostSpec`)."""
+    return all(g.host is not None for g in job.cluster.node_groups)
+
+
+def refuse_pin(job: Job, pins: Mapping[str, Any]) -> float | None:
+    """The pinned share (`--fix optimizer_offload=x`), None without one; InputError (exit 2)
+    for a value outside [0, 1], a cluster without hosts, or a pinned activation offload."""
+    for k in UNSEARCHED:
+        if k in pins:
+            raise InputError(f"{k} is not a search axis yet: evaluate a plan with it "
+                             f"(evaluate --plan '...,{k}={pins[k]}') or see explain's single "
+                             "changes", field=k)
+    if "optimizer_offload" not in pins:
+        return None
+    x = pins["optimizer_offload"]
+    if not isinstance(x, (int, float)) or not 0.0 <= float(x) <= 1.0:
+        raise InputError(f"--fix optimizer_offload={x}: expected a share in [0, 1]",
+                         field="optimizer_offload")
+    if float(x) > 0.0 and not has_hosts(job):
+        raise InputError(f"--fix optimizer_offload={x}: offloading needs every node group's "
+                         "host (cluster field `host`: link_gbps, memory_gib, memory_gbps)",
+                         field="optimizer_offload")
+    return float(x)
+
+
+def offload_axis(job: Job, restriction: Restriction | None, zeros: tuple[int, ...],
+                 pinned: float | None) -> tuple[float, ...]:
+    """The shares searched (module docstring): the pin, else `OFFLOAD_SHARES` where every
+    node group has a host ({0} otherwise), each kept when some ZeRO stage of `zeros` runs it
+    under the frameworks' `optimizer_offload` rows. A pin no stage runs is an InputError."""
+    if pinned is not None:
+        cands: tuple[float, ...] = (pinned,)
+    elif not has_hosts(job):
+        return (0.0,)
+    else:
+        cands = OFFLOAD_SHARES
+    out = tuple(x for x in cands if _runs(restriction, x, zeros))
+    if pinned is not None and not out:
+        assert restriction is not None
+        raise InputError(f"--fix optimizer_offload={pinned:g}: {restriction.describe()} does "
+                         f"not run it at ZeRO {list(zeros)} (spec/frameworks.py "
+                         "optimizer_offload rows)", field="optimizer_offload")
+    return out
+
+
+def _runs(r: Restriction | None, x: float, zeros: tuple[int, ...]) -> bool:
+    """Some ZeRO stage of `zeros` has no `optimizer_offload` row refusing share `x`."""
+    if x == 0.0 or r is None:
+        return True
+    return any(not any(f.field == "optimizer_offload"
+                       for f in r.key_refusals(Plan(zero=z, optimizer_offload=x)))
+               for z in zeros)
+
+
+def host_ok(space: Any, tp: int, ep: int, zero: int, dp: int, cp: int) -> bool:
+    """The variant's share fits every node's host memory on a key with these axes, for any
+    partition: the whole model's host bytes per GPU (module docstring) times the node's GPUs
+    within its host memory. Always True at share 0."""
+    x = space.optimizer_offload
+    if x == 0.0:
+        return True
+    memo: dict[tuple[int, ...], bool] = space.__dict__.setdefault("_host_ok", {})
+    k = (tp, ep, zero, dp, cp)
+    if k not in memo:
+        per_gpu = x * model_host_bytes(space.job, tp, ep, space.etp, zero, dp, cp,
+                                       space.dp_replicate)
+        memo[k] = all(g.host is not None and per_gpu * g.gpus_per_node <= g.host.memory_bytes
+                      for g in space.job.cluster.node_groups)
+    return memo[k]
+
+
+def model_host_bytes(job: Job, tp: int, ep: int, etp: int | None, zero: int, dp: int,
+                     cp: int, dp_replicate: int = 1) -> float:
+    """Host bytes per GPU at share 1 of a stage holding the whole model (every layer at the
+    larger kind's bytes, the embedding, the LM head and the MTP depths): an upper bound of
+    every stage's (memory.py's `host_bytes` / x) on a key with these axes."""
+    shard_d = dp * cp / dp_replicate
+    shard_e = float(fx.expert_dp_size(tp, cp, dp, ep, etp)) / dp_replicate
+    hd = host_bytes_per_param(job, zero, shard_d)
+    he = host_bytes_per_param(job, zero, shard_e)
+    per_layer = 0.0
+    for moe in {job.model.is_moe_layer(i) for i in range(job.model.num_layers)}:
+        pd, pe = fx.layer_param_counts(job, moe, tp, ep, etp)
+        per_layer = max(per_layer, float(pd) * hd + float(pe) * he)
+    m = job.model
+    ef = fx.edge_factors(job, 0, tp, 1, 0, 1)
+    extra = float(ef.emb_params) + float(ef.head_params)
+    if m.mtp_layers:
+        mf = fx.mtp_factors(job, 0, tp, 1, 0, 1)
+        extra += m.mtp_layers * float(mf.params) + float(mf.copy_params)
+    return (m.num_layers + m.mtp_layers) * per_layer + extra * hd
+
+
+def gpu_share(offs: Sequence[float], k: int) -> Any:
+    """1 - x of each variant's share on a leading axis before `k` table axes (the GPU's part
+    of the optimizer bytes, memory.py); the float 1.0 when no share is offloaded (so the
+    tables keep their bits)."""
+    if not any(offs):
+        return 1.0
+    return 1.0 - np.array(offs, float).reshape((-1,) + (1,) * k)
+
+
+def opt_seconds(job: Job, g: int, offs: Sequence[float], k: int) -> Any:
+    """Optimizer seconds per local parameter on node group `g`, (1 - x)·o + x·h with each
+    variant's share x on a leading axis before `k` table axes (module docstring); the float
+    o = `optimizer_factor` alone when no share is offloaded. At x = 0 the entry is o·1 + 0·h
+    = o, the same float."""
+    o = fx.optimizer_factor(job, g)
+    if not any(offs):
+        return o
+    x = np.array(offs, float).reshape((-1,) + (1,) * k)
+    return o * (1.0 - x) + x * optimizer_offload_s_per_param(job, g)
