@@ -367,6 +367,7 @@ class SearchSpace:
             gpn = self.gpus_per_node
             for e in self.etp_axis:
                 base: tuple[Degrees, ...] | None = None
+                first = self
                 by_rep: dict[int, list[Degrees]] = {}
                 for x in self.off_axis:
                     one = None
@@ -376,13 +377,14 @@ class SearchSpace:
                         if r == 1:
                             one = v
                             if base is None:
-                                base = tuple(v.degrees())
+                                first, base = v, tuple(v.degrees())
                                 # the sibling's degrees by their searched replicas (`rep_ok`)
                                 for d in base:
                                     by_rep.setdefault(node_shard_replicas(d.tp, d.cp, d.dp,
                                                                           gpn), []).append(d)
                             else:  # no degree rule reads the offload share
                                 v.__dict__["_degrees"] = {"d": base}
+                                v.__dict__["_sibling"] = first  # (space_count.count)
                         elif one is not None:
                             # its degrees are its R = 1 sibling's that take R (`rep_ok`, and
                             # the expert grid with R, `ep_ok`): every other rule of
@@ -390,7 +392,7 @@ class SearchSpace:
                             # the space again
                             v.__dict__["_degrees"] = {"d": tuple(
                                 d for d in by_rep.get(r, ()) if v.ep_ok(d.tp, d.cp, d.dp, d.ep))}
-                            v.__dict__["_sibling"] = one  # (space_count.count reads its plans)
+                            v.__dict__["_sibling"] = first  # (space_count.count reads its plans)
                         out.append(v)
             cache["v"] = tuple(out)
         return cache["v"]
