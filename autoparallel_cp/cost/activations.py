@@ -98,6 +98,13 @@ def layer_activation_per_token(
     output projection adds a 1 B copy beside the bf16 attention output the flash backward keeps.
     torchao float8 (`fp8_linear` "torchao", the default of PyTorch recipes) saves the
     high-precision inputs and re-casts in backward, so nothing changes there.
+    DeepSeek-V3's FP8 framework (arXiv 2412.19437; behaviour fields, spec/recipe.py):
+    `attn_out_cache_bytes` replaces the bf16 attention output and TE's fp8 copy by one copy
+    (E5M6, 1.5 B: §3.3.3 (1)); `moe_swiglu_fp8_input` caches every MoE SwiGLU input (the
+    routed and shared fc1 outputs) at 1 B and lets "moe_act" drop the shared expert's
+    activation output too (§3.3.3 (2)); `norm_recompute_drops_cache` makes "layernorm" drop
+    the norm outputs in the form the next linear caches them (fp8 copies included) and the MLA
+    latent-norm outputs, the up-projections' inputs (§3.2.3).
     With context parallelism tokens per rank are s/cp (the caller multiplies by them) and the
     non-flash s² terms see the full key length s.
     """
@@ -129,11 +136,15 @@ def layer_activation_per_token(
     # the norms' outputs are what the next linear saves only where it keeps bf16 inputs (TE
     # fp8 linears keep their own fp8 copy, and the bf16 norm output is not saved at all)
     norm_outs = 2 * lin * h * rep if lin == ab else np.zeros(shape)
+    if options.norm_recompute_drops_cache:
+        norm_outs = 2 * lin * h * rep  # QKV and MLP inputs, fp8 copies too (§3.2.3)
     mla_qkv = np.zeros(shape)
     if model.mla is not None:
         m = model.mla
         lat = m.kv_lora_rank + (m.q_lora_rank or 0)
         kept = kept + 2 * ab * lat * one  # latent norm inputs + up-projection inputs (replicated)
+        if options.norm_recompute_drops_cache:
+            norm_outs = norm_outs + ab * lat * one  # the latent norms' outputs (§3.2.3)
         q_bytes = ab * a * dqk / tp_
         k_bytes = ab * a * dqk / tp_
         v_bytes = ab * a * dv / tp_
@@ -146,7 +157,11 @@ def layer_activation_per_token(
         if model.qk_norm:
             kept = kept + q_bytes + k_bytes  # pre-norm q, k
     out_bytes = ab * a * dv / tp_
-    if recipe.flash_attention:
+    one_copy = options.attn_out_cache_bytes
+    if one_copy is not None and recipe.flash_attention:
+        # one copy for the attention backward and the out-projection's wgrad (§3.3.3 (1))
+        kept = kept + q_bytes + k_bytes + v_bytes + one_copy * a * dv / tp_ + 4.0 * a / tp_
+    elif recipe.flash_attention:
         # q, k, v, output (= out-proj input in sbhd layout), fp32 logsumexp per head
         kept = kept + q_bytes + k_bytes + v_bytes + out_bytes + 4.0 * a / tp_
         if _is_pytorch(recipe) and lin == ab:
@@ -156,7 +171,12 @@ def layer_activation_per_token(
     else:
         kept = kept + q_bytes + k_bytes + v_bytes + out_bytes
         core = core + (ab + drop * (1.0 + ab)) * a * s_kv / tp_ * one
-    if lin < ab:
+        if options.eager_attention == "scale-mask-clamp":
+            # `torch.max(scores, finfo.min)` saves its input, the masked scores, for its
+            # gradient (`maximum`: self == other, self < other); the softmax output above
+            # is the one the AV matmul saves too
+            core = core + ab * a * s_kv / tp_ * one
+    if lin < ab and not (one_copy is not None and recipe.flash_attention):
         kept = kept + out_bytes * lin / ab  # TE's fp8 copy of the out-projection input
     kept = kept + drop * h * rep  # attention-output dropout mask
     if model.post_norms:
@@ -167,10 +187,11 @@ def layer_activation_per_token(
     kept = kept + (res * h + lin * h) * rep  # norm-2 input, MLP / router input
     swiglu = model.gated_mlp
 
-    def mlp_bytes(ffn: float, eager_silu: bool = False) -> tuple[FloatArray, FloatArray]:
+    def mlp_bytes(ffn: float, eager_silu: bool = False,
+                  fc1_out: float = ab) -> tuple[FloatArray, FloatArray]:
         if swiglu:
             # fc1 output (gate + up), fc2 input, silu output when unfused (the mul saves it)
-            per = (2 * ab + lin + (0.0 if fused and not eager_silu else ab)) * ffn
+            per = (2 * fc1_out + lin + (0.0 if fused and not eager_silu else ab)) * ffn
             big = 2 * ab * ffn
         else:
             per = (ab + lin) * ffn  # fc1 output, GELU output (= fc2 input)
@@ -190,7 +211,9 @@ def layer_activation_per_token(
         block = 2 * 4.0 * e * rep  # router logits + probabilities (fp32): not routed
         # dispatched tokens (expert fc1 input) after the expert-TP all-gather: routed, scales
         block = block + lin * h * k * expert_token_factor(tp_, etp) * ld
-        ex, big = mlp_bytes(mo.expert_ffn_hidden_size)
+        # the MoE SwiGLU input (fc1 output) cached in FP8 (§3.3.3 (2)) or the activation dtype
+        moe_fc1 = 1.0 if options.moe_swiglu_fp8_input else ab
+        ex, big = mlp_bytes(mo.expert_ffn_hidden_size, fc1_out=moe_fc1)
         block = block + k * ex * ld  # expert hidden states per routed copy: scale
         if options.moe_prob_scaling == "combine":
             # the unpermute scales the expert outputs and keeps them (Megatron-Core < 0.13);
@@ -207,7 +230,7 @@ def layer_activation_per_token(
         largest = np.maximum(largest, k * big * ld)  # routed fc1 output workspace: scales
         sh = np.zeros(shape)
         if mo.num_shared_experts:
-            sh, big2 = mlp_bytes(mo.num_shared_experts * mo.shared_ffn)
+            sh, big2 = mlp_bytes(mo.num_shared_experts * mo.shared_ffn, fc1_out=moe_fc1)
             block = block + sh
             largest = np.maximum(largest, big2)
         kept = kept + block
@@ -216,8 +239,15 @@ def layer_activation_per_token(
         else:
             if "moe_act" in mods:
                 # the activation output each routed copy's fc2 saved (+ unfused silu output)
-                dropped["moe_act"] = k * (lin + (0.0 if fused or not swiglu else ab)) \
-                    * mo.expert_ffn_hidden_size / tp_ * ld + clamp_saved
+                act_out = lin + (0.0 if fused or not swiglu else ab)
+                dropped["moe_act"] = k * act_out * mo.expert_ffn_hidden_size / tp_ * ld \
+                    + clamp_saved
+                if options.moe_swiglu_fp8_input and mo.num_shared_experts \
+                        and "shared_experts" not in mods:
+                    # the shared expert's SwiGLU output too (§3.3.3 (2): "in MoE"; a
+                    # recomputed shared expert block drops it already)
+                    dropped["moe_act"] = dropped["moe_act"] + act_out * (
+                        mo.num_shared_experts * mo.shared_ffn) / tp_ * one
             if "shared_experts" in mods and mo.num_shared_experts:
                 dropped["shared_experts"] = sh
     else:

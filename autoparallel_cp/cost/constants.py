@@ -121,6 +121,25 @@ EAGER_LLAMA_NORM_BYTES = 36.0
 EAGER_LLAMA_ROPE_BYTES = 20.0
 #: `silu(w1(x)) * w3(x)`: silu r2 w2, mul r4 w2 = 10 per ffn element (fused: 6).
 EAGER_LLAMA_SWIGLU_BYTES = 10.0
+#: Eager attention core between its two batched GEMMs (`CostOptions.eager_attention`
+#: "scale-mask-clamp": Baichuan2-13B's remote code, modeling_baichuan.py
+#: `BaichuanAttention.forward` as FlagPerf @b3382b9b bundles it, the path without xformers):
+#: activation-dtype reads + writes per score element, forward: `/ math.sqrt(head_dim)` r1 w1,
+#: `+ attention_mask` (the ALiBi mask in the activation dtype, `_buffered_future_mask`) r2 w1,
+#: `torch.max(w, finfo.min)` r1 w1, softmax r1 w1 = 9 (Megatron's fused scale-mask-softmax:
+#: 2).
+EAGER_ATTN_FWD_PASSES = 9.0
+#: Backward, per score element: softmax backward reads y and dy and writes dx (3); `torch.max`
+#: against a tensor is `maximum`, whose gradient PyTorch computes as
+#: `at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)`
+#: (tools/autograd/derivatives.yaml `maximum`): grad / 2 r1 w1, self == other r1, where r2 w1,
+#: self < other r1, masked_fill_ r1 w1 = 9 activation-dtype passes; the scale's gradient
+#: `grad / sqrt(d)` r1 w1; the mask add passes its gradient through (the mask needs none):
+#: 3 + 9 + 2 = 14 (fused: 4).
+EAGER_ATTN_BWD_PASSES = 14.0
+#: ... plus the two 1-byte bool masks of the `maximum` gradient, each written once and read
+#: once: 4 bytes per score element.
+EAGER_ATTN_BWD_MASK_BYTES = 4.0
 #: Host (Python + dispatcher + launch) time of one eager PyTorch decoder layer's forward +
 #: backward under autocast; an unfused, uncompiled layer cannot run faster than its host issues
 #: kernels. Measured on the H200 machine (session 15, data/h200_s15/probe_set1.jsonl kind=host,

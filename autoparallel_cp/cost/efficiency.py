@@ -238,7 +238,7 @@ def flash_attention_time(
 
 def hbm_time(gpu: GPUSpec, nbytes: ArrayLike) -> FloatArray:
     """Seconds to stream `nbytes` (read + write) through HBM at the achieved bandwidth."""
-    return np.asarray(nbytes, dtype=np.float64) / (gpu.hbm_gbps * 1e9 * HBM_EFFICIENCY)
+    return hbm_time_at(gpu, nbytes, HBM_EFFICIENCY)
 
 
 # ----------------------------------------------------------------------------------------------

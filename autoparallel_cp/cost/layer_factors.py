@@ -30,6 +30,9 @@ from autoparallel_cp.cost.common import (
     routed_load,
 )
 from autoparallel_cp.cost.constants import (
+    EAGER_ATTN_BWD_MASK_BYTES,
+    EAGER_ATTN_BWD_PASSES,
+    EAGER_ATTN_FWD_PASSES,
     EAGER_HOST_S_PER_LAYER,
     EAGER_HOST_S_RECOMPUTE,
     ELEMENTWISE_BWD_FACTOR,
@@ -250,9 +253,17 @@ def _one_layer(
         sq = s / cp_
         qk = slow * gemm_time(gpu, sq, dqk, s, "bf16", batch=heads)
         av = slow * gemm_time(gpu, sq, s, dv, "bf16", batch=heads)
-        sm_bytes = heads * sq * s * (2 * recipe.activation_bytes + (5.0 if opts.dropout else 0.0))
+        drop = 5.0 if opts.dropout else 0.0
+        sm_bytes = heads * sq * s * (2 * recipe.activation_bytes + drop)
+        sm_bwd = ELEMENTWISE_BWD_FACTOR * sm_bytes
+        if opts.eager_attention == "scale-mask-clamp":
+            # the HF eager chain, kernel by kernel (constants.EAGER_ATTN_*)
+            ab_att = float(recipe.activation_bytes)
+            sm_bytes = heads * sq * s * (EAGER_ATTN_FWD_PASSES * ab_att + drop)
+            sm_bwd = heads * sq * s * (EAGER_ATTN_BWD_PASSES * ab_att + EAGER_ATTN_BWD_MASK_BYTES
+                                       + ELEMENTWISE_BWD_FACTOR * drop)
         att_f = qk + av + hbm_time(gpu, sm_bytes)
-        att_b = 2 * (qk + av) + hbm_time(gpu, ELEMENTWISE_BWD_FACTOR * sm_bytes)
+        att_b = 2 * (qk + av) + hbm_time(gpu, sm_bwd)
     ew_f = hbm_time(gpu, elementwise_bytes_fwd(job, moe, tp_, sp_, opts, etp_, load)
                    * tokens)
     ew_b = ELEMENTWISE_BWD_FACTOR * ew_f
@@ -316,7 +327,8 @@ def _one_layer(
         compute = compute + np.where(md == 1, sac + ew_f, 0.0)
     else:
         # the recipe's selective modules replayed in backward (Megatron --recompute-modules)
-        replay = selective_replay_s(job, moe, br, gpu, tokens, tp_, sp_, att_f, fwd_by_name)
+        replay = selective_replay_s(job, moe, br, gpu, tokens, tp_, sp_, att_f, fwd_by_name,
+                                    opts)
         compute = compute + np.where(md == 1, replay + glu_replay, 0.0)
     rc_compute = fwd_compute
     if not _fused(recipe, opts):

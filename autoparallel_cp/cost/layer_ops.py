@@ -14,6 +14,7 @@ from autoparallel_cp.cost.common import (
     _fp32_residual,
     _fused,
     _is_pytorch,
+    options_for,
 )
 from autoparallel_cp.cost.constants import (
     EAGER_ELEMENTWISE_FACTOR,
@@ -154,7 +155,8 @@ def sp_gather_bytes(job: Job) -> float:
 
 def selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
                         tokens: FloatArray, tp: FloatArray, sp: FloatArray, att_f: FloatArray,
-                        fwd: dict[str, FloatArray]) -> FloatArray:
+                        fwd: dict[str, FloatArray], options: CostOptions | None = None
+                        ) -> FloatArray:
     """Forward time the selective modules (`br.dropped`) replay in backward, per micro-batch.
 
     core_attn: the attention core (Korthikanti §5); layernorm: both norms (read the input,
@@ -162,7 +164,11 @@ def selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
     ffn per copy, GELU one each); mla_up_proj: the q / kv up-projection GEMMs; mlp, moe,
     shared_experts: their forward GEMMs and activation (moe: the router too; its all-to-alls
     are added by the caller). Megatron-Core transformer_config.py `recompute_modules`.
+    With `norm_recompute_drops_cache` (DeepSeek-V3 §3.2.3: every RMSNorm) the MLA latent
+    norms replay too; with `moe_swiglu_fp8_input` (§3.3.3 (2)) moe_act replays the shared
+    experts' SwiGLU as well (the re-quantization to fp8 rides on those passes: not apart).
     """
+    opts = options_for(job, options)
     model = job.model
     ab = float(job.recipe.activation_bytes)
     res = 4.0 if _fp32_residual(job.recipe) else ab
@@ -179,6 +185,9 @@ def selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
         t = t + att_f
     if "layernorm" in d:
         t = t + hbm_time(gpu, 2 * (res + ab) * h * rep * tokens)
+        if opts.norm_recompute_drops_cache and model.mla is not None:
+            lat = model.mla.kv_lora_rank + (model.mla.q_lora_rank or 0)
+            t = t + hbm_time(gpu, 2 * ab * lat * tokens)  # read c, write norm(c)
     if "mla_up_proj" in d:
         t = t + gemms("q_up", "kv_up")
     if "mlp" in d:
@@ -194,7 +203,8 @@ def selective_replay_s(job: Job, moe: bool, br: ActBreakdown, gpu: GPUSpec,
             t = t + gemms("router", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2") \
                 + routed_act + shared_act
         if "moe_act" in d:
-            t = t + routed_act
+            shared_too = opts.moe_swiglu_fp8_input and "shared_experts" not in d
+            t = t + routed_act + (shared_act if shared_too else 0.0)
         if "shared_experts" in d:
             t = t + gemms("shared_fc1", "shared_fc2") + shared_act
     return t

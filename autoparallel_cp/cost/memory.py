@@ -19,7 +19,8 @@ For pipeline stage j (rank j of the pipeline; with interleaving it holds vpp chu
 - work: transient working set of one layer's backward (the recomputed layer's activations
   under full recompute) or, on the last stage, the fp32 logits at the loss, whichever is larger;
 - mtp: DeepSeek-V3 MTP depths on the last stage (`mtp_terms`): their layers' activations in
-  the plan's mode for one micro-batch, their parameters in states_j (and the embedding copy);
+  the plan's mode for one micro-batch, their parameters in states_j (and the embedding copy,
+  but under DualPipe: `schedules.mtp_shares_embedding`);
 - buffers_j: autocast weight copies (pytorch-amp), ZeRO-3 gathered layers;
 - other: framework buckets (factors.other_bytes).
 `fits` compares required = peak + factors.overhead_bytes(peak, persistent) to the capacity:
@@ -42,7 +43,12 @@ import numpy as np
 
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.offload import offloaded_activations, optimizer_host_bytes
-from autoparallel_cp.cost.schedules import dualpipe_mirror, head_stage, inflight_units
+from autoparallel_cp.cost.schedules import (
+    dualpipe_mirror,
+    head_stage,
+    inflight_units,
+    mtp_shares_embedding,
+)
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
@@ -226,7 +232,9 @@ def mtp_terms(job: Job, plan: Plan, layer: Callable[[int, str, bool], F.LayerFac
     lf = layer(g, "full", kind) if rc else base
     mf = mtps(g)
     d_, e_ = F.layer_param_counts(job, kind, plan.tp, plan.ep, plan.etp)
-    copy = float(mf.copy_params) if plan.pp > 1 else 0.0
+    # the word-embedding copy of an MTP stage apart from the embedding (none under DualPipe,
+    # whose rank 0 holds both: `mtp_shares_embedding`)
+    copy = float(mf.copy_params) if plan.pp > 1 and not mtp_shares_embedding(plan) else 0.0
     rcf = 1.0 if rc else 0.0
     return MtpTerms(
         dense_p=n * (float(d_) + float(mf.params)) + copy,

@@ -52,8 +52,16 @@ layers; steptime/memory multiply the stage's per-micro-batch activations by it):
   for zb-h1);
 - zbv: min(p, m): torch's ZBV warm-up holds 2(p-r)-1 + 2r + 1 = 2p half-size chunks on
   every rank before its first backward (2401.10241 §6: 1F1B's peak, balanced);
-- dualpipe: p + 1 (2412.19437 Table 2, "Activation PP+1"), over the rank's two stages, half
-  each (`dualpipe_mirror`: rank j holds stage j and stage p-1-j, parameters 2x);
+- dualpipe: stage j holds min(p - j, m/2), so rank j, holding stage j and stage p-1-j
+  (`dualpipe_mirror`, parameters 2x), holds (p - j) + (j + 1) = p + 1 micro-batches through a
+  stage (2412.19437 Table 2, "Activation PP+1", in units of one micro-batch through one of
+  the p stages). The split is deepseek-ai/DualPipe dualpipe.py `DualPipe.step` (@3da1bbe):
+  on the rank with half_rank h = min(r, p-1-r) steps 1-2 run 2(p/2-h-1) + (h+1) forwards of
+  its shallow stage h (schedule phase 0, both halves: `phase ^= is_in_second_half` with
+  module 0 = stage r, module 1 = stage p-1-r, examples/example_dualpipe.py) and h+1 of its
+  deep stage p-1-h; step 3 keeps that count (B1, W1, F1); step 4's first F0 beside B1
+  brings the shallow stage to p - h: stage j holds p - j, as under 1F1B. Each direction
+  carries m/2 micro-batches (`half_num_chunks`);
 - dualpipev: PP+1 of DualPipeV's 2p half-size chunks = p + 1/2 (DualPipe README).
 All capped at m.
 
@@ -166,8 +174,8 @@ def inflight_units(plan: Plan, stage: int, chunks: Sequence[int]) -> float:
         return float(min(pp, m))
     if s == "zb-h2":
         return float(min(2 * pp - 1, m))
-    if s == "dualpipe":  # per stage of the rank's two: half of p + 1 each
-        return min(pp + 1.0, float(m)) / 2.0
+    if s == "dualpipe":  # stage j: p - j of each direction's m/2 (module docstring)
+        return float(min(pp - j, m / 2.0))
     if s == "dualpipev":
         return min(pp + 0.5, float(m))
     raise ValueError(f"unknown schedule {s!r}")
@@ -188,6 +196,15 @@ def dualpipe_mirror(plan: Plan, stage: int) -> int | None:
     if plan.pipeline_schedule != "dualpipe":
         return None
     return plan.pp - 1 - stage
+
+
+def mtp_shares_embedding(plan: Plan) -> bool:
+    """Whether the rank holding the MTP module (the last stage) also holds the embedding, so
+    the MTP module shares its embedding and output head physically: DualPipe places stage p-1
+    on rank 0 with stage 0 (2412.19437 §3.2.3, "Shared Embedding and Output Head for
+    Multi-Token Prediction": "the physical sharing of parameters and gradients, of the shared
+    embedding and output head, between the MTP module and the main model")."""
+    return dualpipe_mirror(plan, plan.pp - 1) == 0
 
 
 def ep_hidden_share(plan: Plan) -> float:

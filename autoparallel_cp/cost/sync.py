@@ -317,9 +317,12 @@ def zero3_copy_factor(job: Job, g: int) -> float:
     """Seconds per tp-local dense parameter per micro-batch of ZeRO-3's memory-bound packing:
     the FSDP2 copy-out (`FSDP_COPY_OUT_BYTES_PER_PARAM`, when the recipe's behaviour has
     `fsdp_copy_out`) and the cast of the bf16 unsharded gradient into the reduce dtype
-    (r2 w grad_reduce_bytes; FSDP1 `_reduce_grad` and FSDP2 `_chunk_cat` both do it); 0 for
-    Megatron."""
+    (r2 w grad_reduce_bytes; FSDP1 `_reduce_grad` and FSDP2 `_chunk_cat` both do it); for
+    DeepSpeed's ZeRO-3 (`zero3_predivide`) the in-place division of each reduce bucket before
+    its reduce-scatter (r + w in the reduce dtype); 0 for Megatron."""
     if not _is_pytorch(job.recipe):
+        if job.recipe.behaviour.zero3_predivide:
+            return float(hbm_time(node(job, g).gpu, 2.0 * float(job.recipe.grad_reduce_bytes)))
         return 0.0
     copy_out = FSDP_COPY_OUT_BYTES_PER_PARAM if job.recipe.behaviour.fsdp_copy_out else 0.0
     per = copy_out + 2.0 + float(job.recipe.grad_reduce_bytes)

@@ -171,6 +171,16 @@ def _recipe_for(fmt: str) -> Callable[[Job, Plan], dict[str, Any] | None]:
     return broken
 
 
+def _hai_llm_caches(job: Job, plan: Plan) -> dict[str, Any] | None:
+    """The closest recipe without the DeepSeek-V3 report's activation caches (recipe
+    `deepseek-v3-fp8`), which no emitted framework's layers keep."""
+    b = job.recipe.behaviour
+    if b.moe_swiglu_fp8_input or b.attn_out_cache_bytes is not None \
+            or b.norm_recompute_drops_cache:
+        return {"recipe": "megatron-fp8"}
+    return None
+
+
 def fp8_library(job: Job) -> str:
     """The library the recipe's fp8 linears were costed with (behaviour `fp8_linear`; None:
     Transformer Engine for Megatron recipes, torchao float8 for PyTorch ones), as
@@ -258,6 +268,18 @@ RULES: tuple[Rule, ...] = (
          "(fp32 weights) only",
          f"{_DS} deepspeed/runtime/constants.py:177-186 (torch_autocast), 384 "
          "(grad_accum_dtype)", _recipe_for("deepspeed")),
+    Rule("megatron", "recipe",
+         "the recipe caches activations as DeepSeek's HAI-LLM does (FP8 MoE SwiGLU inputs, one "
+         "E5M6 attention-output copy, norms recomputed without their caches: 2412.19437 "
+         "§3.2.3, §3.3.3); Megatron-Core's moe_act recompute under fp8 keeps the original "
+         "(bf16) inputs, so the emitted run would hold more than was costed",
+         f"{_MG} megatron/core/transformer/moe/experts.py:269-276 (set_save_original_input)",
+         _hai_llm_caches),
+    Rule("deepspeed", "recipe",
+         "the recipe caches activations as DeepSeek's HAI-LLM does (2412.19437 §3.2.3, "
+         "§3.3.3); DeepSpeed runs the model's own modules, which keep their bf16 activations",
+         f"{_DS} deepspeed/module_inject/auto_tp.py:210 (AutoTP replaces linears only)",
+         _hai_llm_caches),
     Rule("megatron", "model",
          "Megatron builds no ALiBi, no embedding norm, no post-sublayer norms and no GELU-gated "
          "MLP (Gemma: its activations are --swiglu, --quick-geglu, --squared-relu or GELU), and "

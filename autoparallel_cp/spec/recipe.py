@@ -1,6 +1,6 @@
 """Training recipe spec: precision, optimizer state, framework behaviour, and the presets.
 
-Kept whole (about 425 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
+Kept whole (about 500 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
 each field means in the frameworks, beside the field; the presets are those fields' values, so
 the three read together.
 """
@@ -17,6 +17,8 @@ Bytes = Annotated[int, Bounded(1, MAX_BYTES, "4x Adam's m and v in fp64")]
 Bytes0 = Annotated[int, Bounded(0, MAX_BYTES, "4x Adam's m and v in fp64")]
 Fraction = Annotated[float, Bounded(0.0, 1.0, "a fraction", low_open=False)]
 SmMargin = Annotated[int, Bounded(0, 1024, "~8x an H100's 132 SMs")]
+#: bytes per element of a cached activation format (fp8 1, E5M6 1.5, bf16 2, fp32 4)
+ElemBytes = Annotated[float, Bounded(0.0, 8.0, "fp64", low_open=True)]
 
 
 #: Megatron-Core `--recompute-modules` choices the cost model prices (transformer_config.py).
@@ -212,6 +214,21 @@ class FrameworkBehaviour(Strict):
       `flash_attn_varlen_func`), padding or not: llm-foundry's `attn_impl: flash`
       (llmfoundry/models/layers/attention.py `flash_attn_fn` @5e85bd62d). Gathers forward,
       zero-fill and scatter backward (cost/attention_padding.py). Default False.
+    - ``eager_attention``: how a non-flash attention core (`flash_attention` False) runs
+      between its two batched GEMMs: "fused" (Megatron's fused scale-mask-softmax kernel, one
+      read and one write of the scores each way) or "scale-mask-clamp" (the Hugging Face eager
+      chain of Baichuan2-13B's remote code, modeling_baichuan.py `BaichuanAttention.forward`,
+      FlagPerf @b3382b9b training/benchmarks/baichuan2_13b/deepspeed/model/: divide by
+      sqrt(head_dim), add the ALiBi mask, clamp with `torch.max` at the dtype's minimum,
+      softmax, each its own kernel on the activation-dtype scores; costed per score element
+      in cost/constants.py EAGER_ATTN_*). Default "fused".
+    - ``zero3_predivide``: DeepSpeed's ZeRO-3 divides every reduce bucket by the data-parallel
+      size in place before its reduce-scatter, in every micro-batch's backward (stage3.py
+      @v0.11.1 l. 1159 / 1228 `__avg_scatter_grads` -> runtime/comm/coalesced_collectives.py
+      l. 116 `tensor_partition_flat_buffer.div_(world_sz)`; the all-reduce path without
+      `reduce_scatter` divides the same way): one read and one write of every gradient element
+      in the communication dtype (cost/sync.py `zero3_copy_factor`). Default False (Megatron's
+      and PyTorch FSDP's reductions scale inside or after the collective).
     - ``overlap_p2p_comm``: Megatron-Core's `overlap_p2p_comm` (with `batch_p2p_comm` off): the
       interleaved schedule posts each send and receive before the other direction's model chunk
       and waits for it after, so the steady state's transfers run beside compute; the warm-up
@@ -242,6 +259,26 @@ class FrameworkBehaviour(Strict):
       with tp > 1 (TE disables userbuffers at one TP rank). Default (0, 0): TE's own
       defaults (`initialize_ub` `get_default_config`: `set_sm_margin` False) and every
       framework without userbuffers.
+    - ``moe_swiglu_fp8_input``: the MoE SwiGLU operators (routed and shared experts) cache
+      their input, the fc1 output, in FP8 (1 B per element, fine-grained tiles) and, with
+      "moe_act" among the recompute modules, recompute their output from it in backward for
+      the shared expert as for the routed copies (DeepSeek-V3 report arXiv 2412.19437 §3.3.3
+      "Low-Precision Activation" (2): "we cache the inputs of the SwiGLU operator and
+      recompute its output in the backward pass. These activations are also stored in FP8").
+      Default off: Megatron / TE keep the fc1 output in the activation dtype.
+    - ``attn_out_cache_bytes``: one cached copy of the attention output, the input of the
+      linear after attention, serves both the attention backward and that linear's weight
+      gradient, at this many bytes per element; None: the framework's layout (the flash
+      backward's bf16 output plus, with TE fp8 linears, the linear's own fp8 copy).
+      DeepSeek-V3 1.5: "a customized E5M6 data format exclusively for these activations"
+      (§3.3.3 (1)), 12 bits.
+    - ``norm_recompute_drops_cache``: "layernorm" recompute drops the norms' outputs in the
+      form the next linear caches them (its fp8 copy too, rebuilt from the recomputed norm
+      output in backward) and covers every RMSNorm, MLA's latent norms included (their outputs
+      are the up-projections' inputs): DeepSeek-V3 §3.2.3 "We recompute all RMSNorm operations
+      and MLA up-projections during back-propagation, thereby eliminating the need to
+      persistently store their output activations". Default off: Megatron's "layernorm"
+      recompute covers the two block norms, and TE's fp8 linears keep their fp8 input copy.
     """
 
     selective_policy: Literal["attention", "op"] = "attention"
@@ -271,10 +308,15 @@ class FrameworkBehaviour(Strict):
     moe_glu_clamp_bias: bool = False
     unfused_ops: tuple[UnfusedOp, ...] = ()
     attention_unpad: bool = False
+    eager_attention: Literal["fused", "scale-mask-clamp"] = "fused"
+    zero3_predivide: bool = False
     overlap_p2p_comm: bool = False
     pp_scatter_gather: bool = False
     cuda_graph_scopes: tuple[CudaGraphScope, ...] = ()
     ub_rs_sm_margin: tuple[SmMargin, SmMargin] = (0, 0)
+    moe_swiglu_fp8_input: bool = False
+    attn_out_cache_bytes: ElemBytes | None = None
+    norm_recompute_drops_cache: bool = False
 
 
 class TrainingRecipe(Strict):
@@ -431,7 +473,8 @@ RECIPES: dict[str, TrainingRecipe] = {
         # overlap_p2p_comm left off: DeepSpeed's PipelineEngine runs no interleaved schedule
         # (frameworks.py refuses vpp > 1 for it), so no plan DeepSpeed runs has the overlap
         behaviour=FrameworkBehaviour(dp_overlap=False, zero2_reduce="microbatch",
-                                     bf16_accum_pass=True, pp_scatter_gather=True),
+                                     bf16_accum_pass=True, pp_scatter_gather=True,
+                                     zero3_predivide=True),
         source=("DeepSpeed engine with Megatron-DeepSpeed's fused Megatron layers: bf16 "
                 "weights, fp32 gradient accumulation and master weights (BF16_Optimizer / "
                 "ZeRO bf16), fp32 Adam, ZeRO-1/2/3 as zero=1/2/3; gradient reduction not "
@@ -439,7 +482,9 @@ RECIPES: dict[str, TrainingRecipe] = {
                 "false, DeepSpeed config docs); ZeRO-2 reduce-scatters every micro-batch "
                 "(stage_1_and_2.py), BF16_Optimizer's fp32 accumulation pass every "
                 "micro-batch at zero <= 1; the PipelineEngine sends 1/tp of each activation "
-                "and gradient per rank (pipe/engine.py @v0.11.1 l. 132-133); 18 B/param"),
+                "and gradient per rank (pipe/engine.py @v0.11.1 l. 132-133); ZeRO-3 "
+                "divides each reduce bucket in place before reducing it (coalesced_collectives"
+                ".py l. 116); 18 B/param"),
     ),
     "megatron-fp8": TrainingRecipe(
         name="megatron-fp8",
@@ -462,13 +507,17 @@ RECIPES: dict[str, TrainingRecipe] = {
         compute_dtype="fp8",
         behaviour=FrameworkBehaviour(
             overlap_p2p_comm=MEGATRON_MAIN_P2P_OVERLAP, ep_dispatcher="flex",
-            recompute_modules=("layernorm", "mla_up_proj", "moe_act")),
+            recompute_modules=("layernorm", "mla_up_proj", "moe_act"),
+            moe_swiglu_fp8_input=True, attn_out_cache_bytes=1.5,
+            norm_recompute_drops_cache=True),
         source="DeepSeek-V3's training recipe (arXiv 2412.19437): FP8 GEMMs with the inputs "
                "of linear layers cached in FP8 (§3.3), fp32 master weights and gradients with "
                "AdamW moments in BF16 (§3.3.3: 2+2 B), node-limited dispatch forwarded over "
-               "NVLink (§3.2.2: the flex dispatcher), RMSNorm and MLA up-projections "
-               "recomputed in backward (§3.2.3) and the SwiGLU output recomputed from its "
-               "cached input (§3.3.3) under recompute=selective. Its schedule is a plan "
-               "field: schedule=dualpipe (§3.2.1)",
+               "NVLink (§3.2.2: the flex dispatcher), every RMSNorm (their outputs, fp8 "
+               "caches included) and the MLA up-projections recomputed in backward (§3.2.3), "
+               "the MoE SwiGLU inputs cached in FP8 and their outputs recomputed (§3.3.3 (2)) "
+               "under recompute=selective, and one E5M6 (12-bit) copy of the attention output "
+               "for the attention backward and the output projection (§3.3.3 (1)). Its "
+               "schedule is a plan field: schedule=dualpipe (§3.2.1)",
     ),
 }

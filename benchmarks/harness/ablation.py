@@ -10,7 +10,12 @@ them) and differ in one of these choices only:
 - ``gpus, fixed batch``: the GPU count at a fixed global batch (strong scaling: dp and the
   micro-batch count follow, tp/pp/vpp/cp/ep/zero/mbs/recompute fixed);
 - ``gpus``: the GPU count with the per-GPU batch as the source set it (tp/pp/vpp/cp/ep/zero/
-  recompute fixed; micro-batch size, count and global batch may follow the scale).
+  recompute fixed; micro-batch size, count and global batch may follow the scale);
+- ``schedule``: the pipeline schedule at a fixed plan and batch (a V-shaped schedule brings its
+  two chunks per rank: vpp and the chunk layout may follow), e.g. the Zero Bubble paper's 1F1B /
+  ZB-1p / ZB-2p runs of one job (arXiv 2401.10241 Table 4);
+- ``offload``: optimizer or activation offload at a fixed plan and batch (no published pair in
+  the corpus yet).
 
 Pairs whose measured tokens/s/GPU differ by more than the ranking margin are the ones the
 ranking scores (crossval.ranking_agreement), so ablation pairs already count there; this
@@ -27,19 +32,31 @@ from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
 #: The ablation axes, in report order.
-AXES = ("cp", "zero", "microbatches", "gpus, fixed batch", "gpus")
+AXES = ("cp", "zero", "microbatches", "gpus, fixed batch", "gpus", "schedule", "offload")
+
+#: plan fields a schedule change may carry along (V-shaped: two chunks per rank)
+_WITH_SCHEDULE = frozenset({"schedule", "vpp", "chunk_layers", "stage_layers"})
+_OFFLOAD = ("optimizer_offload", "activation_offload")
 
 _MODEL_PARALLEL = ("tp", "pp", "vpp", "ep", "etp", "sp", "recompute", "schedule",
                    "stage_layers", "chunk_layers")
 
 
 class _Run(Protocol):
-    key: tuple[str, int]
-    shape: tuple[int, ...]
-    gpus: int
-    job: Job
-    plan: Plan
-    measured: float
+    """A run as crossval.Case has it (read-only members, so frozen records match)."""
+
+    @property
+    def key(self) -> tuple[str, int]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def job(self) -> Job: ...
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def measured(self) -> float: ...
 
 
 def _same_job(a: _Run, b: _Run) -> bool:
@@ -58,7 +75,7 @@ def axis(a: _Run, b: _Run) -> str | None:
     if not _same_job(a, b):
         return None
     pa, pb = a.plan, b.plan
-    fixed = _MODEL_PARALLEL + ("cp", "zero")
+    fixed = _MODEL_PARALLEL + ("cp", "zero") + _OFFLOAD
     if a.gpus != b.gpus:
         if _differ(pa, pb, fixed):
             return None
@@ -71,6 +88,11 @@ def axis(a: _Run, b: _Run) -> str | None:
         return "microbatches"
     if gb_a != gb_b:
         return None
+    if "schedule" in d and d <= _WITH_SCHEDULE \
+            and pa.pipeline_schedule != pb.pipeline_schedule:
+        return "schedule"
+    if d and d <= set(_OFFLOAD):
+        return "offload"
     if d == {"zero"}:
         return "zero"
     if d in ({"cp", "dp"}, {"cp", "dp", "num_microbatches"}):

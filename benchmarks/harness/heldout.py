@@ -1,6 +1,6 @@
 """Held-out published runs (`data/published_runs_heldout.csv`): rows to (job, plan, options).
 
-The 199 rows of 17 sources (`data/heldout_sources.md`) were collected after the cost model was
+The 274 rows of 18 sources (`data/heldout_sources.md`) were collected after the cost model was
 developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
 them. Each row becomes a job and a plan by rules per framework family, written once here and
 cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written
@@ -20,6 +20,7 @@ from autoparallel_cp.spec import ClusterSpec, Job
 from autoparallel_cp.spec.plan import Plan, plan_violations
 from harness import heldout_automodel as automodel
 from harness import heldout_deepseek as deepseek
+from harness import heldout_zb as zb
 from harness.heldout_bridge import (
     CLAMPED_GLU_BIAS_MODELS,
     _bridge_cuda_graphs,
@@ -186,6 +187,10 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         schedule = None
         if family == deepseek.FAMILY:
             recompute, schedule = deepseek.STATED["recompute"], deepseek.STATED["schedule"]
+        zb_schedule = zb.schedule(r)
+        if zb_schedule is not None:
+            schedule = zb_schedule[0]
+            assumed.append(zb_schedule[1])
         stated_rc = _stated_settings(r).get("recompute") if family == "megatron-core" else None
         if recompute is None and stated_rc is not None:
             recompute = str(stated_rc)
@@ -231,7 +236,12 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
         stage_layers: tuple[int, ...] | None = None
         stated_stages = _stated_stage_layers(r)
         chunk_layers: tuple[int, ...] | None = None
-        if am and vpp > 1:
+        zb_chunks = zb.chunk_layers(r, L, pp, vpp)
+        if zb_chunks is not None:
+            chunk_layers = zb_chunks
+            assumed.append("chunks " + ":".join(map(str, zb_chunks))
+                           + " (the ZB fork's layer padding, heldout_zb)")
+        elif am and vpp > 1:
             chunk_layers = automodel.chunk_layers(am, L, pp, vpp)
             if chunk_layers is None:
                 skip(f"{L} layers: the YAML's layers_per_stage does not give pp {pp} x vpp "

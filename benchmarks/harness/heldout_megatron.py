@@ -22,6 +22,12 @@ from collections.abc import Mapping
 #: gained `--overlap-p2p-communication` (store_true) in f9283c5a8a, 2023-05-31, and made the
 #: overlap the default (`--no-overlap-p2p-communication`) in 4eeff55d1f, 2023-10-23, both after
 #: 285068c8 (`git merge-base --is-ancestor` at the mirror: neither is its ancestor).
+#: 6574e0ea is the Megatron-LM fork of the Zero Bubble paper (sail-sg/zero-bubble-pipeline-
+#: parallelism, the commit that added the paper, 2024-01-17): its arguments.py has the same
+#: store_true `--use-flash-attn` (l. 924), dropout 0.1 (ll. 765-767) and store_true
+#: `--use-distributed-optimizer` (l. 1212); the p2p overlap is on unless
+#: `--no-overlap-p2p-communication` (l. 1167, store_false); examples/pretrain_zero_bubble.sh
+#: passes none of these and no recompute flag.
 MEGATRON_LM_DEFAULTS: dict[str, dict[str, object]] = {
     "285068c8": {"distributed_optimizer": False,
                  "memory": "sequence parallelism + selective recompute (Korthikanti et al. "
@@ -29,6 +35,10 @@ MEGATRON_LM_DEFAULTS: dict[str, dict[str, object]] = {
                  "overlap_p2p": (False, "Megatron-LM 285068c8 (2023-01-11) has no p2p overlap: "
                                         "the option came with f9283c5a8a (2023-05-31), the "
                                         "default with 4eeff55d1f (2023-10-23)")},
+    "6574e0ea": {"distributed_optimizer": False,
+                 "memory": "no recompute flag (examples/pretrain_zero_bubble.sh @6574e0ea)",
+                 "overlap_p2p": (True, "the ZB fork's arguments.py @6574e0ea l. 1167: "
+                                       "--no-overlap-p2p-communication, store_false")},
 }
 
 

@@ -217,7 +217,7 @@ def _recipe(family: str, precision: str, r: dict[str, str], tp: int,
             assumed.append("float8 FSDP all-gather (enable_fsdp_float8_all_gather, stated)")
         if async_tp:
             assumed.append("async TP: Inductor micro-pipeline TP (cost/async_tp.py)")
-        knobs: tuple[str, ...] = ()
+        knobs = ()
         recipe = base.model_copy(update={"behaviour": behaviour,
                                          "compute_dtype": "fp8" if fp8 else "bf16"})
         if "96gb" in r["gpu"].lower():
@@ -322,7 +322,11 @@ def _deepspeed_hf(r: dict[str, str], assumed: list[str]) -> TrainingRecipe:
     - ZeRO-1 reduces once per step, at the accumulation boundary (engine.py l. 1874-1882),
       after the backward: not overlapped whatever `overlap_comm` says;
     - ZeRO-3 reduce-scatters every micro-batch from backward hooks, overlapped with the
-      backward when the ds_config sets `overlap_comm` (stage3.py).
+      backward when the ds_config sets `overlap_comm` (stage3.py), after dividing each bucket
+      in place (the preset's `zero3_predivide`);
+    - the HF modules upcast their RMSNorms to fp32 and run RoPE and SwiGLU op by op
+      (`eager_ops: llama-upcast`), and Baichuan2-13B's attention without xformers runs its
+      scale, ALiBi mask add, clamp and softmax as separate kernels (`eager_attention`).
     """
     extra = r["extra_config"].lower()
     flash = "flash attention 2" in extra
@@ -330,12 +334,23 @@ def _deepspeed_hf(r: dict[str, str], assumed: list[str]) -> TrainingRecipe:
     # (engine.py l. 866-870) and so is the communication dtype (engine.py l. 798-807)
     recipe = RECIPES["deepspeed"].model_copy(update={"flash_attention": flash,
                                                      "grad_bytes": 2, "grad_reduce_bytes": 2})
+    # HF modules (transformers LlamaRMSNorm, Baichuan's RMSNorm) upcast to fp32 in their
+    # norms and run RoPE and SwiGLU op by op: the `llama-upcast` eager pricing
     recipe = recipe.with_behaviour(fused=False, pp_scatter_gather=False,
-                                   bf16_accum_pass=False, autograd_grad_accum=True)
-    assumed.append("HF eager modules under the DeepSpeed engine, bf16 gradient accumulation "
-                   "under ZeRO (DeepSpeed v0.11.1 engine.py l. 866-870, 1151-1154)")
+                                   bf16_accum_pass=False, autograd_grad_accum=True,
+                                   eager_ops="llama-upcast")
+    assumed.append("HF eager modules under the DeepSpeed engine (fp32-upcast RMSNorm), bf16 "
+                   "gradient accumulation under ZeRO (DeepSpeed v0.11.1 engine.py l. 866-870, "
+                   "1151-1154)")
     if flash:
         recipe = recipe.with_behaviour(attention_kernel="fa2")
+    elif "baichuan" in r["model"].lower():
+        # Baichuan2-13B's remote code without xformers (FlagPerf's requirements.txt installs
+        # none): scale, ALiBi mask add, clamp and softmax as separate kernels
+        recipe = recipe.with_behaviour(eager_attention="scale-mask-clamp")
+        assumed.append("eager attention: scale, ALiBi mask add, torch.max clamp, softmax "
+                       "kernel by kernel (modeling_baichuan.py BaichuanAttention, FlagPerf "
+                       "@b3382b9b; no xformers in its requirements.txt)")
     zero = _int(r["zero_stage"])
     if zero == 3 and "overlap_comm" in extra:
         recipe = recipe.with_behaviour(dp_overlap=True)

@@ -63,6 +63,11 @@ _YAML_P2P = "overlap_p2p_comm true, batch_p2p_comm false in the source's %s"
 
 
 STATED_SETTINGS: dict[str, dict[str, dict[str, object]]] = {
+    "zero-bubble-iclr24": {
+        "": {"bf16_grads": "fp16 gradient buffers: --fp16 without "
+                           "--accumulate-allreduce-grads-in-fp32, which the ZB fork's "
+                           "arguments.py @6574e0ea ll. 224-236 forces only for bf16"},
+    },
     "dgxc-bench-25.02": {
         "llama 3.1": {"bf16_grads": _YAML_GRADS, "optimizer": "fp32", "fp8_params": True,
                       "overlap_p2p": _YAML_P2P % "llama3.1_{70b,405b}.yaml"},

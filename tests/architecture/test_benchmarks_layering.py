@@ -24,6 +24,7 @@ HARNESS: dict[str, int] = {
     "harness.corpus": 0,
     "harness.heldout_automodel": 0,
     "harness.heldout_deepseek": 0,
+    "harness.heldout_zb": 0,
     "harness.h200_kit": 0,
     "harness.ablation": 0,
     "harness.frameworks_megatron": 0,

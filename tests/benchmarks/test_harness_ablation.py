@@ -6,6 +6,7 @@ published job (Llama 3 8B on DGX H100)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 from harness import ablation as A
@@ -29,7 +30,7 @@ MODEL = load_model("llama3-8b")
 
 
 def _run(i: int, gpus: int = 16, gb: int = 64, seq: int = 8192, recipe: str = "megatron-bf16",
-         measured: float = 100.0, **plan: int) -> Run:
+         measured: float = 100.0, **plan: Any) -> Run:
     cl = load_cluster("dgx-h100")
     group = cl.node_groups[0].model_copy(update={"num_nodes": gpus // 8})
     cl = cl.model_copy(update={"node_groups": [group]})
@@ -81,3 +82,20 @@ def test_margin_is_the_callers(margin: float, scored: int) -> None:
     runs = [_run(0, measured=100.0), _run(1, zero=2, measured=120.0)]
     preds = {("heldout", 0): 1.0, ("heldout", 1): 2.0}
     assert A.agreement(runs, preds, margin)["zero"] == (scored, scored, 1)
+
+
+def test_schedule_and_offload_pairs_are_named() -> None:
+    """A schedule change at a fixed plan and batch is a `schedule` pair (a V-shaped schedule
+    may bring vpp 2 and its chunk layout along); the default 1F1B written out is the same
+    schedule, no pair; an offload change alone is an `offload` pair; a schedule together with
+    the micro-batch size, or offload together with zero, is no pair."""
+    base = _run(0, pp=4)
+    assert A.axis(base, _run(1, pp=4, schedule="zb-h1")) == "schedule"
+    assert A.axis(_run(2, pp=4, schedule="zb-h2"), _run(3, pp=4, schedule="zb-h1")) == "schedule"
+    assert A.axis(base, _run(4, pp=4, schedule="zbv", vpp=2)) == "schedule"
+    assert A.axis(base, _run(5, pp=4, schedule="1f1b")) is None
+    assert A.axis(base, _run(6, pp=4, schedule="zb-h1", mbs=2)) is None
+    assert A.axis(base, _run(7, pp=4, optimizer_offload=1.0)) == "offload"
+    assert A.axis(base, _run(8, pp=4, activation_offload=2)) == "offload"
+    assert A.axis(base, _run(9, pp=4, optimizer_offload=1.0, zero=2)) is None
+    assert A.axis(_run(10, pp=4, gpus=32), _run(11, pp=4, optimizer_offload=1.0)) is None

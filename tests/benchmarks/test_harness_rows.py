@@ -78,7 +78,8 @@ def test_deepspeed_hf_rows_take_the_ds_config_rules(held: list) -> None:
     """FlagPerf's Hugging Face models under DeepSpeed (family deepspeed-hf): HF eager modules,
     bf16 accumulation in .grad under ZeRO (DeepSpeed v0.11.1), the ZeRO stage of each
     ds_config, FlashAttention-2 only where the model enables it, the overlapped reduce only at
-    ZeRO-3, ALiBi for Baichuan2-13B, and the H800 hosts' stated 200 Gb/s per GPU."""
+    ZeRO-3, ALiBi and the eager scale / mask / clamp / softmax chain for Baichuan2-13B, the
+    fp32-upcast HF norms everywhere, and the H800 hosts' stated 200 Gb/s per GPU."""
     rows = [r for r in held if r.family == "deepspeed-hf"]
     assert {r.name for r in rows} == {"Baichuan2-13B", "Llama2-7B HF"} and len(rows) == 6
     for r in rows:
@@ -89,6 +90,9 @@ def test_deepspeed_hf_rows_take_the_ds_config_rules(held: list) -> None:
         assert b.dp_overlap is (not baichuan)
         assert r.job.recipe.flash_attention is (not baichuan)
         assert r.job.model.position_embedding == ("alibi" if baichuan else "rope")
+        # HF modules: fp32-upcast RMSNorm, op-by-op RoPE / SwiGLU; Baichuan2's eager chain
+        assert b.eager_ops == "llama-upcast"
+        assert b.eager_attention == ("scale-mask-clamp" if baichuan else "fused")
     h800 = [r for r in rows if "H800" in r.job.cluster.node_groups[0].gpu.name]
     assert len(h800) == 3  # both Baichuan2-13B runs and one Llama 2 7B run
     assert all(r.job.cluster.node_groups[0].inter_node.bandwidth_gbps == 25.0 for r in h800)

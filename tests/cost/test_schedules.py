@@ -186,7 +186,7 @@ def test_dualpipe_balances_a_heavy_last_stage(monkeypatch: pytest.MonkeyPatch) -
     ("gpipe", 1, 8, [8, 8, 8, 8]),
     ("zbv", 2, 8, [4, 4, 4, 4]),       # 2p half-size chunks on every rank
     ("dualpipev", 2, 8, [4.5] * 4),    # PP+1 of 2p half chunks
-    ("dualpipe", 1, 8, [2.5] * 4),     # per stage: the rank's two stages hold PP+1 = 5
+    ("dualpipe", 1, 8, [4, 3, 2, 1]),  # stage j: p - j; rank j's two stages: p + 1 = 5
 ])
 def test_inflight(schedule: str, vpp: int, m: int, want: list[float]) -> None:
     plan = Plan(pp=4, vpp=vpp, num_microbatches=m, schedule=schedule)

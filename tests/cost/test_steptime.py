@@ -184,6 +184,15 @@ def test_fsdp_copies_cost_pytorch_zero3_only() -> None:
                                                         rel=1e-9, abs=0.0)
     mjob = job.model_copy(update={"recipe": RECIPES["megatron-bf16"]})
     assert F.zero3_copy_factor(mjob, 0) == 0.0
+    # DeepSpeed's in-place pre-divide of each reduce bucket: r + w of the reduce dtype, fp32
+    # in the preset (8 B), bf16 under the HF recipes' bf16 reduction (4 B)
+    djob = job.model_copy(update={"recipe": RECIPES["deepspeed"]})
+    assert F.zero3_copy_factor(djob, 0) == pytest.approx(float(LF.hbm_time(gpu, 8.0)),
+                                                         rel=1e-9, abs=0.0)
+    bjob = djob.model_copy(update={"recipe": RECIPES["deepspeed"].model_copy(
+        update={"grad_reduce_bytes": 2})})
+    assert F.zero3_copy_factor(bjob, 0) == pytest.approx(float(LF.hbm_time(gpu, 4.0)),
+                                                         rel=1e-9, abs=0.0)
     plan = Plan(dp=8, zero=3, mbs=2, num_microbatches=1, recompute="none")
     # with the reduce-scatter once per step, as ZeRO-1's (recipe zero3_reduce "step")
     job = job.model_copy(update={"recipe": job.recipe.with_behaviour(zero3_reduce="step")})

@@ -135,12 +135,13 @@ def test_interleaved_megatron_rows_take_their_sources_p2p_overlap() -> None:
     (comm_overlap.py l. 453-457: mbridge-perf, the mbridge-cards DeepSeek-V3 card); off for
     NeMo 24.07's Nemotron-340B (nemotron_340b.yaml l. 135 `overlap_p2p_comm: False`), for
     MegaScale's Megatron-LM 285068c8 (2023-01-11) and the 2021-22 papers' Megatron-LM, which
-    predate the option (f9283c5a8a, 2023-05-31). No interleaved row is left to the recipe's
+    predate the option (f9283c5a8a, 2023-05-31); on for the Zero Bubble paper's fork 6574e0ea
+    (its arguments.py l. 1167, store_false). No interleaved row is left to the recipe's
     default."""
     from harness.heldout import heldout_rows
     from harness.heldout_megatron import P2P_MAIN_DEFAULT
 
-    on = {"dgxc-bench-25.02", "mbridge-perf", "mbridge-cards"}
+    on = {"dgxc-bench-25.02", "mbridge-perf", "mbridge-cards", "zero-bubble-iclr24"}
     off = {"megascale-2024"}
     seen: set[str] = set()
     for h in heldout_rows():

@@ -451,3 +451,19 @@ def test_megatron_refuses_context_parallel_attention_sinks() -> None:
     assert "--cp-comm-type" not in args
     plain = make_job("llama3-8b", "dgx-h100", gpus=32, seq_len=16384, global_batch=64)
     assert not refusals(plain, parse_plan("cp=2,zero=1,mbs=1", plain), "megatron")
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "deepspeed"])
+def test_hai_llm_activation_caches_are_refused_by_every_emitter(fmt: str) -> None:
+    """deepseek-v3-fp8 costs DeepSeek's own caches (2412.19437 §3.2.3, §3.3.3: FP8 SwiGLU
+    inputs, one E5M6 attention-output copy, norms recomputed without their caches); the
+    emitted frameworks keep TE / bf16 copies, so the run would hold more than was costed."""
+    ds = make_job("deepseek-v3", "dgx-h800", gpus=2048, seq_len=4096, global_batch=15360,
+                  recipe="deepseek-v3-fp8")
+    plan = parse_plan("pp=16,ep=64,zero=1,mbs=1,recompute=selective", ds)
+    hits = [r for r in refusals(ds, plan, fmt) if "HAI-LLM" in r.reason]
+    assert hits and hits[0].closest == {"recipe": "megatron-fp8"}
+    plain = make_job("deepseek-v3", "dgx-h800", gpus=2048, seq_len=4096, global_batch=15360,
+                     recipe="megatron-fp8")
+    assert not [r for r in refusals(plain, parse_plan("pp=16,ep=64,zero=1,mbs=1", plain), fmt)
+                if "HAI-LLM" in r.reason]
