@@ -22,12 +22,15 @@ two per-parameter factors, so no table gains an axis and the composition is unch
 
 Host memory (a constraint: cost/evaluate.py `host_fits`): a stage's GPU keeps x·(optimizer
 bytes + 4 bytes of fp32 gradient) per locally updated parameter on the host, and a node's
-GPUs share it. The search takes a share on a key only where the *whole model's* host bytes
-at that key's sharding fit (`host_ok`): a stage holds at most every layer (each layer's bytes
-at most the larger kind's), the embedding, the head and the MTP depths, so every plan of a
-key that passes fits its hosts (evaluate agrees on every searched plan); plans whose stage
-would fit on a key whose whole model would not are left out (evaluate them with `--plan`).
-`host_ok` reads (tp, ep, zero, dp, cp) only, so it is a key rule like a framework row.
+GPUs share it. The search takes a share on a key only where the host bytes of the largest
+stage any partition of the key can have fit (`host_ok`): at most `stage_layers_bound` layers
+(L - (pp - 1)·vpp in a free split, L/pp in a uniform one, a named or pinned layout's largest
+stage), each at the larger kind's bytes, plus the embedding, the head and the MTP depths; so
+every plan of a key that passes fits its hosts (evaluate agrees on every searched plan), and
+a key whose largest possible stage would not fit is left out at that share even where its
+best split would (evaluate it with `--plan`; `explain` marks it outside the space).
+`host_ok` reads (tp, ep, zero, dp, cp) only (pp = N/(tp·cp·dp)), so it is a key rule like a
+framework row.
 
 Why the bounds stay valid (cpsat_master.py, key_bounds.py, cpsat_partition.py): each
 variant's tables are the factor functions at its share, every entry stays >= 0 ((1 - x)·o +
@@ -131,19 +134,43 @@ def _runs(r: Restriction | None, x: float, zeros: tuple[int, ...]) -> bool:
 
 def host_ok(space: Any, tp: int, ep: int, zero: int, dp: int, cp: int) -> bool:
     """The variant's share fits every node's host memory on a key with these axes, for any
-    partition: the whole model's host bytes per GPU (module docstring) times the node's GPUs
-    within its host memory. Always True at share 0."""
+    partition: the host bytes per GPU of the largest stage any partition family of the key's
+    pp can have (`stage_layers_bound`, module docstring) times the node's GPUs within its host
+    memory. Always True at share 0."""
     x = space.optimizer_offload
     if x == 0.0:
         return True
     memo: dict[tuple[int, ...], bool] = space.__dict__.setdefault("_host_ok", {})
     k = (tp, ep, zero, dp, cp)
     if k not in memo:
+        pp = space.job.num_gpus // (tp * cp * dp)
         per_gpu = x * model_host_bytes(space.job, tp, ep, space.etp, zero, dp, cp,
-                                       space.dp_replicate)
+                                       space.dp_replicate, stage_layers_bound(space, pp))
         memo[k] = all(g.host is not None and per_gpu * g.gpus_per_node <= g.host.memory_bytes
                       for g in space.job.cluster.node_groups)
     return memo[k]
+
+
+def stage_layers_bound(space: Any, pp: int) -> int:
+    """The most layers one stage holds in any partition of the space at `pp` stages: over the
+    space's vpp values and each partition family (`SearchSpace.split_families`), a pinned or
+    named layout's largest stage, L/pp for uniform splits, L - (pp - 1)·vpp for free ones
+    (every other stage holds >= vpp layers); L when no family places the layers (no plan)."""
+    memo: dict[int, int] = space.__dict__.setdefault("_stage_bound", {})
+    if pp not in memo:
+        L = space.num_layers
+        most = 0
+        for vpp in space.vpp:
+            for f in space.split_families(pp, vpp):
+                pinned = f.fixed_stage_layers(pp, vpp)
+                if pinned is not None:
+                    most = max(most, max(pinned))
+                elif f.partition == "uniform":
+                    most = max(most, -(-L // pp))
+                else:
+                    most = max(most, L - (pp - 1) * vpp)
+        memo[pp] = most or L
+    return memo[pp]
 
 
 #: `_params` by (job id, tp, ep, etp): the same for every share, ZeRO stage and dp of one
@@ -175,10 +202,11 @@ def _params(job: Job, tp: int, ep: int, etp: int | None
 
 
 def model_host_bytes(job: Job, tp: int, ep: int, etp: int | None, zero: int, dp: int,
-                     cp: int, dp_replicate: int = 1) -> float:
-    """Host bytes per GPU at share 1 of a stage holding the whole model (every layer at the
-    larger kind's bytes, the embedding, the LM head and the MTP depths): an upper bound of
-    every stage's (memory.py's `host_bytes` / x) on a key with these axes."""
+                     cp: int, dp_replicate: int = 1, layers: int | None = None) -> float:
+    """Host bytes per GPU at share 1 of a stage holding `layers` layers (the whole model by
+    default), each at the larger kind's bytes, and the embedding, the LM head and the MTP
+    depths: an upper bound of every stage's (memory.py's `host_bytes` / x) with at most that
+    many layers on a key with these axes."""
     shard_d = dp * cp / dp_replicate
     shard_e = float(fx.expert_dp_size(tp, cp, dp, ep, etp)) / dp_replicate
     hd = host_bytes_per_param(job, zero, shard_d)
@@ -186,8 +214,8 @@ def model_host_bytes(job: Job, tp: int, ep: int, etp: int | None, zero: int, dp:
     kinds, extra = _params(job, tp, ep, etp)
     per_layer = max(pd * hd + pe * he for pd, pe in kinds)
     m = job.model
-    return (m.num_layers + m.mtp_layers) * per_layer + extra * hd
-
+    n = m.num_layers if layers is None else layers
+    return (n + m.mtp_layers) * per_layer + extra * hd
 
 def gpu_share(offs: Sequence[float], k: int) -> Any:
     """1 - x of each variant's share on a leading axis before `k` table axes (the GPU's part

@@ -102,7 +102,8 @@ def space_line(desc: dict[str, Any]) -> str:
     """One line of `proof_space` for the terminal, under the status line."""
     parts = []
     for name, dom in desc["axes"].items():
-        vals = ["tp" if v is None and name == "etp_axis" else str(v) for v in dom]
+        vals = ["tp" if v is None and name == "etp_axis" else
+                f"{v:g}" if isinstance(v, float) else str(v) for v in dom]
         shown = {"etp_axis": "etp", "rep_axis": "dp_replicate",
                  "off_axis": "optimizer_offload"}.get(name, name)
         parts.append(f"{shown} {','.join(vals)}")

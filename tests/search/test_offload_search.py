@@ -180,8 +180,8 @@ def test_small_hosts_leave_the_share_out() -> None:
     space = SearchSpace.for_job(job, fix="pp=1,zero=0,mbs=1", max_vpp=1)
     ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
     for _, p in ranked:
-        need = p.optimizer_offload * model_host_bytes(job, p.tp, p.ep, p.etp, p.zero, p.dp,
-                                                      p.cp) * 8
+        need = p.optimizer_offload * model_host_bytes(
+            job, p.tp, p.ep, p.etp, p.zero, p.dp, p.cp, 1, 4) * 8  # pp 1: every layer
         assert need <= 1.0 * 2**30
         assert evaluate(job, p).fits
     assert any(p.optimizer_offload == 0 for _, p in ranked)
@@ -211,3 +211,22 @@ def test_pins() -> None:
     with pytest.raises(InputError, match="deepspeed"):
         SearchSpace.for_job(_job(False, 4, 8), emit="deepspeed", fix="optimizer_offload=0.5",
                             zero=(1, 2))
+
+
+def test_host_check_bounds_the_largest_stage() -> None:
+    """`host_ok` charges the largest stage a partition of the key's pp can have, not the whole
+    model: a host too small for the whole model's offloaded states at pp 1 takes the share at
+    pp 4, and every plan searched there fits its hosts (evaluate's `host_fits`)."""
+    from autoparallel_cp.cost.evaluate import host_fits
+    from autoparallel_cp.cost.memory import stage_memory
+    from autoparallel_cp.search.offload_axis import stage_layers_bound
+
+    job = _job(False, 12, 8, seq=2048, batch=16, wide=True, host_gib=250.0)
+    space = SearchSpace.for_job(job, fix="tp=1,cp=1,zero=0,mbs=1,optimizer_offload=1",
+                                max_vpp=1)
+    assert not space.host_ok(1, 1, 0, 8, 1)  # pp 1: all 12 layers on one stage
+    assert stage_layers_bound(space, 4) == 9 and space.host_ok(1, 1, 0, 2, 1)  # pp 4
+    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    assert ranked and {p.pp for _, p in ranked} >= {4} and 1 not in {p.pp for _, p in ranked}
+    for _, p in ranked:
+        assert host_fits(job, p, stage_memory(job, p))
