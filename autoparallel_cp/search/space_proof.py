@@ -77,8 +77,9 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
                   "a shard group of the fewest whole nodes holding two shard ranks "
                   "(spec/hybrid_sharding.py node_shard_replicas)",
                   "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)",
-                  "optimizer_offload > 0 only where the hosts hold the whole model's offloaded "
-                  "optimizer states at the key's sharding (search/offload_axis.py host_ok)"]
+                  "optimizer_offload > 0 only where the hosts hold the offloaded optimizer "
+                  "states of the largest stage a split of the key's pp can have "
+                  "(search/offload_axis.py host_ok)"]
         + ([f"the rows of {', '.join(r.formats)} in spec/frameworks.py"] if r is not None
            else []),
     }
@@ -149,7 +150,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
                 and v.optimizer_offload == plan.optimizer_offload), space)
     if not one.host_ok(plan.tp, plan.ep, plan.zero, plan.dp, plan.cp):
         return (f"optimizer_offload={plan.optimizer_offload:g} at this sharding (searched "
-                "only where the hosts hold the whole model's offloaded states)")
+                "only where the hosts hold the offloaded states of the largest stage a split "
+                "of this pp can have)")
     if not (one.rep_ok(plan.tp, plan.cp, plan.dp) and one.zero_ok(plan.zero)):
         return (f"dp_replicate={plan.dp_replicate} with tp*cp*dp = "
                 f"{plan.tp * plan.cp * plan.dp}, zero={plan.zero} (searched: the shard group "
