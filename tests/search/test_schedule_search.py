@@ -46,7 +46,7 @@ def test_gpipe_pin_narrows_the_space_and_the_proof_names_it() -> None:
     ("schedule=zbv", "not a search axis yet"),
     ("schedule=dualpipev", "not a search axis yet"),
     ("schedule=nope", "expected one of"),
-    ("optimizer_offload=0.5", "not a search axis yet"),
+    ("optimizer_offload=1.5", "at most 1"),
     ("activation_offload=1", "not a search axis yet"),
     ("schedule=gpipe,pp=1", "pp=1"),
     ("schedule=gpipe,vpp=2", "vpp=2"),
