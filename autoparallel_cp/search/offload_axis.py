@@ -144,8 +144,8 @@ def host_ok(space: Any, tp: int, ep: int, zero: int, dp: int, cp: int) -> bool:
     k = (tp, ep, zero, dp, cp)
     if k not in memo:
         pp = space.job.num_gpus // (tp * cp * dp)
-        per_gpu = x * model_host_bytes(space.job, tp, ep, space.etp, zero, dp, cp,
-                                       space.dp_replicate, stage_layers_bound(space, pp))
+        per_gpu = x * _memo(_BYTES_MEMO, space.job, model_host_bytes, tp, ep, space.etp,
+                            zero, dp, cp, space.dp_replicate, stage_layers_bound(space, pp))
         memo[k] = all(g.host is not None and per_gpu * g.gpus_per_node <= g.host.memory_bytes
                       for g in space.job.cluster.node_groups)
     return memo[k]
@@ -173,32 +173,45 @@ def stage_layers_bound(space: Any, pp: int) -> int:
     return memo[pp]
 
 
-#: `_params` by (job id, tp, ep, etp): the same for every share, ZeRO stage and dp of one
-#: job's variants (copies, each with its own instance memo); the job is kept with its value
-#: so an id is never read for another job
+#: `_params` and `model_host_bytes` by (job id, arguments): the same for every share (and
+#: for every ZeRO stage and dp: `_params`) of one job's variants (copies, each with its own
+#: instance memo); the job is kept with its value so an id is never read for another job
 _PARAMS_MEMO: dict[tuple[Any, ...], tuple[Job, Any]] = {}
+_BYTES_MEMO: dict[tuple[Any, ...], tuple[Job, Any]] = {}
+
+
+def _memo(memo: dict[tuple[Any, ...], tuple[Job, Any]], job: Job, fn: Any, *args: Any
+          ) -> Any:
+    """`fn(job, *args)`, memoized in `memo` by (id(job), args) (module comment above)."""
+    k = (id(job), *args)
+    got = memo.get(k)
+    if got is None or got[0] is not job:
+        if len(memo) > 1 << 16:
+            memo.clear()
+        got = memo[k] = (job, fn(job, *args))
+    return got[1]
 
 
 def _params(job: Job, tp: int, ep: int, etp: int | None
             ) -> tuple[tuple[tuple[float, float], ...], float]:
     """((dense, expert) parameters per GPU of one layer of each kind, the embedding, LM head
     and MTP extras' parameters) at (tp, ep, etp), memoized."""
-    k = (id(job), tp, ep, etp)
-    got = _PARAMS_MEMO.get(k)
-    if got is None or got[0] is not job:
-        if len(_PARAMS_MEMO) > 1 << 12:
-            _PARAMS_MEMO.clear()
-        m = job.model
-        kinds = tuple((float(a), float(b)) for a, b in (
-            fx.layer_param_counts(job, moe, tp, ep, etp)
-            for moe in sorted({m.is_moe_layer(i) for i in range(m.num_layers)})))
-        ef = fx.edge_factors(job, 0, tp, 1, 0, 1)
-        extra = float(ef.emb_params) + float(ef.head_params)
-        if m.mtp_layers:
-            mf = fx.mtp_factors(job, 0, tp, 1, 0, 1)
-            extra += m.mtp_layers * float(mf.params) + float(mf.copy_params)
-        got = _PARAMS_MEMO[k] = (job, (kinds, extra))
-    return got[1]
+    return _memo(_PARAMS_MEMO, job, _count_params, tp, ep, etp)
+
+
+def _count_params(job: Job, tp: int, ep: int, etp: int | None
+                  ) -> tuple[tuple[tuple[float, float], ...], float]:
+    """`_params`, computed."""
+    m = job.model
+    kinds = tuple((float(a), float(b)) for a, b in (
+        fx.layer_param_counts(job, moe, tp, ep, etp)
+        for moe in sorted({m.is_moe_layer(i) for i in range(m.num_layers)})))
+    ef = fx.edge_factors(job, 0, tp, 1, 0, 1)
+    extra = float(ef.emb_params) + float(ef.head_params)
+    if m.mtp_layers:
+        mf = fx.mtp_factors(job, 0, tp, 1, 0, 1)
+        extra += m.mtp_layers * float(mf.params) + float(mf.copy_params)
+    return kinds, extra
 
 
 def model_host_bytes(job: Job, tp: int, ep: int, etp: int | None, zero: int, dp: int,
