@@ -89,6 +89,9 @@ LOSS_PARALLEL_LOGITS_BYTES = 14.0
 #: sum-exp pass r4, write pass r4 w4) = 22 forward; backward: nll_loss grad zero-fill w4,
 #: log_softmax backward (sum pass r4, r4 r4 w4), cast back r4 w2 = 26; total 48.
 CE_BYTES_PER_LOGIT = {"megatron": 52.0, "pytorch": 48.0}
+#: Of those, the forward passes' (the itemization above): 38 of Megatron's 52, 22 of eager
+#: PyTorch's 48; the rest is the loss's backward (a split backward's B: cost/pass_split.py).
+CE_FWD_BYTES_PER_LOGIT = {"megatron": 38.0, "pytorch": 22.0}
 #: The compiled loss (behaviour `compiled_loss`, spec/recipe.py): at its backward the loss
 #: holds its bf16 input and the bf16 gradient it writes, 2 + 2 B per logit (the fp32 upcast,
 #: log-softmax and their gradients stay in registers of Inductor's fused kernels).
@@ -97,6 +100,8 @@ COMPILED_LOGITS_BYTES = 4.0
 #: sum of exponentials: r2 + r2; the target logit and the z-loss read the result); backward,
 #: one fused pass (r2 w2) writing softmax minus one-hot in bf16. 8 B against eager's 48.
 COMPILED_CE_BYTES_PER_LOGIT = 8.0
+#: Of those, the forward's two reductions (r2 + r2), the backward the fused r2 w2 pass.
+COMPILED_CE_FWD_BYTES_PER_LOGIT = 4.0
 #: HBM passes (read+write) of one elementwise op per byte of its input in backward relative to
 #: forward (grad in + saved input read, grad out write): backward traffic = 2x forward.
 ELEMENTWISE_BWD_FACTOR = 2.0

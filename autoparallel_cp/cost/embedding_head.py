@@ -19,7 +19,9 @@ from autoparallel_cp.cost.common import (
 )
 from autoparallel_cp.cost.constants import (
     CE_BYTES_PER_LOGIT,
+    CE_FWD_BYTES_PER_LOGIT,
     COMPILED_CE_BYTES_PER_LOGIT,
+    COMPILED_CE_FWD_BYTES_PER_LOGIT,
     COMPILED_LOGITS_BYTES,
     LOGITS_BYTES,
     LOSS_PARALLEL_LOGITS_BYTES,
@@ -65,6 +67,10 @@ class EdgeFactors:
     head_work_bytes: FloatArray  # logits at the loss peak (transient)
     head_time_s: FloatArray
     head_compute_s: FloatArray
+    #: of head_time_s: the forward (head GEMM, weight cast, the loss's forward passes, the
+    #: vocab-parallel all-reduces) and the head's weight-gradient GEMM (cost/pass_split.py)
+    head_fwd_s: FloatArray | float = 0.0
+    head_wgrad_s: FloatArray | float = 0.0
 
 
 def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
@@ -111,17 +117,20 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
     # `fqn != "output"` before, torchtitan/float8.py @aff949468)
     dtype = "bf16"
     if unaligned_vocab(job):
-        head_gemms = (unaligned_gemm_time(gpu, hg.m, hg.k, hg.n, GEMM_UNALIGNED_FWD_FRACTION)
-                      + unaligned_gemm_time(gpu, hg.m, hg.n, hg.k, GEMM_UNALIGNED_BWD_FRACTION)
-                      + unaligned_gemm_time(gpu, hg.k, hg.m, hg.n, GEMM_UNALIGNED_BWD_FRACTION))
+        g_f = unaligned_gemm_time(gpu, hg.m, hg.k, hg.n, GEMM_UNALIGNED_FWD_FRACTION)
+        g_d = unaligned_gemm_time(gpu, hg.m, hg.n, hg.k, GEMM_UNALIGNED_BWD_FRACTION)
+        g_w = unaligned_gemm_time(gpu, hg.k, hg.m, hg.n, GEMM_UNALIGNED_BWD_FRACTION)
     else:
-        head_gemms = (gemm_time(gpu, hg.m, hg.k, hg.n, dtype)
-                      + gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
-                      + gemm_time(gpu, hg.k, hg.m, hg.n, dtype))
-    head_compute = job_compute_stretch(job) * head_gemms
+        g_f = gemm_time(gpu, hg.m, hg.k, hg.n, dtype)
+        g_d = gemm_time(gpu, hg.m, hg.n, hg.k, dtype)
+        g_w = gemm_time(gpu, hg.k, hg.m, hg.n, dtype)
+    stretch = job_compute_stretch(job)
+    head_compute = stretch * (g_f + g_d + g_w)
+    head_fwd = stretch * g_f
     if recipe.transient_weight_copy_bytes > 0:  # autocast's cast of the head weight (fwd)
-        head_compute = head_compute + hbm_time(
+        cast = hbm_time(
             gpu, pc.lm_head / tp_ * (recipe.weight_bytes + recipe.transient_weight_copy_bytes))
+        head_compute, head_fwd = head_compute + cast, head_fwd + cast
     # fp32 logits: cast, max/exp/sum, softmax, grad, cast back (CE_BYTES_PER_LOGIT); PyTorch's
     # eager chain at its measured rate (efficiency.EAGER_CE_HBM_FRACTION)
     eager_per_logit = CE_BYTES_PER_LOGIT["pytorch" if _is_pytorch(recipe) else "megatron"]
@@ -129,15 +138,22 @@ def edge_factors(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike,
     if _is_pytorch(recipe):
         eager_ce = hbm_time_at(gpu, ce_bytes, EAGER_CE_HBM_FRACTION)
         fused_ce = hbm_time(gpu, tokens * v / tp_ * COMPILED_CE_BYTES_PER_LOGIT)
-        ce_time = np.where((tp_ > 1) | (not compiled), eager_ce, fused_ce)
+        eager = (tp_ > 1) | (not compiled)
+        ce_time = np.where(eager, eager_ce, fused_ce)
+        # the forward passes' share of the loss's bytes (constants.CE_FWD_BYTES_PER_LOGIT)
+        ce_fwd = np.where(eager, CE_FWD_BYTES_PER_LOGIT["pytorch"] / eager_per_logit,
+                          COMPILED_CE_FWD_BYTES_PER_LOGIT / COMPILED_CE_BYTES_PER_LOGIT)
     else:
         ce_time = hbm_time(gpu, ce_bytes)
+        ce_fwd = CE_FWD_BYTES_PER_LOGIT["megatron"] / eager_per_logit + 0.0 * tp_
     head_compute = head_compute + ce_time
     # vocab-parallel CE all-reduces 3 scalars per token over tp (max, sum-exp, target logit)
     ce_comm = comm.all_reduce(nd, tp_, 1, tokens * 4.0 * 3)
     head_time = head_compute + ce_comm
+    head_fwd = head_fwd + ce_fwd * ce_time + ce_comm
     return EdgeFactors(
         emb_params=emb_params + 0.0 * tokens, emb_act_bytes=emb_act, emb_time_s=emb_time,
         head_params=head_params + 0.0 * tokens, head_act_bytes=head_act,
         head_work_bytes=head_work, head_time_s=head_time, head_compute_s=head_compute,
+        head_fwd_s=head_fwd, head_wgrad_s=stretch * g_w,
     )

@@ -105,6 +105,11 @@ class LayerFactors:
     rc_cp_s: FloatArray  # ... its CP ring exchange
     rc_ep_s: FloatArray  # ... its EP all-to-alls
     host_s: FloatArray | float = 0.0  # of compute_s: MoE host wait exposure (cost/moe_host.py)
+    #: of time_s: the forward pass (its compute, exposed TP / CP / EP and MoE host wait) and the
+    #: weight-gradient GEMMs, the F and W of a split backward (cost/pass_split.py); the rest of
+    #: time_s is B
+    fwd_s: FloatArray | float = 0.0
+    wgrad_s: FloatArray | float = 0.0
 
 
 def layer_factors(
@@ -221,6 +226,7 @@ def _one_layer(
     # ---- compute ----
     gemm_f = np.zeros_like(tokens)
     gemm_b = np.zeros_like(tokens)
+    gemm_w = np.zeros_like(tokens)
     fwd_by_name: dict[str, FloatArray] = {}
     bwd_by_name: dict[str, FloatArray] = {}
     dgrad_by_name: dict[str, FloatArray] = {}
@@ -235,6 +241,7 @@ def _one_layer(
         dgrad_by_name[gm.name] = dg
         gemm_f = gemm_f + f
         gemm_b = gemm_b + dg + wg
+        gemm_w = gemm_w + wg
     a, dqk, dv = attention_dims(model)
     length = window_kernel_length(job.seq_len, window)
     if recipe.flash_attention:
@@ -430,8 +437,12 @@ def _one_layer(
         compute = compute + job.calibration.per_microbatch_s / model.num_layers
     time = compute + tp_total + cp_total + ep_total
     recompute = rc_compute + tp_fwd + cp_f + ep_f
+    # the forward pass: its GPU compute, the exposed forward collectives (EP: the forward half
+    # of what is exposed, all of ep_f without the EP overlap) and the MoE host wait
+    fwd = fwd_compute + tp_fwd + cp_f + np.minimum(ep_f, 0.5 * ep_total) + host_s
     return LayerFactors(
         act_bytes=act, ckpt_bytes=ckpt_bytes, work_bytes=work, time_s=time,
         recompute_s=recompute, compute_s=compute, tp_s=tp_total, cp_s=cp_total, ep_s=ep_total,
         rc_compute_s=rc_compute, rc_tp_s=tp_fwd, rc_cp_s=cp_f, rc_ep_s=ep_f, host_s=host_s,
+        fwd_s=fwd, wgrad_s=gemm_w,
     )

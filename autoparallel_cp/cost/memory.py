@@ -42,7 +42,11 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from autoparallel_cp.cost import factors as F
-from autoparallel_cp.cost.offload import offloaded_activations, optimizer_host_bytes
+from autoparallel_cp.cost.offload import (
+    gpu_kept_optimizer_share,
+    offloaded_activations,
+    optimizer_host_bytes,
+)
 from autoparallel_cp.cost.schedules import (
     dualpipe_mirror,
     head_stage,
@@ -331,7 +335,10 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
             x = plan.optimizer_offload
             host += optimizer_host_bytes(job, opt_b, dense_p / shard_dense + exp_p / shard_exp
                                          if plan.zero >= 1 else dense_p + exp_p, x)
-            opt_b *= 1.0 - x
+            keep_d = gpu_kept_optimizer_share(job.recipe)  # 0 unless the GPU keeps the master
+            keep_e = gpu_kept_optimizer_share(job.recipe.for_experts())
+            opt_b = (od * dense_p * (1.0 - x * (1.0 - keep_d))
+                     + oe * exp_p * (1.0 - x * (1.0 - keep_e)))
         out.append(StageMemory(
             stage=j, group=g,
             params_bytes=params_b,

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 from autoparallel_cp.cost.common import _is_pytorch
 from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.recipe import TrainingRecipe
 
 #: DRAM bytes per parameter of one Adam step on the CPU: read the fp32 master weight, gradient
 #: and both moments (16), write the master and both moments (12), write the bf16 copy sent
@@ -61,8 +62,10 @@ def cpu_adam_s(job: Job, g: int, params: float) -> float:
 def overlaps_optimizer_copies(job: Job) -> bool:
     """Whether the framework pipelines the gradient D2H, the CPU step and the weight H2D
     (Megatron's `--overlap-cpu-optimizer-d2h-h2d`, which `--emit megatron` writes; DeepSpeed
-    ZeRO-Offload), or runs them in turn (FSDP2's CPUOffloadPolicy)."""
-    return not _is_pytorch(job.recipe)
+    ZeRO-Offload), or runs them in turn (FSDP2's CPUOffloadPolicy; Megatron without the flag:
+    behaviour `offload_copies_overlap` False)."""
+    stated = job.recipe.behaviour.offload_copies_overlap
+    return not _is_pytorch(job.recipe) if stated is None else stated
 
 
 def optimizer_offload_s(job: Job, g: int, params: float, share: float) -> float:
@@ -72,9 +75,23 @@ def optimizer_offload_s(job: Job, g: int, params: float, share: float) -> float:
         return 0.0
     n = share * params
     d2h = host_link_s(job, g, n * job.recipe.grad_bytes)
-    h2d = host_link_s(job, g, n * job.recipe.weight_bytes)
+    back = job.recipe.master_weight_bytes if job.recipe.behaviour.offload_gpu_master else 0
+    h2d = host_link_s(job, g, n * (back or job.recipe.weight_bytes))
     cpu = cpu_adam_s(job, g, n)
     return max(d2h, cpu, h2d) if overlaps_optimizer_copies(job) else d2h + cpu + h2d
+
+
+def gpu_kept_optimizer_share(recipe: TrainingRecipe) -> float:
+    """Share of an offloaded parameter's optimizer bytes that stays on the GPU: its fp32 main
+    copy, master / (master + moments), with behaviour `offload_gpu_master` (Megatron-Core
+    without the precision-aware optimizer: 4 of 12 bytes under Adam), else 0. Bounds: the
+    behaviours `offload_gpu_master` and `offload_copies_overlap` only raise what the defaults
+    charge (GPU optimizer bytes (1 - x(1 - k)) >= (1 - x); a 4-byte H2D >= the 2-byte one;
+    d2h + cpu + h2d >= max), so a lower bound taken with the defaults stays one."""
+    m, s = recipe.master_weight_bytes, recipe.optimizer_state_bytes
+    if not recipe.behaviour.offload_gpu_master or m + s <= 0:
+        return 0.0
+    return m / (m + s)
 
 
 def optimizer_host_bytes(job: Job, optimizer_bytes: float, params: float, share: float

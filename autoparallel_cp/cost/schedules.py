@@ -6,7 +6,8 @@ Notation: per stage and micro-batch, F = forward, B = input-gradient backward, W
 weight-gradient backward, t = F + B + W (the stage time t_j of steptime.py). 1F1B's bubble
 is (p-1)·t for p equal stages (Narayanan et al. 2021 §2.2); steptime.py charges it as
 (Σ_j t_j - T_max)/vpp. Every schedule here is that term times `bubble_ratio`, the paper's
-bubble over 1F1B's, with (F, B, W) = `backward_split` shares of t:
+bubble over 1F1B's, with (F, B, W) = cost/pass_split.py `backward_split` shares of t (the
+cost model's own per-op times: W the weight-gradient GEMMs alone):
 
 | schedule | bubble (equal stages) | source |
 |---|---|---|
@@ -33,7 +34,10 @@ back through p-1, at pF + (p-1)B, while the rank's k forwards end at kF: it idle
 (p-1)B - (k-p)F with no W to run (none is ready before its first B), (p-1)·B for ZB-H1 and
 (p-1)·(B-F) for ZB-H2 (F, B, W = .2, .5, .3: .3 against F+B-2W = .1). The three terms are
 the replay of cost/pass_order.py's ZB-H1/ZB-H2 orders for equal stages, exactly, for every
-split and m >= 2p (tests/cost/test_schedules.py, hypothesis). The V-shaped ones are
+split and m >= 2p; with fewer micro-batches (m < p for ZB-H1, m < 2p-1 for ZB-H2) the m W
+passes no longer fill the ramp and `bubble_ratio` takes the replay's further paths, among
+them Qi's Appendix H (p-1)(F+B) - (m-1)W (tests/cost/test_schedules.py, hypothesis, every
+m). The V-shaped ones are
 PyTorch's classes, whose real order `simulated_bubble` replays with each chunk's F, B, W
 times: for DualPipeV it reproduces DeepSeek's (p-1)(F&B+B-3W) over the 2p chunks when
 F = B = W, and for ZBV it keeps the same (p-1)-chunk ramp, where the paper's ZB-V, with the
@@ -79,62 +83,59 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from autoparallel_cp.cost.flops import attention_core_flops, layer_gemms
 from autoparallel_cp.cost.pipeline_sim import dualpipev_actions, makespan, zbv_actions
 from autoparallel_cp.cost.sync import stage_inflight
-from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import V_SHAPED
-
-#: FLOPs of the flash-attention backward over its forward: 5 matmuls of the forward's 2 shapes
-#: (FlashAttention-2, Dao 2023, §3.1.2 backward pass; the 2.5x cost/efficiency.py charges too)
-ATTN_BACKWARD_RATIO = 2.5
-
 
 #: micro-batches per rank replayed by `simulated_bubble` at most (the bubble is the same beyond)
 SIM_MICROBATCHES_PER_RANK = 8
 
 
-def backward_split(job: Job, plan: Plan) -> tuple[float, float, float]:
-    """Shares (F, B, W) of a layer's forward + backward FLOPs on one rank, over the model's
-    layers (dense and MoE by count): W = the weight-gradient GEMMs (one per forward GEMM,
-    same FLOPs), B = the input-gradient GEMMs (the same again) + the attention backward
-    (ATTN_BACKWARD_RATIO x the causal core), plus the replayed forward of the layers a
-    full recompute replays before their backward (Megatron checkpointing runs it in B)."""
-    model = job.model
-    tokens = plan.mbs * job.seq_len / plan.cp
-    attn = float(attention_core_flops(model, plan.mbs, job.seq_len, plan.cp, plan.tp, True))
-    n_moe = sum(model.is_moe_layer(i) for i in range(model.num_layers))
-    tot_f = tot_b = tot_w = 0.0
-    for moe, n in ((False, model.num_layers - n_moe), (True, n_moe)):
-        if n == 0:
-            continue
-        gemm = float(sum(np.sum(g.flops) for g in layer_gemms(model, moe, tokens, plan.tp,
-                                                              plan.ep, plan.etp)))
-        f = gemm + attn
-        tot_f += n * f
-        tot_b += n * (gemm + ATTN_BACKWARD_RATIO * attn)
-        tot_w += n * gemm
-    if plan.recompute == "full":
-        share = 1.0 if plan.recompute_layers is None else min(
-            1.0, plan.recompute_layers * plan.pp / model.num_layers)
-        tot_b += share * tot_f
-    total = tot_f + tot_b + tot_w
-    return tot_f / total, tot_b / total, tot_w / total
+def bubble_ratio(schedule: str, pp: int, split: tuple[float, float, float], m: int) -> float:
+    """The schedule's bubble over 1F1B's (p-1)·t (or interleaved's, same vpp) for p equal stages
+    and m micro-batches (module table), with `split` = (F, B, W) shares of t. For ZB-H1 / ZB-H2
+    the bubble is the longest path of their pass orders' replay (cost/pass_order.py), in units
+    of t, minus m·t; with k = min(m, p) (ZB-H1) or min(m, 2p-1) (ZB-H2) in flight, q = p - 1:
 
+    - ZB-H1: max((p-k)F + qB, qF + [m < p]B, q(F+B) - (k-1)W);
+    - ZB-H2: max((p-k)F + qB, qF, q(F+B) - (k-1)W), and for p <= m < 2p-1 also (p-2)F + B and
+      qF + B - W, for 2 <= m < p with h = ceil(m/2) also (p-h)(F+B) (m odd) or
+      (p-h-1)F + (p-h)B and (p-h)(F+B) - W (m even).
 
-def bubble_ratio(schedule: str, pp: int, split: tuple[float, float, float]) -> float:
-    """The schedule's bubble over 1F1B's (or interleaved's, same vpp) for equal stages (module
-    table), with `split` = (F, B, W) shares of t."""
+    The third term is Qi et al.'s Appendix H bound (m <= p: "(m+p-1)(T_F+T_B) + T_W" a step):
+    the first rank's m W passes fill the drain but the last one; the first is the first rank's
+    wait for its first B beyond its k forwards, the second the last rank's ramp. For m >= p
+    (ZB-H1) or m >= 2p-1 (ZB-H2) the list is the steady one of the module table. Each path is
+    one the replay runs: tests/cost/test_schedules.py checks the max equals the replay for
+    every split and m (hypothesis, p <= 8, m <= 3p). 0 <= ratio <= F + B <= 1: every term is
+    at most q(F+B), and qF >= 0 (m >= 2) or q(F+B) (m = 1) is among them. Nonincreasing in m
+    (search/schedule_axis.py's family bound uses it; tested there too): every term at m + 1
+    is at most one at m. The base terms fall with k; ZB-H1's [m < p]B term drops; ZB-H2's
+    p <= m < 2p-1 pair is constant and, where it appears (m = p), below the max already:
+    (p-2)F + B and qF + B - W are convex combinations of qF with qB and with q(F+B-W); its
+    2 <= m < p terms: from m odd, (p-h)(F+B) is above both even-m terms of the same h, and
+    from m even, (p-h-1)F + (p-h)B is above the next odd m's (p-h-1)(F+B); at m = 1,
+    q(F+B) is above every term."""
     f, b, w = split
     if schedule in ("1f1b", "interleaved", "gpipe") or pp == 1:
         return 1.0
-    if schedule == "zb-h1":  # the ramp F and the first rank's wait B (module docstring)
-        return max(f + b - w, b, f)
+    q = pp - 1.0
+    if schedule == "zb-h1":
+        k = min(m, pp)
+        terms = [(pp - k) * f + q * b, q * f + (b if m < pp else 0.0),
+                 q * (f + b) - (k - 1) * w]
+        return max(terms) / q
     if schedule == "zb-h2":
-        return max(f + b - 2.0 * w, b - f, f)
+        k = min(m, 2 * pp - 1)
+        terms = [(pp - k) * f + q * b, q * f, q * (f + b) - (k - 1) * w]
+        if pp <= m < 2 * pp - 1:
+            terms += [(pp - 2) * f + b, q * f + b - w]
+        elif 2 <= m < pp:
+            h = (m + 1) // 2
+            terms += ([(pp - h) * (f + b)] if m % 2 else
+                      [(pp - h - 1) * f + (pp - h) * b, (pp - h) * (f + b) - w])
+        return max(terms) / q
     if schedule == "dualpipe":
         return (pp / 2.0 - 1.0) / (pp - 1.0) * max(f + 2.0 * b - w, 0.0)
     raise ValueError(f"schedule {schedule!r} has no closed form: `simulated_bubble`")

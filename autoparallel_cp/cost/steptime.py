@@ -57,8 +57,8 @@ from autoparallel_cp.cost.offload import (
     offloaded_activations,
     optimizer_offload_s,
 )
+from autoparallel_cp.cost.pass_split import backward_split
 from autoparallel_cp.cost.schedules import (
-    backward_split,
     bubble_ratio,
     dualpipe_mirror,
     ep_hidden_share,
@@ -253,7 +253,7 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         off_s = 0.0
         if plan.activation_offload:
             off, _ = offloaded_activations(plan.activation_offload, kept)
-            fwd = backward_split(job, plan)[0] * (comp + tp + cp + ep)
+            fwd = backward_split(job, plan, opts)[0] * (comp + tp + cp + ep)
             off_s = activation_offload_s(job, g, off, fwd, comp + tp + cp + ep - fwd)
         mb_d, mb_e = mb_grad(g)
         grad_mb = mb_d * dense_p + mb_e * exp_p
@@ -307,10 +307,11 @@ def step_time(job: Job, plan: Plan, options: F.CostOptions | None = None) -> Ste
     total = sum(s.total_s for s in sts)
     sched = plan.pipeline_schedule
     if sched in ("zbv", "dualpipev") and plan.pp > 1:  # PyTorch's order, replayed
-        bubble = simulated_bubble(plan, [s.total_s for s in sts], backward_split(job, plan))
+        bubble = simulated_bubble(plan, [s.total_s for s in sts],
+                                  backward_split(job, plan, opts))
     else:
         ratio = 1.0 if sched in ("1f1b", "interleaved", "gpipe") else bubble_ratio(
-            sched, plan.pp, backward_split(job, plan))
+            sched, plan.pp, backward_split(job, plan, opts), m)
         bubble = ratio * (total - tmax) / plan.vpp
     dp_exp = max(exposed_dp(s, opts.dp_overlap) for s in sts)
     opt = max(s.optimizer_s for s in sts)

@@ -37,7 +37,7 @@ The step is cost/steptime.py's composition, laid out in time:
   two lines each take the whole rank's time (steptime's mean of the mirror stages); of that,
   its pass kind's share
   (`pass_shares`: F 1/3, B 2/3 for 1F1B-style schedules, steptime.BACKWARD_SHARE; F, B, W =
-  cost/schedules.py `backward_split` for the split-backward ones); `_pass_pieces` lays out
+  cost/pass_split.py `backward_split` for the split-backward ones); `_pass_pieces` lays out
   what the pass is made of;
 - overlapped communication is drawn beside what hides it, marked `exposed = False` and in no
   sum: the ZeRO-3 weight gathers beside each pass's compute (`zero3_gather_s`), the DP sync
@@ -60,7 +60,8 @@ from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.memory import stage_groups, stage_layer_kinds
 from autoparallel_cp.cost.pass_order import SCHEDULES, Op, dependencies, schedule_name
 from autoparallel_cp.cost.pass_replay import replay, stretch
-from autoparallel_cp.cost.schedules import backward_split, head_stage
+from autoparallel_cp.cost.pass_split import backward_split
+from autoparallel_cp.cost.schedules import head_stage
 from autoparallel_cp.cost.steptime import (
     BACKWARD_SHARE,
     StageTime,
@@ -139,7 +140,7 @@ class Timeline:
 def pass_shares(job: Job, plan: Plan, schedule: str) -> dict[str, float]:
     """Share of a stage's per-micro-batch work each kind of pass does: 1F1B-style schedules
     F 1/3, B 2/3 (steptime.BACKWARD_SHARE); split-backward ones (F, B, W) =
-    cost/schedules.py `backward_split`, the shares their bubble is costed with; BW = B + W."""
+    cost/pass_split.py `backward_split`, the shares their bubble is costed with; BW = B + W."""
     if schedule in SPLIT_BACKWARD:
         f, b, w = backward_split(job, plan)
     else:

@@ -382,7 +382,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         model.add(o <= Ov)
     # zb-h1 / zb-h2: the bubble is rho x 1F1B's (search/schedule_axis.py): the objective
     # times Q with floor(rho Q) (S - T), a lower bound (S >= T); Q = 1 otherwise (unchanged)
-    rho = key_ratio(s, pp, key.tp, key.cp, key.ep, key.mbs, key.mode)
+    rho = key_ratio(s, pp, key.tp, key.cp, key.ep, key.mbs, key.mode, key.sp, key.m)
     q, rq = (1, 1) if rho == 1.0 else (RHO_SCALE, int(math.floor(rho * RHO_SCALE)))
     obj = model.new_int_var(0, q * (vpp * m * BT + pp * BT + vpp * 2 * (BD + BT)), "obj")
     model.add(obj == q * vpp * m * T + rq * (S - T) + q * vpp * (E + Ov))

@@ -413,7 +413,11 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
     ncol = len(sps) * len(space.zero)
     biggest = parts.max(axis=1) if P else np.zeros(0, np.int64)
     ropts = _r_options(space, mode_name, int(biggest.max()) if P else 0, d.vpp)
-    rho = key_ratio(space, d.pp, d.tp, d.cp, d.ep, d.mbs, mode)
+    # rho per (sp, zero) column: it depends on sp (the split) and m (schedule_axis.py)
+    rhos = [key_ratio(space, d.pp, d.tp, d.cp, d.ep, d.mbs, mode, int(q), d.num_microbatches)
+            for q in sps]
+    rho = np.repeat(np.array(rhos, float), len(space.zero))
+    ones = bool(np.all(rho == 1.0))
     R = len(ropts)
     rvals = np.array([-1 if r is None else r for r in ropts], np.int64)
     best = np.full(ncol, np.inf)
@@ -466,7 +470,7 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
             omax = _later(opt[u], omax)
             ok = ok & fits[u]
         bub = tsum - tmax  # x rho for zb-h1 / zb-h2 (tables.plan_cost, schedule_axis.py)
-        pipeline = d.num_microbatches * tmax + (bub if rho == 1.0 else rho * bub) / d.vpp
+        pipeline = d.num_microbatches * tmax + (bub if ones else rho * bub) / d.vpp
         cost = np.where(ok, pipeline + (dmax + omax), np.inf)
         k = np.argmin(cost, axis=0)
         c = cost[k, np.arange(ncol)]

@@ -12,7 +12,8 @@ m, j) and the stage's chunks alone (cost/schedules.py `inflight_units`):
 - `zb-h1`, `zb-h2` (Qi et al., arXiv 2401.10241 §2): min(p, m) and min(2p - 1, m) on every
   stage (cost/schedules.py `inflight_units`), one chunk per rank and pp > 1, and the bubble
   rho·(Σ_j t_j - T_max) with rho = `bubble_ratio` of the plan's F/B/W split
-  (`backward_split`), a per-key constant (`key_ratio`, below).
+  (cost/pass_split.py `backward_split`) and micro-batch count m, a per-key constant
+  (`key_ratio`, below).
 
 `SEARCHED` lists them; `--fix schedule=X` searches X only, and without it the space keeps
 today's meaning (1f1b at vpp 1, interleaved at vpp > 1; the schedule field left unset).
@@ -26,21 +27,26 @@ own schedule (key_bounds, cpsat_partition and the enumerator all call `inflight`
 every stage (so the partition model's "f_j nonincreasing in j" symmetry break holds too).
 
 ZB-H1 / ZB-H2 (steptime.py: pipeline = m·T + rho·(S - T)/vpp, S = Σ_j t_j, T = max_j t_j).
-rho depends on the split (F, B, W), a function of (tp, cp, ep, etp, mbs, recompute mode) and,
-under full recompute, of the replayed share min(1, r·pp/L) (`backward_split`); so the space
-of a ZB pin recomputes all layers or a pinned count r (`narrow_recompute`: no free partial
-count), and rho is one number per key: `key_ratio` (the plans' own value, `plan_ratio`, is
-the same: a plan written with recompute_layers None has r >= its largest stage, hence
-r·pp >= L, share 1). Bounds: 0 <= rho <= 1 (F, B, W >= 0 sum to 1, and each bracket of
-`bubble_ratio` is at most one of them or F + B - W <= 1), so pipeline = (m - rho/vpp)·T +
-rho·S/vpp has nonnegative coefficients in T and S (m >= 1 >= rho/vpp), and for any
-rho' <= rho, m·T + rho'·(S - T)/vpp <= pipeline (S >= T). Hence:
+rho depends on the split (F, B, W), the cost model's per-op times of a layer (the layer
+factors of (tp, cp, ep, etp, sp, mbs, recompute mode), the edges, the first node group's GPU)
+and, under full recompute, the replayed share min(1, r·pp/L) (`backward_split`), and on m
+(`bubble_ratio`: fewer W to fill the ramp when m < p or m < 2p-1); a key holds every one of
+them (Key: tp, cp, pp, ep, sp, mbs, m, mode; etp and r per space), so the space of a ZB pin
+recomputes all layers or a pinned count r (`narrow_recompute`: no free partial count), and
+rho is one number per key: `key_ratio` (the plans' own value, `plan_ratio`, is the same: a
+plan written with recompute_layers None has r >= its largest stage, hence r·pp >= L, share
+1). Bounds: 0 <= rho <= F + B <= 1 (F, B, W >= 0 sum to 1; every path of `bubble_ratio` is
+at most (p-1)(F + B), and (p-1)F >= 0, or at m = 1 (p-1)(F + B), is among them), so
+pipeline = (m - rho/vpp)·T + rho·S/vpp has nonnegative coefficients in T and S
+(m >= 1 >= rho/vpp), and for any rho' <= rho, m·T + rho'·(S - T)/vpp <= pipeline (S >= T). Hence:
 - the per-key bounds (key_bounds.py, key_grid.py `least_step`) compose (m - 1/v)·T + S/v with
   the bubble divisor v = vpp/rho instead of vpp (`bubble_divisor`; v >= vpp >= 1, so
   m - 1/v >= m - 1/vpp and every monotonicity step of their proofs still holds);
 - the master (cpsat_master.py, key_table.py) multiplies its bubble term max(0, S_lb - V/pp)/vpp
-  by the least rho of the bubble family (tp, cp, mbs, pp) over (ep, mode) and the expert-TP
-  sizes (`family_ratio`): a rho' <= rho of every key of the family;
+  by the least rho of the bubble family (tp, cp, mbs, pp) over (ep, sp, mode), the expert-TP
+  sizes and every m >= 1 (`family_ratio`: rho does not grow with m and is constant from
+  m = 2pp - 1, cost/schedules.py `bubble_ratio`): a rho' <= rho of every key of the family,
+  whatever m its dp gives;
 - the partition model (cpsat_partition.py) scales its objective by Q = 2^16 and takes
   floor(rho·Q)·(S - T), below the exact rho·Q·(S - T) by < (S - T) <= pp·T units (its error
   bound grows by that);
@@ -58,7 +64,8 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
-from autoparallel_cp.cost.schedules import backward_split, bubble_ratio, inflight_units
+from autoparallel_cp.cost.pass_split import backward_split
+from autoparallel_cp.cost.schedules import bubble_ratio, inflight_units
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec.framework_space import Restriction
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan
@@ -147,11 +154,12 @@ def plan_ratio(space: Any, plan: Plan) -> float:
     s = plan.pipeline_schedule
     if s not in RATIO_SCHEDULES or plan.pp == 1:
         return 1.0
-    return _ratio(space, s, plan.pp, plan.tp, plan.cp, plan.ep, plan.etp, plan.mbs,
-                  plan.recompute, plan.recompute_layers)
+    return _ratio(space, s, plan.pp, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp, plan.mbs,
+                  plan.recompute, plan.recompute_layers, plan.num_microbatches)
 
 
-def key_ratio(space: Any, pp: int, tp: int, cp: int, ep: int, mbs: int, mode: int) -> float:
+def key_ratio(space: Any, pp: int, tp: int, cp: int, ep: int, mbs: int, mode: int, sp: int,
+              m: int) -> float:
     """rho of every plan of a key of `space` (its schedule, etp and pinned recompute count;
     1 for the schedules with 1F1B's bubble): the per-key constant of the module docstring."""
     s = space.schedule
@@ -159,34 +167,44 @@ def key_ratio(space: Any, pp: int, tp: int, cp: int, ep: int, mbs: int, mode: in
         return 1.0
     rec = RECOMPUTE_MODES[mode]
     rl = space.fixed.get("recompute_layers") if rec == "full" else None
-    return _ratio(space, s, pp, tp, cp, ep, space.etp, mbs, rec,
-                  None if rl is None else int(rl))
+    return _ratio(space, s, pp, tp, cp, ep, space.etp, sp, mbs, rec,
+                  None if rl is None else int(rl), m)
 
 
 def family_ratio(spaces: Sequence[Any], tp: int, cp: int, mbs: int, pp: int) -> float:
-    """The least `key_ratio` of the bubble family (tp, cp, mbs, pp) over ep, the recompute
-    modes and the expert-TP sizes' spaces `spaces` (the master's rho', module docstring)."""
-    return min(key_ratio(sp, pp, tp, cp, e, mbs, RECOMPUTE_MODES.index(r))
-               for sp in spaces for e in sp.ep for r in sp.recompute)
+    """The least `key_ratio` of the bubble family (tp, cp, mbs, pp) over ep, sp, the recompute
+    modes, the expert-TP sizes' spaces `spaces` and every micro-batch count m >= 1 (the
+    master's rho', module docstring): `bubble_ratio` does not grow with m (its docstring's
+    proof) and is the same for every m >= 2pp - 1, so its least over m is its value at 2pp."""
+    return min(key_ratio(sp, pp, tp, cp, e, mbs, RECOMPUTE_MODES.index(r), q, 2 * pp)
+               for sp in spaces for e in sp.ep for r in sp.recompute for q in sp.sp)
 
 
 def bubble_divisor(space: Any, key: Any) -> float:
     """vpp / rho of a key: the bubble's divisor in the bounds' composition (module docstring);
     vpp itself (the same float) when rho is 1."""
-    r = key_ratio(space, key.pp, key.tp, key.cp, key.ep, key.mbs, key.mode)
+    r = key_ratio(space, key.pp, key.tp, key.cp, key.ep, key.mbs, key.mode, key.sp, key.m)
     return float(key.vpp) if r == 1.0 else key.vpp / r
 
 
 def _ratio(space: Any, schedule: str, pp: int, tp: int, cp: int, ep: int, etp: int | None,
-           mbs: int, recompute: str, rl: int | None) -> float:
-    """`bubble_ratio` of the split of a probe plan with these fields (cost/schedules.py),
-    memoized on the space (its job is one per space)."""
+           sp: int, mbs: int, recompute: str, rl: int | None, m: int) -> float:
+    """`bubble_ratio` at m micro-batches of the split of a probe plan with these fields
+    (cost/pass_split.py, cost/schedules.py), memoized on the space (its job is one per
+    space; the split once per layer axes, the ratio once per m)."""
     memo: dict[tuple[Any, ...], float] = space.__dict__.setdefault("_rho", {})
-    k = (schedule, pp, tp, cp, ep, etp, mbs, recompute, rl)
+    k = (schedule, pp, tp, cp, ep, etp, sp, mbs, recompute, rl, m)
     if k not in memo:
-        probe = Plan(pp=pp, tp=tp, cp=cp, ep=ep, etp=etp, mbs=mbs, recompute=recompute,
-                     recompute_layers=rl, schedule=cast(Schedule, schedule))
-        memo[k] = float(bubble_ratio(schedule, pp, backward_split(space.job, probe)))
+        splits: dict[tuple[Any, ...], tuple[float, float, float]] = space.__dict__.setdefault(
+            "_split", {})
+        # pp enters the split only through a pinned recompute count's share min(1, r·pp/L)
+        ks = (tp, cp, ep, etp, sp, mbs, recompute, rl, pp if rl is not None else 0)
+        if ks not in splits:
+            probe = Plan(pp=pp, tp=tp, cp=cp, ep=ep, etp=etp, sp=int(sp), mbs=mbs,
+                         recompute=recompute, recompute_layers=rl,
+                         schedule=cast(Schedule, schedule))
+            splits[ks] = backward_split(space.job, probe)
+        memo[k] = float(bubble_ratio(schedule, pp, splits[ks], m))
     return memo[k]
 
 

@@ -1,6 +1,6 @@
 """Training recipe spec: precision, optimizer state, framework behaviour, and the presets.
 
-Kept whole (about 500 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
+Kept whole (about 540 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
 each field means in the frameworks, beside the field; the presets are those fields' values, so
 the three read together.
 """
@@ -259,6 +259,23 @@ class FrameworkBehaviour(Strict):
       with tp > 1 (TE disables userbuffers at one TP rank). Default (0, 0): TE's own
       defaults (`initialize_ub` `get_default_config`: `set_sm_margin` False) and every
       framework without userbuffers.
+    - ``offload_copies_overlap``: whether optimizer offload pipelines the gradient D2H, the
+      CPU step and the weight H2D over parameter groups (True), or runs them one after the
+      other (False): Megatron-Core's HybridDeviceOptimizer without
+      `overlap_cpu_optimizer_d2h_h2d` (optimizer_config.py:356, default False) copies on the
+      current stream and steps one CPU optimizer over all offloaded parameters after the D2H
+      event (hybrid_optimizer.py:173-174,203-221 @d98e8a64). None: the framework's default
+      as `--emit` writes it (cost/offload.py `overlaps_optimizer_copies`).
+    - ``offload_gpu_master``: with optimizer offload the GPU keeps the offloaded parameters'
+      fp32 main copy and only their Adam moments live on the host; the CPU step's result is
+      copied back into that copy (master_weight_bytes per parameter H2D). Megatron-Core
+      without `--use-precision-aware-optimizer`: the distributed optimizer makes fp32 main
+      shards on the GPU (distrib_optimizer.py:421-440 @d98e8a64) and HybridDeviceOptimizer
+      clones the offloaded ones to pinned host memory and copies them back into the GPU ones
+      (hybrid_optimizer.py `_get_sub_optimizer_param_groups`, `param_copy_back_gpu_hook`);
+      Megatron-LM's arguments.py:1884-1888 requires the precision-aware optimizer (what
+      `--emit megatron` writes), Megatron-Bridge does not. Default off: the host holds the only
+      fp32 copy (cost/offload.py `gpu_kept_optimizer_share`).
     - ``moe_swiglu_fp8_input``: the MoE SwiGLU operators (routed and shared experts) cache
       their input, the fc1 output, in FP8 (1 B per element, fine-grained tiles) and, with
       "moe_act" among the recompute modules, recompute their output from it in backward for
@@ -314,6 +331,8 @@ class FrameworkBehaviour(Strict):
     pp_scatter_gather: bool = False
     cuda_graph_scopes: tuple[CudaGraphScope, ...] = ()
     ub_rs_sm_margin: tuple[SmMargin, SmMargin] = (0, 0)
+    offload_copies_overlap: bool | None = None
+    offload_gpu_master: bool = False
     moe_swiglu_fp8_input: bool = False
     attn_out_cache_bytes: ElemBytes | None = None
     norm_recompute_drops_cache: bool = False

@@ -1,6 +1,6 @@
 """Held-out published runs (`data/published_runs_heldout.csv`): rows to (job, plan, options).
 
-The 274 rows of 18 sources (`data/heldout_sources.md`) were collected after the cost model was
+The 280 rows of 19 sources (`data/heldout_sources.md`) were collected after the cost model was
 developed on `published_runs_train.csv`; no constant or mechanism was chosen while looking at
 them. Each row becomes a job and a plan by rules per framework family, written once here and
 cited; anything a source does not state is flagged in `assumed`, and rows that cannot be written
@@ -20,6 +20,7 @@ from autoparallel_cp.spec import ClusterSpec, Job
 from autoparallel_cp.spec.plan import Plan, plan_violations
 from harness import heldout_automodel as automodel
 from harness import heldout_deepseek as deepseek
+from harness import heldout_offload as offload
 from harness import heldout_zb as zb
 from harness.heldout_bridge import (
     CLAMPED_GLU_BIAS_MODELS,
@@ -30,7 +31,7 @@ from harness.heldout_bridge import (
     _bridge_recompute_modules,
 )
 from harness.heldout_common import (
-    CARD_SOURCE,
+    CARD_SETTING_SOURCES,
     DATA,
     HeldOutRow,
     _card_settings,
@@ -201,7 +202,7 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             recompute = "selective"
             recipe = recipe.with_behaviour(recompute_modules=modules)
             assumed.append("selective recompute of " + "/".join(modules) + (
-                " (the card's recipe)" if src == CARD_SOURCE
+                " (the card's recipe)" if src in CARD_SETTING_SOURCES
                 else " (Megatron-Bridge perf recipe @067f987)"))
         if family == "megatron-core" and _model_name(r).startswith(CLAMPED_GLU_BIAS_MODELS):
             recipe = recipe.with_behaviour(moe_glu_clamp_bias=True)
@@ -272,7 +273,8 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             stage_layers = tuple([edge] + [base] * (pp - 2) + [L - edge - base * (pp - 2)])
             assumed.append(f"stage layers {stage_layers[0]}/{base}/{stage_layers[-1]}")
         etp = _bridge_expert_tp(r) if family == "megatron-core" else None
-        where = "the card's recipe" if src == CARD_SOURCE else "Megatron-Bridge recipe @067f987"
+        where = ("the card's recipe" if src in CARD_SETTING_SOURCES
+                 else "Megatron-Bridge recipe @067f987")
         if etp is not None:
             assumed.append(f"etp={etp} ({where})")
         if moe_comm is not None and _int(r["moe_experts"]):
@@ -293,13 +295,18 @@ def heldout_rows(knobs: Mapping[str, float] | None = None) -> list[HeldOutRow]:
             recipe = recipe.with_behaviour(ep_dispatcher="allgather")
             assumed.append("allgather MoE dispatcher (Megatron core_v0.6.0 default, "
                            "arguments.py l. 1592-1594; the launch sets none)")
+        opt_off, act_off, off_behaviour, off_notes = offload.offload(r)
+        if off_behaviour:
+            recipe = recipe.with_behaviour(**off_behaviour)
+        assumed += off_notes
         cl = ClusterSpec(name=group.name, node_groups=[group])
         try:
             job = Job(model=model, cluster=cl, recipe=recipe, seq_len=seq, global_batch=gb)
             plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, zero=zero, mbs=mbs,
                         num_microbatches=gb // (dp * mbs), recompute=recompute,
                         stage_layers=stage_layers, chunk_layers=chunk_layers, etp=etp,
-                        schedule=schedule)
+                        schedule=schedule, optimizer_offload=opt_off,
+                        activation_offload=act_off)
         except ValueError as exc:
             skip(f"not expressible: {str(exc).splitlines()[0][:80]}", family)
             continue

@@ -52,12 +52,16 @@ def _int(x: str) -> int | None:
 #: (comm_overlap.tp_comm_overlap), `dp_overlap` (ddp.overlap_grad_reduce), `etp`
 #: (expert_tensor_parallel_size), `recompute_modules` ('/'-joined), `cuda_graphs` (TE CUDA-graph
 #: scopes, '/'-joined: behaviour `cuda_graph_scopes`); `routing` is recorded, not modelled.
+#: The mbridge-offload-card rows (Megatron-Bridge's CPU-offloading skill card, heldout_offload)
+#: state their recipe's settings the same way, plus their offload settings.
 CARD_SOURCE = "mbridge-cards"
+CARD_SETTING_SOURCES = (CARD_SOURCE, "mbridge-offload-card")
 
 
 def _card_settings(r: dict[str, str]) -> dict[str, str]:
-    """The `key=value` settings of an mbridge-cards row ({} for every other source)."""
-    if r["source_id"] != CARD_SOURCE:
+    """The `key=value` settings of an mbridge-cards or mbridge-offload-card row ({} for every
+    other source)."""
+    if r["source_id"] not in CARD_SETTING_SOURCES:
         return {}
     items = (part.partition("=") for part in r["extra_config"].split(";"))
     return {k.strip(): v.strip() for k, sep, v in items if sep}

@@ -34,6 +34,7 @@ HARNESS: dict[str, int] = {
     "harness.heldout_bridge": 2,
     "harness.heldout_stated": 2,
     "harness.heldout_megatron": 2,
+    "harness.heldout_offload": 2,
     "harness.heldout_models": 3,
     "harness.heldout_recipes": 4,
     "harness.heldout": 5,

@@ -65,23 +65,70 @@ def test_zbv_layout_is_the_forks_padding() -> None:
 
 def test_schedules_of_one_job_ranked_as_measured(rows: list) -> None:
     """Per model and micro-batch count, the paper measured ZB-2p > ZB-1p > 1F1B (Table 4);
-    the cost model orders each such pair the same way or calls them equal within 1%
-    (ZB-2p against ZB-1p: the FLOP split gives W = F, where ZB-H1 and ZB-H2 both sit on the
-    (p-1)F floor; RESULTS.md 'Zero-bubble and offload runs')."""
+    the cost model orders each such pair the same way or calls them equal within 1%, and
+    predicts ZB-1p's gain over 1F1B within 4 points of the measured one (+4.2..+15.0%): the
+    split of the cost model's per-op times (cost/pass_split.py; the FLOP split's W = F put
+    it 1.7-6 points too high, RESULTS.md 'Zero-bubble and offload runs')."""
     done = [h for h in rows if h.plan is not None and h.plan.num_microbatches >= 2 * h.plan.pp]
     jobs = {(h.name, h.plan.num_microbatches) for h in done}
-    assert len(jobs) == 12  # Table 4 (m >= 3p); Table 12's m <= p: RESULTS.md, a known miss
+    assert len(jobs) == 12  # Table 4 (m >= 3p); Table 12's m <= p: the test below
     for name, m in jobs:
         runs = {h.plan.pipeline_schedule: h for h in done
                 if (h.name, h.plan.num_microbatches) == (name, m)}
         pred = {s: evaluate(h.job, h.plan, h.options).throughput.tokens_per_s_per_gpu
                 for s, h in runs.items()}
+        meas = {s: h.measured_tps for s, h in runs.items()}
         for lo, hi in itertools.pairwise(("1f1b", "zb-h1", "zb-h2")):
-            assert runs[hi].measured_tps > runs[lo].measured_tps, (name, m, lo, hi)
+            assert meas[hi] > meas[lo], (name, m, lo, hi)
             assert pred[hi] > pred[lo] * 0.99, (name, m, lo, hi, pred)
-        assert pred["zb-h1"] > pred["1f1b"] * 1.05, (name, m, pred)
+        gain = pred["zb-h1"] / pred["1f1b"] - meas["zb-h1"] / meas["1f1b"]
+        assert abs(gain) < 0.04, (name, m, gain, pred)
+
+
+def test_few_microbatches_gain_as_measured(rows: list) -> None:
+    """Table 12 (m <= p, Appendix H): ZB-2p measured +19..+33% over 1F1B; with the bubble of
+    m micro-batches (cost/schedules.py `bubble_ratio`: (p-1)(F+B) - (m-1)W and the replay's
+    other paths) the predicted gain is within 10 points of it (it was +47..+100% with the
+    m-blind ratio)."""
+    few = [h for h in rows if h.plan is not None and h.plan.num_microbatches <= h.plan.pp]
+    jobs = {(h.name, h.plan.num_microbatches) for h in few}
+    assert len(jobs) == 9
+    for name, m in jobs:
+        runs = {h.plan.pipeline_schedule: h for h in few
+                if (h.name, h.plan.num_microbatches) == (name, m)}
+        pred = {s: evaluate(h.job, h.plan, h.options).throughput.tokens_per_s_per_gpu
+                for s, h in runs.items()}
+        meas = {s: h.measured_tps for s, h in runs.items()}
+        gain = pred["zb-h2"] / pred["1f1b"] - meas["zb-h2"] / meas["1f1b"]
+        assert meas["zb-h2"] > meas["1f1b"] and abs(gain) < 0.10, (name, m, gain)
 
 
 def test_unknown_schedule_name_is_an_error() -> None:
     with pytest.raises(ValueError, match="schedule="):
         zb.schedule({"source_id": zb.SOURCE, "extra_config": "schedule=ZB-9q", "model": "x"})
+
+
+#: Qi et al. Appendix D Table 9, the 24/48/96-micro-batch rows: profiled T_F, T_B, T_W (ms)
+TABLE_9 = {"1.5B": (18.522, 18.086, 9.337), "6.2B": (29.718, 29.444, 19.927),
+           "14.6B": (11.347, 11.248, 8.132), "28.3B": (10.419, 10.207, 7.715)}
+
+
+def test_split_against_the_papers_profile(rows: list) -> None:
+    """cost/pass_split.py's F, B, W of the paper's four models against Table 9 (compared, not
+    fitted): W/F rises with the model as profiled (0.66 / 0.85 / 0.96 / 1.00 against 0.50 /
+    0.67 / 0.72 / 0.74; the FLOP count gives 1 for all), each within 0.3 of the profile, and
+    B is the longest pass (B/F 1.14-1.26 against ~0.98: the model's forward has less non-GEMM
+    time than the fp16 runs; RESULTS.md 'Zero-bubble and offload runs')."""
+    from autoparallel_cp.cost.pass_split import pass_times
+
+    got: dict[str, float] = {}
+    for h in rows:
+        size = h.name.split()[1]
+        if h.plan is None or h.plan.pipeline_schedule != "zb-h1" or size in got:
+            continue
+        f, b, w = pass_times(h.job, h.plan, h.options)
+        got[size] = w / f
+        t_f, _, t_w = TABLE_9[size]
+        assert abs(w / f - t_w / t_f) < 0.3 and b > f > w * 0.95, (size, f, b, w)
+    order = sorted(TABLE_9, key=lambda s: TABLE_9[s][2] / TABLE_9[s][0])
+    assert sorted(got, key=got.__getitem__) == order

@@ -51,6 +51,27 @@ def test_transfer_and_cpu_adam_by_hand() -> None:
     assert O.optimizer_offload_s(job, 0, 1e9, 0.5) == pytest.approx(0.390625 / 2)
 
 
+def test_megatron_without_copy_overlap_runs_the_parts_in_turn() -> None:
+    """Megatron-Core's HybridDeviceOptimizer without overlap_cpu_optimizer_d2h_h2d (its
+    default) copies on the current stream and steps one CPU optimizer after the D2H
+    (hybrid_optimizer.py:173-174,203-221 @d98e8a64): behaviour offload_copies_overlap False
+    adds the parts, 62.5 + 390.625 + 31.25 ms for 1e9 parameters (bf16 weights back); True
+    keeps the pipelined max, and None the framework default (Megatron: the max)."""
+    job = _job()
+    serial = job.model_copy(update={"recipe": job.recipe.with_behaviour(
+        offload_copies_overlap=False)})
+    assert O.optimizer_offload_s(serial, 0, 1e9, 1.0) == pytest.approx(
+        0.0625 + 0.390625 + 0.03125)
+    piped = job.model_copy(update={"recipe": job.recipe.with_behaviour(
+        offload_copies_overlap=True)})
+    assert O.optimizer_offload_s(piped, 0, 1e9, 1.0) == pytest.approx(0.390625)
+    assert O.overlaps_optimizer_copies(job) and not O.overlaps_optimizer_copies(serial)
+    fsdp = _job(recipe="torchtitan-fsdp")
+    assert not O.overlaps_optimizer_copies(fsdp)
+    # no offload: the flag costs nothing
+    assert O.optimizer_offload_s(serial, 0, 1e9, 0.0) == 0.0
+
+
 def test_activation_copy_exposure_by_hand() -> None:
     """6.4 GB per micro-batch = 100 ms each way at 64 GB/s: against a 60 ms forward and a
     120 ms backward, 40 ms sticks out of the forward and none out of the backward."""
@@ -74,6 +95,27 @@ def test_optimizer_offload_moves_bytes_and_time() -> None:
         assert b.host_bytes == pytest.approx(0.25 * (a.optimizer_bytes + 4.0 * params))
         assert s1.optimizer_s == pytest.approx(
             0.75 * s0.optimizer_s + O.optimizer_offload_s(job, 0, params, 0.25))
+
+
+def test_gpu_kept_master_saves_only_the_moments() -> None:
+    """Behaviour offload_gpu_master (Megatron-Core without the precision-aware optimizer): of
+    Adam's 12 optimizer bytes per parameter (fp32 master 4 + moments 8) the offloaded share
+    frees only the moments, 8/12, the host bytes stay, and the H2D moves the 4-byte master
+    instead of the 2-byte weight: 1e9 parameters serial 62.5 + 390.625 + 62.5 ms."""
+    job = _job()
+    kept = job.model_copy(update={"recipe": job.recipe.with_behaviour(
+        offload_gpu_master=True, offload_copies_overlap=False)})
+    assert O.gpu_kept_optimizer_share(job.recipe) == 0.0
+    assert O.gpu_kept_optimizer_share(kept.recipe) == pytest.approx(4 / 12)
+    assert O.optimizer_offload_s(kept, 0, 1e9, 1.0) == pytest.approx(0.0625 + 0.390625 + 0.0625)
+    base = dict(dp=2, tp=4, pp=2, mbs=1, num_microbatches=8)
+    m0 = stage_memory(kept, Plan(**base))
+    m1 = stage_memory(kept, Plan(**base, optimizer_offload=0.75))
+    d1 = stage_memory(job, Plan(**base, optimizer_offload=0.75))
+    for a, b, d in zip(m0, m1, d1, strict=True):
+        assert b.optimizer_bytes == pytest.approx(a.optimizer_bytes * (1 - 0.75 * 8 / 12))
+        assert d.optimizer_bytes == pytest.approx(a.optimizer_bytes * 0.25)
+        assert b.host_bytes == pytest.approx(d.host_bytes)
 
 
 def test_activation_offload_memory() -> None:

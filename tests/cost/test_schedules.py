@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -53,7 +54,7 @@ def _fixed(monkeypatch: pytest.MonkeyPatch, compute: Sequence[float],
                                    optimizer_s=0.0) for j, c in enumerate(compute)]
 
     monkeypatch.setattr(steptime, "stage_times", fake)
-    monkeypatch.setattr(steptime, "backward_split", lambda job, plan: split)
+    monkeypatch.setattr(steptime, "backward_split", lambda job, plan, options=None: split)
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,11 +92,11 @@ def test_zero_bubble_rates_from_the_authors_table() -> None:
     """Bubble rate over m·t with T_F = T_B = T_W: ZB-H1 (p-1)/(3m) = a third of 1F1B's; ZB-H2's
     0 needs the post-validation, without it the last rank's ramp (p-1) F is left."""
     p = 8
-    assert S.bubble_ratio("zb-h1", p, EQUAL) == pytest.approx(1 / 3)
-    assert S.bubble_ratio("zb-h2", p, EQUAL) == pytest.approx(1 / 3)
-    assert S.bubble_ratio("1f1b", p, EQUAL) == 1.0
+    assert S.bubble_ratio("zb-h1", p, EQUAL, 3 * p) == pytest.approx(1 / 3)
+    assert S.bubble_ratio("zb-h2", p, EQUAL, 3 * p) == pytest.approx(1 / 3)
+    assert S.bubble_ratio("1f1b", p, EQUAL, 3 * p) == 1.0
     with pytest.raises(ValueError, match="no closed form"):
-        S.bubble_ratio("zbv", p, EQUAL)
+        S.bubble_ratio("zbv", p, EQUAL, 3 * p)
 
 
 @pytest.mark.parametrize("p", [2, 4, 8])
@@ -146,12 +147,12 @@ def test_unequal_passes_follow_the_formulas() -> None:
     (p-1)(F+B-2W) = 2/5 (above the ramp F = 1/5); DualPipe at p=8: (p/2-1)(F + 2B - W) =
     3*6 = 18 against 7*5."""
     split = (0.2, 0.6, 0.2)
-    assert S.bubble_ratio("zb-h1", 8, split) == pytest.approx(0.6)
-    assert S.bubble_ratio("zb-h2", 8, split) == pytest.approx(0.4)
-    assert S.bubble_ratio("dualpipe", 8, split) == pytest.approx(18 / 35)
+    assert S.bubble_ratio("zb-h1", 8, split, 16) == pytest.approx(0.6)
+    assert S.bubble_ratio("zb-h2", 8, split, 16) == pytest.approx(0.4)
+    assert S.bubble_ratio("dualpipe", 8, split, 16) == pytest.approx(18 / 35)
     # W larger than F + B: the W passes more than fill the warm-up; the ramp is left
-    assert S.bubble_ratio("zb-h2", 8, (0.2, 0.2, 0.6)) == pytest.approx(0.2)
-    assert S.bubble_ratio("dualpipe", 8, (0.1, 0.1, 0.8)) == 0.0
+    assert S.bubble_ratio("zb-h2", 8, (0.2, 0.2, 0.6), 16) == pytest.approx(0.2)
+    assert S.bubble_ratio("dualpipe", 8, (0.1, 0.1, 0.8), 16) == 0.0
 
 
 def test_dualpipe_balances_a_heavy_last_stage(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,7 +166,7 @@ def test_dualpipe_balances_a_heavy_last_stage(monkeypatch: pytest.MonkeyPatch) -
         return [steptime._dualpipe_rank(raw[j], raw[3 - j]) for j in range(4)]
 
     monkeypatch.setattr(steptime, "stage_times", fake_raw)
-    monkeypatch.setattr(steptime, "backward_split", lambda job, plan: EQUAL)
+    monkeypatch.setattr(steptime, "backward_split", lambda job, plan, options=None: EQUAL)
     plan = Plan(dp=1, tp=4, pp=4, mbs=1, num_microbatches=16, schedule="dualpipe")
     t = steptime.step_time(_job(), plan)
     assert [s.total_s for s in t.stages] == [2.0, 1.0, 1.0, 2.0]
@@ -259,22 +260,45 @@ def test_v_shape_puts_the_head_on_rank_zero() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_backward_split_from_per_op_flops() -> None:
-    """Dense layer, tokens T = 4096, h = 4096, GQA 32/8 heads of 128, SwiGLU ffn 14336:
-    GEMMs G = 2T·h·(48·128) + 2T·h·h + 2T·h·2ffn + 2T·ffn·h, causal attention core
-    A = 2·T·T·32·256/2. F = G + A, B = G + 2.5 A, W = G."""
-    T, h, ffn = 4096, 4096, 14336
-    G = 2 * T * h * 48 * 128 + 2 * T * h * h + 2 * T * h * 2 * ffn + 2 * T * ffn * h
-    A = 2 * T * T * 32 * 256 / 2
-    tot = 3 * G + 3.5 * A
+def test_backward_split_from_per_op_times() -> None:
+    """cost/pass_split.py by hand on the 16-layer Llama-8B-shaped job (tp 1, mbs 1, 4096
+    tokens): W is the weight-gradient GEMMs alone, each at its own shape's efficiency
+    (gemm_time(k, m, n) of every `layer_gemms` GEMM, the head's (h, T, V/tp)), plus two of the
+    embedding's three HBM passes; F + B + W is the model's whole time (layers' time_s, head,
+    embedding), so B is everything else; the weightless ops put W below F and B above it
+    (W = F and B = F + 1.5 x attention under the FLOP count); full recompute adds the
+    layers' replayed forward to B alone."""
+    from autoparallel_cp.cost import factors as fx
+    from autoparallel_cp.cost.efficiency import gemm_time
+    from autoparallel_cp.cost.flops import head_gemm, layer_gemms
+    from autoparallel_cp.cost.pass_split import backward_split, pass_times
+    from autoparallel_cp.cost.straggler import job_compute_stretch
+
     job = _job()
-    f, b, w = S.backward_split(job, Plan(dp=4, tp=1, pp=4, mbs=1, num_microbatches=4))
-    assert (f, b, w) == pytest.approx(((G + A) / tot, (G + 2.5 * A) / tot, G / tot))
-    # full recompute replays the forward inside B
-    f2, b2, w2 = S.backward_split(job, Plan(dp=4, tp=1, pp=4, mbs=1, num_microbatches=4,
-                                            recompute="full"))
-    tot2 = tot + G + A
-    assert (f2, b2, w2) == pytest.approx(((G + A) / tot2, (2 * G + 3.5 * A) / tot2, G / tot2))
+    plan = Plan(dp=4, tp=1, pp=4, mbs=1, num_microbatches=4)
+    gpu = job.cluster.node_groups[0].gpu
+    T, L = 4096.0, job.model.num_layers
+    f, b, w = pass_times(job, plan)
+    wg = sum(g.count * float(gemm_time(gpu, g.k, g.m, g.n, "bf16"))
+             for g in layer_gemms(job.model, False, np.float64(T), np.float64(1.0),
+                                  np.float64(1.0)))
+    hg = head_gemm(job.model, np.float64(T), np.float64(1.0))
+    lf = fx.layer_factors(job, 0, 1, 1, 1, 0, 1, "none")
+    e = fx.edge_factors(job, 0, 1, 1, 0, 1)
+    slow = job_compute_stretch(job)  # the slowest GPU's pace (straggler.py), every GEMM
+    w_want = slow * (L * wg + float(gemm_time(gpu, hg.k, hg.m, hg.n, "bf16"))) \
+        + 2.0 * float(e.emb_time_s) / 3.0
+    assert w == pytest.approx(w_want, rel=1e-9)
+    assert f + b + w == pytest.approx(
+        L * float(lf.time_s) + float(e.head_time_s) + float(e.emb_time_s), rel=1e-12)
+    assert 0.5 < w / f < 1.0 and b > f
+    assert backward_split(job, plan) == pytest.approx((f / (f + b + w), b / (f + b + w),
+                                                       w / (f + b + w)))
+    f2, b2, w2 = pass_times(job, Plan(dp=4, tp=1, pp=4, mbs=1, num_microbatches=4,
+                                      recompute="full"))
+    full = fx.layer_factors(job, 0, 1, 1, 1, 0, 1, "full")
+    assert (f2, w2) == pytest.approx((f, w), rel=1e-12)
+    assert b2 - b == pytest.approx(L * float(full.recompute_s), rel=1e-9)
 
 
 def test_ep_hidden_share() -> None:
@@ -349,10 +373,10 @@ def test_zb_h2_skewed_split_by_hand() -> None:
     and reaches rank 0 at 2.3: rank 0 waits 0.9 = (p-1)(B-F) with no W ready, and never again
     (the paper's (p-1)(F+B-2W) = 0.3 and the ramp (p-1)F = 0.6 are both below)."""
     split = (0.2, 0.5, 0.3)
-    assert S.bubble_ratio("zb-h2", 4, split) * 3 == pytest.approx(0.9)
+    assert S.bubble_ratio("zb-h2", 4, split, 8) * 3 == pytest.approx(0.9)
     assert _replayed_bubble("zb-h2", 4, 8, split) == pytest.approx(0.9)
     # ZB-H1's first rank holds p = 4: it waits (p-1)B = 1.5 (F+B-W = .4 per stage below it)
-    assert S.bubble_ratio("zb-h1", 4, split) * 3 == pytest.approx(1.5)
+    assert S.bubble_ratio("zb-h1", 4, split, 8) * 3 == pytest.approx(1.5)
     assert _replayed_bubble("zb-h1", 4, 8, split) == pytest.approx(1.5)
     # memory: every rank of the order holds 2p-1 = 7 micro-batches' inputs at its peak
     for r in range(4):
@@ -367,14 +391,38 @@ def test_zb_h2_skewed_split_by_hand() -> None:
 _SHARE = st.floats(min_value=0.01, max_value=1.0, allow_nan=False)
 
 
-@settings(max_examples=60, deadline=None)
-@given(schedule=st.sampled_from(["zb-h1", "zb-h2"]), p=st.integers(2, 6),
-       per_rank=st.integers(2, 4), f=_SHARE, b=_SHARE, w=_SHARE)
-def test_zero_bubble_closed_form_is_the_replay(schedule: str, p: int, per_rank: int, f: float,
-                                               b: float, w: float) -> None:
-    """For equal stages, any F/B/W split and m >= 2p, `bubble_ratio` x (p-1) t equals the
-    replay of the schedule's own order: cost, timeline and memory describe one schedule."""
+@settings(max_examples=150, deadline=None)
+@given(schedule=st.sampled_from(["zb-h1", "zb-h2"]), p=st.integers(2, 8),
+       m_over_p=st.floats(min_value=0.0, max_value=3.0), f=_SHARE, b=_SHARE, w=_SHARE)
+def test_zero_bubble_closed_form_is_the_replay(schedule: str, p: int, m_over_p: float,
+                                               f: float, b: float, w: float) -> None:
+    """For equal stages, any F/B/W split and every m (1 .. 3p: few micro-batches too, Qi
+    Appendix H), `bubble_ratio` x (p-1) t equals the replay of the schedule's own order:
+    cost, timeline and memory describe one schedule; the ratio is in [0, F + B] and does not
+    grow with m (schedule_axis.py's bounds rely on both)."""
+    m = max(1, round(m_over_p * p))
     total = f + b + w
     split = (f / total, b / total, w / total)
-    want = _replayed_bubble(schedule, p, per_rank * p, split)
-    assert S.bubble_ratio(schedule, p, split) * (p - 1) == pytest.approx(want, abs=1e-9)
+    want = _replayed_bubble(schedule, p, m, split)
+    rho = S.bubble_ratio(schedule, p, split, m)
+    assert rho * (p - 1) == pytest.approx(want, abs=1e-9)
+    assert -1e-12 <= rho <= split[0] + split[1] + 1e-12
+    assert S.bubble_ratio(schedule, p, split, m + 1) <= rho + 1e-12
+
+
+def test_few_microbatches_by_hand() -> None:
+    """Qi et al. Appendix H: with m <= p and all W deferred a step takes (m+p-1)(F+B) + W, a
+    bubble of (p-1)(F+B) - (m-1)W. F, B, W = .4, .4, .2 (Table 9's 1.5B shape), p = 8:
+    ZB-H2 at m = 2: 7·.8 - .2 = 5.4 of 1F1B's 7 (0.771), at m = 4: 7·.8 - .6 = 5.0 beside
+    the (p-h-1)F + (p-h)B = 5·.4 + 6·.4 = 4.4 path; at m >= 2p - 1 = 15 the steady
+    max(F+B-2W, B-F, F) = .4 (2.8 of 7). ZB-H1 at m = 2: 5.4 too, at m >= p: F+B-W = .6."""
+    split = (0.4, 0.4, 0.2)
+    assert S.bubble_ratio("zb-h2", 8, split, 2) * 7 == pytest.approx(5.4)
+    assert _replayed_bubble("zb-h2", 8, 2, split) == pytest.approx(5.4)
+    assert S.bubble_ratio("zb-h2", 8, split, 4) * 7 == pytest.approx(5.0)
+    assert _replayed_bubble("zb-h2", 8, 4, split) == pytest.approx(5.0)
+    assert S.bubble_ratio("zb-h2", 8, split, 15) == pytest.approx(0.4)
+    assert S.bubble_ratio("zb-h2", 8, split, 1) == pytest.approx(0.8)
+    assert S.bubble_ratio("zb-h1", 8, split, 2) * 7 == pytest.approx(5.4)
+    assert S.bubble_ratio("zb-h1", 8, split, 8) == pytest.approx(0.6)
+    assert _replayed_bubble("zb-h1", 8, 8, split) == pytest.approx(0.6 * 7)

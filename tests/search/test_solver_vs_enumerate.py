@@ -125,13 +125,16 @@ def test_free_partitions_match_enumeration(moe: bool, layers: int, gpus: int, ba
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @example(schedule="zb-h2", moe=False, layers=8, gpus=8, batch=32, seq=32768)  # memory-tight
 @example(schedule="zb-h1", moe=True, layers=6, gpus=8, batch=16, seq=8192)
+@example(schedule="zb-h2", moe=False, layers=8, gpus=4, batch=4, seq=8192)  # m < 2p - 1
+@example(schedule="zb-h1", moe=True, layers=8, gpus=8, batch=2, seq=2048)  # m < p
 @given(schedule=st.sampled_from(["zb-h1", "zb-h2", "gpipe"]), moe=st.booleans(),
        layers=st.sampled_from([4, 6, 8]), gpus=st.sampled_from([4, 8]),
-       batch=st.sampled_from([8, 16, 32]), seq=st.sampled_from([2048, 8192, 32768]))
+       batch=st.sampled_from([2, 4, 8, 16, 32]), seq=st.sampled_from([2048, 8192, 32768]))
 def test_schedule_axis_matches_enumeration(schedule: str, moe: bool, layers: int, gpus: int,
                                            batch: int, seq: int) -> None:
     """CP-SAT's top k equals the enumerator's on random spaces of a pinned schedule, the
-    zero-bubble ones included (per-key bubble ratio, their in-flight counts:
+    zero-bubble ones included (per-key bubble ratio of the key's split and m, few
+    micro-batches too: batch 2 or 4 puts m below p; their in-flight counts:
     search/schedule_axis.py), and the master's LB stays below every key's best."""
     job = Job(model=_mini(moe, layers), cluster=load_cluster("dgx-a100-40g").take_gpus(gpus),
               seq_len=seq, global_batch=batch)
@@ -460,3 +463,22 @@ def test_torchtitan_pipelined_zero_matches_enumeration(fix: str | None) -> None:
     if fix:
         assert all(ev.plan.pp == 2 for ev in a.plans)
     _assert_master_bounds(job, space, 3)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(layers=st.sampled_from([16, 20]), batch=st.sampled_from([32, 64]),
+       vpp=st.sampled_from([1, 2]))
+def test_pipelines_across_node_boundaries_match_enumeration(layers: int, batch: int,
+                                                            vpp: int) -> None:
+    """Two 8-GPU nodes, tp = cp = 1: pp 16 (stride 1), pp 4 (stride dp = 4) and pp 2 (stride
+    8) put one or both of the worst stage's pipeline links on the network
+    (cost/comm.py `pipeline_links`); the solver's p2p table must price them as the
+    enumerator does."""
+    job = Job(model=_mini(False, layers), cluster=load_cluster("dgx-a100").take_gpus(16),
+              seq_len=2048, global_batch=batch)
+    space = SearchSpace.for_job(job, fix="tp=1,cp=1,sp=0,zero=1,recompute=none,mbs=1",
+                                max_vpp=vpp)
+    if space.num_degree_combinations() == 0:
+        return
+    a = _compare_tol(job, space, 12)  # every key: pp 1, 2, 4, 8, 16
+    assert {ev.plan.pp for ev in a.plans} >= {2, 4, 16}

@@ -12,7 +12,8 @@ from test_solver_vs_enumerate import _assert_master_bounds, _key, _mini
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.memory import stage_memory
-from autoparallel_cp.cost.schedules import backward_split, bubble_ratio
+from autoparallel_cp.cost.pass_split import backward_split
+from autoparallel_cp.cost.schedules import bubble_ratio
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.search.key_bounds import key_bound, key_coefs
 from autoparallel_cp.search.key_table import build_key_table
@@ -91,10 +92,10 @@ def test_zb_plans_cost_what_evaluate_says(sched: str, moe: bool) -> None:
         assert cost == pytest.approx(e.time.step_s, rel=1e-9)
         assert list(pc.stage_charged) == pytest.approx(
             [s.charged_bytes for s in stage_memory(job, p)], rel=1e-9)
-        want = bubble_ratio(sched, p.pp, backward_split(job, p))
+        want = bubble_ratio(sched, p.pp, backward_split(job, p), p.num_microbatches)
         tv = next((v for v in t.variants if v.space.etp == p.etp), t)
         rho = key_ratio(tv.space, p.pp, p.tp, p.cp, p.ep, p.mbs,
-                        RECOMPUTE_MODES.index(p.recompute))
+                        RECOMPUTE_MODES.index(p.recompute), p.sp, p.num_microbatches)
         assert rho == pytest.approx(want, rel=1e-12) and 0.0 < rho < 1.0
 
 
@@ -115,7 +116,7 @@ def test_key_bounds_stay_below_every_zb_plan(sched: str) -> None:
         assert key_bound(t, k, coupled=True) <= cost + 1e-9, plan.short()
         assert lbs[k] <= cost + 1e-9, plan.short()
         fam = family_ratio([v.space for v in t.variants] or [sp], k.tp, k.cp, k.mbs, k.pp)
-        assert fam <= key_ratio(sp, k.pp, k.tp, k.cp, k.ep, k.mbs, k.mode) + 1e-15
+        assert fam <= key_ratio(sp, k.pp, k.tp, k.cp, k.ep, k.mbs, k.mode, k.sp, k.m) + 1e-15
     _assert_master_bounds(job, sp, 5)
 
 
@@ -171,7 +172,7 @@ def test_default_search_is_unchanged_by_the_zb_axis(recipe: str) -> None:
     for _, p in ranked[::5]:
         k = _key(p)
         tv = next((v for v in t.variants if v.space.etp == p.etp), t)
-        assert key_ratio(tv.space, k.pp, k.tp, k.cp, k.ep, k.mbs, k.mode) == 1.0
+        assert key_ratio(tv.space, k.pp, k.tp, k.cp, k.ep, k.mbs, k.mode, k.sp, k.m) == 1.0
         assert key_coefs(tv, k).vdiv == float(k.vpp)
         assert plan_cost(t, p).step_s == pytest.approx(evaluate(job, p).time.step_s, rel=1e-9)
 
