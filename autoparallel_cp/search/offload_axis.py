@@ -15,7 +15,9 @@ Integration: each share is a variant space, as an expert-TP size or a replicas c
 over the variants it is legal under, its best the best over them). The share changes only
 two per-parameter factors, so no table gains an axis and the composition is unchanged
 (tables.py `_replica_parts`, one leading axis over the variants):
-- GPU optimizer bytes per parameter x (1 - x) (memory.py: `opt_b *= 1 - x`);
+- GPU optimizer bytes per parameter x (1 - x·(1 - k)), k the share a recipe keeps on the GPU
+  (memory.py; cost/offload.py `gpu_kept_optimizer_share`: 0 but for Megatron-Core without
+  the precision-aware optimizer, which keeps the fp32 main copy);
 - optimizer seconds per local parameter (1 - x)·o_g + x·h_g, o_g = `optimizer_factor`,
   h_g = `optimizer_offload_s_per_param` (steptime.py: (1 - x)·opt + `optimizer_offload_s`,
   whose stages are each linear in the offloaded count, so their max or sum is too).
@@ -34,7 +36,7 @@ framework row.
 
 Why the bounds stay valid (cpsat_master.py, key_bounds.py, cpsat_partition.py): each
 variant's tables are the factor functions at its share, every entry stays >= 0 ((1 - x)·o +
-x·h >= 0 and x (1 - x) >= 0 for 0 <= x <= 1), and the composition is the same, so each
+x·h >= 0 and 1 - x·(1 - k) >= 0 for 0 <= x, k <= 1), and the composition is the same, so each
 variant's own bounds bound its plans exactly as the no-offload ones do. Across variants:
 - the master takes every table elementwise as the least over the variants (`bound_tables`),
   here the most-offloaded share's memory and the no-offload optimizer time wherever offload
@@ -230,13 +232,14 @@ def model_host_bytes(job: Job, tp: int, ep: int, etp: int | None, zero: int, dp:
     n = m.num_layers if layers is None else layers
     return (n + m.mtp_layers) * per_layer + extra * hd
 
-def gpu_share(offs: Sequence[float], k: int) -> Any:
-    """1 - x of each variant's share on a leading axis before `k` table axes (the GPU's part
-    of the optimizer bytes, memory.py); the float 1.0 when no share is offloaded (so the
-    tables keep their bits)."""
+def gpu_share(offs: Sequence[float], k: int, keep: float = 0.0) -> Any:
+    """1 - x·(1 - keep) of each variant's share x on a leading axis before `k` table axes: the
+    GPU's part of the optimizer bytes (memory.py; `keep` = cost/offload.py
+    `gpu_kept_optimizer_share`, the fp32 main copy a recipe keeps on the GPU); the float 1.0
+    when no share is offloaded (so the tables keep their bits)."""
     if not any(offs):
         return 1.0
-    return 1.0 - np.array(offs, float).reshape((-1,) + (1,) * k)
+    return 1.0 - np.array(offs, float).reshape((-1,) + (1,) * k) * (1.0 - keep)
 
 
 def opt_seconds(job: Job, g: int, offs: Sequence[float], k: int) -> Any:

@@ -43,6 +43,7 @@ import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
+from autoparallel_cp.cost.offload import gpu_kept_optimizer_share
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
 from autoparallel_cp.search.offload_axis import gpu_share, opt_seconds
 from autoparallel_cp.search.schedule_axis import plan_ratio, stage_inflight
@@ -155,9 +156,8 @@ class Tables:
 
 def key_variants(t: Tables, key: Any) -> list[Tables]:
     """The tables of each (expert-TP size, offload share, replicas) variant under which `key`
-    is a plan (`SearchSpace.etp_legal`, `zero_ok`, `host_ok`, a framework row reading R, x):
-    `t` itself unless the space searches several. A key's plans are the union over these
-    (and, within each, over its partition families)."""
+    is a plan (`etp_legal`, `zero_ok`, `host_ok`, a framework row reading R, x): `t` unless the
+    space searches several. A key's plans are the union over these (and their families)."""
     if not t.variants:
         return [t]
     sp = t.space
@@ -340,11 +340,10 @@ _REP_ARRAYS = ("emb_states", "head_states", "mtp_states", "mtpc_states")
 
 def _replica_parts(t: Tables, reps: list[int], offs: list[float] | None = None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The tables that read hybrid sharding's replicas R (the shard group dp·cp/R) or the
-    host offload share x (search/offload_axis.py): ZeRO-3 gathers, model states, DP sync,
-    optimizer and per-micro-batch gradient work, of the layers and of the stage extras, of
-    `t`'s space at each (R, x) of `reps`, `offs` (a leading axis): dict-valued tables by
-    name, then array-valued ones."""
+    """The tables that read the replicas R (shard group dp·cp/R) or the host offload share x
+    (search/offload_axis.py): ZeRO-3 gathers, model states, DP sync, optimizer and per-micro-
+    batch gradient work, of the layers and stage extras, at each (R, x) of `reps`, `offs` (a
+    leading axis): dict-valued tables by name, then array-valued ones."""
     space = t.space
     job = space.job
     model = job.model
@@ -389,7 +388,8 @@ def _replica_parts(t: Tables, reps: list[int], offs: list[float] | None = None
     pp5 = job.num_gpus / (tp5 * cp5 * dp5)  # pp is derived (space.py), as for p2p above
     wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d, pp5)
     we, ge, oe = fx.state_bytes_per_param(job.recipe.for_experts(), z5, shard_e, pp5)
-    od, oe = od * gpu_share(offs, 5), oe * gpu_share(offs, 5)
+    keep_d, keep_e = (gpu_kept_optimizer_share(r) for r in (job.recipe, job.recipe.for_experts()))
+    od, oe = od * gpu_share(offs, 5, keep_d), oe * gpu_share(offs, 5, keep_e)  # GPU's part
     buf = tch * fx.buffer_bytes_per_param(job, z5)
     loc_d = np.where(z5 >= 1, 1.0 / shard_d, 1.0)
     loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(shard_e), 1.0), 1.0)
@@ -420,7 +420,7 @@ def _replica_parts(t: Tables, reps: list[int], offs: list[float] | None = None
     _, z4, dp4, cp4 = g4
     pp4 = job.num_gpus / (tp.reshape(-1, 1, 1, 1) * cp4 * dp4)
     w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rr(4), pp4)
-    o4 = o4 * gpu_share(offs, 4)
+    o4 = o4 * gpu_share(offs, 4, keep_d)
     per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
     shape4 = (nr, len(tp), len(zero), len(dp), len(cp))
     # + the ZeRO-3 root unit's gathered edge weights (cost/zero3_edges.py), transient

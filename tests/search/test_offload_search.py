@@ -101,10 +101,20 @@ def test_offload_wins_where_memory_binds_and_is_determined() -> None:
         (ev.plan.key()[:11], ev.plan.optimizer_offload) for ev in a.plans]
 
 
-def test_tables_cost_equals_evaluate_with_offload() -> None:
+@pytest.mark.parametrize("gpu_master", [False, True])
+def test_tables_cost_equals_evaluate_with_offload(gpu_master: bool) -> None:
     """Every 5th plan the enumerator ranks, MoE (expert states sharded apart), at every share
-    (the same plan with its share replaced: a key's best is one share)."""
+    (the same plan with its share replaced: a key's best is one share); and with Megatron-Core
+    without the precision-aware optimizer (behaviour `offload_gpu_master`: the GPU keeps the
+    fp32 main copy, the H2D moves it; copies in turn), memory and time alike."""
+    from autoparallel_cp.cost.memory import stage_memory
+
     job = _job(True, 4, 8, seq=8192, batch=8)
+    if gpu_master:
+        r = job.recipe
+        beh = r.behaviour.model_copy(update={"offload_gpu_master": True,
+                                             "offload_copies_overlap": False})
+        job = job.model_copy(update={"recipe": r.model_copy(update={"behaviour": beh})})
     space = SearchSpace.for_job(job, max_pp=2, max_vpp=1, max_mbs=1, zero=(1, 3))
     ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
     t = build_tables(space)
@@ -112,7 +122,16 @@ def test_tables_cost_equals_evaluate_with_offload() -> None:
         for x in OFFLOAD_SHARES:
             p = plan.model_copy(update={"optimizer_offload": x})
             ev = evaluate(job, p)
-            assert plan_cost(t, p).step_s == pytest.approx(ev.time.step_s, rel=1e-9)
+            pc = plan_cost(t, p)
+            assert pc.step_s == pytest.approx(ev.time.step_s, rel=1e-9)
+            # charged memory: the states' part moves with the share as memory.py's does
+            base = plan_cost(t, plan.model_copy(update={"optimizer_offload": 0.0}))
+            sm, sm0 = stage_memory(job, p), stage_memory(job, plan.model_copy(
+                update={"optimizer_offload": 0.0}))
+            for j in range(p.pp):
+                drop = sm0[j].optimizer_bytes - sm[j].optimizer_bytes
+                assert base.stage_charged[j] - pc.stage_charged[j] == pytest.approx(
+                    drop, rel=1e-9, abs=1.0)
 
 
 def test_master_and_key_bounds_hold_with_offload() -> None:
