@@ -9,7 +9,9 @@ locally updated parameters keeps its fp32 master weights and Adam moments in hos
 (`grad_bytes` each), Adam runs on the CPU, and the updated weights come back (`weight_bytes`
 each); the rest steps on the GPU as before. Adam on the CPU is bound by DRAM bandwidth: it
 streams CPU_ADAM_BYTES_PER_PARAM per parameter, at the node's DRAM bandwidth shared by its
-GPUs' processes. With Megatron's `--overlap-cpu-optimizer-d2h-h2d` (and DeepSpeed's
+GPUs' processes, or slower where the process steps on few threads (torchrun's default 1) and
+the host states one core's bandwidth (`cpu_adam_bytes_per_s`).
+With Megatron's `--overlap-cpu-optimizer-d2h-h2d` (and DeepSpeed's
 pipelined ZeRO-Offload: Ren et al., USENIX ATC 2021, §4.1 "the gradient transfer ... overlaps
 with the backward", the parameter swap with the next forward) the three stages run as a
 pipeline over parameter groups: max(d2h, cpu, h2d); FSDP2's CPUOffloadPolicy keeps the sharded
@@ -50,13 +52,34 @@ def host_link_s(job: Job, g: int, nbytes: float) -> float:
     return nbytes / (host.link_gbps * 1e9)
 
 
-def cpu_adam_s(job: Job, g: int, params: float) -> float:
-    """Seconds of Adam on the CPU over `params` parameters for one GPU's process: DRAM-bound,
-    the node's bandwidth split over its GPUs."""
+#: Threads of the CPU optimizer step per GPU process where the recipe does not say: torchrun's
+#: OMP_NUM_THREADS=1 for nproc_per_node > 1 (torch/distributed/run.py `config_from_args`
+#: @010929fd), the launcher of both recipe frameworks (spec/recipe.py `cpu_optimizer_threads`).
+TORCHRUN_OMP_THREADS = 1
+
+
+def cpu_adam_bytes_per_s(job: Job, g: int) -> float:
+    """DRAM bytes/s one GPU's process streams its CPU Adam step at: the node's DRAM bandwidth
+    split over its GPUs, capped at threads x one core's sustained bandwidth where the host
+    states `core_stream_gbps` (threads: behaviour `cpu_optimizer_threads`, else torchrun's 1).
+    torch's fused CPU AdamW splits the step over the intra-op pool (at::parallel_for in
+    aten/src/ATen/native/cpu/FusedAdamKernel.cpp `adam_fused_step_impl` @000510a6), so its rate
+    is at most the pool's threads' streams. Bounds: min(share, cap) <= share, so the step never
+    takes less than the share-only time; a lower bound priced without the cap stays one."""
     ng = job.cluster.node_groups[g]
     assert ng.host is not None
-    per_gpu = ng.host.memory_gbps * 1e9 / ng.gpus_per_node
-    return params * CPU_ADAM_BYTES_PER_PARAM / per_gpu
+    share = ng.host.memory_gbps * 1e9 / ng.gpus_per_node
+    core = ng.host.core_stream_gbps
+    if core is None:
+        return share
+    threads = job.recipe.behaviour.cpu_optimizer_threads or TORCHRUN_OMP_THREADS
+    return min(share, threads * core * 1e9)
+
+
+def cpu_adam_s(job: Job, g: int, params: float) -> float:
+    """Seconds of Adam on the CPU over `params` parameters for one GPU's process: DRAM-bound,
+    CPU_ADAM_BYTES_PER_PARAM each at `cpu_adam_bytes_per_s`."""
+    return params * CPU_ADAM_BYTES_PER_PARAM / cpu_adam_bytes_per_s(job, g)
 
 
 def overlaps_optimizer_copies(job: Job) -> bool:

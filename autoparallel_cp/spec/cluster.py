@@ -78,11 +78,15 @@ class LinkSpec(Strict):
 class HostSpec(Strict):
     """The host side of a node, for offloading: the GPU-host link per GPU per direction (PCIe,
     or NVLink-C2C on Grace Hopper), the node's host memory and its DRAM bandwidth (shared by
-    the node's GPUs)."""
+    the node's GPUs), and one core's sustained DRAM bandwidth."""
 
     link_gbps: LinkGBps
     memory_gib: MemoryGiB
     memory_gbps: HbmGBps
+    #: one core's sustained DRAM bandwidth, GB/s (a one-thread STREAM-class figure): caps a CPU
+    #: optimizer step run on few threads (cost/offload.py `cpu_adam_s`). None: not stated; the
+    #: step is then charged at the node's DRAM share alone, the fastest it can run.
+    core_stream_gbps: HbmGBps | None = None
     source: str = ""
 
     @property

@@ -17,6 +17,7 @@ Bytes = Annotated[int, Bounded(1, MAX_BYTES, "4x Adam's m and v in fp64")]
 Bytes0 = Annotated[int, Bounded(0, MAX_BYTES, "4x Adam's m and v in fp64")]
 Fraction = Annotated[float, Bounded(0.0, 1.0, "a fraction", low_open=False)]
 SmMargin = Annotated[int, Bounded(0, 1024, "~8x an H100's 132 SMs")]
+CpuThreads = Annotated[int, Bounded(1, 4096, "~10x a dual-socket 192-core host's threads")]
 #: bytes per element of a cached activation format (fp8 1, E5M6 1.5, bf16 2, fp32 4)
 ElemBytes = Annotated[float, Bounded(0.0, 8.0, "fp64", low_open=True)]
 
@@ -276,6 +277,16 @@ class FrameworkBehaviour(Strict):
       Megatron-LM's arguments.py:1884-1888 requires the precision-aware optimizer (what
       `--emit megatron` writes), Megatron-Bridge does not. Default off: the host holds the only
       fp32 copy (cost/offload.py `gpu_kept_optimizer_share`).
+    - ``cpu_optimizer_threads``: CPU threads the host-offloaded optimizer step runs on per GPU
+      process (torch's intra-op pool, OMP_NUM_THREADS). None: the launcher's default. torchrun
+      sets OMP_NUM_THREADS=1 for every worker when nproc_per_node > 1 and the variable is unset
+      (torch/distributed/run.py `config_from_args` @010929fd), and Megatron-LM / Megatron-Bridge
+      training code sets no thread count (no OMP_NUM_THREADS / set_num_threads outside examples
+      and docs @d98e8a64, @067f987df0), so torch's fused CPU AdamW, which HybridDeviceOptimizer
+      uses, runs on 1 thread. DeepSpeed's launcher sets OMP_NUM_THREADS only with
+      `--bind_cores_to_rank`, to the cores bound per rank (launcher/launch.py:230-232
+      @38327e07), and DeepSpeedCPUAdam steps in an OpenMP loop (csrc/adam/cpu_adam_impl.cpp:43)
+      on those threads. Read only where the host states `core_stream_gbps`.
     - ``moe_swiglu_fp8_input``: the MoE SwiGLU operators (routed and shared experts) cache
       their input, the fc1 output, in FP8 (1 B per element, fine-grained tiles) and, with
       "moe_act" among the recompute modules, recompute their output from it in backward for
@@ -333,6 +344,7 @@ class FrameworkBehaviour(Strict):
     ub_rs_sm_margin: tuple[SmMargin, SmMargin] = (0, 0)
     offload_copies_overlap: bool | None = None
     offload_gpu_master: bool = False
+    cpu_optimizer_threads: CpuThreads | None = None
     moe_swiglu_fp8_input: bool = False
     attn_out_cache_bytes: ElemBytes | None = None
     norm_recompute_drops_cache: bool = False

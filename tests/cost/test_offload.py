@@ -72,6 +72,32 @@ def test_megatron_without_copy_overlap_runs_the_parts_in_turn() -> None:
     assert O.optimizer_offload_s(serial, 0, 1e9, 0.0) == 0.0
 
 
+def test_cpu_adam_on_few_threads_by_hand() -> None:
+    """A host stating one core's bandwidth caps the CPU step at threads x that: 1e9
+    parameters x 30 B at 10 GB/s (torchrun's one thread) = 3 s, at 4 threads 40 GB/s = 0.75 s,
+    at 16 threads the node share 76.8 GB/s binds again (390.625 ms). Never faster than the
+    share-only time; a host without the figure keeps it. The Megatron pipeline's max is then the
+    CPU step (3 s against 62.5 / 31.25 ms of copies)."""
+    host = HostSpec(link_gbps=64.0, memory_gib=2048.0, memory_gbps=614.4, core_stream_gbps=10.0)
+    one = _job(host)
+    assert O.cpu_adam_bytes_per_s(one, 0) == pytest.approx(10e9)
+    assert O.cpu_adam_s(one, 0, 1e9) == pytest.approx(3.0)
+    assert O.optimizer_offload_s(one, 0, 1e9, 1.0) == pytest.approx(3.0)
+    share_only = O.cpu_adam_s(_job(), 0, 1e9)
+    assert share_only == pytest.approx(0.390625)
+    for threads, want in ((4, 0.75), (16, 0.390625)):
+        base = RECIPES["megatron-bf16"]
+        rec = base.model_copy(update={"behaviour": base.behaviour.model_copy(
+            update={"cpu_optimizer_threads": threads})})
+        job = one.model_copy(update={"recipe": rec})
+        assert O.cpu_adam_s(job, 0, 1e9) == pytest.approx(want)
+        assert O.cpu_adam_s(job, 0, 1e9) >= share_only * (1 - 1e-12)
+    with pytest.raises(ValueError):
+        HostSpec(link_gbps=64.0, memory_gib=2048.0, memory_gbps=614.4, core_stream_gbps=0.0)
+    with pytest.raises(ValueError):
+        RECIPES["megatron-bf16"].behaviour.model_validate({"cpu_optimizer_threads": 0})
+
+
 def test_activation_copy_exposure_by_hand() -> None:
     """6.4 GB per micro-batch = 100 ms each way at 64 GB/s: against a 60 ms forward and a
     120 ms backward, 40 ms sticks out of the forward and none out of the backward."""
