@@ -58,7 +58,7 @@ Axes and their default domains (every value is also checked against the job):
 
 `size()` counts complete plans (every field that changes the plan) without listing them.
 
-Kept whole (about 670 lines): the domains, the degree rules, the partition families, the
+Kept whole (about 715 lines): the domains, the degree rules, the partition families, the
 expert-TP sizes and the counting of one space read the same fields; split, a rule and its
 count would sit apart.
 """
