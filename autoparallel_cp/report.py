@@ -284,6 +284,24 @@ def schedule_line(p: Mapping[str, Any], default: Mapping[str, Any]) -> str:
             f"; mem {gib(m0)} -> {gib(m)} GiB)" if step0 else f"schedule {s}")
 
 
+def offload_line(p: Mapping[str, Any], on_gpu: Mapping[str, Any]) -> str:
+    """Which GPU memory a plan's host optimizer offload removes and what it costs: its memory
+    and step against the same plan with every optimizer state on the GPU (`on_gpu`;
+    cost/offload.py: the share's master weights and Adam moments move to the host, its
+    gradients go down and the updated weights come back each step, Adam runs on the CPU)."""
+    x = p.get("plan", {}).get("optimizer_offload") or 0.0
+    mem, mem0 = p.get("memory", {}), on_gpu.get("memory", {})
+    t, t0 = p.get("time", {}), on_gpu.get("time", {})
+    step, step0 = t.get("step_s") or 0.0, t0.get("step_s") or 0.0
+    fits0 = on_gpu.get("fits", True)
+    return (f"optimizer_offload {x:g}: GPU memory {gib(needed_bytes(mem0))} -> "
+            f"{gib(needed_bytes(mem))} GiB (optimizer states {gib(mem0.get('optimizer_bytes'))}"
+            f" -> {gib(mem.get('optimizer_bytes'))} GiB; {gib(mem.get('host_bytes'))} GiB per "
+            f"GPU on the host), +{fmt_time(step - step0)} host time per step (step "
+            f"{fmt_time(step0)} -> {fmt_time(step)})"
+            + ("; without it the plan does not fit" if not fits0 else ""))
+
+
 def print_plan_report(console: Console, p: Mapping[str, Any], *, title: str,
                       num_layers: int | None = None, explain: bool = False) -> None:
     """Breakdown report of one PLAN dict (evaluate); with `explain`, limits and suggestions."""

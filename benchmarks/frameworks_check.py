@@ -179,6 +179,8 @@ JOBS: list[tuple[str, str, int, int, int, str, str, str, list[str]]] = [
      "pp=4,vpp=2,zero=3,mbs=1,schedule=zbv,dp_replicate=2", []),
     ("offload-zero3-part", "llama3-8b", 16, 4096, 64, "megatron-bf16", "evaluate",
      "zero=3,mbs=1,optimizer_offload=0.25", []),
+    # issue 31.2: the searched optimizer share (70B on one node fits only with it)
+    ("70b-solve-offload", "llama3-70b", 8, 4096, 32, "megatron-bf16", "solve", "", []),
     # issues 28/31: hybrid sharding (dp_replicate: torchtitan data_parallel_replicate_degree,
     # Megatron --num-distributed-optimizer-instances, DeepSpeed MiCS mics_shard_size)
     ("hsdp-zero3-r2", "llama3-8b", 32, 4096, 64, "megatron-bf16", "evaluate",

@@ -21,6 +21,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 _META_CAL = "ap_solve_calibration"
 _META_HEADROOM = "ap_solve_mem_headroom"
 _META_RHO = "ap_solve_moe_load_imbalance"
+_META_ALSO = "ap_solve_search_also"
+#: the axes `--search-also` adds to the default search (spec/job.py `Job.search_also`)
+SEARCH_ALSO = ("schedule", "offload")
 
 
 def _store(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
@@ -66,6 +69,19 @@ def moe_imbalance_option(fn: F) -> F:
              "GEMMs, copies, all-to-all bytes and activations. Default 1 (balanced).")(fn)
 
 
+def search_also_option(fn: F) -> F:
+    """`--search-also AXIS[,AXIS]` (recorded on the click context; `apply_options` checks the
+    names and sets `Job.search_also`)."""
+    return click.option(
+        "--search-also", default=None, metavar="AXIS[,AXIS]", expose_value=False,
+        callback=_store(_META_ALSO),
+        help="Add plan axes to the default search: 'schedule' (the ZB-H1 and ZB-H2 "
+             "zero-bubble schedules beside 1F1B and interleaved, where the framework runs "
+             "them) and 'offload' (the share of optimizer states on the host: 0, 0.5, 1, where "
+             "the cluster states its host). Each makes the proof cover more plans and takes "
+             "longer (see the user guide); a value pinned with --fix is searched either way.")(fn)
+
+
 def calibration_path() -> str | None:
     """The current command's --calibration file, if given (an input of the output rule)."""
     ctx = click.get_current_context(silent=True)
@@ -73,11 +89,19 @@ def calibration_path() -> str | None:
 
 
 def apply_options(job: Job) -> Job:
-    """The job with the current command's --calibration, --mem-headroom and
-    --moe-load-imbalance applied (each only where the command has the option)."""
+    """The job with the current command's --calibration, --mem-headroom,
+    --moe-load-imbalance and --search-also applied (each only where the command has the option)."""
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return job
+    also = ctx.meta.get(_META_ALSO)
+    if also:
+        names = tuple(dict.fromkeys(a.strip() for a in str(also).split(",") if a.strip()))
+        bad = [a for a in names if a not in SEARCH_ALSO]
+        if bad or not names:
+            raise InputError(f"--search-also {also}: expected a comma-separated list of "
+                             f"{', '.join(SEARCH_ALSO)}", field="--search-also")
+        job = job.model_copy(update={"search_also": names})
     rho = ctx.meta.get(_META_RHO)
     if rho is not None:
         try:

@@ -20,6 +20,7 @@ from autoparallel_cp.cli.calibration_options import (
     calibration_option,
     headroom_option,
     moe_imbalance_option,
+    search_also_option,
 )
 from autoparallel_cp.cli.params import FiniteFloat
 from autoparallel_cp.cli.progress import ProgressBar
@@ -195,6 +196,7 @@ def search_options(fn: F) -> F:
         click.option("--quiet", "-q", is_flag=True,
                      help="No progress line or notes on stderr."),
         headroom_option,
+        search_also_option,
     ]
     for o in reversed(opts):
         fn = o(fn)

@@ -210,6 +210,11 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         as_default = ranked[0][0].model_copy(update={"schedule": None})
         out.print("  " + report.schedule_line(
             best, report.plans_from([api.evaluate(full_job, as_default)])[0]))
+    if ranked[0][0].optimizer_offload:  # which GPU memory the host offload removes
+        on_gpu = ranked[0][0].model_copy(update={"optimizer_offload": 0.0})
+        out.print("  " + report.offload_line(
+            best, report.plans_from([api.evaluate(full_job, on_gpu)])[0]),
+            markup=False, highlight=False, soft_wrap=True)
     if rec is None:
         out.print(Text("recommended: ", style="bold yellow") + Text(
             f"none within the memory margin (--mem-headroom {headroom:g}): "

@@ -142,3 +142,23 @@ def activation_offload_s(job: Job, g: int, nbytes: float, fwd_s: float, bwd_s: f
         return 0.0
     d = host_link_s(job, g, nbytes)
     return max(d - fwd_s, 0.0) + max(d - bwd_s, 0.0)
+
+
+def optimizer_offload_s_per_param(job: Job, g: int) -> float:
+    """`optimizer_offload_s` per offloaded parameter of node group `g` (0 without a host):
+    each of its stages is linear in the parameter count and the share, and so are their max
+    (pipelined) and their sum (in turn), so the host side of a share x of P local parameters
+    is x·P times this (the search's per-parameter optimizer tables, search/offload_axis.py)."""
+    if job.cluster.node_groups[g].host is None:
+        return 0.0
+    return optimizer_offload_s(job, g, 1.0, 1.0)
+
+
+def host_bytes_per_param(job: Job, zero: int, shard: float) -> float:
+    """`optimizer_host_bytes` per parameter of a stage at share 1, its optimizer sharded over
+    `shard` ranks when `zero` >= 1 (memory.py: the master weights and moments,
+    `master_weight_bytes + optimizer_state_bytes`, and the fp32 gradient copy, each per
+    locally updated parameter)."""
+    d = max(shard, 1.0) if zero >= 1 else 1.0
+    r = job.recipe
+    return (r.master_weight_bytes + r.optimizer_state_bytes + 4.0) / d

@@ -69,6 +69,7 @@ class PartitionModel:
     etp: int | None = None  # the space's expert-TP size (fixed per space, not a key axis)
     schedule: Schedule | None = None  # the plans' schedule field (schedule_axis.plan_schedule)
     dp_replicate: int = 1  # the space's hybrid-sharding replicas (fixed per space)
+    optimizer_offload: float = 0.0  # the space's host offload share (fixed per space)
 
     def read_plan(self, solver: cp_model.CpSolver, uniform: bool) -> Plan:
         """The plan of the current solution."""
@@ -85,7 +86,7 @@ class PartitionModel:
                     recompute_layers=rl, stage_layers=None if uniform else ls,
                     stage_groups=sg, chunk_layers=self.chunk_layers, etp=self.etp,
                     schedule=self.schedule,
-                    dp_replicate=self.dp_replicate)
+                    dp_replicate=self.dp_replicate, optimizer_offload=self.optimizer_offload)
 
     def forbid(self, solver: cp_model.CpSolver) -> None:
         """No-good on the current (layer counts, r, groups)."""
@@ -399,7 +400,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     return PartitionModel(model, layers, r, y if hetero else None, obj, tu / (vpp * q), err, key,
                           None if cl is None else tuple(int(x) for x in cl), t.space.etp,
                           plan_schedule(s.schedule),
-                          t.space.dp_replicate)
+                          t.space.dp_replicate, t.space.optimizer_offload)
 
 
 def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int = 0,

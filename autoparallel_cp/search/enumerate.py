@@ -406,7 +406,8 @@ def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:
                 recompute=mode_name, recompute_layers=ropts[int(ri[col])],
                 stage_layers=part_objs[int(pi[col])], stage_groups=place_objs[int(qi[col])],
                 chunk_layers=None if cl is None else tuple(cl), etp=space.etp,
-                schedule=plan_schedule(space.schedule), dp_replicate=space.dp_replicate)
+                schedule=plan_schedule(space.schedule), dp_replicate=space.dp_replicate,
+                optimizer_offload=space.optimizer_offload)
     return float(cost[col]), plan
 
 
@@ -488,11 +489,13 @@ def _best_of_space(tabs: Tables, vi: tuple[int, int],
                 for col in np.nonzero(np.isfinite(cost))[0]:
                     sp_ = int(sps[col // len(space.zero)])
                     zero = space.zero[col % len(space.zero)]
-                    if not space.zero_ok(zero) or (space.dp_replicate > 1 and (
+                    if not space.zero_ok(zero) or not space.host_ok(
+                            d.tp, d.ep, zero, d.dp, d.cp) or (
+                            (space.dp_replicate > 1 or space.optimizer_offload > 0.0) and (
                             space.refusals_of_key(KeyView(
                                 d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, sp_, zero, d.mbs,
                                 d.num_microbatches, MODES.index(mode_name))))):
-                        continue  # not a plan of this replicas variant (tables.key_variants)
+                        continue  # not a plan of this variant (tables.key_variants)
                     p = int(pi[col])
                     part = tuple(int(x) for x in parts[p]) if free_parts else part_objs[p]
                     plan = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep,
@@ -502,7 +505,8 @@ def _best_of_space(tabs: Tables, vi: tuple[int, int],
                                 stage_layers=part, stage_groups=place_objs[int(qi[col])],
                                 chunk_layers=None if cl is None else tuple(cl),
                                 etp=space.etp, schedule=plan_schedule(space.schedule),
-                                dp_replicate=space.dp_replicate)
+                                dp_replicate=space.dp_replicate,
+                optimizer_offload=space.optimizer_offload)
                     r = fs.restriction
                     if r is not None and r.split_refusals(plan):
                         continue  # the framework does not run this family's best (as solve)

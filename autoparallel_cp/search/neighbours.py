@@ -91,7 +91,9 @@ def neighbours(job: Any, plan: Plan) -> list[tuple[str, Plan]]:
 
 
 def axis_edits(job: Any, plan: Plan) -> list[tuple[str, dict[str, Any]]]:
-    """The schedule and offload changes of `plan` (spec/schedules.py; not search axes yet):
+    """The schedule and offload changes of `plan` (spec/schedules.py; the optimizer shares
+    are those the search tries, search/offload_axis.py `OFFLOAD_SHARES`; the rest are not
+    searched by default):
     every other schedule (a V-shaped one at vpp 2), half or all of the optimizer states on
     the host, and one or half of the smallest stage's layers' activations offloaded."""
     from autoparallel_cp.spec.schedules import SCHEDULES, V_SHAPED

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search import space_count
+from autoparallel_cp.search import offload_axis, space_count
 from autoparallel_cp.search.schedule_axis import (
     narrow_recompute,
     refuse_unrun,
@@ -43,7 +43,7 @@ PartitionKind = Literal["uniform", "free"]
 FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
     "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers", "etp",
-    "dp_replicate", "schedule",
+    "dp_replicate", "schedule", "optimizer_offload",
 )
 
 
@@ -106,6 +106,11 @@ class SearchSpace:
     schedules: tuple[str | None, ...] = (None,)
     #: the frameworks whose plans only are searched (spec/framework_space.py); None: any
     restriction: Restriction | None = None
+    #: the share of the optimizer states on the host of every plan (search/offload_axis.py)
+    optimizer_offload: float = 0.0
+    #: the shares searched (`etp_variants`): (optimizer_offload,) unless the search tries
+    #: host offload too (`offload_axis.offload_axis`: every node group has a host)
+    off_axis: tuple[float, ...] = (0.0,)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -134,7 +139,9 @@ class SearchSpace:
         (`Restriction.of`, applied by `_restrict`); with `hybrid`, hybrid sharding's replicas
         too where those frameworks run it (`rep_axis`)."""
         pins: dict[str, Any] = dict(parse_assignments(fix) if isinstance(fix, str) else fix or {})
-        refuse_unsearched(pins)
+        off_pin = offload_axis.refuse_pin(job, pins)
+        refuse_unsearched({k: v for k, v in pins.items()
+                           if k not in ("optimizer_offload", "activation_offload")})
         for k in pins:
             if k not in FIXABLE:
                 raise InputError(f"cannot fix {k!r}; fixable: {', '.join(FIXABLE)}", field=k)
@@ -145,11 +152,16 @@ class SearchSpace:
         restriction = Restriction.of(job, emit) if by_framework else None
         if restriction is not None:
             space = space._restrict(restriction)
-        if "schedule" not in pins:  # the schedules costed exactly (schedule_axis.py)
+        if "schedule" not in pins and "schedule" in job.search_also:
+            # the schedules costed exactly (schedule_axis.py), on request (Job.search_also)
             space = space.with_(schedules=union_schedules(restriction, space.pp, space.vpp))
         if hybrid and "dp_replicate" not in pins and (
                 restriction is None or restriction.replicates):
             space = space._with_replicas()
+        offs = (offload_axis.offload_axis(job, restriction, space.zero, off_pin)
+                if off_pin is not None or "offload" in job.search_also else (0.0,))
+        if off_pin is not None or len(offs) > 1:
+            space = space.with_(optimizer_offload=offs[0], off_axis=offs)
         return space
 
     @property
@@ -180,7 +192,12 @@ class SearchSpace:
         """(framework, field) of the restriction's rows that search `key` breaks (every plan
         of the key breaks the same: `Restriction.key_rows`); empty without a restriction."""
         return () if self.restriction is None else self.restriction.key_rows(
-            key, self.etp, self.dp_replicate)
+            key, self.etp, self.dp_replicate, self.optimizer_offload)
+
+    def host_ok(self, tp: int, ep: int, zero: int, dp: int, cp: int) -> bool:
+        """The space's offload share fits the hosts on a key with these axes
+        (`offload_axis.host_ok`: whole-model bytes); always at share 0."""
+        return offload_axis.host_ok(self, tp, ep, zero, dp, cp)
 
     def recompute_step(self, vpp: int) -> int:
         """Partial recompute counts are multiples of this (the restriction's,
@@ -211,14 +228,16 @@ class SearchSpace:
 
     @property
     def multi(self) -> bool:
-        """Whether the space is a union of variants (several expert-TP sizes or replicas)."""
-        return len(self.etp_axis) > 1 or len(self.rep_axis) > 1
+        """Whether the space is a union of variants (several expert-TP sizes, replicas or
+        offload shares)."""
+        return len(self.etp_axis) > 1 or len(self.rep_axis) > 1 or len(self.off_axis) > 1
 
     def etp_variants(self) -> tuple[SearchSpace, ...]:
-        """One space per searched (expert-TP size, replicas) pair (`etp_axis` x `rep_axis`),
-        each with both fixed: the spaces whose union this one is (the space itself when it
-        searches one of each). A key's plans are the union over the variants it is legal
-        under (`etp_legal`, `zero_ok`)."""
+        """One space per searched (expert-TP size, offload share, replicas) triple (`etp_axis`
+        x `off_axis` x `rep_axis`), each with all three fixed: the spaces whose union this one
+        is (the space itself when it searches one of each). A key's plans are the union over
+        the variants it is legal under (`etp_legal`, `zero_ok`, `host_ok`, the framework rows
+        at the variant's share and replicas)."""
         if not self.multi:
             return (self,)
         cache: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_etp", {})
@@ -226,35 +245,47 @@ class SearchSpace:
             out: list[SearchSpace] = []
             gpn = self.gpus_per_node
             for e in self.etp_axis:
-                one = None
+                base: tuple[Degrees, ...] | None = None
+                first = self
                 by_rep: dict[int, list[Degrees]] = {}
-                for r in self.rep_axis:
-                    v = self.with_(etp=e, etp_axis=(e,), dp_replicate=r, rep_axis=(r,))
-                    if r == 1:
-                        one = v
-                        # the sibling's degrees by their searched replicas (`rep_ok`)
-                        for d in v.degrees():
-                            by_rep.setdefault(node_shard_replicas(d.tp, d.cp, d.dp, gpn),
-                                              []).append(d)
-                    elif one is not None:
-                        # its degrees are its R = 1 sibling's that take R (`rep_ok`, and the
-                        # expert grid with R, `ep_ok`): every other rule of `_list_degrees`
-                        # reads no R, so the same list without listing the space again
-                        v.__dict__["_degrees"] = {"d": tuple(
-                            d for d in by_rep.get(r, ()) if v.ep_ok(d.tp, d.cp, d.dp, d.ep))}
-                        v.__dict__["_sibling"] = one  # (space_count.count reads its plans)
-                    out.append(v)
+                for x in self.off_axis:
+                    one = None
+                    for r in self.rep_axis:
+                        v = self.with_(etp=e, etp_axis=(e,), dp_replicate=r, rep_axis=(r,),
+                                       optimizer_offload=x, off_axis=(x,))
+                        if r == 1:
+                            one = v
+                            if base is None:
+                                first, base = v, tuple(v.degrees())
+                                # the sibling's degrees by their searched replicas (`rep_ok`)
+                                for d in base:
+                                    by_rep.setdefault(node_shard_replicas(d.tp, d.cp, d.dp,
+                                                                          gpn), []).append(d)
+                            else:  # no degree rule reads the offload share
+                                v.__dict__["_degrees"] = {"d": base}
+                                v.__dict__["_sibling"] = first  # (space_count.count)
+                        elif one is not None:
+                            # its degrees are its R = 1 sibling's that take R (`rep_ok`, and
+                            # the expert grid with R, `ep_ok`): every other rule of
+                            # `_list_degrees` reads no R, so the same list without listing
+                            # the space again
+                            v.__dict__["_degrees"] = {"d": tuple(
+                                d for d in by_rep.get(r, ()) if v.ep_ok(d.tp, d.cp, d.dp, d.ep))}
+                            v.__dict__["_sibling"] = first  # (space_count.count reads its plans)
+                        out.append(v)
             cache["v"] = tuple(out)
         return cache["v"]
 
     def base_variants(self) -> tuple[SearchSpace, ...]:
         """The variants of the space's first replicas value (R = 1 when hybrid sharding is
-        searched): a key legal under some variant is legal under one of these (R > 1 only
-        adds rules: `rep_ok`, `zero_ok`, R | the expert-DP group)."""
+        searched) and first offload share (0 when offload is searched): a key legal under
+        some variant is legal under one of these (R > 1 only adds rules: `rep_ok`,
+        `zero_ok`, R | the expert-DP group; a share > 0 only `host_ok` and framework rows)."""
         memo: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_base", {})
         if "v" not in memo:
             memo["v"] = tuple(v for v in self.etp_variants()
-                              if v.dp_replicate == self.rep_axis[0])
+                              if v.dp_replicate == self.rep_axis[0]
+                              and v.optimizer_offload == self.off_axis[0])
         return memo["v"]
 
     def rep_ok(self, tp: int, cp: int, dp: int) -> bool:
@@ -562,6 +593,7 @@ class SearchSpace:
             "partial_recompute": [self.partial_recompute],
             "dp_replicate": list(self.rep_axis),
             "schedule": searched(self.schedules, self.vpp),
+            "optimizer_offload": list(self.off_axis),
             **({"frameworks": list(self.restriction.formats)}
                if self.restriction is not None else {}),
         }

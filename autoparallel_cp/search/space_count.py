@@ -59,20 +59,22 @@ def count(space: SearchSpace) -> int:
     """`SearchSpace.size`, counted: per degree combination, the sp and ZeRO choices times the
     recompute settings and partitions of each layout family, times the stage placements."""
     zeros = [z for z in space.zero if space.zero_ok(z)]
-    per_rest = len(zeros)
     total = 0
     if space.multi:  # the union of the one-etp, one-replicas spaces (no plan twice)
         return sum(v.size() for v in space.etp_variants())
     sib = space.__dict__.get("_sibling")
     if sib is not None and space.restriction is None:
-        # a replicas variant: its degrees are its R = 1 sibling's that take R, each with the
-        # same sp values, partitions and placements (space.py `etp_variants`), and its own
-        # ZeRO stages (zero >= 1)
+        # a replicas or offload-share variant: its degrees are its R = 1, share-0 sibling's
+        # that take R, each with the same sp values, partitions and placements (space.py
+        # `etp_variants`), and its own ZeRO stages (zero >= 1 under R > 1; those whose
+        # whole-model offloaded states the hosts hold, `host_ok`, which reads no sp, mode
+        # or split)
         sib.size()
         per = sib.__dict__["_per_degree"]
-        return sum(per[d] for d in space.degrees()) * per_rest
+        return sum(per[d] * _host_zeros(space, zeros, d) for d in space.degrees())
     fams: dict[tuple[int, int], int] = {}
     per_degree: dict[Any, int] = {}  # the plans of a degree choice per ZeRO stage
+    per_mode: dict[tuple[int, int, str], int] = {}  # plans of a mode per placement
     for d in space.degrees():
         if (d.pp, d.vpp) not in fams:
             fams[d.pp, d.vpp] = sum(
@@ -82,14 +84,30 @@ def count(space: SearchSpace) -> int:
         sps = [s for s in space.sp if space.etp_legal(d.tp, d.cp, d.dp, d.ep, s)]
         if space.restriction is None:
             per_degree[d] = len(sps) * fams[d.pp, d.vpp] * place
-            total += per_degree[d] * per_rest
+            total += per_degree[d] * _host_zeros(space, zeros, d)
             continue
-        # the keys a framework row refuses hold no plan of the space
+        # the keys a framework row refuses, or whose offload share the hosts cannot hold
+        # (search/offload_axis.py `host_ok`), hold no plan of the space
         for s, z, mode in product(sps, zeros, space.recompute):
             key = KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, s, z, d.mbs,
                           d.num_microbatches, RECOMPUTE_MODES.index(mode))
-            if not space.refusals_of_key(key):
-                total += sum(f.mode_choices(mode, d.pp, d.vpp) * f.num_partitions(
-                    d.pp, d.vpp) for f in space.split_families(d.pp, d.vpp)) * place
+            if space.host_ok(d.tp, d.ep, z, d.dp, d.cp) and not space.refusals_of_key(key):
+                if (d.pp, d.vpp, mode) not in per_mode:
+                    per_mode[d.pp, d.vpp, mode] = sum(
+                        f.mode_choices(mode, d.pp, d.vpp) * f.num_partitions(d.pp, d.vpp)
+                        for f in space.split_families(d.pp, d.vpp))
+                total += per_mode[d.pp, d.vpp, mode] * place
     space.__dict__["_per_degree"] = per_degree
     return total
+
+
+def _host_zeros(space: SearchSpace, zeros: list[int], d: Any) -> int:
+    """The ZeRO stages of `zeros` whose offloaded states the hosts hold on degree choice `d`
+    (`SearchSpace.host_ok`: all of them at share 0), memoized per (tp, ep, dp, cp)."""
+    if space.optimizer_offload == 0.0:
+        return len(zeros)
+    memo: dict[tuple[int, ...], int] = space.__dict__.setdefault("_host_zeros", {})
+    k = (d.tp, d.ep, d.dp, d.cp)
+    if k not in memo:
+        memo[k] = sum(1 for z in zeros if space.host_ok(d.tp, d.ep, z, d.dp, d.cp))
+    return memo[k]

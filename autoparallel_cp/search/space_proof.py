@@ -69,7 +69,7 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
         "layer_split": _split_rule(space),
         "pins": _plain(dict(space.fixed)),
         "schedule": searched(space.schedules, space.vpp),
-        "offload": "none (optimizer and activations stay on the GPU)",
+        "offload": _offload_text(space),
         "rules": ["dp*tp*pp*cp = GPUs", "global batch % (dp*mbs) = 0",
                   "vpp > 1 needs pp > 1 and num_microbatches >= pp",
                   "ep | dp*cp (etp = tp), else etp*ep | tp*cp*dp",
@@ -77,24 +77,45 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
                   "searched (not pinned): 1, or with zero >= 2 (hybrid FSDP) the replicas of "
                   "a shard group of the fewest whole nodes holding two shard ranks "
                   "(spec/hybrid_sharding.py node_shard_replicas)",
-                  "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)"]
+                  "spec/plan.py plan_violations (heads, kv heads, FFN, sequence)",
+                  "optimizer_offload > 0 only where the hosts hold the offloaded optimizer "
+                  "states of the largest stage a split of the key's pp can have "
+                  "(search/offload_axis.py host_ok)"]
         + ([f"the rows of {', '.join(r.formats)} in spec/frameworks.py"] if r is not None
            else []),
     }
+
+
+def _offload_text(space: SearchSpace) -> str:
+    """The host offload the space covers, in words (search/offload_axis.py)."""
+    shares = [x for x in space.off_axis if x > 0]
+    if not shares:
+        why = ("pinned" if "optimizer_offload" in space.fixed else
+               "not searched by default: --search-also offload"
+               if "offload" not in space.job.search_also else
+               "a node group has no host spec" if not all(
+                   g.host is not None for g in space.job.cluster.node_groups)
+               else "the frameworks run none")
+        return f"none (optimizer and activations stay on the GPU: {why})"
+    return ("optimizer states on the host, shares " + ", ".join(f"{x:g}" for x in
+                                                                 space.off_axis)
+            + "; activations stay on the GPU")
 
 
 def space_line(desc: dict[str, Any]) -> str:
     """One line of `proof_space` for the terminal, under the status line."""
     parts = []
     for name, dom in desc["axes"].items():
-        vals = ["tp" if v is None and name == "etp_axis" else str(v) for v in dom]
-        shown = {"etp_axis": "etp", "rep_axis": "dp_replicate"}.get(name, name)
+        vals = ["tp" if v is None and name == "etp_axis" else
+                f"{v:g}" if isinstance(v, float) else str(v) for v in dom]
+        shown = {"etp_axis": "etp", "rep_axis": "dp_replicate",
+                 "off_axis": "optimizer_offload"}.get(name, name)
         parts.append(f"{shown} {','.join(vals)}")
     # etp and named_splits are shown by the etp axis and the layer-split rule
     extra = [f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
              for k, v in desc.items()
              if k not in ("axes", "dp", "layer_split", "pins", "rules", "partition", "etp",
-                          "named_splits", "dp_replicate")]
+                          "named_splits", "dp_replicate", "optimizer_offload")]
     return ("proof covers: " + "; ".join(parts + extra)
             + f"; layer split {desc['layer_split']}")
 
@@ -114,9 +135,12 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     elif ps in space.schedules:
         sub = ps
     else:
+        hint = ("; --search-also schedule adds zb-h1, zb-h2" if ps in ("zb-h1", "zb-h2")
+                and "schedule" not in space.job.search_also and "schedule" not in space.fixed
+                else "")
         return (f"schedule={ps} (searched: {', '.join(runs)}"
-                + ("; 1f1b at vpp 1, interleaved at vpp > 1)" if None in space.schedules
-                   else ")"))
+                + ("; 1f1b at vpp 1, interleaved at vpp > 1" if None in space.schedules
+                   else "") + hint + ")")
     # the rest is checked against the sub-space of the plan's schedule (its pp, vpp and
     # partial recompute: SearchSpace.schedule_variants)
     space = next(v for v in space.schedule_variants() if v.schedules == (sub,))
@@ -124,8 +148,14 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         if getattr(plan, name) not in getattr(space, name):
             return (f"{name}={getattr(plan, name)} with schedule={ps} (searched: "
                     f"{list(getattr(space, name))})")
-    if plan.optimizer_offload or plan.activation_offload:
-        return "host offload (not searched: everything stays on the GPU)"
+    if plan.activation_offload:
+        return "activation offload (not searched: activations stay on the GPU)"
+    if plan.optimizer_offload not in space.off_axis:
+        hint = ("; --search-also offload adds the host shares"
+                if "offload" not in space.job.search_also
+                and "optimizer_offload" not in space.fixed else "")
+        return (f"optimizer_offload={plan.optimizer_offload:g} (searched: "
+                f"{', '.join(f'{x:g}' for x in space.off_axis)}{hint})")
     have = plan.etp if plan.etp is not None and plan.etp != plan.tp else None
     wants = {None if e is None or e == plan.tp else e for e in space.etp_axis}
     if have not in wants:
@@ -136,7 +166,12 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
                 f"{', '.join(map(str, space.rep_axis))}; pin it with --fix dp_replicate)")
     one = next((v for v in space.etp_variants()
                 if (None if v.etp is None or v.etp == plan.tp else v.etp) == have
-                and v.dp_replicate == plan.dp_replicate), space)
+                and v.dp_replicate == plan.dp_replicate
+                and v.optimizer_offload == plan.optimizer_offload), space)
+    if not one.host_ok(plan.tp, plan.ep, plan.zero, plan.dp, plan.cp):
+        return (f"optimizer_offload={plan.optimizer_offload:g} at this sharding (searched "
+                "only where the hosts hold the offloaded states of the largest stage a split "
+                "of this pp can have)")
     if not (one.rep_ok(plan.tp, plan.cp, plan.dp) and one.zero_ok(plan.zero)):
         return (f"dp_replicate={plan.dp_replicate} with tp*cp*dp = "
                 f"{plan.tp * plan.cp * plan.dp}, zero={plan.zero} (searched: the shard group "

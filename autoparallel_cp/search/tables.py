@@ -27,7 +27,7 @@ min(rho, ep) >= 1 stays non-negative and enters the same sums; the solver and `p
 the same scaled entries (tests/search/test_moe_imbalance_search.py: CP-SAT == enumeration at
 rho 1.5, LB(key) <= each key's best at rho 2).
 
-Kept whole (about 570 lines): the tables and `plan_cost`, their one exact reader, must change
+Kept whole (about 600 lines): the tables and `plan_cost`, their one exact reader, must change
 together; splitting them would put the composition the solver proves against in two files.
 """
 
@@ -43,7 +43,9 @@ import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
+from autoparallel_cp.cost.offload import gpu_kept_optimizer_share
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
+from autoparallel_cp.search.offload_axis import gpu_share, opt_seconds
 from autoparallel_cp.search.schedule_axis import plan_ratio, stage_inflight
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec.hybrid_sharding import node_shard_replicas
@@ -153,10 +155,9 @@ class Tables:
 
 
 def key_variants(t: Tables, key: Any) -> list[Tables]:
-    """The tables of each (expert-TP size, replicas) variant under which `key` is a plan
-    (`SearchSpace.etp_legal`, `zero_ok`, and a framework row reading the replicas):
-    `t` itself unless the space searches several. A key's plans are the union over these
-    (and, within each, over its partition families)."""
+    """The tables of each (expert-TP size, offload share, replicas) variant under which `key`
+    is a plan (`etp_legal`, `zero_ok`, `host_ok`, a framework row reading R, x): `t` unless the
+    space searches several. A key's plans are the union over these (and their families)."""
     if not t.variants:
         return [t]
     sp = t.space
@@ -170,7 +171,9 @@ def key_variants(t: Tables, key: Any) -> list[Tables]:
     return [v for v in cands
             if v.space.etp_legal(key.tp, key.cp, key.dp, key.ep, key.sp)
             and v.space.zero_ok(key.zero) and key.dp in v.dp and key.m in v.m
-            and (v.space.dp_replicate == 1 or not v.space.refusals_of_key(key))]
+            and v.space.host_ok(key.tp, key.ep, key.zero, key.dp, key.cp)
+            and ((v.space.dp_replicate == 1 and v.space.optimizer_offload == 0.0)
+                 or not v.space.refusals_of_key(key))]
 
 
 def family_tables(t: Tables, pp: int, vpp: int) -> list[Tables]:
@@ -207,7 +210,7 @@ def build_tables(space: SearchSpace) -> Tables:
             base = by_etp.get(v.etp)
             if base is None:
                 vt = by_etp[v.etp] = _build_tables(v, dps, ms)
-            else:  # the replicas change only the state and sync tables: share the rest
+            else:  # R and x change only the state, sync, optimizer tables: share the rest
                 vt = replace(base, space=v)
                 rest.setdefault(v.etp, []).append(vt)
             vs.append(vt)
@@ -319,7 +322,8 @@ def _replica_tables_of(ts: list[Tables]) -> None:
     factor functions broadcast it: every entry is the float R alone gives) and set on each
     `t` as its slice (contiguous: R leads), in fresh dicts (a variant sharing the other tables
     with its R = 1 sibling never writes into them)."""
-    parts, arrs = _replica_parts(ts[0], [v.space.dp_replicate for v in ts])
+    parts, arrs = _replica_parts(ts[0], [v.space.dp_replicate for v in ts],
+                                 [v.space.optimizer_offload for v in ts])
     for i, ti in enumerate(ts):
         for n, vals in parts.items():
             setattr(ti, n, {k: v[i] for k, v in vals.items()})
@@ -334,11 +338,12 @@ _REP_DICTS = ("z3l", "z3f", "states", "dpsync", "opt", "mbl", "emb_dpsync", "hea
 _REP_ARRAYS = ("emb_states", "head_states", "mtp_states", "mtpc_states")
 
 
-def _replica_parts(t: Tables, reps: list[int]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The tables that read hybrid sharding's replicas R (the shard group dp·cp/R): ZeRO-3
-    gathers, model states, DP sync, optimizer and per-micro-batch gradient work, of the layers
-    and of the stage extras, of `t`'s space at each R of `reps` (a leading axis): dict-valued
-    tables by name, then array-valued ones."""
+def _replica_parts(t: Tables, reps: list[int], offs: list[float] | None = None
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tables that read the replicas R (shard group dp·cp/R) or the host offload share x
+    (search/offload_axis.py): ZeRO-3 gathers, model states, DP sync, optimizer and per-micro-
+    batch gradient work, of the layers and stage extras, at each (R, x) of `reps`, `offs` (a
+    leading axis): dict-valued tables by name, then array-valued ones."""
     space = t.space
     job = space.job
     model = job.model
@@ -348,6 +353,7 @@ def _replica_parts(t: Tables, reps: list[int]) -> tuple[dict[str, Any], dict[str
     def rr(k: int) -> npt.NDArray[np.float64]:
         return rep_a.reshape((-1,) + (1,) * k)  # R on a leading axis before k table axes
 
+    offs = offs or [0.0] * nr  # x on the same leading axis (search/offload_axis.py)
     kinds = t.kinds
     tch = fx.transient_charge()
     gch = fx.grad_charge(job.recipe)
@@ -382,6 +388,8 @@ def _replica_parts(t: Tables, reps: list[int]) -> tuple[dict[str, Any], dict[str
     pp5 = job.num_gpus / (tp5 * cp5 * dp5)  # pp is derived (space.py), as for p2p above
     wd, gd, od = fx.state_bytes_per_param(job.recipe, z5, shard_d, pp5)
     we, ge, oe = fx.state_bytes_per_param(job.recipe.for_experts(), z5, shard_e, pp5)
+    keep_d, keep_e = (gpu_kept_optimizer_share(r) for r in (job.recipe, job.recipe.for_experts()))
+    od, oe = od * gpu_share(offs, 5, keep_d), oe * gpu_share(offs, 5, keep_e)  # GPU's part
     buf = tch * fx.buffer_bytes_per_param(job, z5)
     loc_d = np.where(z5 >= 1, 1.0 / shard_d, 1.0)
     loc_e = np.where(z5 >= 1, 1.0 / np.maximum(np.floor(shard_e), 1.0), 1.0)
@@ -393,7 +401,7 @@ def _replica_parts(t: Tables, reps: list[int]) -> tuple[dict[str, Any], dict[str
         for g in range(len(job.cluster.node_groups)):
             sd, se, _z3, _fixed = fx.dp_sync_factors(job, g, tp5, cp5, dp5, ep5, z5, space.etp,
                                                      rr(5))
-            opt = fx.optimizer_factor(job, g)
+            opt = opt_seconds(job, g, offs, 5)
             on = (dp5 * cp5 > 1).astype(float)
             # expert gradients reduce over the expert-DP group (steptime.stage_times)
             on_e = np.maximum(on, (shard_e > 1).astype(float))
@@ -412,6 +420,7 @@ def _replica_parts(t: Tables, reps: list[int]) -> tuple[dict[str, Any], dict[str
     _, z4, dp4, cp4 = g4
     pp4 = job.num_gpus / (tp.reshape(-1, 1, 1, 1) * cp4 * dp4)
     w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rr(4), pp4)
+    o4 = o4 * gpu_share(offs, 4, keep_d)
     per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
     shape4 = (nr, len(tp), len(zero), len(dp), len(cp))
     # + the ZeRO-3 root unit's gathered edge weights (cost/zero3_edges.py), transient
@@ -438,7 +447,7 @@ def _replica_parts(t: Tables, reps: list[int]) -> tuple[dict[str, Any], dict[str
         on4 = (dp4 * cp4 > 1).astype(float)
         sd = sd * on4
         out["dps_fixed"][g] = np.broadcast_to(fixed * on4, shape4).copy()
-        opt = fx.optimizer_factor(job, g)
+        opt = opt_seconds(job, g, offs, 4)
         md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4,
                                             None, rr(4))
         for p_, ds, op, mb in extras:
@@ -486,13 +495,14 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     """The memory.py / steptime.py composition for one plan, in exact floats (with the tables
     of the plan's expert-TP size and replicas when the space searches several)."""
     for v in t.variants:
-        if v.space.etp == plan.etp and v.space.dp_replicate == plan.dp_replicate:
+        if v.space.etp == plan.etp and v.space.dp_replicate == plan.dp_replicate \
+                and v.space.optimizer_offload == plan.optimizer_offload:
             t = v
             break
     sp_ = t.space
-    if plan.dp_replicate != sp_.dp_replicate:  # the tables hold one shard group size
-        raise ValueError(f"plan dp_replicate={plan.dp_replicate}, tables of "
-                         f"dp_replicate={sp_.dp_replicate}")
+    if (plan.dp_replicate, plan.optimizer_offload) != (sp_.dp_replicate, sp_.optimizer_offload):
+        raise ValueError(f"plan dp_replicate={plan.dp_replicate}, optimizer_offload="  # one
+                         f"{plan.optimizer_offload:g}: not a variant of the tables")  # R, x
     L = sp_.num_layers
     ls = plan.layers_per_stage(L)
     chunks = plan.chunks_per_stage(L)

@@ -87,8 +87,8 @@ class KeyPlan:
     etp: int | None
     recompute_layers: None = None
     schedule: None = None  # a pinned schedule is one per space, checked against the rows up
-    optimizer_offload: float = 0.0  # front (SearchSpace._restrict); offload is not searched
-    activation_offload: int = 0
+    optimizer_offload: float = 0.0  # the space's share (one value per variant space)
+    activation_offload: int = 0  # not searched
     dp_replicate: int = 1  # the space's (one value per space, as a pinned etp)
 
     @property
@@ -198,18 +198,19 @@ class Restriction:
                 out["fixed"] = {**dict(fixed), "etp": etps[0]}
         return out
 
-    def key_rows(self, key: Any, etp: int | None,
-                 dp_replicate: int = 1) -> tuple[tuple[str, str], ...]:
+    def key_rows(self, key: Any, etp: int | None, dp_replicate: int = 1,
+                 optimizer_offload: float = 0.0) -> tuple[tuple[str, str], ...]:
         """(framework, field) of the key rows a search key breaks (`key`: tp, cp, pp, dp, ep,
-        vpp, sp, zero, mbs, m, mode as `KeyView`; `etp`, `dp_replicate`: the space's). The rows
-        read only those fields, so every plan of the key breaks the same rows."""
+        vpp, sp, zero, mbs, m, mode as `KeyView`; `etp`, `dp_replicate`, `optimizer_offload`:
+        the space's). The rows read only those fields, so every plan of the key breaks the
+        same rows."""
         k = (key.tp, key.pp, key.cp, key.dp, key.ep, key.vpp, key.sp, key.zero, key.mbs,
-             key.m, key.mode, etp, dp_replicate)
+             key.m, key.mode, etp, dp_replicate, optimizer_offload)
         got = self._verdicts.get(k)
         if got is None:
             plan = KeyPlan(key.dp, key.tp, key.pp, key.vpp, key.cp, key.ep, key.sp, key.zero,
                            key.mbs, key.m, RECOMPUTE_MODES[key.mode], etp,
-                           dp_replicate=dp_replicate)
+                           dp_replicate=dp_replicate, optimizer_offload=optimizer_offload)
             got = tuple((f.framework, f.field) for f in self.key_refusals(plan))  # type: ignore[arg-type]
             self._verdicts[k] = got
         return got

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -44,6 +44,13 @@ class Job(Strict):
     #: `routed_load` applies it). Read from the run's own Megatron `tokens_per_expert` logs, it
     #: is not a fitted number.
     moe_load_imbalance: float = 1.0
+    #: --search-also: plan axes the search adds to its default space (search/space.py
+    #: `SearchSpace.for_job`): "schedule" (the zero-bubble schedules beside 1F1B and
+    #: interleaved, search/schedule_axis.py) and "offload" (the host optimizer shares,
+    #: search/offload_axis.py). Off by default: each multiplies the keys the proof scores
+    #: (benchmarks/command_bench.py), and a pinned value (`--fix schedule=zb-h1`) is searched
+    #: either way.
+    search_also: tuple[Literal["schedule", "offload"], ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> Job:

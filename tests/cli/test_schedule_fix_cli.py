@@ -20,8 +20,11 @@ def test_fix_gpipe_solves_and_the_json_names_it() -> None:
 def test_fix_unsearched_schedule_is_one_line_exit_2() -> None:
     assert_user_error(["solve", *SMALL, "--fix", "schedule=zbv", *FAST],
                       "schedule", "not a search axis yet", "gpipe")
-    assert_user_error(["enumerate", *SMALL, "--fix", "optimizer_offload=0.5", "--quiet"],
-                      "optimizer_offload", "not a search axis yet")
+    assert_user_error(["enumerate", *SMALL, "--fix", "activation_offload=2", "--quiet"],
+                      "activation_offload", "not a search axis yet")
+    # the optimizer share is searched (search/offload_axis.py): out of range is exit 2
+    assert_user_error(["enumerate", *SMALL, "--fix", "optimizer_offload=1.5", "--quiet"],
+                      "optimizer_offload", "at most 1")
 
 
 def test_the_deepspeed_recipe_refuses_a_schedule_its_pipeline_engine_does_not_run() -> None:

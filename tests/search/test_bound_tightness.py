@@ -244,8 +244,9 @@ def test_key_bound_is_exact_where_memory_forces_recompute() -> None:
     with two stages it stays below every partition's exact time (hand enumeration)."""
     job = Job(model=_mini(True, 8), cluster=_with_memory(
         load_cluster("dgx-a100-40g").take_gpus(8), 6.0), seq_len=16384, global_batch=16)
-    space = SearchSpace.for_job(job, fix="tp=1,cp=1,sp=0,mbs=1,recompute=full,ep=2",
-                                max_pp=2, max_vpp=1)
+    # optimizer states on the GPU (search/offload_axis.py): the recompute count is what fits
+    space = SearchSpace.for_job(job, fix="tp=1,cp=1,sp=0,mbs=1,recompute=full,ep=2,"
+                                "optimizer_offload=0", max_pp=2, max_vpp=1)
     t = build_tables(space)
     forced = 0
     for zero in (1, 3):
@@ -359,7 +360,7 @@ def test_master_memory_condition_excludes_keys_whose_states_do_not_fit() -> None
     over on the states alone, and keep every key brute force finds a fitting plan for."""
     job = Job(model=load_model("llama2-13b"), cluster=load_cluster("dgx-h100").take_gpus(8),
               seq_len=4096, global_batch=32)
-    space = SearchSpace.for_job(job, fix="pp=1,vpp=1,mbs=1")
+    space = SearchSpace.for_job(job, fix="pp=1,vpp=1,mbs=1,optimizer_offload=0")
     keys, capped = enumerate_keys(build_master(build_tables(space)), None, 10**12)
     assert not capped
     P, cap = 13.0e9, 80e9
@@ -418,5 +419,7 @@ def test_master_bound_is_exact_for_one_stage_keys_with_the_dp_tail_exposed() -> 
         # the key's best over its hybrid-sharding variants (search/tables.key_variants: the
         # master bounds the least over them)
         exact = min(float(plan_cost(v, _plan(k, (6,), None, None).model_copy(
-            update={"dp_replicate": v.space.dp_replicate})).step_s) for v in key_variants(t, k))
+            update={"dp_replicate": v.space.dp_replicate,
+                    "optimizer_offload": v.space.optimizer_offload})).step_s)
+            for v in key_variants(t, k))
         assert 0 <= exact - lb_u * master.unit_s <= 5e-6, k

@@ -35,8 +35,9 @@ def _enumerate_loop(space: SearchSpace) -> list[tuple[float, Plan]]:
         places = list(placements(fam, d))
         cl = fam.fixed.get("chunk_layers")
         for sp_, zero, mode in itertools.product(space.sp, space.zero, space.recompute):
-            if not sv.etp_legal(d.tp, d.cp, d.dp, d.ep, sp_):
-                continue
+            if not sv.etp_legal(d.tp, d.cp, d.dp, d.ep, sp_) \
+                    or not sv.host_ok(d.tp, d.ep, zero, d.dp, d.cp):
+                continue  # (and the offload share's host check, search/offload_axis.py)
             key = (d.tp, d.pp, d.cp, d.dp, d.ep, d.vpp, sp_, zero, d.mbs, mode)
             for part in parts:
                 ls = part if part is not None else (space.num_layers // d.pp,) * d.pp
@@ -47,7 +48,7 @@ def _enumerate_loop(space: SearchSpace) -> list[tuple[float, Plan]]:
                                     num_microbatches=d.num_microbatches, recompute=mode,
                                     recompute_layers=r, stage_layers=part, stage_groups=sg,
                                     chunk_layers=None if cl is None else tuple(cl),
-                                    etp=sv.etp)
+                                    etp=sv.etp, optimizer_offload=sv.optimizer_offload)
                         pc = plan_cost(tabs, plan)
                         if not pc.fits:
                             continue

@@ -35,12 +35,15 @@ def test_gpipe_pin_narrows_the_space_and_the_proof_names_it() -> None:
     assert sp.schedule == "gpipe" and sp.vpp == (1,) and min(sp.pp) > 1
     assert proof_space(sp)["schedule"] == ["gpipe"]
     assert "schedule gpipe" in space_line(proof_space(sp))
-    default = SearchSpace.for_job(job, max_pp=4, max_vpp=2)
-    # no --fix schedule: the union of the default and the zero-bubble schedules
+    assert proof_space(SearchSpace.for_job(job, max_pp=4, max_vpp=2))["schedule"] == [
+        "1f1b", "interleaved"]
+    union = job.model_copy(update={"search_also": ("schedule",)})
+    default = SearchSpace.for_job(union, max_pp=4, max_vpp=2)
+    # --search-also schedule: the union of the default and the zero-bubble schedules
     assert proof_space(default)["schedule"] == ["1f1b", "interleaved", "zb-h1", "zb-h2"]
-    assert proof_space(SearchSpace.for_job(job, max_vpp=1))["schedule"] == [
+    assert proof_space(SearchSpace.for_job(union, max_vpp=1))["schedule"] == [
         "1f1b", "zb-h1", "zb-h2"]
-    assert proof_space(SearchSpace.for_job(job, max_vpp=2, emit="megatron"))["schedule"] == [
+    assert proof_space(SearchSpace.for_job(union, max_vpp=2, emit="megatron"))["schedule"] == [
         "1f1b", "interleaved"]
     inter = SearchSpace.for_job(job, fix="schedule=interleaved", max_pp=4, max_vpp=3)
     assert inter.vpp == (2, 3) and min(inter.pp) > 1 and inter.schedule == "interleaved"
@@ -50,7 +53,7 @@ def test_gpipe_pin_narrows_the_space_and_the_proof_names_it() -> None:
     ("schedule=zbv", "not a search axis yet"),
     ("schedule=dualpipev", "not a search axis yet"),
     ("schedule=nope", "expected one of"),
-    ("optimizer_offload=0.5", "not a search axis yet"),
+    ("optimizer_offload=1.5", "at most 1"),
     ("activation_offload=1", "not a search axis yet"),
     ("schedule=gpipe,pp=1", "pp=1"),
     ("schedule=gpipe,vpp=2", "vpp=2"),

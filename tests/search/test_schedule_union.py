@@ -31,7 +31,7 @@ UNION = ["1f1b", "interleaved", "zb-h1", "zb-h2"]
 def _job(moe: bool = False, layers: int = 8, gpus: int = 8, seq: int = 8192,
          batch: int = 16) -> Job:
     return Job(model=_mini(moe, layers), cluster=load_cluster("dgx-a100-40g").take_gpus(gpus),
-               seq_len=seq, global_batch=batch)
+               seq_len=seq, global_batch=batch, search_also=("schedule",))
 
 
 def test_the_union_is_named_and_restricted_to_what_the_framework_runs() -> None:
@@ -192,9 +192,10 @@ def test_schedule_neighbours_of_a_proven_optimum_lie_in_the_union_and_do_not_bea
 
 
 def test_the_readme_job_picks_zb_h1_and_says_which_bubble_it_removes(tmp_path: Any) -> None:
-    """The README job: the default search's #1 is ZB-H1 (the --fix schedule=zb-h1 optimum),
-    the table names the schedule, the report says which bubble it removes against 1F1B on
-    the same plan, and --emit megatron (no ZB schedule) keeps the default ones."""
+    """The README job with --search-also schedule: #1 is ZB-H1 (the --fix schedule=zb-h1
+    optimum), the table names the schedule, the report says which bubble it removes against
+    1F1B on the same plan, and --emit megatron (no ZB schedule) keeps the default ones; the
+    default search (no --search-also) covers 1f1b and interleaved only."""
     import json
 
     from click.testing import CliRunner
@@ -210,7 +211,7 @@ def test_the_readme_job_picks_zb_h1_and_says_which_bubble_it_removes(tmp_path: A
         assert r.exit_code == 0, r.output
         return json.loads(out.read_text()), r.stdout
 
-    data, text = run()
+    data, text = run("--search-also", "schedule")
     top = data["plans"][0]
     assert data["status"] == "optimal" and data["space"]["schedule"] == UNION
     assert top["plan"]["schedule"] == "zb-h1"
@@ -219,7 +220,10 @@ def test_the_readme_job_picks_zb_h1_and_says_which_bubble_it_removes(tmp_path: A
     pinned, _ = run("--fix", "schedule=zb-h1")
     assert top["time"]["step_s"] == pytest.approx(pinned["plans"][0]["time"]["step_s"],
                                                   rel=1e-12)
-    mg, _ = run("--emit", "megatron")
+    plain, _ = run()
+    assert plain["space"]["schedule"] == ["1f1b", "interleaved"]
+    assert plain["plans"][0]["time"]["step_s"] > top["time"]["step_s"]
+    mg, _ = run("--search-also", "schedule", "--emit", "megatron")
     assert mg["space"]["schedule"] == ["1f1b", "interleaved"]
     assert all(p["plan"].get("schedule") is None for p in mg["plans"])
     assert mg["plans"][0]["time"]["step_s"] > top["time"]["step_s"]

@@ -403,8 +403,11 @@ def test_size_counts_the_named_layouts() -> None:
     job = Job(model=_mini(False, 7), cluster=load_cluster("dgx-h100").take_gpus(8),
               seq_len=4096, global_batch=16)
     fix = "pp=2,vpp=2,tp=1,cp=1,mbs=1,zero=1,sp=0,recompute=none"
-    space = SearchSpace.for_job(job, fix=fix)
+    space = SearchSpace.for_job(job, fix=fix + ",optimizer_offload=0")
     assert space.size() == len(space.layouts(2, 2))
+    # each host offload share searched (search/offload_axis.py) holds the same plans again
+    offl = SearchSpace.for_job(job.model_copy(update={"search_also": ("offload",)}), fix=fix)
+    assert offl.size() == len(offl.off_axis) * space.size() and len(offl.off_axis) > 1
     assert SearchSpace.for_job(job, fix=fix, named_splits=False).num_degree_combinations() == 0
 
 

@@ -32,8 +32,12 @@ def test_domains_respect_job_rules() -> None:
 
 
 def test_size_counts_uniform_space_by_brute_force() -> None:
-    s = SearchSpace.for_job(_job(gpus=8, batch=16), partition="uniform", partial_recompute=False)
+    both = _job(gpus=8, batch=16).model_copy(update={"search_also": ("schedule", "offload")})
+    s = SearchSpace.for_job(both, partition="uniform", partial_recompute=False)
     assert s.schedules == (None, "zb-h1", "zb-h2")
+    # every node group has a host: each key once per offload share its hosts hold
+    assert len(s.off_axis) > 1
+    shares = [v for v in s.etp_variants()]
     brute = 0
     for d in s.degrees():
         # the default schedule, and zb-h1 / zb-h2 wherever pp > 1 at vpp 1 (schedule_axis.py)
@@ -41,7 +45,9 @@ def test_size_counts_uniform_space_by_brute_force() -> None:
             for sp in s.sp:
                 if sp and d.tp == 1:
                     continue
-                brute += len(s.zero) * len(s.recompute)
+                for z in s.zero:
+                    brute += len(s.recompute) * sum(v.host_ok(d.tp, d.ep, z, d.dp, d.cp)
+                                                    for v in shares)
     assert s.size() == brute
 
 

@@ -48,11 +48,13 @@ def test_zb_pin_narrows_the_space_and_the_proof_names_it(sched: str) -> None:
     assert f"schedule {sched}" in space_line(proof_space(sp))
     best = enumerate_plans(job, sp, top_k=1).plans[0].plan
     assert best.schedule == sched and outside(sp, best) is None
-    # the default space is the union now (schedule_axis.py): the plan lies in it, and not
-    # in a space whose framework does not run ZB schedules (--emit megatron)
-    assert outside(SearchSpace.for_job(job, max_pp=4), best) is None
+    # --search-also schedule searches the union (schedule_axis.py): the plan lies in it, and
+    # not in the default space nor in one whose framework does not run ZB (--emit megatron)
+    union = job.model_copy(update={"search_also": ("schedule",)})
+    assert outside(SearchSpace.for_job(union, max_pp=4), best) is None
+    assert "--search-also schedule" in (outside(SearchSpace.for_job(job, max_pp=4), best) or "")
     assert f"schedule={sched}" in (
-        outside(SearchSpace.for_job(job, max_pp=4, emit="megatron"), best) or "")
+        outside(SearchSpace.for_job(union, max_pp=4, emit="megatron"), best) or "")
 
 
 @pytest.mark.parametrize("fix, match", [
