@@ -17,6 +17,8 @@ All functions are vectorized over numpy arrays of the group sizes / strides.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
@@ -72,6 +74,9 @@ def _hierarchical(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
     all-gather (nccl-tests bus factors 2(n-1)/n and (n-1)/n). Reduce-scatter / all-gather: the
     intra-node phase once and the inter-node phase with factor (n-1)/n.
     """
+    if np.ndim(group) == np.ndim(stride) == np.ndim(nbytes) == 0:
+        return np.asarray(_hierarchical_one(node, float(_arr(group)), float(_arr(stride)),
+                                            float(_arr(nbytes)), reduce_all))
     n = _arr(group)
     s = _arr(nbytes)
     k = members_per_node(n, stride, node.gpus_per_node)
@@ -82,6 +87,29 @@ def _hierarchical(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
     inter = _ring(node, nodes, s / k, mult * (nodes - 1) / nodes, mult, np.zeros_like(n))
     flat = _ring(node, n, s, mult * (n - 1) / np.maximum(n, 1), mult, one)
     return np.where(nodes > 1, mult * intra + inter, flat)
+
+
+def _hierarchical_one(node: NodeGroup, n: float, stride: float, s: float,
+                      reduce_all: bool) -> float:
+    """`_hierarchical` of one group in Python floats: the same operations in the same order
+    (so the same float bit for bit, tests/cost/test_comm.py), without numpy's per-call cost
+    (the cost model asks for one group at a time, tens of times per plan)."""
+    k = min(n, max(float(math.floor(node.gpus_per_node / max(stride, 1.0))), 1.0))
+    nodes = max(n / k, 1.0)
+    mult = 2.0 if reduce_all else 1.0
+    nvl = (node.intra_node.bandwidth_gbps * 1e9 * NVLINK_EFFICIENCY,
+           node.intra_node.latency_us * 1e-6)
+    net = (node.inter_node.bandwidth_gbps * 1e9 * NETWORK_EFFICIENCY,
+           node.inter_node.latency_us * 1e-6)
+
+    def ring(m: float, nbytes: float, factor: float, phases: float,
+             link: tuple[float, float]) -> float:
+        return phases * (m - 1.0) * link[1] + factor * nbytes / link[0] if m > 1 else 0.0
+
+    if nodes > 1:
+        return mult * ring(k, s, (k - 1) / max(k, 1.0), 1.0, nvl) \
+            + ring(nodes, s / k, mult * (nodes - 1) / nodes, mult, net)
+    return ring(n, s, mult * (n - 1) / max(n, 1.0), mult, nvl)
 
 
 def all_reduce(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search import offload_axis, space_count
+from autoparallel_cp.search import offload_axis, space_count, space_proof
 from autoparallel_cp.search.schedule_axis import (
     narrow_recompute,
     refuse_unrun,
     refuse_unsearched,
-    searched,
     union_schedules,
     variant_domains,
 )
@@ -177,7 +176,15 @@ class SearchSpace:
         gpn = self.gpus_per_node
         reps = sorted({node_shard_replicas(d.tp, d.cp, d.dp, gpn) for d in self.degrees()}
                       - {1})
-        return self.with_(rep_axis=(1, *reps)) if reps else self
+        if not reps:
+            return self
+        # R > 1 only adds variants: this space's degree combinations and its R = 1 variants'
+        # (`ep_ok` under `multi` reads those) are the listings already made (`etp_variants`)
+        new = self.with_(rep_axis=(1, *reps))
+        new.__dict__["_degrees"] = dict(self.__dict__["_degrees"])
+        new.__dict__["_r1"] = {(v.etp, v.optimizer_offload): dict(v.__dict__["_degrees"])
+                               for v in self.etp_variants() if "_degrees" in v.__dict__}
+        return new
 
     def _restrict(self, r: Restriction) -> SearchSpace:
         """This space narrowed to the plans of `r`'s frameworks (`Restriction.narrow`: domains,
@@ -256,6 +263,8 @@ class SearchSpace:
                         if r == 1:
                             one = v
                             if base is None:
+                                if (e, x) in self.__dict__.get("_r1", {}):  # `_with_replicas`
+                                    v.__dict__["_degrees"] = dict(self.__dict__["_r1"][e, x])
                                 first, base = v, tuple(v.degrees())
                                 # the sibling's degrees by their searched replicas (`rep_ok`)
                                 for d in base:
@@ -567,33 +576,6 @@ class SearchSpace:
         """Legal (tp, pp, cp, dp, ep, vpp, mbs) combinations."""
         return sum(1 for _ in self.degrees())
 
-    def partitions_searched(self) -> list[str]:
-        """The partition families the space covers (`split_families`), in words."""
-        if self.fixed_split:
-            return ["pinned split (--fix stage_layers / chunk_layers)"]
-        out = ["uniform: Megatron's even split, pp*vpp | layers" if self.partition == "uniform"
-               else "free: any per-stage counts, multiples of vpp, equal chunks per stage"]
-        if self.named_splits:
-            out.append("named uneven layouts: the layers plus 0/1 embedding and 0/1 loss slots "
-                       "spread evenly over the pp*vpp chunks, the remainder to the first or "
-                       "the last chunks (Megatron-Core --account-for-embedding/loss-in-"
-                       "pipeline-split, torchtitan's first/last-stage weights)")
-        return out
-
     def describe(self) -> dict[str, list[Any]]:
-        """Every axis searched with the values covered (what a proven optimum is optimal over):
-        the plan axes' domains, the partition families, the expert-TP sizes ("tp": Megatron's
-        default, the attention's tp) and whether partial recompute is searched."""
-        return {
-            "tp": list(self.tp), "pp": list(self.pp), "cp": list(self.cp), "ep": list(self.ep),
-            "vpp": list(self.vpp), "mbs": list(self.mbs), "zero": list(self.zero),
-            "sp": list(self.sp), "recompute": list(self.recompute),
-            "partition": self.partitions_searched(),
-            "etp": [e if e is not None else "tp" for e in self.etp_axis],
-            "partial_recompute": [self.partial_recompute],
-            "dp_replicate": list(self.rep_axis),
-            "schedule": searched(self.schedules, self.vpp),
-            "optimizer_offload": list(self.off_axis),
-            **({"frameworks": list(self.restriction.formats)}
-               if self.restriction is not None else {}),
-        }
+        """Every axis searched with the values covered (`space_proof.describe`)."""
+        return space_proof.describe(self)

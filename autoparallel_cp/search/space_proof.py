@@ -208,3 +208,36 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if any(n % plan.vpp or n < plan.vpp for n in per_stage):
         return f"layer split {list(per_stage)} (searched: multiples of vpp = {plan.vpp})"
     return None
+
+
+def partitions_searched(space: SearchSpace) -> list[str]:
+    """The partition families the space covers (`SearchSpace.split_families`), in words."""
+    if space.fixed_split:
+        return ["pinned split (--fix stage_layers / chunk_layers)"]
+    out = ["uniform: Megatron's even split, pp*vpp | layers" if space.partition == "uniform"
+           else "free: any per-stage counts, multiples of vpp, equal chunks per stage"]
+    if space.named_splits:
+        out.append("named uneven layouts: the layers plus 0/1 embedding and 0/1 loss slots "
+                   "spread evenly over the pp*vpp chunks, the remainder to the first or "
+                   "the last chunks (Megatron-Core --account-for-embedding/loss-in-"
+                   "pipeline-split, torchtitan's first/last-stage weights)")
+    return out
+
+
+def describe(space: SearchSpace) -> dict[str, list[Any]]:
+    """Every axis searched with the values covered (what a proven optimum is optimal over):
+    the plan axes' domains, the partition families, the expert-TP sizes ("tp": Megatron's
+    default, the attention's tp) and whether partial recompute is searched."""
+    return {
+        "tp": list(space.tp), "pp": list(space.pp), "cp": list(space.cp),
+        "ep": list(space.ep), "vpp": list(space.vpp), "mbs": list(space.mbs),
+        "zero": list(space.zero), "sp": list(space.sp), "recompute": list(space.recompute),
+        "partition": partitions_searched(space),
+        "etp": [e if e is not None else "tp" for e in space.etp_axis],
+        "partial_recompute": [space.partial_recompute],
+        "dp_replicate": list(space.rep_axis),
+        "schedule": searched(space.schedules, space.vpp),
+        "optimizer_offload": list(space.off_axis),
+        **({"frameworks": list(space.restriction.formats)}
+           if space.restriction is not None else {}),
+    }

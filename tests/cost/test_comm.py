@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoparallel_cp.cost import comm
 from autoparallel_cp.cost.efficiency import hbm_time
@@ -252,3 +254,18 @@ def test_pipeline_p2p_bytes_and_link() -> None:
     got = _f(p2p_factor(job, 0, tp, cp, 1, b, 4, 1, 2))  # span 16 > 8: network
     assert got == pytest.approx(2 * (NET_US * 1e-6 + nbytes / _net()), rel=1e-12)
     assert _f(p2p_factor(job, 0, tp, cp, 1, b, 1, 1, 1)) == 0.0  # no pipeline, no sends
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(n=st.lists(st.integers(1, 4096), min_size=2, max_size=6),
+       stride=st.integers(1, 512), nbytes=st.floats(0.0, 1e11),
+       reduce_all=st.booleans(), preset=st.sampled_from(["dgx-h100", "dgx-a100", "dgx-h800"]))
+def test_one_group_in_floats_is_the_array_path_bit_for_bit(n: list[int], stride: int,
+                                                          nbytes: float, reduce_all: bool,
+                                                          preset: str) -> None:
+    node = load_cluster(preset).node_groups[0]
+    arr = comm._hierarchical(node, np.array(n, float), np.full(len(n), float(stride)),
+                             np.full(len(n), nbytes), reduce_all)
+    one = [comm._hierarchical(node, g, stride, nbytes, reduce_all) for g in n]
+    assert all(np.ndim(x) == 0 for x in one)
+    assert [float(x) for x in one] == arr.tolist()
