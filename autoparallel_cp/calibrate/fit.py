@@ -16,11 +16,12 @@ knobs mean exactly what the solver will use. The minimisation is Gauss-Newton on
 model's local log-linear model (calibrate/linear.py, calibrate/gauss_newton.py): each distinct
 configuration is evaluated once per linearisation and once per knob it depends on, never inside
 the least-squares iterations, so 10^4 rows fit in under a minute; a step that does not lower the
-exact objective is refused (trust region: the cost model has kinks, gauss_newton.py). A knob no run is sensitive
-to (e.g. the inter-node network when every run fits in one node) is left at its prior and
-reported as not identified. Of the identified knobs, those that predict held-out runs better
-are kept, shrunk towards the prior when the runs disagree (cross-validation within the runs,
-calibrate/select.py); the others are reported as left at the prior, with the held-out errors.
+exact objective is refused (trust region: the cost model has kinks, gauss_newton.py). A knob no
+run is sensitive to (e.g. the inter-node network when every run fits in one node) is left at
+its prior and reported as not identified. Of the identified knobs, those that predict
+held-out runs better are kept, shrunk towards the prior when the runs disagree
+(cross-validation within the runs, calibrate/select.py); the others are reported as left at
+the prior, with the held-out errors.
 Uncertainty: the Gauss-Newton covariance (J^T J)^-1 at the solution, scaled by the reduced
 chi-square of the data residuals when above 1 (Press et al., Numerical Recipes §15.5-15.6).
 """
