@@ -251,6 +251,29 @@ def crosses_nodes(span: npt.ArrayLike, gpus_per_node: int) -> FloatArray:
     return (_arr(span) > gpus_per_node).astype(np.float64)
 
 
+def pipeline_links(stride: npt.ArrayLike, pp: npt.ArrayLike, gpus_per_node: int) -> FloatArray:
+    """How many of the two pipeline links of the worst-placed stage cross the network (0, 1
+    or 2), with pipeline stages `stride` = tp·cp·dp consecutive ranks each, pp outermost
+    (Megatron's rank order, parallel_state.py; DeepSpeed's ('pipe', 'data', 'model')).
+
+    Stage j holds ranks [j·S, (j+1)·S); its link to stage j+1 pairs rank r with r + S, on
+    one node only if both lie in the same run of `gpus_per_node` ranks (G):
+    - S >= G: every rank's neighbour is on another node: both links cross (2);
+    - S < G and pp·S <= G: the whole pipeline is on one node (0);
+    - S < G, pp·S > G, S divides G: a node boundary falls between two stages; the stage just
+      before it (or after) has one network link and one NVLink link (1);
+    - S < G not dividing G: some stage straddles a node boundary, both its links cross (2:
+      an upper bound where that stage ends the pipeline and has one link).
+    E.g. the Zero Bubble paper's pure pipelines (tp = dp = 1, pp 16 on two 8-GPU nodes,
+    arXiv 2401.10241 §5.1): stages 7 and 8 each have one link over the RoCE network, and the
+    blocking 1F1B exchanges pace the whole pipeline by them."""
+    s_, pp_ = np.broadcast_arrays(_arr(stride), _arr(pp))
+    g = float(gpus_per_node)
+    spans = pp_ * s_ > g
+    divides = np.mod(g, np.maximum(s_, 1.0)) == 0
+    return np.where(s_ >= g, 2.0, np.where(~spans, 0.0, np.where(divides, 1.0, 2.0)))
+
+
 def overlap_exposed(comm: npt.ArrayLike, compute: npt.ArrayLike) -> FloatArray:
     """Time a collective of duration `comm` adds to the `compute` it runs alongside.
 
