@@ -13,13 +13,21 @@ m, j) and the stage's chunks alone (cost/schedules.py `inflight_units`):
   stage (cost/schedules.py `inflight_units`), one chunk per rank and pp > 1, and the bubble
   rho·(Σ_j t_j - T_max) with rho = `bubble_ratio` of the plan's F/B/W split
   (cost/pass_split.py `backward_split`) and micro-batch count m, a per-key constant
-  (`key_ratio`, below).
+  (`key_ratio`, below);
+- `zbv`, `dualpipev` (`REPLAYED`: torch v2.13.0 `ScheduleZBVZeroBubble`, `ScheduleDualPipeV`):
+  vpp = 2 (the V: rank j holds chunks j and 2p-1-j, the LM head on rank 0), pp > 1,
+  DualPipeV m >= 2pp (`least_m`), min(p, m) / min(p + 1/2, m) in flight on every rank, and a
+  bubble that is PyTorch's action order replayed (`simulated_bubble`): no per-key constant,
+  so the bounds take rho' = 0 and every reported plan is scored with the replay
+  (search/replay_axis.py holds the proof and names what stays evaluate-only: free layer
+  counts under a V, DualPipeV on MoE models (`unreplayed`), DualPipe).
 
 `SEARCHED` lists them; `--fix schedule=X` searches X only. Without it the space is the union
 (`union_schedules`) of today's default (1f1b at vpp 1, interleaved at vpp > 1; the schedule
-field left unset) and `UNION` (zb-h1, zb-h2), each restricted to the frameworks the space
-runs (spec/frameworks.py RUNS_SCHEDULES: Megatron, DeepSpeed and torchtitan run neither, so
-their spaces keep the default): one sub-space per schedule (`SearchSpace.schedule_variants`,
+field left unset) and `UNION` (zb-h1, zb-h2 where some vpp is 1; zbv, dualpipev where vpp 2
+is searched), each restricted to the frameworks the space runs (spec/frameworks.py
+RUNS_SCHEDULES: torchtitan runs zbv and dualpipev, Megatron and DeepSpeed none of the four,
+so their spaces keep the default): one sub-space per schedule (`SearchSpace.schedule_variants`,
 each exactly the space of `--fix schedule=X`), disjoint (their plans differ in `schedule`).
 A key's best is the best over the sub-spaces that hold it, as over the expert-TP sizes.
 
@@ -80,6 +88,9 @@ pipeline = (m - rho/vpp)·T + rho·S/vpp has nonnegative coefficients in T and S
   bound grows by that);
 - memory: f_j = min(p, m) or min(2p - 1, m) >= 1, the same on every stage (the partition
   model's "f_j nonincreasing in j" symmetry break holds, the master's >= 1 in-flight holds).
+
+Kept whole (about 470 lines): the schedule rules (domains, in-flight counts, bubble ratios and
+their bounds) that every part of the search reads, each beside the proof above that uses it.
 """
 
 from __future__ import annotations
