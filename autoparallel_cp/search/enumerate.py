@@ -404,7 +404,7 @@ def _replayed(t: Tables, d: Degrees, mode_name: RecomputeMode, sps: Ints,
                 break
             out[k, col] = lb[k, col] + replay_bubble(
                 t.space, d.pp, d.tp, d.cp, d.ep, int(sps[col // nz]), d.mbs, mode_name,
-                ropts[int(ri[k])], d.num_microbatches, times[k, :, col])
+                ropts[int(ri[k])], d.num_microbatches, times[k, :, col].tolist())
             cut = min(cut, float(out[k, col]))
     return out
 

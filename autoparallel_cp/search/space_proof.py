@@ -51,7 +51,8 @@ def _split_rule(space: SearchSpace) -> str:
         return "uniform: Megatron's default split, pp*vpp dividing the layers"
     replayed = [s for s in space.schedules if s in REPLAYED]
     if replayed == list(space.schedules):  # ZBV / DualPipeV alone: search/replay_axis.py
-        return _NAMED + " only (free per-stage counts under a V: evaluated, not searched)"
+        return (_NAMED.replace("layouts (", "layouts only (")[:-1]
+                + "; free per-stage counts under a V: evaluated, not searched)")
     rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
     if space.named_splits:
         rule += "; and " + _NAMED.replace("the named layouts", "the named uneven layouts")
