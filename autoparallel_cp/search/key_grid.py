@@ -252,7 +252,7 @@ class Batch:
             tmin = grid(jall, rs)
         if t.mtp:  # the head's position with its MTP terms: the least over the replay flag
             jl = jall[hp:hp + 1]
-            opts = [closed(jl, rc) if closed_form and hp > 0 else grid(jl, rs, rc)
+            opts = [closed(jl, rc) if closed_form and hp == pp - 1 else grid(jl, rs, rc)
                     for rc in (False, True)]
             tmin[:, hp:hp + 1] = np.minimum(*opts)
         tmin = tmin * (1 - 1e-9)  # (B, pp, G, nl)
