@@ -209,3 +209,30 @@ def test_zbv_removes_bubble_against_interleaving_on_the_same_plan() -> None:
     inter = evaluate(job, Plan(**{**best.plan.model_dump(), "schedule": None}))
     assert best.time.bubble_s < inter.time.bubble_s
     assert best.time.step_s < inter.time.step_s
+
+
+@pytest.mark.parametrize("layers, batch", [(8, 16), (6, 32)])
+def test_the_torchtitan_union_matches_enumeration_and_the_pinned_spaces(
+        layers: int, batch: int) -> None:
+    """torchtitan runs ZBV and DualPipeV (spec/frameworks.py): its --search-also schedule
+    space is the default's and theirs; CP-SAT's top k equals the enumerator's, whose answer
+    is the best per key over the spaces each pin searches."""
+    from test_solver_vs_enumerate import _compare_tol
+
+    job = _job(layers=layers, batch=batch).model_copy(update={
+        "recipe": RECIPES["torchtitan-fsdp"], "search_also": ("schedule",)})
+    kw = {"max_pp": 4, "max_vpp": 2, "max_mbs": 2}
+    space = SearchSpace.for_job(job, **kw)
+    assert space.schedules == (None, "zbv", "dualpipev")
+    _compare_tol(job, space, 4)
+    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    best: dict[object, tuple[float, object]] = {}
+    for v in space.schedule_variants():
+        sub = v if v.schedule is None else SearchSpace.for_job(
+            job, fix=f"schedule={v.schedule}", **kw)
+        for c, p in enumerate_plans(job, sub, top_k=10**6).stats["ranked"]:
+            k = _key(p)
+            if k not in best or (c, p.key()) < best[k]:
+                best[k] = (c, p.key())
+    assert [(c, p.key()) for c, p in ranked] == sorted(best.values())
+    assert any(p.schedule in V for _, p in ranked)
