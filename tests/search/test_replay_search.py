@@ -7,6 +7,8 @@ the proof names the subset searched; DualPipeV on a MoE model stays evaluate-onl
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -221,7 +223,7 @@ def test_the_torchtitan_union_matches_enumeration_and_the_pinned_spaces(
 
     job = _job(layers=layers, batch=batch).model_copy(update={
         "recipe": RECIPES["torchtitan-fsdp"], "search_also": ("schedule",)})
-    kw = {"max_pp": 4, "max_vpp": 2, "max_mbs": 2}
+    kw: dict[str, Any] = {"max_pp": 4, "max_vpp": 2, "max_mbs": 2}
     space = SearchSpace.for_job(job, **kw)
     assert space.schedules == (None, "zbv", "dualpipev")
     _compare_tol(job, space, 4)
