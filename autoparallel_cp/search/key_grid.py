@@ -407,12 +407,16 @@ def least_step(T0: Any, S_lb: Any, pp: int, vpp: Any, m: Any, a: Any, b: Any, o:
     """The least step over S >= max(S_lb, T0) with T = max(T0, S/pp) (elementwise); `bs`: the
     backward share the DP tail hides behind (0 without DP overlap: the step grows with S);
     `vpp`: the bubble's divisor (vpp / rho for a zero-bubble schedule, search/schedule_axis.py:
-    >= vpp, so the step still grows with T)."""
+    >= vpp, so the step still grows with T; infinite for a replayed one: no bubble term, also
+    where S is infinite, search/replay_axis.py)."""
     S0 = np.maximum(S_lb, T0)
+    none = np.isinf(vpp)
 
     def step(S: Any) -> Any:
         T = np.maximum(T0, S / pp)
-        return (m - 1.0 / vpp) * T + S / vpp + np.maximum(a, b - bs * S / pp) + o
+        with np.errstate(invalid="ignore"):
+            bub = np.where(none, 0.0, S / vpp)
+        return (m - 1.0 / vpp) * T + bub + np.maximum(a, b - bs * S / pp) + o
 
     brk = np.broadcast_to((b - a) * pp / bs if bs > 0 else S0, S0.shape)
     return np.minimum.reduce([step(np.maximum(S0, x)) for x in (S0, pp * T0, brk)])

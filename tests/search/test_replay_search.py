@@ -238,3 +238,19 @@ def test_the_torchtitan_union_matches_enumeration_and_the_pinned_spaces(
                 best[k] = (c, p.key())
     assert [(c, p.key()) for c, p in ranked] == sorted(best.values())
     assert any(p.schedule in V for _, p in ranked)
+
+
+def test_least_step_without_a_bubble_term_is_never_nan() -> None:
+    """A replayed schedule's divisor is infinite (`schedule_axis.bubble_divisor`): no bubble
+    term, also where no split fits (S infinite: the bound is infinite, not NaN, so the key
+    heap stays ordered); finite S gives m·T + tail."""
+    import numpy as np
+
+    from autoparallel_cp.search.key_grid import least_step
+
+    vdiv = np.array([np.inf, np.inf, 2.0])
+    got = least_step(np.array([1.0, 1.0, 1.0]), np.array([3.0, np.inf, 3.0]), 4, vdiv,
+                     np.array([8.0, 8.0, 8.0]), 0.0, 0.0, 0.5, 2 / 3)
+    assert not np.isnan(got).any() and np.isinf(got[1])
+    assert got[0] == pytest.approx(8.0 * 1.0 + 0.5)  # T = max(1, 3/4)
+    assert got[2] == pytest.approx((8.0 - 0.5) * 1.0 + 3.0 / 2.0 + 0.5)
