@@ -18,6 +18,8 @@ from typing import Any, Literal
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import offload_axis, space_count, space_proof
 from autoparallel_cp.search.schedule_axis import (
+    REPLAYED,
+    degree_ok,
     narrow_recompute,
     refuse_unrun,
     refuse_unsearched,
@@ -99,9 +101,8 @@ class SearchSpace:
     #: the pipeline schedule of every plan (`--fix schedule`, search/schedule_axis.py
     #: `SEARCHED`); None: today's default, 1f1b at vpp 1 and interleaved at vpp > 1
     schedule: str | None = None
-    #: the schedules of the sub-spaces whose union the space is (`schedule_variants`; None:
-    #: today's default): (schedule,) when one is pinned, else search/schedule_axis.py
-    #: `union_schedules` (the default and zb-h1 / zb-h2 where the frameworks run them)
+    #: the sub-spaces' schedules (`schedule_variants`; None: today's default): (schedule,)
+    #: when one is pinned, else search/schedule_axis.py `union_schedules`
     schedules: tuple[str | None, ...] = (None,)
     #: the frameworks whose plans only are searched (spec/framework_space.py); None: any
     restriction: Restriction | None = None
@@ -153,7 +154,7 @@ class SearchSpace:
             space = space._restrict(restriction)
         if "schedule" not in pins and "schedule" in job.search_also:
             # the schedules costed exactly (schedule_axis.py), on request (Job.search_also)
-            space = space.with_(schedules=union_schedules(restriction, space.pp, space.vpp))
+            space = space.with_(schedules=union_schedules(restriction, space.pp, space.vpp, job))
         if hybrid and "dp_replicate" not in pins and (
                 restriction is None or restriction.replicates):
             space = space._with_replicas()
@@ -429,7 +430,7 @@ class SearchSpace:
                             if self.fixed.get("num_microbatches", nmb) != nmb:
                                 continue
                             for vpp in self.vpp:
-                                if vpp > 1 and (pp == 1 or nmb < pp):
+                                if not degree_ok(self.schedule, pp, vpp, nmb):
                                     continue
                                 if (pp, vpp) not in placeable:
                                     placeable[pp, vpp] = self.placeable(pp, vpp)
@@ -446,7 +447,7 @@ class SearchSpace:
         elif self.partition == "uniform":
             if L % (pp * vpp):
                 return False
-        elif pp * vpp > L or L % vpp:
+        elif pp * vpp > L or L % vpp or self.schedule in REPLAYED:  # V: named layouts only
             return False
         return self._moe_partition_ok(pp, vpp)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from autoparallel_cp.search.schedule_axis import searched
+from autoparallel_cp.search.schedule_axis import REPLAYED, UNION, searched
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import default_schedule
 
@@ -40,15 +40,24 @@ def axes(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
             if f.name not in _NOT_AXES and isinstance(getattr(space, f.name), tuple)}
 
 
+_NAMED = ("the named layouts (layers + 0/1 embedding and 0/1 loss slots spread over the "
+          "pp*vpp chunks, the remainder to the first)")
+
+
 def _split_rule(space: SearchSpace) -> str:
     if space.fixed_split:
         return "the pinned stage_layers / chunk_layers only"
     if space.partition == "uniform":
         return "uniform: Megatron's default split, pp*vpp dividing the layers"
+    replayed = [s for s in space.schedules if s in REPLAYED]
+    if replayed == list(space.schedules):  # ZBV / DualPipeV alone: search/replay_axis.py
+        return (_NAMED.replace("layouts (", "layouts only (")[:-1]
+                + "; free per-stage counts under a V: evaluated, not searched)")
     rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
     if space.named_splits:
-        rule += ("; and the named uneven layouts (layers + 0/1 embedding and 0/1 loss slots "
-                 "spread over the pp*vpp chunks, the remainder to the first)")
+        rule += "; and " + _NAMED.replace("the named layouts", "the named uneven layouts")
+    if replayed:
+        rule += f"; under {', '.join(replayed)} the named layouts only"
     return rule
 
 
@@ -135,7 +144,7 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     elif ps in space.schedules:
         sub = ps
     else:
-        hint = ("; --search-also schedule adds zb-h1, zb-h2" if ps in ("zb-h1", "zb-h2")
+        hint = (f"; --search-also schedule adds {', '.join(UNION)}" if ps in UNION
                 and "schedule" not in space.job.search_also and "schedule" not in space.fixed
                 else "")
         return (f"schedule={ps} (searched: {', '.join(runs)}"
@@ -196,6 +205,9 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if plan.chunk_layers is not None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)
+    if space.schedule in REPLAYED and space.partition != "uniform":
+        return (f"layer split {list(per_stage)} (searched under schedule={ps}: the named "
+                "layouts only)")
     if space.partition == "uniform":
         if L % (plan.pp * plan.vpp) or len(set(per_stage)) > 1:
             return f"layer split {list(per_stage)} (searched: uniform splits only)"
