@@ -75,13 +75,21 @@ def count(space: SearchSpace) -> int:
     fams: dict[tuple[int, int], int] = {}
     per_degree: dict[Any, int] = {}  # the plans of a degree choice per ZeRO stage
     per_mode: dict[tuple[int, int, str], int] = {}  # plans of a mode per placement
+    places: dict[tuple[int, int, int, int], int] = {}  # (many degrees share each: asked once)
+    sp_of: dict[tuple[int, int, int, int], list[int]] = {}
     for d in space.degrees():
         if (d.pp, d.vpp) not in fams:
             fams[d.pp, d.vpp] = sum(
                 f.recompute_choices(d.pp, d.vpp) * f.num_partitions(d.pp, d.vpp)
                 for f in space.split_families(d.pp, d.vpp))
-        place = space.num_placements(d.tp, d.cp, d.dp, d.pp)
-        sps = [s for s in space.sp if space.etp_legal(d.tp, d.cp, d.dp, d.ep, s)]
+        pk = (d.tp, d.cp, d.dp, d.pp)
+        if pk not in places:
+            places[pk] = space.num_placements(d.tp, d.cp, d.dp, d.pp)
+        place = places[pk]
+        sk = (d.tp, d.cp, d.dp, d.ep)
+        if sk not in sp_of:
+            sp_of[sk] = [s for s in space.sp if space.etp_legal(d.tp, d.cp, d.dp, d.ep, s)]
+        sps = sp_of[sk]
         if space.restriction is None:
             per_degree[d] = len(sps) * fams[d.pp, d.vpp] * place
             total += per_degree[d] * _host_zeros(space, zeros, d)
