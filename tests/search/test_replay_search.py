@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_solver_vs_enumerate import _assert_master_bounds, _key, _mini, _mixed_small
+from test_zb_search import _job
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.memory import stage_memory
@@ -26,16 +27,9 @@ from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.space_proof import outside, proof_space, space_line
 from autoparallel_cp.search.tables import build_tables, plan_cost
 from autoparallel_cp.spec import RECIPES, Job
-from autoparallel_cp.spec.loaders import load_cluster
 from autoparallel_cp.spec.plan import Plan
 
-V = ("zbv", "dualpipev")
-
-
-def _job(moe: bool = False, layers: int = 8, gpus: int = 8, seq: int = 8192,
-         batch: int = 16) -> Job:
-    return Job(model=_mini(moe, layers), cluster=load_cluster("dgx-a100-40g").take_gpus(gpus),
-               seq_len=seq, global_batch=batch)
+V = ("zbv", "dualpipev")  # (`_job`: the ZB tests' small jobs)
 
 
 @pytest.mark.parametrize("sched", V)
