@@ -298,6 +298,7 @@ def _bound_tables(t: Tables) -> BoundTables:
         mb5 = np.array(s.mbs, float).reshape(1, 1, 1, 1, 1, -1)
         m5 = B / (dp5[..., None] * mb5)
         zs = []
+        pair = s.schedule == "dualpipe"
         for g in G:
             per: float | np.ndarray = 0.0
             first: float | np.ndarray = 0.0
@@ -307,7 +308,10 @@ def _bound_tables(t: Tables) -> BoundTables:
                 z = np.take(t.z3l[g, k], sp_sel, axis=3)
                 z = np.take(z, mode_sel, axis=5).min(axis=(3, 5))  # (tp, cp, ep, mbs, dp)
                 per = per + c * z
-                first = np.maximum(first, t.z3f[g, k])  # (tp, cp, ep, dp)
+                # DualPipe: a rank averages two stages, each paying at least the least
+                # kind's first gather (search/model_scored.py)
+                first = (np.minimum(first, t.z3f[g, k]) if pair and np.ndim(first)
+                         else np.maximum(first, t.z3f[g, k]))  # (tp, cp, ep, dp)
             per = np.transpose(np.asarray(per), (0, 2, 4, 1, 3))  # (tp, ep, dp, cp, mbs)
             first = np.transpose(np.asarray(first), (0, 2, 3, 1))[..., None]  # (tp, ep, dp, cp, 1)
             zs.append(per[:, :, None] / pp5[..., None] + first[:, :, None])

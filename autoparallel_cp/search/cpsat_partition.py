@@ -39,7 +39,7 @@ from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
 from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.schedule_axis import (
-    REPLAYED,
+    SCANNED,
     inflight,
     key_ratio,
     plan_schedule,
@@ -510,8 +510,9 @@ def _determined(t: Tables, key: Any) -> bool:
     """A pinned split (`--fix` or a named layout) leaves only the recompute count and the
     stage placement to choose: a scan (`enumerate.best_of_pinned_split`) when the placements
     are few (one on a single node group)."""
-    if t.space.schedule in REPLAYED:
-        return True  # a bound, not the bubble, in any model: always scanned (replay_axis.py)
+    if t.space.schedule in SCANNED:
+        return True  # a bound, not the bubble, in any model: always scanned (replay_axis.py,
+        # model_scored.py)
     if not t.space.fixed_split:
         return False
     return t.space.num_placements(key.tp, key.cp, key.dp, key.pp) <= DIRECT_PLACEMENTS
@@ -523,13 +524,15 @@ def _score_determined(t: Tables, key: Any, cutoff_s: float | None
     vectorized `tables.plan_cost` composition): no model, so no rounding error (diff and
     bound 0). None, proven, when nothing fits or the best is above `cutoff_s`."""
     from autoparallel_cp.search.enumerate import best_of_pinned_split
+    from autoparallel_cp.search.model_scan import best_of_key
+    from autoparallel_cp.search.model_scored import model_scored
 
     # the scan reads only the tables and the key, not the cutoff: once per (family, key),
     # however many trial cutoffs the key is solved with (search/solve.py); kept on the
     # instance, so tables at another capacity (`tables.with_capacity`, a new instance) rescan
     memo: dict[Any, Any] = t.__dict__.setdefault("_pinned_best", {})
     if key not in memo:
-        memo[key] = best_of_pinned_split(t, key)
+        memo[key] = (best_of_key if model_scored(t.space) else best_of_pinned_split)(t, key)
     got = memo[key]
     if got is None or (cutoff_s is not None and got[0] > cutoff_s):
         return None, True

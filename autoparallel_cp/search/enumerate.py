@@ -32,7 +32,14 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.errors import UserError
-from autoparallel_cp.search.enumerate_axes import partition_array, placement_array
+from autoparallel_cp.search.enumerate_axes import (
+    partition_array,
+    placement_array,
+    recompute_valid,
+    recompute_values,
+)
+from autoparallel_cp.search.model_scan import best_of_key
+from autoparallel_cp.search.model_scored import model_scored
 from autoparallel_cp.search.replay_axis import bubble as replay_bubble
 from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.schedule_axis import (
@@ -279,31 +286,6 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
 # --------------------------------------------------------------------------------------------
 
 
-def _r_options(space: SearchSpace, mode: RecomputeMode, max_biggest: int, vpp: int = 1
-               ) -> list[int | None]:
-    """Every recompute_layers value some partition may take, in Plan.key() order (multiples
-    of `SearchSpace.recompute_step`)."""
-    if mode != "full":
-        return [None]
-    if "recompute_layers" in space.fixed:
-        return [None, int(space.fixed["recompute_layers"])]
-    if space.partial_recompute:
-        step = space.recompute_step(vpp)
-        return [None, *range(step, max_biggest, step)]
-    return [None]
-
-
-def _r_valid(space: SearchSpace, mode: RecomputeMode, r: int | None, biggest: Ints) -> B:
-    """Partitions (by their largest stage) for which `enumerate_axes.recompute_options` yields
-    `r`."""
-    if mode == "full" and "recompute_layers" in space.fixed:
-        rf = int(space.fixed["recompute_layers"])
-        return biggest > rf if r is not None else biggest <= rf
-    if r is None:
-        return np.ones(biggest.shape, bool)
-    return biggest > r
-
-
 def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode,
                      sps: Ints, parts: Ints, places: Ints
                      ) -> tuple[F, Ints, Ints, Ints, list[int | None]]:
@@ -315,7 +297,7 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
     P, Q = len(parts), len(places)
     ncol = len(sps) * len(space.zero)
     biggest = parts.max(axis=1) if P else np.zeros(0, np.int64)
-    ropts = _r_options(space, mode_name, int(biggest.max()) if P else 0, d.vpp)
+    ropts = recompute_values(space, mode_name, int(biggest.max()) if P else 0, d.vpp)
     # rho per (sp, zero) column: it depends on sp (the split) and m (schedule_axis.py)
     rhos = [key_ratio(space, d.pp, d.tp, d.cp, d.ep, d.mbs, mode, int(q), d.num_microbatches)
             for q in sps]
@@ -329,7 +311,8 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
     jj = np.arange(pp)
     for p0 in range(0, P, chunk):
         pc = parts[p0:p0 + chunk]
-        valid = np.stack([_r_valid(space, mode_name, r, biggest[p0:p0 + chunk]) for r in ropts])
+        valid = np.stack([recompute_valid(space, mode_name, r, biggest[p0:p0 + chunk])
+                          for r in ropts])
         ri, pi = np.nonzero(valid)  # r-major: Plan.key() order within the chunk
         if len(ri) == 0:
             continue
@@ -486,6 +469,33 @@ def _runnable(space: SearchSpace,
     return out
 
 
+def _best_by_model(ft: Tables, d: Degrees, sps: Ints,
+                   best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]]) -> None:
+    """`_best_of_space` for one family of a model-scored space: every (mode, sp, zero) key
+    of the degrees scored by the cost model over the family's plans (`best_of_key`)."""
+    space = ft.space
+    for mode_name in space.recompute:
+        for sp_ in sps:
+            for zero in space.zero:
+                if not space.zero_ok(zero) or not space.host_ok(d.tp, d.ep, zero, d.dp, d.cp):
+                    continue
+                kv = KeyView(d.tp, d.cp, d.pp, d.dp, d.ep, d.vpp, int(sp_), zero, d.mbs,
+                             d.num_microbatches, MODES.index(mode_name))
+                if (space.dp_replicate > 1 or space.optimizer_offload > 0.0) \
+                        and space.refusals_of_key(kv):
+                    continue  # not a plan of this variant (tables.key_variants)
+                got = best_of_key(ft, kv)
+                if got is None:
+                    continue
+                r = space.restriction
+                if r is not None and r.split_refusals(got[1]):
+                    continue  # the framework does not run this family's best (as solve)
+                k = (d, mode_name, int(sp_), zero)
+                cand = (got[0], got[1].key(), got[1])
+                if k not in best or cand[:2] < best[k][:2]:
+                    best[k] = cand
+
+
 def _best_of_space(tabs: Tables, vi: tuple[int, int],
                    best: dict[tuple[Any, ...], tuple[float, tuple[Any, ...], Plan]],
                    part_cache: dict[tuple[Any, ...], tuple[Ints, list[tuple[int, ...] | None]]]
@@ -507,6 +517,9 @@ def _best_of_space(tabs: Tables, vi: tuple[int, int],
             parts, part_objs = part_cache[vi, d.pp, d.vpp, fi]
             places, place_objs = placement_array(fs, ft, d)
             if len(parts) == 0 or len(places) == 0:
+                continue
+            if model_scored(fs):  # DualPipe, DualPipeV hiding EP: search/model_scored.py
+                _best_by_model(ft, d, sps, best)
                 continue
             sl = _slices(ft, d)
             free_parts = not fs.fixed_split and fs.partition != "uniform"

@@ -119,3 +119,29 @@ def placement_array(space: SearchSpace, t: Tables, d: Degrees
             sg = stage_groups_of(t, Plan(dp=d.dp, tp=d.tp, pp=d.pp, cp=d.cp))
         rows.append(sg)
     return np.array(rows, np.int64).reshape(len(rows), d.pp), objs
+
+
+def recompute_values(space: SearchSpace, mode: RecomputeMode, max_biggest: int,
+                     vpp: int = 1) -> list[int | None]:
+    """Every recompute_layers value some partition may take, in Plan.key() order (multiples
+    of `SearchSpace.recompute_step`)."""
+    if mode != "full":
+        return [None]
+    if "recompute_layers" in space.fixed:
+        return [None, int(space.fixed["recompute_layers"])]
+    if space.partial_recompute:
+        step = space.recompute_step(vpp)
+        return [None, *range(step, max_biggest, step)]
+    return [None]
+
+
+def recompute_valid(space: SearchSpace, mode: RecomputeMode, r: int | None, biggest: Ints
+                    ) -> npt.NDArray[np.bool_]:
+    """Partitions (by their largest stage) for which `enumerate_axes.recompute_options` yields
+    `r`."""
+    if mode == "full" and "recompute_layers" in space.fixed:
+        rf = int(space.fixed["recompute_layers"])
+        return biggest > rf if r is not None else biggest <= rf
+    if r is None:
+        return np.ones(biggest.shape, bool)
+    return biggest > r

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from autoparallel_cp.search import key_grid
 from autoparallel_cp.search.key_coefs import KeyCoefs, coef_arrays, key_coefs, stack_coefs
 from autoparallel_cp.search.key_grid import Batch, key_class, least_step
+from autoparallel_cp.search.model_scored import model_scored
 from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.tables import Tables, key_variants
 
@@ -36,6 +37,8 @@ def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]
     """The uncoupled bound of `key` over each of its partition families, in
     `SearchSpace.split_families` order (inf for a family no split of which fits): the space's
     own partitions (when they place the layers), then each named layout."""
+    if model_scored(t.space):  # the master's bound only (search/model_scored.py)
+        return [0.0] * len(t.space.split_families(key.pp, key.vpp))
     cc = c if c is not None else key_coefs(t, key)
     cls = key_class(t, key, min(cc.rho) >= 0.0)
     out: list[float] = []
@@ -119,7 +122,12 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
     (m - 1/vpp) T' + max(S_lb(T'), T')/vpp + W_lb(T')), and the least bound(T') over the
     candidates T' >= T_lb bounds every plan of the key. The scan goes up in T' and stops once
     phi(T', S_lb) (<= bound(T'), nondecreasing in T') reaches the least bound so far.
+
+    DualPipe and a DualPipeV hiding EP all-to-all (search/model_scored.py): 0, the master's
+    bound only (a rank averages two stages; the hidden share depends on m).
     """
+    if model_scored(t.space):
+        return 0.0
     if t.variants:  # the least over the expert-TP sizes the key is legal under
         return min((key_bound(tv, key, None, coupled=coupled)
                     for tv in key_variants(t, key)), default=math.inf)
@@ -147,6 +155,8 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
     classes."""
     if not keys:
         return []
+    if model_scored(t.space):  # `key_bound`'s 0 (search/model_scored.py)
+        return [0.0] * len(keys)
     if t.variants:
         # each key's least bound over the expert-TP sizes it is legal under: a row per (key,
         # size) with that size's constants, all rows batched at once (the grid reads a key's

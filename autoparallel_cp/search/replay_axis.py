@@ -8,9 +8,10 @@ the LM head (with DeepSeek-V3's MTP) both on rank 0 (`head_stage`: the V's last 
 rank 0), every rank min(p, m) (ZBV) or min(p + 1/2, m) (DualPipeV) micro-batches in flight
 (`inflight_units`, search/schedule_axis.py `inflight`), no parameter mirror, and the pipeline
 term m·T + B(t) with B the replayed bubble of the rank times t = (t_0..t_{p-1}) and the plan's
-(F, B, W) split. DualPipeV also hides a share of the EP all-to-all (`ep_hidden_share`): the
-search keeps its ep = 1 keys (no all-to-all) unless the recipe overlaps every micro-batch's
-(`schedule_axis.degree_ok`), where the share changes nothing (steptime.py: hidden is 0 then).
+(F, B, W) split. DualPipeV also hides a share of the EP all-to-all (`ep_hidden_share`), which
+depends on m: on a MoE model whose recipe does not overlap every micro-batch's
+(`schedule_axis.hides_ep`) its keys are scored by the cost model and bounded by the master
+alone (search/model_scored.py, which proves it), not by the scan below.
 
 Why B(t) cannot be a per-key ratio: the replay is a longest path through the ranks' action
 lists, so B(t) ranges from rho_eq·(S - T) (equal ranks) down to 0 (one rank slow enough that
@@ -36,10 +37,10 @@ search keeps the bubble out of every bound and scores every plan it reports exac
 So the key order, the cutoffs and the stopping rule of search/solve.py hold unchanged (every
 bound below every plan of its key, every scored key's best exact), and CP-SAT's top k equals
 the enumerator's over the same space (tests/search/test_replay_search.py, hypothesis). Outside
-the searched space (evaluate-only): free per-stage layer counts under ZBV / DualPipeV, DualPipeV
-with ep > 1 and EP all-to-all not overlapped by the recipe, and DualPipe (two stages per rank,
-`dualpipe_mirror`: the rank's time is the mean of a stage pair, which the bounds' T >= t_j and
-the per-stage tables do not carry yet).
+the searched space (evaluate-only): free per-stage layer counts under ZBV / DualPipeV.
+DualPipe (two stages per rank, `dualpipe_mirror`: the rank's time is the mean of a stage
+pair, which the per-key bounds' T >= t_j do not carry) is searched the same way as a
+DualPipeV hiding EP: search/model_scored.py.
 """
 
 from __future__ import annotations

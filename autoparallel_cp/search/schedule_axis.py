@@ -20,7 +20,14 @@ m, j) and the stage's chunks alone (cost/schedules.py `inflight_units`):
   bubble that is PyTorch's action order replayed (`simulated_bubble`): no per-key constant,
   so the bounds take rho' = 0 and every reported plan is scored with the replay
   (search/replay_axis.py holds the proof and names what stays evaluate-only: free layer
-  counts under a V, DualPipeV on MoE models (`unreplayed`), DualPipe).
+  counts under a V);
+- `dualpipe` (DeepSeek-V3, arXiv 2412.19437 §3.2.1), pin-only: one chunk per rank, an even
+  pp and an even m >= 2pp (`degree_ok`), stage j holding min(p - j, m/2) (`inflight`), rank
+  j running stage j and its mirror p-1-j; it and DualPipeV on a MoE model whose recipe does
+  not overlap every micro-batch's EP all-to-all (`hides_ep`: the hidden share depends on m)
+  are scored by the cost model over the named layouts, bounded by the master alone
+  (search/model_scored.py holds the proof); DualPipe on several node groups stays
+  evaluate-only (`unreplayed`), and DualPipeV hiding EP stays out of the union (`union_ok`).
 
 `SEARCHED` lists them; `--fix schedule=X` searches X only. Without it the space is the union
 (`union_schedules`) of today's default (1f1b at vpp 1, interleaved at vpp > 1; the schedule
@@ -114,7 +121,7 @@ from autoparallel_cp.spec.schedules import SCHEDULES, V_SHAPED, Schedule, defaul
 
 #: the schedules whose cost the search composes exactly (module docstring)
 SEARCHED: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zbv",
-                             "dualpipev")
+                             "dualpipev", "dualpipe")
 #: the schedules searched besides today's default when `--fix schedule` is not given
 #: (module docstring; gpipe is dominated by 1f1b)
 UNION: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "dualpipev")
@@ -122,13 +129,16 @@ UNION: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "dualpipev")
 RATIO_SCHEDULES: frozenset[str] = frozenset({"zb-h1", "zb-h2"})
 #: the searched schedules whose bubble is PyTorch's action order replayed (search/replay_axis.py)
 REPLAYED: frozenset[str] = V_SHAPED
+#: the searched schedules whose keys are scanned over the named layouts, never modelled
+#: (search/replay_axis.py; DualPipe: search/model_scored.py)
+SCANNED: frozenset[str] = REPLAYED | {"dualpipe"}
 #: the schedules whose bounds scale 1F1B's bubble by a per-key rho' <= the exact bubble's
 #: (`key_ratio`, `family_ratio`: the ZB ratios, 0 for the replayed ones)
-BOUND_RATIO: frozenset[str] = RATIO_SCHEDULES | REPLAYED
+BOUND_RATIO: frozenset[str] = RATIO_SCHEDULES | SCANNED
 #: the searched schedules holding the same in-flight count on every stage
 SAME_INFLIGHT: frozenset[str] = RATIO_SCHEDULES | REPLAYED
 #: one model chunk per rank (spec/schedules.py)
-ONE_CHUNK: frozenset[str] = frozenset({"1f1b", "gpipe", "zb-h1", "zb-h2"})
+ONE_CHUNK: frozenset[str] = frozenset({"1f1b", "gpipe", "zb-h1", "zb-h2", "dualpipe"})
 #: plan fields the cost model evaluates but the search does not vary (spec/schedules.py)
 UNSEARCHED_FIELDS = ("optimizer_offload", "activation_offload")
 
@@ -184,7 +194,7 @@ def union_schedules(r: Restriction | None, pps: Sequence[int], vpps: Sequence[in
         return (None,)
     return (None, *(s for s in UNION if chunks(s) in vpps
                     and (r is None or runs(s, r, pp, chunks(s)) is None)
-                    and (job is None or unreplayed(s, job) is None)))
+                    and (job is None or (unreplayed(s, job) is None and union_ok(s, job)))))
 
 
 def chunks(schedule: str) -> int:
@@ -200,20 +210,37 @@ def least_m(schedule: str | None, pp: int) -> int:
 
 def degree_ok(schedule: str | None, pp: int, vpp: int, m: int) -> bool:
     """Whether a degree combination runs under the space's schedule: vpp > 1 needs pp > 1 and
-    `least_m` micro-batches."""
+    `least_m` micro-batches; DualPipe an even pp and an even m >= 2pp (spec/schedules.py)."""
+    if schedule == "dualpipe":
+        return pp % 2 == 0 and m >= 2 * pp and m % 2 == 0
     return vpp == 1 or (pp > 1 and m >= least_m(schedule, pp))
 
 
+def hides_ep(schedule: str | None, job: Any) -> bool:
+    """Whether `schedule` hides a per-m share of `job`'s EP dispatch / combine
+    (cost/schedules.py `ep_hidden_share`): DualPipe / DualPipeV on a MoE model whose recipe
+    does not overlap every micro-batch's already (steptime.py: the share is 0 then)."""
+    return schedule in ("dualpipe", "dualpipev") and job.model.moe is not None \
+        and not recipe_options(job.recipe).ep_overlap
+
+
 def unreplayed(schedule: str | None, job: Any) -> str | None:
-    """Why the search does not search `schedule` for `job` (None: it does): DualPipeV on a MoE
-    model hides a per-m share of each layer's EP dispatch / combine (`ep_hidden_share`,
-    search/replay_axis.py), which the tables do not carry, unless the recipe overlaps every
-    micro-batch's already (steptime.py: the share is 0 then)."""
-    if schedule == "dualpipev" and job.model.moe is not None \
-            and not recipe_options(job.recipe).ep_overlap:
-        return ("not a search axis yet for a MoE model (its overlapped EP all-to-all share is "
-                "evaluated, not tabulated)")
+    """Why the search does not search `schedule` for `job` (None: it does): DualPipe on a
+    cluster of several node groups (the master's harmonic per-layer bound T >= L·Hu/pp holds
+    for the slowest stage, not for a rank that averages two stages of different groups:
+    search/model_scored.py)."""
+    if schedule == "dualpipe" and len(job.cluster.node_groups) > 1:
+        return ("not a search axis yet on a cluster of several node groups (a rank averages "
+                "two stages)")
     return None
+
+
+def union_ok(schedule: str, job: Any) -> bool:
+    """Whether the union (`union_schedules`) adds `schedule`: not DualPipeV where it hides EP
+    all-to-all (`hides_ep`): its keys keep the master's bound only and are each scored by the
+    cost model (search/model_scored.py), too slow a sub-space to add unasked; `--fix
+    schedule=dualpipev` searches it."""
+    return not hides_ep(schedule, job)
 
 
 def refuse_unreplayed(schedule: str | None, job: Any) -> None:
@@ -249,10 +276,11 @@ def narrow(schedule: str | None, pps: list[int], vpps: list[int]
     if schedule in V_SHAPED:
         vpps = [v for v in vpps if v == 2]
     if schedule != "1f1b":
-        pps = [p for p in pps if p > 1]
+        pps = [p for p in pps if p > 1 and (schedule != "dualpipe" or p % 2 == 0)]
     if not pps or not vpps:
         need = ("vpp > 1" if schedule == "interleaved" else
-                "vpp = 2" if schedule in V_SHAPED else "vpp = 1")
+                "vpp = 2" if schedule in V_SHAPED else
+                "an even pp and vpp = 1" if schedule == "dualpipe" else "vpp = 1")
         raise InputError(f"--fix schedule={schedule}: no pipeline degree of this job runs it "
                          f"(it needs pp > 1 and {need})", field="schedule")
     return pps, vpps
@@ -287,7 +315,7 @@ def narrow_recompute(schedule: str | None, pins: Mapping[str, Any], partial: boo
     """The space's `partial_recompute` under a pinned `schedule`: a ZB or V schedule's bubble
     depends on the replayed share of full recompute (module docstring), so its space
     recomputes all layers of a stage or the pinned `recompute_layers`, never a free count."""
-    return partial and not (schedule in RATIO_SCHEDULES | REPLAYED
+    return partial and not (schedule in RATIO_SCHEDULES | SCANNED
                             and "recompute_layers" not in pins)
 
 
@@ -306,8 +334,8 @@ def key_ratio(space: Any, pp: int, tp: int, cp: int, ep: int, mbs: int, mode: in
     """rho of every plan of a key of `space` (its schedule, etp and pinned recompute count;
     1 for the schedules with 1F1B's bubble): the per-key constant of the module docstring."""
     s = space.schedule
-    if s in REPLAYED:
-        return 0.0  # the bounds' rho' (search/replay_axis.py: the replay is >= 0)
+    if s in SCANNED:
+        return 0.0  # the bounds' rho' (replay_axis.py, model_scored.py: the bubble is >= 0)
     if s not in RATIO_SCHEDULES or pp == 1:
         return 1.0
     rec = RECOMPUTE_MODES[mode]
@@ -322,7 +350,7 @@ def family_ratio(spaces: Sequence[Any], tp: int, cp: int, mbs: int, pp: int) -> 
     master's rho', module docstring): `bubble_ratio` does not grow with m (its docstring's
     proof) and is the same for every m >= 2pp - 1, so its least over m is its value at 2pp."""
     s0 = spaces[0]
-    if s0.schedule in REPLAYED:
+    if s0.schedule in SCANNED:
         return 0.0  # `key_ratio`'s rho' of every key
     if s0.schedule not in RATIO_SCHEDULES or pp == 1:
         return 1.0
@@ -440,6 +468,9 @@ def plan_schedule(schedule: str | None) -> Schedule | None:
 
 def inflight(schedule: str | None, pp: int, vpp: int, m: int, stage: Any) -> Any:
     """In-flight micro-batches of stage(s) `stage` with equal chunks (module docstring)."""
+    if schedule == "dualpipe":  # stage j: min(p - j, m/2) (cost/schedules.py)
+        return np.minimum(pp - np.asarray(stage, float), m / 2.0) if np.ndim(stage) \
+            else min(pp - float(stage), m / 2.0)
     if schedule == "gpipe" or schedule in SAME_INFLIGHT:  # the same on every stage
         f = float(m) if schedule == "gpipe" else _zb_inflight(schedule, pp, vpp, m)
         return np.full(np.shape(stage), f) if np.ndim(stage) else f
@@ -460,6 +491,8 @@ def stage_inflight(schedule: str | None, pp: int, vpp: int, m: int, j: int,
     batch with the same m and every family sharing a stage's chunks asks for the same value."""
     if schedule == "gpipe":
         return float(m)
+    if schedule == "dualpipe":
+        return min(pp - float(j), m / 2.0)
     if schedule in SAME_INFLIGHT:
         return _zb_inflight(schedule, pp, vpp, m)
     return float(fx.stage_inflight(pp, vpp, m, j, chunks))

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import offload_axis, space_count, space_proof
 from autoparallel_cp.search.schedule_axis import (
-    REPLAYED,
+    SCANNED,
     degree_ok,
     narrow_recompute,
     refuse_unrun,
@@ -447,7 +447,7 @@ class SearchSpace:
         elif self.partition == "uniform":
             if L % (pp * vpp):
                 return False
-        elif pp * vpp > L or L % vpp or self.schedule in REPLAYED:  # V: named layouts only
+        elif pp * vpp > L or L % vpp or self.schedule in SCANNED:  # named layouts only
             return False
         return self._moe_partition_ok(pp, vpp)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from autoparallel_cp.search.schedule_axis import REPLAYED, UNION, searched
+from autoparallel_cp.search.schedule_axis import SCANNED, UNION, searched
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import default_schedule
 
@@ -49,10 +49,10 @@ def _split_rule(space: SearchSpace) -> str:
         return "the pinned stage_layers / chunk_layers only"
     if space.partition == "uniform":
         return "uniform: Megatron's default split, pp*vpp dividing the layers"
-    replayed = [s for s in space.schedules if s in REPLAYED]
-    if replayed == list(space.schedules):  # ZBV / DualPipeV alone: search/replay_axis.py
+    replayed = [s for s in space.schedules if s in SCANNED]
+    if replayed == list(space.schedules):  # ZBV / DualPipe(V) alone: replay_axis.py
         return (_NAMED.replace("layouts (", "layouts only (")[:-1]
-                + "; free per-stage counts under a V: evaluated, not searched)")
+                + "; free per-stage counts under a V or DualPipe: evaluated, not searched)")
     rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
     if space.named_splits:
         rule += "; and " + _NAMED.replace("the named layouts", "the named uneven layouts")
@@ -205,7 +205,7 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if plan.chunk_layers is not None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)
-    if space.schedule in REPLAYED and space.partition != "uniform":
+    if space.schedule in SCANNED and space.partition != "uniform":
         return (f"layer split {list(per_stage)} (searched under schedule={ps}: the named "
                 "layouts only)")
     if space.partition == "uniform":

@@ -23,6 +23,8 @@ table entries, not their axes or the composition; the bounds stay valid (the mas
 composition and factors >= 0, key_bounds.py checks its coefficients' signs at run time, and a
 term >= 0 times min(rho, ep) >= 1 stays >= 0; tests/search/test_moe_imbalance_search.py).
 ZBV / DualPipeV (`plan_cost`): the head on rank 0 and the replayed bubble, replay_axis.py.
+DualPipe and a DualPipeV that hides EP all-to-all: `plan_cost` is the cost model itself, and
+the tables hold the hidden share's lower bound (`hidden_lb`), search/model_scored.py.
 
 Kept whole (about 600 lines): the tables and `plan_cost`, their one exact reader, must change
 together; splitting them would put the composition the solver proves against in two files.
@@ -30,7 +32,6 @@ together; splitting them would put the composition the solver proves against in 
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -42,6 +43,7 @@ from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.offload import gpu_kept_optimizer_share
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
+from autoparallel_cp.search.model_scored import hidden_lb, model_scored, plan_terms
 from autoparallel_cp.search.offload_axis import gpu_share, opt_seconds
 from autoparallel_cp.search.replay_axis import head_position, plan_bubble
 from autoparallel_cp.search.schedule_axis import REPLAYED, plan_ratio, stage_inflight
@@ -262,12 +264,12 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
             # base mode of a `full` plan is none (its non-recomputed layers)
             act[..., 2] = act[..., 0]
             tim[..., 2] = tim[..., 0]
+            full_t = np.array(lf.time_s, float)[..., 2] + np.array(lf.recompute_s, float)[..., 2]
+            hidden_lb(job, space, g, ax6, kind, lf, tim, full_t)  # EP hidden: model_scored.py
             t.act[g, kind] = act
             t.time[g, kind] = tim
             t.ckpt[g, kind] = tch * np.array(lf.ckpt_bytes, float)[..., 2]
-            # extra time of a recomputed layer over a kept one (base mode none)
-            full_t = np.array(lf.time_s, float)[..., 2] + np.array(lf.recompute_s, float)[..., 2]
-            t.rec[g, kind] = full_t - tim[..., 0]
+            t.rec[g, kind] = full_t - tim[..., 0]  # a recomputed layer's extra time
             t.work_full[g, kind] = wrk[..., 2].copy()
             wrk[..., 2] = wrk[..., 0]
             t.work[g, kind] = wrk
@@ -588,13 +590,11 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     rho = plan_ratio(sp_, plan)  # 1 but for zb-h1 / zb-h2 (search/schedule_axis.py)
     bub = sum(times) - tmax
     pipeline = m * tmax + (bub if rho == 1.0 else rho * bub) / plan.vpp
+    if model_scored(sp_):  # DualPipe, DualPipeV hiding EP: the cost model (model_scored.py)
+        return PlanCost(*plan_terms(sp_.job, plan))
     if sp_.schedule in REPLAYED and plan.pp > 1:  # ZBV / DualPipeV: search/replay_axis.py
         pipeline = m * tmax + plan_bubble(sp_, plan, times)
     tail = max(dps) + max(opts)
     fits = all(p <= t.capacity[g] for p, g in zip(peaks, groups, strict=True))
     return PlanCost(pipeline + tail, pipeline, tail, tuple(times), tuple(peaks), fits)
 
-
-def all_index_tuples(*sizes: int) -> list[tuple[int, ...]]:
-    """Cartesian index tuples of small domains (for tests)."""
-    return list(itertools.product(*(range(s) for s in sizes)))

@@ -29,9 +29,20 @@ def test_fix_zbv_solves_and_the_json_names_it() -> None:
                                 for p in doc["plans"])
 
 
+def test_fix_dualpipe_solves_and_the_json_names_it() -> None:
+    """DualPipe is searched (search/model_scored.py): one chunk per rank, an even pp."""
+    result, out, err = run("solve", *SMALL, "--fix", "schedule=dualpipe,cp=1", "--top-k", "2",
+                           *FAST, "--json", "-")
+    assert result.exit_code == 0, (result.exit_code, err)
+    doc = json.loads(out)
+    assert doc["space"]["schedule"] == ["dualpipe"]
+    assert doc["plans"] and all(p["plan"]["schedule"] == "dualpipe" and p["plan"]["vpp"] == 1
+                                and p["plan"]["pp"] % 2 == 0 for p in doc["plans"])
+
+
 def test_fix_unsearched_schedule_is_one_line_exit_2() -> None:
-    assert_user_error(["solve", *SMALL, "--fix", "schedule=dualpipe", *FAST],
-                      "schedule", "not a search axis yet", "gpipe")
+    assert_user_error(["solve", *SMALL, "--fix", "schedule=dualpipe,pp=1", *FAST],
+                      "pp", "pp=1")
     assert_user_error(["enumerate", *SMALL, "--fix", "activation_offload=2", "--quiet"],
                       "activation_offload", "not a search axis yet")
     # the optimizer share is searched (search/offload_axis.py): out of range is exit 2

@@ -3,7 +3,8 @@
 cost equals evaluate's (the head on rank 0, the replayed bubble, the in-flight counts); the
 replayed bubble is no per-key ratio (why the bounds take rho' = 0); every bound stays below
 every V plan; CP-SAT equals the enumerator on random V spaces, exactly (no model rounds them);
-the proof names the subset searched; DualPipeV on a MoE model stays evaluate-only."""
+the proof names the subset searched; DualPipeV on a MoE model is scored by the cost model
+(search/model_scored.py)."""
 
 from __future__ import annotations
 
@@ -64,11 +65,10 @@ def test_v_pins_outside_their_rules_are_input_errors() -> None:
         SearchSpace.for_job(_job(), fix="schedule=zbv,vpp=1", max_pp=4)
     with pytest.raises(UserError, match="pp"):
         SearchSpace.for_job(_job(), fix="schedule=dualpipev,pp=1", max_pp=4)
-    # DualPipeV's overlapped EP share is not tabulated: MoE models stay evaluate-only
-    with pytest.raises(UserError, match="MoE model"):
-        SearchSpace.for_job(_job(moe=True, layers=6), fix="schedule=dualpipev", max_pp=4)
-    with pytest.raises(UserError, match="not a search axis yet"):
-        SearchSpace.for_job(_job(), fix="schedule=dualpipe", max_pp=4)
+    # DualPipeV on a MoE model is searched (its keys scored by the cost model,
+    # search/model_scored.py), DualPipe too (tests/search/test_dualpipe_search.py)
+    assert SearchSpace.for_job(_job(moe=True, layers=6), fix="schedule=dualpipev",
+                               max_pp=4).schedule == "dualpipev"
     # Megatron does not run them (spec/frameworks.py), torchtitan does
     with pytest.raises(UserError, match="megatron does not run it"):
         SearchSpace.for_job(_job(), fix="schedule=zbv", max_pp=4, emit="megatron")
@@ -173,8 +173,6 @@ def _compare_exact(job: Job, space: SearchSpace, k: int) -> None:
        seq=st.sampled_from([2048, 8192, 32768]), zero=st.sampled_from(["0,1", "1,3"]))
 def test_v_spaces_match_enumeration(sched: str, moe: bool, layers: int, gpus: int, batch: int,
                                     seq: int, zero: str) -> None:
-    if sched == "dualpipev" and moe:
-        moe = False  # evaluate-only (schedule_axis.unreplayed)
     job = _job(moe, layers, gpus, seq, batch)
     zs = tuple(int(z) for z in zero.split(","))
     try:

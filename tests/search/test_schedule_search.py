@@ -52,7 +52,7 @@ def test_gpipe_pin_narrows_the_space_and_the_proof_names_it() -> None:
 
 
 @pytest.mark.parametrize("fix, match", [
-    ("schedule=dualpipe", "not a search axis yet"),
+    ("schedule=dualpipe,pp=1", "pp=1"),
     ("schedule=nope", "expected one of"),
     ("optimizer_offload=1.5", "at most 1"),
     ("activation_offload=1", "not a search axis yet"),

@@ -1,0 +1,109 @@
+"""DualPipe, and DualPipeV on MoE models, as searched schedules (issues 28 and 31.1): keys
+whose plans the search scores with the cost model itself, never with a table composition.
+
+DualPipe (DeepSeek-V3, arXiv 2412.19437 §3.2.1; cost/schedules.py, cost/steptime.py
+`_dualpipe_rank`, cost/memory.py): rank j holds stage j and its mirror p-1-j
+(`dualpipe_mirror`), so its per-micro-batch time is the mean of the two stages' times, its DP
+sync and optimizer step the sum, its memory both stages' (parameters twice, each stage with
+its own in-flight count min(p - j, m/2)); the bubble is rho·(S - T_rank) with rho =
+`bubble_ratio("dualpipe", p, (F, B, W), m)`. DualPipe and DualPipeV also hide a share h(m) =
+`ep_hidden_share` of each MoE layer's EP dispatch / combine, unless the recipe overlaps every
+micro-batch's (`schedule_axis.hides_ep`): stage time = t_base + h·Σ_layers (ep_ov - ep).
+A per-stage table cannot hold a rank that averages two stages, nor h, which depends on m, so:
+
+- per-key scoring (search/model_scan.py `best_of_key`): a key's plans are its named
+  layouts (or a uniform or pinned split: `SearchSpace.free_ok` leaves free partitions out,
+  `schedule_axis.SCANNED`),
+  the recompute count (all layers or a pinned one: `narrow_recompute`) and the stage
+  placement; each is scored by `plan_terms`, which is steptime.py / memory.py themselves
+  (`tables.plan_cost` returns it too: plan_cost equals evaluate by construction), and the
+  best is the least (step, `Plan.key()`), the enumerator's order. The enumerator
+  (search/enumerate.py) scores the same plans the same way, so CP-SAT equals it when no
+  bound skips a key's best: what tests/search/test_dualpipe_search.py checks;
+- per-key bounds (key_bounds.py): none beyond the master's (`key_bound` is 0 for these
+  spaces; solve.py takes the max with the master's LB);
+- the master (cpsat_master.py), valid for every DualPipe plan on one node group
+  (`schedule_axis.unreplayed` refuses several): rho' = 0 (`family_ratio`), so the pipeline
+  bound is m·V/pp with V = max(S_lb, L·Hu). The ranks' times sum to S (each stage's time
+  appears in two ranks at weight 1/2), so T_rank >= S/pp >= S_lb/pp; on one group of
+  per-layer time u, S >= L·u = L·Hu, so T_rank >= L·Hu/pp too. Tail: rank j syncs
+  d_j + d_{p-1-j} and steps o_j + o_{p-1-j}, so the max over ranks of DP_TAIL_FRACTION·d and
+  of o is >= twice the mean over stages >= the mean the master takes; the second bound
+  (exposed >= d - 2/3 t) holds per rank with the rank's d and t, whose sums are 2·D and S:
+  max >= (2D - 2/3 S)/pp >= (D - 2/3 S)/pp. Memory: the master's condition sums the stage
+  peaks with >= 1 micro-batch in flight; the ranks' peaks sum every stage's states and
+  activations twice (min(p - j, m/2) >= 1 as m >= 2p), the work buffers as
+  Σ_r max(w_r, w_{p-1-r}) >= Σ_j w_j and the per-rank constants once per rank: >= that sum.
+  ZeRO-3: the master adds every stage's first-layer gather; a stage pays the largest over
+  its layer kinds, but a rank averages two stages, so for DualPipe the master takes the least
+  over the kinds (a stage pays at least that; tests/search/test_dualpipe_search.py found
+  the largest above a MoE key's exact best).
+- the EP hidden share (tables.py `_build_tables`, `hidden_lb`): the overlapped EP time of a
+  layer (moe_comm.py `ep_overlapped`: four exposures of half an all-to-all, each
+  max(c - compute, COMM_SM_SHARE·c) <= c) is <= its plain one, so with 0 <= h <= 1 a stage's
+  time t_base + h·Δ is >= t_base + min(Δ, 0): the tables of such a space hold that (h = 1)
+  per layer, a lower bound of every stage time whatever m (the DP and optimizer tables, which
+  the share leaves unchanged, are exact), and the master's bounds grow with every stage time
+  (LB1; LB2 composes the exposed DP d - 2/3·t, which falls as t grows, with m·T, m >= 1:
+  its S coefficient stays > 0, cpsat_master.py), so they stay valid. DualPipeV's own
+  per-key bounds (key_grid.py) are not used for such a space (`key_bound` is 0 above).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from autoparallel_cp.cost.evaluate import host_fits
+from autoparallel_cp.cost.memory import stage_memory
+from autoparallel_cp.cost.steptime import step_time
+from autoparallel_cp.search.schedule_axis import hides_ep
+from autoparallel_cp.spec.plan import Plan
+
+Terms = tuple[float, float, float, tuple[float, ...], tuple[float, ...], bool]
+
+
+def model_scored(space: Any) -> bool:
+    """Whether the keys of `space` are scored by the cost model (module docstring)."""
+    s = space.schedule
+    return s == "dualpipe" or (s == "dualpipev" and hides_ep(s, space.job))
+
+
+def plan_terms(job: Any, plan: Plan) -> Terms:
+    """(step, pipeline, tail, rank times, rank charged bytes, fits) of `plan`: steptime.py and
+    memory.py, the step without the calibrated fixed time (as every search composition),
+    fits as evaluate.py decides it."""
+    st = step_time(job, plan)
+    mem = stage_memory(job, plan)
+    fits = all(s.required_bytes <= s.capacity_bytes for s in mem) and host_fits(job, plan, mem)
+    times = tuple(s.total_s for s in st.stages)
+    pipeline = plan.num_microbatches * max(times) + st.bubble_s
+    step = st.step_s - st.fixed_s
+    return (step, pipeline, step - pipeline, times, tuple(s.charged_bytes for s in mem), fits)
+
+
+def hidden_lb(job: Any, space: Any, g: int, ax6: Any, moe: bool, lf: Any,
+              tim: npt.NDArray[np.float64], full_t: npt.NDArray[np.float64]) -> None:
+    """Lower the per-layer times `tim` (modes none, selective, full's kept layers) and
+    `full_t` (a recomputed layer) of a space that hides a share of the EP all-to-all
+    (`hides_ep`) to their values at share 1, in place (module docstring: a lower bound of
+    every stage time whatever m). The kept layer's bound is also held <= the recomputed
+    one's, so the tables' replay term (full - kept) stays >= 0 (the master drops it)."""
+    if not moe or not hides_ep(space.schedule, job):
+        return
+    from autoparallel_cp.cost import factors as fx
+    from autoparallel_cp.cost.common import recipe_options
+
+    opts = recipe_options(job.recipe).model_copy(update={"ep_overlap": True})
+    ov = fx.layer_factors(job, g, ax6[0], ax6[1], ax6[2], ax6[3], ax6[4], ax6[5], moe=moe,
+                          options=opts, etp=space.etp)
+    d = np.minimum(np.asarray(ov.ep_s, float) - np.asarray(lf.ep_s, float), 0.0)
+    d = np.broadcast_to(d, tim.shape)
+    dfull = np.asarray(ov.ep_s, float) + np.asarray(ov.rc_ep_s, float) \
+        - np.asarray(lf.ep_s, float) - np.asarray(lf.rc_ep_s, float)
+    full_t += np.minimum(np.broadcast_to(dfull, tim.shape)[..., 2], 0.0)
+    tim[..., :2] += d[..., :2]
+    tim[..., 0] = np.minimum(tim[..., 0], full_t)
+    tim[..., 2] = tim[..., 0]

@@ -1,0 +1,160 @@
+"""DualPipe, and DualPipeV on MoE models, as searched schedules (search/model_scored.py):
+`--fix schedule=dualpipe` searches DualPipe plans only (one chunk per rank, an even pp, an
+even m >= 2pp, the named layouts); their plan_cost is evaluate's; every bound stays below
+every plan of its key (the master's over the two-stage ranks, the tables' EP hidden-share
+lower bound); CP-SAT equals the enumerator on random spaces; DeepSeek-V3's report row is found
+with its stated fields; the default search and the union are unchanged."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from test_replay_search import _compare_exact, _job
+from test_solver_vs_enumerate import _assert_master_bounds, _key, _mini, _mixed_small
+
+from autoparallel_cp.cost.evaluate import evaluate
+from autoparallel_cp.cost.memory import stage_memory
+from autoparallel_cp.cost.schedules import ep_hidden_share
+from autoparallel_cp.errors import UserError
+from autoparallel_cp.search import model_scored, schedule_axis
+from autoparallel_cp.search.key_bounds import key_bound
+from autoparallel_cp.search.key_table import build_key_table
+from autoparallel_cp.search.solve import enumerate_plans, solve
+from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.search.tables import build_tables, plan_cost
+from autoparallel_cp.spec import RECIPES, Job
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def test_a_dualpipe_pin_narrows_the_space() -> None:
+    job = _job(layers=8, batch=32)
+    sp = SearchSpace.for_job(job, fix="schedule=dualpipe", max_pp=4, max_mbs=2)
+    assert sp.schedule == "dualpipe" and sp.vpp == (1,)
+    assert set(sp.pp) <= {2, 4} and not sp.partial_recompute
+    degs = list(sp.degrees())
+    assert degs and all(d.pp % 2 == 0 and d.num_microbatches >= 2 * d.pp
+                        and d.num_microbatches % 2 == 0 for d in degs)
+    assert not sp.free_ok(4, 1)  # the named layouts (or a uniform / pinned split) only
+    assert model_scored.model_scored(sp)
+    best = enumerate_plans(job, sp, top_k=1).plans[0].plan
+    assert best.schedule == "dualpipe" and best.vpp == 1
+
+
+def test_dualpipe_pins_outside_its_rules_are_input_errors() -> None:
+    with pytest.raises(UserError, match="pp"):
+        SearchSpace.for_job(_job(), fix="schedule=dualpipe,pp=1", max_pp=4)
+    # a rank averages two stages: on several node groups the master's per-layer bound fails
+    job = Job(model=_mini(False, 8), cluster=_mixed_small(), seq_len=4096, global_batch=32)
+    with pytest.raises(UserError, match="several node groups"):
+        SearchSpace.for_job(job, fix="schedule=dualpipe", max_pp=4)
+
+
+@pytest.mark.parametrize("sched, moe", [("dualpipe", False), ("dualpipe", True),
+                                        ("dualpipev", True)])
+def test_plan_cost_is_evaluate_and_every_bound_is_below(sched: str, moe: bool) -> None:
+    """plan_cost == evaluate (step, stage charged bytes, fits) on every enumerated plan; the
+    key bounds (0 here), the key listing's LB and the master's LB <= each key's best."""
+    job = _job(moe=moe, layers=6 if moe else 8, seq=8192, batch=32)
+    sp = SearchSpace.for_job(job, fix=f"schedule={sched}", max_pp=4, max_mbs=2)
+    t = build_tables(sp)
+    ranked = enumerate_plans(job, sp, top_k=10**6).stats["ranked"]
+    assert ranked
+    kt = build_key_table(t)
+    lbs = {kt.key(i): int(kt.lb[i]) * kt.unit_s for i in range(len(kt.lb))}
+    for cost, p in ranked:
+        assert p.schedule == sched
+        e = evaluate(job, p)
+        pc = plan_cost(t, p)
+        assert e.fits and pc.fits
+        assert pc.step_s == pytest.approx(e.time.step_s, rel=1e-12)
+        assert cost == pytest.approx(e.time.step_s, rel=1e-12)
+        assert list(pc.stage_charged) == pytest.approx(
+            [s.charged_bytes for s in stage_memory(job, p)], rel=1e-12)
+        k = _key(p)
+        assert key_bound(t, k) <= cost and key_bound(t, k, coupled=True) <= cost
+        assert lbs[k] <= cost + 1e-9, p.short()
+    _assert_master_bounds(job, sp, 2)
+
+
+def test_the_hidden_share_tables_are_a_lower_bound() -> None:
+    """A MoE DualPipe space's layer times are at most the plain ones (the hidden share at 1,
+    model_scored.py `hidden_lb`), strictly somewhere at ep > 1, and the share depends on m
+    (why no table holds it exactly)."""
+    job = _job(moe=True, layers=6, seq=8192, batch=32)
+    low = build_tables(SearchSpace.for_job(job, fix="schedule=dualpipe", max_pp=4))
+    plain = build_tables(SearchSpace.for_job(job, fix="schedule=1f1b", max_pp=4))
+    ie = low.space.ep.index(max(low.space.ep))
+    assert max(low.space.ep) > 1
+    for k, v in low.time.items():
+        assert (v <= plain.time[k] + 1e-15).all()
+        assert (low.rec[k] >= 0.0).all()
+    moe_key = next(k for k in low.time if k[1])
+    assert (low.time[moe_key][:, :, ie, :, :, 0] < plain.time[moe_key][:, :, ie, :, :, 0]).any()
+    p = evaluate(job, enumerate_plans(job, low.space, top_k=1).plans[0].plan).plan
+    assert ep_hidden_share(p) != ep_hidden_share(p.model_copy(
+        update={"num_microbatches": 2 * p.num_microbatches}))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@example(sched="dualpipe", moe=True, layers=6, gpus=8, batch=32, seq=8192, zero="0,1")
+@example(sched="dualpipe", moe=False, layers=8, gpus=8, batch=16, seq=32768, zero="1,3")
+@example(sched="dualpipev", moe=True, layers=6, gpus=8, batch=32, seq=8192, zero="1,3")
+@given(sched=st.sampled_from(["dualpipe", "dualpipev"]), moe=st.booleans(),
+       layers=st.sampled_from([4, 6, 8]), gpus=st.sampled_from([4, 8]),
+       batch=st.sampled_from([8, 16, 32]), seq=st.sampled_from([2048, 8192, 32768]),
+       zero=st.sampled_from(["0,1", "1,3"]))
+def test_dualpipe_spaces_match_enumeration(sched: str, moe: bool, layers: int, gpus: int,
+                                           batch: int, seq: int, zero: str) -> None:
+    if sched == "dualpipev" and not moe:
+        moe = True  # the replayed V without hidden EP: test_replay_search.py
+    job = _job(moe, layers, gpus, seq, batch)
+    zs = tuple(int(z) for z in zero.split(","))
+    try:
+        space = SearchSpace.for_job(job, fix=f"schedule={sched}", max_pp=4, max_mbs=2,
+                                    zero=zs)
+    except UserError:
+        return  # no even pp > 1 of this job (a pin outside the rules is exit 2)
+    if space.num_degree_combinations() == 0:
+        return
+    _compare_exact(job, space, 4)
+
+
+def test_the_union_and_the_default_search_are_unchanged() -> None:
+    """DualPipe is pin-only; DualPipeV where it hides EP stays out of the union (its keys
+    carry the master's bound only); the default space has no schedule sub-space."""
+    moe = _job(moe=True, layers=6).model_copy(update={
+        "recipe": RECIPES["torchtitan-fsdp"], "search_also": ("schedule",)})
+    assert schedule_axis.hides_ep("dualpipev", moe)
+    sp = SearchSpace.for_job(moe, max_pp=4, max_vpp=2)
+    assert "dualpipev" not in sp.schedules and "dualpipe" not in sp.schedules
+    dense = moe.model_copy(update={"model": _mini(False, 8)})
+    assert "dualpipev" in SearchSpace.for_job(dense, max_pp=4, max_vpp=2).schedules
+    assert SearchSpace.for_job(_job(), max_pp=4).schedules == (None,)
+
+
+def test_deepseek_v3_report_row_is_found_with_dualpipe() -> None:
+    """DeepSeek-V3's run (arXiv 2412.19437 §3.2: pp 16 DualPipe, ep 64, dp 128, ZeRO-1,
+    recipe deepseek-v3-fp8) is found by `solve --fix tp=1,pp=16,ep=64,dp=128,mbs=1,
+    schedule=dualpipe` at the CLI's default headroom, and its best plan is evaluate's."""
+    from autoparallel_cp.cost.uncertainty import default_mem_headroom
+
+    sys.path.insert(0, str(BENCH))
+    from harness.heldout import heldout_rows
+
+    rows = [r for r in heldout_rows() if getattr(r, "source", "") == "deepseek-v3-report"
+            and r.job is not None and r.plan is not None]
+    assert len(rows) == 1 and rows[0].plan.schedule == "dualpipe"
+    job = rows[0].job.calibrated(None, default_mem_headroom())
+    fix = "tp=1,pp=16,ep=64,dp=128,mbs=1,schedule=dualpipe"
+    res = solve(job, SearchSpace.for_job(job, fix=fix), top_k=1, time_limit=60)
+    assert res.status == "optimal" and res.plans
+    got = res.plans[0]
+    assert (got.plan.schedule, got.plan.pp, got.plan.ep, got.plan.dp) == ("dualpipe", 16, 64,
+                                                                           128)
+    assert got.fits
+    assert got.time.step_s == pytest.approx(evaluate(job, got.plan).time.step_s, rel=1e-12)
