@@ -298,23 +298,28 @@ def _bound_tables(t: Tables) -> BoundTables:
         mb5 = np.array(s.mbs, float).reshape(1, 1, 1, 1, 1, -1)
         m5 = B / (dp5[..., None] * mb5)
         zs = []
-        pair = s.schedule == "dualpipe"
         for g in G:
             per: float | np.ndarray = 0.0
-            first: float | np.ndarray = 0.0
+            hi: float | np.ndarray = 0.0
+            lo: float | np.ndarray = math.inf
             for k, c in counts:
                 if not c:
                     continue
                 z = np.take(t.z3l[g, k], sp_sel, axis=3)
                 z = np.take(z, mode_sel, axis=5).min(axis=(3, 5))  # (tp, cp, ep, mbs, dp)
                 per = per + c * z
-                # DualPipe: a rank averages two stages, each paying at least the least
-                # kind's first gather (search/model_scored.py)
-                first = (np.minimum(first, t.z3f[g, k]) if pair and np.ndim(first)
-                         else np.maximum(first, t.z3f[g, k]))  # (tp, cp, ep, dp)
+                hi, lo = np.maximum(hi, t.z3f[g, k]), np.minimum(lo, t.z3f[g, k])
+            # first gathers: a stage pays its largest kind's (tables.stage_cost); some stage
+            # holds the largest kind and every other holds a layer (or, pinned, none), so the
+            # stages' mean is >= (hi + (pp-1) lo)/pp = lo + (hi - lo)/pp (hi at pp = 1; the
+            # hi alone at every pp was not a bound: tests/search/test_zero3_first_gather_bound)
+            if "stage_layers" in s.fixed and min(s.fixed["stage_layers"]) < 1:
+                lo = 0.0 * np.asarray(hi)
             per = np.transpose(np.asarray(per), (0, 2, 4, 1, 3))  # (tp, ep, dp, cp, mbs)
-            first = np.transpose(np.asarray(first), (0, 2, 3, 1))[..., None]  # (tp, ep, dp, cp, 1)
-            zs.append(per[:, :, None] / pp5[..., None] + first[:, :, None])
+            hi = np.transpose(np.asarray(hi), (0, 2, 3, 1))[..., None]  # (tp, ep, dp, cp, 1)
+            lo = np.transpose(np.asarray(lo), (0, 2, 3, 1))[..., None]
+            zs.append((per[:, :, None] + (hi - lo)[:, :, None]) / pp5[..., None]
+                      + lo[:, :, None])
         zb = np.minimum.reduce(zs)
         is3 = (np.array(s.zero) == 3).reshape(1, 1, -1, 1, 1, 1)
         tail5 = tail5 + np.where(is3, zb * m5, 0.0)
