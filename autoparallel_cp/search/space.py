@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search import offload_axis, space_count
+from autoparallel_cp.search import act_offload, offload_axis, space_count
 from autoparallel_cp.search.schedule_axis import (
     narrow_recompute,
     refuse_unrun,
@@ -43,7 +43,7 @@ PartitionKind = Literal["uniform", "free"]
 FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
     "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers", "etp",
-    "dp_replicate", "schedule", "optimizer_offload",
+    "dp_replicate", "schedule", "optimizer_offload", "activation_offload",
 )
 
 
@@ -162,7 +162,7 @@ class SearchSpace:
                 if off_pin is not None or "offload" in job.search_also else (0.0,))
         if off_pin is not None or len(offs) > 1:
             space = space.with_(optimizer_offload=offs[0], off_axis=offs)
-        return space
+        return act_offload.narrow(space, pins.get("activation_offload", 0))  # one stage
 
     @property
     def gpus_per_node(self) -> int:

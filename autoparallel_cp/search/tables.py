@@ -33,7 +33,6 @@ together; splitting them would put the composition the solver proves against in 
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -45,6 +44,7 @@ from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.offload import gpu_kept_optimizer_share
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
+from autoparallel_cp.search.act_offload import act_layers, kept_share, stage_terms
 from autoparallel_cp.search.offload_axis import gpu_share, opt_seconds
 from autoparallel_cp.search.schedule_axis import plan_ratio, stage_inflight
 from autoparallel_cp.search.space import SearchSpace
@@ -258,7 +258,7 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
         for kind in kinds:
             lf = fx.layer_factors(job, g, ax6[0], ax6[1], ax6[2], ax6[3], ax6[4], ax6[5], moe=kind,
                                   etp=space.etp)
-            act = tch * np.array(lf.act_bytes, float)
+            act = tch * np.array(lf.act_bytes, float) * kept_share(space)  # act_offload.py
             tim = np.array(lf.time_s, float)
             wrk = tch * np.array(lf.work_bytes, float)
             # base mode of a `full` plan is none (its non-recomputed layers)
@@ -500,9 +500,9 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
             t = v
             break
     sp_ = t.space
-    if (plan.dp_replicate, plan.optimizer_offload) != (sp_.dp_replicate, sp_.optimizer_offload):
-        raise ValueError(f"plan dp_replicate={plan.dp_replicate}, optimizer_offload="  # one
-                         f"{plan.optimizer_offload:g}: not a variant of the tables")  # R, x
+    if (plan.dp_replicate, plan.optimizer_offload, plan.activation_offload) != (
+            sp_.dp_replicate, sp_.optimizer_offload, act_layers(sp_)):  # one R, x, k
+        raise ValueError(f"plan {plan.short()}: not a variant of the tables")
     L = sp_.num_layers
     ls = plan.layers_per_stage(L)
     chunks = plan.chunks_per_stage(L)
@@ -519,7 +519,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     m = plan.num_microbatches
     k_dense = t.dense_prefix
     z3 = plan.zero >= 3
-    times, peaks, dps, opts = [], [], [], []
+    times, peaks, dps, opts, hosts = [], [], [], [], True
     for j, (n, g) in enumerate(zip(ls, groups, strict=True)):
         first, last = j == 0, j == plan.pp - 1
         r = plan.recomputed_layers(n)
@@ -581,6 +581,10 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
                 opt += t.mtpc_opt[g][i4]
         if plan.pp > 1:
             ttime += t.p2p[g][(itp, icp, plan.sp, imb, t.i("vpp", plan.vpp), idp)]
+        if plan.activation_offload:  # one stage: its copies and host (search/act_offload.py)
+            off, host_ok = stage_terms(sp_, plan.tp, plan.cp, plan.dp, plan.ep, plan.sp,
+                                       plan.zero, plan.mbs, m)
+            ttime, hosts = ttime + off, host_ok  # (a plan whose hosts overflow does not fit)
         peak = states + f * act + extra + work + t.z3[itp, iep, iz] + t.other
         times.append(ttime)
         peaks.append(peak)
@@ -591,10 +595,5 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     bub = sum(times) - tmax
     pipeline = m * tmax + (bub if rho == 1.0 else rho * bub) / plan.vpp
     tail = max(dps) + max(opts)
-    fits = all(p <= t.capacity[g] for p, g in zip(peaks, groups, strict=True))
+    fits = hosts and all(p <= t.capacity[g] for p, g in zip(peaks, groups, strict=True))
     return PlanCost(pipeline + tail, pipeline, tail, tuple(times), tuple(peaks), fits)
-
-
-def all_index_tuples(*sizes: int) -> list[tuple[int, ...]]:
-    """Cartesian index tuples of small domains (for tests)."""
-    return list(itertools.product(*(range(s) for s in sizes)))
