@@ -71,6 +71,60 @@ def kept_share(space: Any) -> float:
     return (L - k + 1) / L
 
 
+def domain(space: Any) -> tuple[int, ...]:
+    """The counts `--search-also offload` searches: ceil(K/2) and K = L - 1 (half and all
+    but one of the layers: Megatron runs k < L; k = 1 saves nothing, its one layer in
+    transit stays on the GPU, so k >= 2), each kept where `narrow` takes it (hosts, no MTP,
+    pp = vpp = 1 and recompute none searched, the frameworks' rows); () otherwise."""
+    top = space.num_layers - 1
+    out = []
+    for k in sorted({-(-top // 2), top}):
+        if k >= 2:
+            try:
+                narrow(space, k)
+            except InputError:
+                continue
+            out.append(k)
+    return tuple(out)
+
+
+def apply(space: Any, pins: Any) -> Any:
+    """`space` after `for_job`'s other steps: narrowed to a pinned count (`narrow`), or
+    searching `domain` besides its own plans when the job asks for offload
+    (`Job.search_also`), else unchanged."""
+    if "activation_offload" in pins:
+        return narrow(space, pins["activation_offload"])
+    if "offload" in space.job.search_also and (ks := domain(space)):
+        return space.with_(act_axis=ks)
+    return space
+
+
+def variants(space: Any, subs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`SearchSpace.schedule_variants`: the schedule sub-spaces `subs`, then one one-stage
+    sub-space per count of `space.act_axis` (`narrow`), the union of which the space is
+    (disjoint: their plans differ in `activation_offload`); `subs` without an axis."""
+    if not space.act_axis:
+        return subs
+    memo: dict[str, tuple[Any, ...]] = space.__dict__.setdefault("_aoff_v", {})
+    if "v" not in memo:
+        memo["v"] = tuple(v.with_(act_axis=()) for v in subs) + tuple(
+            narrow(space.with_(act_axis=(), fixed={**space.fixed, "activation_offload": k}),
+                   k) for k in space.act_axis)
+    return memo["v"]
+
+
+def searched(space: Any) -> list[int]:
+    """The activation-offload counts the space's plans take (`SearchSpace.describe`)."""
+    return [act_layers(space)] if "activation_offload" in space.fixed else [0, *space.act_axis]
+
+
+def part_key(space: Any) -> Any:
+    """A sub-space's name in a union's parts (solve.py `_solve_union`, capacity.py): its
+    schedule, with its offloaded-layer count when it has one."""
+    k = act_layers(space)
+    return space.schedule if not k else (space.schedule, k)
+
+
 def narrow(space: Any, k: Any) -> Any:
     """`space` (built with the pin `activation_offload=k`) narrowed to the plans that offload
     (module docstring): pp = vpp = 1, recompute none, the default schedule. InputError (exit

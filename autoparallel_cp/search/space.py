@@ -111,6 +111,9 @@ class SearchSpace:
     #: the shares searched (`etp_variants`): (optimizer_offload,) unless the search tries
     #: host offload too (`offload_axis.offload_axis`: every node group has a host)
     off_axis: tuple[float, ...] = (0.0,)
+    #: the offloaded-layer counts whose one-stage sub-spaces join the union
+    #: (`schedule_variants`, search/act_offload.py `variants`): () unless --search-also offload
+    act_axis: tuple[int, ...] = ()
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -162,7 +165,7 @@ class SearchSpace:
                 if off_pin is not None or "offload" in job.search_also else (0.0,))
         if off_pin is not None or len(offs) > 1:
             space = space.with_(optimizer_offload=offs[0], off_axis=offs)
-        return act_offload.narrow(space, pins.get("activation_offload", 0))  # one stage
+        return act_offload.apply(space, pins)  # a pinned or searched activation offload
 
     @property
     def gpus_per_node(self) -> int:
@@ -208,9 +211,10 @@ class SearchSpace:
         """One space per schedule of `schedules`, each the space `--fix schedule=X` would
         search (X's pp and vpp, `narrow_recompute`; the default's: this space's domains), in
         `schedules` order; the space itself when it has one schedule. Disjoint: their plans
-        differ in `schedule` (search/schedule_axis.py)."""
+        differ in `schedule` (search/schedule_axis.py). Then one one-stage sub-space per
+        searched activation-offload count (`act_axis`, search/act_offload.py `variants`)."""
         if len(self.schedules) == 1:
-            return (self,)
+            return act_offload.variants(self, (self,))
         memo: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_sched", {})
         if "v" not in memo:
             out = []
@@ -223,7 +227,7 @@ class SearchSpace:
                     out.append(self.with_(schedule=s, schedules=(s,), pp=pps, vpp=vpps,
                                           partial_recompute=narrow_recompute(
                                               s, self.fixed, self.partial_recompute)))
-            memo["v"] = tuple(out)
+            memo["v"] = act_offload.variants(self, tuple(out))
         return memo["v"]
 
     @property
@@ -567,19 +571,6 @@ class SearchSpace:
         """Legal (tp, pp, cp, dp, ep, vpp, mbs) combinations."""
         return sum(1 for _ in self.degrees())
 
-    def partitions_searched(self) -> list[str]:
-        """The partition families the space covers (`split_families`), in words."""
-        if self.fixed_split:
-            return ["pinned split (--fix stage_layers / chunk_layers)"]
-        out = ["uniform: Megatron's even split, pp*vpp | layers" if self.partition == "uniform"
-               else "free: any per-stage counts, multiples of vpp, equal chunks per stage"]
-        if self.named_splits:
-            out.append("named uneven layouts: the layers plus 0/1 embedding and 0/1 loss slots "
-                       "spread evenly over the pp*vpp chunks, the remainder to the first or "
-                       "the last chunks (Megatron-Core --account-for-embedding/loss-in-"
-                       "pipeline-split, torchtitan's first/last-stage weights)")
-        return out
-
     def describe(self) -> dict[str, list[Any]]:
         """Every axis searched with the values covered (what a proven optimum is optimal over):
         the plan axes' domains, the partition families, the expert-TP sizes ("tp": Megatron's
@@ -588,12 +579,13 @@ class SearchSpace:
             "tp": list(self.tp), "pp": list(self.pp), "cp": list(self.cp), "ep": list(self.ep),
             "vpp": list(self.vpp), "mbs": list(self.mbs), "zero": list(self.zero),
             "sp": list(self.sp), "recompute": list(self.recompute),
-            "partition": self.partitions_searched(),
+            "partition": space_count.partitions_searched(self),
             "etp": [e if e is not None else "tp" for e in self.etp_axis],
             "partial_recompute": [self.partial_recompute],
             "dp_replicate": list(self.rep_axis),
             "schedule": searched(self.schedules, self.vpp),
             "optimizer_offload": list(self.off_axis),
+            "activation_offload": act_offload.searched(self),
             **({"frameworks": list(self.restriction.formats)}
                if self.restriction is not None else {}),
         }

@@ -15,9 +15,10 @@ from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.steptime import stage_times
 from autoparallel_cp.errors import InfeasibleError, InputError
-from autoparallel_cp.search.act_offload import kept_share, stage_terms
+from autoparallel_cp.search.act_offload import act_layers, kept_share, stage_terms
 from autoparallel_cp.search.solve import enumerate_plans, solve
 from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.search.space_proof import outside, proof_space
 from autoparallel_cp.search.tables import build_tables, plan_cost
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
@@ -148,3 +149,44 @@ def test_zero_pin_is_the_default_space() -> None:
     assert SearchSpace.for_job(job, fix="activation_offload=0").pp == \
         SearchSpace.for_job(job).pp
     assert _cluster(8).node_groups[0].host is not None
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@example(moe=False, layers=6, gpus=4, seq=32768)
+@given(moe=st.booleans(), layers=st.sampled_from([4, 6]), gpus=st.sampled_from([4, 8]),
+       seq=st.sampled_from([8192, 32768]))
+def test_searched_activation_offload_matches_enumeration(moe: bool, layers: int, gpus: int,
+                                                         seq: int) -> None:
+    """`--search-also offload`: the one-stage sub-spaces of `domain` join the union; CP-SAT
+    == enumeration, and every returned plan lies in the space (`outside` is None)."""
+    job = _job(moe, layers, gpus, seq)
+    space = SearchSpace.for_job(job, max_pp=2, max_vpp=1, max_mbs=2, zero=(1,))
+    top = layers - 1
+    assert space.act_axis == tuple(sorted({-(-top // 2), top}))
+    subs = space.schedule_variants()
+    assert [act_layers(v) for v in subs] == [0, *space.act_axis]
+    assert space.size() == sum(v.size() for v in subs)
+    res = _compare_tol(job, space, 6)
+    for ev in res.plans:
+        assert ev.fits and outside(space, ev.plan) is None
+    assert "activations of 0, " in proof_space(space)["offload"]
+
+
+def test_domain_follows_the_frameworks_and_the_request() -> None:
+    """The default search has no activation-offload axis; `--search-also offload` adds
+    ceil((L-1)/2) and L - 1 where Megatron (or no framework) runs it, none under torchtitan
+    or without hosts; a plan outside is named with the hint."""
+    job = _job(False, 6, 8)
+    plain = job.model_copy(update={"search_also": ()})
+    assert SearchSpace.for_job(plain).act_axis == ()
+    assert len(SearchSpace.for_job(plain).schedule_variants()) == 1
+    assert SearchSpace.for_job(job).act_axis == (3, 5)
+    assert SearchSpace.for_job(job, emit="megatron").act_axis == (3, 5)
+    assert SearchSpace.for_job(_job(False, 6, 8, recipe="torchtitan-fsdp")).act_axis == ()
+    assert SearchSpace.for_job(_job(False, 6, 8, hosts=False)).act_axis == ()
+    assert SearchSpace.for_job(job, fix="pp=2").act_axis == ()
+    p = Plan(dp=8, pp=1, zero=1, mbs=1, num_microbatches=2, activation_offload=4)
+    assert "searched: 0, 3, 5" in str(outside(SearchSpace.for_job(job), p))
+    assert "--search-also offload" in str(outside(SearchSpace.for_job(plain), p))
+    assert outside(SearchSpace.for_job(job), p.model_copy(
+        update={"activation_offload": 3})) is None
