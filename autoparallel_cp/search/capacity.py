@@ -95,6 +95,7 @@ class Reuse:
     bounds: Any  # cpsat_master.BoundTables at the new capacity
     key_bounds: dict[Any, float]
     found: dict[Any, Any]  # key -> solve.KeyResult, exact under the new capacity
+    keys: Any = None  # key_table.KeyTable at the new capacity (`KeyTable.at`)
 
 
 def reuse(prior: Any, space: Any) -> Reuse | None:
@@ -143,4 +144,69 @@ def reuse(prior: Any, space: Any) -> Reuse | None:
             found[key] = dc_replace(res, tables=tabs)
         else:  # its best needs more memory: the new best is no faster
             bounds[key] = max(bounds.get(key, res.step_s), res.step_s)
-    return Reuse(tabs, bt, bounds, found)
+    keys = prior.keys.at(bt) if getattr(prior.keys, "mem", None) is not None else None
+    return Reuse(tabs, bt, bounds, found, keys)
+
+
+def origin_of(fix: str | Mapping[str, Any] | None, emit: str | None) -> tuple[Any, ...]:
+    """What `SearchSpace.for_job` builds a job's space from besides the job: the pins (as
+    sorted (field, repr) pairs) and the `--emit` format (`space_at` compares them)."""
+    from autoparallel_cp.spec.plan import parse_assignments
+
+    pins = parse_assignments(fix) if isinstance(fix, str) else dict(fix or {})
+    return tuple(sorted((k, repr(v)) for k, v in pins.items())), emit
+
+
+def space_at(prior: Any, job: Job, origin: tuple[Any, ...]) -> Any:
+    """The space a first (up-to-capacity) search listed, for `job`, the same job at a larger
+    `mem_headroom` (the CLI's search within the margin), with every listing it cached (the
+    degree combinations, the variants, the partition families, the size, the framework and
+    host verdicts, the bubble ratios): `SearchSpace.for_job(job, ...)` without listing the
+    space again. None when `prior` (a `solve.SearchContext`) has no root space, was built from
+    other pins or another format (`origin`), or its job differs in anything but a smaller
+    `mem_headroom`.
+
+    Why the caches hold: `mem_headroom` enters the cost model only as the GPUs' usable memory
+    (cost/memory.py `usable_bytes`), which no space rule reads (the degree rules read the GPU
+    count, the batch, the model and the cluster's shape; the host rule reads host memory;
+    the counts read the domains), so every cached listing of the space is the same at any
+    headroom; the capacity lives in the tables alone (`tables.with_capacity`, `reuse`)."""
+    root = getattr(prior, "root", None)
+    if root is None or getattr(prior, "origin", None) != origin \
+            or root.job.mem_headroom > job.mem_headroom \
+            or root.job.model_copy(update={"mem_headroom": job.mem_headroom}) != job:
+        return None
+    return _rejob(root, job, {})
+
+
+def _rejob(space: Any, job: Job, seen: dict[int, Any]) -> Any:
+    """`space` with `job` in place of its job and its caches (the instance-dict entries of
+    space.py, space_count.py, offload_axis.py, schedule_axis.py, act_offload.py) carried over;
+    every space they hold re-jobbed the same way (once each: `seen`)."""
+    from dataclasses import replace
+
+    if id(space) in seen:
+        return seen[id(space)]
+    r = space.restriction
+    if r is not None and id(r) not in seen:  # the same rows' verdicts: no row reads memory
+        seen[id(r)] = replace(r, job=job)
+        seen[id(r)]._verdicts.update(r._verdicts)
+    new = replace(space, job=job, restriction=None if r is None else seen[id(r)])
+    seen[id(space)] = new
+    for name, memo in space.__dict__.items():
+        if name.startswith("_"):
+            new.__dict__[name] = _carry(memo, job, seen)
+    return new
+
+
+def _carry(x: Any, job: Job, seen: dict[int, Any]) -> Any:
+    """A cached value for the re-jobbed space: the spaces in it re-jobbed, the rest shared."""
+    from autoparallel_cp.search.space import SearchSpace
+
+    if isinstance(x, SearchSpace):
+        return _rejob(x, job, seen)
+    if isinstance(x, dict):
+        return {k: _carry(v, job, seen) for k, v in x.items()}
+    if isinstance(x, tuple) and x and isinstance(x[0], (SearchSpace, tuple, dict)):
+        return tuple(_carry(v, job, seen) for v in x)
+    return x

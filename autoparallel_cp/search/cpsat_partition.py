@@ -452,7 +452,13 @@ def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, see
     for v in key_variants(t, key):  # every expert-TP size the key is legal under
         fv = family_tables(v, key.pp, key.vpp)
         fams += fv
-        lbs += family_bounds(v, key) if len(fv) > 1 or len(t.variants) > 1 else [0.0]
+        if len(fv) > 1 or len(t.variants) > 1:  # once per key on these tables (trials)
+            memo: dict[Any, list[float]] = v.__dict__.setdefault("_family_lbs", {})
+            if key not in memo:
+                memo[key] = family_bounds(v, key)
+            lbs += memo[key]
+        else:
+            lbs.append(0.0)
     for i in sorted(range(len(fams)), key=lambda i: (lbs[i], i)):
         tf = fams[i]
         if best is not None:  # a later family must tie or beat the best so far to matter
@@ -524,7 +530,13 @@ def _score_determined(t: Tables, key: Any, cutoff_s: float | None
     bound 0). None, proven, when nothing fits or the best is above `cutoff_s`."""
     from autoparallel_cp.search.enumerate import best_of_pinned_split
 
-    got = best_of_pinned_split(t, key)
+    # the scan reads only the tables and the key, not the cutoff: once per (family, key),
+    # however many trial cutoffs the key is solved with (search/solve.py); kept on the
+    # instance, so tables at another capacity (`tables.with_capacity`, a new instance) rescan
+    memo: dict[Any, Any] = t.__dict__.setdefault("_pinned_best", {})
+    if key not in memo:
+        memo[key] = best_of_pinned_split(t, key)
+    got = memo[key]
     if got is None or (cutoff_s is not None and got[0] > cutoff_s):
         return None, True
     step, plan = got

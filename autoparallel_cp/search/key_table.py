@@ -45,6 +45,8 @@ I64 = npt.NDArray[np.int64]
 #: Most keys one window returns before it counts as too wide (`cpsat_master.enumerate_keys`'
 #: default cap, so the windows, hence the scoring order, are the same as with CP-SAT's listing).
 WINDOW_CAP = 20000
+#: the memory condition's unit (bytes): the master's (`cpsat_master.build_master`)
+MEM_UNIT = 1024.0
 
 
 @dataclass
@@ -61,6 +63,20 @@ class KeyTable:
     unit_s: float
     top_u: int
     bounds: BoundTables
+    #: each key's memory condition's left side (KiB units, `build_key_table`), for `at`
+    mem: I64 | None = None
+
+    def at(self, bt: BoundTables) -> KeyTable:
+        """This table for the same space's bound tables at a smaller capacity
+        (`cpsat_master.with_capacity`, search/capacity.py `reuse`): only the memory
+        condition's right side, ceil(cap_avg / 1 KiB) x pp, changes (LB and the memory sums
+        read no capacity), so the keys are this table's that still pass it, in the same
+        order with the same LB: `build_key_table` of those bound tables, without listing."""
+        assert self.mem is not None
+        cap_u = int(math.ceil(bt.cap_avg / MEM_UNIT))
+        keep = self.mem <= cap_u * self.cols[:, KEY_AXES.index("pp")]
+        return KeyTable(self.cols[keep], self.lb[keep], self.unit_s, self.top_u, bt,
+                        self.mem[keep])
 
     def __len__(self) -> int:
         return int(self.lb.size)
@@ -99,7 +115,7 @@ def build_key_table(t: Tables, time_unit: float = 1e-6,
     must be the master's (`build_master`'s default)."""
     s = t.space
     bt = bt if bt is not None else bound_tables(t)
-    tu, mu = time_unit, 1024.0
+    tu, mu = time_unit, MEM_UNIT
     sp_vals = [v for v in (0, 1) if v in s.sp]
     modes = [RECOMPUTE_MODES.index(x) for x in s.recompute]
     # the legal degree choices, each with the sp values it allows
@@ -163,7 +179,7 @@ def build_key_table(t: Tables, time_unit: float = 1e-6,
     c = {a: cols[:, i] for i, a in enumerate(KEY_AXES)}
     order = np.lexsort(tuple(c[a] for a in ("mode", "mbs", "zero", "sp", "vpp", "ep", "dp",
                                             "cp", "pp", "tp")) + (lb,))
-    return KeyTable(cols[order], lb[order], tu, top, bt)
+    return KeyTable(cols[order], lb[order], tu, top, bt, mem[ok][order])
 
 
 def _family_rho(t: Tables, tp: I64, cp: I64, mbs: I64, pp: I64) -> npt.NDArray[np.float64]:

@@ -80,6 +80,10 @@ class SearchContext:
     #: a union of sub-spaces (`_solve_union`): each one's context by `act_offload.part_key`
     #: (this context is the default sub-space's: the recommendation's phase 2 searches it)
     parts: dict[Any, SearchContext] = field(default_factory=dict)
+    #: the space the search was asked (the union itself for a union) and what it was built
+    #: from (`capacity.origin_of`; None: given by the caller), for `capacity.space_at`
+    root: SearchSpace | None = None
+    origin: tuple[Any, ...] | None = None
 
 
 @dataclass
@@ -234,7 +238,11 @@ def solve(
     del objective, workers  # a fixed cluster: cost per step is proportional to the step time
     cb_ = progress_callback or progress
     t0 = time.perf_counter()
-    sp = _space(job, space, fix, emit)
+    origin = capacity.origin_of(fix, emit) if space is None else None
+    # within the margin after a search up to capacity: that search's space and its listings
+    # (`capacity.space_at`), else the job's own
+    sp = (capacity.space_at(prior, job, origin) if prior is not None and origin is not None
+          else None) or _space(job, space, fix, emit)
     part = incumbents is not None
     if sp.num_degree_combinations() == 0:
         if part:  # a sub-space without a legal degree combination: nothing to add
@@ -243,8 +251,8 @@ def solve(
                                       "keys_skipped": 0, "models": 0})
         _raise_infeasible(job, sp)
     if len(sp.schedule_variants()) > 1:
-        return _solve_union(job, sp, top_k=top_k, time_limit=time_limit, seed=seed,
-                            progress=cb_, prior=prior)
+        return _rooted(_solve_union(job, sp, top_k=top_k, time_limit=time_limit, seed=seed,
+                                    progress=cb_, prior=prior), sp, origin)
     size = sp.size()
     refused: dict[tuple[str, str], int] = {}  # framework rows that refused listed keys
     runnable = 0  # listed keys the frameworks run
@@ -256,7 +264,8 @@ def solve(
     # every key of the master with its LB (numpy, the master's integer objective bit for bit):
     # its least LB seeds the first window and each window is a slice of the sorted keys
     tp0 = time.perf_counter()
-    table = build_key_table(tabs, bt=ru.bounds if ru is not None else None)
+    table = ru.keys if ru is not None and ru.keys is not None else build_key_table(
+        tabs, bt=ru.bounds if ru is not None else None)
     phase["master_s"] = time.perf_counter() - tp0
     lb0_ = table.minimum()
     if lb0_ is None and part:  # none of this sub-space's keys fits: nothing to add
@@ -297,7 +306,7 @@ def solve(
         nonlocal ahead
         end = table.upto(hi)
         if end > ahead:
-            end = min(len(table), max(end, ahead + BOUND_AHEAD))
+            end = min(len(table), max(end, ahead + max(BOUND_AHEAD, ahead // 2)))
             new = [k for k in map(table.key, range(ahead, end)) if k not in bounds]
             bounds.update(zip(new, key_bounds(tabs, new, between=check), strict=True))
             ahead = end
@@ -411,7 +420,8 @@ def solve(
         hi = min(grow, top_u)
     ranked = sorted(found.values(), key=lambda r: (r.step_s, r.plan.key()))
     ctx = SearchContext(space=sp, tables=tabs, keys=table, listed=all_listed,
-                        listed_hi=listed_hi, found=dict(found), key_bounds=bounds, above=above)
+                        listed_hi=listed_hi, found=dict(found), key_bounds=bounds, above=above,
+                        root=sp if origin is not None else None, origin=origin)
     if not ranked and part:
         return SolveResult("optimal" if proven else "timeout", time.perf_counter() - t0, size,
                            [], iterations=evaluated, searched=sp, context=ctx,
@@ -516,6 +526,14 @@ def _solve_union(job: Job, sp: SearchSpace, *, top_k: int, time_limit: float | N
         error_bound_s=max(r.error_bound_s for r in ranked), gap=0.0 if proven else gap,
         iterations=stats["keys_scored"], stats=stats, searched=sp,
         context=dataclasses.replace(ctx, parts=parts))
+
+
+def _rooted(res: SolveResult, sp: SearchSpace, origin: tuple[Any, ...] | None
+            ) -> SolveResult:
+    """A union's result whose context names the union as its root space (`space_at`)."""
+    if res.context is not None and origin is not None:
+        res.context = dataclasses.replace(res.context, root=sp, origin=origin)
+    return res
 
 
 def _runnable(space: SearchSpace, keys: list[tuple[int, Any]],
