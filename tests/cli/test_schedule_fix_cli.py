@@ -70,3 +70,17 @@ def test_fix_activation_offload_solves_a_plan_evaluate_agrees_with() -> None:
         ev = json.loads(out2)
         ev = ev["plans"][0] if "plans" in ev else ev
         assert ev["fits"] and ev["time"]["step_s"] == p["time"]["step_s"]
+
+
+def test_search_also_offload_names_the_activations_it_removes() -> None:
+    """Llama 2 13B on 8 A100 40 GB with `--search-also offload`: #1 offloads 20 layers'
+    activations, and the line under `fastest:` says which GPU memory that removes and that the
+    plan does not fit without it."""
+    result, out, err = run("solve", "--model", "llama2-13b", "--cluster", "dgx-a100-40g",
+                           "--gpus", "8", "--seq-len", "4096", "--global-batch", "64",
+                           "--search-also", "offload", "--top-k", "2", "--time-limit", "30",
+                           "--workers", "1")
+    assert result.exit_code == 0, (result.exit_code, err)
+    assert "activation_offload 20: GPU memory" in out
+    assert "without it the plan does not fit" in out
+    assert "activations of 0, 20, 39 layers on the host" in out

@@ -190,3 +190,31 @@ def test_domain_follows_the_frameworks_and_the_request() -> None:
     assert "--search-also offload" in str(outside(SearchSpace.for_job(plain), p))
     assert outside(SearchSpace.for_job(job), p.model_copy(
         update={"activation_offload": 3})) is None
+
+
+def test_activation_offload_wins_where_activations_bind() -> None:
+    """Llama 2 13B on 8 A100 40 GB, one stage (pp=1, cp=1, mbs=1 pinned), `--search-also
+    offload`: the activations of all 40 layers do not fit beside the states without recompute,
+    and offloading 20 of them (the copies hidden behind the compute over PCIe Gen4) beats both
+    recompute and the optimizer share on the host; the enumerator agrees."""
+    from autoparallel_cp.spec.loaders import load_model
+
+    job = Job(model=load_model("llama2-13b"), cluster=_cluster(8), seq_len=4096,
+              global_batch=64, search_also=("offload",))
+    space = SearchSpace.for_job(job, fix="pp=1,cp=1,mbs=1", partial_recompute=False)
+    assert space.act_axis == (20, 39)
+    a = solve(job, space, top_k=3, time_limit=60, workers=1)
+    best = a.plans[0]
+    assert best.plan.activation_offload == 20 and best.fits and best.time.offload_s == 0.0
+    kept = evaluate(job, best.plan.model_copy(update={"activation_offload": 0}))
+    assert not kept.fits  # the same plan with its activations on the GPU does not fit
+    # it removes 19 of the 40 layers' activations (one offloaded layer stays in transit)
+    p = best.plan
+    one = float(fx.layer_factors(job, 0, p.tp, p.cp, p.ep, p.sp, p.mbs, 0, moe=False).act_bytes)
+    removed = kept.memory.activations_bytes - best.memory.activations_bytes
+    assert removed == pytest.approx(19 * one, rel=1e-9)
+    e = enumerate_plans(job, space, top_k=3)
+    assert [(q.key()[:11], q.activation_offload, q.optimizer_offload)
+            for _, q in e.stats["ranked"]] == [
+        (ev.plan.key()[:11], ev.plan.activation_offload, ev.plan.optimizer_offload)
+        for ev in a.plans]

@@ -48,6 +48,17 @@ def test_size_counts_uniform_space_by_brute_force() -> None:
                 for z in s.zero:
                     brute += len(s.recompute) * sum(v.host_ok(d.tp, d.ep, z, d.dp, d.cp)
                                                     for v in shares)
+    # and the activation-offload sub-spaces (search/act_offload.py): one stage, no recompute
+    subs = s.schedule_variants()[3:]
+    assert [v.fixed["activation_offload"] for v in subs] == list(s.act_axis)
+    for v in subs:
+        assert v.pp == (1,) and v.recompute == ("none",)
+        for d in v.degrees():
+            for sp in v.sp:
+                if sp and d.tp == 1:
+                    continue
+                for z in v.zero:
+                    brute += sum(w.host_ok(d.tp, d.ep, z, d.dp, d.cp) for w in v.etp_variants())
     assert s.size() == brute
 
 
