@@ -1,6 +1,12 @@
 """Activation offload as a search axis (issues 28, 31.2): `--fix activation_offload=k` searches
 the plans with k layers per stage whose saved activations go to host memory
-(`Plan.activation_offload`, cost/offload.py `offloaded_activations`, `activation_offload_s`).
+(`Plan.activation_offload`, cost/offload.py `offloaded_activations`, `activation_offload_s`),
+and `--search-also offload` adds the counts of `domain` (ceil((L-1)/2) and L - 1): each count
+is a sub-space of the union `SearchSpace.schedule_variants` lists (`variants`), solved as the
+schedule sub-spaces are (solve.py `_solve_union`, a key's best over them; the enumerator walks
+the same list), so the default search (no request) is unchanged. Measured (loaded 2-core
+machine): the whole command +0.4-0.5 s on Llama-3 8B / 16 H100, Llama 2 13B / 8 A100 and the
+README job (1.5-2.2 s before with the optimizer shares alone).
 
 Which plans: one pipeline stage (pp = vpp = 1), no activation recompute, k <= L layers, the
 default schedule (1F1B), every node group with a host. These are the plans the one framework
