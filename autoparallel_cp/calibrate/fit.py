@@ -15,11 +15,13 @@ Compute and network factors are fitted in log space. Predictions are the cost mo
 knobs mean exactly what the solver will use. The minimisation is Gauss-Newton on the cost
 model's local log-linear model (calibrate/linear.py, calibrate/gauss_newton.py): each distinct
 configuration is evaluated once per linearisation and once per knob it depends on, never inside
-the least-squares iterations, so 10^4 rows fit in under a minute. A knob no run is sensitive
-to (e.g. the inter-node network when every run fits in one node) is left at its prior and
-reported as not identified. Of the identified knobs, those that predict held-out runs better
-are kept, shrunk towards the prior when the runs disagree (cross-validation within the runs,
-calibrate/select.py); the others are reported as left at the prior, with the held-out errors.
+the least-squares iterations, so 10^4 rows fit in under a minute; a step that does not lower the
+exact objective is refused (trust region: the cost model has kinks, gauss_newton.py). A knob no
+run is sensitive to (e.g. the inter-node network when every run fits in one node) is left at
+its prior and reported as not identified. Of the identified knobs, those that predict
+held-out runs better are kept, shrunk towards the prior when the runs disagree
+(cross-validation within the runs, calibrate/select.py); the others are reported as left at
+the prior, with the held-out errors.
 Uncertainty: the Gauss-Newton covariance (J^T J)^-1 at the solution, scaled by the reduced
 chi-square of the data residuals when above 1 (Press et al., Numerical Recipes §15.5-15.6).
 """
@@ -53,7 +55,7 @@ from autoparallel_cp.calibrate.prior import (
     Knob,
     information,
 )
-from autoparallel_cp.calibrate.residuals import interval, summary
+from autoparallel_cp.calibrate.residuals import interval, outlier_mask, summary
 from autoparallel_cp.calibrate.runs import Run
 from autoparallel_cp.calibrate.select import Selection, select
 from autoparallel_cp.cost.evaluate import evaluate
@@ -68,9 +70,6 @@ SIGMA_MEMORY = 0.01
 #: A knob is identified when moving it by one prior width moves some prediction by at least
 #: this many noise sigmas (0.5 -> 1 % of a step time).
 MIN_SENSITIVITY = 0.5
-#: A run whose time residual is further than this many robust sigmas (and 10 %) from the
-#: others' median is reported as an outlier.
-OUTLIER_SIGMAS = 3.0
 
 
 @dataclass
@@ -211,7 +210,11 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
 
     # which knobs the runs support, by cross-validation within them (calibrate/select.py)
     time_free = [j for j in free if knobs[j].kind != "memory_reserve_gib"]
-    sel = (select(lin, data, time_free, theta, lo, hi, sigma, prior, identified)
+    # held-out errors scored on the runs that agree with the others at this all-knob solution
+    # (calibrate/select.py: one contradicting run would otherwise choose the knobs)
+    st_free, _, _ = predict(lin, data, theta)
+    agree = ~outlier_mask(np.log(data.meas_t / st_free), SIGMA_TIME) if len(runs) else None
+    sel = (select(lin, data, time_free, theta, lo, hi, sigma, prior, identified, agree)
            if select_knobs else Selection(time_free, 1.0, float("nan"), float("nan"),
                                           ran=False))
     if select_knobs and not sel.ran:  # no cross-validation: best determined alone first
@@ -265,13 +268,7 @@ def _fit(runs: Sequence[Run], micro: Sequence[MicroRow], knobs: list[Knob], unit
     st0, pk0, mc0 = predict(lin0, data, prior)
     st1, pk1, mc1 = predict(lin_f, data, theta)
     e = np.log(data.meas_t / st1) if len(runs) else np.zeros(0)
-    outliers: list[int] = []
-    if len(e) >= 3:
-        med = float(np.median(e))
-        mad = float(np.median(np.abs(e - med))) * 1.4826
-        s = max(mad, SIGMA_TIME)
-        outliers = [runs[i].row for i in range(len(e))
-                    if abs(e[i] - med) > OUTLIER_SIGMAS * s and abs(e[i] - med) > 0.1]
+    outliers = [runs[int(i)].row for i in np.flatnonzero(outlier_mask(e, SIGMA_TIME))]
     if len(outliers) > 20:
         notes.append(f"{len(outliers)} rows contradict the other runs (residual far beyond "
                      f"their spread), e.g. rows {', '.join(map(str, outliers[:10]))}: check "

@@ -12,6 +12,20 @@ solution, so the solution is the nonlinear problem's own stationary point (Noced
 Numerical Optimization, 2nd ed., §10.3); with Broyden's secant updates (many configurations)
 the values are exact and the slopes approximate: tests/calibrate/test_fit_engine.py checks that
 both reach the same knobs within a tenth of their uncertainty.
+
+Each step is a trust-region step (Nocedal & Wright §4.1, Algorithm 4.1): the new point's exact
+objective (its predictions are evaluated anyway, for the next slopes) is compared with the
+reduction the linear model promised; a step that does not lower the exact objective is
+refused and the region shrinks (to a quarter of the step), one that keeps less than a quarter
+of the promise shrinks it, a good step that reached the region's edge widens it (up to TRUST).
+The cost model is piecewise smooth: an overlapped collective costs max(0, comm - compute)
+(cost/comm.py `overlap_exposed`), a kink where the two meet (e.g. the data-parallel
+all-reduce of 16 H100s at tp 4 turns exposed below ~0.87 of the network's bandwidth: that
+run's d ln step / d ln net_inter jumps from -0.018 to -0.068). When the minimum lies at or
+near a kink, the slopes on either side point across it, and plain Gauss-Newton steps alternate
+between two points until the outer loop's cap stops them on either; a refused step instead
+shrinks the region until the steps lower the exact objective, and the iterates settle at the
+kink (tests/calibrate/test_fit_engine.py `test_steps_settle_at_a_kink`).
 """
 
 from __future__ import annotations
@@ -34,7 +48,8 @@ from autoparallel_cp.calibrate.linear import (
 )
 from autoparallel_cp.spec import GIB
 
-#: The outer loop (`iterate`): at most MAX_OUTER linearisations; each step
+#: The outer loop (`iterate`): at most MAX_OUTER linearisations (and as many refused steps,
+#: one evaluation each); each step
 #: stays within TRUST prior widths of the last point; converged when no knob moves more than
 #: TOL prior widths; slopes by forward differences of STEP prior widths.
 MAX_OUTER = 8
@@ -46,6 +61,11 @@ TOL = 1e-2
 STEP = 0.05
 #: Soft-L1 scale in noise units: residuals beyond 3 sigma weigh linearly, not quadratically.
 F_SCALE = 3.0
+#: Trust-region ratio test (`iterate`): a step keeping less than RHO_SHRINK of the linear
+#: model's promised reduction shrinks the region, one keeping more than RHO_GROW at its edge
+#: widens it; a step that raises the exact objective is refused (Nocedal & Wright §4.1).
+RHO_SHRINK = 0.25
+RHO_GROW = 0.75
 
 
 @dataclass
@@ -116,6 +136,17 @@ def residuals_and_jacobian(lin: Linear, d: Data, theta: np.ndarray
     return np.concatenate([r_t, r_m, r_u]), np.vstack([j_t, j_m, j_u])
 
 
+def objective(lin: Linear, d: Data, free: Sequence[int], theta: np.ndarray,
+              prior: np.ndarray, sigma: np.ndarray, f_scale: float = F_SCALE) -> float:
+    """`solve`'s cost at `theta` on the linear model `lin` (exact at lin.theta0): scipy's
+    soft-L1 cost, 0.5 sum f^2 rho((r / f)^2), rho(z) = 2 (sqrt(1 + z) - 1), of the data and
+    the free knobs' prior residuals."""
+    fs = np.array(list(free), dtype=int)
+    r, _ = residuals_and_jacobian(lin, d, theta)
+    z = np.concatenate([r, (theta[fs] - prior[fs]) / sigma[fs]]) / f_scale
+    return float(f_scale ** 2 * np.sum(np.sqrt(1.0 + z * z) - 1.0))
+
+
 @dataclass
 class Solved:
     theta: np.ndarray  # all knobs (the not-free ones where they were given)
@@ -180,23 +211,45 @@ def iterate(units: Units, knobs: Sequence[KnobRef], d: Data, free: Sequence[int]
     dep = None if relinearize else units.dependence(knobs)
     fs = np.array(free)
     moved = math.inf
-    for it in range(1, MAX_OUTER + 1):
-        box_lo = np.maximum(lo, theta - TRUST * sigma)
-        box_hi = np.minimum(hi, theta + TRUST * sigma)
+    radius = TRUST  # prior widths
+    if not np.array_equal(theta, lin.theta0):  # the exact values at the start
+        lin = Linear(lin.knobs, theta.copy(), units.values(calibration_at(knobs, theta)),
+                     lin.slopes)
+    here = objective(lin, d, free, theta, prior, sigma)
+    refused = 0
+    for it in range(1, 2 * MAX_OUTER + 1):
+        if it - refused > MAX_OUTER:
+            break
+        box_lo = np.maximum(lo, theta - radius * sigma)
+        box_hi = np.minimum(hi, theta + radius * sigma)
         sol = solve(lin, d, free, theta, box_lo, box_hi, sigma, prior, f_scale=F_SCALE)
         moved = float(np.max(np.abs(sol.theta[fs] - theta[fs]) / sigma[fs]))
         if moved < TOL and it > 1:
             # the last evaluated point (within TOL prior widths of the solution): its exact
             # predictions are lin.f0, so the report needs no further evaluation
             return theta, sol.jac, lin, f"converged in {it} steps"
-        theta = sol.theta
+        f = units.values(calibration_at(knobs, sol.theta), progress=bar,
+                         stage=f"predictions, step {it}")
+        there = objective(Linear(lin.knobs, sol.theta.copy(), f, lin.slopes), d, free,
+                          sol.theta, prior, sigma)
+        promised = here - objective(lin, d, free, sol.theta, prior, sigma)
+        rho = (here - there) / promised if promised > 0 else -1.0
+        if rho < RHO_SHRINK:
+            radius = 0.25 * moved
+        elif rho > RHO_GROW and moved >= 0.99 * radius:
+            radius = min(2.0 * radius, TRUST)
+        if there >= here:
+            refused += 1
+            continue  # refused: a smaller step from the same point and slopes
+        theta, here = sol.theta, there
         if dep is None:
-            lin = linearize(units, list(knobs), theta, [STEP * float(s) for s in sigma], bar)
+            lin = linearize(units, list(knobs), theta, [STEP * float(s) for s in sigma], bar,
+                            f0=f)
         else:
-            f = units.values(calibration_at(knobs, theta), progress=bar,
-                             stage=f"predictions, step {it}")
             lin = secant_update(lin, theta, f, dep, sigma)
-    sol = solve(lin, d, free, theta, np.maximum(lo, theta - TRUST * sigma),
-                np.minimum(hi, theta + TRUST * sigma), sigma, prior, f_scale=F_SCALE)
-    return sol.theta, sol.jac, lin, (f"stopped after {MAX_OUTER} steps (last move "
-                                     f"{moved:.2g} prior widths)")
+    # the best point evaluated (its exact predictions are lin.f0), the Jacobian of a last
+    # step from it
+    sol = solve(lin, d, free, theta, np.maximum(lo, theta - radius * sigma),
+                np.minimum(hi, theta + radius * sigma), sigma, prior, f_scale=F_SCALE)
+    return theta, sol.jac, lin, (f"stopped after {MAX_OUTER} steps (last move "
+                                 f"{moved:.2g} prior widths)")

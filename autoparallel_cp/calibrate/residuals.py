@@ -14,6 +14,23 @@ from autoparallel_cp.spec.calibration import MAX_LOG_INTERVAL, Interval
 
 #: z of a two-sided 80 % normal interval.
 Z80 = 1.2816
+#: A run whose time residual is further than this many robust sigmas (and OUTLIER_MIN_LOG)
+#: from the others' median is reported as an outlier.
+OUTLIER_SIGMAS = 3.0
+OUTLIER_MIN_LOG = 0.1
+
+
+def outlier_mask(errors: np.ndarray, noise: float) -> np.ndarray:
+    """Which of the ln(measured / predicted) step residuals `errors` contradict the others:
+    further than OUTLIER_SIGMAS robust sigmas (1.4826 x the median absolute deviation, at
+    least the measurement `noise`) and OUTLIER_MIN_LOG from their median (Rousseeuw & Croux
+    1993, JASA 88:1273, the MAD as a robust sigma); none is flagged among fewer than 3."""
+    e = np.asarray(errors, dtype=float)
+    if len(e) < 3:
+        return np.zeros(len(e), dtype=bool)
+    med = float(np.median(e))
+    s = max(float(np.median(np.abs(e - med))) * 1.4826, noise)
+    return (np.abs(e - med) > OUTLIER_SIGMAS * s) & (np.abs(e - med) > OUTLIER_MIN_LOG)
 
 
 def summary(runs: Sequence[Run], micro: Sequence[MicroRow], steps: np.ndarray,

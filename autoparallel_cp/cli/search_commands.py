@@ -30,7 +30,7 @@ from autoparallel_cp.cli.common import (
 )
 from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.search import capacity
-from autoparallel_cp.search.schedule_axis import RATIO_SCHEDULES
+from autoparallel_cp.search.schedule_axis import BOUND_RATIO
 from autoparallel_cp.search.space_proof import proof_space, space_line
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.framework_space import Restriction
@@ -206,7 +206,7 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         f"#1 {report.plan_label(best['plan'])}  step {report.fmt_time(step_of(best))}, "
         f"{report.fmt_count(best['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU"
         + capacity.risk_note(best)))
-    if ranked[0][0].schedule in RATIO_SCHEDULES:  # which bubble the zero-bubble schedule removes
+    if ranked[0][0].schedule in BOUND_RATIO:  # which bubble the ZB / V schedule removes
         as_default = ranked[0][0].model_copy(update={"schedule": None})
         out.print("  " + report.schedule_line(
             best, report.plans_from([api.evaluate(full_job, as_default)])[0]))

@@ -17,6 +17,8 @@ All functions are vectorized over numpy arrays of the group sizes / strides.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
@@ -72,6 +74,9 @@ def _hierarchical(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
     all-gather (nccl-tests bus factors 2(n-1)/n and (n-1)/n). Reduce-scatter / all-gather: the
     intra-node phase once and the inter-node phase with factor (n-1)/n.
     """
+    if np.ndim(group) == np.ndim(stride) == np.ndim(nbytes) == 0:
+        return np.asarray(_hierarchical_one(node, float(_arr(group)), float(_arr(stride)),
+                                            float(_arr(nbytes)), reduce_all))
     n = _arr(group)
     s = _arr(nbytes)
     k = members_per_node(n, stride, node.gpus_per_node)
@@ -82,6 +87,29 @@ def _hierarchical(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
     inter = _ring(node, nodes, s / k, mult * (nodes - 1) / nodes, mult, np.zeros_like(n))
     flat = _ring(node, n, s, mult * (n - 1) / np.maximum(n, 1), mult, one)
     return np.where(nodes > 1, mult * intra + inter, flat)
+
+
+def _hierarchical_one(node: NodeGroup, n: float, stride: float, s: float,
+                      reduce_all: bool) -> float:
+    """`_hierarchical` of one group in Python floats: the same operations in the same order
+    (so the same float bit for bit, tests/cost/test_comm.py), without numpy's per-call cost
+    (the cost model asks for one group at a time, tens of times per plan)."""
+    k = min(n, max(float(math.floor(node.gpus_per_node / max(stride, 1.0))), 1.0))
+    nodes = max(n / k, 1.0)
+    mult = 2.0 if reduce_all else 1.0
+    nvl = (node.intra_node.bandwidth_gbps * 1e9 * NVLINK_EFFICIENCY,
+           node.intra_node.latency_us * 1e-6)
+    net = (node.inter_node.bandwidth_gbps * 1e9 * NETWORK_EFFICIENCY,
+           node.inter_node.latency_us * 1e-6)
+
+    def ring(m: float, nbytes: float, factor: float, phases: float,
+             link: tuple[float, float]) -> float:
+        return phases * (m - 1.0) * link[1] + factor * nbytes / link[0] if m > 1 else 0.0
+
+    if nodes > 1:
+        return mult * ring(k, s, (k - 1) / max(k, 1.0), 1.0, nvl) \
+            + ring(nodes, s / k, mult * (nodes - 1) / nodes, mult, net)
+    return ring(n, s, mult * (n - 1) / max(n, 1.0), mult, nvl)
 
 
 def all_reduce(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
@@ -221,6 +249,29 @@ def p2p(node: NodeGroup, intra: npt.ArrayLike, nbytes: npt.ArrayLike) -> FloatAr
 def crosses_nodes(span: npt.ArrayLike, gpus_per_node: int) -> FloatArray:
     """1.0 where a group of consecutive-rank span `span` does not fit in one node."""
     return (_arr(span) > gpus_per_node).astype(np.float64)
+
+
+def pipeline_links(stride: npt.ArrayLike, pp: npt.ArrayLike, gpus_per_node: int) -> FloatArray:
+    """How many of the two pipeline links of the worst-placed stage cross the network (0, 1
+    or 2), with pipeline stages `stride` = tp·cp·dp consecutive ranks each, pp outermost
+    (Megatron's rank order, parallel_state.py; DeepSpeed's ('pipe', 'data', 'model')).
+
+    Stage j holds ranks [j·S, (j+1)·S); its link to stage j+1 pairs rank r with r + S, on
+    one node only if both lie in the same run of `gpus_per_node` ranks (G):
+    - S >= G: every rank's neighbour is on another node: both links cross (2);
+    - S < G and pp·S <= G: the whole pipeline is on one node (0);
+    - S < G, pp·S > G, S divides G: a node boundary falls between two stages; the stage just
+      before it (or after) has one network link and one NVLink link (1);
+    - S < G not dividing G: some stage straddles a node boundary, both its links cross (2:
+      an upper bound where that stage ends the pipeline and has one link).
+    E.g. the Zero Bubble paper's pure pipelines (tp = dp = 1, pp 16 on two 8-GPU nodes,
+    arXiv 2401.10241 §5.1): stages 7 and 8 each have one link over the RoCE network, and the
+    blocking 1F1B exchanges pace the whole pipeline by them."""
+    s_, pp_ = np.broadcast_arrays(_arr(stride), _arr(pp))
+    g = float(gpus_per_node)
+    spans = pp_ * s_ > g
+    divides = np.mod(g, np.maximum(s_, 1.0)) == 0
+    return np.where(s_ >= g, 2.0, np.where(~spans, 0.0, np.where(divides, 1.0, 2.0)))
 
 
 def overlap_exposed(comm: npt.ArrayLike, compute: npt.ArrayLike) -> FloatArray:

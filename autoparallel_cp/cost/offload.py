@@ -54,7 +54,8 @@ def host_link_s(job: Job, g: int, nbytes: float) -> float:
 
 #: Threads of the CPU optimizer step per GPU process where the recipe does not say: torchrun's
 #: OMP_NUM_THREADS=1 for nproc_per_node > 1 (torch/distributed/run.py `config_from_args`
-#: @010929fd), the launcher of both recipe frameworks (spec/recipe.py `cpu_optimizer_threads`).
+#: @010929fd), the launcher of Megatron, Megatron-Bridge and torchtitan runs (spec/recipe.py
+#: `cpu_optimizer_threads`; the `deepspeed` preset states "all").
 TORCHRUN_OMP_THREADS = 1
 
 
@@ -64,16 +65,22 @@ def cpu_adam_bytes_per_s(job: Job, g: int) -> float:
     states `core_stream_gbps` (threads: behaviour `cpu_optimizer_threads`, else torchrun's 1).
     torch's fused CPU AdamW splits the step over the intra-op pool (at::parallel_for in
     aten/src/ATen/native/cpu/FusedAdamKernel.cpp `adam_fused_step_impl` @000510a6), so its rate
-    is at most the pool's threads' streams. Bounds: min(share, cap) <= share, so the step never
-    takes less than the share-only time; a lower bound priced without the cap stays one."""
+    is at most the pool's threads' streams. "all" (OMP_NUM_THREADS unset under DeepSpeed's
+    launcher: one OpenMP thread per CPU) is not capped: with a thread on each of a DGX H100's
+    112 cores the cap passes the 76.8 GB/s share once a core streams 76.8 / 112 = 0.69 GB/s,
+    by Little's law 1.15 lines of 64 B in flight over the 8480's ~107 ns DRAM latency (Chips
+    and Cheese, "Sapphire Rapids: Golden Cove Hits Servers", 2023), where a streaming core's
+    prefetchers keep many in flight.
+    Bounds: min(share, cap) <= share, so the step never takes less than the share-only time; a
+    lower bound priced without the cap stays one."""
     ng = job.cluster.node_groups[g]
     assert ng.host is not None
     share = ng.host.memory_gbps * 1e9 / ng.gpus_per_node
     core = ng.host.core_stream_gbps
-    if core is None:
+    threads = job.recipe.behaviour.cpu_optimizer_threads
+    if core is None or threads == "all":
         return share
-    threads = job.recipe.behaviour.cpu_optimizer_threads or TORCHRUN_OMP_THREADS
-    return min(share, threads * core * 1e9)
+    return min(share, (threads or TORCHRUN_OMP_THREADS) * core * 1e9)
 
 
 def cpu_adam_s(job: Job, g: int, params: float) -> float:

@@ -43,8 +43,13 @@ def p2p_factor(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike, mb
     `--scatter-gather-tensors-in-pipeline`, on by default from 72e4230bb5 (2021-02) until that
     move; DeepSpeed's PipelineEngine, `is_pipe_partitioned` / `is_grad_partitioned`,
     deepspeed/runtime/pipe/engine.py @v0.11.1 l. 132-133); the receivers' all-gather over
-    NVLink is not charged. The stages are `tp·cp·dp` ranks apart: on NVLink only if that span
-    fits in one node.
+    NVLink is not charged. Links: `comm.pipeline_links`. Every stage is charged the worst
+    stage's pair: Megatron's 1F1B exchanges with each neighbour in one blocking call
+    (`send_forward_recv_backward` / `send_backward_recv_forward`, schedules.py d98e8a64
+    l. 2416 / 2446), so all stages run at the pace of the slowest F + B + X_up + X_down
+    cycle; exact in the steady state of equal stages, it over-charges fill and drain by at
+    most (pp - 1)·(X_net - X_nvlink), never lowers a step time, one value >= 0 per solver
+    table cell (bounds hold); picked by topology, it is linear in each link's time (no kink).
 
     Behaviour `overlap_p2p_comm` (Megatron-Core's, interleaved schedule only: vpp > 1) hides the
     steady state's transfers; see `p2p_exposed_share`.
@@ -54,13 +59,15 @@ def p2p_factor(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, sp: ArrayLike, mb
     tokens = mbs_ * job.seq_len / cp_
     split = tp_ if job.recipe.behaviour.pp_scatter_gather else np.where(sp_ > 0, tp_, 1.0)
     nbytes = tokens * job.model.hidden_size * job.recipe.activation_bytes / split
-    intra = 1.0 - comm.crosses_nodes(tp_ * cp_ * dp_, nd.gpus_per_node)
-    one = comm.p2p(nd, intra, nbytes)
-    share = np.ones_like(one)
+    net_links = comm.pipeline_links(tp_ * cp_ * dp_, pp_, nd.gpus_per_node)
+    on_nvlink = comm.p2p(nd, np.ones_like(nbytes), nbytes)
+    on_net = comm.p2p(nd, np.zeros_like(nbytes), nbytes)
+    pair = (2.0 - net_links) * on_nvlink + net_links * on_net
+    share = np.ones_like(pair)
     if job.recipe.behaviour.overlap_p2p_comm:
         m = np.maximum(np.floor(job.global_batch / (dp_ * mbs_)), 1.0)
         share = p2p_exposed_share(pp_, vpp_, m)
-    return np.where(pp_ > 1, 2.0 * one * vpp_ * share, 0.0)
+    return np.where(pp_ > 1, pair * vpp_ * share, 0.0)
 
 
 def p2p_exposed_share(pp: ArrayLike, vpp: ArrayLike, m: ArrayLike) -> FloatArray:

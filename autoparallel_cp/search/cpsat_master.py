@@ -113,7 +113,7 @@ from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search import cpsat_blocks as cb
 from autoparallel_cp.search.cpsat_axes import add_axes
 from autoparallel_cp.search.limits import Budget
-from autoparallel_cp.search.schedule_axis import RATIO_SCHEDULES, family_ratio
+from autoparallel_cp.search.schedule_axis import BOUND_RATIO, family_ratio
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
@@ -463,7 +463,7 @@ def build_master(t: Tables, time_unit: float = 1e-6) -> Master:
     for (tp_, cp_, mb_, p_, v_), x in xb.items():
         i = (t.space.tp.index(tp_), t.space.cp.index(cp_), t.space.mbs.index(mb_))
         val = max(0.0, float(s_min[i]) - float(v_max[i]) / p_) / v_
-        if t.space.schedule in RATIO_SCHEDULES:  # x the family's least rho (schedule_axis.py)
+        if t.space.schedule in BOUND_RATIO:  # x the family's least rho (schedule_axis.py)
             val = val * family_ratio([v.space for v in t.variants] or [t.space], tp_, cp_,
                                      mb_, p_)
         bub = bub + int(math.floor(val / tu)) * x

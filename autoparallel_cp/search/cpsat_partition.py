@@ -38,7 +38,9 @@ from autoparallel_cp.search.act_offload import act_layers, stage_terms
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
+from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.schedule_axis import (
+    REPLAYED,
     inflight,
     key_ratio,
     plan_schedule,
@@ -279,7 +281,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         + (max(mc.opt) if mc is not None else 0.0)
     BD = ti(max(dmax, omax)) + 64
     for j in range(pp):
-        first, last = j == 0, j == pp - 1
+        first, last = j == 0, j == head_position(s.schedule, pp)
         kd = K if first else 0
         yj = y[j]
         # does the stage hold main-kind layers? (only the first stage may not)
@@ -518,6 +520,8 @@ def _determined(t: Tables, key: Any) -> bool:
     """A pinned split (`--fix` or a named layout) leaves only the recompute count and the
     stage placement to choose: a scan (`enumerate.best_of_pinned_split`) when the placements
     are few (one on a single node group)."""
+    if t.space.schedule in REPLAYED:
+        return True  # a bound, not the bubble, in any model: always scanned (replay_axis.py)
     if not t.space.fixed_split:
         return False
     return t.space.num_placements(key.tp, key.cp, key.dp, key.pp) <= DIRECT_PLACEMENTS

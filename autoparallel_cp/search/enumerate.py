@@ -34,7 +34,10 @@ import numpy.typing as npt
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.search.act_offload import act_layers, stage_terms
 from autoparallel_cp.search.enumerate_axes import partition_array, placement_array
+from autoparallel_cp.search.replay_axis import bubble as replay_bubble
+from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.schedule_axis import (
+    REPLAYED,
     inflight,
     key_ratio,
     plan_schedule,
@@ -182,7 +185,7 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
     spc = sps[None, :, None]  # (1, S, 1)
     z3 = (zeros >= 3)[None, None, :]  # (1, 1, Z)
     zi = np.arange(len(zeros))[None, None, :]
-    first, last = jr == 0, jr == d.pp - 1
+    first, last = jr == 0, jr == head_position(t.space.schedule, d.pp)
     k_dense = t.dense_prefix
     kpos = {k: i for i, k in enumerate(t.kinds)}
     main = kpos[t.main_kind]
@@ -349,7 +352,8 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
         # the last stage's MTP layers are recomputed only with recompute_layers None
         mflag = np.zeros_like(ls)
         if full and t.mtp:
-            mflag = ((rvals[ri][:, None] < 0) & (jj[None, :] == pp - 1)).astype(np.int64)
+            mflag = ((rvals[ri][:, None] < 0) & (jj[None, :] == head_position(
+                space.schedule, pp))).astype(np.int64)
         code = (((jj[None, :] * t.groups + gs) * (L + 1) + ls) * (L + 1) + rr) * 2 + mflag
         uniq, inv = np.unique(code, return_inverse=True)
         inv = inv.reshape(code.shape)
@@ -378,6 +382,9 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
         bub = tsum - tmax  # x rho for zb-h1 / zb-h2 (tables.plan_cost, schedule_axis.py)
         pipeline = d.num_microbatches * tmax + (bub if ones else rho * bub) / d.vpp
         cost = np.where(ok, pipeline + (dmax + omax), np.inf)
+        if space.schedule in REPLAYED and pp > 1:  # search/replay_axis.py
+            cost = _replayed(t, d, mode_name, sps, ropts, ri, tt[inv], np.where(
+                ok, d.num_microbatches * tmax + (dmax + omax), np.inf), best)
         k = np.argmin(cost, axis=0)
         c = cost[k, np.arange(ncol)]
         rank = (ri[k] * P + (p0 + pi[k])) * Q + qi[k]
@@ -385,6 +392,27 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
         best = np.where(better, c, best)
         best_rank = np.where(better, rank, best_rank)
     return best, best_rank // (P * Q), (best_rank // Q) % P, best_rank % Q, ropts
+
+
+def _replayed(t: Tables, d: Degrees, mode_name: RecomputeMode, sps: Ints,
+              ropts: list[int | None], ri: Ints, times: F, lb: F, best: F) -> F:
+    """Exact costs of a ZBV / DualPipeV chunk (rows x (sp, zero) columns): `lb` (m·T + tail,
+    inf where nothing fits) plus the replayed bubble of each row's stage times `times`
+    (rows, pp, columns), search/replay_axis.py. The bubble is >= 0, so a row whose lb is
+    above the column's best so far (`best`, or a row's exact cost already found here) cannot
+    be the column's best: it keeps its lb (still above that best) without a replay."""
+    out = lb.copy()
+    nz = len(t.space.zero)
+    for col in range(lb.shape[1]):
+        cut = float(best[col])
+        for k in np.argsort(lb[:, col], kind="stable"):
+            if not lb[k, col] <= cut:  # inf (nothing fits) or above the best: the rest too
+                break
+            out[k, col] = lb[k, col] + replay_bubble(
+                t.space, d.pp, d.tp, d.cp, d.ep, int(sps[col // nz]), d.mbs, mode_name,
+                ropts[int(ri[k])], d.num_microbatches, times[k, :, col].tolist())
+            cut = min(cut, float(out[k, col]))
+    return out
 
 
 def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:

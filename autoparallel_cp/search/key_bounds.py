@@ -28,6 +28,7 @@ import numpy.typing as npt
 from autoparallel_cp.search import key_grid
 from autoparallel_cp.search.key_coefs import KeyCoefs, coef_arrays, key_coefs, stack_coefs
 from autoparallel_cp.search.key_grid import Batch, key_class, least_step
+from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.tables import Tables, key_variants
 
 
@@ -239,7 +240,8 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
 
     # per-stage DP sync d and optimizer time o of every (j, g, l) (the plan_cost composition)
     jj = np.arange(pp).reshape(-1, 1, 1)
-    first, last = (jj == 0).astype(float), (jj == pp - 1).astype(float)
+    first = (jj == 0).astype(float)
+    last = (jj == head_position(t.space.schedule, pp)).astype(float)  # replay_axis.py
     nd = first * K
     nmj = np.maximum(lsr - nd, 0.0)
 

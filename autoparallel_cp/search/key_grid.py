@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
+from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.schedule_axis import inflight_row, layout_inflight, stage_inflight
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
@@ -85,6 +86,7 @@ class Batch:
         L = s.num_layers
         N = s.job.num_gpus
         pp, vpp, full, closed_form = klass
+        hp = head_position(s.schedule, pp)  # the LM head's stage: 0 in a V (replay_axis.py)
         B = len(keys)
         K = t.dense_prefix if t.main_kind else 0
         G = t.groups
@@ -160,7 +162,7 @@ class Batch:
             peak's f * acts term and what follows are per position (each entry the same float;
             on a small one numpy's per-call cost outweighs the entries saved)."""
             first = (j == 0).astype(float).reshape(1, -1, 1, 1, 1)
-            last = (j == pp - 1).astype(float).reshape(1, -1, 1, 1, 1)
+            last = (j == hp).astype(float).reshape(1, -1, 1, 1, 1)
             if len(j) < SPLIT_POSITIONS or B * len(j) * G * ls.size * rs.size < SPLIT_ENTRIES:
                 return grid_at(j, first, last, rs, mtp)
             out = np.empty((B, len(j), G, ls.size))
@@ -215,7 +217,7 @@ class Batch:
             bound). With `mtp` the last stage's MTP terms added: not replayed (False), constants
             in the peak and the time; replayed (True), r_j = l (recompute_layers None)."""
             f = inflight_at(j)
-            last = (j == pp - 1).astype(float).reshape(1, -1, 1, 1, 1)
+            last = (j == hp).astype(float).reshape(1, -1, 1, 1, 1)
             work = np.maximum(ga["work_full"], last * ga["head_work"])
             p0 = lv * gs["sigma"] + last * gs["head_states"] + f * lv * ga["act"] \
                 + last * ga["head_act"] + work + gs["const_mem"]
@@ -248,10 +250,11 @@ class Batch:
             tmin = np.concatenate([grid(jall[:1], rs), closed(jall[1:])], axis=1)
         else:
             tmin = grid(jall, rs)
-        if t.mtp:  # the last position with its MTP terms: the least over the replay flag
-            jl = jall[-1:]
-            opts = [closed(jl, rc) if closed_form else grid(jl, rs, rc) for rc in (False, True)]
-            tmin[:, -1:] = np.minimum(*opts)
+        if t.mtp:  # the head's position with its MTP terms: the least over the replay flag
+            jl = jall[hp:hp + 1]
+            opts = [closed(jl, rc) if closed_form and hp == pp - 1 else grid(jl, rs, rc)
+                    for rc in (False, True)]
+            tmin[:, hp:hp + 1] = np.minimum(*opts)
         tmin = tmin * (1 - 1e-9)  # (B, pp, G, nl)
         pinned = s.fixed.get("stage_groups")
         if pinned is not None and G > 1:  # a pinned placement: position j only on its group
@@ -404,12 +407,16 @@ def least_step(T0: Any, S_lb: Any, pp: int, vpp: Any, m: Any, a: Any, b: Any, o:
     """The least step over S >= max(S_lb, T0) with T = max(T0, S/pp) (elementwise); `bs`: the
     backward share the DP tail hides behind (0 without DP overlap: the step grows with S);
     `vpp`: the bubble's divisor (vpp / rho for a zero-bubble schedule, search/schedule_axis.py:
-    >= vpp, so the step still grows with T)."""
+    >= vpp, so the step still grows with T; infinite for a replayed one: no bubble term, also
+    where S is infinite, search/replay_axis.py)."""
     S0 = np.maximum(S_lb, T0)
+    none = np.isinf(vpp)
 
     def step(S: Any) -> Any:
         T = np.maximum(T0, S / pp)
-        return (m - 1.0 / vpp) * T + S / vpp + np.maximum(a, b - bs * S / pp) + o
+        with np.errstate(invalid="ignore"):
+            bub = np.where(none, 0.0, S / vpp)
+        return (m - 1.0 / vpp) * T + bub + np.maximum(a, b - bs * S / pp) + o
 
     brk = np.broadcast_to((b - a) * pp / bs if bs > 0 else S0, S0.shape)
     return np.minimum.reduce([step(np.maximum(S0, x)) for x in (S0, pp * T0, brk)])

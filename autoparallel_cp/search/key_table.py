@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search.cpsat_master import KEY_AXES, BoundTables, Key, bound_tables
-from autoparallel_cp.search.schedule_axis import RATIO_SCHEDULES, family_ratio
+from autoparallel_cp.search.schedule_axis import BOUND_RATIO, family_ratio
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
 
@@ -158,7 +158,7 @@ def build_key_table(t: Tables, time_unit: float = 1e-6,
     v_max = bt.v6.max(axis=(2, 3, 5))[itp, icp, imb]
     ppf, vppf = pp.astype(np.float64), vpp.astype(np.float64)
     bub_s = np.maximum(0.0, s_min - v_max / ppf) / vppf
-    if s.schedule in RATIO_SCHEDULES:  # x the family's least rho (search/schedule_axis.py)
+    if s.schedule in BOUND_RATIO:  # x the family's least rho (search/schedule_axis.py)
         bub_s = bub_s * _family_rho(t, tp, cp, mbs, pp)
     bub = _floor_u(bub_s, tu)
     lb1 = _floor_u(at(bt.mt6, i6), tu) + bub + _floor_u(at(bt.tail5, i5), tu)

@@ -13,13 +13,21 @@ m, j) and the stage's chunks alone (cost/schedules.py `inflight_units`):
   stage (cost/schedules.py `inflight_units`), one chunk per rank and pp > 1, and the bubble
   rho·(Σ_j t_j - T_max) with rho = `bubble_ratio` of the plan's F/B/W split
   (cost/pass_split.py `backward_split`) and micro-batch count m, a per-key constant
-  (`key_ratio`, below).
+  (`key_ratio`, below);
+- `zbv`, `dualpipev` (`REPLAYED`: torch v2.13.0 `ScheduleZBVZeroBubble`, `ScheduleDualPipeV`):
+  vpp = 2 (the V: rank j holds chunks j and 2p-1-j, the LM head on rank 0), pp > 1,
+  DualPipeV m >= 2pp (`least_m`), min(p, m) / min(p + 1/2, m) in flight on every rank, and a
+  bubble that is PyTorch's action order replayed (`simulated_bubble`): no per-key constant,
+  so the bounds take rho' = 0 and every reported plan is scored with the replay
+  (search/replay_axis.py holds the proof and names what stays evaluate-only: free layer
+  counts under a V, DualPipeV on MoE models (`unreplayed`), DualPipe).
 
 `SEARCHED` lists them; `--fix schedule=X` searches X only. Without it the space is the union
 (`union_schedules`) of today's default (1f1b at vpp 1, interleaved at vpp > 1; the schedule
-field left unset) and `UNION` (zb-h1, zb-h2), each restricted to the frameworks the space
-runs (spec/frameworks.py RUNS_SCHEDULES: Megatron, DeepSpeed and torchtitan run neither, so
-their spaces keep the default): one sub-space per schedule (`SearchSpace.schedule_variants`,
+field left unset) and `UNION` (zb-h1, zb-h2 where some vpp is 1; zbv, dualpipev where vpp 2
+is searched), each restricted to the frameworks the space runs (spec/frameworks.py
+RUNS_SCHEDULES: torchtitan runs zbv and dualpipev, Megatron and DeepSpeed none of the four,
+so their spaces keep the default): one sub-space per schedule (`SearchSpace.schedule_variants`,
 each exactly the space of `--fix schedule=X`), disjoint (their plans differ in `schedule`).
 A key's best is the best over the sub-spaces that hold it, as over the expert-TP sizes.
 
@@ -80,11 +88,15 @@ pipeline = (m - rho/vpp)·T + rho·S/vpp has nonnegative coefficients in T and S
   bound grows by that);
 - memory: f_j = min(p, m) or min(2p - 1, m) >= 1, the same on every stage (the partition
   model's "f_j nonincreasing in j" symmetry break holds, the master's >= 1 in-flight holds).
+
+Kept whole (about 470 lines): the schedule rules (domains, in-flight counts, bubble ratios and
+their bounds) that every part of the search reads, each beside the proof above that uses it.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -92,20 +104,29 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
+from autoparallel_cp.cost.common import recipe_options
 from autoparallel_cp.cost.pass_split import backward_split
 from autoparallel_cp.cost.schedules import bubble_ratio, inflight_units
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec.framework_space import Restriction
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan
-from autoparallel_cp.spec.schedules import SCHEDULES, Schedule, default_schedule
+from autoparallel_cp.spec.schedules import SCHEDULES, V_SHAPED, Schedule, default_schedule
 
 #: the schedules whose cost the search composes exactly (module docstring)
-SEARCHED: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2")
+SEARCHED: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zbv",
+                             "dualpipev")
 #: the schedules searched besides today's default when `--fix schedule` is not given
 #: (module docstring; gpipe is dominated by 1f1b)
-UNION: tuple[str, ...] = ("zb-h1", "zb-h2")
+UNION: tuple[str, ...] = ("zb-h1", "zb-h2", "zbv", "dualpipev")
 #: the searched schedules whose bubble is 1F1B's times a per-key ratio rho < 1 (`key_ratio`)
 RATIO_SCHEDULES: frozenset[str] = frozenset({"zb-h1", "zb-h2"})
+#: the searched schedules whose bubble is PyTorch's action order replayed (search/replay_axis.py)
+REPLAYED: frozenset[str] = V_SHAPED
+#: the schedules whose bounds scale 1F1B's bubble by a per-key rho' <= the exact bubble's
+#: (`key_ratio`, `family_ratio`: the ZB ratios, 0 for the replayed ones)
+BOUND_RATIO: frozenset[str] = RATIO_SCHEDULES | REPLAYED
+#: the searched schedules holding the same in-flight count on every stage
+SAME_INFLIGHT: frozenset[str] = RATIO_SCHEDULES | REPLAYED
 #: one model chunk per rank (spec/schedules.py)
 ONE_CHUNK: frozenset[str] = frozenset({"1f1b", "gpipe", "zb-h1", "zb-h2"})
 #: plan fields the cost model evaluates but the search does not vary (spec/schedules.py)
@@ -153,20 +174,62 @@ def refuse_unrun(schedule: str | None, r: Restriction, pp: int, vpp: int) -> Non
         raise InputError(f"--fix schedule={schedule}: {why}", field="schedule")
 
 
-def union_schedules(r: Restriction | None, pps: Sequence[int], vpps: Sequence[int]
-                    ) -> tuple[str | None, ...]:
+def union_schedules(r: Restriction | None, pps: Sequence[int], vpps: Sequence[int],
+                    job: Any = None) -> tuple[str | None, ...]:
     """The sub-spaces' schedules of a space without `--fix schedule`: None (today's default)
-    and each of `UNION` some pp > 1 at vpp 1 of the domains runs, that the frameworks run."""
+    and each of `UNION` that some pp > 1 of the domains runs at its vpp (1, or 2 for the
+    V-shaped ones: `chunks`), that the frameworks run and the search covers (`unreplayed`)."""
     pp = max(pps, default=1)
-    if pp == 1 or 1 not in vpps:
+    if pp == 1:
         return (None,)
-    return (None, *(s for s in UNION if r is None or runs(s, r, pp, 1) is None))
+    return (None, *(s for s in UNION if chunks(s) in vpps
+                    and (r is None or runs(s, r, pp, chunks(s)) is None)
+                    and (job is None or unreplayed(s, job) is None)))
+
+
+def chunks(schedule: str) -> int:
+    """The vpp a V-shaped or one-chunk schedule runs with (spec/schedules.py: 2 or 1)."""
+    return 2 if schedule in V_SHAPED else 1
+
+
+def least_m(schedule: str | None, pp: int) -> int:
+    """The fewest micro-batches a key of `schedule` with vpp > 1 runs: pp (Megatron's
+    interleaving, torch's ZBV), 2pp for DualPipeV (spec/schedules.py)."""
+    return 2 * pp if schedule == "dualpipev" else pp
+
+
+def degree_ok(schedule: str | None, pp: int, vpp: int, m: int) -> bool:
+    """Whether a degree combination runs under the space's schedule: vpp > 1 needs pp > 1 and
+    `least_m` micro-batches."""
+    return vpp == 1 or (pp > 1 and m >= least_m(schedule, pp))
+
+
+def unreplayed(schedule: str | None, job: Any) -> str | None:
+    """Why the search does not search `schedule` for `job` (None: it does): DualPipeV on a MoE
+    model hides a per-m share of each layer's EP dispatch / combine (`ep_hidden_share`,
+    search/replay_axis.py), which the tables do not carry, unless the recipe overlaps every
+    micro-batch's already (steptime.py: the share is 0 then)."""
+    if schedule == "dualpipev" and job.model.moe is not None \
+            and not recipe_options(job.recipe).ep_overlap:
+        return ("not a search axis yet for a MoE model (its overlapped EP all-to-all share is "
+                "evaluated, not tabulated)")
+    return None
+
+
+def refuse_unreplayed(schedule: str | None, job: Any) -> None:
+    """InputError (exit 2) for a pinned schedule `unreplayed` names."""
+    why = unreplayed(schedule, job)
+    if why is not None:
+        raise InputError(f"--fix schedule={schedule}: {why}; evaluate a plan with it (evaluate "
+                         f"--plan '...,schedule={schedule}')", field="schedule")
 
 
 def variant_domains(schedule: str, pps: Sequence[int], vpps: Sequence[int]
                     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The pp and vpp domains of a union's sub-space of `schedule` (`narrow`'s rules, empty
     where none runs it)."""
+    if schedule in V_SHAPED:
+        return tuple(p for p in pps if p > 1), tuple(v for v in vpps if v == 2)
     one = schedule in ONE_CHUNK
     return (tuple(p for p in pps if p > 1 or schedule == "1f1b"),
             tuple(v for v in vpps if (v == 1) == one))
@@ -175,20 +238,23 @@ def variant_domains(schedule: str, pps: Sequence[int], vpps: Sequence[int]
 def narrow(schedule: str | None, pps: list[int], vpps: list[int]
            ) -> tuple[list[int], list[int]]:
     """The pp and vpp values a pinned `schedule` runs with (spec/schedules.py rules): gpipe,
-    zb-h1, zb-h2 and 1f1b one chunk per rank (all but 1f1b pp > 1), interleaved vpp > 1 and
-    pp > 1."""
+    zb-h1, zb-h2 and 1f1b one chunk per rank (all but 1f1b pp > 1), interleaved vpp > 1,
+    zbv and dualpipev vpp = 2, all of them pp > 1."""
     if schedule is None:
         return pps, vpps
     if schedule in ONE_CHUNK:
         vpps = [v for v in vpps if v == 1]
     if schedule == "interleaved":
         vpps = [v for v in vpps if v > 1]
+    if schedule in V_SHAPED:
+        vpps = [v for v in vpps if v == 2]
     if schedule != "1f1b":
         pps = [p for p in pps if p > 1]
     if not pps or not vpps:
+        need = ("vpp > 1" if schedule == "interleaved" else
+                "vpp = 2" if schedule in V_SHAPED else "vpp = 1")
         raise InputError(f"--fix schedule={schedule}: no pipeline degree of this job runs it "
-                         "(it needs pp > 1" + (" and vpp > 1" if schedule == "interleaved"
-                                                 else " and vpp = 1") + ")", field="schedule")
+                         f"(it needs pp > 1 and {need})", field="schedule")
     return pps, vpps
 
 
@@ -218,10 +284,11 @@ def union_kth(incumbents: Mapping[Any, tuple[float, Any]], found: Any, top_k: in
 
 
 def narrow_recompute(schedule: str | None, pins: Mapping[str, Any], partial: bool) -> bool:
-    """The space's `partial_recompute` under a pinned `schedule`: a ZB schedule's bubble ratio
+    """The space's `partial_recompute` under a pinned `schedule`: a ZB or V schedule's bubble
     depends on the replayed share of full recompute (module docstring), so its space
     recomputes all layers of a stage or the pinned `recompute_layers`, never a free count."""
-    return partial and not (schedule in RATIO_SCHEDULES and "recompute_layers" not in pins)
+    return partial and not (schedule in RATIO_SCHEDULES | REPLAYED
+                            and "recompute_layers" not in pins)
 
 
 def plan_ratio(space: Any, plan: Plan) -> float:
@@ -239,6 +306,8 @@ def key_ratio(space: Any, pp: int, tp: int, cp: int, ep: int, mbs: int, mode: in
     """rho of every plan of a key of `space` (its schedule, etp and pinned recompute count;
     1 for the schedules with 1F1B's bubble): the per-key constant of the module docstring."""
     s = space.schedule
+    if s in REPLAYED:
+        return 0.0  # the bounds' rho' (search/replay_axis.py: the replay is >= 0)
     if s not in RATIO_SCHEDULES or pp == 1:
         return 1.0
     rec = RECOMPUTE_MODES[mode]
@@ -253,6 +322,8 @@ def family_ratio(spaces: Sequence[Any], tp: int, cp: int, mbs: int, pp: int) -> 
     master's rho', module docstring): `bubble_ratio` does not grow with m (its docstring's
     proof) and is the same for every m >= 2pp - 1, so its least over m is its value at 2pp."""
     s0 = spaces[0]
+    if s0.schedule in REPLAYED:
+        return 0.0  # `key_ratio`'s rho' of every key
     if s0.schedule not in RATIO_SCHEDULES or pp == 1:
         return 1.0
     # the distinct (etp, ep, mode, count, sp) of the spaces (the replicas variants repeat
@@ -308,6 +379,8 @@ def bubble_divisor(space: Any, key: Any) -> float:
     """vpp / rho of a key: the bubble's divisor in the bounds' composition (module docstring);
     vpp itself (the same float) when rho is 1."""
     r = key_ratio(space, key.pp, key.tp, key.cp, key.ep, key.mbs, key.mode, key.sp, key.m)
+    if r == 0.0:
+        return math.inf  # no bubble in the bound (a replayed schedule's rho' = 0)
     return float(key.vpp) if r == 1.0 else key.vpp / r
 
 
@@ -319,20 +392,26 @@ def _ratio(space: Any, schedule: str, pp: int, tp: int, cp: int, ep: int, etp: i
     memo: dict[tuple[Any, ...], float] = space.__dict__.setdefault("_rho", {})
     k = (schedule, pp, tp, cp, ep, etp, sp, mbs, recompute, rl, m)
     if k not in memo:
-        if "_splits" not in space.__dict__:  # shared by the variants and the command's solves
-            space.__dict__["_splits"] = _job_splits(space.job)
-        splits = space.__dict__["_splits"]
-        # pp enters the split only through a pinned recompute count's share min(1, r·pp/L)
-        # and the schedule not at all (cost/pass_split.py reads the layer axes, the recompute
-        # mode and that share): zb-h1 and zb-h2 share it
-        ks = (tp, cp, ep, etp, sp, mbs, recompute, rl, pp if rl is not None else 0)
-        if ks not in splits:
-            probe = Plan(pp=pp, tp=tp, cp=cp, ep=ep, etp=etp, sp=int(sp), mbs=mbs,
-                         recompute=recompute, recompute_layers=rl,
-                         schedule=cast(Schedule, schedule))
-            splits[ks] = backward_split(space.job, probe)
-        memo[k] = float(bubble_ratio(schedule, pp, splits[ks], m))
+        split = key_split(space, pp, tp, cp, ep, etp, sp, mbs, recompute, rl)
+        memo[k] = float(bubble_ratio(schedule, pp, split, m))
     return memo[k]
+
+
+def key_split(space: Any, pp: int, tp: int, cp: int, ep: int, etp: int | None, sp: int,
+              mbs: int, recompute: str, rl: int | None) -> tuple[float, float, float]:
+    """The (F, B, W) split (cost/pass_split.py `backward_split`) of a probe plan with these
+    fields, memoized per job (`_job_splits`). pp enters the split only through a pinned
+    recompute count's share min(1, r·pp/L), and the schedule not at all (pass_split.py reads
+    the layer axes, the recompute mode and that share): every schedule shares it."""
+    if "_splits" not in space.__dict__:  # shared by the variants and the command's solves
+        space.__dict__["_splits"] = _job_splits(space.job)
+    splits = space.__dict__["_splits"]
+    ks = (tp, cp, ep, etp, sp, mbs, recompute, rl, pp if rl is not None else 0)
+    if ks not in splits:
+        probe = Plan(pp=pp, tp=tp, cp=cp, ep=ep, etp=etp, sp=int(sp), mbs=mbs,
+                     recompute=recompute, recompute_layers=rl)
+        splits[ks] = backward_split(space.job, probe)
+    return cast(tuple[float, float, float], splits[ks])
 
 
 #: `_ratio`'s splits by job, its memory margin left out; a few jobs
@@ -361,14 +440,15 @@ def plan_schedule(schedule: str | None) -> Schedule | None:
 
 def inflight(schedule: str | None, pp: int, vpp: int, m: int, stage: Any) -> Any:
     """In-flight micro-batches of stage(s) `stage` with equal chunks (module docstring)."""
-    if schedule == "gpipe" or schedule in RATIO_SCHEDULES:  # the same on every stage
+    if schedule == "gpipe" or schedule in SAME_INFLIGHT:  # the same on every stage
         f = float(m) if schedule == "gpipe" else _zb_inflight(schedule, pp, vpp, m)
         return np.full(np.shape(stage), f) if np.ndim(stage) else f
     return fx.inflight(pp, vpp, m, stage)
 
 
 def _zb_inflight(schedule: str, pp: int, vpp: int, m: int) -> float:
-    """cost/schedules.py `inflight_units` of a ZB-H1 / ZB-H2 stage (any stage: the same)."""
+    """cost/schedules.py `inflight_units` of a ZB-H1 / ZB-H2 / ZBV / DualPipeV stage (any
+    stage: the same)."""
     probe = Plan(pp=pp, vpp=vpp, num_microbatches=m, schedule=cast(Schedule, schedule))
     return float(inflight_units(probe, 0, (1,)))
 
@@ -380,7 +460,7 @@ def stage_inflight(schedule: str | None, pp: int, vpp: int, m: int, j: int,
     batch with the same m and every family sharing a stage's chunks asks for the same value."""
     if schedule == "gpipe":
         return float(m)
-    if schedule in RATIO_SCHEDULES:
+    if schedule in SAME_INFLIGHT:
         return _zb_inflight(schedule, pp, vpp, m)
     return float(fx.stage_inflight(pp, vpp, m, j, chunks))
 

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search import act_offload, offload_axis, space_count
+from autoparallel_cp.search import act_offload, offload_axis, space_count, space_proof
 from autoparallel_cp.search.schedule_axis import (
+    REPLAYED,
+    degree_ok,
     narrow_recompute,
     refuse_unrun,
     refuse_unsearched,
-    searched,
     union_schedules,
     variant_domains,
 )
@@ -100,9 +101,8 @@ class SearchSpace:
     #: the pipeline schedule of every plan (`--fix schedule`, search/schedule_axis.py
     #: `SEARCHED`); None: today's default, 1f1b at vpp 1 and interleaved at vpp > 1
     schedule: str | None = None
-    #: the schedules of the sub-spaces whose union the space is (`schedule_variants`; None:
-    #: today's default): (schedule,) when one is pinned, else search/schedule_axis.py
-    #: `union_schedules` (the default and zb-h1 / zb-h2 where the frameworks run them)
+    #: the sub-spaces' schedules (`schedule_variants`; None: today's default): (schedule,)
+    #: when one is pinned, else search/schedule_axis.py `union_schedules`
     schedules: tuple[str | None, ...] = (None,)
     #: the frameworks whose plans only are searched (spec/framework_space.py); None: any
     restriction: Restriction | None = None
@@ -157,7 +157,7 @@ class SearchSpace:
             space = space._restrict(restriction)
         if "schedule" not in pins and "schedule" in job.search_also:
             # the schedules costed exactly (schedule_axis.py), on request (Job.search_also)
-            space = space.with_(schedules=union_schedules(restriction, space.pp, space.vpp))
+            space = space.with_(schedules=union_schedules(restriction, space.pp, space.vpp, job))
         if hybrid and "dp_replicate" not in pins and (
                 restriction is None or restriction.replicates):
             space = space._with_replicas()
@@ -180,7 +180,15 @@ class SearchSpace:
         gpn = self.gpus_per_node
         reps = sorted({node_shard_replicas(d.tp, d.cp, d.dp, gpn) for d in self.degrees()}
                       - {1})
-        return self.with_(rep_axis=(1, *reps)) if reps else self
+        if not reps:
+            return self
+        # R > 1 only adds variants: this space's degree combinations and its R = 1 variants'
+        # (`ep_ok` under `multi` reads those) are the listings already made (`etp_variants`)
+        new = self.with_(rep_axis=(1, *reps))
+        new.__dict__["_degrees"] = dict(self.__dict__["_degrees"])
+        new.__dict__["_r1"] = {(v.etp, v.optimizer_offload): dict(v.__dict__["_degrees"])
+                               for v in self.etp_variants() if "_degrees" in v.__dict__}
+        return new
 
     def _restrict(self, r: Restriction) -> SearchSpace:
         """This space narrowed to the plans of `r`'s frameworks (`Restriction.narrow`: domains,
@@ -260,6 +268,8 @@ class SearchSpace:
                         if r == 1:
                             one = v
                             if base is None:
+                                if (e, x) in self.__dict__.get("_r1", {}):  # `_with_replicas`
+                                    v.__dict__["_degrees"] = dict(self.__dict__["_r1"][e, x])
                                 first, base = v, tuple(v.degrees())
                                 # the sibling's degrees by their searched replicas (`rep_ok`)
                                 for d in base:
@@ -424,7 +434,7 @@ class SearchSpace:
                             if self.fixed.get("num_microbatches", nmb) != nmb:
                                 continue
                             for vpp in self.vpp:
-                                if vpp > 1 and (pp == 1 or nmb < pp):
+                                if not degree_ok(self.schedule, pp, vpp, nmb):
                                     continue
                                 if (pp, vpp) not in placeable:
                                     placeable[pp, vpp] = self.placeable(pp, vpp)
@@ -441,7 +451,7 @@ class SearchSpace:
         elif self.partition == "uniform":
             if L % (pp * vpp):
                 return False
-        elif pp * vpp > L or L % vpp:
+        elif pp * vpp > L or L % vpp or self.schedule in REPLAYED:  # V: named layouts only
             return False
         return self._moe_partition_ok(pp, vpp)
 
@@ -572,20 +582,5 @@ class SearchSpace:
         return sum(1 for _ in self.degrees())
 
     def describe(self) -> dict[str, list[Any]]:
-        """Every axis searched with the values covered (what a proven optimum is optimal over):
-        the plan axes' domains, the partition families, the expert-TP sizes ("tp": Megatron's
-        default, the attention's tp) and whether partial recompute is searched."""
-        return {
-            "tp": list(self.tp), "pp": list(self.pp), "cp": list(self.cp), "ep": list(self.ep),
-            "vpp": list(self.vpp), "mbs": list(self.mbs), "zero": list(self.zero),
-            "sp": list(self.sp), "recompute": list(self.recompute),
-            "partition": space_count.partitions_searched(self),
-            "etp": [e if e is not None else "tp" for e in self.etp_axis],
-            "partial_recompute": [self.partial_recompute],
-            "dp_replicate": list(self.rep_axis),
-            "schedule": searched(self.schedules, self.vpp),
-            "optimizer_offload": list(self.off_axis),
-            "activation_offload": act_offload.searched(self),
-            **({"frameworks": list(self.restriction.formats)}
-               if self.restriction is not None else {}),
-        }
+        """Every axis searched with the values covered (`space_proof.describe`)."""
+        return space_proof.describe(self)

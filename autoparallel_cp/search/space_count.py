@@ -111,17 +111,3 @@ def _host_zeros(space: SearchSpace, zeros: list[int], d: Any) -> int:
     if k not in memo:
         memo[k] = sum(1 for z in zeros if space.host_ok(d.tp, d.ep, z, d.dp, d.cp))
     return memo[k]
-
-
-def partitions_searched(space: SearchSpace) -> list[str]:
-    """The partition families the space covers (`split_families`), in words."""
-    if space.fixed_split:
-        return ["pinned split (--fix stage_layers / chunk_layers)"]
-    out = ["uniform: Megatron's even split, pp*vpp | layers" if space.partition == "uniform"
-           else "free: any per-stage counts, multiples of vpp, equal chunks per stage"]
-    if space.named_splits:
-        out.append("named uneven layouts: the layers plus 0/1 embedding and 0/1 loss slots "
-                   "spread evenly over the pp*vpp chunks, the remainder to the first or "
-                   "the last chunks (Megatron-Core --account-for-embedding/loss-in-"
-                   "pipeline-split, torchtitan's first/last-stage weights)")
-    return out

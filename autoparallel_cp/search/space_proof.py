@@ -15,7 +15,7 @@ from typing import Any
 
 from autoparallel_cp.search.act_offload import act_layers
 from autoparallel_cp.search.act_offload import searched as act_searched
-from autoparallel_cp.search.schedule_axis import searched
+from autoparallel_cp.search.schedule_axis import REPLAYED, UNION, searched
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import default_schedule
 
@@ -42,15 +42,24 @@ def axes(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
             if f.name not in _NOT_AXES and isinstance(getattr(space, f.name), tuple)}
 
 
+_NAMED = ("the named layouts (layers + 0/1 embedding and 0/1 loss slots spread over the "
+          "pp*vpp chunks, the remainder to the first)")
+
+
 def _split_rule(space: SearchSpace) -> str:
     if space.fixed_split:
         return "the pinned stage_layers / chunk_layers only"
     if space.partition == "uniform":
         return "uniform: Megatron's default split, pp*vpp dividing the layers"
+    replayed = [s for s in space.schedules if s in REPLAYED]
+    if replayed == list(space.schedules):  # ZBV / DualPipeV alone: search/replay_axis.py
+        return (_NAMED.replace("layouts (", "layouts only (")[:-1]
+                + "; free per-stage counts under a V: evaluated, not searched)")
     rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
     if space.named_splits:
-        rule += ("; and the named uneven layouts (layers + 0/1 embedding and 0/1 loss slots "
-                 "spread over the pp*vpp chunks, the remainder to the first)")
+        rule += "; and " + _NAMED.replace("the named layouts", "the named uneven layouts")
+    if replayed:
+        rule += f"; under {', '.join(replayed)} the named layouts only"
     return rule
 
 
@@ -143,7 +152,7 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     elif ps in space.schedules:
         sub = ps
     else:
-        hint = ("; --search-also schedule adds zb-h1, zb-h2" if ps in ("zb-h1", "zb-h2")
+        hint = (f"; --search-also schedule adds {', '.join(UNION)}" if ps in UNION
                 and "schedule" not in space.job.search_also and "schedule" not in space.fixed
                 else "")
         return (f"schedule={ps} (searched: {', '.join(runs)}"
@@ -211,6 +220,9 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if plan.chunk_layers is not None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)
+    if space.schedule in REPLAYED and space.partition != "uniform":
+        return (f"layer split {list(per_stage)} (searched under schedule={ps}: the named "
+                "layouts only)")
     if space.partition == "uniform":
         if L % (plan.pp * plan.vpp) or len(set(per_stage)) > 1:
             return f"layer split {list(per_stage)} (searched: uniform splits only)"
@@ -223,3 +235,37 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if any(n % plan.vpp or n < plan.vpp for n in per_stage):
         return f"layer split {list(per_stage)} (searched: multiples of vpp = {plan.vpp})"
     return None
+
+
+def partitions_searched(space: SearchSpace) -> list[str]:
+    """The partition families the space covers (`SearchSpace.split_families`), in words."""
+    if space.fixed_split:
+        return ["pinned split (--fix stage_layers / chunk_layers)"]
+    out = ["uniform: Megatron's even split, pp*vpp | layers" if space.partition == "uniform"
+           else "free: any per-stage counts, multiples of vpp, equal chunks per stage"]
+    if space.named_splits:
+        out.append("named uneven layouts: the layers plus 0/1 embedding and 0/1 loss slots "
+                   "spread evenly over the pp*vpp chunks, the remainder to the first or "
+                   "the last chunks (Megatron-Core --account-for-embedding/loss-in-"
+                   "pipeline-split, torchtitan's first/last-stage weights)")
+    return out
+
+
+def describe(space: SearchSpace) -> dict[str, list[Any]]:
+    """Every axis searched with the values covered (what a proven optimum is optimal over):
+    the plan axes' domains, the partition families, the expert-TP sizes ("tp": Megatron's
+    default, the attention's tp) and whether partial recompute is searched."""
+    return {
+        "tp": list(space.tp), "pp": list(space.pp), "cp": list(space.cp),
+        "ep": list(space.ep), "vpp": list(space.vpp), "mbs": list(space.mbs),
+        "zero": list(space.zero), "sp": list(space.sp), "recompute": list(space.recompute),
+        "partition": partitions_searched(space),
+        "etp": [e if e is not None else "tp" for e in space.etp_axis],
+        "partial_recompute": [space.partial_recompute],
+        "dp_replicate": list(space.rep_axis),
+        "schedule": searched(space.schedules, space.vpp),
+        "optimizer_offload": list(space.off_axis),
+        "activation_offload": act_searched(space),
+        **({"frameworks": list(space.restriction.formats)}
+           if space.restriction is not None else {}),
+    }

@@ -17,15 +17,12 @@ P + (1 + f)·T <= usable - context; the tables' stage sum is exactly P + (1 + f)
 term is charged by its own class and the charges are linear (the max of working sets commutes
 with a positive scale).
 
-A stated MoE load imbalance (`Job.moe_load_imbalance`, rho) needs nothing here: it enters only
-through the cost model's layer factors (`common.routed_load`: the MoE rows' routed terms x
-min(rho, ep), ep being a layer-factor axis already), so it changes table entries, never their
-axes or the composition. The bounds stay valid: the master's bound uses only the composition
-and that the factors are >= 0 (cpsat_master.py), key_bounds.py checks the signs of its per-key
-coefficients at run time (not to be confused with this rho), and a non-negative term times
-min(rho, ep) >= 1 stays non-negative and enters the same sums; the solver and `plan_cost` read
-the same scaled entries (tests/search/test_moe_imbalance_search.py: CP-SAT == enumeration at
-rho 1.5, LB(key) <= each key's best at rho 2).
+A MoE load imbalance (`Job.moe_load_imbalance`, rho) enters only through the layer factors
+(`common.routed_load`: routed terms x min(rho, ep), ep a layer-factor axis), so it changes
+table entries, not their axes or the composition; the bounds stay valid (the master uses the
+composition and factors >= 0, key_bounds.py checks its coefficients' signs at run time, and a
+term >= 0 times min(rho, ep) >= 1 stays >= 0; tests/search/test_moe_imbalance_search.py).
+ZBV / DualPipeV (`plan_cost`): the head on rank 0 and the replayed bubble, replay_axis.py.
 
 Kept whole (about 600 lines): the tables and `plan_cost`, their one exact reader, must change
 together; splitting them would put the composition the solver proves against in two files.
@@ -46,7 +43,8 @@ from autoparallel_cp.cost.offload import gpu_kept_optimizer_share
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
 from autoparallel_cp.search.act_offload import act_layers, kept_share, stage_terms
 from autoparallel_cp.search.offload_axis import gpu_share, opt_seconds
-from autoparallel_cp.search.schedule_axis import plan_ratio, stage_inflight
+from autoparallel_cp.search.replay_axis import head_position, plan_bubble
+from autoparallel_cp.search.schedule_axis import REPLAYED, plan_ratio, stage_inflight
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec.hybrid_sharding import node_shard_replicas
 from autoparallel_cp.spec.plan import Plan
@@ -521,7 +519,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     z3 = plan.zero >= 3
     times, peaks, dps, opts, hosts = [], [], [], [], True
     for j, (n, g) in enumerate(zip(ls, groups, strict=True)):
-        first, last = j == 0, j == plan.pp - 1
+        first, last = j == 0, j == head_position(plan.schedule, plan.pp)
         r = plan.recomputed_layers(n)
         if t.main_kind and first and k_dense:
             rd = min(r, k_dense)
@@ -594,6 +592,8 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     rho = plan_ratio(sp_, plan)  # 1 but for zb-h1 / zb-h2 (search/schedule_axis.py)
     bub = sum(times) - tmax
     pipeline = m * tmax + (bub if rho == 1.0 else rho * bub) / plan.vpp
+    if sp_.schedule in REPLAYED and plan.pp > 1:  # ZBV / DualPipeV: search/replay_axis.py
+        pipeline = m * tmax + plan_bubble(sp_, plan, times)
     tail = max(dps) + max(opts)
     fits = hosts and all(p <= t.capacity[g] for p, g in zip(peaks, groups, strict=True))
     return PlanCost(pipeline + tail, pipeline, tail, tuple(times), tuple(peaks), fits)

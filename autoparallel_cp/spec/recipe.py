@@ -1,6 +1,6 @@
 """Training recipe spec: precision, optimizer state, framework behaviour, and the presets.
 
-Kept whole (about 540 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
+Kept whole (about 560 lines): `FrameworkBehaviour`'s docstring is the sourced account of what
 each field means in the frameworks, beside the field; the presets are those fields' values, so
 the three read together.
 """
@@ -286,7 +286,12 @@ class FrameworkBehaviour(Strict):
       uses, runs on 1 thread. DeepSpeed's launcher sets OMP_NUM_THREADS only with
       `--bind_cores_to_rank`, to the cores bound per rank (launcher/launch.py:230-232
       @38327e07), and DeepSpeedCPUAdam steps in an OpenMP loop (csrc/adam/cpu_adam_impl.cpp:43)
-      on those threads. Read only where the host states `core_stream_gbps`.
+      on those threads; without that flag the variable stays unset and OpenMP runs one thread
+      per CPU (GCC libgomp manual, OMP_NUM_THREADS: "If undefined one thread per CPU is
+      used"). "all" says so: the team spans the host's CPUs, so the step runs at the node's
+      DRAM share (the `deepspeed` preset, launched by the `deepspeed` launcher as DeepSpeed's
+      ZeRO-Offload tutorial does, docs/_tutorials/zero-offload.md:37 @38327e07). Read only
+      where the host states `core_stream_gbps`.
     - ``moe_swiglu_fp8_input``: the MoE SwiGLU operators (routed and shared experts) cache
       their input, the fc1 output, in FP8 (1 B per element, fine-grained tiles) and, with
       "moe_act" among the recompute modules, recompute their output from it in backward for
@@ -344,7 +349,7 @@ class FrameworkBehaviour(Strict):
     ub_rs_sm_margin: tuple[SmMargin, SmMargin] = (0, 0)
     offload_copies_overlap: bool | None = None
     offload_gpu_master: bool = False
-    cpu_optimizer_threads: CpuThreads | None = None
+    cpu_optimizer_threads: CpuThreads | Literal["all"] | None = None
     moe_swiglu_fp8_input: bool = False
     attn_out_cache_bytes: ElemBytes | None = None
     norm_recompute_drops_cache: bool = False
@@ -505,7 +510,7 @@ RECIPES: dict[str, TrainingRecipe] = {
         # (frameworks.py refuses vpp > 1 for it), so no plan DeepSpeed runs has the overlap
         behaviour=FrameworkBehaviour(dp_overlap=False, zero2_reduce="microbatch",
                                      bf16_accum_pass=True, pp_scatter_gather=True,
-                                     zero3_predivide=True),
+                                     zero3_predivide=True, cpu_optimizer_threads="all"),
         source=("DeepSpeed engine with Megatron-DeepSpeed's fused Megatron layers: bf16 "
                 "weights, fp32 gradient accumulation and master weights (BF16_Optimizer / "
                 "ZeRO bf16), fp32 Adam, ZeRO-1/2/3 as zero=1/2/3; gradient reduction not "
@@ -515,7 +520,9 @@ RECIPES: dict[str, TrainingRecipe] = {
                 "micro-batch at zero <= 1; the PipelineEngine sends 1/tp of each activation "
                 "and gradient per rank (pipe/engine.py @v0.11.1 l. 132-133); ZeRO-3 "
                 "divides each reduce bucket in place before reducing it (coalesced_collectives"
-                ".py l. 116); 18 B/param"),
+                ".py l. 116); 18 B/param; launched by the `deepspeed` launcher, which leaves "
+                "OMP_NUM_THREADS unset (launcher/launch.py:230-232), so DeepSpeedCPUAdam's "
+                "OpenMP team spans the host's CPUs"),
     ),
     "megatron-fp8": TrainingRecipe(
         name="megatron-fp8",

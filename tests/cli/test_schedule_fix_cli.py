@@ -17,8 +17,20 @@ def test_fix_gpipe_solves_and_the_json_names_it() -> None:
     assert doc["plans"] and all(p["plan"]["schedule"] == "gpipe" for p in doc["plans"])
 
 
+def test_fix_zbv_solves_and_the_json_names_it() -> None:
+    """ZBV is searched (search/replay_axis.py): its plans are V-shaped (vpp 2) and the JSON
+    `space` names the schedule."""
+    result, out, err = run("solve", *SMALL, "--fix", "schedule=zbv,cp=1", "--top-k", "2",
+                           *FAST, "--json", "-")
+    assert result.exit_code == 0, (result.exit_code, err)
+    doc = json.loads(out)
+    assert doc["space"]["schedule"] == ["zbv"]
+    assert doc["plans"] and all(p["plan"]["schedule"] == "zbv" and p["plan"]["vpp"] == 2
+                                for p in doc["plans"])
+
+
 def test_fix_unsearched_schedule_is_one_line_exit_2() -> None:
-    assert_user_error(["solve", *SMALL, "--fix", "schedule=zbv", *FAST],
+    assert_user_error(["solve", *SMALL, "--fix", "schedule=dualpipe", *FAST],
                       "schedule", "not a search axis yet", "gpipe")
     assert_user_error(["enumerate", *SMALL, "--fix", "activation_offload=999", "--quiet"],
                       "activation_offload", "layer count")

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoparallel_cp.cost import comm
 from autoparallel_cp.cost.efficiency import hbm_time
@@ -229,9 +231,11 @@ def test_pipeline_p2p_bytes_and_link() -> None:
     """Narayanan et al. 2021 §3.2/§4.1: a stage sends b·s·h activations forward and receives as
     many gradients back per micro-batch (2 transfers), in activation dtype (bf16, 2 B), split
     over the tp ranks (scatter/gather) and over cp (each cp rank holds s/cp); interleaving sends
-    vpp times as often (§2.2). Adjacent stages are tp·cp·dp ranks apart: NVLink while that span
-    fits in one 8-GPU node, the network beyond. Every send exposed here (`overlap_p2p_comm`
-    off; the megatron-bf16 preset's interleaved overlap: test_pipeline_p2p_overlap.py)."""
+    vpp times as often (§2.2). Adjacent stages are tp·cp·dp ranks apart (pp outermost): rank r
+    and r + 8 are never on one 8-GPU node, so a stride of 8 or more sends over the network;
+    a smaller stride keeps a pipeline inside one node on NVLink. Every send exposed here
+    (`overlap_p2p_comm` off; the megatron-bf16 preset's interleaved overlap:
+    test_pipeline_p2p_overlap.py); node boundaries inside a pipeline: test_pipeline_links."""
     from autoparallel_cp.cost.sync import p2p_factor
     from autoparallel_cp.spec import RECIPES, ClusterSpec, Job, ModelSpec
 
@@ -245,10 +249,80 @@ def test_pipeline_p2p_bytes_and_link() -> None:
     tp, cp = 4, 2
     nbytes = b * (s / cp) * h * 2 / tp
     # (tp, cp, sp, mbs, pp, vpp, dp)
-    got = _f(p2p_factor(job, 0, tp, cp, 1, b, 4, 1, 1))  # span 4·2·1 = 8: NVLink
-    assert got == pytest.approx(2 * (NV_US * 1e-6 + nbytes / _nv()), rel=1e-12)
+    net = NET_US * 1e-6 + nbytes / _net()
+    got = _f(p2p_factor(job, 0, tp, cp, 1, b, 4, 1, 1))  # stride 4·2·1 = 8: ranks 0 and 8
+    assert got == pytest.approx(2 * net, rel=1e-12)      # are on two nodes: network
     got = _f(p2p_factor(job, 0, tp, cp, 1, b, 4, 2, 1))  # vpp = 2
-    assert got == pytest.approx(2 * 2 * (NV_US * 1e-6 + nbytes / _nv()), rel=1e-12)
-    got = _f(p2p_factor(job, 0, tp, cp, 1, b, 4, 1, 2))  # span 16 > 8: network
-    assert got == pytest.approx(2 * (NET_US * 1e-6 + nbytes / _net()), rel=1e-12)
+    assert got == pytest.approx(2 * 2 * net, rel=1e-12)
+    got = _f(p2p_factor(job, 0, tp, cp, 1, b, 4, 1, 2))  # stride 16 > 8: network
+    assert got == pytest.approx(2 * net, rel=1e-12)
+    got = _f(p2p_factor(job, 0, 2, 1, 1, b, 4, 1, 1))    # stride 2, pp 4: one node, NVLink
+    assert got == pytest.approx(2 * (NV_US * 1e-6 + b * s * h * 2 / 2 / _nv()), rel=1e-12)
     assert _f(p2p_factor(job, 0, tp, cp, 1, b, 1, 1, 1)) == 0.0  # no pipeline, no sends
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(n=st.lists(st.integers(1, 4096), min_size=2, max_size=6),
+       stride=st.integers(1, 512), nbytes=st.floats(0.0, 1e11),
+       reduce_all=st.booleans(), preset=st.sampled_from(["dgx-h100", "dgx-a100", "dgx-h800"]))
+def test_one_group_in_floats_is_the_array_path_bit_for_bit(n: list[int], stride: int,
+                                                          nbytes: float, reduce_all: bool,
+                                                          preset: str) -> None:
+    node = load_cluster(preset).node_groups[0]
+    arr = comm._hierarchical(node, np.array(n, float), np.full(len(n), float(stride)),
+                             np.full(len(n), nbytes), reduce_all)
+    one = [comm._hierarchical(node, g, stride, nbytes, reduce_all) for g in n]
+    assert all(np.ndim(x) == 0 for x in one)
+    assert [float(x) for x in one] == arr.tolist()
+
+def test_pipeline_links() -> None:
+    """The worst stage's network links (cost/comm.py `pipeline_links`), by hand on 8-GPU
+    nodes with stage j on ranks [j·S, (j+1)·S): S = 1, pp 16 (the Zero Bubble paper's pure
+    pipelines, arXiv 2401.10241 §5.1): ranks 7 and 8 are on two nodes, so stage 7 has one
+    network link (to 8) and one NVLink link (to 6); pp 8 fits one node; S = 4, pp 4: the
+    boundary between stages 1 and 2; S = 8 or 16: every neighbour is on another node; S = 6,
+    pp 2: stage 0's ranks 2-5 pair with 8-11 across the boundary (a stage straddles it)."""
+    from autoparallel_cp.cost.comm import pipeline_links
+
+    cases = [(1, 16, 1.0), (1, 8, 0.0), (1, 32, 1.0), (4, 4, 1.0), (4, 2, 0.0), (2, 4, 0.0),
+             (8, 2, 2.0), (16, 4, 2.0), (6, 2, 2.0), (3, 2, 0.0), (3, 3, 2.0)]
+    for stride, pp, want in cases:
+        assert float(pipeline_links(stride, pp, 8)) == want, (stride, pp)
+    # by rank pairs: a link crosses if any rank r of stage j and r + S sit on two nodes; a
+    # stage counts the links it has (pp 2: its one link twice, p2p_factor's two transfers)
+    for stride in range(1, 20):
+        for pp in range(2, 12):
+            worst = 0
+            for j in range(pp):
+                links = [ln for ln in (j - 1, j) if 0 <= ln < pp - 1]
+                cross = sum(any((ln * stride + k) // 8 != (ln * stride + k + stride) // 8
+                                for k in range(stride)) for ln in links)
+                worst = max(worst, 2 * cross if pp == 2 else cross)
+            got = float(pipeline_links(stride, pp, 8))
+            if stride >= 8 or 8 % stride == 0:
+                assert got == worst, (stride, pp)
+            else:  # a stage straddles a node boundary: 2 bounds it from above
+                assert got >= worst, (stride, pp)
+    # vectorised as the solver's tables call it
+    vec = pipeline_links(np.array([1.0, 8.0, 2.0]), np.array([16.0, 2.0, 4.0]), 8)
+    assert vec.tolist() == [1.0, 2.0, 0.0]
+
+
+def test_a_node_boundary_inside_the_pipeline_costs_one_network_send() -> None:
+    """tp = cp = dp = 1, pp 16 on two 8-GPU nodes: per micro-batch the worst stage (7 or 8)
+    exchanges once over NVLink and once over the network, b·s·h fp16 bytes each."""
+    from autoparallel_cp.cost.sync import p2p_factor
+    from autoparallel_cp.spec import RECIPES, ClusterSpec, Job, ModelSpec
+
+    nd = _node().model_copy(update={"num_nodes": 2})
+    model = ModelSpec(name="m", num_layers=48, hidden_size=5120, ffn_hidden_size=20480,
+                      num_attention_heads=40, num_kv_heads=40, vocab_size=32000)
+    job = Job(model=model, cluster=ClusterSpec(name="c", node_groups=[nd]),
+              recipe=RECIPES["megatron-bf16"].with_behaviour(overlap_p2p_comm=False),
+              seq_len=1024, global_batch=48)
+    nbytes = 1 * 1024 * 5120 * 2
+    want = NV_US * 1e-6 + nbytes / _nv() + NET_US * 1e-6 + nbytes / _net()
+    assert _f(p2p_factor(job, 0, 1, 1, 0, 1, 16, 1, 1)) == pytest.approx(want, rel=1e-12)
+    # pp 8 on one node: both exchanges on NVLink
+    assert _f(p2p_factor(job, 0, 1, 1, 0, 1, 8, 1, 1)) == pytest.approx(
+        2 * (NV_US * 1e-6 + nbytes / _nv()), rel=1e-12)

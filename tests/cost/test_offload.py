@@ -98,6 +98,44 @@ def test_cpu_adam_on_few_threads_by_hand() -> None:
         RECIPES["megatron-bf16"].behaviour.model_validate({"cpu_optimizer_threads": 0})
 
 
+def test_deepspeed_launcher_threads_by_hand() -> None:
+    """DeepSpeed's launcher leaves OMP_NUM_THREADS unset (launch.py:230-232 @38327e07), so the
+    `deepspeed` preset's DeepSpeedCPUAdam runs one OpenMP thread per CPU ("all") and is not
+    capped: 1e9 x 30 B at the 76.8 GB/s share = 390.625 ms even where one core streams only
+    10 GB/s, against 3 s for torchrun's one thread (megatron-bf16, or deepspeed under
+    torchrun: threads=1). With --bind_cores_to_rank on a DGX H100 (112 cores // 8 = 14
+    threads) 140 GB/s > 76.8 GB/s: the share binds again. Strings other than "all" refuse."""
+    host = HostSpec(link_gbps=64.0, memory_gib=2048.0, memory_gbps=614.4, core_stream_gbps=10.0)
+    ds = RECIPES["deepspeed"]
+    assert ds.behaviour.cpu_optimizer_threads == "all"
+    assert O.cpu_adam_s(_job(host, "deepspeed"), 0, 1e9) == pytest.approx(0.390625)
+    assert O.cpu_adam_s(_job(host), 0, 1e9) == pytest.approx(3.0)
+    for threads, want in ((1, 3.0), (14, 0.390625)):
+        rec = ds.model_copy(update={"behaviour": ds.behaviour.model_copy(
+            update={"cpu_optimizer_threads": threads})})
+        job = _job(host, "deepspeed").model_copy(update={"recipe": rec})
+        assert O.cpu_adam_s(job, 0, 1e9) == pytest.approx(want)
+    # without the host figure every recipe runs at the share, whatever its threads
+    assert O.cpu_adam_s(_job(recipe="deepspeed"), 0, 1e9) == pytest.approx(0.390625)
+    assert ds.behaviour.model_validate({"cpu_optimizer_threads": "all"}).cpu_optimizer_threads \
+        == "all"
+    with pytest.raises(ValueError):
+        ds.behaviour.model_validate({"cpu_optimizer_threads": "some"})
+
+
+def test_dgx_h100_preset_cpu_adam_by_hand() -> None:
+    """The DGX H100 preset states no one-core figure (no public one-thread STREAM result for
+    the Xeon Platinum 8480C was found), so its CPU Adam runs at the DRAM share: 2 sockets x 8
+    DDR5-4800 channels x 38.4 GB/s = 614.4 GB/s over 8 GPUs = 76.8 GB/s, and the offload
+    card's 1.91e9 parameters per process x 30 B take 1.91e9 x 30 / 76.8e9 = 746.1 ms."""
+    host = load_cluster("dgx-h100").node_groups[0].host
+    assert host is not None and host.core_stream_gbps is None
+    job = _job(host)
+    assert O.cpu_adam_bytes_per_s(job, 0) == pytest.approx(76.8e9)
+    assert O.cpu_adam_s(job, 0, 1.91e9) == pytest.approx(1.91e9 * 30 / 76.8e9)
+    assert O.cpu_adam_s(job, 0, 1.91e9) == pytest.approx(0.74609375)
+
+
 def test_activation_copy_exposure_by_hand() -> None:
     """6.4 GB per micro-batch = 100 ms each way at 64 GB/s: against a 60 ms forward and a
     120 ms backward, 40 ms sticks out of the forward and none out of the backward."""

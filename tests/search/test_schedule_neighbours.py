@@ -30,7 +30,7 @@ def test_search_refuses_to_pin_what_it_does_not_search() -> None:
     from autoparallel_cp.search.space import SearchSpace
 
     job = make_job("llama3-8b", "dgx-h100", gpus=32, global_batch=64)
-    for fix in ("schedule=zbv", "activation_offload=2"):
+    for fix in ("schedule=dualpipe", "activation_offload=2"):
         with pytest.raises(InputError, match="not a search axis yet"):
             SearchSpace.for_job(job, fix=fix)
     # the optimizer share is searched (search/offload_axis.py): a pin is its one value

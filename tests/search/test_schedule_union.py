@@ -25,7 +25,7 @@ from autoparallel_cp.search.tables import build_tables
 from autoparallel_cp.spec import RECIPES, Job
 from autoparallel_cp.spec.loaders import load_cluster
 
-UNION = ["1f1b", "interleaved", "zb-h1", "zb-h2"]
+UNION = ["1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev"]
 
 
 def _job(moe: bool = False, layers: int = 8, gpus: int = 8, seq: int = 8192,
@@ -37,18 +37,23 @@ def _job(moe: bool = False, layers: int = 8, gpus: int = 8, seq: int = 8192,
 def test_the_union_is_named_and_restricted_to_what_the_framework_runs() -> None:
     job = _job()
     sp = SearchSpace.for_job(job, max_pp=4, max_vpp=2)
-    assert sp.schedules == (None, "zb-h1", "zb-h2") and sp.schedule is None
+    assert sp.schedules == (None, "zb-h1", "zb-h2", "zbv", "dualpipev") and sp.schedule is None
     assert proof_space(sp)["schedule"] == UNION
-    assert "schedule 1f1b,interleaved,zb-h1,zb-h2" in space_line(proof_space(sp))
+    assert "schedule 1f1b,interleaved,zb-h1,zb-h2,zbv,dualpipev" in space_line(proof_space(sp))
     assert sp.describe()["schedule"] == UNION
-    # Megatron (--emit) and torchtitan (recipe) run neither ZB schedule: their spaces keep
-    # the default ones (spec/frameworks.py RUNS_SCHEDULES)
+    # Megatron (--emit) runs none of them, torchtitan (recipe) the V-shaped ones only
+    # (spec/frameworks.py RUNS_SCHEDULES); DualPipeV is not searched on a MoE model
+    # (schedule_axis.py `unreplayed`)
     assert SearchSpace.for_job(job, max_pp=4, emit="megatron").schedules == (None,)
     tt = job.model_copy(update={"recipe": RECIPES["torchtitan-fsdp"]})
-    assert SearchSpace.for_job(tt, max_pp=4).schedules == (None,)
-    # no pp > 1, or no vpp 1: nothing for a ZB schedule to run on
+    assert SearchSpace.for_job(tt, max_pp=4).schedules == (None, "zbv", "dualpipev")
+    assert SearchSpace.for_job(tt, max_pp=4, max_vpp=1).schedules == (None,)
+    assert SearchSpace.for_job(_job(moe=True, layers=6), max_pp=4).schedules == (
+        None, "zb-h1", "zb-h2", "zbv")
+    # no pp > 1: nothing for a schedule to run on; vpp 2 pinned: the V-shaped ones only
     assert SearchSpace.for_job(job, fix="pp=1").schedules == (None,)
-    assert SearchSpace.for_job(job, fix="vpp=2", max_pp=4).schedules == (None,)
+    assert SearchSpace.for_job(job, fix="vpp=2", max_pp=4).schedules == (None, "zbv",
+                                                                         "dualpipev")
     # a pin searches it alone, as before
     assert SearchSpace.for_job(job, fix="schedule=zb-h1", max_pp=4).schedules == ("zb-h1",)
 
@@ -191,11 +196,12 @@ def test_schedule_neighbours_of_a_proven_optimum_lie_in_the_union_and_do_not_bea
     assert gpipe and all("schedule=gpipe" in (outside(space, p) or "") for p in gpipe)
 
 
-def test_the_readme_job_picks_zb_h1_and_says_which_bubble_it_removes(tmp_path: Any) -> None:
-    """The README job with --search-also schedule: #1 is ZB-H1 (the --fix schedule=zb-h1
-    optimum), the table names the schedule, the report says which bubble it removes against
-    1F1B on the same plan, and --emit megatron (no ZB schedule) keeps the default ones; the
-    default search (no --search-also) covers 1f1b and interleaved only."""
+def test_the_readme_job_picks_zbv_and_says_which_bubble_it_removes(tmp_path: Any) -> None:
+    """The README job with --search-also schedule: #1 is ZBV (the --fix schedule=zbv
+    optimum), a ZB-H1 plan (the --fix schedule=zb-h1 optimum) is among the top 2, the table
+    names the schedule, the report says which bubble ZBV removes against interleaved 1F1B on
+    the same plan, and --emit megatron (neither schedule) keeps the default ones; the default
+    search (no --search-also) covers 1f1b and interleaved only."""
     import json
 
     from click.testing import CliRunner
@@ -214,12 +220,17 @@ def test_the_readme_job_picks_zb_h1_and_says_which_bubble_it_removes(tmp_path: A
     data, text = run("--search-also", "schedule")
     top = data["plans"][0]
     assert data["status"] == "optimal" and data["space"]["schedule"] == UNION
-    assert top["plan"]["schedule"] == "zb-h1"
-    assert "sched" in text and "schedule zb-h1: bubble" in text
-    assert "against 1f1b on the same plan" in text
-    pinned, _ = run("--fix", "schedule=zb-h1")
+    assert top["plan"]["schedule"] == "zbv" and top["plan"]["vpp"] == 2
+    assert "sched" in text and "schedule zbv: bubble" in text
+    assert "against interleaved on the same plan" in text
+    pinned, _ = run("--fix", "schedule=zbv")
     assert top["time"]["step_s"] == pytest.approx(pinned["plans"][0]["time"]["step_s"],
                                                   rel=1e-12)
+    zb, _ = run("--fix", "schedule=zb-h1")
+    second = data["plans"][1]
+    assert second["plan"]["schedule"] == "zb-h1"
+    assert second["time"]["step_s"] == pytest.approx(zb["plans"][0]["time"]["step_s"],
+                                                     rel=1e-12)
     plain, _ = run()
     assert plain["space"]["schedule"] == ["1f1b", "interleaved"]
     assert plain["plans"][0]["time"]["step_s"] > top["time"]["step_s"]

@@ -34,14 +34,17 @@ def test_domains_respect_job_rules() -> None:
 def test_size_counts_uniform_space_by_brute_force() -> None:
     both = _job(gpus=8, batch=16).model_copy(update={"search_also": ("schedule", "offload")})
     s = SearchSpace.for_job(both, partition="uniform", partial_recompute=False)
-    assert s.schedules == (None, "zb-h1", "zb-h2")
+    assert s.schedules == (None, "zb-h1", "zb-h2", "zbv", "dualpipev")
     # every node group has a host: each key once per offload share its hosts hold
     assert len(s.off_axis) > 1
     shares = [v for v in s.etp_variants()]
     brute = 0
     for d in s.degrees():
-        # the default schedule, and zb-h1 / zb-h2 wherever pp > 1 at vpp 1 (schedule_axis.py)
-        for _ in range(3 if d.pp > 1 and d.vpp == 1 else 1):
+        # the default schedule, zb-h1 / zb-h2 wherever pp > 1 at vpp 1, zbv at vpp 2 and
+        # dualpipev there with m >= 2pp (schedule_axis.py; a uniform split: one layout each)
+        v = d.pp > 1 and d.vpp == 2
+        for _ in range(3 if d.pp > 1 and d.vpp == 1 else
+                       2 + (d.num_microbatches >= 2 * d.pp) if v else 1):
             for sp in s.sp:
                 if sp and d.tp == 1:
                     continue

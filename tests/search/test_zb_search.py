@@ -60,7 +60,7 @@ def test_zb_pin_narrows_the_space_and_the_proof_names_it(sched: str) -> None:
 @pytest.mark.parametrize("fix, match", [
     ("schedule=zb-h1,pp=1", "pp=1"),
     ("schedule=zb-h2,vpp=2", "vpp=2"),
-    ("schedule=zbv", "not a search axis yet"),
+    ("schedule=dualpipe", "not a search axis yet"),
 ])
 def test_zb_pins_outside_their_rules_are_input_errors(fix: str, match: str) -> None:
     with pytest.raises(UserError, match=match):

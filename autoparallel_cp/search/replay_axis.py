@@ -1,0 +1,82 @@
+"""ZBV and DualPipeV as searched schedules (issues 28 and 31.1): what the search reads of a
+schedule whose bubble is PyTorch's action order replayed (cost/schedules.py
+`simulated_bubble`), not a per-key constant times (S - T).
+
+What evaluate charges a V plan (vpp = 2; cost/steptime.py, cost/memory.py): rank j holds the
+layers of `Plan.layers_per_stage` (chunk_layers[j] + chunk_layers[pp + j]), the embedding and
+the LM head (with DeepSeek-V3's MTP) both on rank 0 (`head_stage`: the V's last chunk sits on
+rank 0), every rank min(p, m) (ZBV) or min(p + 1/2, m) (DualPipeV) micro-batches in flight
+(`inflight_units`, search/schedule_axis.py `inflight`), no parameter mirror, and the pipeline
+term m·T + B(t) with B the replayed bubble of the rank times t = (t_0..t_{p-1}) and the plan's
+(F, B, W) split. DualPipeV also hides a share of the EP all-to-all (`ep_hidden_share`): the
+search keeps its ep = 1 keys (no all-to-all) unless the recipe overlaps every micro-batch's
+(`schedule_axis.degree_ok`), where the share changes nothing (steptime.py: hidden is 0 then).
+
+Why B(t) cannot be a per-key ratio: the replay is a longest path through the ranks' action
+lists, so B(t) ranges from rho_eq·(S - T) (equal ranks) down to 0 (one rank slow enough that
+the others' ramps hide behind it; tests/search/test_replay_search.py shows both). So the
+search keeps the bubble out of every bound and scores every plan it reports exactly:
+
+- bounds: rho' = 0 (`schedule_axis.key_ratio`, `family_ratio`; `bubble_divisor` infinite), so
+  the master's bubble term is 0 and the per-key bounds compose m·T + tail, each <= the exact
+  m·T + B(t) + tail since B(t) >= 0 (`simulated_bubble` takes max(span - m·T, 0)); every
+  other term of those bounds is a valid bound of the V composition: the master sums every
+  layer and both edges (S_lb) wherever they sit and needs >= 1 micro-batch in flight per stage
+  (f >= 1 here), and the per-key bounds place the head's terms on `head_position` (0), as the
+  tables' composition does;
+- per-key scoring: the layouts are the named ones (`SearchSpace.split_families`, free
+  partitions left out: `SearchSpace.free_ok`), or a pinned or uniform split, so a key's
+  family leaves only the recompute count and the stage placement, and every such choice is
+  scored with the exact composition (search/enumerate.py `best_of_pinned_split`, the same scan
+  as the enumerator: stage times from the tables, then `bubble` on them), never by a model
+  whose objective would be only a bound (cpsat_partition.py `_solve_family`);
+- the recompute count: all layers or a pinned count (`schedule_axis.narrow_recompute`): the
+  split's replayed share, as for ZB-H1 / ZB-H2.
+
+So the key order, the cutoffs and the stopping rule of search/solve.py hold unchanged (every
+bound below every plan of its key, every scored key's best exact), and CP-SAT's top k equals
+the enumerator's over the same space (tests/search/test_replay_search.py, hypothesis). Outside
+the searched space (evaluate-only): free per-stage layer counts under ZBV / DualPipeV, DualPipeV
+with ep > 1 and EP all-to-all not overlapped by the recipe, and DualPipe (two stages per rank,
+`dualpipe_mirror`: the rank's time is the mean of a stage pair, which the bounds' T >= t_j and
+the per-stage tables do not carry yet).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, cast
+
+from autoparallel_cp.cost.schedules import simulated_bubble
+from autoparallel_cp.search.schedule_axis import REPLAYED, key_split
+from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.schedules import V_SHAPED, Schedule
+
+
+def head_position(schedule: str | None, pp: int) -> int:
+    """The stage position holding the LM head (and MTP): 0 in a V (cost/schedules.py
+    `head_stage`), else the last."""
+    return 0 if schedule in V_SHAPED else pp - 1
+
+
+@functools.lru_cache(maxsize=256)
+def _probe(schedule: str, pp: int, m: int) -> Plan:
+    """The fields `simulated_bubble` reads: pp, m and the schedule."""
+    return Plan(pp=pp, vpp=2, num_microbatches=m, schedule=cast(Schedule, schedule))
+
+
+def bubble(space: Any, pp: int, tp: int, cp: int, ep: int, sp: int, mbs: int, recompute: str,
+           rl: int | None, m: int, times: Sequence[float]) -> float:
+    """The replayed bubble of a plan of `space` (its schedule and etp) whose ranks take
+    `times` per micro-batch: `simulated_bubble` with the plan's split (the memo of
+    `schedule_axis.key_split`: the split reads these fields only)."""
+    assert space.schedule in REPLAYED
+    split = key_split(space, pp, tp, cp, ep, space.etp, sp, mbs, recompute, rl)
+    return float(simulated_bubble(_probe(space.schedule, pp, m), list(times), split))
+
+
+def plan_bubble(space: Any, plan: Plan, times: Sequence[float]) -> float:
+    """`bubble` of one plan of `space` (tables.py `plan_cost`)."""
+    return bubble(space, plan.pp, plan.tp, plan.cp, plan.ep, plan.sp, plan.mbs, plan.recompute,
+                  plan.recompute_layers, plan.num_microbatches, times)
