@@ -302,6 +302,22 @@ def offload_line(p: Mapping[str, Any], on_gpu: Mapping[str, Any]) -> str:
             + ("; without it the plan does not fit" if not fits0 else ""))
 
 
+def act_offload_line(p: Mapping[str, Any], on_gpu: Mapping[str, Any]) -> str:
+    """Which GPU memory a plan's activation offload removes and what it costs: its activations
+    and step against the same plan with every activation on the GPU (`on_gpu`; cost/offload.py:
+    k layers' saved activations go to the host after their forward and come back for their
+    backward, on the copy engines beside the compute; one such layer stays in transit)."""
+    k = p.get("plan", {}).get("activation_offload") or 0
+    mem, mem0 = p.get("memory", {}), on_gpu.get("memory", {})
+    t, t0 = p.get("time", {}), on_gpu.get("time", {})
+    step, step0 = t.get("step_s") or 0.0, t0.get("step_s") or 0.0
+    return (f"activation_offload {k}: GPU memory {gib(needed_bytes(mem0))} -> "
+            f"{gib(needed_bytes(mem))} GiB (activations {gib(mem0.get('activations_bytes'))} -> "
+            f"{gib(mem.get('activations_bytes'))} GiB; {gib(mem.get('host_bytes'))} GiB per GPU "
+            f"on the host), +{fmt_time(step - step0)} exposed copies per step"
+            + ("; without it the plan does not fit" if not on_gpu.get("fits", True) else ""))
+
+
 def print_plan_report(console: Console, p: Mapping[str, Any], *, title: str,
                       num_layers: int | None = None, explain: bool = False) -> None:
     """Breakdown report of one PLAN dict (evaluate); with `explain`, limits and suggestions."""

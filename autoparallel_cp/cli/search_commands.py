@@ -215,6 +215,11 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         out.print("  " + report.offload_line(
             best, report.plans_from([api.evaluate(full_job, on_gpu)])[0]),
             markup=False, highlight=False, soft_wrap=True)
+    if ranked[0][0].activation_offload:  # which activations the host offload removes
+        kept = ranked[0][0].model_copy(update={"activation_offload": 0})
+        out.print("  " + report.act_offload_line(
+            best, report.plans_from([api.evaluate(full_job, kept)])[0]),
+            markup=False, highlight=False, soft_wrap=True)
     if rec is None:
         out.print(Text("recommended: ", style="bold yellow") + Text(
             f"none within the memory margin (--mem-headroom {headroom:g}): "

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoparallel_cp.cost.uncertainty import near_capacity
+from autoparallel_cp.search.act_offload import part_key
 from autoparallel_cp.spec import GIB, Job
 from autoparallel_cp.spec.plan import Plan
 
@@ -123,7 +124,7 @@ def reuse(prior: Any, space: Any) -> Reuse | None:
         # own part of the prior (`SearchContext.parts`), so the union is reusable when every
         # part is; the value returned is the default sub-space's
         parts = getattr(prior, "parts", None) or {}
-        got = [reuse(parts[v.schedule], v) if v.schedule in parts else None for v in subs]
+        got = [reuse(parts[k], v) if (k := part_key(v)) in parts else None for v in subs]
         return got[0] if all(g is not None for g in got) else None
     old = prior.space
     if prior.tables is None or old.job.mem_headroom > space.job.mem_headroom:
@@ -180,8 +181,8 @@ def space_at(prior: Any, job: Job, origin: tuple[Any, ...]) -> Any:
 
 def _rejob(space: Any, job: Job, seen: dict[int, Any]) -> Any:
     """`space` with `job` in place of its job and its caches (the instance-dict entries of
-    space.py, space_count.py, offload_axis.py and schedule_axis.py) carried over, every space
-    they hold re-jobbed the same way (once each: `seen`)."""
+    space.py, space_count.py, offload_axis.py, schedule_axis.py, act_offload.py) carried over;
+    every space they hold re-jobbed the same way (once each: `seen`)."""
     from dataclasses import replace
 
     if id(space) in seen:

@@ -34,6 +34,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from autoparallel_cp.search.act_offload import act_layers, stage_terms
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
@@ -72,6 +73,7 @@ class PartitionModel:
     schedule: Schedule | None = None  # the plans' schedule field (schedule_axis.plan_schedule)
     dp_replicate: int = 1  # the space's hybrid-sharding replicas (fixed per space)
     optimizer_offload: float = 0.0  # the space's host offload share (fixed per space)
+    activation_offload: int = 0  # the space's offloaded layers per stage (act_offload.py)
 
     def read_plan(self, solver: cp_model.CpSolver, uniform: bool) -> Plan:
         """The plan of the current solution."""
@@ -88,7 +90,8 @@ class PartitionModel:
                     recompute_layers=rl, stage_layers=None if uniform else ls,
                     stage_groups=sg, chunk_layers=self.chunk_layers, etp=self.etp,
                     schedule=self.schedule,
-                    dp_replicate=self.dp_replicate, optimizer_offload=self.optimizer_offload)
+                    dp_replicate=self.dp_replicate, optimizer_offload=self.optimizer_offload,
+                    activation_offload=self.activation_offload)
 
     def forbid(self, solver: cp_model.CpSolver) -> None:
         """No-good on the current (layer counts, r, groups)."""
@@ -113,11 +116,12 @@ def _mtp_time(mc: MtpCoefs | None) -> float:
     return max(mc.time) + max(mc.rec) if mc is not None else 0.0
 
 
-def _time_unit(c: KeyCoefs, L: int, m: int, mc: MtpCoefs | None = None) -> float:
+def _time_unit(c: KeyCoefs, L: int, m: int, mc: MtpCoefs | None = None,
+               off_s: float = 0.0) -> float:
     """1e-7 s, coarsened until vpp*m*(a stage's largest time) stays far below 2^53."""
     big = (max(c.tau) + max(c.rho) + max(c.z3l) + max(c.tau_d) + max(c.rho_d)) * (L + 1) * 2 \
         + max(c.emb_time) + max(c.head_time) + max(c.p2p) + max(c.z3f) + max(c.z3f_d) + 1.0 \
-        + _mtp_time(mc)
+        + _mtp_time(mc) + off_s
     tu = 1e-7
     while 8 * m * big / tu > 2**50:
         tu *= 2
@@ -141,7 +145,13 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         if (grp.num_gpus * pp) % N:
             return None
         counts.append(grp.num_gpus * pp // N)
-    tu = _time_unit(c, L, m, mc)
+    k_off = act_layers(s)  # a one-stage space's offloaded layers (search/act_offload.py)
+    off_s, host_ok = stage_terms(s, key.tp, key.cp, key.dp, key.ep, key.sp, key.zero,
+                                 key.mbs, m) if k_off else (0.0, True)
+    if not host_ok:
+        return None  # the key's one plan overflows its hosts: no plan
+    nc = 15 if k_off else 14  # floored constants of a stage time (one more: the copies)
+    tu = _time_unit(c, L, m, mc, off_s)
     mu = mem_unit
     full = RECOMPUTE_MODES[key.mode] == "full"
     z3 = key.zero >= 3
@@ -264,7 +274,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     opts: list[Any] = []
     BT = ti(max(c.tau) * 4 * (L + 2) + max(c.rho) * (L + 2) + max(c.z3l) * (L + 2)
             + max(c.tau_d) * 4 * (K + 2) + max(c.emb_time) + max(c.head_time) + max(c.p2p)
-            + max(c.z3f) + max(c.z3f_d) + _mtp_time(mc)) + 64
+            + max(c.z3f) + max(c.z3f_d) + _mtp_time(mc) + off_s) + 64
     dmax = (max(c.dsync) * L + max(c.dsync_d) * K + max(c.emb_dps) + max(c.head_dps)
             + max(c.dps_fixed) + (max(mc.dps) if mc is not None else 0.0))
     omax = max(c.opt) * L + max(c.opt_d) * K + max(c.emb_opt) + max(c.head_opt) \
@@ -320,7 +330,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
                 d_expr += ti(kd * c.dsync_d[g]) * yg
                 o_expr += ti(kd * c.opt_d[g]) * yg
             if first:
-                t_expr += ti(c.emb_time[g]) * yg
+                t_expr += ti(c.emb_time[g]) * yg + (ti(off_s) * yg if k_off else 0)
                 act_expr += mi(f[j] * c.emb_act[g]) * yg
                 mem_expr += mi(c.emb_states) * yg
                 d_expr += ti(c.emb_dps[g]) * yg
@@ -367,7 +377,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         # (nm + rm + rd + constants <= 2 l_j + 14: the last stage adds its two MTP terms)
         dj = model.new_int_var(0, BD, f"d{j}")
         model.add(dj == d_expr)
-        E_cons.append((dj, tj, 2 * layers[j] + 14))
+        E_cons.append((dj, tj, 2 * layers[j] + nc))
         opts.append(o_expr)
     T = model.new_int_var(0, BT, "T")
     for tj in times:
@@ -393,8 +403,8 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     # times its count), so m*T < m (2L + 14), the bubble < (2L + 14 pp)/vpp; d_j and opt_j are
     # < L + 14 short and t_j^up over-estimates by < 2 (2L + 14), so E < (L + 14) + 2 (2L + 14);
     # the fixed-point fractions lose < 2^-20 of the largest d_j and t_j
-    per = 2 * L + 14
-    err_u = m * per + (2 * L + 14 * pp) / vpp + (L + 14) + 2 * per + (L + 14) + 2
+    per = 2 * L + nc
+    err_u = m * per + (2 * L + nc * pp) / vpp + (L + 14) + 2 * per + (L + 14) + 2
     err = err_u * tu + (dmax + BT * tu) * 2.0 / FRAC_SCALE
     if q > 1:  # floor(rho Q) (S - T) is short of rho Q (S - T) by < S - T <= pp BT units
         err += pp * BT * tu / (vpp * q)
@@ -402,7 +412,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     return PartitionModel(model, layers, r, y if hetero else None, obj, tu / (vpp * q), err, key,
                           None if cl is None else tuple(int(x) for x in cl), t.space.etp,
                           plan_schedule(s.schedule),
-                          t.space.dp_replicate, t.space.optimizer_offload)
+                          t.space.dp_replicate, t.space.optimizer_offload, k_off)
 
 
 def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int = 0,

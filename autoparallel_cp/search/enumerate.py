@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.errors import UserError
+from autoparallel_cp.search.act_offload import act_layers, stage_terms
 from autoparallel_cp.search.enumerate_axes import (
     partition_array,
     placement_array,
@@ -264,6 +265,11 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
             opt = np.where(last, opt + s.mtpc_opt[gr, zi], opt)
     if d.pp > 1:
         ttime = ttime + s.p2p[gr, spc]
+    hosts: Any = True
+    if act_layers(t.space):  # one stage: its copies and host check (search/act_offload.py)
+        ao = np.array([[stage_terms(t.space, d.tp, d.cp, d.dp, d.ep, int(v), z, d.mbs,
+                                    d.num_microbatches) for z in zeros] for v in sps])
+        ttime, hosts = ttime + ao[None, :, :, 0], ao[None, :, :, 1] > 0.0
     if t.space.fixed_split:
         # a pinned split may hold unequal chunks: the in-flight count of each stage's own
         f = np.array([stage_inflight(t.space.schedule, d.pp, d.vpp, d.num_microbatches,
@@ -275,7 +281,7 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
         f = inflight(t.space.schedule, d.pp, d.vpp, d.num_microbatches, jr)
     peak = states + f * act + extra + work + s.z3[zi] + t.other
     cap = np.array(t.capacity, float)[gr]
-    fits = peak <= cap
+    fits = (peak <= cap) & hosts
     a, b = t.tail_frac * dsync, dsync - t.bwd_share * ttime
     dps = np.where(b > a, b, a)
     return ttime, dps, opt, fits
@@ -418,7 +424,8 @@ def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:
                 stage_layers=part_objs[int(pi[col])], stage_groups=place_objs[int(qi[col])],
                 chunk_layers=None if cl is None else tuple(cl), etp=space.etp,
                 schedule=plan_schedule(space.schedule), dp_replicate=space.dp_replicate,
-                optimizer_offload=space.optimizer_offload)
+                optimizer_offload=space.optimizer_offload,
+                activation_offload=act_layers(space))
     return float(cost[col]), plan
 
 
@@ -547,7 +554,8 @@ def _best_of_space(tabs: Tables, vi: tuple[int, int],
                                 chunk_layers=None if cl is None else tuple(cl),
                                 etp=space.etp, schedule=plan_schedule(space.schedule),
                                 dp_replicate=space.dp_replicate,
-                optimizer_offload=space.optimizer_offload)
+                                optimizer_offload=space.optimizer_offload,
+                                activation_offload=act_layers(space))
                     r = fs.restriction
                     if r is not None and r.split_refusals(plan):
                         continue  # the framework does not run this family's best (as solve)

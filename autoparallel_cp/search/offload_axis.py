@@ -50,7 +50,8 @@ Offload rarely wins at scale: there the no-offload variant's best is already at 
 offloading variants' key bounds (their optimizer time is larger, h_g > o_g), and
 `solve_partition_proven` stops at the first family whose bound exceeds the best so far.
 
-Activation offload (`activation_offload`) stays evaluated, not searched (`refuse_pin`).
+Activation offload (`activation_offload`) is searched when pinned, on one-stage plans: its
+own module, search/act_offload.py (the memory identity, the copy time, the bounds).
 """
 
 from __future__ import annotations
@@ -75,9 +76,6 @@ from autoparallel_cp.spec.plan import Plan
 #: other share is searched with `--fix optimizer_offload=x`.
 OFFLOAD_SHARES: tuple[float, ...] = (0.0, 0.5, 1.0)
 
-#: the offload fields the search still refuses to pin (evaluated, not searched)
-UNSEARCHED = ("activation_offload",)
-
 
 def has_hosts(job: Job) -> bool:
     """Every node group states its host link and memory (spec/cluster.py `HostSpec`)."""
@@ -86,12 +84,8 @@ def has_hosts(job: Job) -> bool:
 
 def refuse_pin(job: Job, pins: Mapping[str, Any]) -> float | None:
     """The pinned share (`--fix optimizer_offload=x`), None without one; InputError (exit 2)
-    for a value outside [0, 1], a cluster without hosts, or a pinned activation offload."""
-    for k in UNSEARCHED:
-        if k in pins:
-            raise InputError(f"{k} is not a search axis yet: evaluate a plan with it "
-                             f"(evaluate --plan '...,{k}={pins[k]}') or see explain's single "
-                             "changes", field=k)
+    for a value outside [0, 1] or a cluster without hosts (a pinned activation offload:
+    search/act_offload.py `narrow`)."""
     if "optimizer_offload" not in pins:
         return None
     x = pins["optimizer_offload"]

@@ -51,6 +51,7 @@ from typing import Any
 
 from autoparallel_cp.errors import InfeasibleError
 from autoparallel_cp.search import capacity
+from autoparallel_cp.search.act_offload import part_key
 from autoparallel_cp.search.limits import Budget, check
 from autoparallel_cp.search.schedule_axis import union_kth
 from autoparallel_cp.search.space import SearchSpace
@@ -76,9 +77,9 @@ class SearchContext:
     key_bounds: dict[Any, float] = field(default_factory=dict)  # key_bounds.key_bound values
     #: keys proven to have no plan with an exact step time <= the value (`best_for_key`)
     above: dict[Any, float] = field(default_factory=dict)
-    #: a union of schedule sub-spaces (`_solve_union`): each one's context by its schedule
+    #: a union of sub-spaces (`_solve_union`): each one's context by `act_offload.part_key`
     #: (this context is the default sub-space's: the recommendation's phase 2 searches it)
-    parts: dict[str | None, SearchContext] = field(default_factory=dict)
+    parts: dict[Any, SearchContext] = field(default_factory=dict)
     #: the space the search was asked (the union itself for a union) and what it was built
     #: from (`capacity.origin_of`; None: given by the caller), for `capacity.space_at`
     root: SearchSpace | None = None
@@ -470,7 +471,7 @@ def _solve_union(job: Job, sp: SearchSpace, *, top_k: int, time_limit: float | N
     budget = Budget(time_limit)
     best: dict[tuple[Any, ...], tuple[float, Any]] = {}
     res: dict[tuple[Any, ...], KeyResult] = {}
-    parts: dict[str | None, SearchContext] = {}
+    parts: dict[Any, SearchContext] = {}
     stats: dict[str, Any] = {"phases": {}, "master_keys": 0, "keys_scored": 0,
                              "keys_skipped": 0, "models": 0}
     refused: dict[tuple[str, str], int] = {}
@@ -486,13 +487,13 @@ def _solve_union(job: Job, sp: SearchSpace, *, top_k: int, time_limit: float | N
                       "best_s": min([d["best_s"], *(c for c, _ in best.values())])})
 
     for v in sp.schedule_variants():
-        pri = prior.parts.get(v.schedule) if prior is not None else None
+        pri = prior.parts.get(part_key(v)) if prior is not None else None
         r = solve(job, v, top_k=top_k, time_limit=time_limit, seed=seed, progress=report,
                   prior=pri, incumbents=best, budget=budget)
         if "root_bound_s" in r.stats:
             roots.append(r.stats["root_bound_s"])
         if r.context is not None:
-            parts[v.schedule] = r.context
+            parts[part_key(v)] = r.context
         else:  # no legal degree combination: nothing listed, nothing found
             continue
         for kr in r.context.found.values():

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search import offload_axis, space_count, space_proof
+from autoparallel_cp.search import act_offload, offload_axis, space_count, space_proof
 from autoparallel_cp.search.schedule_axis import (
     SCANNED,
     degree_ok,
@@ -44,7 +44,7 @@ PartitionKind = Literal["uniform", "free"]
 FIXABLE = (
     "dp", "tp", "pp", "vpp", "cp", "ep", "sp", "zero", "mbs", "num_microbatches",
     "recompute", "recompute_layers", "stage_layers", "stage_groups", "chunk_layers", "etp",
-    "dp_replicate", "schedule", "optimizer_offload",
+    "dp_replicate", "schedule", "optimizer_offload", "activation_offload",
 )
 
 
@@ -111,6 +111,9 @@ class SearchSpace:
     #: the shares searched (`etp_variants`): (optimizer_offload,) unless the search tries
     #: host offload too (`offload_axis.offload_axis`: every node group has a host)
     off_axis: tuple[float, ...] = (0.0,)
+    #: the offloaded-layer counts whose one-stage sub-spaces join the union
+    #: (`schedule_variants`, search/act_offload.py `variants`): () unless --search-also offload
+    act_axis: tuple[int, ...] = ()
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -162,7 +165,7 @@ class SearchSpace:
                 if off_pin is not None or "offload" in job.search_also else (0.0,))
         if off_pin is not None or len(offs) > 1:
             space = space.with_(optimizer_offload=offs[0], off_axis=offs)
-        return space
+        return act_offload.apply(space, pins)  # a pinned or searched activation offload
 
     @property
     def gpus_per_node(self) -> int:
@@ -216,9 +219,10 @@ class SearchSpace:
         """One space per schedule of `schedules`, each the space `--fix schedule=X` would
         search (X's pp and vpp, `narrow_recompute`; the default's: this space's domains), in
         `schedules` order; the space itself when it has one schedule. Disjoint: their plans
-        differ in `schedule` (search/schedule_axis.py)."""
+        differ in `schedule` (search/schedule_axis.py). Then one one-stage sub-space per
+        searched activation-offload count (`act_axis`, search/act_offload.py `variants`)."""
         if len(self.schedules) == 1:
-            return (self,)
+            return act_offload.variants(self, (self,))
         memo: dict[str, tuple[SearchSpace, ...]] = self.__dict__.setdefault("_sched", {})
         if "v" not in memo:
             out = []
@@ -231,7 +235,7 @@ class SearchSpace:
                     out.append(self.with_(schedule=s, schedules=(s,), pp=pps, vpp=vpps,
                                           partial_recompute=narrow_recompute(
                                               s, self.fixed, self.partial_recompute)))
-            memo["v"] = tuple(out)
+            memo["v"] = act_offload.variants(self, tuple(out))
         return memo["v"]
 
     @property

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from autoparallel_cp.search.act_offload import act_layers
+from autoparallel_cp.search.act_offload import searched as act_searched
 from autoparallel_cp.search.schedule_axis import SCANNED, UNION, searched
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import default_schedule
@@ -23,7 +25,7 @@ SearchSpace = Any
 #: fields of SearchSpace that are not part of what the proof covered (the framework
 #: restriction is described by its frameworks, the sub-spaces' schedules by the schedules
 #: they cover: `proof_space`)
-_NOT_AXES = ("job", "fixed", "restriction", "schedules")
+_NOT_AXES = ("job", "fixed", "restriction", "schedules", "act_axis")  # act_axis: "offload"
 
 
 def _plain(v: Any) -> Any:
@@ -96,8 +98,14 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
 
 
 def _offload_text(space: SearchSpace) -> str:
-    """The host offload the space covers, in words (search/offload_axis.py)."""
+    """The host offload the space covers, in words (search/offload_axis.py, act_offload.py)."""
     shares = [x for x in space.off_axis if x > 0]
+    acts = [k for k in act_searched(space) if k]
+    act = ("activations stay on the GPU" if not acts else
+           f"activations of {', '.join(map(str, act_searched(space)))} layers on the host on "
+           "one-stage plans (pp=1, no recompute, 1F1B; search/act_offload.py)")
+    if acts and not shares:
+        return "optimizer states on the GPU; " + act
     if not shares:
         why = ("pinned" if "optimizer_offload" in space.fixed else
                "not searched by default: --search-also offload"
@@ -108,7 +116,7 @@ def _offload_text(space: SearchSpace) -> str:
         return f"none (optimizer and activations stay on the GPU: {why})"
     return ("optimizer states on the host, shares " + ", ".join(f"{x:g}" for x in
                                                                  space.off_axis)
-            + "; activations stay on the GPU")
+            + "; " + act)
 
 
 def space_line(desc: dict[str, Any]) -> str:
@@ -152,13 +160,20 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
                    else "") + hint + ")")
     # the rest is checked against the sub-space of the plan's schedule (its pp, vpp and
     # partial recompute: SearchSpace.schedule_variants)
-    space = next(v for v in space.schedule_variants() if v.schedules == (sub,))
+    k = plan.activation_offload
+    if k not in act_searched(space):
+        hint = ("; --search-also offload adds one-stage counts" if "activation_offload" not in
+                space.fixed and "offload" not in space.job.search_also else "")
+        return (f"activation_offload={k} (searched: "
+                f"{', '.join(map(str, act_searched(space)))}{hint})")
+    space = next((v for v in space.schedule_variants()
+                  if v.schedules == (sub,) and act_layers(v) == k), None)
+    if space is None:
+        return f"activation_offload={k} with schedule={ps} (searched: one-stage 1F1B plans)"
     for name in ("pp", "vpp"):
         if getattr(plan, name) not in getattr(space, name):
             return (f"{name}={getattr(plan, name)} with schedule={ps} (searched: "
                     f"{list(getattr(space, name))})")
-    if plan.activation_offload:
-        return "activation offload (not searched: activations stay on the GPU)"
     if plan.optimizer_offload not in space.off_axis:
         hint = ("; --search-also offload adds the host shares"
                 if "offload" not in space.job.search_also
@@ -250,6 +265,7 @@ def describe(space: SearchSpace) -> dict[str, list[Any]]:
         "dp_replicate": list(space.rep_axis),
         "schedule": searched(space.schedules, space.vpp),
         "optimizer_offload": list(space.off_axis),
+        "activation_offload": act_searched(space),
         **({"frameworks": list(space.restriction.formats)}
            if space.restriction is not None else {}),
     }

@@ -17,14 +17,11 @@ P + (1 + f)·T <= usable - context; the tables' stage sum is exactly P + (1 + f)
 term is charged by its own class and the charges are linear (the max of working sets commutes
 with a positive scale).
 
-A MoE load imbalance (`Job.moe_load_imbalance`, rho) enters only through the layer factors
-(`common.routed_load`: routed terms x min(rho, ep), ep a layer-factor axis), so it changes
-table entries, not their axes or the composition; the bounds stay valid (the master uses the
-composition and factors >= 0, key_bounds.py checks its coefficients' signs at run time, and a
-term >= 0 times min(rho, ep) >= 1 stays >= 0; tests/search/test_moe_imbalance_search.py).
-ZBV / DualPipeV (`plan_cost`): the head on rank 0 and the replayed bubble, replay_axis.py.
-DualPipe and a DualPipeV that hides EP all-to-all: `plan_cost` is the cost model itself, and
-the tables hold the hidden share's lower bound (`hidden_lb`), search/model_scored.py.
+A MoE load imbalance (`Job.moe_load_imbalance`, rho) changes layer-factor entries only
+(`common.routed_load`: a routed term >= 0 times min(rho, ep) >= 1), so the bounds stay valid
+(tests/search/test_moe_imbalance_search.py). `plan_cost` of ZBV / DualPipeV adds the head on
+rank 0 and the replayed bubble (replay_axis.py); of DualPipe and a DualPipeV hiding EP it is the
+cost model, the tables holding the hidden share's lower bound (`hidden_lb`, model_scored.py).
 
 Kept whole (about 600 lines): the tables and `plan_cost`, their one exact reader, must change
 together; splitting them would put the composition the solver proves against in two files.
@@ -43,6 +40,7 @@ from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.offload import gpu_kept_optimizer_share
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
+from autoparallel_cp.search.act_offload import act_layers, kept_share, stage_terms
 from autoparallel_cp.search.model_scored import hidden_lb, model_scored, plan_terms
 from autoparallel_cp.search.offload_axis import gpu_share, opt_seconds
 from autoparallel_cp.search.replay_axis import head_position, plan_bubble
@@ -54,6 +52,7 @@ from autoparallel_cp.spec.plan import Plan
 F = npt.NDArray[np.float64]
 
 MODES = ("none", "selective", "full")
+AXES6 = ("tp", "cp", "ep", "mbs", "zero", "dp")  # plan_cost's table positions
 
 
 @dataclass
@@ -258,7 +257,7 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
         for kind in kinds:
             lf = fx.layer_factors(job, g, ax6[0], ax6[1], ax6[2], ax6[3], ax6[4], ax6[5], moe=kind,
                                   etp=space.etp)
-            act = tch * np.array(lf.act_bytes, float)
+            act = tch * np.array(lf.act_bytes, float) * kept_share(space)  # act_offload.py
             tim = np.array(lf.time_s, float)
             wrk = tch * np.array(lf.work_bytes, float)
             # base mode of a `full` plan is none (its non-recomputed layers)
@@ -494,23 +493,19 @@ def stage_groups_of(t: Tables, plan: Plan) -> tuple[int, ...]:
 def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     """The memory.py / steptime.py composition for one plan, in exact floats (with the tables
     of the plan's expert-TP size and replicas when the space searches several)."""
-    for v in t.variants:
-        if v.space.etp == plan.etp and v.space.dp_replicate == plan.dp_replicate \
-                and v.space.optimizer_offload == plan.optimizer_offload:
-            t = v
-            break
+    key = (plan.etp, plan.dp_replicate, plan.optimizer_offload)
+    t = next((v for v in t.variants
+              if (v.space.etp, v.space.dp_replicate, v.space.optimizer_offload) == key), t)
     sp_ = t.space
-    if (plan.dp_replicate, plan.optimizer_offload) != (sp_.dp_replicate, sp_.optimizer_offload):
-        raise ValueError(f"plan dp_replicate={plan.dp_replicate}, optimizer_offload="  # one
-                         f"{plan.optimizer_offload:g}: not a variant of the tables")  # R, x
+    if (plan.dp_replicate, plan.optimizer_offload, plan.activation_offload) != (
+            sp_.dp_replicate, sp_.optimizer_offload, act_layers(sp_)):  # one R, x, k
+        raise ValueError(f"plan {plan.short()}: not a variant of the tables")
     L = sp_.num_layers
     ls = plan.layers_per_stage(L)
     chunks = plan.chunks_per_stage(L)
     groups = stage_groups_of(t, plan)
     mode = MODES.index(plan.recompute)
-    itp, icp, iep, imb = t.i("tp", plan.tp), t.i("cp", plan.cp), t.i("ep", plan.ep), \
-        t.i("mbs", plan.mbs)
-    iz, idp = t.i("zero", plan.zero), t.i("dp", plan.dp)
+    itp, icp, iep, imb, iz, idp = (t.i(a, getattr(plan, a)) for a in AXES6)
     i6 = (itp, icp, iep, plan.sp, imb)
     i6m = (itp, icp, iep, plan.sp, imb, mode)
     i5 = (itp, iep, iz, idp, icp)
@@ -519,7 +514,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     m = plan.num_microbatches
     k_dense = t.dense_prefix
     z3 = plan.zero >= 3
-    times, peaks, dps, opts = [], [], [], []
+    times, peaks, dps, opts, hosts = [], [], [], [], True
     for j, (n, g) in enumerate(zip(ls, groups, strict=True)):
         first, last = j == 0, j == head_position(plan.schedule, plan.pp)
         r = plan.recomputed_layers(n)
@@ -581,6 +576,10 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
                 opt += t.mtpc_opt[g][i4]
         if plan.pp > 1:
             ttime += t.p2p[g][(itp, icp, plan.sp, imb, t.i("vpp", plan.vpp), idp)]
+        if plan.activation_offload:  # one stage: its copies and host (search/act_offload.py)
+            off, host_ok = stage_terms(sp_, plan.tp, plan.cp, plan.dp, plan.ep, plan.sp,
+                                       plan.zero, plan.mbs, m)
+            ttime, hosts = ttime + off, host_ok  # (a plan whose hosts overflow does not fit)
         peak = states + f * act + extra + work + t.z3[itp, iep, iz] + t.other
         times.append(ttime)
         peaks.append(peak)
@@ -595,6 +594,6 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     if sp_.schedule in REPLAYED and plan.pp > 1:  # ZBV / DualPipeV: search/replay_axis.py
         pipeline = m * tmax + plan_bubble(sp_, plan, times)
     tail = max(dps) + max(opts)
-    fits = all(p <= t.capacity[g] for p, g in zip(peaks, groups, strict=True))
+    fits = hosts and all(p <= t.capacity[g] for p, g in zip(peaks, groups, strict=True))
     return PlanCost(pipeline + tail, pipeline, tail, tuple(times), tuple(peaks), fits)
 

@@ -43,8 +43,8 @@ def test_fix_dualpipe_solves_and_the_json_names_it() -> None:
 def test_fix_unsearched_schedule_is_one_line_exit_2() -> None:
     assert_user_error(["solve", *SMALL, "--fix", "schedule=dualpipe,pp=1", *FAST],
                       "pp", "pp=1")
-    assert_user_error(["enumerate", *SMALL, "--fix", "activation_offload=2", "--quiet"],
-                      "activation_offload", "not a search axis yet")
+    assert_user_error(["enumerate", *SMALL, "--fix", "activation_offload=999", "--quiet"],
+                      "activation_offload", "layer count")
     # the optimizer share is searched (search/offload_axis.py): out of range is exit 2
     assert_user_error(["enumerate", *SMALL, "--fix", "optimizer_offload=1.5", "--quiet"],
                       "optimizer_offload", "at most 1")
@@ -72,3 +72,38 @@ def test_fix_zb_h1_solves_and_says_which_bubble_it_removes() -> None:
     assert result.exit_code == 0, (result.exit_code, err)
     line = next(x for x in out.splitlines() if "schedule zb-h1: bubble" in x)
     assert "against 1f1b on the same plan" in line and "shorter" in line
+
+
+def test_fix_activation_offload_solves_a_plan_evaluate_agrees_with() -> None:
+    """`solve --fix activation_offload=2` (search/act_offload.py): every plan offloads two
+    layers on one stage, and `evaluate` of the plan gives the step time and fit solve
+    reported."""
+    from autoparallel_cp.spec.plan import Plan
+
+    result, out, err = run("solve", *SMALL, "--fix", "activation_offload=2", "--top-k", "2",
+                           *FAST, "--json", "-")
+    assert result.exit_code == 0, (result.exit_code, err)
+    doc = json.loads(out)
+    assert doc["plans"]
+    for p in doc["plans"]:
+        assert p["plan"]["activation_offload"] == 2 and p["plan"]["pp"] == 1
+        r2, out2, err2 = run("evaluate", *SMALL, "--plan", Plan(**p["plan"]).short(),
+                             "--json", "-")
+        assert r2.exit_code == 0, (r2.exit_code, err2)
+        ev = json.loads(out2)
+        ev = ev["plans"][0] if "plans" in ev else ev
+        assert ev["fits"] and ev["time"]["step_s"] == p["time"]["step_s"]
+
+
+def test_search_also_offload_names_the_activations_it_removes() -> None:
+    """Llama 2 13B on 8 A100 40 GB with `--search-also offload`: #1 offloads 20 layers'
+    activations, and the line under `fastest:` says which GPU memory that removes and that the
+    plan does not fit without it."""
+    result, out, err = run("solve", "--model", "llama2-13b", "--cluster", "dgx-a100-40g",
+                           "--gpus", "8", "--seq-len", "4096", "--global-batch", "64",
+                           "--search-also", "offload", "--top-k", "2", "--time-limit", "30",
+                           "--workers", "1")
+    assert result.exit_code == 0, (result.exit_code, err)
+    assert "activation_offload 20: GPU memory" in out
+    assert "without it the plan does not fit" in out
+    assert "activations of 0, 20, 39 layers on the host" in out

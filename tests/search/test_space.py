@@ -51,6 +51,17 @@ def test_size_counts_uniform_space_by_brute_force() -> None:
                 for z in s.zero:
                     brute += len(s.recompute) * sum(v.host_ok(d.tp, d.ep, z, d.dp, d.cp)
                                                     for v in shares)
+    # and the activation-offload sub-spaces (search/act_offload.py): one stage, no recompute
+    subs = [u for u in s.schedule_variants() if "activation_offload" in u.fixed]
+    assert [v.fixed["activation_offload"] for v in subs] == list(s.act_axis)
+    for u in subs:
+        assert u.pp == (1,) and u.recompute == ("none",)
+        for d in u.degrees():
+            for sp in u.sp:
+                if sp and d.tp == 1:
+                    continue
+                for z in u.zero:
+                    brute += sum(w.host_ok(d.tp, d.ep, z, d.dp, d.cp) for w in u.etp_variants())
     assert s.size() == brute
 
 

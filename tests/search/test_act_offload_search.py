@@ -1,0 +1,220 @@
+"""Activation offload as a searched axis (search/act_offload.py, issues 28 and 31.2): with
+`--fix activation_offload=k` CP-SAT's top k equals the enumerator's on random small spaces,
+the master's bound stays below every plan's exact cost, the tables' cost of every plan equals
+`evaluate`'s, the copy time and memory match a hand derivation, bad pins are exit 2."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from test_offload_search import _cluster, _job
+from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol
+
+from autoparallel_cp.cost import factors as fx
+from autoparallel_cp.cost.evaluate import evaluate
+from autoparallel_cp.cost.steptime import stage_times
+from autoparallel_cp.errors import InfeasibleError, InputError
+from autoparallel_cp.search.act_offload import act_layers, kept_share, stage_terms
+from autoparallel_cp.search.solve import enumerate_plans, solve
+from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.search.space_proof import outside, proof_space
+from autoparallel_cp.search.tables import build_tables, plan_cost
+from autoparallel_cp.spec import Job
+from autoparallel_cp.spec.plan import Plan
+
+
+def _space(job: Job, k: int, **kw: object) -> SearchSpace:
+    return SearchSpace.for_job(job, fix={"activation_offload": k}, max_mbs=2,
+                               **kw)  # type: ignore[arg-type]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@example(moe=False, layers=6, gpus=4, seq=32768, k=6, recipe=None, offload=False)
+@example(moe=True, layers=4, gpus=8, seq=8192, k=2, recipe="megatron-bf16", offload=True)
+@given(moe=st.booleans(), layers=st.sampled_from([4, 6]), gpus=st.sampled_from([4, 8]),
+       seq=st.sampled_from([8192, 32768]), k=st.integers(1, 3),
+       recipe=st.sampled_from([None, "megatron-bf16"]), offload=st.booleans())
+def test_pinned_activation_offload_matches_enumeration(moe: bool, layers: int, gpus: int,
+                                                       seq: int, k: int, recipe: str | None,
+                                                       offload: bool) -> None:
+    """The pin with every other axis of the one-stage space (the optimizer share searched
+    too, `offload`): CP-SAT == enumeration within the proven bound, the master's LB below
+    every plan, and every returned plan offloads k layers and fits its GPUs and hosts."""
+    job = _job(moe, layers, gpus, seq, recipe=recipe)
+    if not offload:
+        job = job.model_copy(update={"search_also": ()})
+    space = _space(job, k, zero=(0, 1, 3))
+    assert space.pp == (1,) and space.recompute == ("none",)
+    try:
+        res = _compare_tol(job, space, 4)
+    except InfeasibleError:
+        with pytest.raises(InfeasibleError):
+            enumerate_plans(job, space, top_k=1)
+        return
+    for ev in res.plans:
+        assert ev.fits and ev.plan.activation_offload == k and ev.plan.pp == 1
+    _assert_master_bounds(job, space, 3)
+
+
+def test_tables_cost_equals_evaluate_on_every_plan() -> None:
+    """`plan_cost` (scaled activation tables, the copy time, the host check) gives evaluate's
+    step time and fit on every plan of a pinned space, copies exposed on some."""
+    job = _job(False, 6, 4, 32768, wide=True)
+    job = job.model_copy(update={"cluster": _slow_link(job)})
+    space = _space(job, 4, zero=(0, 1))
+    t = build_tables(space)
+    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    assert ranked
+    exposed = 0
+    for cost, plan in ranked:
+        ev = evaluate(job, plan)
+        pc = plan_cost(t, plan)
+        assert pc.fits == ev.fits
+        assert pc.step_s == pytest.approx(ev.time.step_s, rel=1e-12)
+        assert cost == pc.step_s
+        exposed += ev.time.offload_s > 0.0
+    assert exposed
+
+
+def _slow_link(job: Job, gbps: float = 2.0) -> object:
+    """The job's cluster with a slow host link (the copies stick out of the compute)."""
+    groups = []
+    for g in job.cluster.node_groups:
+        assert g.host is not None
+        groups.append(g.model_copy(update={"host": g.host.model_copy(
+            update={"link_gbps": gbps})}))
+    return job.cluster.model_copy(update={"node_groups": groups})
+
+
+def test_copy_time_and_memory_by_hand() -> None:
+    """One stage of L = 4 layers, k = 2 offloaded, a 2 GB/s host link: per micro-batch the
+    copies move d = k·a / link each way (a = one layer's activation bytes), F and B are the
+    stage's forward and the rest of its compute, so the exposed time is (d - F) + (d - B) =
+    2d - S where d exceeds both; the GPU keeps (L - k + 1)·a of layer activations instead of
+    L·a, the host k·a per GPU."""
+    job = _job(False, 4, 4, 8192, wide=True)
+    job = job.model_copy(update={"cluster": _slow_link(job)})
+    base = Plan(dp=4, tp=1, pp=1, zero=1, mbs=1, num_microbatches=4)
+    off = base.model_copy(update={"activation_offload": 2})
+    lf = fx.layer_factors(job, 0, 1, 1, 1, 0, 1, 0, moe=False)
+    a = float(lf.act_bytes)
+    st0 = stage_times(job, base)[0]
+    st1 = stage_times(job, off)[0]
+    S = st0.compute_s + st0.tp_s + st0.cp_s + st0.ep_s
+    d = 2 * a / 2e9
+    assert d > S  # the copy of two layers outlasts the whole stage's compute
+    assert st1.offload_s == pytest.approx(2 * d - S, rel=1e-12)
+    e0, e1 = evaluate(job, base), evaluate(job, off)
+    assert e1.time.offload_s == pytest.approx(4 * (2 * d - S), rel=1e-12)  # m = 4 per step
+    assert e0.memory.activations_bytes - e1.memory.activations_bytes == pytest.approx(a, rel=1e-9)
+    assert e1.memory.host_bytes == pytest.approx(2 * a, rel=1e-12)
+    # the search: kept share (4 - 2 + 1) / 4 of every layer's entry, the same copy time
+    sp = _space(job, 2, zero=(1,))
+    assert kept_share(sp) == 0.75
+    assert stage_terms(sp, 1, 1, 4, 1, 0, 1, 1, 4) == (st1.offload_s, True)
+    assert plan_cost(build_tables(sp), off).step_s == pytest.approx(e1.time.step_s, rel=1e-12)
+
+
+def test_hosts_too_small_leave_no_plan() -> None:
+    """A host that cannot hold k offloaded layers: no plan fits (evaluate agrees)."""
+    job = _job(False, 4, 4, 32768, wide=True, host_gib=1.0)
+    space = _space(job, 2, zero=(1,))
+    with pytest.raises(InfeasibleError):
+        solve(job, space, top_k=1, time_limit=30, workers=1)
+    with pytest.raises(InfeasibleError):
+        enumerate_plans(job, space, top_k=1)
+    ev = evaluate(job, Plan(dp=4, pp=1, zero=1, mbs=1, num_microbatches=4,
+                            activation_offload=2))
+    assert not ev.fits
+
+
+@pytest.mark.parametrize("fix, kw, match", [
+    ("activation_offload=9", {}, "layer count in 0..4"),
+    ("activation_offload=2,pp=2", {}, "one-stage plans"),
+    ("activation_offload=2,recompute=full", {}, "one-stage plans"),
+    ("activation_offload=4", {"emit": "megatron"}, "k < num_layers"),
+    ("activation_offload=1", {"recipe": "torchtitan-fsdp"}, "torchtitan"),
+    ("activation_offload=1", {"hosts": False}, "host"),
+])
+def test_bad_pins_are_input_errors(fix: str, kw: dict[str, object], match: str) -> None:
+    emit = kw.pop("emit", None)
+    job = _job(False, 4, 8, **kw)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=match):
+        SearchSpace.for_job(job, fix=fix, max_pp=4, emit=emit)  # type: ignore[arg-type]
+
+
+def test_zero_pin_is_the_default_space() -> None:
+    job = _job(False, 4, 8)
+    assert SearchSpace.for_job(job, fix="activation_offload=0").pp == \
+        SearchSpace.for_job(job).pp
+    assert _cluster(8).node_groups[0].host is not None
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@example(moe=False, layers=6, gpus=4, seq=32768)
+@given(moe=st.booleans(), layers=st.sampled_from([4, 6]), gpus=st.sampled_from([4, 8]),
+       seq=st.sampled_from([8192, 32768]))
+def test_searched_activation_offload_matches_enumeration(moe: bool, layers: int, gpus: int,
+                                                         seq: int) -> None:
+    """`--search-also offload`: the one-stage sub-spaces of `domain` join the union; CP-SAT
+    == enumeration, and every returned plan lies in the space (`outside` is None)."""
+    job = _job(moe, layers, gpus, seq)
+    space = SearchSpace.for_job(job, max_pp=2, max_vpp=1, max_mbs=2, zero=(1,))
+    top = layers - 1
+    assert space.act_axis == tuple(sorted({-(-top // 2), top}))
+    subs = space.schedule_variants()
+    assert [act_layers(v) for v in subs] == [0, *space.act_axis]
+    assert space.size() == sum(v.size() for v in subs)
+    res = _compare_tol(job, space, 6)
+    for ev in res.plans:
+        assert ev.fits and outside(space, ev.plan) is None
+    assert "activations of 0, " in proof_space(space)["offload"]
+
+
+def test_domain_follows_the_frameworks_and_the_request() -> None:
+    """The default search has no activation-offload axis; `--search-also offload` adds
+    ceil((L-1)/2) and L - 1 where Megatron (or no framework) runs it, none under torchtitan
+    or without hosts; a plan outside is named with the hint."""
+    job = _job(False, 6, 8)
+    plain = job.model_copy(update={"search_also": ()})
+    assert SearchSpace.for_job(plain).act_axis == ()
+    assert len(SearchSpace.for_job(plain).schedule_variants()) == 1
+    assert SearchSpace.for_job(job).act_axis == (3, 5)
+    assert SearchSpace.for_job(job, emit="megatron").act_axis == (3, 5)
+    assert SearchSpace.for_job(_job(False, 6, 8, recipe="torchtitan-fsdp")).act_axis == ()
+    assert SearchSpace.for_job(_job(False, 6, 8, hosts=False)).act_axis == ()
+    assert SearchSpace.for_job(job, fix="pp=2").act_axis == ()
+    p = Plan(dp=8, pp=1, zero=1, mbs=1, num_microbatches=2, activation_offload=4)
+    assert "searched: 0, 3, 5" in str(outside(SearchSpace.for_job(job), p))
+    assert "--search-also offload" in str(outside(SearchSpace.for_job(plain), p))
+    assert outside(SearchSpace.for_job(job), p.model_copy(
+        update={"activation_offload": 3})) is None
+
+
+def test_activation_offload_wins_where_activations_bind() -> None:
+    """Llama 2 13B on 8 A100 40 GB, one stage (pp=1, cp=1, mbs=1 pinned), `--search-also
+    offload`: the activations of all 40 layers do not fit beside the states without recompute,
+    and offloading 20 of them (the copies hidden behind the compute over PCIe Gen4) beats both
+    recompute and the optimizer share on the host; the enumerator agrees."""
+    from autoparallel_cp.spec.loaders import load_model
+
+    job = Job(model=load_model("llama2-13b"), cluster=_cluster(8), seq_len=4096,
+              global_batch=64, search_also=("offload",))
+    space = SearchSpace.for_job(job, fix="pp=1,cp=1,mbs=1", partial_recompute=False)
+    assert space.act_axis == (20, 39)
+    a = solve(job, space, top_k=3, time_limit=60, workers=1)
+    best = a.plans[0]
+    assert best.plan.activation_offload == 20 and best.fits and best.time.offload_s == 0.0
+    kept = evaluate(job, best.plan.model_copy(update={"activation_offload": 0}))
+    assert not kept.fits  # the same plan with its activations on the GPU does not fit
+    # it removes 19 of the 40 layers' activations (one offloaded layer stays in transit)
+    p = best.plan
+    one = float(fx.layer_factors(job, 0, p.tp, p.cp, p.ep, p.sp, p.mbs, 0, moe=False).act_bytes)
+    removed = kept.memory.activations_bytes - best.memory.activations_bytes
+    assert removed == pytest.approx(19 * one, rel=1e-9)
+    e = enumerate_plans(job, space, top_k=3)
+    assert [(q.key()[:11], q.activation_offload, q.optimizer_offload)
+            for _, q in e.stats["ranked"]] == [
+        (ev.plan.key()[:11], ev.plan.activation_offload, ev.plan.optimizer_offload)
+        for ev in a.plans]
