@@ -1,25 +1,57 @@
 """Activation offload as a search axis (issues 28, 31.2): `--fix activation_offload=k` searches
 the plans with k layers per stage whose saved activations go to host memory
 (`Plan.activation_offload`, cost/offload.py `offloaded_activations`, `activation_offload_s`),
-and `--search-also offload` adds the counts of `domain` (ceil((L-1)/2) and L - 1): each count
-is a sub-space of the union `SearchSpace.schedule_variants` lists (`variants`), solved as the
-schedule sub-spaces are (solve.py `_solve_union`, a key's best over them; the enumerator walks
-the same list), so the default search (no request) is unchanged. Measured (loaded 2-core
-machine): the whole command +0.4-0.5 s on Llama-3 8B / 16 H100, Llama 2 13B / 8 A100 and the
-README job (1.5-2.2 s before with the optimizer shares alone).
+and `--search-also offload` adds the counts of `domain` (ceil((L-1)/2) and L - 1), one-stage
+only: each count is a sub-space of the union `SearchSpace.schedule_variants` lists
+(`variants`), solved as the schedule sub-spaces are (solve.py `_solve_union`, a key's best
+over them; the enumerator walks the same list), so the default search (no request) is
+unchanged. Measured (loaded 2-core machine): the whole command +0.4-0.5 s on Llama-3 8B / 16
+H100, Llama 2 13B / 8 A100 and the README job (1.5-2.2 s before with the optimizer shares
+alone).
 
-Which plans: one pipeline stage (pp = vpp = 1), no activation recompute, k <= L layers, the
-default schedule (1F1B), every node group with a host. These are the plans the one framework
-that offloads a count of layers runs: Transformer Engine's CPU offloading behind Megatron's
-`--cpu-offloading-num-layers k` needs pp = 1, no recompute and k < L (spec/frameworks.py
-rule `megatron` / `activation_offload`, megatron/core/transformer/transformer_config.py
-:1884-1899); torchtitan and DeepSpeed run none (their rows refuse the pin). Without a
-framework restriction the same one-stage space is searched; a pp > 1 plan with offloaded
-layers is still evaluated (`evaluate --plan`), not searched (the proof line says so). Models
-with MTP depths are not searched (their MTP layer reads the same activation table, below).
+Which plans: no activation recompute, vpp = 1, the default schedule (1F1B), every node group
+with a host, no MTP depths (their MTP layer reads the same activation table, below), and
+- one pipeline stage (pp = 1), k <= L: the plans the one framework that offloads a count of
+  layers runs: Transformer Engine's CPU offloading behind Megatron's
+  `--cpu-offloading-num-layers k` needs pp = 1, no recompute and k < L (spec/frameworks.py
+  rule `megatron` / `activation_offload`, megatron/core/transformer/transformer_config.py
+  :1884-1899); torchtitan and DeepSpeed run none (their rows refuse the pin);
+- with the pin (not `--search-also`), where no framework row refuses it (Megatron's does),
+  pp > 1 on one node group with p·k <= L (`_stages_ok`): the part `pipelined` names, a
+  sub-space of its own (`_by_stages`), whose plans evaluate accepts (spec/schedules.py
+  `offload_violations`: every stage holds >= k layers). Its partitions are the named layouts
+  (spec/splits.py `named_layouts`) or a uniform / pinned split, free uneven splits left out
+  (`SearchSpace.free_ok`, as DualPipe's): the proof line and `outside` say so.
 
-How it enters the composition (tables.py, enumerate.py, cpsat_partition.py), k fixed per
-space (`act_layers`, the pin in `SearchSpace.fixed`):
+pp > 1: why a per-stage table cannot hold it, and how it is searched. On stage j with n_j
+layers and f_j = min(pp - j, m) micro-batches in flight (cost/sync.py `inflight`, 1F1B),
+evaluate keeps (A_j - k·a_j)·f_j + a_j bytes of layer activations (memory.py; A_j the
+stage's layer bytes, a_j = A_j/n_j their mean, one offloaded layer in transit), puts
+f_j·k·a_j on the host, and adds max(0, d_j - F_j) + max(0, d_j - B_j) per micro-batch,
+d_j = k·a_j/link, F_j / B_j the stage's forward / backward compute (steptime.py). a_j mixes
+the layer kinds of a stage (a DeepSeek-style dense prefix), and F_j, B_j grow with n_j and
+the embedding / head: neither is a scale of the layer tables. So the keys of a `pipelined`
+space are scored by the cost model (search/model_scored.py `model_scored`, model_scan.py
+`best_of_key` with stages of >= k layers: plan_cost equals evaluate by construction, and
+the enumerator scores the same plans the same way), and only the master reads the tables:
+- memory (`lower_acts`): n_j >= k and f_j >= 1 give (A_j - k·a_j)·f_j + a_j >=
+  A_j - (k - 1)·a_j, so the stages' sum is >= ΣA - (k - 1)·pp·a_max; with ΣA >= L·a_min the
+  tables' layer entries times s = 1 - (k - 1)·P·a_max/(L·a_min) (P the space's largest pp,
+  a_max / a_min over the layer kinds of the entry; 0 when negative) sum to <= that, so the
+  master's condition (every stage's peak with >= 1 micro-batch in flight of every layer)
+  stays necessary; one kind: s = (L - P·(k - 1))/L;
+- time: the master leaves out the copies (tables' stage times <= evaluate's): its bounds
+  grow with every stage time (model_scored.py: LB1; LB2 keeps its S coefficient > 0), and
+  the exact 1F1B step m·T + (S - T) + max_j max(a·d_j, d_j - b·t_j) + O is non-decreasing
+  in each t_j (a rise δ of t_j raises m·T + S - T by >= δ and lowers the tail by <= b·δ,
+  b = BACKWARD_SHARE <= 1), so the step without the copies is <= the exact one;
+- host: left out of the master (a relaxation); per-key bounds: none (key_bounds.py, 0 for a
+  model-scored space). tests/search/test_act_offload_search.py: CP-SAT equals the
+  enumerator at pp in {1, 2, 4}, LB <= every plan's exact cost, plan_cost == evaluate.
+
+One stage (pp = 1):
+it enters the composition (tables.py, enumerate.py, cpsat_partition.py), k fixed per space
+(`act_layers`, the pin in `SearchSpace.fixed`):
 - GPU memory. At pp = 1 under 1F1B the stage holds f = 1 micro-batch in flight
   (cost/sync.py `inflight`: min(pp - j, m) = 1), no layer is recomputed, so the kept layers
   are all L layers and evaluate's activations (memory.py) are
@@ -40,8 +72,8 @@ space (`act_layers`, the pin in `SearchSpace.fixed`):
   does not fit is not a plan of the space (`plan_cost.fits`, the enumerator's `fits`, and
   the partition model has no partition).
 
-Why the bounds stay valid: the master (cpsat_master.py) and the key bounds (key_bounds.py)
-read the scaled activation tables (exact) and leave out the copy time and the host check.
+Why the bounds stay valid (pp = 1): the master (cpsat_master.py) and the key bounds
+(key_bounds.py) read the scaled activation tables (exact) and leave out the copy time and the host check.
 Leaving out a check only relaxes (more plans, a smaller least). Leaving out the time: at
 pp = 1 the step time is m·t + max(a·d, d - b·t) + o (tables.plan_cost: pipeline m·t, DP tail
 with a = DP_TAIL_FRACTION, b = BACKWARD_SHARE <= 1 <= m), non-decreasing in the stage time
@@ -54,6 +86,8 @@ CP-SAT equals the enumerator, LB <= every key's exact best, diff <= error bound)
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from autoparallel_cp.errors import InputError
 
@@ -68,10 +102,11 @@ def act_layers(space: Any) -> int:
 
 
 def kept_share(space: Any) -> float:
-    """Factor of every layer's activation entry in the tables (module docstring):
-    (L - k + 1)/L with k = `act_layers`, exactly 1.0 at k = 0."""
+    """Factor of every layer's activation entry in the tables of a one-stage space (module
+    docstring): (L - k + 1)/L with k = `act_layers`, exactly 1.0 at k = 0 and for a
+    `pipelined` space (whose tables `lower_acts` scales)."""
     k = act_layers(space)
-    if not k:
+    if not k or pipelined(space):  # a pp > 1 part: `lower_acts`
         return 1.0
     L = space.num_layers
     return (L - k + 1) / L
@@ -87,7 +122,7 @@ def domain(space: Any) -> tuple[int, ...]:
     for k in sorted({-(-top // 2), top}):
         if k >= 2:
             try:
-                narrow(space, k)
+                narrow(space, k, one_stage=True)
             except InputError:
                 continue
             out.append(k)
@@ -109,14 +144,45 @@ def variants(space: Any, subs: tuple[Any, ...]) -> tuple[Any, ...]:
     """`SearchSpace.schedule_variants`: the schedule sub-spaces `subs`, then one one-stage
     sub-space per count of `space.act_axis` (`narrow`), the union of which the space is
     (disjoint: their plans differ in `activation_offload`); `subs` without an axis."""
-    if not space.act_axis:
-        return subs
     memo: dict[str, tuple[Any, ...]] = space.__dict__.setdefault("_aoff_v", {})
     if "v" not in memo:
-        memo["v"] = tuple(v.with_(act_axis=()) for v in subs) + tuple(
+        memo["v"] = tuple(p for v in subs for p in _by_stages(v.with_(act_axis=()) if
+                                                           space.act_axis else v)) + tuple(
             narrow(space.with_(act_axis=(), fixed={**space.fixed, "activation_offload": k}),
-                   k) for k in space.act_axis)
+                   k, one_stage=True) for k in space.act_axis)
     return memo["v"]
+
+
+def _by_stages(space: Any) -> tuple[Any, ...]:
+    """A pinned space holding pp = 1 and pp > 1 as its one-stage part and its `pipelined`
+    part (disjoint: their plans differ in pp); any other space as it is."""
+    if not act_layers(space) or 1 not in space.pp or len(space.pp) == 1:
+        return (space,)
+    return (space.with_(pp=(1,)), space.with_(pp=tuple(p for p in space.pp if p > 1)))
+
+
+def pipelined(space: Any) -> bool:
+    """Whether `space` is a pp > 1 part of an activation offload (module docstring): its
+    keys are scored by the cost model (search/model_scored.py `model_scored`)."""
+    return bool(act_layers(space)) and 1 not in space.pp
+
+
+def lower_acts(space: Any, t: Any) -> None:
+    """Scale the layer activation tables `t.act` of a `pipelined` space, in place, to a lower
+    bound the master may read (module docstring, "pp > 1"): per entry and node group g,
+    s = 1 - (k - 1)·P·a_max/(L·a_min), clipped to [0, 1], with a_max / a_min the largest /
+    least layer kind's entry and P the space's largest pp; other spaces unchanged."""
+    if not pipelined(space):
+        return
+    k, L, top = act_layers(space), space.num_layers, max(space.pp)
+    for g in sorted({g for g, _ in t.act}):
+        arrs = [t.act[g, kind] for kind in t.kinds]
+        hi, lo = np.maximum.reduce(arrs), np.minimum.reduce(arrs)
+        s = np.where(lo > 0.0, 1.0 - (k - 1) * top * hi / (L * np.where(lo > 0.0, lo, 1.0)),
+                     0.0)
+        s = np.clip(s, 0.0, 1.0)
+        for kind in t.kinds:
+            t.act[g, kind] = t.act[g, kind] * s
 
 
 def searched(space: Any) -> list[int]:
@@ -128,13 +194,15 @@ def part_key(space: Any) -> Any:
     """A sub-space's name in a union's parts (solve.py `_solve_union`, capacity.py): its
     schedule, with its offloaded-layer count when it has one."""
     k = act_layers(space)
-    return space.schedule if not k else (space.schedule, k)
+    return space.schedule if not k else (space.schedule, k, "pp>1") if pipelined(space) else (
+        space.schedule, k)
 
 
-def narrow(space: Any, k: Any) -> Any:
+def narrow(space: Any, k: Any, one_stage: bool = False) -> Any:
     """`space` (built with the pin `activation_offload=k`) narrowed to the plans that offload
-    (module docstring): pp = vpp = 1, recompute none, the default schedule. InputError (exit
-    2) for a k outside 0..L, a cluster without hosts, an MTP model, a pin of pp, vpp,
+    (module docstring): vpp = 1, recompute none, the default schedule, pp = 1 and (unless
+    `one_stage`, `--search-also offload`'s counts) the pp > 1 of `_stages_ok`. InputError
+    (exit 2) for a k outside 0..L, a cluster without hosts, an MTP model, a pin of pp, vpp,
     recompute or schedule that leaves no such plan, or frameworks that do not run it."""
     from autoparallel_cp.search.offload_axis import has_hosts
     from autoparallel_cp.spec.plan import Plan
@@ -153,21 +221,34 @@ def narrow(space: Any, k: Any) -> Any:
         raise InputError(f"{where}: models with MTP depths are not searched with activation "
                          "offload; evaluate a plan with it (evaluate --plan)",
                          field="activation_offload")
-    if 1 not in space.pp or 1 not in space.vpp or "none" not in space.recompute \
-            or space.schedule not in _SCHEDULES:
-        raise InputError(f"{where}: activation offload is searched on one-stage plans without "
-                         "recompute under 1F1B (pp=1, vpp=1, recompute=none: Transformer "
-                         "Engine's CPU offloading); the other pins leave none. Evaluate such a "
-                         "plan with evaluate --plan", field="activation_offload")
     r = space.restriction
+    pps = tuple(p for p in space.pp if p == 1 or (not one_stage and _stages_ok(space, k, p)))
+    if not pps or 1 not in space.vpp or "none" not in space.recompute \
+            or space.schedule not in _SCHEDULES:
+        multi = len(job.cluster.node_groups) > 1
+        raise InputError(f"{where}: activation offload is searched on plans without recompute "
+                         "under 1F1B at vpp=1, with pp=1 or (on one node group, every stage "
+                         "holding >= k layers) pp > 1; the other pins leave none"
+                         + (" (this cluster has several node groups)" if multi else "")
+                         + ". Evaluate such a plan with evaluate --plan",
+                         field="activation_offload")
     if r is not None:
-        rows = [f for f in r.key_refusals(Plan(activation_offload=k))
+        rows = [f for p in pps for f in r.key_refusals(Plan(pp=p, activation_offload=k))
                 if f.field == "activation_offload"]
-        if rows:
+        if rows and len(rows) == len(pps):
             raise InputError(f"{where}: {r.describe()} does not run it ({rows[0].reason})",
                              field="activation_offload")
-    return space.with_(pp=(1,), vpp=(1,), recompute=("none",), partial_recompute=False,
+        pps = tuple(p for p in pps if not [
+            f for f in r.key_refusals(Plan(pp=p, activation_offload=k))
+            if f.field == "activation_offload"])
+    return space.with_(pp=pps, vpp=(1,), recompute=("none",), partial_recompute=False,
                        schedules=(space.schedule,))
+
+
+def _stages_ok(space: Any, k: int, p: int) -> bool:
+    """pp = p > 1 holds a searched plan offloading k layers per stage: one node group (the
+    master's bound, model_scored.py, is proven there), p·k <= L (every stage >= k layers)."""
+    return p > 1 and len(space.job.cluster.node_groups) == 1 and p * k <= space.num_layers
 
 
 def stage_terms(space: Any, tp: int, cp: int, dp: int, ep: int, sp: int, zero: int, mbs: int,

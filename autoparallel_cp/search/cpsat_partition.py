@@ -34,7 +34,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from autoparallel_cp.search.act_offload import act_layers, stage_terms
+from autoparallel_cp.search.act_offload import act_layers, pipelined, stage_terms
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
@@ -520,7 +520,7 @@ def _determined(t: Tables, key: Any) -> bool:
     """A pinned split (`--fix` or a named layout) leaves only the recompute count and the
     stage placement to choose: a scan (`enumerate.best_of_pinned_split`) when the placements
     are few (one on a single node group)."""
-    if t.space.schedule in SCANNED:
+    if t.space.schedule in SCANNED or pipelined(t.space):  # model_scored.py
         return True  # a bound, not the bubble, in any model: always scanned (replay_axis.py,
         # model_scored.py)
     if not t.space.fixed_split:

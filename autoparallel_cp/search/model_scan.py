@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from autoparallel_cp.search.act_offload import act_layers
 from autoparallel_cp.search.enumerate_axes import (
     partition_array,
     placement_array,
@@ -45,10 +46,12 @@ def best_of_key(t: Any, key: Any) -> tuple[float, Plan] | None:
         return None
     mode = RECOMPUTE_MODES[key.mode]
     biggest: npt.NDArray[np.int64] = parts.max(axis=1)
+    k_off = act_layers(space)  # a pp > 1 activation offload: stages of >= k layers only
+    enough = parts.min(axis=1) >= k_off
     cl = space.fixed.get("chunk_layers")
     best: tuple[float, tuple[Any, ...], Plan] | None = None
     for r in recompute_values(space, mode, int(biggest.max()), d.vpp):
-        ok = recompute_valid(space, mode, r, biggest)
+        ok = recompute_valid(space, mode, r, biggest) & enough
         for p in np.nonzero(ok)[0]:
             for q in place_objs:
                 plan = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep, sp=key.sp,
@@ -58,7 +61,8 @@ def best_of_key(t: Any, key: Any) -> tuple[float, Plan] | None:
                             chunk_layers=None if cl is None else tuple(cl), etp=space.etp,
                             schedule=plan_schedule(space.schedule),
                             dp_replicate=space.dp_replicate,
-                            optimizer_offload=space.optimizer_offload)
+                            optimizer_offload=space.optimizer_offload,
+                            activation_offload=k_off)
                 step, *_, fits = _terms(t, plan)
                 if fits and math.isfinite(step) and (
                         best is None or (step, plan.key()) < best[:2]):

@@ -451,7 +451,8 @@ class SearchSpace:
         elif self.partition == "uniform":
             if L % (pp * vpp):
                 return False
-        elif pp * vpp > L or L % vpp or self.schedule in SCANNED:  # named layouts only
+        elif pp * vpp > L or L % vpp or self.schedule in SCANNED or act_offload.pipelined(
+                self):  # named layouts only (act_offload.py: pp > 1 offload too)
             return False
         return self._moe_partition_ok(pp, vpp)
 

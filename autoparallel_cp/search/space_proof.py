@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from autoparallel_cp.search.act_offload import act_layers
+from autoparallel_cp.search.act_offload import act_layers, pipelined
 from autoparallel_cp.search.act_offload import searched as act_searched
 from autoparallel_cp.search.schedule_axis import SCANNED, UNION, searched
 from autoparallel_cp.spec.plan import Plan
@@ -103,7 +103,9 @@ def _offload_text(space: SearchSpace) -> str:
     acts = [k for k in act_searched(space) if k]
     act = ("activations stay on the GPU" if not acts else
            f"activations of {', '.join(map(str, act_searched(space)))} layers on the host on "
-           "one-stage plans (pp=1, no recompute, 1F1B; search/act_offload.py)")
+           "plans without recompute under 1F1B at vpp=1: one-stage ones and, pinned, pp > 1 "
+           "ones on one node group (named layouts or a uniform / pinned split, every stage "
+           ">= k layers; search/act_offload.py)")
     if acts and not shares:
         return "optimizer states on the GPU; " + act
     if not shares:
@@ -166,10 +168,10 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
                 space.fixed and "offload" not in space.job.search_also else "")
         return (f"activation_offload={k} (searched: "
                 f"{', '.join(map(str, act_searched(space)))}{hint})")
-    space = next((v for v in space.schedule_variants()
-                  if v.schedules == (sub,) and act_layers(v) == k), None)
+    own = [v for v in space.schedule_variants() if v.schedules == (sub,) and act_layers(v) == k]
+    space = next((v for v in own if plan.pp in v.pp), own[0] if own else None)  # pp = 1 or > 1
     if space is None:
-        return f"activation_offload={k} with schedule={ps} (searched: one-stage 1F1B plans)"
+        return f"activation_offload={k} with schedule={ps} (searched: 1F1B plans at vpp=1)"
     for name in ("pp", "vpp"):
         if getattr(plan, name) not in getattr(space, name):
             return (f"{name}={getattr(plan, name)} with schedule={ps} (searched: "
@@ -220,9 +222,10 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if plan.chunk_layers is not None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)
-    if space.schedule in SCANNED and space.partition != "uniform":
-        return (f"layer split {list(per_stage)} (searched under schedule={ps}: the named "
-                "layouts only)")
+    if (space.schedule in SCANNED or pipelined(space)) and space.partition != "uniform":
+        under = (f"schedule={ps}" if space.schedule in SCANNED else
+                 f"activation_offload={act_layers(space)} at pp > 1")
+        return f"layer split {list(per_stage)} (searched under {under}: the named layouts only)"
     if space.partition == "uniform":
         if L % (plan.pp * plan.vpp) or len(set(per_stage)) > 1:
             return f"layer split {list(per_stage)} (searched: uniform splits only)"

@@ -40,7 +40,7 @@ from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.memory import usable_bytes
 from autoparallel_cp.cost.offload import gpu_kept_optimizer_share
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE, dp_exposure
-from autoparallel_cp.search.act_offload import act_layers, kept_share, stage_terms
+from autoparallel_cp.search.act_offload import act_layers, kept_share, lower_acts, stage_terms
 from autoparallel_cp.search.model_scored import hidden_lb, model_scored, plan_terms
 from autoparallel_cp.search.offload_axis import gpu_share, opt_seconds
 from autoparallel_cp.search.replay_axis import head_position, plan_bubble
@@ -295,6 +295,7 @@ def _build_tables(space: SearchSpace, dps: tuple[int, ...], ms: tuple[int, ...])
                             ax_p[5])
         t.p2p[g] = np.broadcast_to(
             p2p, (len(tp), len(cp), 2, len(mbs), len(vpp), len(dp))).copy()
+    lower_acts(space, t)  # a pp > 1 activation offload's bound (search/act_offload.py)
     if model.mtp_layers:
         t.mtp = model.mtp_layers
         t.mtp_kind = fx.mtp_layer_kind(job)
@@ -576,7 +577,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
                 opt += t.mtpc_opt[g][i4]
         if plan.pp > 1:
             ttime += t.p2p[g][(itp, icp, plan.sp, imb, t.i("vpp", plan.vpp), idp)]
-        if plan.activation_offload:  # one stage: its copies and host (search/act_offload.py)
+        if plan.activation_offload and plan.pp == 1:  # its copies, host (act_offload.py)
             off, host_ok = stage_terms(sp_, plan.tp, plan.cp, plan.dp, plan.ep, plan.sp,
                                        plan.zero, plan.mbs, m)
             ttime, hosts = ttime + off, host_ok  # (a plan whose hosts overflow does not fit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_cli import FAST, SMALL, assert_user_error, run
 
 
@@ -45,6 +46,9 @@ def test_fix_unsearched_schedule_is_one_line_exit_2() -> None:
                       "pp", "pp=1")
     assert_user_error(["enumerate", *SMALL, "--fix", "activation_offload=999", "--quiet"],
                       "activation_offload", "layer count")
+    # pp > 1 offload is searched at vpp 1 only (search/act_offload.py): a vpp pin is exit 2
+    assert_user_error(["solve", *SMALL, "--fix", "activation_offload=2,pp=2,vpp=2", *FAST],
+                      "activation_offload", "vpp=1")
     # the optimizer share is searched (search/offload_axis.py): out of range is exit 2
     assert_user_error(["enumerate", *SMALL, "--fix", "optimizer_offload=1.5", "--quiet"],
                       "optimizer_offload", "at most 1")
@@ -74,19 +78,22 @@ def test_fix_zb_h1_solves_and_says_which_bubble_it_removes() -> None:
     assert "against 1f1b on the same plan" in line and "shorter" in line
 
 
-def test_fix_activation_offload_solves_a_plan_evaluate_agrees_with() -> None:
-    """`solve --fix activation_offload=2` (search/act_offload.py): every plan offloads two
-    layers on one stage, and `evaluate` of the plan gives the step time and fit solve
-    reported."""
+@pytest.mark.parametrize("fix, pp", [("activation_offload=2", None),
+                                     ("activation_offload=2,pp=1", 1),
+                                     ("activation_offload=2,pp=2", 2)])
+def test_fix_activation_offload_solves_a_plan_evaluate_agrees_with(fix: str,
+                                                                   pp: int | None) -> None:
+    """`solve --fix activation_offload=2` (search/act_offload.py), alone or with pp pinned to
+    1 or 2: every plan offloads two layers per stage (pp as pinned), and `evaluate` of the
+    plan gives the step time and fit solve reported."""
     from autoparallel_cp.spec.plan import Plan
 
-    result, out, err = run("solve", *SMALL, "--fix", "activation_offload=2", "--top-k", "2",
-                           *FAST, "--json", "-")
+    result, out, err = run("solve", *SMALL, "--fix", fix, "--top-k", "2", *FAST, "--json", "-")
     assert result.exit_code == 0, (result.exit_code, err)
     doc = json.loads(out)
     assert doc["plans"]
     for p in doc["plans"]:
-        assert p["plan"]["activation_offload"] == 2 and p["plan"]["pp"] == 1
+        assert p["plan"]["activation_offload"] == 2 and p["plan"]["pp"] == (pp or p["plan"]["pp"])
         r2, out2, err2 = run("evaluate", *SMALL, "--plan", Plan(**p["plan"]).short(),
                              "--json", "-")
         assert r2.exit_code == 0, (r2.exit_code, err2)

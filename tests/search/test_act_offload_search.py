@@ -5,6 +5,7 @@ the master's bound stays below every plan's exact cost, the tables' cost of ever
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -38,14 +39,16 @@ def _space(job: Job, k: int, **kw: object) -> SearchSpace:
 def test_pinned_activation_offload_matches_enumeration(moe: bool, layers: int, gpus: int,
                                                        seq: int, k: int, recipe: str | None,
                                                        offload: bool) -> None:
-    """The pin with every other axis of the one-stage space (the optimizer share searched
-    too, `offload`): CP-SAT == enumeration within the proven bound, the master's LB below
-    every plan, and every returned plan offloads k layers and fits its GPUs and hosts."""
+    """The pin with every other axis (the optimizer share searched too, `offload`; pp > 1
+    where no Megatron row refuses it and every stage can hold k layers): CP-SAT ==
+    enumeration within the proven bound, the master's LB below every plan, and every
+    returned plan offloads k layers and fits its GPUs and hosts."""
     job = _job(moe, layers, gpus, seq, recipe=recipe)
     if not offload:
         job = job.model_copy(update={"search_also": ()})
     space = _space(job, k, zero=(0, 1, 3))
-    assert space.pp == (1,) and space.recompute == ("none",)
+    assert space.recompute == ("none",) and space.vpp == (1,)
+    assert 1 in space.pp and all(p * k <= layers for p in space.pp)
     try:
         res = _compare_tol(job, space, 4)
     except InfeasibleError:
@@ -53,7 +56,8 @@ def test_pinned_activation_offload_matches_enumeration(moe: bool, layers: int, g
             enumerate_plans(job, space, top_k=1)
         return
     for ev in res.plans:
-        assert ev.fits and ev.plan.activation_offload == k and ev.plan.pp == 1
+        assert ev.fits and ev.plan.activation_offload == k
+        assert min(ev.plan.layers_per_stage(layers)) >= k
     _assert_master_bounds(job, space, 3)
 
 
@@ -131,8 +135,9 @@ def test_hosts_too_small_leave_no_plan() -> None:
 
 @pytest.mark.parametrize("fix, kw, match", [
     ("activation_offload=9", {}, "layer count in 0..4"),
-    ("activation_offload=2,pp=2", {}, "one-stage plans"),
-    ("activation_offload=2,recompute=full", {}, "one-stage plans"),
+    ("activation_offload=2,pp=4", {}, "every stage"),
+    ("activation_offload=2,recompute=full", {}, "without recompute"),
+    ("activation_offload=2,pp=2", {"emit": "megatron"}, "pipeline parallelism"),
     ("activation_offload=4", {"emit": "megatron"}, "k < num_layers"),
     ("activation_offload=1", {"recipe": "torchtitan-fsdp"}, "torchtitan"),
     ("activation_offload=1", {"hosts": False}, "host"),
@@ -218,3 +223,77 @@ def test_activation_offload_wins_where_activations_bind() -> None:
             for _, q in e.stats["ranked"]] == [
         (ev.plan.key()[:11], ev.plan.activation_offload, ev.plan.optimizer_offload)
         for ev in a.plans]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@example(moe=False, layers=8, gpus=8, seq=32768, k=2, pp=2)
+@example(moe=True, layers=8, gpus=8, seq=8192, k=2, pp=4)
+@example(moe=False, layers=8, gpus=4, seq=32768, k=3, pp=1)
+@given(moe=st.booleans(), layers=st.sampled_from([6, 8]), gpus=st.sampled_from([4, 8]),
+       seq=st.sampled_from([8192, 32768]), k=st.integers(2, 3), pp=st.sampled_from([1, 2, 4]))
+def test_pipelined_activation_offload_matches_enumeration(moe: bool, layers: int, gpus: int,
+                                                          seq: int, k: int, pp: int) -> None:
+    """`--fix activation_offload=k,pp=P` at P in {1, 2, 4} (issue 31.2): CP-SAT == the
+    enumerator, the master's LB below every plan's exact cost, every plan's tables cost
+    (`plan_cost`, the cost model for pp > 1) equal to evaluate's, and every returned plan a
+    plan of the space that evaluate accepts, its stages holding >= k layers."""
+    job = _job(moe, layers, gpus, seq).model_copy(update={"search_also": ()})
+    try:
+        space = SearchSpace.for_job(job, fix={"activation_offload": k, "pp": pp}, max_mbs=2,
+                                    zero=(0, 1))
+    except InputError:
+        assert pp * k > layers  # the only refusal here: a stage would hold < k layers
+        return
+    try:
+        res = _compare_tol(job, space, 4)
+    except InfeasibleError:
+        with pytest.raises(InfeasibleError):
+            enumerate_plans(job, space, top_k=1)
+        return
+    for ev in res.plans:
+        assert ev.fits and ev.plan.activation_offload == k and ev.plan.pp == pp
+        assert min(ev.plan.layers_per_stage(layers)) >= k
+        assert outside(space, ev.plan) is None
+        again = evaluate(job, ev.plan)
+        assert again.fits and again.time.step_s == pytest.approx(ev.time.step_s, rel=1e-12)
+    _assert_master_bounds(job, space, 2)
+    for sub in space.schedule_variants():
+        t = build_tables(sub)
+        for cost, plan in enumerate_plans(job, sub, top_k=10**6).stats["ranked"][::3]:
+            ev = evaluate(job, plan)
+            pc = plan_cost(t, plan)
+            assert pc.fits == ev.fits and cost == pc.step_s
+            assert pc.step_s == pytest.approx(ev.time.step_s - ev.time.fixed_s, rel=1e-12)
+
+
+def test_pinned_offload_holds_both_stage_counts() -> None:
+    """The pin alone: a one-stage part (tables, partition model) and a pp > 1 part scored by
+    the cost model (search/act_offload.py `pipelined`), disjoint, their sizes summing; the
+    pp > 1 part's layer activations are scaled by 1 - (k - 1)·P/L (one layer kind); under
+    Megatron's row (no CPU offloading with pp > 1) only the one-stage part stays."""
+    from autoparallel_cp.search.act_offload import pipelined
+    from autoparallel_cp.search.model_scored import model_scored
+
+    job = _job(False, 8, 8).model_copy(update={"search_also": ()})
+    space = SearchSpace.for_job(job, fix={"activation_offload": 2}, max_pp=4)
+    one, many = space.schedule_variants()
+    assert (one.pp, many.pp) == ((1,), (2, 4)) and not pipelined(one) and pipelined(many)
+    assert model_scored(many) and not model_scored(one)
+    assert space.size() == one.size() + many.size()
+    # one-stage tables: (L - k + 1)/L = 7/8 of the layer's entry; pp > 1: 1 - 1·4/8 = 1/2
+    np.testing.assert_allclose(build_tables(many).act[0, False],
+                               build_tables(one).act[0, False] * (0.5 / (7 / 8)), rtol=1e-12)
+    mg = SearchSpace.for_job(job, fix={"activation_offload": 2}, max_pp=4, emit="megatron")
+    assert mg.pp == (1,) and len(mg.schedule_variants()) == 1
+
+
+def test_outside_names_the_pipelined_part() -> None:
+    """A pp > 1 plan offloading k layers lies in the pinned space when its split is searched
+    (uniform here: a named layout), outside it with the hint when a free uneven split."""
+    job = _job(False, 8, 8).model_copy(update={"search_also": ()})
+    space = SearchSpace.for_job(job, fix={"activation_offload": 2}, max_pp=4)
+    p = Plan(dp=4, pp=2, zero=1, mbs=1, num_microbatches=4, activation_offload=2)
+    assert outside(space, p) is None
+    why = outside(space, p.model_copy(update={"stage_layers": (3, 5)}))
+    assert why is not None and "activation_offload=2 at pp > 1" in why
+    assert "pp > 1" in proof_space(space)["offload"]
