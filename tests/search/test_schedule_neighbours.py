@@ -23,15 +23,14 @@ def test_schedule_and_offload_neighbours_are_legal() -> None:
     assert not any(label.startswith("schedule") for label, _ in neighbours(job, flat))
 
 
-def test_search_refuses_to_pin_what_it_does_not_search() -> None:
-    import pytest
-
-    from autoparallel_cp.errors import InputError
+def test_search_pins_what_it_searches() -> None:
     from autoparallel_cp.search.space import SearchSpace
 
     job = make_job("llama3-8b", "dgx-h100", gpus=32, global_batch=64)
-    with pytest.raises(InputError, match="not a search axis yet"):
-        SearchSpace.for_job(job, fix="activation_offload=2")
+    # activation offload is searched (search/act_offload.py): a pin narrows the space to it,
+    # pipelined plans included (1F1B at vpp 1, no recompute)
+    space = SearchSpace.for_job(job, fix="activation_offload=2")
+    assert space.fixed["activation_offload"] == 2 and space.vpp == (1,) and max(space.pp) > 1
     # DualPipe is searched (search/model_scored.py): a pin narrows the space to it
     assert SearchSpace.for_job(job, fix="schedule=dualpipe").schedule == "dualpipe"
     # the optimizer share is searched (search/offload_axis.py): a pin is its one value
