@@ -23,14 +23,16 @@ def test_schedule_and_offload_neighbours_are_legal() -> None:
     assert not any(label.startswith("schedule") for label, _ in neighbours(job, flat))
 
 
-def test_search_pins_what_it_searches() -> None:
+def test_search_pins_the_new_axes() -> None:
+    from autoparallel_cp.search.act_offload import act_layers
     from autoparallel_cp.search.space import SearchSpace
 
     job = make_job("llama3-8b", "dgx-h100", gpus=32, global_batch=64)
     # activation offload is searched (search/act_offload.py): a pin narrows the space to it,
-    # pipelined plans included (1F1B at vpp 1, no recompute)
-    space = SearchSpace.for_job(job, fix="activation_offload=2")
-    assert space.fixed["activation_offload"] == 2 and space.vpp == (1,) and max(space.pp) > 1
+    # pipelined plans included (1F1B at vpp 1, no recompute; their own sub-space)
+    pinned = SearchSpace.for_job(job, fix="activation_offload=2")
+    assert act_layers(pinned) == 2 and 1 in pinned.pp and max(pinned.pp) > 1
+    assert pinned.vpp == (1,) and pinned.recompute == ("none",)
     # DualPipe is searched (search/model_scored.py): a pin narrows the space to it
     assert SearchSpace.for_job(job, fix="schedule=dualpipe").schedule == "dualpipe"
     # the optimizer share is searched (search/offload_axis.py): a pin is its one value
