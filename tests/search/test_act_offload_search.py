@@ -297,3 +297,19 @@ def test_outside_names_the_pipelined_part() -> None:
     why = outside(space, p.model_copy(update={"stage_layers": (3, 5)}))
     assert why is not None and "activation_offload=2 at pp > 1" in why
     assert "pp > 1" in proof_space(space)["offload"]
+
+
+def test_several_node_groups_keep_one_stage() -> None:
+    """On a cluster of several node groups the pp > 1 part is not searched (the master's
+    bound is proven on one group): the pin keeps pp = 1, a pinned pp > 1 is exit 2 naming it."""
+    from test_solver_vs_enumerate import _mixed_small
+
+    host = _cluster(8).node_groups[0].host  # DGX A100's host on every group
+    c = _mixed_small()
+    c = c.model_copy(update={"node_groups": [g.model_copy(update={"host": g.host or host})
+                                             for g in c.node_groups]})
+    job = Job(model=_job(False, 8, 8).model, cluster=c, seq_len=4096, global_batch=16)
+    assert len(c.node_groups) > 1
+    assert SearchSpace.for_job(job, fix={"activation_offload": 2}, max_pp=4).pp == (1,)
+    with pytest.raises(InputError, match="several node groups"):
+        SearchSpace.for_job(job, fix={"activation_offload": 2, "pp": 2})
