@@ -20,8 +20,13 @@ with a host, no MTP depths (their MTP layer reads the same activation table, bel
   pp > 1 on one node group with p·k <= L (`_stages_ok`): the part `pipelined` names, a
   sub-space of its own (`_by_stages`), whose plans evaluate accepts (spec/schedules.py
   `offload_violations`: every stage holds >= k layers). Its partitions are the named layouts
-  (spec/splits.py `named_layouts`) or a uniform / pinned split, free uneven splits left out
-  (`SearchSpace.free_ok`, as DualPipe's): the proof line and `outside` say so.
+  whose stages hold >= k layers (spec/splits.py `named_layouts`, `SearchSpace.layouts`) or a
+  uniform / pinned split, free uneven splits left out (`SearchSpace.free_ok`, as DualPipe's):
+  the proof line and `outside` say so. `--search-also offload` keeps its counts one-stage:
+  Megatron, the one framework that offloads a count, needs pp = 1, and its counts
+  (>= (L-1)/2) leave pp <= 2; with pp > 1 added the whole command took +0.1-0.15 s (loaded,
+  back to back: Llama 2 13B / 8 A100 2.0 -> 2.1 s) for the same top 3 there and on the
+  README job.
 
 pp > 1: why a per-stage table cannot hold it, and how it is searched. On stage j with n_j
 layers and f_j = min(pp - j, m) micro-batches in flight (cost/sync.py `inflight`, 1F1B),
@@ -73,12 +78,12 @@ it enters the composition (tables.py, enumerate.py, cpsat_partition.py), k fixed
   the partition model has no partition).
 
 Why the bounds stay valid (pp = 1): the master (cpsat_master.py) and the key bounds
-(key_bounds.py) read the scaled activation tables (exact) and leave out the copy time and the host check.
-Leaving out a check only relaxes (more plans, a smaller least). Leaving out the time: at
-pp = 1 the step time is m·t + max(a·d, d - b·t) + o (tables.plan_cost: pipeline m·t, DP tail
-with a = DP_TAIL_FRACTION, b = BACKWARD_SHARE <= 1 <= m), non-decreasing in the stage time
-t (slope m or m - b >= 0), so the cost with t less the copy time is <= the exact cost and a
-lower bound of the former is one of the latter. The partition model adds the floored copy
+(key_bounds.py) read the scaled activation tables (exact) and leave out the copy time and the
+host check. Leaving out a check only relaxes (more plans, a smaller least). Leaving out the
+time: at pp = 1 the step time is m·t + max(a·d, d - b·t) + o (tables.plan_cost: pipeline m·t,
+DP tail with a = DP_TAIL_FRACTION, b = BACKWARD_SHARE <= 1 <= m), non-decreasing in the stage
+time t (slope m or m - b >= 0), so the cost with t less the copy time is <= the exact cost and
+a lower bound of the former is one of the latter. The partition model adds the floored copy
 time, so its objective stays <= the exact step time (tests/search/test_act_offload_search.py:
 CP-SAT equals the enumerator, LB <= every key's exact best, diff <= error bound).
 """

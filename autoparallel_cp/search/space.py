@@ -478,8 +478,8 @@ class SearchSpace:
             stages = [cl[j::pp] for j in range(pp)]
             if free and all(len(set(c)) == 1 for c in stages):
                 continue
-            if sum(stages[0]) < k:
-                continue
+            if sum(stages[0]) < k or min(map(sum, stages)) < act_offload.act_layers(self):
+                continue  # the dense prefix; a stage of < k offloaded layers (act_offload.py)
             if split_violations(L, Plan(pp=pp, vpp=vpp, chunk_layers=cl)):
                 continue
             out.append(cl)

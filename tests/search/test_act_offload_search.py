@@ -313,3 +313,18 @@ def test_several_node_groups_keep_one_stage() -> None:
     assert SearchSpace.for_job(job, fix={"activation_offload": 2}, max_pp=4).pp == (1,)
     with pytest.raises(InputError, match="several node groups"):
         SearchSpace.for_job(job, fix={"activation_offload": 2, "pp": 2})
+
+
+def test_named_layouts_keep_k_layers_per_stage() -> None:
+    """The pp > 1 part lists only the named layouts whose every stage holds >= k layers
+    (evaluate refuses the others: spec/schedules.py `offload_violations`), so its size counts
+    the plans it scores."""
+    from autoparallel_cp.spec.splits import named_layouts
+
+    job = _job(False, 8, 8).model_copy(update={"search_also": ()})
+    many = SearchSpace.for_job(job, fix={"activation_offload": 2, "pp": 4})
+    k_less = [cl for cl in named_layouts(8, 4, 1) if min(cl) < 2]
+    assert k_less  # Megatron's edge-accounting layouts leave a stage of one layer here
+    assert many.layouts(4, 1) and all(min(cl) >= 2 for cl in many.layouts(4, 1))
+    one = SearchSpace.for_job(job, fix={"activation_offload": 1, "pp": 4})  # k = 1: all
+    assert set(k_less) <= set(one.layouts(4, 1))
