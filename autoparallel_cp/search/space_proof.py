@@ -164,8 +164,10 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     # partial recompute: SearchSpace.schedule_variants)
     k = plan.activation_offload
     if k not in act_searched(space):
-        hint = ("; --search-also offload adds one-stage counts" if "activation_offload" not in
-                space.fixed and "offload" not in space.job.search_also else "")
+        hint = ("" if "activation_offload" in space.fixed else
+                f"; --fix activation_offload={k} searches it at pp > 1 too" if plan.pp > 1
+                else "; --search-also offload adds one-stage counts"
+                if "offload" not in space.job.search_also else "")
         return (f"activation_offload={k} (searched: "
                 f"{', '.join(map(str, act_searched(space)))}{hint})")
     own = [v for v in space.schedule_variants() if v.schedules == (sub,) and act_layers(v) == k]
