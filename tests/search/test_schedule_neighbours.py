@@ -23,15 +23,14 @@ def test_schedule_and_offload_neighbours_are_legal() -> None:
     assert not any(label.startswith("schedule") for label, _ in neighbours(job, flat))
 
 
-def test_search_refuses_to_pin_what_it_does_not_search() -> None:
-    import pytest
-
-    from autoparallel_cp.errors import InputError
+def test_search_pins_the_new_axes() -> None:
+    from autoparallel_cp.search.act_offload import act_layers
     from autoparallel_cp.search.space import SearchSpace
 
     job = make_job("llama3-8b", "dgx-h100", gpus=32, global_batch=64)
-    with pytest.raises(InputError, match="not a search axis yet"):
-        SearchSpace.for_job(job, fix="activation_offload=2")
+    # activation offload is searched on one-stage plans (search/act_offload.py)
+    pinned = SearchSpace.for_job(job, fix="activation_offload=2")
+    assert act_layers(pinned) == 2 and pinned.pp == (1,) and pinned.vpp == (1,)
     # DualPipe is searched (search/model_scored.py): a pin narrows the space to it
     assert SearchSpace.for_job(job, fix="schedule=dualpipe").schedule == "dualpipe"
     # the optimizer share is searched (search/offload_axis.py): a pin is its one value
