@@ -26,8 +26,9 @@ m, j) and the stage's chunks alone (cost/schedules.py `inflight_units`):
   j running stage j and its mirror p-1-j; it and DualPipeV on a MoE model whose recipe does
   not overlap every micro-batch's EP all-to-all (`hides_ep`: the hidden share depends on m)
   are scored by the cost model over the named layouts, bounded by the master alone
-  (search/model_scored.py holds the proof, on several node groups too: `pair_harmonic`), and
-  DualPipeV hiding EP stays out of the union (`union_ok`).
+  (search/model_scored.py holds the proof, on several node groups too: `pair_harmonic`;
+  there every stage placement is scored, at the pp with at most `PLACEMENTS_MAX` of them:
+  `narrow_placements`), and DualPipeV hiding EP stays out of the union (`union_ok`).
 
 `SEARCHED` lists them; `--fix schedule=X` searches X only. Without it the space is the union
 (`union_schedules`) of today's default (1f1b at vpp 1, interleaved at vpp > 1; the schedule
@@ -96,7 +97,7 @@ pipeline = (m - rho/vpp)·T + rho·S/vpp has nonnegative coefficients in T and S
 - memory: f_j = min(p, m) or min(2p - 1, m) >= 1, the same on every stage (the partition
   model's "f_j nonincreasing in j" symmetry break holds, the master's >= 1 in-flight holds).
 
-Kept whole (about 470 lines): the schedule rules (domains, in-flight counts, bubble ratios and
+Kept whole (about 530 lines): the schedule rules (domains, in-flight counts, bubble ratios and
 their bounds) that every part of the search reads, each beside the proof above that uses it.
 """
 
