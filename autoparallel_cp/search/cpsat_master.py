@@ -14,8 +14,9 @@ Its objective LB(key) satisfies LB(key) <= exact step time of *every* plan of th
   with V = max(S_lb, L*Hu). S_lb sums every layer's time (cheapest node group) plus embedding and
   LM head; Hu = 1/sum_g(frac_g/u_g) is the harmonic per-layer time over the node groups (a stage
   of group g with l_j layers takes at least l_j*u_g, and group g holds a fraction frac_g of the
-  stages). With m = B/(dp*mbs) and dp*pp = N/(tp*cp), m*V/pp = B*tp*cp/(N*mbs) * V is a table over
-  (tp, cp, ep, sp, mbs, mode).
+  stages; DualPipe's ranks average two stages: Hd <= Hu instead, search/model_scored.py
+  `pair_harmonic`). With m = B/(dp*mbs) and dp*pp = N/(tp*cp), m*V/pp = B*tp*cp/(N*mbs) * V
+  is a table over (tp, cp, ep, sp, mbs, mode).
 - tail = max_j dp_exposed_j + max_j opt_j >= mean over stages of DP_TAIL_FRACTION*dsync_j and of
   opt_j: tables over (tp, ep, zero, dp, cp) (pp = N/(tp*cp*dp) there).
 - Dropped terms (all >= 0): pipeline p2p, recompute replays.
@@ -113,6 +114,7 @@ from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search import cpsat_blocks as cb
 from autoparallel_cp.search.cpsat_axes import add_axes
 from autoparallel_cp.search.limits import Budget
+from autoparallel_cp.search.model_scored import pair_harmonic
 from autoparallel_cp.search.schedule_axis import BOUND_RATIO, family_ratio
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
@@ -246,7 +248,8 @@ def _bound_tables(t: Tables) -> BoundTables:
     u = [np.minimum.reduce([r6(t.time[g, k]) for k, c in counts if c]) for g in G]
     edge = [r4(t.emb_time[g] + t.head_time[g]) for g in G]
     s6 = np.minimum.reduce([tau[g] + edge[g] for g in G])
-    hu = 1.0 / sum(fr[g] / np.maximum(u[g], 1e-30) for g in G)
+    hu = (pair_harmonic(fr, u) if s.schedule == "dualpipe"  # a rank averages two stages
+          else 1.0 / sum(fr[g] / np.maximum(u[g], 1e-30) for g in G))
     v6 = np.maximum(s6, L * hu) if t.groups > 1 else s6
     tp = np.array(s.tp, float).reshape(-1, 1, 1, 1, 1, 1)
     cp = np.array(s.cp, float).reshape(1, -1, 1, 1, 1, 1)

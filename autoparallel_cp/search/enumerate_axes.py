@@ -55,12 +55,21 @@ def placements(space: SearchSpace, d: Degrees) -> Iterator[tuple[int, ...] | Non
         return
     counts = space.stage_group_counts(d.tp, d.cp, d.dp)
     assert counts is not None
-    base = [g for g, c in enumerate(counts) for _ in range(c)]
-    seen: set[tuple[int, ...]] = set()
-    for perm in itertools.permutations(base):
-        if perm not in seen:
-            seen.add(perm)
-            yield perm
+    yield from _orders(list(counts))
+
+
+def _orders(left: list[int]) -> Iterator[tuple[int, ...]]:
+    """The distinct orders of a multiset (`left[g]` copies of group g), lexicographically:
+    one step per order, not per permutation of the stages (12 orders of (1, 11), not 12!)."""
+    if not any(left):
+        yield ()
+        return
+    for g, c in enumerate(left):
+        if c:
+            left[g] -= 1
+            for rest in _orders(left):
+                yield (g, *rest)
+            left[g] += 1
 
 
 def recompute_options(space: SearchSpace, mode: RecomputeMode, biggest: int, vpp: int = 1

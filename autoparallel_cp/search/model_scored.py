@@ -22,11 +22,23 @@ A per-stage table cannot hold a rank that averages two stages, nor h, which depe
   bound skips a key's best: what tests/search/test_dualpipe_search.py checks;
 - per-key bounds (key_bounds.py): none beyond the master's (`key_bound` is 0 for these
   spaces; solve.py takes the max with the master's LB);
-- the master (cpsat_master.py), valid for every DualPipe plan on one node group
-  (`schedule_axis.unreplayed` refuses several): rho' = 0 (`family_ratio`), so the pipeline
-  bound is m·V/pp with V = max(S_lb, L·Hu). The ranks' times sum to S (each stage's time
-  appears in two ranks at weight 1/2), so T_rank >= S/pp >= S_lb/pp; on one group of
-  per-layer time u, S >= L·u = L·Hu, so T_rank >= L·Hu/pp too. Tail: rank j syncs
+- the master (cpsat_master.py), valid for every DualPipe plan: rho' = 0 (`family_ratio`),
+  so the pipeline bound is m·V/pp with V = max(S_lb, L·Hd). The ranks' times sum to S (each
+  stage's time appears in two ranks at weight 1/2), so T_rank >= S/pp >= S_lb/pp. On one
+  group of per-layer time u, S >= L·u, so T_rank >= L·u/pp (Hd = u). On several node groups
+  the harmonic Hu of the other schedules bounds the slowest *stage*, not a rank that averages
+  two stages of different groups, so the master takes `pair_harmonic` Hd <= Hu instead:
+  stage j of group g_j with l_j layers takes t_j >= l_j·u_{g_j} (the tables' least per-layer
+  time of its group); each rank pair {j, p-1-j} (p even, `degree_ok`) has
+  T_rank >= (t_j + t_{p-1-j})/2 >= (l_j + l_{p-1-j})·min(u_{g_j}, u_{g_{p-1-j}})/2, so
+  l_j + l_{p-1-j} <= 2·T_rank·max(x_j, x_{p-1-j}) with x = 1/u. The p/2 pairs are disjoint,
+  so summing, L <= 2·T_rank·Σ_pairs max(x) <= 2·T_rank·(the sum of the p/2 largest x_j).
+  Group g holds frac_g·p stages whatever the placement (`SearchSpace.stage_group_counts`:
+  every permutation of them is searched), so that sum is p·Σ_g f_g·x_g with f_g the
+  fractions of the groups taken fastest first up to a total of 1/2, and
+  T_rank >= L·Hd/p with Hd = 1/(2·Σ_g f_g/u_g) (one group: Hd = u; Hd <= Hu since the top
+  half's mean of x is >= the whole mean). tests/search/test_dualpipe_search.py checks the
+  master's LB <= every key's exact best on mixed H100 / A100 clusters. Tail: rank j syncs
   d_j + d_{p-1-j} and steps o_j + o_{p-1-j}, so the max over ranks of DP_TAIL_FRACTION·d and
   of o is >= twice the mean over stages >= the mean the master takes; the second bound
   (exposed >= d - 2/3 t) holds per rank with the rank's d and t, whose sums are 2·D and S:
@@ -51,6 +63,7 @@ A per-stage table cannot hold a rank that averages two stages, nor h, which depe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -70,6 +83,23 @@ def model_scored(space: Any) -> bool:
     """Whether the keys of `space` are scored by the cost model (module docstring)."""
     s = space.schedule
     return s == "dualpipe" or (s == "dualpipev" and hides_ep(s, space.job)) or pipelined(space)
+
+
+def pair_harmonic(fr: Sequence[float], u: Sequence[npt.NDArray[np.float64]]
+                  ) -> npt.NDArray[np.float64]:
+    """Hd = 1/(2·Σ_g f_g/u_g), elementwise over the tables' axes: the per-layer time a
+    DualPipe rank is bounded by on node groups of GPU fractions `fr` and least per-layer times
+    `u` (the module docstring's proof: f_g are the fractions taken fastest group first, up to
+    a total of 1/2)."""
+    x = np.stack(np.broadcast_arrays(*[1.0 / np.maximum(np.asarray(ug, float), 1e-30)
+                                       for ug in u]))
+    order = np.argsort(-x, axis=0, kind="stable")
+    xs = np.take_along_axis(x, order, axis=0)
+    f = np.broadcast_to(np.asarray(fr, float).reshape((-1,) + (1,) * (x.ndim - 1)), x.shape)
+    fs = np.take_along_axis(f, order, axis=0)
+    before = np.cumsum(fs, axis=0) - fs
+    take = np.clip(0.5 - before, 0.0, fs)
+    return np.asarray(1.0 / (2.0 * np.sum(take * xs, axis=0)), float)
 
 
 def plan_terms(job: Any, plan: Plan) -> Terms:

@@ -26,8 +26,9 @@ m, j) and the stage's chunks alone (cost/schedules.py `inflight_units`):
   j running stage j and its mirror p-1-j; it and DualPipeV on a MoE model whose recipe does
   not overlap every micro-batch's EP all-to-all (`hides_ep`: the hidden share depends on m)
   are scored by the cost model over the named layouts, bounded by the master alone
-  (search/model_scored.py holds the proof); DualPipe on several node groups stays
-  evaluate-only (`unreplayed`), and DualPipeV hiding EP stays out of the union (`union_ok`).
+  (search/model_scored.py holds the proof, on several node groups too: `pair_harmonic`;
+  there every stage placement is scored, at the pp with at most `PLACEMENTS_MAX` of them:
+  `narrow_placements`), and DualPipeV hiding EP stays out of the union (`union_ok`).
 
 `SEARCHED` lists them; `--fix schedule=X` searches X only. Without it the space is the union
 (`union_schedules`) of today's default (1f1b at vpp 1, interleaved at vpp > 1; the schedule
@@ -96,7 +97,7 @@ pipeline = (m - rho/vpp)·T + rho·S/vpp has nonnegative coefficients in T and S
 - memory: f_j = min(p, m) or min(2p - 1, m) >= 1, the same on every stage (the partition
   model's "f_j nonincreasing in j" symmetry break holds, the master's >= 1 in-flight holds).
 
-Kept whole (about 470 lines): the schedule rules (domains, in-flight counts, bubble ratios and
+Kept whole (about 530 lines): the schedule rules (domains, in-flight counts, bubble ratios and
 their bounds) that every part of the search reads, each beside the proof above that uses it.
 """
 
@@ -188,13 +189,13 @@ def union_schedules(r: Restriction | None, pps: Sequence[int], vpps: Sequence[in
                     job: Any = None) -> tuple[str | None, ...]:
     """The sub-spaces' schedules of a space without `--fix schedule`: None (today's default)
     and each of `UNION` that some pp > 1 of the domains runs at its vpp (1, or 2 for the
-    V-shaped ones: `chunks`), that the frameworks run and the search covers (`unreplayed`)."""
+    V-shaped ones: `chunks`), that the frameworks run and the union adds (`union_ok`)."""
     pp = max(pps, default=1)
     if pp == 1:
         return (None,)
     return (None, *(s for s in UNION if chunks(s) in vpps
                     and (r is None or runs(s, r, pp, chunks(s)) is None)
-                    and (job is None or (unreplayed(s, job) is None and union_ok(s, job)))))
+                    and (job is None or union_ok(s, job))))
 
 
 def chunks(schedule: str) -> int:
@@ -224,15 +225,45 @@ def hides_ep(schedule: str | None, job: Any) -> bool:
         and not recipe_options(job.recipe).ep_overlap
 
 
-def unreplayed(schedule: str | None, job: Any) -> str | None:
-    """Why the search does not search `schedule` for `job` (None: it does): DualPipe on a
-    cluster of several node groups (the master's harmonic per-layer bound T >= L·Hu/pp holds
-    for the slowest stage, not for a rank that averages two stages of different groups:
-    search/model_scored.py)."""
-    if schedule == "dualpipe" and len(job.cluster.node_groups) > 1:
-        return ("not a search axis yet on a cluster of several node groups (a rank averages "
-                "two stages)")
-    return None
+#: the most stage placements (node-group orders, `SearchSpace.stage_group_counts`) a DualPipe
+#: key on several node groups may have: each is scored by the cost model (model_scored.py),
+#: so its pp domain keeps the pipeline degrees at or under it (`narrow_placements`)
+PLACEMENTS_MAX = 100
+
+
+def placement_count(job: Any, pp: int) -> int:
+    """The distinct node-group orders of pp stages on `job`'s cluster (a stage holds N/pp GPUs,
+    group g gpus_g·pp/N stages): the multinomial; 0 where a group holds no whole stage."""
+    n = job.num_gpus
+    counts = [g.num_gpus * pp for g in job.cluster.node_groups]
+    if any(c % n for c in counts):
+        return 0
+    out, left = 1, pp
+    for c in counts:
+        out *= math.comb(left, c // n)
+        left -= c // n
+    return out
+
+
+def narrow_placements(schedule: str | None, pps: list[int], job: Any,
+                      pins: Mapping[str, Any]) -> list[int]:
+    """The pp domain of a DualPipe space on several node groups: the degrees with at most
+    `PLACEMENTS_MAX` stage placements (each key scans them all, model_scored.py), every pp
+    when `stage_groups` is pinned (one placement); InputError for a pinned pp above it."""
+    if schedule != "dualpipe" or len(job.cluster.node_groups) == 1 or "stage_groups" in pins:
+        return pps
+    keep = [p for p in pps if placement_count(job, p) <= PLACEMENTS_MAX]
+    if "pp" in pins and pins["pp"] in pps and pins["pp"] not in keep:
+        raise InputError(
+            f"--fix schedule=dualpipe: pp={pins['pp']} on these node groups has "
+            f"{placement_count(job, pins['pp']):,} stage placements (searched: at most "
+            f"{PLACEMENTS_MAX} a key); pin stage_groups to search one, or evaluate a plan "
+            f"(evaluate --plan '...,schedule=dualpipe')", field="pp")
+    if not keep:
+        raise InputError(f"--fix schedule=dualpipe: every even pp of this job has more than "
+                         f"{PLACEMENTS_MAX} stage placements on these node groups; pin "
+                         f"stage_groups to search one", field="pp")
+    return keep
 
 
 def union_ok(schedule: str, job: Any) -> bool:
@@ -241,14 +272,6 @@ def union_ok(schedule: str, job: Any) -> bool:
     cost model (search/model_scored.py), too slow a sub-space to add unasked; `--fix
     schedule=dualpipev` searches it."""
     return not hides_ep(schedule, job)
-
-
-def refuse_unreplayed(schedule: str | None, job: Any) -> None:
-    """InputError (exit 2) for a pinned schedule `unreplayed` names."""
-    why = unreplayed(schedule, job)
-    if why is not None:
-        raise InputError(f"--fix schedule={schedule}: {why}; evaluate a plan with it (evaluate "
-                         f"--plan '...,schedule={schedule}')", field="schedule")
 
 
 def variant_domains(schedule: str, pps: Sequence[int], vpps: Sequence[int]

@@ -68,7 +68,7 @@ from typing import Any
 
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search.pins import check_structural_pins, replicate_zeros
-from autoparallel_cp.search.schedule_axis import narrow, narrow_recompute, refuse_unreplayed
+from autoparallel_cp.search.schedule_axis import narrow, narrow_placements, narrow_recompute
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, RecomputeMode
 
@@ -154,8 +154,8 @@ def job_domains(job: Job, pins: dict[str, Any], *, partition: str, partial_recom
         partition = "free"
         pps = [p for p in pps if len(pins["chunk_layers"]) % p == 0]
         vpps = sorted({len(pins["chunk_layers"]) // p for p in pps})
-    refuse_unreplayed(pins.get("schedule"), job)
     pps, vpps = narrow(pins.get("schedule"), pps, vpps)
+    pps = narrow_placements(pins.get("schedule"), pps, job, pins)
     if "stage_groups" in pins:
         pps = [p for p in pps if p == len(pins["stage_groups"])]
     if "recompute_layers" in pins and "recompute" not in pins:

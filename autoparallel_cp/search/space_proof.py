@@ -15,7 +15,7 @@ from typing import Any
 
 from autoparallel_cp.search.act_offload import act_layers, pipelined
 from autoparallel_cp.search.act_offload import searched as act_searched
-from autoparallel_cp.search.schedule_axis import SCANNED, UNION, searched
+from autoparallel_cp.search.schedule_axis import PLACEMENTS_MAX, SCANNED, UNION, searched
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import default_schedule
 
@@ -54,13 +54,24 @@ def _split_rule(space: SearchSpace) -> str:
     replayed = [s for s in space.schedules if s in SCANNED]
     if replayed == list(space.schedules):  # ZBV / DualPipe(V) alone: replay_axis.py
         return (_NAMED.replace("layouts (", "layouts only (")[:-1]
-                + "; free per-stage counts under a V or DualPipe: evaluated, not searched)")
+                + "; free per-stage counts under a V or DualPipe: evaluated, not searched)"
+                + _placements(space))
     rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
     if space.named_splits:
         rule += "; and " + _NAMED.replace("the named layouts", "the named uneven layouts")
     if replayed:
         rule += f"; under {', '.join(replayed)} the named layouts only"
     return rule
+
+
+def _placements(space: SearchSpace) -> str:
+    """DualPipe on several node groups: every stage placement, at the pp with at most
+    `PLACEMENTS_MAX` of them (schedule_axis.py `narrow_placements`)."""
+    if space.schedule != "dualpipe" or not space.heterogeneous or "stage_groups" in space.fixed:
+        return ""
+    return (f"; stage placements: every order of the node groups' stages, at the pp with at "
+            f"most {PLACEMENTS_MAX} (larger pp: evaluated, or searched with stage_groups "
+            f"pinned)")
 
 
 def proof_space(space: SearchSpace) -> dict[str, Any]:

@@ -7,9 +7,12 @@ with its stated fields; the default search and the union are unchanged."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -27,6 +30,7 @@ from autoparallel_cp.search.solve import enumerate_plans, solve
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import build_tables, plan_cost
 from autoparallel_cp.spec import RECIPES, Job
+from autoparallel_cp.spec.cluster import ClusterSpec
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -48,10 +52,6 @@ def test_a_dualpipe_pin_narrows_the_space() -> None:
 def test_dualpipe_pins_outside_its_rules_are_input_errors() -> None:
     with pytest.raises(UserError, match="pp"):
         SearchSpace.for_job(_job(), fix="schedule=dualpipe,pp=1", max_pp=4)
-    # a rank averages two stages: on several node groups the master's per-layer bound fails
-    job = Job(model=_mini(False, 8), cluster=_mixed_small(), seq_len=4096, global_batch=32)
-    with pytest.raises(UserError, match="several node groups"):
-        SearchSpace.for_job(job, fix="schedule=dualpipe", max_pp=4)
 
 
 @pytest.mark.parametrize("sched, moe", [("dualpipe", False), ("dualpipe", True),
@@ -158,3 +158,91 @@ def test_deepseek_v3_report_row_is_found_with_dualpipe() -> None:
                                                                            128)
     assert got.fits
     assert got.time.step_s == pytest.approx(evaluate(job, got.plan).time.step_s, rel=1e-12)
+
+
+def _mixed(gpn: int, n0: int, n1: int, a100_first: bool) -> ClusterSpec:
+    """The mixed H100 / A100 preset cut to `n0` / `n1` nodes of `gpn` GPUs (either order)."""
+    c = _mixed_small()
+    gs = [g.model_copy(update={"num_nodes": n, "gpus_per_node": gpn})
+          for g, n in zip(c.node_groups, (n0, n1), strict=True)]
+    return c.model_copy(update={"node_groups": gs[::-1] if a100_first else gs})
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@example(gpn=2, n0=1, n1=2, a100_first=True, moe=False, seq=8192)
+@example(gpn=4, n0=1, n1=1, a100_first=False, moe=True, seq=4096)
+@given(gpn=st.sampled_from([2, 4]), n0=st.sampled_from([1, 2]), n1=st.sampled_from([1, 2]),
+       a100_first=st.booleans(), moe=st.booleans(), seq=st.sampled_from([2048, 8192, 32768]))
+def test_dualpipe_on_several_node_groups_matches_enumeration(
+        gpn: int, n0: int, n1: int, a100_first: bool, moe: bool, seq: int) -> None:
+    """DualPipe on a mixed H100 / A100 cluster is searched (no longer exit 2): the master's
+    LB (`pair_harmonic`) <= every key's exact best over every stage placement, and CP-SAT's
+    top k equals the enumerator's."""
+    job = Job(model=_mini(moe, 6 if moe else 8), cluster=_mixed(gpn, n0, n1, a100_first),
+              seq_len=seq, global_batch=32)
+    try:
+        space = SearchSpace.for_job(job, fix="schedule=dualpipe", max_pp=8, max_mbs=2)
+    except UserError:
+        return  # no even pp whose stages the node groups hold whole
+    assert space.heterogeneous
+    if space.num_degree_combinations() == 0:
+        return
+    _assert_master_bounds(job, space, 1)
+    _compare_exact(job, space, 4)
+
+
+def _least_rank_time(us: tuple[float, ...], layers: int) -> float:
+    """min over stage placements and free layer counts (>= 0 each) of DualPipe's slowest rank,
+    max_j (l_j·u_j + l_{p-1-j}·u_{p-1-j})/2 (stage j of per-layer time u_j), by brute force."""
+    p = len(us)
+    best = math.inf
+    for perm in set(itertools.permutations(us)):
+        for cuts in itertools.combinations_with_replacement(range(layers + 1), p - 1):
+            ls = [b - a for a, b in zip((0, *cuts), (*cuts, layers), strict=True)]
+            best = min(best, max((ls[j] * perm[j] + ls[p - 1 - j] * perm[p - 1 - j]) / 2
+                                 for j in range(p)))
+    return best
+
+
+@settings(max_examples=30, deadline=None)
+@example(counts=(1, 1), u=[1.0, 2.0, 1.0], layers=6)
+@given(counts=st.sampled_from([(1, 1), (2, 2), (1, 3), (3, 1), (2, 1, 1), (1, 1, 2)]),
+       u=st.lists(st.floats(0.1, 10.0), min_size=3, max_size=3),
+       layers=st.integers(1, 7))
+def test_pair_harmonic_bounds_every_placement_and_split(counts: tuple[int, ...],
+                                                        u: list[float], layers: int) -> None:
+    """L·Hd/p <= DualPipe's slowest rank over every placement and every layer split (free
+    counts included), where the other schedules' harmonic L·Hu/p bounds the slowest stage
+    only: at (1, 2) x (1, 2) all layers on the fast stage's pair gives L/2 < L·(4/3)/2."""
+    p = sum(counts)
+    fr = [c / p for c in counts]
+    us = tuple(u[g] for g, c in enumerate(counts) for _ in range(c))
+    hd = float(model_scored.pair_harmonic(fr, [np.array(u[g]) for g in range(len(counts))]))
+    least = _least_rank_time(us, layers)
+    assert layers * hd / p <= least * (1 + 1e-12)
+    hu = 1.0 / sum(f / u[g] for g, f in enumerate(fr))
+    assert hd <= hu * (1 + 1e-12)
+    if counts == (1, 1) and u[:2] == [1.0, 2.0]:
+        assert least < layers * hu / p and least == pytest.approx(layers * hd / p)
+
+
+def test_dualpipe_placements_narrow_the_pipeline_degrees() -> None:
+    """DualPipe on several node groups scans every stage placement of a key, so its pp domain
+    keeps the degrees with at most PLACEMENTS_MAX of them (the mixed preset's two equal
+    groups: C(8, 4) = 70 at pp 8, C(16, 8) = 12,870 at pp 16); a pinned pp above it is exit 2
+    unless stage_groups is pinned too, and the proof line says so."""
+    from autoparallel_cp.search.space_proof import proof_space, space_line
+    from autoparallel_cp.spec.loaders import load_cluster, load_model
+
+    job = Job(model=load_model("llama3-70b"), cluster=load_cluster("mixed-h100-a100"),
+              seq_len=4096, global_batch=1024)
+    assert [schedule_axis.placement_count(job, p) for p in (2, 4, 8, 16)] == [2, 6, 70, 12870]
+    sp = SearchSpace.for_job(job, fix="schedule=dualpipe")
+    assert sp.pp == (2, 4, 8)
+    assert "stage placements: every order" in space_line(proof_space(sp))
+    with pytest.raises(UserError, match="12,870 stage placements"):
+        SearchSpace.for_job(job, fix="schedule=dualpipe,pp=16")
+    groups = ":".join(["0"] * 8 + ["1"] * 8)
+    assert SearchSpace.for_job(job, fix=f"schedule=dualpipe,pp=16,stage_groups={groups}").pp \
+        == (16,)
+    assert SearchSpace.for_job(job, fix="schedule=1f1b", max_pp=16).pp[-1] == 16  # others keep

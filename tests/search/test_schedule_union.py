@@ -43,7 +43,7 @@ def test_the_union_is_named_and_restricted_to_what_the_framework_runs() -> None:
     assert sp.describe()["schedule"] == UNION
     # Megatron (--emit) runs none of them, torchtitan (recipe) the V-shaped ones only
     # (spec/frameworks.py RUNS_SCHEDULES); DualPipeV is not searched on a MoE model
-    # (schedule_axis.py `unreplayed`)
+    # (schedule_axis.py `union_ok`)
     assert SearchSpace.for_job(job, max_pp=4, emit="megatron").schedules == (None,)
     tt = job.model_copy(update={"recipe": RECIPES["torchtitan-fsdp"]})
     assert SearchSpace.for_job(tt, max_pp=4).schedules == (None, "zbv", "dualpipev")
