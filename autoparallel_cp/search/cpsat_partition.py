@@ -36,7 +36,7 @@ from ortools.sat.python import cp_model
 
 from autoparallel_cp.search.act_offload import act_layers, pipelined, stage_terms
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
-from autoparallel_cp.search.limits import Budget
+from autoparallel_cp.search.limits import MODEL_PLAN_DTIME, Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
 from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.schedule_axis import (
@@ -490,7 +490,7 @@ def _solve_family(t: Tables, key: Any, *, seed: int, workers: int, max_rounds: i
     from autoparallel_cp.search.tables import plan_cost
 
     if _determined(t, key):
-        return _score_determined(t, key, cutoff_s)
+        return _score_determined(t, key, cutoff_s, budget)
     pm = build_partition(t, key)
     if pm is None:
         return None, True
@@ -528,11 +528,12 @@ def _determined(t: Tables, key: Any) -> bool:
     return t.space.num_placements(key.tp, key.cp, key.dp, key.pp) <= DIRECT_PLACEMENTS
 
 
-def _score_determined(t: Tables, key: Any, cutoff_s: float | None
+def _score_determined(t: Tables, key: Any, cutoff_s: float | None, budget: Budget
                       ) -> tuple[tuple[float, Plan, float, float] | None, bool]:
     """The exact best plan of a `_determined` key (the scan scores every choice with the
     vectorized `tables.plan_cost` composition): no model, so no rounding error (diff and
-    bound 0). None, proven, when nothing fits or the best is above `cutoff_s`."""
+    bound 0). None, proven, when nothing fits or the best is above `cutoff_s`. The cost
+    model's own scans charge `budget` per plan scored (`limits.MODEL_PLAN_DTIME`)."""
     from autoparallel_cp.search.enumerate import best_of_pinned_split
     from autoparallel_cp.search.model_scan import best_of_key
     from autoparallel_cp.search.model_scored import model_scored
@@ -542,7 +543,9 @@ def _score_determined(t: Tables, key: Any, cutoff_s: float | None
     # instance, so tables at another capacity (`tables.with_capacity`, a new instance) rescan
     memo: dict[Any, Any] = t.__dict__.setdefault("_pinned_best", {})
     if key not in memo:
+        n0 = len(t.__dict__.get("_model_terms", {}))
         memo[key] = (best_of_key if model_scored(t.space) else best_of_pinned_split)(t, key)
+        budget.charge(MODEL_PLAN_DTIME * (len(t.__dict__.get("_model_terms", {})) - n0))
     got = memo[key]
     if got is None or (cutoff_s is not None and got[0] > cutoff_s):
         return None, True

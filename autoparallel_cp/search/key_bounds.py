@@ -26,6 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.search import key_grid
+from autoparallel_cp.search.dualpipe_bound import applies as dualpipe_applies
+from autoparallel_cp.search.dualpipe_bound import dualpipe_key_bound
 from autoparallel_cp.search.key_coefs import KeyCoefs, coef_arrays, key_coefs, stack_coefs
 from autoparallel_cp.search.key_grid import Batch, key_class, least_step
 from autoparallel_cp.search.model_scored import model_scored
@@ -37,8 +39,10 @@ def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]
     """The uncoupled bound of `key` over each of its partition families, in
     `SearchSpace.split_families` order (inf for a family no split of which fits): the space's
     own partitions (when they place the layers), then each named layout."""
-    if model_scored(t.space):  # the master's bound only (search/model_scored.py)
-        return [0.0] * len(t.space.split_families(key.pp, key.vpp))
+    if model_scored(t.space):  # the master's, or DualPipe's own (search/dualpipe_bound.py),
+        # which holds for every split: the same for each family
+        v = dualpipe_key_bound(t, key) if dualpipe_applies(t.space) else 0.0
+        return [v] * len(t.space.split_families(key.pp, key.vpp))
     cc = c if c is not None else key_coefs(t, key)
     cls = key_class(t, key, min(cc.rho) >= 0.0)
     out: list[float] = []
@@ -123,11 +127,12 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
     candidates T' >= T_lb bounds every plan of the key. The scan goes up in T' and stops once
     phi(T', S_lb) (<= bound(T'), nondecreasing in T') reaches the least bound so far.
 
-    DualPipe and a DualPipeV hiding EP all-to-all (search/model_scored.py): 0, the master's
-    bound only (a rank averages two stages; the hidden share depends on m).
+    DualPipe (search/model_scored.py): search/dualpipe_bound.py's bound (a rank averages two
+    stages: T >= S/pp, the bubble rho·(S - T), the ranks' mean tail). A DualPipeV hiding EP
+    all-to-all: 0, the master's bound only (its replayed bubble; the share depends on m).
     """
     if model_scored(t.space):
-        return 0.0
+        return dualpipe_key_bound(t, key) if dualpipe_applies(t.space) else 0.0
     if t.variants:  # the least over the expert-TP sizes the key is legal under
         return min((key_bound(tv, key, None, coupled=coupled)
                     for tv in key_variants(t, key)), default=math.inf)
@@ -155,7 +160,14 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
     classes."""
     if not keys:
         return []
-    if model_scored(t.space):  # `key_bound`'s 0 (search/model_scored.py)
+    if model_scored(t.space):  # `key_bound`'s (search/model_scored.py, dualpipe_bound.py)
+        if dualpipe_applies(t.space):
+            out_d = []
+            for k in keys:
+                if between is not None:
+                    between()
+                out_d.append(dualpipe_key_bound(t, k))
+            return out_d
         return [0.0] * len(keys)
     if t.variants:
         # each key's least bound over the expert-TP sizes it is legal under: a row per (key,

@@ -20,12 +20,17 @@ A per-stage table cannot hold a rank that averages two stages, nor h, which depe
   best is the least (step, `Plan.key()`), the enumerator's order. The enumerator
   (search/enumerate.py) scores the same plans the same way, so CP-SAT equals it when no
   bound skips a key's best: what tests/search/test_dualpipe_search.py checks;
-- per-key bounds (key_bounds.py): none beyond the master's (`key_bound` is 0 for these
-  spaces; solve.py takes the max with the master's LB);
-- the master (cpsat_master.py), valid for every DualPipe plan: rho' = 0 (`family_ratio`),
-  so the pipeline bound is m·V/pp with V = max(S_lb, L·Hd). The ranks' times sum to S (each
-  stage's time appears in two ranks at weight 1/2), so T_rank >= S/pp >= S_lb/pp. On one
-  group of per-layer time u, S >= L·u, so T_rank >= L·u/pp (Hd = u). On several node groups
+- per-key bounds (key_bounds.py): DualPipe's own (search/dualpipe_bound.py, over each
+  (split, placement): the slowest rank pair, the bubble, the ranks' tail and memory); a
+  DualPipeV hiding EP none beyond the master's (`key_bound` 0); solve.py takes the max with
+  the master's LB;
+- the master (cpsat_master.py), valid for every DualPipe plan: rho' = the family's least
+  DualPipe rho (`family_ratio`; 0 for a DualPipeV), so the pipeline bound is
+  (m - rho')·V/pp + rho'·S_lb with V = max(S_lb, L·Hd): m·T + rho·(S - T) =
+  (m - rho)·T + rho·S grows with T and S (0 <= rho' <= rho < 1 <= m). The ranks' times
+  sum to S (each stage's time appears in two ranks at weight 1/2), so
+  T_rank >= S/pp >= S_lb/pp. On one group of per-layer time u, S >= L·u, so
+  T_rank >= L·u/pp (Hd = u). On several node groups
   the harmonic Hu of the other schedules bounds the slowest *stage*, not a rank that averages
   two stages of different groups, so the master takes `pair_harmonic` Hd <= Hu instead:
   stage j of group g_j with l_j layers takes t_j >= l_j·u_{g_j} (the tables' least per-layer

@@ -25,7 +25,8 @@ m, j) and the stage's chunks alone (cost/schedules.py `inflight_units`):
   pp and an even m >= 2pp (`degree_ok`), stage j holding min(p - j, m/2) (`inflight`), rank
   j running stage j and its mirror p-1-j; it and DualPipeV on a MoE model whose recipe does
   not overlap every micro-batch's EP all-to-all (`hides_ep`: the hidden share depends on m)
-  are scored by the cost model over the named layouts, bounded by the master alone
+  are scored by the cost model over the named layouts, bounded by the master (DualPipe with
+  its rho) and DualPipe by its own per-key bound (search/dualpipe_bound.py)
   (search/model_scored.py holds the proof, on several node groups too: `pair_harmonic`;
   there every stage placement is scored, at the pp with at most `PLACEMENTS_MAX` of them:
   `narrow_placements`), and DualPipeV hiding EP stays out of the union (`union_ok`).
@@ -373,10 +374,10 @@ def family_ratio(spaces: Sequence[Any], tp: int, cp: int, mbs: int, pp: int) -> 
     master's rho', module docstring): `bubble_ratio` does not grow with m (its docstring's
     proof) and is the same for every m >= 2pp - 1, so its least over m is its value at 2pp."""
     s0 = spaces[0]
-    if s0.schedule in SCANNED:
+    if s0.schedule in REPLAYED:
         return 0.0  # `key_ratio`'s rho' of every key
-    if s0.schedule not in RATIO_SCHEDULES or pp == 1:
-        return 1.0
+    if s0.schedule not in RATIO_SCHEDULES | {"dualpipe"} or pp == 1:
+        return 1.0  # DualPipe: its closed-form rho, m-free (search/model_scored.py)
     # the distinct (etp, ep, mode, count, sp) of the spaces (the replicas variants repeat
     # them): each family's min once
     memo: dict[Any, Any] = s0.__dict__.setdefault("_famrho", {})

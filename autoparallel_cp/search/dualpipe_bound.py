@@ -1,0 +1,150 @@
+"""A per-key lower bound for DualPipe keys (search/model_scored.py scores their plans with the
+cost model; until now such a key had only the master's bound, which drops the bubble, the
+recompute replays and how the node groups hold the stages, so the search scored keys of 2pp
+micro-batches and memory-bound keys first and could not prove a mixed cluster in 10 s).
+
+What evaluate charges a DualPipe plan (cost/steptime.py `step_time`, `_dualpipe_rank`): rank
+r runs stage r and its mirror p-1-r, its per-micro-batch time T_r the mean of the two stage
+times, its DP sync d_r and optimizer step o_r the sums; the step (without the calibrated fixed
+time, as every search composition) is
+
+    m·T + rho·(S - T) + max_r exposed_r + max_r o_r,   T = max_r T_r,  S = sum_r T_r,
+
+rho = `bubble_ratio("dualpipe", p, (F, B, W), m)` (m-free), exposed_r >= tail_frac·d_r
+(steptime.py `exposed_dp`, `Tables.tail_frac`), S the sum of the stage times (each stage is
+half of two ranks). A DualPipe key's plans (model_scan.py `best_of_key`) are its families'
+explicit splits (named layouts, the uniform or a pinned split: `SearchSpace.free_ok` admits no
+free split for it) x its stage placements (`enumerate_axes.placement_array`) x its recompute
+counts, so per (split, placement), with the tables' per-layer entries (`key_coefs`):
+
+- stage j on group g with l_j layers (k of them the dense prefix on stage 0) takes
+  t_j >= c_j = (l_j - k_j)·u_g + k_j·u'_g (+ the embedding's time on stage 0, the LM head's on
+  the last): u the tables' layer time of the key's mode, plus the replay where the key
+  recomputes every layer (mode full, neither a pinned count nor partial recompute:
+  `recompute_values` == [None]); the tables' layer times are the plan's (dense models) or
+  lower bounds of them (a hidden EP share: model_scored.py `hidden_lb`); p2p, ZeRO-3, MTP and
+  offload terms are >= 0 and dropped. So T >= T_lb = max_r (c_r + c_{p-1-r})/2, S >= S_lb =
+  sum_j c_j, and as 0 <= rho < 1 <= m, m·T + rho·(S - T) = (m - rho)·T + rho·S >=
+  (m - rho)·T_lb + rho·S_lb. rho is the key's (the plans' split is the probe's,
+  `schedule_axis.key_split`; a pinned count: the least of its two).
+- tail: d_j >= the layers' DP-sync entries + the edges' + the fixed term (0 when the plan
+  syncs nothing, as steptime.py), o_j likewise, so max_r exposed_r + max_r o_r >=
+  tail_frac·max_r (d_r + d_{p-1-r}) + max_r (o_r + o_{p-1-r}).
+- memory (necessary): rank r holds both stages' model states and their activations at their
+  own in-flight counts (cost/memory.py `stage_memory`, `inflight_units`), plus its constant
+  buffers, in charged bytes as the tables hold them; the work buffers are >= 0 and dropped,
+  and a kept layer's bytes are the least of its mode's (a checkpoint where every layer is
+  replayed, the least of kept and checkpoint under a pinned count). A (split, placement) with
+  a rank above its group's capacity has no fitting plan.
+
+The key's bound is the least over its (split, placement) pairs (inf when none fits).
+tests/search/test_dualpipe_bound.py checks it is <= every key's exact best on random small
+spaces, one and two node groups, dense and MoE; test_dualpipe_search.py, that every search
+still equals the enumerator.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from autoparallel_cp.cost.schedules import bubble_ratio, inflight_units
+from autoparallel_cp.search.act_offload import act_layers
+from autoparallel_cp.search.enumerate_axes import (
+    partition_array,
+    placement_array,
+    recompute_values,
+)
+from autoparallel_cp.search.key_coefs import KeyCoefs, key_coefs
+from autoparallel_cp.search.schedule_axis import key_split
+from autoparallel_cp.search.space import Degrees
+from autoparallel_cp.search.tables import Tables, key_variants
+from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan
+
+F64 = npt.NDArray[np.float64]
+
+
+def applies(space: Any) -> bool:
+    """Whether `dualpipe_key_bound` bounds the keys of `space` (DualPipe: pp > 1 always)."""
+    return bool(space.schedule == "dualpipe")
+
+
+def dualpipe_key_bound(t: Tables, key: Any) -> float:
+    """The module docstring's bound of every plan of `key` (inf when none fits); the least
+    over the key's variants (expert-TP sizes, offload shares, replicas)."""
+    vs = key_variants(t, key)
+    if len(vs) != 1 or vs[0] is not t:
+        return min((dualpipe_key_bound(v, key) for v in vs if not v.variants),
+                   default=math.inf)
+    space = t.space
+    c = key_coefs(t, key)
+    mode = RECOMPUTE_MODES[key.mode]
+    rls = recompute_values(space, mode, space.num_layers)
+    every = mode == "full" and rls == [None]
+    p = key.pp
+    d = Degrees(key.tp, p, key.cp, key.dp, key.ep, key.vpp, key.mbs, key.m)
+    places, _ = placement_array(space, t, d)
+    if len(places) == 0:
+        return math.inf
+    rho = min(bubble_ratio("dualpipe", p, key_split(space, p, key.tp, key.cp, key.ep,
+                                                    space.etp, key.sp, key.mbs, mode, rl),
+                           key.m) for rl in rls)
+    probe = Plan(pp=p, tp=key.tp, cp=key.cp, dp=key.dp, ep=key.ep, etp=space.etp,
+                 num_microbatches=key.m, schedule="dualpipe")
+    synced = key.dp * key.cp > 1 or probe.expert_dp > 1
+    f = np.array([inflight_units(probe, j, (1,)) for j in range(p)], float)
+    best = math.inf
+    for fam in space.split_families(p, key.vpp):
+        parts, _ = partition_array(fam, p, key.vpp)
+        for ls in parts:
+            best = min(best, _least(t, c, key, rho, every, synced, f,
+                                    np.asarray(ls, float), places))
+    return best
+
+
+def _least(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bool, f: F64,
+           ls: F64, places: npt.NDArray[np.int64]) -> float:
+    """The least bound over the placements `places` (Q, p) of one split `ls` (p,)."""
+    p = len(ls)
+    k = np.zeros(p)
+    k[0] = min(float(t.dense_prefix), float(ls[0]))
+    main = ls - k
+    first = np.arange(p) == 0
+    last = np.arange(p) == p - 1
+
+    def arr(x: list[float]) -> F64:
+        return np.asarray(x, float)[places]  # (Q, p): the entry of each stage's group
+
+    def per_stage(main_v: list[float], dense_v: list[float], emb: list[float],
+                  head: list[float]) -> F64:
+        return (main * arr(main_v) + k * arr(dense_v) + first * arr(emb) + last * arr(head))
+
+    u = [a + (r if every else 0.0) for a, r in zip(c.tau, c.rho, strict=True)]
+    ud = [a + (r if every else 0.0) for a, r in zip(c.tau_d, c.rho_d, strict=True)]
+    cst = per_stage(u, ud, c.emb_time, c.head_time)
+    mirror = cst[:, ::-1]
+    T = np.max(cst + mirror, axis=1) / 2.0
+    S = np.sum(cst, axis=1)
+    zeros = [0.0] * len(c.tau)
+    if synced:
+        ds = per_stage(c.dsync, c.dsync_d, c.emb_dps, c.head_dps) + arr(c.dps_fixed)
+    else:
+        ds = np.zeros_like(cst)
+    os_ = per_stage(c.opt, c.opt_d, c.emb_opt, c.head_opt)
+    tail = (t.tail_frac * np.max(ds + ds[:, ::-1], axis=1)
+            + np.max(os_ + os_[:, ::-1], axis=1))
+    # memory: both stages' states and in-flight activations, the constant buffers
+    kept = act_layers(t.space) == 0  # activation offload moves bytes to the host: dropped
+    a = [min(x, y) if not every else y for x, y in zip(c.act, c.ckpt, strict=True)]
+    ad = [min(x, y) if not every else y for x, y in zip(c.act_d, c.ckpt_d, strict=True)]
+    act = per_stage(a, ad, c.emb_act, zeros) * f if kept else np.zeros_like(cst)
+    st = main * c.sigma + k * c.sigma_d + first * c.emb_states + last * c.head_states
+    mem = st + act
+    rank_mem = mem + mem[:, ::-1] + c.const_mem
+    fits = np.all(rank_mem <= arr(c.capacity), axis=1)
+    val = (key.m - rho) * T + rho * S + tail
+    val = np.where(fits, val, np.inf)
+    return float(np.min(val))
