@@ -226,9 +226,10 @@ def hides_ep(schedule: str | None, job: Any) -> bool:
         and not recipe_options(job.recipe).ep_overlap
 
 
-#: the most stage placements (node-group orders, `SearchSpace.stage_group_counts`) a DualPipe
-#: key on several node groups may have: each is scored by the cost model (model_scored.py),
-#: so its pp domain keeps the pipeline degrees at or under it (`narrow_placements`)
+#: the most stage placements (node-group orders, `SearchSpace.stage_group_counts`) a key of a
+#: scanned schedule on several node groups may have: each is scored (by the cost model,
+#: model_scored.py, or the replay, replay_axis.py), so its pp domain keeps the pipeline
+#: degrees at or under it (`placement_capped`; pp 16 on the mixed preset has 12,870)
 PLACEMENTS_MAX = 100
 
 
@@ -246,22 +247,32 @@ def placement_count(job: Any, pp: int) -> int:
     return out
 
 
+def placement_capped(schedule: str | None, pps: Sequence[int], job: Any,
+                     pins: Mapping[str, Any]) -> list[int]:
+    """The degrees of `pps` whose keys scan at most `PLACEMENTS_MAX` stage placements: every pp
+    of a schedule whose keys are not scanned (`SCANNED`: DualPipe, ZBV, DualPipeV score every
+    placement of a key, replay_axis.py, model_scored.py), on one node group, or with
+    `stage_groups` pinned (one placement)."""
+    if schedule not in SCANNED or len(job.cluster.node_groups) == 1 or "stage_groups" in pins:
+        return list(pps)
+    return [p for p in pps if placement_count(job, p) <= PLACEMENTS_MAX]
+
+
 def narrow_placements(schedule: str | None, pps: list[int], job: Any,
                       pins: Mapping[str, Any]) -> list[int]:
-    """The pp domain of a DualPipe space on several node groups: the degrees with at most
-    `PLACEMENTS_MAX` stage placements (each key scans them all, model_scored.py), every pp
-    when `stage_groups` is pinned (one placement); InputError for a pinned pp above it."""
-    if schedule != "dualpipe" or len(job.cluster.node_groups) == 1 or "stage_groups" in pins:
+    """The pp domain of a pinned DualPipe, ZBV or DualPipeV space on several node groups
+    (`placement_capped`); InputError for a pinned pp above the cap, or none left."""
+    keep = placement_capped(schedule, pps, job, pins)
+    if keep == pps:
         return pps
-    keep = [p for p in pps if placement_count(job, p) <= PLACEMENTS_MAX]
     if "pp" in pins and pins["pp"] in pps and pins["pp"] not in keep:
         raise InputError(
-            f"--fix schedule=dualpipe: pp={pins['pp']} on these node groups has "
+            f"--fix schedule={schedule}: pp={pins['pp']} on these node groups has "
             f"{placement_count(job, pins['pp']):,} stage placements (searched: at most "
             f"{PLACEMENTS_MAX} a key); pin stage_groups to search one, or evaluate a plan "
-            f"(evaluate --plan '...,schedule=dualpipe')", field="pp")
+            f"(evaluate --plan '...,schedule={schedule}')", field="pp")
     if not keep:
-        raise InputError(f"--fix schedule=dualpipe: every even pp of this job has more than "
+        raise InputError(f"--fix schedule={schedule}: every pp of this job has more than "
                          f"{PLACEMENTS_MAX} stage placements on these node groups; pin "
                          f"stage_groups to search one", field="pp")
     return keep

@@ -21,6 +21,7 @@ from autoparallel_cp.search.schedule_axis import (
     SCANNED,
     degree_ok,
     narrow_recompute,
+    placement_capped,
     refuse_unrun,
     refuse_unsearched,
     union_schedules,
@@ -231,6 +232,7 @@ class SearchSpace:
                     out.append(self.with_(schedules=(None,)))
                     continue
                 pps, vpps = variant_domains(s, self.pp, self.vpp)
+                pps = tuple(placement_capped(s, pps, self.job, self.fixed))
                 if pps and vpps:
                     out.append(self.with_(schedule=s, schedules=(s,), pp=pps, vpp=vpps,
                                           partial_recompute=narrow_recompute(

@@ -60,14 +60,15 @@ def _split_rule(space: SearchSpace) -> str:
     if space.named_splits:
         rule += "; and " + _NAMED.replace("the named layouts", "the named uneven layouts")
     if replayed:
-        rule += f"; under {', '.join(replayed)} the named layouts only"
+        rule += f"; under {', '.join(replayed)} the named layouts only" + _placements(space)
     return rule
 
 
 def _placements(space: SearchSpace) -> str:
-    """DualPipe on several node groups: every stage placement, at the pp with at most
-    `PLACEMENTS_MAX` of them (schedule_axis.py `narrow_placements`)."""
-    if space.schedule != "dualpipe" or not space.heterogeneous or "stage_groups" in space.fixed:
+    """DualPipe, ZBV and DualPipeV on several node groups: every stage placement, at the pp
+    with at most `PLACEMENTS_MAX` of them (schedule_axis.py `placement_capped`)."""
+    if (not any(s in SCANNED for s in space.schedules) or not space.heterogeneous
+            or "stage_groups" in space.fixed):
         return ""
     return (f"; stage placements: every order of the node groups' stages, at the pp with at "
             f"most {PLACEMENTS_MAX} (larger pp: evaluated, or searched with stage_groups "

@@ -246,3 +246,31 @@ def test_dualpipe_placements_narrow_the_pipeline_degrees() -> None:
     assert SearchSpace.for_job(job, fix=f"schedule=dualpipe,pp=16,stage_groups={groups}").pp \
         == (16,)
     assert SearchSpace.for_job(job, fix="schedule=1f1b", max_pp=16).pp[-1] == 16  # others keep
+
+
+@pytest.mark.parametrize("sched", ["zbv", "dualpipev"])
+def test_v_placements_narrow_the_pipeline_degrees_too(sched: str) -> None:
+    """ZBV and DualPipeV keys scan every stage placement as well (replay_axis.py): pinned, on
+    the mixed preset, their pp domain stops at 8 (pp 32 has C(32, 16) = 6e8 placements, which
+    the scan once tried to list: minutes, then killed), pp 16 pinned is exit 2, and the union
+    of `--search-also schedule` caps its V sub-spaces the same way, saying so; the other
+    schedules and one node group keep every pp."""
+    from autoparallel_cp.search.space_proof import proof_space, space_line
+    from autoparallel_cp.spec.loaders import load_cluster, load_model
+
+    job = Job(model=load_model("llama3-70b"), cluster=load_cluster("mixed-h100-a100"),
+              seq_len=4096, global_batch=1024)
+    sp = SearchSpace.for_job(job, fix=f"schedule={sched}")
+    assert sp.pp == (2, 4, 8)
+    assert "stage placements: every order" in space_line(proof_space(sp))
+    with pytest.raises(UserError, match=f"schedule={sched}: pp=16 .*12,870 stage placements"):
+        SearchSpace.for_job(job, fix=f"schedule={sched},pp=16")
+    union = SearchSpace.for_job(job.model_copy(update={"search_also": ("schedule",)}))
+    subs = {v.schedule: v.pp for v in union.schedule_variants()}
+    assert max(subs["zbv"]) == max(subs["dualpipev"]) == 8
+    assert max(subs["zb-h1"]) > 8 and max(union.pp) > 8
+    assert "at the pp with at most 100" in space_line(proof_space(union))
+    one = Job(model=load_model("llama3-70b"), cluster=load_cluster("dgx-h100"), seq_len=4096,
+              global_batch=1024)
+    assert max(SearchSpace.for_job(one.model_copy(update={"cluster": one.cluster.take_gpus(
+        1024)}), fix=f"schedule={sched}").pp) > 8
