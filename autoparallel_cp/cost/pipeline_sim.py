@@ -18,6 +18,7 @@ Stages of a V (torch `generate_stage_to_rank_mapping(style="v")`): rank r holds 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 Action = tuple[str, int, int]  # (kind F/I/W/B, stage, micro-batch)
 Step = Action | tuple[str, Action, Action]  # or ("FB", forward action, backward action)
@@ -131,7 +132,30 @@ def makespan(orders: Sequence[Sequence[Step]], stages: int,
              dur: Callable[[str, int], float]) -> float:
     """End of the last action when every rank runs `orders[rank]` in order (module
     docstring); `dur(kind, stage)` for kind F, I, W (B = I + W)."""
-    done: dict[tuple[str, int, int], float] = {}
+    return run(compile_orders(orders, stages), dur)
+
+
+@dataclass(frozen=True)
+class Dag:
+    """The replay of some action lists, compiled once (`compile_orders`): the steps in an
+    order in which every step comes after what it waits on, each with its rank, its actions
+    (kind, stage) and the steps whose ends it waits on (its rank's previous step first)."""
+
+    stages: int
+    ranks: int
+    rank: tuple[int, ...]
+    parts: tuple[tuple[tuple[str, int], ...], ...]
+    waits: tuple[tuple[int, ...], ...]
+
+
+def compile_orders(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
+    """The `Dag` of `orders`: the steps in the order the replay (each rank runs its list in
+    order, each step once its rank is free and its inputs are ready) reaches them, each step's
+    waits its rank's previous step and the steps that end its inputs' actions (F(s-1, i) for a
+    forward; F(s, i) and I(s+1, i) for an input or full backward; I(s, i) for a weight
+    gradient; a full backward ends its input gradient too). A ValueError where an action
+    waits on one never run (a deadlock)."""
+    by: dict[tuple[str, int, int], int] = {}
 
     def deps(a: Action) -> list[tuple[str, int, int]]:
         kind, s, i = a
@@ -141,32 +165,58 @@ def makespan(orders: Sequence[Sequence[Step]], stages: int,
             return [("F", s, i)] + ([("I", s + 1, i)] if s < stages - 1 else [])
         return [("I", s, i)]
 
-    def length(a: Action) -> float:
-        kind, s, _ = a
-        return dur("I", s) + dur("W", s) if kind == "B" else dur(kind, s)
-
     idx = [0] * len(orders)
-    free = [0.0] * len(orders)
+    last = [-1] * len(orders)
+    rank: list[int] = []
+    parts: list[tuple[tuple[str, int], ...]] = []
+    waits: list[tuple[int, ...]] = []
     left = sum(len(o) for o in orders)
     while left:
         moved = False
         for r, order in enumerate(orders):
             while idx[r] < len(order):
                 step = order[idx[r]]
-                parts: list[Action] = [step[1], step[2]] if step[0] == "FB" else [step]  # type: ignore[list-item]
-                need = [d for a in parts for d in deps(a)]
-                if any(d not in done for d in need):
+                acts: list[Action] = [step[1], step[2]] if step[0] == "FB" else [step]  # type: ignore[list-item]
+                need = [d for a in acts for d in deps(a)]
+                if any(d not in by for d in need):
                     break
-                start = max([free[r]] + [done[d] for d in need])
-                end = start + sum(length(a) for a in parts)
-                for kind, s, i in parts:
-                    done[kind, s, i] = end
-                    if kind == "B":  # a full backward ends the input gradient too
-                        done["I", s, i] = end
-                free[r] = end
+                n = len(rank)
+                rank.append(r)
+                parts.append(tuple((k, s) for k, s, _ in acts))
+                waits.append(tuple(([last[r]] if last[r] >= 0 else []) + [by[d] for d in need]))
+                for kind, s, i in acts:
+                    by[kind, s, i] = n
+                    if kind == "B":
+                        by["I", s, i] = n
+                last[r] = n
                 idx[r] += 1
                 left -= 1
                 moved = True
         if not moved:
             raise ValueError("pipeline schedule deadlocks: an action waits on one never run")
-    return max(free)
+    return Dag(stages, len(orders), tuple(rank), tuple(parts), tuple(waits))
+
+
+def run(dag: Dag, dur: Callable[[str, int], float]) -> float:
+    """The makespan of `dag` with the durations `dur(kind, stage)`: each step starts at the
+    latest end of what it waits on (0 for a rank's first) and takes the sum of its actions'
+    durations (a full backward B = I + W), a longest path through the steps in their order."""
+    length: dict[tuple[str, int], float] = {}
+    for s in range(dag.stages):
+        for k in "FIW":
+            length[k, s] = dur(k, s)
+        length["B", s] = length["I", s] + length["W", s]
+    end = [0.0] * len(dag.rank)
+    for n, (acts, waits) in enumerate(zip(dag.parts, dag.waits, strict=True)):
+        start = 0.0
+        for w in waits:
+            if end[w] > start:
+                start = end[w]
+        total = 0.0
+        for a in acts:
+            total += length[a]
+        end[n] = start + total
+    out = [0.0] * dag.ranks
+    for n, r in enumerate(dag.rank):
+        out[r] = end[n]
+    return max(out)
