@@ -17,7 +17,9 @@ Stages of a V (torch `generate_stage_to_rank_mapping(style="v")`): rank r holds 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 Action = tuple[str, int, int]  # (kind F/I/W/B, stage, micro-batch)
 Step = Action | tuple[str, Action, Action]  # or ("FB", forward action, backward action)
@@ -127,46 +129,137 @@ def dualpipev_actions(p: int, rank: int, m: int) -> list[Step]:
     return out
 
 
+def v_orders(schedule: str, p: int, m: int) -> list[list[Step]]:
+    """Every rank's step list of a V schedule ("zbv" or "dualpipev") over p ranks and m
+    micro-batches (`zbv_actions`, `dualpipev_actions`)."""
+    make = zbv_actions if schedule == "zbv" else dualpipev_actions
+    return [list(make(p, r, m)) for r in range(p)]
+
+
+def step_actions(step: Step) -> list[Action]:
+    """The actions one step runs: both of an FB pair, else the step itself."""
+    return [step[1], step[2]] if step[0] == "FB" else [step]  # type: ignore[list-item]
+
+
+def dependencies(a: Action, stages: int) -> list[Action]:
+    """The actions `a` waits for (module docstring): F the previous stage's F, I / B its own
+    F and the next stage's input gradient, W its own I. A dependency ("I", s, i) is done by
+    the I or the B of (s, i) (`produces`)."""
+    kind, s, i = a
+    if kind == "F":
+        return [("F", s - 1, i)] if s > 0 else []
+    if kind in ("I", "B"):
+        return [("F", s, i)] + ([("I", s + 1, i)] if s < stages - 1 else [])
+    return [("I", s, i)]
+
+
+def produces(a: Action) -> list[Action]:
+    """What `a` makes ready when it ends: itself, and a full backward its input gradient too."""
+    kind, s, i = a
+    return [a, ("I", s, i)] if kind == "B" else [a]
+
+
 def makespan(orders: Sequence[Sequence[Step]], stages: int,
              dur: Callable[[str, int], float]) -> float:
     """End of the last action when every rank runs `orders[rank]` in order (module
     docstring); `dur(kind, stage)` for kind F, I, W (B = I + W)."""
-    done: dict[tuple[str, int, int], float] = {}
+    return max(_run(compile_dag(orders, stages), dur)[0])
 
-    def deps(a: Action) -> list[tuple[str, int, int]]:
-        kind, s, i = a
-        if kind == "F":
-            return [("F", s - 1, i)] if s > 0 else []
-        if kind in ("I", "B"):
-            return [("F", s, i)] + ([("I", s + 1, i)] if s < stages - 1 else [])
-        return [("I", s, i)]
 
-    def length(a: Action) -> float:
-        kind, s, _ = a
-        return dur("I", s) + dur("W", s) if kind == "B" else dur(kind, s)
+def v_makespan(schedule: str, p: int, m: int, dur: Callable[[str, int], float]) -> float:
+    """`makespan` of a V schedule's lists (`v_orders`), on its memoized `v_dag`."""
+    return max(_run(v_dag(schedule, p, m), dur)[0])
 
+
+def critical_path(dag: Dag, dur: Callable[[str, int], float]) -> list[tuple[int, Action]]:
+    """The (rank, action) pairs of a longest chain of steps of `dag` (`makespan`'s last
+    step, back through whichever of its rank's previous step or its inputs ended last, the
+    first such on a tie): the sum of their durations is the makespan, and every such chain
+    is a path of the step DAG (search/cpsat_replay.py reads it as a lower bound of the span)."""
+    last, came = _run(dag, dur)
+    r = max(range(len(last)), key=lambda x: last[x])  # the first rank whose last step ends last
+    out: list[tuple[int, Action]] = []
+    at = dag.last[r]
+    while at >= 0:
+        out += [(dag.rank[at], a) for a in dag.parts[at]]
+        at = came[at]
+    return out[::-1]
+
+
+@dataclass(frozen=True)
+class Dag:
+    """The steps of every rank's list in the order the replay runs them (a topological
+    order: each after its rank's previous step and the steps producing its inputs), the
+    durations left out: which steps can run next depends on what is done, not when."""
+
+    rank: tuple[int, ...]  # each step's rank
+    parts: tuple[tuple[Action, ...], ...]  # its actions (`step_actions`)
+    preds: tuple[tuple[int, ...], ...]  # its rank's previous step (if any), then its inputs'
+    first: tuple[bool, ...]  # whether it is its rank's first step
+    last: tuple[int, ...]  # each rank's last step (-1: none)
+
+
+def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
+    """The `Dag` of these step lists (the module docstring's replay, without times)."""
+    done: dict[Action, int] = {}
+    rank: list[int] = []
+    parts_l: list[tuple[Action, ...]] = []
+    preds: list[tuple[int, ...]] = []
+    first: list[bool] = []
+    last = [-1] * len(orders)
     idx = [0] * len(orders)
-    free = [0.0] * len(orders)
     left = sum(len(o) for o in orders)
     while left:
         moved = False
         for r, order in enumerate(orders):
             while idx[r] < len(order):
-                step = order[idx[r]]
-                parts: list[Action] = [step[1], step[2]] if step[0] == "FB" else [step]  # type: ignore[list-item]
-                need = [d for a in parts for d in deps(a)]
+                parts = tuple(step_actions(order[idx[r]]))
+                need = [d for a in parts for d in dependencies(a, stages)]
                 if any(d not in done for d in need):
                     break
-                start = max([free[r]] + [done[d] for d in need])
-                end = start + sum(length(a) for a in parts)
-                for kind, s, i in parts:
-                    done[kind, s, i] = end
-                    if kind == "B":  # a full backward ends the input gradient too
-                        done["I", s, i] = end
-                free[r] = end
+                n = len(rank)
+                rank.append(r)
+                parts_l.append(parts)
+                preds.append(((last[r],) if idx[r] else ()) + tuple(done[d] for d in need))
+                first.append(idx[r] == 0)
+                for a in parts:
+                    for x in produces(a):
+                        done[x] = n
+                last[r] = n
                 idx[r] += 1
                 left -= 1
                 moved = True
         if not moved:
             raise ValueError("pipeline schedule deadlocks: an action waits on one never run")
-    return max(free)
+    return Dag(tuple(rank), tuple(parts_l), tuple(preds), tuple(first), tuple(last))
+
+
+@functools.lru_cache(maxsize=64)
+def v_dag(schedule: str, p: int, m: int) -> Dag:
+    """The `Dag` of a V schedule's lists (`v_orders`), built once per (schedule, p, m)."""
+    return compile_dag(v_orders(schedule, p, m), 2 * p)
+
+
+def _run(dag: Dag, dur: Callable[[str, int], float]) -> tuple[list[float], list[int]]:
+    """Each rank's last end (0 for a rank with no step), and for every step the step it
+    started after (-1: at 0): start = the latest end of its predecessors, end = start + its
+    actions' durations (B = I + W)."""
+    cache: dict[tuple[str, int], float] = {}
+
+    def length(a: Action) -> float:
+        kind, s, _ = a
+        if (kind, s) not in cache:
+            cache[kind, s] = dur("I", s) + dur("W", s) if kind == "B" else dur(kind, s)
+        return cache[kind, s]
+
+    end = [0.0] * len(dag.rank)
+    came = [-1] * len(dag.rank)
+    for n, (parts, preds, first) in enumerate(zip(dag.parts, dag.preds, dag.first,
+                                                  strict=True)):
+        start, by = 0.0, -1
+        for i, x in enumerate(preds):
+            if end[x] > start or (i == 0 and not first):
+                start, by = end[x], x
+        end[n] = start + sum(length(a) for a in parts)
+        came[n] = by
+    return [end[x] if x >= 0 else 0.0 for x in dag.last], came
