@@ -161,6 +161,9 @@ def solve_free(t: Tables, pm: Any, *, seed: int, workers: int, cutoff_s: float |
     # the paths earlier keys of these tables found (any path bounds any key's span)
     known: list[Counts] = t.__dict__.setdefault("_v_paths", {}).setdefault(
         (cuts.schedule, cuts.pp, cuts.msim), [])
+    if not known:  # seeds: a longest path with each rank in turn the slowest
+        for r in range(cuts.pp):
+            known.append(cuts.path_at([1.25 if j == r else 1.0 for j in range(cuts.pp)]))
     for c in known:
         cuts.add(c)
     cut = cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None

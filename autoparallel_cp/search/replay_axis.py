@@ -55,25 +55,19 @@ from autoparallel_cp.search.schedule_axis import REPLAYED, key_split
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import V_SHAPED, Schedule
 
-#: The largest pp whose V free family is searched (cpsat_replay.py: its model has about
-#: 48·pp² steps at m >= 8·pp); above it a V key keeps the named layouts
-FREE_PP_MAX = 1024
 
-
-def free_family(space: Any, pp: int) -> bool:
+def free_family(space: Any) -> bool:
     """Whether a V space's own free partitions (per-rank counts, multiples of vpp = 2) are
-    searched at `pp` (cpsat_replay.py): its keys are not scored by the cost model
-    (search/model_scored.py: a DualPipeV hiding EP all-to-all, a pipelined offload), the
-    cluster is one node group, and pp <= `FREE_PP_MAX`."""
-    return (space.schedule in REPLAYED and not model_scored(space)
-            and not space.heterogeneous and pp <= FREE_PP_MAX)
+    searched (cpsat_replay.py): its keys are not scored by the cost model
+    (search/model_scored.py: a DualPipeV hiding EP all-to-all, a pipelined offload) and the
+    cluster is one node group (several: the named layouts, each stage placement scanned)."""
+    return space.schedule in REPLAYED and not model_scored(space) and not space.heterogeneous
 
 
 def free_searched(space: Any) -> bool:
     """Whether `space` is a V free family (`free_family`) that cpsat_replay.py solves: its
     own partitions, not a pinned, named or uniform split."""
-    return (space.schedule in REPLAYED and not model_scored(space) and not space.heterogeneous
-            and not space.fixed_split and space.partition != "uniform")
+    return free_family(space) and not space.fixed_split and space.partition != "uniform"
 
 
 def head_position(schedule: str | None, pp: int) -> int:
