@@ -129,8 +129,8 @@ def replay_pipeline(model: cp_model.CpModel, times: Sequence[Any], T: Any, sched
                     per: float) -> tuple[Any, int, float, ReplayCuts]:
     """The pipeline term of a V key (module docstring) on `model`, whose rank r takes
     `times[r]` (integer units tu, each <= `bt` and < `per` units short of the exact time)
-    and T >= each: (the term's expression in units tu/Q, Q, its error bound in units tu,
-    the cuts handle). Its first paths: every rank's own list (a path: consecutive steps),
+    and T >= each: (the term's expression in units tu/Q, Q, its error bound in units tu
+    where the cuts hold the split's own longest path, the cuts handle). Its first paths: every rank's own list (a path: consecutive steps),
     and a longest path at equal ranks. `rest` bounds the other objective terms (units tu):
     Q is lowered until every sum stays below 2^61."""
     msim = sim_microbatches(pp, m)
