@@ -14,7 +14,9 @@ problem is an integer *linear* program (no element constraints, no products of v
   (tables.plan_cost is the reference composition; the working set is a max over booleans);
 - objective (times vpp, so exact in integers): `vpp*m*T + (S - T) + vpp*(E + O)` with the
   epigraphs `T >= t_j`, `E >= DP_TAIL_FRACTION*dsync_j`, `E >= dsync_j - 2/3 t_j^up`,
-  `O >= opt_j` (design.md: pipeline `m*T + (S - T)/vpp`, tail `max exposed + max opt`).
+  `O >= opt_j` (design.md: pipeline `m*T + (S - T)/vpp`, tail `max exposed + max opt`);
+  under ZBV / DualPipeV (j a rank) the pipeline term is the replay's longest-path cuts
+  instead (search/cpsat_replay.py, which solves that family exactly).
 
 Every time coefficient is floored to the unit `tu` (and `t_j^up` over-estimates by the count of
 floored terms), every memory coefficient and the capacity are floored to 1 KiB: the objective is

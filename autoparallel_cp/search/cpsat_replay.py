@@ -1,6 +1,6 @@
 """Free per-rank layer counts under ZBV / DualPipeV (issue 31, "one space"), searched exactly:
-the replayed pipeline term as a longest path in the per-key CP-SAT model, and the exact loop
-that scores the model's candidates with the cost model.
+the replayed pipeline term as a max of longest-path cuts in the per-key CP-SAT model, and the
+exact loop that scores the model's candidates with the cost model.
 
 What the model encodes (cost/schedules.py `simulated_bubble`, cost/pipeline_sim.py
 `makespan`, torch v2.13.0 `ScheduleZBVZeroBubble` / `ScheduleDualPipeV`): a V plan's
@@ -16,38 +16,40 @@ the free family holds every l_r a multiple of vpp = 2, >= 2, equal chunks
 `build_partition`) already has each rank's time t_r as an integer (floored) expression of
 them, its memory, DP tail and optimizer terms.
 
-The encoding (`replay_pipeline`): one integer completion time C_x per step x of each rank's
-list, C_x >= C_prev + d_x (prev the rank's previous step, 0 for its first) and
-C_x >= C_y + d_x for every step y producing one of x's dependencies, d_x = Σ_{a in x}
-c_{k(a)}·t_r with c_k = floor(s_k·Q/2) (B = I + W, an FB pair the sum of both), and
-span >= C_last of every rank; the pipeline term is span + Q·(m - m')·T, in units tu/Q. Any
-feasible C is >= the earliest start schedule's ends (induction along each rank's list and the
-dependencies), so min span = the longest path of the DAG with these durations: the classic
-longest-path-as-LP argument; the objective minimises span and T (coefficient >= 0).
+The encoding (`replay_pipeline`, `ReplayCuts`): span(t) is the longest path through the
+step DAG (pipeline_sim.py `Dag`: each rank's list in order, plus the data dependencies), each
+step lasting the sum of its actions' s_k·t_r/2. Each path P is a set of actions, so its length
+is Σ_r Σ_k n_{P,r,k}·s_k·t_r/2 with n_{P,r,k} the path's actions of kind k on rank r, linear
+in t with coefficients >= 0: span(t) = max over paths, convex. The model holds span >= the
+length of every path added so far, in integers c_k = floor(s_k·Q/2) (units tu/Q), and
+pipeline = span + Q·(m - m')·T. Its first paths: each rank's own list (consecutive steps: a
+path, of length m'·t_r) and a longest path at equal ranks and with each rank in turn the
+slowest (`pipeline_sim.critical_path`); the paths found by earlier keys of the same tables
+(any path is a path of every key of that (schedule, pp, m'): only the durations differ).
+A full per-step encoding (one completion time per step, 6·m'·p steps) is the same bound with
+every path, but CP-SAT took 16-209 s per Llama 3 70B pp 8 key on it; the cuts take
+milliseconds (RESULTS).
 
-Lower bound (every plan of the family, exact float cost): c_k·t_r/Q <= s_k·t_r^exact/2 (both
-floored), and the longest path is monotone in the durations, so span·tu/Q <= the exact span;
-T·tu <= the exact T; m >= m'; and max(span - m'T, 0) >= span - m'T, so m·T + max(...) >=
-span + (m - m')·T: the model's pipeline term is <= the exact one, and the tail terms are
-cpsat_partition's (<= the exact ones). The error of the critical path P*: each action a on it
-loses < t_r/Q from the coefficient's floor and s_a/2 x the < (2l_r + 14)-unit floor of t_r;
-Σ over all actions of s_a/2 is m'·p, so the pipeline term is short by < m'·p·per +
-(m - m')·per + A·BT/Q units (A actions, per = 2L + 15, BT the bound on a rank's time).
+Lower bound (every plan of the family, exact float cost): each added path is a path of the
+DAG, so its length at the exact times is <= the exact span; c_k·t_r/Q <= s_k·t_r^exact/2
+(both floored); T·tu <= the exact T; m >= m'; and max(span - m'T, 0) >= span - m'T, so
+m·T + max(...) >= span + (m - m')·T: the model's pipeline term is <= the exact one, and the
+tail terms are cpsat_partition's (<= the exact ones). Once the cuts hold a split's own longest
+path, its pipeline term is short by < m'·p·per + (m - m')·per + 6·m'·p·BT/Q units (each action
+loses < t_r/Q to its coefficient's floor and s_a/2 x the < per-unit floor of t_r; Σ over the
+actions of s_a/2 is m'·p; per = 2L + 15, BT the bound on a rank's time).
 
 Exactness (`solve_free`): the model's objective is a lower bound of every plan's exact step
 time, so the loop takes the model's best, scores it with `tables.plan_cost` (the enumerator's
-composition, bit for bit), forbids it, and adds objective <= the best exact time so far
-(plus one unit: an exact tie stays in), until CP-SAT proves the rest infeasible. Every
-partition whose exact time is <= the returned one has then been scored, so the returned plan
-is the family's exact best, ties to the smallest `stage_layers` (the enumerator's partition
-order, search/enumerate_axes.py `partitions`). The number of rounds is the number of
-partitions within the model's error of the best (microseconds) and the exact ties; each round
-draws on the search's `limits.Budget` (deterministic time). If the budget or
-`ROUNDS_MAX` runs out the best so far is returned, unproven, with its gap as error bound.
-
-Size: m'·6·p actions (about 48·p² steps at m >= 8p). `FREE_PP_MAX` caps the pp whose free
-family is modelled (tests/search/test_replay_free_split.py and RESULTS measure it); above it
-the keys keep the named layouts (`replay_axis.free_family`), and the proof line says so.
+composition, bit for bit), adds its own longest path at its exact times, forbids it, and adds
+objective <= the best exact time so far (plus one unit: an exact tie stays in), until CP-SAT
+proves the rest infeasible. Every partition whose exact time is <= the returned one has then
+been scored, so the returned plan is the family's exact best, ties to the smallest
+`stage_layers` (the enumerator's partition order, search/enumerate_axes.py `partitions`).
+Each round draws on the search's `limits.Budget` (deterministic time); if it or `ROUNDS_MAX`
+runs out the best so far is returned, unproven, with its gap to the model's bound as error
+bound. No pp cap is needed: the model has O(pp) variables and one cut per path found; a
+longest path costs one pass over the DAG (Llama 3 70B, `--fix schedule=zbv,pp=32`: 0.6 s).
 
 The bounds that order and skip keys stay valid for the free family (search/solve.py's
 stopping rule needs every bound <= every plan of its key): the per-key bounds
@@ -130,9 +132,10 @@ def replay_pipeline(model: cp_model.CpModel, times: Sequence[Any], T: Any, sched
     """The pipeline term of a V key (module docstring) on `model`, whose rank r takes
     `times[r]` (integer units tu, each <= `bt` and < `per` units short of the exact time)
     and T >= each: (the term's expression in units tu/Q, Q, its error bound in units tu
-    where the cuts hold the split's own longest path, the cuts handle). Its first paths: every rank's own list (a path: consecutive steps),
-    and a longest path at equal ranks. `rest` bounds the other objective terms (units tu):
-    Q is lowered until every sum stays below 2^61."""
+    where the cuts hold the split's own longest path, the cuts handle). Its first paths:
+    every rank's own list (a path: consecutive steps) and a longest path at equal ranks
+    (`solve_free` adds the seeds and the paths found). `rest` bounds the other objective
+    terms (units tu): Q is lowered until every sum stays below 2^61."""
     msim = sim_microbatches(pp, m)
     q = DUR_SCALE
     while q > 1 and (msim * pp + m + 1) * bt * q + rest * q > 2**61:
