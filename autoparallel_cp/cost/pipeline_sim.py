@@ -17,6 +17,7 @@ Stages of a V (torch `generate_stage_to_rank_mapping(style="v")`): rank r holds 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -128,95 +129,167 @@ def dualpipev_actions(p: int, rank: int, m: int) -> list[Step]:
     return out
 
 
+def v_orders(schedule: str, p: int, m: int) -> list[list[Step]]:
+    """Every rank's step list of a V schedule ("zbv" or "dualpipev") over p ranks and m
+    micro-batches (`zbv_actions`, `dualpipev_actions`)."""
+    make = zbv_actions if schedule == "zbv" else dualpipev_actions
+    return [list(make(p, r, m)) for r in range(p)]
+
+
+def step_actions(step: Step) -> list[Action]:
+    """The actions one step runs: both of an FB pair, else the step itself."""
+    return [step[1], step[2]] if step[0] == "FB" else [step]  # type: ignore[list-item]
+
+
+def dependencies(a: Action, stages: int) -> list[Action]:
+    """The actions `a` waits for (module docstring): F the previous stage's F, I / B its own
+    F and the next stage's input gradient, W its own I. A dependency ("I", s, i) is done by
+    the I or the B of (s, i) (`produces`)."""
+    kind, s, i = a
+    if kind == "F":
+        return [("F", s - 1, i)] if s > 0 else []
+    if kind in ("I", "B"):
+        return [("F", s, i)] + ([("I", s + 1, i)] if s < stages - 1 else [])
+    return [("I", s, i)]
+
+
+def produces(a: Action) -> list[Action]:
+    """What `a` makes ready when it ends: itself, and a full backward its input gradient too."""
+    kind, s, i = a
+    return [a, ("I", s, i)] if kind == "B" else [a]
+
+
 def makespan(orders: Sequence[Sequence[Step]], stages: int,
              dur: Callable[[str, int], float]) -> float:
     """End of the last action when every rank runs `orders[rank]` in order (module
     docstring); `dur(kind, stage)` for kind F, I, W (B = I + W)."""
-    return run(compile_orders(orders, stages), dur)
+    return _span(compile_dag(orders, stages), dur)
+
+
+def v_makespan(schedule: str, p: int, m: int, dur: Callable[[str, int], float]) -> float:
+    """`makespan` of a V schedule's lists (`v_orders`), on its memoized `v_dag`."""
+    return _span(v_dag(schedule, p, m), dur)
+
+
+def critical_path(dag: Dag, dur: Callable[[str, int], float]) -> list[tuple[int, Action]]:
+    """The (rank, action) pairs of a longest chain of steps of `dag` (`makespan`'s last
+    step, back through whichever of its rank's previous step or its inputs ended last, the
+    first such on a tie): the sum of their durations is the makespan, and every such chain
+    is a path of the step DAG (search/cpsat_replay.py reads it as a lower bound of the span)."""
+    last, came = _run(dag, dur)
+    r = max(range(len(last)), key=lambda x: last[x])  # the first rank whose last step ends last
+    out: list[tuple[int, Action]] = []
+    at = dag.last[r]
+    while at >= 0:
+        out += [(dag.rank[at], a) for a in dag.parts[at]]
+        at = came[at]
+    return out[::-1]
 
 
 @dataclass(frozen=True)
 class Dag:
-    """The replay of some action lists, compiled once (`compile_orders`): the steps in an
-    order in which every step comes after what it waits on, each with its rank, its actions
-    (kind, stage) and the steps whose ends it waits on (its rank's previous step first)."""
+    """The steps of every rank's list in the order the replay runs them (a topological
+    order: each after its rank's previous step and the steps producing its inputs), the
+    durations left out: which steps can run next depends on what is done, not when."""
 
-    stages: int
-    ranks: int
-    rank: tuple[int, ...]
-    parts: tuple[tuple[tuple[str, int], ...], ...]
-    waits: tuple[tuple[int, ...], ...]
+    rank: tuple[int, ...]  # each step's rank
+    parts: tuple[tuple[Action, ...], ...]  # its actions (`step_actions`)
+    preds: tuple[tuple[int, ...], ...]  # its rank's previous step (if any), then its inputs'
+    first: tuple[bool, ...]  # whether it is its rank's first step
+    last: tuple[int, ...]  # each rank's last step (-1: none)
+    kinds: tuple[tuple[tuple[str, int], ...], ...] = ()  # its actions' (kind, stage)
 
 
-def compile_orders(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
-    """The `Dag` of `orders`: the steps in the order the replay (each rank runs its list in
-    order, each step once its rank is free and its inputs are ready) reaches them, each step's
-    waits its rank's previous step and the steps that end its inputs' actions (F(s-1, i) for a
-    forward; F(s, i) and I(s+1, i) for an input or full backward; I(s, i) for a weight
-    gradient; a full backward ends its input gradient too). A ValueError where an action
-    waits on one never run (a deadlock)."""
-    by: dict[tuple[str, int, int], int] = {}
-
-    def deps(a: Action) -> list[tuple[str, int, int]]:
-        kind, s, i = a
-        if kind == "F":
-            return [("F", s - 1, i)] if s > 0 else []
-        if kind in ("I", "B"):
-            return [("F", s, i)] + ([("I", s + 1, i)] if s < stages - 1 else [])
-        return [("I", s, i)]
-
-    idx = [0] * len(orders)
-    last = [-1] * len(orders)
+def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
+    """The `Dag` of these step lists (the module docstring's replay, without times)."""
+    done: dict[Action, int] = {}
     rank: list[int] = []
-    parts: list[tuple[tuple[str, int], ...]] = []
-    waits: list[tuple[int, ...]] = []
+    parts_l: list[tuple[Action, ...]] = []
+    preds: list[tuple[int, ...]] = []
+    first: list[bool] = []
+    last = [-1] * len(orders)
+    idx = [0] * len(orders)
     left = sum(len(o) for o in orders)
     while left:
         moved = False
         for r, order in enumerate(orders):
             while idx[r] < len(order):
-                step = order[idx[r]]
-                acts: list[Action] = [step[1], step[2]] if step[0] == "FB" else [step]  # type: ignore[list-item]
-                need = [d for a in acts for d in deps(a)]
-                if any(d not in by for d in need):
+                parts = tuple(step_actions(order[idx[r]]))
+                need = [d for a in parts for d in dependencies(a, stages)]
+                if any(d not in done for d in need):
                     break
                 n = len(rank)
                 rank.append(r)
-                parts.append(tuple((k, s) for k, s, _ in acts))
-                waits.append(tuple(([last[r]] if last[r] >= 0 else []) + [by[d] for d in need]))
-                for kind, s, i in acts:
-                    by[kind, s, i] = n
-                    if kind == "B":
-                        by["I", s, i] = n
+                parts_l.append(parts)
+                preds.append(((last[r],) if idx[r] else ()) + tuple(done[d] for d in need))
+                first.append(idx[r] == 0)
+                for a in parts:
+                    for x in produces(a):
+                        done[x] = n
                 last[r] = n
                 idx[r] += 1
                 left -= 1
                 moved = True
         if not moved:
             raise ValueError("pipeline schedule deadlocks: an action waits on one never run")
-    return Dag(stages, len(orders), tuple(rank), tuple(parts), tuple(waits))
+    return Dag(tuple(rank), tuple(parts_l), tuple(preds), tuple(first), tuple(last),
+               tuple(tuple((k, st) for k, st, _ in ps) for ps in parts_l))
 
 
-def run(dag: Dag, dur: Callable[[str, int], float]) -> float:
-    """The makespan of `dag` with the durations `dur(kind, stage)`: each step starts at the
-    latest end of what it waits on (0 for a rank's first) and takes the sum of its actions'
-    durations (a full backward B = I + W), a longest path through the steps in their order."""
-    length: dict[tuple[str, int], float] = {}
-    for s in range(dag.stages):
-        for k in "FIW":
-            length[k, s] = dur(k, s)
-        length["B", s] = length["I", s] + length["W", s]
+@functools.lru_cache(maxsize=64)
+def v_dag(schedule: str, p: int, m: int) -> Dag:
+    """The `Dag` of a V schedule's lists (`v_orders`), built once per (schedule, p, m)."""
+    return compile_dag(v_orders(schedule, p, m), 2 * p)
+
+
+def _lengths(dag: Dag, dur: Callable[[str, int], float]) -> dict[tuple[str, int], float]:
+    """Each (kind, stage) of the steps' actions: its duration (B = I + W)."""
+    out: dict[tuple[str, int], float] = {}
+    for ks in dag.kinds:
+        for k, st in ks:
+            if (k, st) not in out:
+                out[k, st] = dur("I", st) + dur("W", st) if k == "B" else dur(k, st)
+    return out
+
+
+def _span(dag: Dag, dur: Callable[[str, int], float]) -> float:
+    """`_run`'s largest rank end, the same floats (each start the latest end of the step's
+    predecessors, 0 at least; each end the start plus its actions' durations summed from 0 in
+    order), without the back-pointers: the replay on every search and evaluate call."""
+    length = _lengths(dag, dur)
     end = [0.0] * len(dag.rank)
-    for n, (acts, waits) in enumerate(zip(dag.parts, dag.waits, strict=True)):
+    for n, (ks, preds) in enumerate(zip(dag.kinds, dag.preds, strict=True)):
         start = 0.0
-        for w in waits:
-            if end[w] > start:
-                start = end[w]
+        for x in preds:
+            if end[x] > start:
+                start = end[x]
         total = 0.0
-        for a in acts:
-            total += length[a]
+        for k in ks:
+            total += length[k]
         end[n] = start + total
-    out = [0.0] * dag.ranks
-    for n, r in enumerate(dag.rank):
-        out[r] = end[n]
-    return max(out)
+    return max(end[x] if x >= 0 else 0.0 for x in dag.last)
+
+
+def _run(dag: Dag, dur: Callable[[str, int], float]) -> tuple[list[float], list[int]]:
+    """Each rank's last end (0 for a rank with no step), and for every step the step it
+    started after (-1: at 0): start = the latest end of its predecessors, end = start + its
+    actions' durations (B = I + W)."""
+    cache: dict[tuple[str, int], float] = {}
+
+    def length(a: Action) -> float:
+        kind, s, _ = a
+        if (kind, s) not in cache:
+            cache[kind, s] = dur("I", s) + dur("W", s) if kind == "B" else dur(kind, s)
+        return cache[kind, s]
+
+    end = [0.0] * len(dag.rank)
+    came = [-1] * len(dag.rank)
+    for n, (parts, preds, first) in enumerate(zip(dag.parts, dag.preds, dag.first,
+                                                  strict=True)):
+        start, by = 0.0, -1
+        for i, x in enumerate(preds):
+            if end[x] > start or (i == 0 and not first):
+                start, by = end[x], x
+        end[n] = start + sum(length(a) for a in parts)
+        came[n] = by
+    return [end[x] if x >= 0 else 0.0 for x in dag.last], came

@@ -81,16 +81,9 @@ is that share.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
-from autoparallel_cp.cost.pipeline_sim import (
-    Dag,
-    compile_orders,
-    dualpipev_actions,
-    run,
-    zbv_actions,
-)
+from autoparallel_cp.cost.pipeline_sim import v_makespan
 from autoparallel_cp.cost.sync import stage_inflight
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import V_SHAPED
@@ -148,6 +141,11 @@ def bubble_ratio(schedule: str, pp: int, split: tuple[float, float, float], m: i
     raise ValueError(f"schedule {schedule!r} has no closed form: `simulated_bubble`")
 
 
+def sim_microbatches(pp: int, m: int) -> int:
+    """The micro-batches `simulated_bubble` replays: m, at most SIM_MICROBATCHES_PER_RANK x pp."""
+    return min(m, SIM_MICROBATCHES_PER_RANK * pp)
+
+
 def simulated_bubble(plan: Plan, rank_times: Sequence[float],
                      split: tuple[float, float, float]) -> float:
     """Pipeline time beyond m x the slowest rank's per-micro-batch time, PyTorch's zbv /
@@ -158,23 +156,15 @@ def simulated_bubble(plan: Plan, rank_times: Sequence[float],
     checks the bubble is the same at 8p and 32p micro-batches), so at most SIM_MICROBATCHES_PER
     _RANK x p micro-batches are replayed."""
     p = plan.pp
-    m = min(plan.num_microbatches, SIM_MICROBATCHES_PER_RANK * p)
+    m = sim_microbatches(p, plan.num_microbatches)
     part = {"F": split[0], "I": split[1], "W": split[2]}
 
     def dur(kind: str, stage: int) -> float:
         rank = stage if stage < p else 2 * p - 1 - stage
         return 0.5 * rank_times[rank] * part[kind]
 
-    span = run(_dag(plan.pipeline_schedule, p, m), dur)
+    span = v_makespan(plan.pipeline_schedule, p, m, dur)
     return max(span - m * max(rank_times), 0.0)
-
-
-@functools.lru_cache(maxsize=128)
-def _dag(schedule: str, p: int, m: int) -> Dag:
-    """PyTorch's zbv / dualpipev action lists of p ranks and m micro-batches, compiled once
-    (`pipeline_sim.compile_orders`: the same makespan as replaying them, step for step)."""
-    make = zbv_actions if schedule == "zbv" else dualpipev_actions
-    return compile_orders([make(p, r, m) for r in range(p)], 2 * p)
 
 
 def inflight_units(plan: Plan, stage: int, chunks: Sequence[int]) -> float:

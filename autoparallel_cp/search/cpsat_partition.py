@@ -14,7 +14,9 @@ problem is an integer *linear* program (no element constraints, no products of v
   (tables.plan_cost is the reference composition; the working set is a max over booleans);
 - objective (times vpp, so exact in integers): `vpp*m*T + (S - T) + vpp*(E + O)` with the
   epigraphs `T >= t_j`, `E >= DP_TAIL_FRACTION*dsync_j`, `E >= dsync_j - 2/3 t_j^up`,
-  `O >= opt_j` (design.md: pipeline `m*T + (S - T)/vpp`, tail `max exposed + max opt`).
+  `O >= opt_j` (design.md: pipeline `m*T + (S - T)/vpp`, tail `max exposed + max opt`);
+  under ZBV / DualPipeV (j a rank) the pipeline term is the replay's longest-path cuts
+  instead (search/cpsat_replay.py, which solves that family exactly).
 
 Every time coefficient is floored to the unit `tu` (and `t_j^up` over-estimates by the count of
 floored terms), every memory coefficient and the capacity are floored to 1 KiB: the objective is
@@ -35,14 +37,18 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from autoparallel_cp.search.act_offload import act_layers, pipelined, stage_terms
+from autoparallel_cp.search.cpsat_portfolio import solve_portfolio
+from autoparallel_cp.search.cpsat_replay import replay_pipeline, solve_free
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import MODEL_PLAN_DTIME, Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
-from autoparallel_cp.search.replay_axis import head_position
+from autoparallel_cp.search.replay_axis import free_searched, head_position
 from autoparallel_cp.search.schedule_axis import (
+    REPLAYED,
     SCANNED,
     inflight,
     key_ratio,
+    key_split,
     plan_schedule,
     stage_inflight,
 )
@@ -74,6 +80,7 @@ class PartitionModel:
     dp_replicate: int = 1  # the space's hybrid-sharding replicas (fixed per space)
     optimizer_offload: float = 0.0  # the space's host offload share (fixed per space)
     activation_offload: int = 0  # the space's offloaded layers per stage (act_offload.py)
+    replay: Any = None  # a V key's span cuts (cpsat_replay.ReplayCuts)
 
     def read_plan(self, solver: cp_model.CpSolver, uniform: bool) -> Plan:
         """The plan of the current solution."""
@@ -258,7 +265,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     if s.partition == "uniform":
         for l_j in layers:
             model.add(l_j == L // pp)
-    if fixed_sl is None and not hetero:
+    if fixed_sl is None and not hetero and s.schedule not in REPLAYED:  # (a V's ranks differ)
         # middle stages are interchangeable but for their in-flight count (nonincreasing in j):
         # moving the larger count later keeps every time and never raises a memory peak
         for j in range(1, pp - 2):
@@ -396,23 +403,36 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     # times Q with floor(rho Q) (S - T), a lower bound (S >= T); Q = 1 otherwise (unchanged)
     rho = key_ratio(s, pp, key.tp, key.cp, key.ep, key.mbs, key.mode, key.sp, key.m)
     q, rq = (1, 1) if rho == 1.0 else (RHO_SCALE, int(math.floor(rho * RHO_SCALE)))
-    obj = model.new_int_var(0, q * (vpp * m * BT + pp * BT + vpp * 2 * (BD + BT)), "obj")
-    model.add(obj == q * vpp * m * T + rq * (S - T) + q * vpp * (E + Ov))
+    per = 2 * L + nc
+    if s.schedule in REPLAYED:  # ZBV / DualPipeV: the replay's longest path (cpsat_replay.py)
+        split = key_split(s, pp, key.tp, key.cp, key.ep, s.etp, key.sp, key.mbs,
+                          RECOMPUTE_MODES[key.mode], s.fixed.get("recompute_layers") if full
+                          else None)
+        pipe, q, pipe_err, cuts = replay_pipeline(model, times, T, s.schedule, split, pp, m,
+                                                  BT, 2 * (BD + BT), per)
+        vpp = 1  # the objective in units tu/q: the replayed term, then q x the tail
+        hi = q * (m * pp * BT + 2 * (BD + BT))
+    else:
+        cuts = None
+        pipe, pipe_err = q * vpp * m * T + rq * (S - T), m * per + (2 * L + nc * pp) / vpp
+        hi = q * (vpp * m * BT + pp * BT + vpp * 2 * (BD + BT))
+    obj = model.new_int_var(0, hi, "obj")
+    model.add(obj == pipe + q * vpp * (E + Ov))
     model.minimize(obj)
     # error bound (seconds): each t_j is < 2 l_j + 14 units short (one unit per floored term
     # times its count), so m*T < m (2L + 14), the bubble < (2L + 14 pp)/vpp; d_j and opt_j are
     # < L + 14 short and t_j^up over-estimates by < 2 (2L + 14), so E < (L + 14) + 2 (2L + 14);
     # the fixed-point fractions lose < 2^-20 of the largest d_j and t_j
-    per = 2 * L + nc
-    err_u = m * per + (2 * L + nc * pp) / vpp + (L + 14) + 2 * per + (L + 14) + 2
+    err_u = pipe_err + (L + 14) + 2 * per + (L + 14) + 2
     err = err_u * tu + (dmax + BT * tu) * 2.0 / FRAC_SCALE
-    if q > 1:  # floor(rho Q) (S - T) is short of rho Q (S - T) by < S - T <= pp BT units
+    if q > 1 and s.schedule not in REPLAYED:  # floor(rho Q) (S - T) is short of
+        # rho Q (S - T) by < S - T <= pp BT units
         err += pp * BT * tu / (vpp * q)
     cl = s.fixed.get("chunk_layers")
     return PartitionModel(model, layers, r, y if hetero else None, obj, tu / (vpp * q), err, key,
                           None if cl is None else tuple(int(x) for x in cl), t.space.etp,
                           plan_schedule(s.schedule),
-                          t.space.dp_replicate, t.space.optimizer_offload, k_off)
+                          t.space.dp_replicate, t.space.optimizer_offload, k_off, cuts)
 
 
 def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int = 0,
@@ -494,11 +514,13 @@ def _solve_family(t: Tables, key: Any, *, seed: int, workers: int, max_rounds: i
     pm = build_partition(t, key)
     if pm is None:
         return None, True
+    if free_searched(t.space):  # a V's free family: exact (cpsat_replay.py)
+        return solve_free(t, pm, seed=seed, workers=workers, cutoff_s=cutoff_s, budget=budget)
     if cutoff_s is not None and math.isfinite(cutoff_s):
         pm.model.add(pm.objective <= int(math.floor(cutoff_s / pm.scale_s)))
     uniform = t.space.partition == "uniform"
     for _ in range(max_rounds):
-        solver, st = _portfolio(pm.model, budget, seed, workers)
+        solver, st = solve_portfolio(pm.model, budget, seed, workers)
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None, st == cp_model.INFEASIBLE
         plan = canonical(pm.read_plan(solver, uniform), t.space.num_layers)
@@ -521,8 +543,8 @@ def _determined(t: Tables, key: Any) -> bool:
     stage placement to choose: a scan (`enumerate.best_of_pinned_split`) when the placements
     are few (one on a single node group)."""
     if t.space.schedule in SCANNED or pipelined(t.space):  # model_scored.py
-        return True  # a bound, not the bubble, in any model: always scanned (replay_axis.py,
-        # model_scored.py)
+        return not free_searched(t.space)  # scanned but a V's free family (replay_axis.py,
+        # model_scored.py, cpsat_replay.py)
     if not t.space.fixed_split:
         return False
     return t.space.num_placements(key.tp, key.cp, key.dp, key.pp) <= DIRECT_PLACEMENTS
@@ -551,49 +573,3 @@ def _score_determined(t: Tables, key: Any, cutoff_s: float | None, budget: Budge
         return None, True
     step, plan = got
     return (step, canonical(plan, t.space.num_layers), 0.0, 0.0), False
-
-
-#: Sequential portfolio for the per-key model, each stage capped in deterministic time (so
-#: the answer does not depend on the machine's load): no single CP-SAT strategy is fast on every
-#: key (fixed search stalls on long pipelines, the default on two-stage MoE keys, the LB-tree
-#: search on node-group placement), each closes most keys in milliseconds.
-PORTFOLIO: tuple[tuple[dict[str, Any], float], ...] = (
-    ({"search_branching": cp_model.FIXED_SEARCH, "cp_model_presolve": False}, 0.05),
-    ({"search_branching": cp_model.FIXED_SEARCH}, 0.2),
-    ({"search_branching": cp_model.PSEUDO_COST_SEARCH}, 0.5),
-    ({"optimize_with_lb_tree_search": True}, 1.0),
-    ({}, float("inf")),
-)
-
-
-def _portfolio(model: cp_model.CpModel, budget: Budget, seed: int, workers: int,
-               presolve: bool = True) -> tuple[cp_model.CpSolver, Any]:
-    """Solve with each PORTFOLIO stage in turn until one proves optimality (or infeasibility);
-    each later stage starts from the best solution so far (hint). Every stage draws on
-    `budget`; the last one has no cap of its own."""
-    best: tuple[cp_model.CpSolver, Any] | None = None
-    for params, dtime in PORTFOLIO:
-        if budget.exhausted():
-            break
-        solver = cp_model.CpSolver()
-        prm = solver.parameters
-        prm.num_workers = workers
-        prm.random_seed = seed
-        prm.cp_model_presolve = presolve
-        for k, v in params.items():
-            setattr(prm, k, v)
-        st = budget.solve(solver, model, cap=None if dtime == float("inf") else dtime)
-        if st in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
-            model.clear_hints()
-            return solver, st
-        if st == cp_model.FEASIBLE:
-            if best is None or solver.objective_value < best[0].objective_value:
-                best = (solver, st)
-            model.clear_hints()
-            for v in range(len(model.proto.variables)):
-                var = model.get_int_var_from_proto_index(v)
-                model.add_hint(var, int(solver.value(var)))
-    model.clear_hints()
-    if best is None:
-        return cp_model.CpSolver(), cp_model.UNKNOWN
-    return best

@@ -366,8 +366,8 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
         pipeline = d.num_microbatches * tmax + (bub if ones else rho * bub) / d.vpp
         cost = np.where(ok, pipeline + (dmax + omax), np.inf)
         if space.schedule in REPLAYED and pp > 1:  # search/replay_axis.py
-            cost = _replayed(t, d, mode_name, sps, ropts, ri, tt[inv], np.where(
-                ok, d.num_microbatches * tmax + (dmax + omax), np.inf), best)
+            cost = _replayed(t, d, mode_name, sps, ropts, ri, tt[inv],
+                             d.num_microbatches * tmax, np.where(ok, dmax + omax, np.inf), best)
         k = np.argmin(cost, axis=0)
         c = cost[k, np.arange(ncol)]
         rank = (ri[k] * P + (p0 + pi[k])) * Q + qi[k]
@@ -378,12 +378,14 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
 
 
 def _replayed(t: Tables, d: Degrees, mode_name: RecomputeMode, sps: Ints,
-              ropts: list[int | None], ri: Ints, times: F, lb: F, best: F) -> F:
-    """Exact costs of a ZBV / DualPipeV chunk (rows x (sp, zero) columns): `lb` (m·T + tail,
-    inf where nothing fits) plus the replayed bubble of each row's stage times `times`
-    (rows, pp, columns), search/replay_axis.py. The bubble is >= 0, so a row whose lb is
-    above the column's best so far (`best`, or a row's exact cost already found here) cannot
-    be the column's best: it keeps its lb (still above that best) without a replay."""
+              ropts: list[int | None], ri: Ints, times: F, mt: F, tail: F, best: F) -> F:
+    """Exact costs of a ZBV / DualPipeV chunk (rows x (sp, zero) columns): (m·T `mt` + the
+    replayed bubble of each row's stage times `times` (rows, pp, columns)) + `tail` (inf
+    where nothing fits), `tables.plan_cost`'s operations in its order (search/replay_axis.py).
+    The bubble is >= 0, so a row whose lb = m·T + tail is above the column's best so far
+    (`best`, or a row's exact cost already found here) cannot be the column's best: it keeps
+    its lb (still above that best) without a replay."""
+    lb = mt + tail
     out = lb.copy()
     nz = len(t.space.zero)
     for col in range(lb.shape[1]):
@@ -391,9 +393,10 @@ def _replayed(t: Tables, d: Degrees, mode_name: RecomputeMode, sps: Ints,
         for k in np.argsort(lb[:, col], kind="stable"):
             if not lb[k, col] <= cut:  # inf (nothing fits) or above the best: the rest too
                 break
-            out[k, col] = lb[k, col] + replay_bubble(
+            out[k, col] = (float(mt[k, col]) + replay_bubble(
                 t.space, d.pp, d.tp, d.cp, d.ep, int(sps[col // nz]), d.mbs, mode_name,
-                ropts[int(ri[k])], d.num_microbatches, times[k, :, col].tolist())
+                ropts[int(ri[k])], d.num_microbatches, times[k, :, col].tolist())) \
+                + float(tail[k, col])
             cut = min(cut, float(out[k, col]))
     return out
 

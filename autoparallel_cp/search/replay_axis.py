@@ -25,19 +25,21 @@ search keeps the bubble out of every bound and scores every plan it reports exac
   layer and both edges (S_lb) wherever they sit and needs >= 1 micro-batch in flight per stage
   (f >= 1 here), and the per-key bounds place the head's terms on `head_position` (0), as the
   tables' composition does;
-- per-key scoring: the layouts are the named ones (`SearchSpace.split_families`, free
-  partitions left out: `SearchSpace.free_ok`), or a pinned or uniform split, so a key's
-  family leaves only the recompute count and the stage placement, and every such choice is
+- per-key scoring: a named layout (`SearchSpace.split_families`), or a pinned or uniform
+  split, leaves only the recompute count and the stage placement, and every such choice is
   scored with the exact composition (search/enumerate.py `best_of_pinned_split`, the same scan
-  as the enumerator: stage times from the tables, then `bubble` on them), never by a model
-  whose objective would be only a bound (cpsat_partition.py `_solve_family`);
+  as the enumerator: stage times from the tables, then `bubble` on them); the free per-rank
+  family (`free_family`: one node group, keys not model-scored) is searched by CP-SAT with the
+  replay's longest-path cuts and an exact loop that scores every candidate with the same
+  composition (search/cpsat_replay.py, which holds its proof), so each family's best is exact;
 - the recompute count: all layers or a pinned count (`schedule_axis.narrow_recompute`): the
   split's replayed share, as for ZB-H1 / ZB-H2.
 
 So the key order, the cutoffs and the stopping rule of search/solve.py hold unchanged (every
 bound below every plan of its key, every scored key's best exact), and CP-SAT's top k equals
-the enumerator's over the same space (tests/search/test_replay_search.py, hypothesis). Outside
-the searched space (evaluate-only): free per-stage layer counts under ZBV / DualPipeV.
+the enumerator's over the same space (tests/search/test_replay_search.py and
+test_replay_free_split.py, hypothesis). Outside the searched space (evaluate-only): free
+per-rank layer counts under a V on several node groups, and under a DualPipeV hiding EP.
 DualPipe (two stages per rank, `dualpipe_mirror`: the rank's time is the mean of a stage
 pair, which the per-key bounds' T >= t_j do not carry) is searched the same way as a
 DualPipeV hiding EP: search/model_scored.py.
@@ -50,9 +52,24 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from autoparallel_cp.cost.schedules import simulated_bubble
+from autoparallel_cp.search.model_scored import model_scored
 from autoparallel_cp.search.schedule_axis import REPLAYED, key_split
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import V_SHAPED, Schedule
+
+
+def free_family(space: Any) -> bool:
+    """Whether a V space's own free partitions (per-rank counts, multiples of vpp = 2) are
+    searched (cpsat_replay.py): its keys are not scored by the cost model
+    (search/model_scored.py: a DualPipeV hiding EP all-to-all, a pipelined offload) and the
+    cluster is one node group (several: the named layouts, each stage placement scanned)."""
+    return space.schedule in REPLAYED and not model_scored(space) and not space.heterogeneous
+
+
+def free_searched(space: Any) -> bool:
+    """Whether `space` is a V free family (`free_family`) that cpsat_replay.py solves: its
+    own partitions, not a pinned, named or uniform split."""
+    return free_family(space) and not space.fixed_split and space.partition != "uniform"
 
 
 def head_position(schedule: str | None, pp: int) -> int:

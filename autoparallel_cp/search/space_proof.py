@@ -15,7 +15,13 @@ from typing import Any
 
 from autoparallel_cp.search.act_offload import act_layers, pipelined
 from autoparallel_cp.search.act_offload import searched as act_searched
-from autoparallel_cp.search.schedule_axis import PLACEMENTS_MAX, SCANNED, UNION, searched
+from autoparallel_cp.search.replay_axis import free_family
+from autoparallel_cp.search.schedule_axis import (
+    PLACEMENTS_MAX,
+    SCANNED,
+    UNION,
+    searched,
+)
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import default_schedule
 
@@ -51,17 +57,41 @@ def _split_rule(space: SearchSpace) -> str:
         return "the pinned stage_layers / chunk_layers only"
     if space.partition == "uniform":
         return "uniform: Megatron's default split, pp*vpp dividing the layers"
-    replayed = [s for s in space.schedules if s in SCANNED]
-    if replayed == list(space.schedules):  # ZBV / DualPipe(V) alone: replay_axis.py
+    scanned = [s for s in space.schedules if s in SCANNED]
+    named_only = [s for s in scanned if not free_family(space.with_(schedule=s))]
+    free_v = [s for s in scanned if s not in named_only]
+    if named_only and named_only == list(space.schedules):  # replay_axis.py, model_scored.py
         return (_NAMED.replace("layouts (", "layouts only (")[:-1]
-                + "; free per-stage counts under a V or DualPipe: evaluated, not searched)"
-                + _placements(space))
+                + f"; free per-stage counts under {', '.join(named_only)}: evaluated, not "
+                + f"searched{_why_named(space, named_only)})" + _placements(space))
     rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
+    if free_v:
+        rule += (f" (under {', '.join(free_v)}: per rank, the V's two chunks equal, the "
+                 "replayed pipeline searched exactly: search/cpsat_replay.py)")
     if space.named_splits:
         rule += "; and " + _NAMED.replace("the named layouts", "the named uneven layouts")
-    if replayed:
-        rule += f"; under {', '.join(replayed)} the named layouts only" + _placements(space)
+    if named_only:
+        rule += (f"; under {', '.join(named_only)} the named layouts only"
+                 f"{_why_named(space, named_only)}")
+    if scanned:
+        rule += _placements(space)
     return rule
+
+
+def _why_named(space: SearchSpace, named_only: list[str]) -> str:
+    """Why these V or DualPipe schedules keep the named layouts (replay_axis.py
+    `free_family`): DualPipe's mirror pairs and a DualPipeV hiding EP all-to-all are scored
+    by the cost model (search/model_scored.py); a V on several node groups scans the stage
+    placements of each named layout."""
+    why = []
+    for s in named_only:
+        if s == "dualpipe":
+            why.append("DualPipe's mirror pairs (model-scored)")
+        elif space.heterogeneous:
+            why.append(f"{s} on several node groups")
+        else:
+            why.append(f"{s} hiding EP all-to-all (model-scored)")
+    return ": " + ", ".join(why)
 
 
 def _placements(space: SearchSpace) -> str:
@@ -236,7 +266,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if plan.chunk_layers is not None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)
-    if (space.schedule in SCANNED or pipelined(space)) and space.partition != "uniform":
+    if ((space.schedule in SCANNED and not free_family(space)) or pipelined(space)) \
+            and space.partition != "uniform":
         under = (f"schedule={ps}" if space.schedule in SCANNED else
                  f"activation_offload={act_layers(space)} at pp > 1")
         return f"layer split {list(per_stage)} (searched under {under}: the named layouts only)"

@@ -429,7 +429,7 @@ def test_few_microbatches_by_hand() -> None:
 
 
 def test_the_compiled_replay_is_the_replay_step_for_step() -> None:
-    """`pipeline_sim.makespan` runs the compiled steps (`compile_orders`, `run`); a direct
+    """`pipeline_sim.makespan` runs the compiled steps (`compile_dag`); a direct
     event replay written here (each rank in order, a step once its inputs have ended) gives
     the same float, bit for bit, on ZBV and DualPipeV lists with random durations; a list
     that waits on an action never run is a ValueError."""

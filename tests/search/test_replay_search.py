@@ -41,11 +41,12 @@ def test_a_v_pin_narrows_the_space_and_the_proof_names_it(sched: str) -> None:
     assert not sp.partial_recompute  # the split's replayed share: all layers or a pinned count
     assert SearchSpace.for_job(job, fix=f"schedule={sched},recompute_layers=1",
                                max_pp=4).partial_recompute
-    # the named layouts only: no free partition family, every family a pinned layout
-    assert not sp.free_ok(4, 2) and sp.split_families(4, 2)
-    assert all(f.fixed_split for f in sp.split_families(4, 2))
+    # one node group: the free per-rank family (search/cpsat_replay.py), then the named
+    # layouts, each a pinned layout (tests/search/test_replay_free_split.py)
+    fams = sp.split_families(4, 2)
+    assert sp.free_ok(4, 2) and fams[0] is sp and all(f.fixed_split for f in fams[1:])
     line = space_line(proof_space(sp))
-    assert f"schedule {sched}" in line and "the named layouts only" in line
+    assert f"schedule {sched}" in line and f"under {sched}: per rank" in line
     least = 2 * 4 if sched == "dualpipev" else 4
     assert all(d.num_microbatches >= (2 if sched == "dualpipev" else 1) * d.pp
                for d in sp.degrees())
@@ -53,11 +54,12 @@ def test_a_v_pin_narrows_the_space_and_the_proof_names_it(sched: str) -> None:
         d.pp < 4 for d in sp.degrees())
     best = enumerate_plans(job, sp, top_k=1).plans[0].plan
     assert best.schedule == sched and best.vpp == 2 and outside(sp, best) is None
-    # a free split outside the named layouts is outside the space, and says why
-    free = best.model_copy(update={"stage_layers": (6, 2) if best.pp == 2 else None,
-                                   "chunk_layers": None})
+    # a free split is inside the space; an odd rank count is not, and says why
     if best.pp == 2:
-        assert "the named layouts only" in (outside(sp, free) or "")
+        assert outside(sp, best.model_copy(update={"stage_layers": (6, 2),
+                                                   "chunk_layers": None})) is None
+        assert "multiples of vpp" in (outside(sp, best.model_copy(
+            update={"stage_layers": (5, 3), "chunk_layers": None})) or "")
 
 
 def test_v_pins_outside_their_rules_are_input_errors() -> None:
