@@ -35,11 +35,18 @@ from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.tables import Tables, key_variants
 
 
+def _own_bound(space: Any) -> bool:
+    """Keys the cost model scores whose bound is not this module's composition: DualPipe
+    (dualpipe_bound.py) and a pipelined activation offload (the master's); a DualPipeV hiding
+    EP all-to-all takes this module's (`key_bound`'s docstring)."""
+    return model_scored(space) and space.schedule != "dualpipev"
+
+
 def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]:
     """The uncoupled bound of `key` over each of its partition families, in
     `SearchSpace.split_families` order (inf for a family no split of which fits): the space's
     own partitions (when they place the layers), then each named layout."""
-    if model_scored(t.space):  # the master's, or DualPipe's own (search/dualpipe_bound.py),
+    if _own_bound(t.space):  # the master's, or DualPipe's own (search/dualpipe_bound.py),
         # which holds for every split: the same for each family
         v = dualpipe_key_bound(t, key) if dualpipe_applies(t.space) else 0.0
         return [v] * len(t.space.split_families(key.pp, key.vpp))
@@ -129,9 +136,12 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
 
     DualPipe (search/model_scored.py): search/dualpipe_bound.py's bound (a rank averages two
     stages: T >= S/pp, the bubble rho·(S - T), the ranks' mean tail). A DualPipeV hiding EP
-    all-to-all: 0, the master's bound only (its replayed bubble; the share depends on m).
+    all-to-all: this bound, as for every V (rho' = 0: replay_axis.py), its tables holding each
+    layer's time at a hidden share of 1, below the plan's at its m (model_scored.py
+    `hidden_lb`), and every step above grows with the stage times; its memory tables are the
+    plan's (the share moves no byte). A pipelined activation offload: 0 (the master's).
     """
-    if model_scored(t.space):
+    if _own_bound(t.space):
         return dualpipe_key_bound(t, key) if dualpipe_applies(t.space) else 0.0
     if t.variants:  # the least over the expert-TP sizes the key is legal under
         return min((key_bound(tv, key, None, coupled=coupled)
@@ -160,7 +170,7 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
     classes."""
     if not keys:
         return []
-    if model_scored(t.space):  # `key_bound`'s (search/model_scored.py, dualpipe_bound.py)
+    if _own_bound(t.space):  # `key_bound`'s (search/model_scored.py, dualpipe_bound.py)
         if dualpipe_applies(t.space):
             out_d = []
             for k in keys:

@@ -122,3 +122,27 @@ def test_a_model_scored_search_stops_at_its_budget(monkeypatch: pytest.MonkeyPat
         assert r.status != "optimal" and not r.stats["wall_clock_net_hit"]
         runs.append([ev.plan.key() for ev in r.plans])
     assert runs[0] == runs[1]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@example(layers=6, gpus=8, batch=32, seq=8192, zero="0,1")
+@example(layers=4, gpus=8, batch=16, seq=32768, zero="1,3")
+@given(layers=st.sampled_from([4, 6, 8]), gpus=st.sampled_from([4, 8]),
+       batch=st.sampled_from([8, 16, 32]), seq=st.sampled_from([2048, 8192, 32768]),
+       zero=st.sampled_from(["0,1", "1,3", "2"]))
+def test_a_dualpipev_hiding_ep_takes_the_tables_bound(layers: int, gpus: int, batch: int,
+                                                      seq: int, zero: str) -> None:
+    """DualPipeV on a MoE model hides a per-m share of the EP all-to-all, so its plans are
+    scored by the cost model; its key bound is the tables' V composition (m·T + tail, the
+    tables at a hidden share of 1: model_scored.py `hidden_lb`), <= every key's exact best,
+    and no longer 0 (the master's alone)."""
+    job = _job(True, layers, gpus, seq, batch)
+    try:
+        space = SearchSpace.for_job(job, fix="schedule=dualpipev", max_pp=4, max_mbs=2,
+                                    zero=tuple(int(z) for z in zero.split(",")))
+    except UserError:
+        return
+    if space.num_degree_combinations() == 0:
+        return
+    n, above = _check(job, space)
+    assert above > 0 or n == 0

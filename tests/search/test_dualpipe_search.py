@@ -125,13 +125,14 @@ def test_dualpipe_spaces_match_enumeration(sched: str, moe: bool, layers: int, g
 
 
 def test_the_union_and_the_default_search_are_unchanged() -> None:
-    """DualPipe is pin-only; DualPipeV where it hides EP stays out of the union (its keys
-    carry the master's bound only); the default space has no schedule sub-space."""
+    """DualPipe is pin-only; DualPipeV where it hides EP is in the union now that its keys
+    take the tables' V bound (session 22; it stayed out while they had the master's alone);
+    the default space has no schedule sub-space."""
     moe = _job(moe=True, layers=6).model_copy(update={
         "recipe": RECIPES["torchtitan-fsdp"], "search_also": ("schedule",)})
     assert schedule_axis.hides_ep("dualpipev", moe)
     sp = SearchSpace.for_job(moe, max_pp=4, max_vpp=2)
-    assert "dualpipev" not in sp.schedules and "dualpipe" not in sp.schedules
+    assert "dualpipev" in sp.schedules and "dualpipe" not in sp.schedules
     dense = moe.model_copy(update={"model": _mini(False, 8)})
     assert "dualpipev" in SearchSpace.for_job(dense, max_pp=4, max_vpp=2).schedules
     assert SearchSpace.for_job(_job(), max_pp=4).schedules == (None,)

@@ -42,14 +42,14 @@ def test_the_union_is_named_and_restricted_to_what_the_framework_runs() -> None:
     assert "schedule 1f1b,interleaved,zb-h1,zb-h2,zbv,dualpipev" in space_line(proof_space(sp))
     assert sp.describe()["schedule"] == UNION
     # Megatron (--emit) runs none of them, torchtitan (recipe) the V-shaped ones only
-    # (spec/frameworks.py RUNS_SCHEDULES); DualPipeV is not searched on a MoE model
-    # (schedule_axis.py `union_ok`)
+    # (spec/frameworks.py RUNS_SCHEDULES); DualPipeV on a MoE model too, where it hides a
+    # share of the EP all-to-all (schedule_axis.py `union_ok`, session 22)
     assert SearchSpace.for_job(job, max_pp=4, emit="megatron").schedules == (None,)
     tt = job.model_copy(update={"recipe": RECIPES["torchtitan-fsdp"]})
     assert SearchSpace.for_job(tt, max_pp=4).schedules == (None, "zbv", "dualpipev")
     assert SearchSpace.for_job(tt, max_pp=4, max_vpp=1).schedules == (None,)
     assert SearchSpace.for_job(_job(moe=True, layers=6), max_pp=4).schedules == (
-        None, "zb-h1", "zb-h2", "zbv")
+        None, "zb-h1", "zb-h2", "zbv", "dualpipev")
     # no pp > 1: nothing for a schedule to run on; vpp 2 pinned: the V-shaped ones only
     assert SearchSpace.for_job(job, fix="pp=1").schedules == (None,)
     assert SearchSpace.for_job(job, fix="vpp=2", max_pp=4).schedules == (None, "zbv",
