@@ -198,6 +198,8 @@ class Dag:
     first: tuple[bool, ...]  # whether it is its rank's first step
     last: tuple[int, ...]  # each rank's last step (-1: none)
     kinds: tuple[tuple[tuple[str, int], ...], ...] = ()  # its actions' (kind, stage)
+    uniq: tuple[tuple[str, int], ...] = ()  # the distinct (kind, stage) of all steps
+    kidx: tuple[tuple[int, ...], ...] = ()  # each step's actions as indices into `uniq`
 
 
 def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
@@ -232,8 +234,13 @@ def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
                 moved = True
         if not moved:
             raise ValueError("pipeline schedule deadlocks: an action waits on one never run")
-    return Dag(tuple(rank), tuple(parts_l), tuple(preds), tuple(first), tuple(last),
-               tuple(tuple((k, st) for k, st, _ in ps) for ps in parts_l))
+    kinds = tuple(tuple((k, st) for k, st, _ in ps) for ps in parts_l)
+    pos: dict[tuple[str, int], int] = {}
+    for ks in kinds:
+        for ks_x in ks:
+            pos.setdefault(ks_x, len(pos))
+    return Dag(tuple(rank), tuple(parts_l), tuple(preds), tuple(first), tuple(last), kinds,
+               tuple(pos), tuple(tuple(pos[x] for x in ks) for ks in kinds))
 
 
 @functools.lru_cache(maxsize=64)
@@ -242,14 +249,9 @@ def v_dag(schedule: str, p: int, m: int) -> Dag:
     return compile_dag(v_orders(schedule, p, m), 2 * p)
 
 
-def _lengths(dag: Dag, dur: Callable[[str, int], float]) -> dict[tuple[str, int], float]:
-    """Each (kind, stage) of the steps' actions: its duration (B = I + W)."""
-    out: dict[tuple[str, int], float] = {}
-    for ks in dag.kinds:
-        for k, st in ks:
-            if (k, st) not in out:
-                out[k, st] = dur("I", st) + dur("W", st) if k == "B" else dur(k, st)
-    return out
+def _lengths(dag: Dag, dur: Callable[[str, int], float]) -> list[float]:
+    """The duration of each distinct (kind, stage) of the steps (`Dag.uniq`; B = I + W)."""
+    return [dur("I", st) + dur("W", st) if k == "B" else dur(k, st) for k, st in dag.uniq]
 
 
 def _span(dag: Dag, dur: Callable[[str, int], float]) -> float:
@@ -258,7 +260,7 @@ def _span(dag: Dag, dur: Callable[[str, int], float]) -> float:
     order), without the back-pointers: the replay on every search and evaluate call."""
     length = _lengths(dag, dur)
     end = [0.0] * len(dag.rank)
-    for n, (ks, preds) in enumerate(zip(dag.kinds, dag.preds, strict=True)):
+    for n, (ks, preds) in enumerate(zip(dag.kidx, dag.preds, strict=True)):
         start = 0.0
         for x in preds:
             if end[x] > start:
@@ -274,22 +276,17 @@ def _run(dag: Dag, dur: Callable[[str, int], float]) -> tuple[list[float], list[
     """Each rank's last end (0 for a rank with no step), and for every step the step it
     started after (-1: at 0): start = the latest end of its predecessors, end = start + its
     actions' durations (B = I + W)."""
-    cache: dict[tuple[str, int], float] = {}
-
-    def length(a: Action) -> float:
-        kind, s, _ = a
-        if (kind, s) not in cache:
-            cache[kind, s] = dur("I", s) + dur("W", s) if kind == "B" else dur(kind, s)
-        return cache[kind, s]
-
+    length = _lengths(dag, dur)
     end = [0.0] * len(dag.rank)
     came = [-1] * len(dag.rank)
-    for n, (parts, preds, first) in enumerate(zip(dag.parts, dag.preds, dag.first,
-                                                  strict=True)):
+    for n, (ks, preds, first) in enumerate(zip(dag.kidx, dag.preds, dag.first, strict=True)):
         start, by = 0.0, -1
         for i, x in enumerate(preds):
             if end[x] > start or (i == 0 and not first):
                 start, by = end[x], x
-        end[n] = start + sum(length(a) for a in parts)
+        total = 0.0
+        for k in ks:
+            total += length[k]
+        end[n] = start + total
         came[n] = by
     return [end[x] if x >= 0 else 0.0 for x in dag.last], came
