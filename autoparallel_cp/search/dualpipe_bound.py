@@ -59,6 +59,7 @@ from autoparallel_cp.search.enumerate_axes import (
     recompute_values,
 )
 from autoparallel_cp.search.key_coefs import KeyCoefs, key_coefs
+from autoparallel_cp.search.replay_axis import dualpipe_free
 from autoparallel_cp.search.schedule_axis import key_split
 from autoparallel_cp.search.space import Degrees
 from autoparallel_cp.search.tables import Tables, key_variants
@@ -98,6 +99,9 @@ def dualpipe_key_bound(t: Tables, key: Any) -> float:
     f = np.array([inflight_units(probe, j, (1,)) for j in range(p)], float)
     best = math.inf
     for fam in space.split_families(p, key.vpp):
+        if dualpipe_free(fam):  # too many splits to list: the free family's own bound
+            best = min(best, _free(t, c, key, rho, every, synced, f, int(places[0][0])))
+            continue
         parts, _ = partition_array(fam, p, key.vpp)
         for ls in parts:
             best = min(best, _least(t, c, key, rho, every, synced, f,
@@ -148,3 +152,30 @@ def _least(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bo
     val = (key.m - rho) * T + rho * S + tail
     val = np.where(fits, val, np.inf)
     return float(np.min(val))
+
+
+def _free(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bool, f: F64,
+          g: int) -> float:
+    """The free family's bound (the module docstring's last paragraph), on its one node
+    group `g`: T >= S_lb/p, the pair sums' mean tail, the memory summed over the ranks."""
+    p, L = key.pp, t.space.num_layers
+    k = min(float(t.dense_prefix), float(L))
+    u = c.tau[g] + (c.rho[g] if every else 0.0)
+    ud = c.tau_d[g] + (c.rho_d[g] if every else 0.0)
+
+    def total(main: float, dense: float, emb: float, head: float) -> float:
+        return (L - k) * main + k * dense + emb + head
+
+    S = total(u, ud, c.emb_time[g], c.head_time[g])
+    ds = (total(c.dsync[g], c.dsync_d[g], c.emb_dps[g], c.head_dps[g]) + p * c.dps_fixed[g]
+          if synced else 0.0)
+    os_ = total(c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g])
+    tail = 2.0 * (t.tail_frac * ds + os_) / p
+    kept = act_layers(t.space) == 0
+    a = min(c.act[g], c.ckpt[g]) if not every else c.ckpt[g]
+    ad = min(c.act_d[g], c.ckpt_d[g]) if not every else c.ckpt_d[g]
+    states = total(c.sigma, c.sigma_d, c.emb_states, c.head_states)
+    acts = (float(np.min(f)) * (L - k) * a + f[0] * (k * ad + c.emb_act[g])) if kept else 0.0
+    if 2.0 * (states + acts) + p * c.const_mem > p * c.capacity[g]:
+        return math.inf
+    return (key.m - rho) * S / p + rho * S + tail
