@@ -56,7 +56,8 @@ from autoparallel_cp.cost.schedules import bubble_ratio, inflight_units
 from autoparallel_cp.search.act_offload import act_layers
 from autoparallel_cp.search.enumerate_axes import placement_array, recompute_values
 from autoparallel_cp.search.key_coefs import key_coefs
-from autoparallel_cp.search.limits import MODEL_PLAN_DTIME, Budget
+from autoparallel_cp.search import limits
+from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
 from autoparallel_cp.search.replay_axis import DUALPIPE_FREE_MAX
 from autoparallel_cp.search.schedule_axis import key_split
@@ -216,7 +217,7 @@ def solve_free_dualpipe(t: Tables, key: Any, *, seed: int, workers: int,
         if split not in memo:
             n0 = len(t.__dict__.get("_model_terms", {}))
             memo[split] = best_of_split(t, key, split)
-            budget.charge(MODEL_PLAN_DTIME * (len(t.__dict__.get("_model_terms", {})) - n0))
+            budget.charge(limits.MODEL_PLAN_DTIME * (len(t.__dict__.get("_model_terms", {})) - n0))
         got = memo[split]
         if got is not None:
             cand = (got[0], got[1].key())
