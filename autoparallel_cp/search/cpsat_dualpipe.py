@@ -53,10 +53,10 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from autoparallel_cp.cost.schedules import bubble_ratio, inflight_units
+from autoparallel_cp.search import limits
 from autoparallel_cp.search.act_offload import act_layers
 from autoparallel_cp.search.enumerate_axes import placement_array, recompute_values
 from autoparallel_cp.search.key_coefs import key_coefs
-from autoparallel_cp.search import limits
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
 from autoparallel_cp.search.replay_axis import DUALPIPE_FREE_MAX
@@ -158,9 +158,9 @@ def build(t: Tables, key: Any) -> DualPipeModel | None:
         ds, dhi = [0] * p, 0
     os_ = per_stage(c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g], fl)
     D = pair_max(ds, dhi, "D")
-    O = pair_max(os_, hi(c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g]), "O")
+    opt = pair_max(os_, hi(c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g]), "O")
     a, b, cc = (int(math.floor(x)) for x in ((key.m - rho) * W / 2, rho * W, t.tail_frac * W))
-    obj = a * t2 + b * S + cc * D + W * O
+    obj = a * t2 + b * S + cc * D + W * opt
     # memory: both stages' states and in-flight activations, the constants, in whole bytes
     kept = act_layers(space) == 0
     act = min(c.act[g], c.ckpt[g]) if not every else c.ckpt[g]

@@ -37,8 +37,8 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from autoparallel_cp.search.act_offload import act_layers, pipelined, stage_terms
-from autoparallel_cp.search.cpsat_portfolio import solve_portfolio
 from autoparallel_cp.search.cpsat_dualpipe import solve_free_dualpipe
+from autoparallel_cp.search.cpsat_portfolio import solve_portfolio
 from autoparallel_cp.search.cpsat_replay import replay_pipeline, solve_free
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import MODEL_PLAN_DTIME, Budget

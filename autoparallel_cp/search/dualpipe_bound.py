@@ -13,9 +13,10 @@ time, as every search composition) is
 rho = `bubble_ratio("dualpipe", p, (F, B, W), m)` (m-free), exposed_r >= tail_frac·d_r
 (steptime.py `exposed_dp`, `Tables.tail_frac`), S the sum of the stage times (each stage is
 half of two ranks). A DualPipe key's plans (model_scan.py `best_of_key`) are its families'
-explicit splits (named layouts, the uniform or a pinned split: `SearchSpace.free_ok` admits no
-free split for it) x its stage placements (`enumerate_axes.placement_array`) x its recompute
-counts, so per (split, placement), with the tables' per-layer entries (`key_coefs`):
+splits (named layouts, the uniform or a pinned split, and on one node group the free
+per-stage counts: search/cpsat_dualpipe.py) x its stage placements
+(`enumerate_axes.placement_array`) x its recompute counts, so per (split, placement) of an
+explicit family, with the tables' per-layer entries (`key_coefs`):
 
 - stage j on group g with l_j layers (k of them the dense prefix on stage 0) takes
   t_j >= c_j = (l_j - k_j)·u_g + k_j·u'_g (+ the embedding's time on stage 0, the LM head's on
@@ -37,7 +38,19 @@ counts, so per (split, placement), with the tables' per-layer entries (`key_coef
   replayed, the least of kept and checkpoint under a pinned count). A (split, placement) with
   a rank above its group's capacity has no fitting plan.
 
-The key's bound is the least over its (split, placement) pairs (inf when none fits).
+The free family (`_free`: one node group g, every split l >= 1 summing to L, stage 0 holding
+the dense prefix k) has too many splits to list, so it takes what holds for all of them:
+S_lb = (L - k)·u + k·u' + emb + head whatever the split (one group); the p ranks' times sum
+to S (each stage is half of two ranks), so T >= S/p >= S_lb/p; the p pair sums of the DP
+entries sum to 2·Σ_j d_j, so max_r (d_r + d_{p-1-r}) >= 2·Σ_j d_j/p (Σ_j d_j split-free
+likewise, the fixed term once per stage), the same for o; memory: if every rank fits, so does
+their sum, Σ_r rank_r = 2·Σ_j mem_j + p·const <= p·capacity, with Σ_j mem_j >= the states
+(split-free) + min_j f_j·a·(L - k) + f_0·(k·a' + emb_act) (the dense prefix on stage 0):
+a sum above it means no split fits (inf). So (m - rho)·S_lb/p + rho·S_lb + tail_frac·2·D/p +
+2·O/p bounds every plan of the free family.
+
+The key's bound is the least over its families' (split, placement) pairs and the free
+family's bound (inf when none fits).
 tests/search/test_dualpipe_bound.py checks it is <= every key's exact best on random small
 spaces, one and two node groups, dense and MoE; test_dualpipe_search.py, that every search
 still equals the enumerator.

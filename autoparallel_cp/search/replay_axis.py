@@ -41,8 +41,9 @@ the enumerator's over the same space (tests/search/test_replay_search.py and
 test_replay_free_split.py, hypothesis). Outside the searched space (evaluate-only): free
 per-rank layer counts under a V on several node groups, and under a DualPipeV hiding EP.
 DualPipe (two stages per rank, `dualpipe_mirror`: the rank's time is the mean of a stage
-pair, which the per-key bounds' T >= t_j do not carry) is searched the same way as a
-DualPipeV hiding EP: search/model_scored.py.
+pair, which the per-key bounds' T >= t_j do not carry) is scored by the cost model
+(search/model_scored.py); its free per-stage counts on one node group (`free_family`, at a
+pp with at most `DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/cpsat_dualpipe.py.
 """
 
 from __future__ import annotations
