@@ -178,8 +178,9 @@ def build(t: Tables, key: Any) -> DualPipeModel | None:
             st = st + byte(f[j] * act) * (ls[j] - kj[j]) + byte(f[j] * actd) * kj[j] + (
                 byte(f[j] * c.emb_act[g]) if j == 0 else 0)
         mem.append(st)
-    for r in range(p // 2):
-        m.add(mem[r] + mem[p - 1 - r] + byte(c.const_mem) <= byte(c.capacity[g]))
+    if math.isfinite(c.capacity[g]) and math.isfinite(c.const_mem):
+        for r in range(p // 2):
+            m.add(mem[r] + mem[p - 1 - r] + byte(c.const_mem) <= byte(c.capacity[g]))
     m.minimize(obj)
     return DualPipeModel(m, ls, obj, q / W)
 

@@ -107,7 +107,7 @@ def test_an_uneven_free_split_is_the_best_and_found() -> None:
     _compare_exact(job, sp, 3)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @example(moe=True, layers=8, vocab=32000, gpus=8, batch=32, seq=8192)
 @example(moe=False, layers=8, vocab=128000, gpus=8, batch=16, seq=4096)
 @given(moe=st.booleans(), layers=st.sampled_from([6, 8, 10]),
