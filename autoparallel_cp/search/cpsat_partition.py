@@ -37,12 +37,13 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from autoparallel_cp.search.act_offload import act_layers, pipelined, stage_terms
+from autoparallel_cp.search.cpsat_dualpipe import solve_free_dualpipe
 from autoparallel_cp.search.cpsat_portfolio import solve_portfolio
 from autoparallel_cp.search.cpsat_replay import replay_pipeline, solve_free
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import MODEL_PLAN_DTIME, Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
-from autoparallel_cp.search.replay_axis import free_searched, head_position
+from autoparallel_cp.search.replay_axis import dualpipe_free, free_searched, head_position
 from autoparallel_cp.search.schedule_axis import (
     REPLAYED,
     SCANNED,
@@ -509,6 +510,9 @@ def _solve_family(t: Tables, key: Any, *, seed: int, workers: int, max_rounds: i
     """`solve_partition_proven` over one partition family (`t.space`'s own partitions)."""
     from autoparallel_cp.search.tables import plan_cost
 
+    if dualpipe_free(t.space):  # DualPipe's free family: exact (cpsat_dualpipe.py)
+        return solve_free_dualpipe(t, key, seed=seed, workers=workers, cutoff_s=cutoff_s,
+                                   budget=budget)
     if _determined(t, key):
         return _score_determined(t, key, cutoff_s, budget)
     pm = build_partition(t, key)

@@ -13,9 +13,10 @@ time, as every search composition) is
 rho = `bubble_ratio("dualpipe", p, (F, B, W), m)` (m-free), exposed_r >= tail_frac·d_r
 (steptime.py `exposed_dp`, `Tables.tail_frac`), S the sum of the stage times (each stage is
 half of two ranks). A DualPipe key's plans (model_scan.py `best_of_key`) are its families'
-explicit splits (named layouts, the uniform or a pinned split: `SearchSpace.free_ok` admits no
-free split for it) x its stage placements (`enumerate_axes.placement_array`) x its recompute
-counts, so per (split, placement), with the tables' per-layer entries (`key_coefs`):
+splits (named layouts, the uniform or a pinned split, and on one node group the free
+per-stage counts: search/cpsat_dualpipe.py) x its stage placements
+(`enumerate_axes.placement_array`) x its recompute counts, so per (split, placement) of an
+explicit family, with the tables' per-layer entries (`key_coefs`):
 
 - stage j on group g with l_j layers (k of them the dense prefix on stage 0) takes
   t_j >= c_j = (l_j - k_j)·u_g + k_j·u'_g (+ the embedding's time on stage 0, the LM head's on
@@ -37,7 +38,19 @@ counts, so per (split, placement), with the tables' per-layer entries (`key_coef
   replayed, the least of kept and checkpoint under a pinned count). A (split, placement) with
   a rank above its group's capacity has no fitting plan.
 
-The key's bound is the least over its (split, placement) pairs (inf when none fits).
+The free family (`_free`: one node group g, every split l >= 1 summing to L, stage 0 holding
+the dense prefix k) has too many splits to list, so it takes what holds for all of them:
+S_lb = (L - k)·u + k·u' + emb + head whatever the split (one group); the p ranks' times sum
+to S (each stage is half of two ranks), so T >= S/p >= S_lb/p; the p pair sums of the DP
+entries sum to 2·Σ_j d_j, so max_r (d_r + d_{p-1-r}) >= 2·Σ_j d_j/p (Σ_j d_j split-free
+likewise, the fixed term once per stage), the same for o; memory: if every rank fits, so does
+their sum, Σ_r rank_r = 2·Σ_j mem_j + p·const <= p·capacity, with Σ_j mem_j >= the states
+(split-free) + min_j f_j·a·(L - k) + f_0·(k·a' + emb_act) (the dense prefix on stage 0):
+a sum above it means no split fits (inf). So (m - rho)·S_lb/p + rho·S_lb + tail_frac·2·D/p +
+2·O/p bounds every plan of the free family.
+
+The key's bound is the least over its families' (split, placement) pairs and the free
+family's bound (inf when none fits).
 tests/search/test_dualpipe_bound.py checks it is <= every key's exact best on random small
 spaces, one and two node groups, dense and MoE; test_dualpipe_search.py, that every search
 still equals the enumerator.
@@ -59,6 +72,7 @@ from autoparallel_cp.search.enumerate_axes import (
     recompute_values,
 )
 from autoparallel_cp.search.key_coefs import KeyCoefs, key_coefs
+from autoparallel_cp.search.replay_axis import dualpipe_free
 from autoparallel_cp.search.schedule_axis import key_split
 from autoparallel_cp.search.space import Degrees
 from autoparallel_cp.search.tables import Tables, key_variants
@@ -98,6 +112,9 @@ def dualpipe_key_bound(t: Tables, key: Any) -> float:
     f = np.array([inflight_units(probe, j, (1,)) for j in range(p)], float)
     best = math.inf
     for fam in space.split_families(p, key.vpp):
+        if dualpipe_free(fam):  # too many splits to list: the free family's own bound
+            best = min(best, _free(t, c, key, rho, every, synced, f, int(places[0][0])))
+            continue
         parts, _ = partition_array(fam, p, key.vpp)
         for ls in parts:
             best = min(best, _least(t, c, key, rho, every, synced, f,
@@ -148,3 +165,30 @@ def _least(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bo
     val = (key.m - rho) * T + rho * S + tail
     val = np.where(fits, val, np.inf)
     return float(np.min(val))
+
+
+def _free(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bool, f: F64,
+          g: int) -> float:
+    """The free family's bound (the module docstring's last paragraph), on its one node
+    group `g`: T >= S_lb/p, the pair sums' mean tail, the memory summed over the ranks."""
+    p, L = key.pp, t.space.num_layers
+    k = min(float(t.dense_prefix), float(L))
+    u = c.tau[g] + (c.rho[g] if every else 0.0)
+    ud = c.tau_d[g] + (c.rho_d[g] if every else 0.0)
+
+    def total(main: float, dense: float, emb: float, head: float) -> float:
+        return (L - k) * main + k * dense + emb + head
+
+    S = total(u, ud, c.emb_time[g], c.head_time[g])
+    ds = (total(c.dsync[g], c.dsync_d[g], c.emb_dps[g], c.head_dps[g]) + p * c.dps_fixed[g]
+          if synced else 0.0)
+    os_ = total(c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g])
+    tail = 2.0 * (t.tail_frac * ds + os_) / p
+    kept = act_layers(t.space) == 0
+    a = min(c.act[g], c.ckpt[g]) if not every else c.ckpt[g]
+    ad = min(c.act_d[g], c.ckpt_d[g]) if not every else c.ckpt_d[g]
+    states = total(c.sigma, c.sigma_d, c.emb_states, c.head_states)
+    acts = (float(np.min(f)) * (L - k) * a + f[0] * (k * ad + c.emb_act[g])) if kept else 0.0
+    if 2.0 * (states + acts) + p * c.const_mem > p * c.capacity[g]:
+        return math.inf
+    return (key.m - rho) * S / p + rho * S + tail

@@ -12,8 +12,9 @@ micro-batch's (`schedule_axis.hides_ep`): stage time = t_base + h·Σ_layers (ep
 A per-stage table cannot hold a rank that averages two stages, nor h, which depends on m, so:
 
 - per-key scoring (search/model_scan.py `best_of_key`): a key's plans are its named
-  layouts (or a uniform or pinned split: `SearchSpace.free_ok` leaves free partitions out,
-  `schedule_axis.SCANNED`),
+  layouts (or a uniform or pinned split; DualPipe's free per-stage counts on one node group
+  are searched by search/cpsat_dualpipe.py, whose exact loop scores each candidate split
+  with the same scan, `best_of_split`),
   the recompute count (all layers or a pinned one: `narrow_recompute`) and the stage
   placement; each is scored by `plan_terms`, which is steptime.py / memory.py themselves
   (`tables.plan_cost` returns it too: plan_cost equals evaluate by construction), and the

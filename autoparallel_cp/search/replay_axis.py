@@ -41,8 +41,9 @@ the enumerator's over the same space (tests/search/test_replay_search.py and
 test_replay_free_split.py, hypothesis). Outside the searched space (evaluate-only): free
 per-rank layer counts under a V on several node groups, and under a DualPipeV hiding EP.
 DualPipe (two stages per rank, `dualpipe_mirror`: the rank's time is the mean of a stage
-pair, which the per-key bounds' T >= t_j do not carry) is searched the same way as a
-DualPipeV hiding EP: search/model_scored.py.
+pair, which the per-key bounds' T >= t_j do not carry) is scored by the cost model
+(search/model_scored.py); its free per-stage counts on one node group (`free_family`, at a
+pp with at most `DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/cpsat_dualpipe.py.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from autoparallel_cp.cost.schedules import simulated_bubble
+from autoparallel_cp.search.act_offload import pipelined
 from autoparallel_cp.search.model_scored import model_scored
 from autoparallel_cp.search.schedule_axis import REPLAYED, key_split
 from autoparallel_cp.spec.plan import Plan
@@ -59,11 +61,34 @@ from autoparallel_cp.spec.schedules import V_SHAPED, Schedule
 
 
 def free_family(space: Any) -> bool:
-    """Whether a V space's own free partitions (per-rank counts, multiples of vpp = 2) are
-    searched (cpsat_replay.py): its keys are not scored by the cost model
-    (search/model_scored.py: a DualPipeV hiding EP all-to-all, a pipelined offload) and the
-    cluster is one node group (several: the named layouts, each stage placement scanned)."""
-    return space.schedule in REPLAYED and not model_scored(space) and not space.heterogeneous
+    """Whether a V or DualPipe space's own free partitions are searched: a V's per-rank
+    counts (multiples of vpp = 2, cpsat_replay.py) where its keys are not scored by the cost
+    model (search/model_scored.py: a DualPipeV hiding EP all-to-all), DualPipe's per-stage
+    counts (cpsat_dualpipe.py), neither under a pipelined activation offload, and the
+    cluster one node group (several: the named layouts, each stage placement scanned)."""
+    if space.heterogeneous or pipelined(space):
+        return False
+    return space.schedule == "dualpipe" or (space.schedule in REPLAYED
+                                             and not model_scored(space))
+
+
+#: Most free splits of one pp DualPipe's free family is searched at (`free_pp_ok`)
+DUALPIPE_FREE_MAX = 256
+
+
+def free_pp_ok(space: Any, pp: int, vpp: int) -> bool:
+    """Whether the free family of `space` is searched at (pp, vpp): every V family; DualPipe's
+    where it has at most `DUALPIPE_FREE_MAX` splits (`SearchSpace.num_partitions`). A
+    DualPipe rank's time is the mean of a mirror pair, so every split with the same pair sums
+    ties on time and the exact loop of cpsat_dualpipe.py scores them one by one: bounded by
+    the count, it always proves (its `ROUNDS_MAX` exceeds it); above it, the named layouts."""
+    return space.schedule != "dualpipe" or space.num_partitions(pp, vpp) <= DUALPIPE_FREE_MAX
+
+
+def dualpipe_free(space: Any) -> bool:
+    """Whether `space` is DualPipe's free family (`free_searched`) that cpsat_dualpipe.py
+    solves: per-stage counts >= 1 on one node group, each rank stage r and its mirror."""
+    return space.schedule == "dualpipe" and free_searched(space)
 
 
 def free_searched(space: Any) -> bool:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import act_offload, offload_axis, space_count, space_proof
-from autoparallel_cp.search.replay_axis import free_family
+from autoparallel_cp.search.replay_axis import free_family, free_pp_ok
 from autoparallel_cp.search.schedule_axis import (
     SCANNED,
     degree_ok,
@@ -454,8 +454,8 @@ class SearchSpace:
         elif self.partition == "uniform":
             if L % (pp * vpp):
                 return False
-        elif pp * vpp > L or L % vpp or (self.schedule in SCANNED and not free_family(
-                self)) or act_offload.pipelined(self):
+        elif pp * vpp > L or L % vpp or (self.schedule in SCANNED and not (free_family(
+                self) and free_pp_ok(self, pp, vpp))) or act_offload.pipelined(self):
             return False  # named layouts only (replay_axis.py `free_family`; act_offload.py)
         return self._moe_partition_ok(pp, vpp)
 

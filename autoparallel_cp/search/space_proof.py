@@ -15,7 +15,7 @@ from typing import Any
 
 from autoparallel_cp.search.act_offload import act_layers, pipelined
 from autoparallel_cp.search.act_offload import searched as act_searched
-from autoparallel_cp.search.replay_axis import free_family
+from autoparallel_cp.search.replay_axis import DUALPIPE_FREE_MAX, free_family, free_pp_ok
 from autoparallel_cp.search.schedule_axis import (
     PLACEMENTS_MAX,
     SCANNED,
@@ -58,16 +58,20 @@ def _split_rule(space: SearchSpace) -> str:
     if space.partition == "uniform":
         return "uniform: Megatron's default split, pp*vpp dividing the layers"
     scanned = [s for s in space.schedules if s in SCANNED]
-    named_only = [s for s in scanned if not free_family(space.with_(schedule=s))]
+    named_only = [s for s in scanned if not free_family(space.with_(schedule=s)) or (
+        s == "dualpipe" and not any(space.with_(schedule=s).free_ok(p, 1) for p in space.pp))]
     free_v = [s for s in scanned if s not in named_only]
     if named_only and named_only == list(space.schedules):  # replay_axis.py, model_scored.py
         return (_NAMED.replace("layouts (", "layouts only (")[:-1]
                 + f"; free per-stage counts under {', '.join(named_only)}: evaluated, not "
                 + f"searched{_why_named(space, named_only)})" + _placements(space))
     rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
-    if free_v:
-        rule += (f" (under {', '.join(free_v)}: per rank, the V's two chunks equal, the "
+    vs = [x for x in free_v if x != "dualpipe"]
+    if vs:
+        rule += (f" (under {', '.join(vs)}: per rank, the V's two chunks equal, the "
                  "replayed pipeline searched exactly: search/cpsat_replay.py)")
+    if "dualpipe" in free_v:
+        rule += _dualpipe_free(space.with_(schedule="dualpipe"))
     if space.named_splits:
         rule += "; and " + _NAMED.replace("the named layouts", "the named uneven layouts")
     if named_only:
@@ -80,18 +84,37 @@ def _split_rule(space: SearchSpace) -> str:
 
 def _why_named(space: SearchSpace, named_only: list[str]) -> str:
     """Why these V or DualPipe schedules keep the named layouts (replay_axis.py
-    `free_family`): DualPipe's mirror pairs and a DualPipeV hiding EP all-to-all are scored
-    by the cost model (search/model_scored.py); a V on several node groups scans the stage
-    placements of each named layout."""
+    `free_family`): a DualPipeV hiding EP all-to-all is scored by the cost model
+    (search/model_scored.py); on several node groups each named layout's stage placements
+    are scanned; a pipelined activation offload keeps the named layouts (act_offload.py)."""
     why = []
     for s in named_only:
-        if s == "dualpipe":
-            why.append("DualPipe's mirror pairs (model-scored)")
-        elif space.heterogeneous:
+        if space.heterogeneous:
             why.append(f"{s} on several node groups")
+        elif s == "dualpipe" and free_family(space.with_(schedule=s)):
+            why.append(f"dualpipe with more than {DUALPIPE_FREE_MAX} free splits at each pp "
+                       "(replay_axis.py `free_pp_ok`)")
+        elif s == "dualpipe":
+            why.append("dualpipe under a pipelined activation offload")
         else:
             why.append(f"{s} hiding EP all-to-all (model-scored)")
     return ": " + ", ".join(why)
+
+
+def _dualpipe_free(space: SearchSpace) -> str:
+    """DualPipe's free family (search/cpsat_dualpipe.py) in words: the pp it is searched at
+    (replay_axis.py `free_pp_ok`: at most DUALPIPE_FREE_MAX free splits), the named layouts
+    above."""
+    at = [p for p in space.pp if space.free_ok(p, 1)]
+    above = [p for p in space.pp if p not in at]
+    txt = (" (under dualpipe: rank r runs stage r and its mirror p-1-r, each split scored "
+           "exactly by the cost model, CP-SAT proving the rest: search/cpsat_dualpipe.py; "
+           f"at pp {','.join(map(str, at)) or 'none'}, at most {DUALPIPE_FREE_MAX} free "
+           "splits")
+    if above:
+        txt += (f"; at pp {','.join(map(str, above))} the named layouts only: more free "
+                "splits than the exact loop scores")
+    return txt + ")"
 
 
 def _placements(space: SearchSpace) -> str:
@@ -266,7 +289,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     if plan.chunk_layers is not None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)
-    if ((space.schedule in SCANNED and not free_family(space)) or pipelined(space)) \
+    if ((space.schedule in SCANNED and not (free_family(space) and free_pp_ok(
+            space, plan.pp, plan.vpp))) or pipelined(space)) \
             and space.partition != "uniform":
         under = (f"schedule={ps}" if space.schedule in SCANNED else
                  f"activation_offload={act_layers(space)} at pp > 1")
