@@ -51,6 +51,26 @@ runs out the best so far is returned, unproven, with its gap to the model's boun
 bound. No pp cap is needed: the model has O(pp) variables and one cut per path found; a
 longest path costs one pass over the DAG (Llama 3 70B, `--fix schedule=zbv,pp=32`: 0.6 s).
 
+Scored by the cost model (`replay_axis.scored_free`: a DualPipeV hiding EP all-to-all, whose
+hidden share h(m) no table holds; search/model_scored.py): the model is built from the same
+tables, which hold each layer's time at a hidden share of 1 (`hidden_lb`), so every rank time
+the model reads is <= the plan's exact t_r at its m (the DP-sync, optimizer and memory tables
+are the plan's: the share moves no byte and no sync), and T <= the exact T. The bound still
+holds: the span is a max of path lengths, each linear in t with coefficients >= 0, so the
+model's span <= span(t_exact); m >= m', so (m - m')·T <= (m - m')·T_exact; the exposed DP
+sync, max(DTF·d_r, d_r - bs·t_r) per rank, falls as t_r grows, so the model takes it against
+T + 2L + nc units (>= every rank's table time: each floored t_r <= T is < 2L + nc units
+short, cpsat_partition.py) where m - m' >= bs: then
+(m - m')·T + max_r max(DTF·d_r, d_r - bs·T) is nondecreasing in T (each branch's slope is
+m - m' or m - m' - bs >= 0) and <= its value at T_exact, which is <= the exact
+(m - m')·T_exact + max_r exposed_r since t_r <= T_exact; where m - m' < bs (m <= 8p) only
+E >= DTF·d_r, <= every exposed_r. So objective <= the exact step of every plan of the split.
+Each split the model proposes is scored by `model_scan.best_of_split` (over its recompute
+counts and placements, the enumerator's scoring; each plan scored charges
+`limits.MODEL_PLAN_DTIME`), forbidden whatever its recompute count, and the best kept as the
+least (step, `Plan.key()`), the enumerator's order for model-scored keys; the stopping rule
+above is unchanged. tests/search/test_vhide_free_split.py checks the bound on every split.
+
 The bounds that order and skip keys stay valid for the free family (search/solve.py's
 stopping rule needs every bound <= every plan of its key): the per-key bounds
 (key_bounds.py) take rho' = 0 (`bubble_divisor` infinite), so they compose m·T + tail over the
