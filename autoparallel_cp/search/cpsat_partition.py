@@ -24,7 +24,7 @@ a lower bound of the exact step time of the same partition, off by at most `erro
 the feasible set holds every partition that fits exactly (the few that fit only by rounding are
 cut off by the caller's exact re-check). Model size: O(pp * groups) variables.
 
-Kept whole (about 470 lines): one CP-SAT model, its read-back and its solve portfolio; the
+Kept whole (about 590 lines): one CP-SAT model, its read-back and its solve portfolio; the
 proof that the objective is a lower bound spans the whole build.
 """
 
@@ -36,6 +36,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from autoparallel_cp.cost.schedules import sim_microbatches
 from autoparallel_cp.search.act_offload import act_layers, pipelined, stage_terms
 from autoparallel_cp.search.cpsat_dualpipe import solve_free_dualpipe
 from autoparallel_cp.search.cpsat_portfolio import solve_portfolio
@@ -43,7 +44,12 @@ from autoparallel_cp.search.cpsat_replay import replay_pipeline, solve_free
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import MODEL_PLAN_DTIME, Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
-from autoparallel_cp.search.replay_axis import dualpipe_free, free_searched, head_position
+from autoparallel_cp.search.replay_axis import (
+    dualpipe_free,
+    free_searched,
+    head_position,
+    scored_free,
+)
 from autoparallel_cp.search.schedule_axis import (
     REPLAYED,
     SCANNED,
@@ -394,9 +400,16 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     E = model.new_int_var(0, BD + BT, "E")
     fr = int(math.floor(t.tail_frac * FRAC_SCALE))
     bs = int(math.ceil(t.bwd_share * FRAC_SCALE))
+    # a V free family scored by the cost model (its tables' times at most the plan's): the
+    # exposed sync against T + per (>= every stage's table time), only where m - m' >= the
+    # backward share, else none (cpsat_replay.py's docstring: "Scored by the cost model")
+    scored = scored_free(s)
+    t_ok = not scored or key.m - sim_microbatches(pp, key.m) >= t.bwd_share
     for dj, tj, e in E_cons:
         model.add(fr * dj <= FRAC_SCALE * E)
-        model.add(FRAC_SCALE * dj - bs * (tj + e) <= FRAC_SCALE * E)
+        if t_ok:
+            model.add(FRAC_SCALE * dj - bs * ((T + 2 * L + nc) if scored else (tj + e))
+                      <= FRAC_SCALE * E)
     Ov = model.new_int_var(0, BD + BT, "O")
     for o in opts:
         model.add(o <= Ov)

@@ -51,6 +51,26 @@ runs out the best so far is returned, unproven, with its gap to the model's boun
 bound. No pp cap is needed: the model has O(pp) variables and one cut per path found; a
 longest path costs one pass over the DAG (Llama 3 70B, `--fix schedule=zbv,pp=32`: 0.6 s).
 
+Scored by the cost model (`replay_axis.scored_free`: a DualPipeV hiding EP all-to-all, whose
+hidden share h(m) no table holds; search/model_scored.py): the model is built from the same
+tables, which hold each layer's time at a hidden share of 1 (`hidden_lb`), so every rank time
+the model reads is <= the plan's exact t_r at its m (the DP-sync, optimizer and memory tables
+are the plan's: the share moves no byte and no sync), and T <= the exact T. The bound still
+holds: the span is a max of path lengths, each linear in t with coefficients >= 0, so the
+model's span <= span(t_exact); m >= m', so (m - m')·T <= (m - m')·T_exact; the exposed DP
+sync, max(DTF·d_r, d_r - bs·t_r) per rank, falls as t_r grows, so the model takes it against
+T + 2L + nc units (>= every rank's table time: each floored t_r <= T is < 2L + nc units
+short, cpsat_partition.py) where m - m' >= bs: then
+(m - m')·T + max_r max(DTF·d_r, d_r - bs·T) is nondecreasing in T (each branch's slope is
+m - m' or m - m' - bs >= 0) and <= its value at T_exact, which is <= the exact
+(m - m')·T_exact + max_r exposed_r since t_r <= T_exact; where m - m' < bs (m <= 8p) only
+E >= DTF·d_r, <= every exposed_r. So objective <= the exact step of every plan of the split.
+Each split the model proposes is scored by `model_scan.best_of_split` (over its recompute
+counts and placements, the enumerator's scoring; each plan scored charges
+`limits.MODEL_PLAN_DTIME`), forbidden whatever its recompute count, and the best kept as the
+least (step, `Plan.key()`), the enumerator's order for model-scored keys; the stopping rule
+above is unchanged. tests/search/test_vhide_free_split.py checks the bound on every split.
+
 The bounds that order and skip keys stay valid for the free family (search/solve.py's
 stopping rule needs every bound <= every plan of its key): the per-key bounds
 (key_bounds.py) take rho' = 0 (`bubble_divisor` infinite), so they compose m·T + tail over the
@@ -74,8 +94,10 @@ from ortools.sat.python import cp_model
 
 from autoparallel_cp.cost.pipeline_sim import critical_path, v_dag
 from autoparallel_cp.cost.schedules import sim_microbatches
+from autoparallel_cp.search import limits
 from autoparallel_cp.search.cpsat_portfolio import REPLAY_PORTFOLIO, solve_portfolio
 from autoparallel_cp.search.limits import Budget
+from autoparallel_cp.search.replay_axis import scored_free
 from autoparallel_cp.search.tables import Tables, plan_cost
 from autoparallel_cp.spec.plan import Plan, canonical
 
@@ -170,8 +192,9 @@ def solve_free(t: Tables, pm: Any, *, seed: int, workers: int, cutoff_s: float |
     for c in known:
         cuts.add(c)
     cut = cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None
-    best: tuple[float, tuple[int, ...], Plan, float] | None = None
+    best: tuple[float, tuple[Any, ...], Plan, float] | None = None
     lb = 0.0
+    scored = scored_free(t.space)
     for _ in range(ROUNDS_MAX):
         if cut is not None:  # one unit more: an exact tie is still found (the smallest wins)
             pm.model.add(pm.objective <= int(math.floor(cut / pm.scale_s)) + 1)
@@ -183,22 +206,60 @@ def solve_free(t: Tables, pm: Any, *, seed: int, workers: int, cutoff_s: float |
             break
         lb = max(lb, solver.best_objective_bound * pm.scale_s)
         plan = pm.read_plan(solver, False)
-        pc = plan_cost(t, plan)
-        path = cuts.path_at(pc.stage_time_s)  # its own longest path: the model's bound of
-        if path not in cuts.paths:  # it (and of its neighbours) becomes about exact
-            known.append(path)
-            cuts.add(path)
-        if pc.fits:
-            cand = (pc.step_s, tuple(plan.stage_layers or ()))
+        times: Sequence[float] | None = None
+        if scored:  # the cost model, over the split's recompute counts and placements
+            got = _scored(t, pm.key, plan, budget)
+            step, fits = (got[0], True) if got is not None else (math.inf, False)
+            plan, times = (got[1], got[2]) if got is not None else (plan, None)
+        else:
+            pc = plan_cost(t, plan)
+            step, fits, times = pc.step_s, pc.fits, pc.stage_time_s
+        if times is not None:  # its own longest path: the model's bound of it (and of its
+            path = cuts.path_at(times)  # neighbours) becomes about exact
+            if path not in cuts.paths:
+                known.append(path)
+                cuts.add(path)
+        if fits:
+            cand = (step, plan.key() if scored else tuple(plan.stage_layers or ()))
             if best is None or cand < best[:2]:
-                best = (*cand, plan, pc.step_s - solver.objective_value * pm.scale_s)
-            cut = pc.step_s if cut is None else min(cut, pc.step_s)
-        pm.forbid(solver)
+                best = (*cand, plan, step - solver.objective_value * pm.scale_s)
+            cut = step if cut is None else min(cut, step)
+        if scored:  # every recompute count and placement of the split is scored
+            _forbid_split(pm, solver)
+        else:
+            pm.forbid(solver)
     # out of rounds or budget: the best so far, its gap to the model's bound as error bound
     return _answer(best, cutoff_s, None if best is None else max(best[0] - lb, 0.0), L), False
 
 
-def _answer(best: tuple[float, tuple[int, ...], Plan, float] | None, cutoff_s: float | None,
+def _scored(t: Tables, key: Any, plan: Plan, budget: Budget
+            ) -> tuple[float, Plan, tuple[float, ...]] | None:
+    """The exact best (step, plan, rank times) of `plan`'s split over the key's recompute
+    counts and placements, by the cost model (model_scan.py `best_of_split`, memoized per
+    key), each plan it scores charging `limits.MODEL_PLAN_DTIME`; None when none fits."""
+    from autoparallel_cp.search.model_scan import _terms, best_of_split
+
+    split = tuple(int(x) for x in plan.stage_layers or ())
+    memo: dict[tuple[int, ...], Any] = t.__dict__.setdefault("_v_split", {}).setdefault(key, {})
+    if split not in memo:
+        n0 = len(t.__dict__.get("_model_terms", {}))
+        memo[split] = best_of_split(t, key, split)
+        budget.charge(limits.MODEL_PLAN_DTIME * (len(t.__dict__.get("_model_terms", {})) - n0))
+    got = memo[split]
+    return None if got is None else (got[0], got[1], _terms(t, got[1])[3])
+
+
+def _forbid_split(pm: Any, solver: cp_model.CpSolver) -> None:
+    """No-good on the current layer counts, whatever the recompute count."""
+    alts = []
+    for x in pm.layers:
+        b = pm.model.new_bool_var("")
+        pm.model.add(x != int(solver.value(x))).only_enforce_if(b)
+        alts.append(b)
+    pm.model.add_bool_or(alts)
+
+
+def _answer(best: tuple[float, tuple[Any, ...], Plan, float] | None, cutoff_s: float | None,
             err: float | None, num_layers: int) -> tuple[float, Plan, float, float] | None:
     """`solve_free`'s plan: None when none fits or the best is above the cutoff."""
     if best is None or (cutoff_s is not None and best[0] > cutoff_s):

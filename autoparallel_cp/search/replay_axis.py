@@ -10,8 +10,10 @@ rank 0), every rank min(p, m) (ZBV) or min(p + 1/2, m) (DualPipeV) micro-batches
 term m·T + B(t) with B the replayed bubble of the rank times t = (t_0..t_{p-1}) and the plan's
 (F, B, W) split. DualPipeV also hides a share of the EP all-to-all (`ep_hidden_share`), which
 depends on m: on a MoE model whose recipe does not overlap every micro-batch's
-(`schedule_axis.hides_ep`) its keys are scored by the cost model and bounded by the master
-alone (search/model_scored.py, which proves it), not by the scan below.
+(`schedule_axis.hides_ep`) its plans are scored by the cost model (search/model_scored.py),
+its tables holding each layer's time at a hidden share of 1 (a lower bound: `hidden_lb`), so
+the bounds below hold for it; its free family's exact loop scores each split with the cost
+model (`scored_free`, search/cpsat_replay.py).
 
 Why B(t) cannot be a per-key ratio: the replay is a longest path through the ranks' action
 lists, so B(t) ranges from rho_eq·(S - T) (equal ranks) down to 0 (one rank slow enough that
@@ -29,17 +31,18 @@ search keeps the bubble out of every bound and scores every plan it reports exac
   split, leaves only the recompute count and the stage placement, and every such choice is
   scored with the exact composition (search/enumerate.py `best_of_pinned_split`, the same scan
   as the enumerator: stage times from the tables, then `bubble` on them); the free per-rank
-  family (`free_family`: one node group, keys not model-scored) is searched by CP-SAT with the
-  replay's longest-path cuts and an exact loop that scores every candidate with the same
-  composition (search/cpsat_replay.py, which holds its proof), so each family's best is exact;
+  family (`free_family`: one node group) is searched by CP-SAT with the replay's
+  longest-path cuts and an exact loop that scores every candidate with the same composition,
+  or, for a DualPipeV hiding EP all-to-all (`scored_free`), with the cost model
+  (search/cpsat_replay.py, which holds its proof), so each family's best is exact;
 - the recompute count: all layers or a pinned count (`schedule_axis.narrow_recompute`): the
   split's replayed share, as for ZB-H1 / ZB-H2.
 
 So the key order, the cutoffs and the stopping rule of search/solve.py hold unchanged (every
 bound below every plan of its key, every scored key's best exact), and CP-SAT's top k equals
 the enumerator's over the same space (tests/search/test_replay_search.py and
-test_replay_free_split.py, hypothesis). Outside the searched space (evaluate-only): free
-per-rank layer counts under a V on several node groups, and under a DualPipeV hiding EP.
+test_replay_free_split.py, test_vhide_free_split.py, hypothesis). Outside the searched
+space (evaluate-only): free per-rank layer counts under a V on several node groups.
 DualPipe (two stages per rank, `dualpipe_mirror`: the rank's time is the mean of a stage
 pair, which the per-key bounds' T >= t_j do not carry) is scored by the cost model
 (search/model_scored.py); its free per-stage counts on one node group (`free_family`, at a
@@ -62,14 +65,21 @@ from autoparallel_cp.spec.schedules import V_SHAPED, Schedule
 
 def free_family(space: Any) -> bool:
     """Whether a V or DualPipe space's own free partitions are searched: a V's per-rank
-    counts (multiples of vpp = 2, cpsat_replay.py) where its keys are not scored by the cost
-    model (search/model_scored.py: a DualPipeV hiding EP all-to-all), DualPipe's per-stage
-    counts (cpsat_dualpipe.py), neither under a pipelined activation offload, and the
-    cluster one node group (several: the named layouts, each stage placement scanned)."""
+    counts (multiples of vpp = 2, cpsat_replay.py; a DualPipeV hiding EP all-to-all too, each
+    split scored by the cost model: `scored_free`), DualPipe's per-stage counts
+    (cpsat_dualpipe.py), neither under a pipelined activation offload, and the cluster one
+    node group (several: the named layouts, each stage placement scanned)."""
     if space.heterogeneous or pipelined(space):
         return False
-    return space.schedule == "dualpipe" or (space.schedule in REPLAYED
-                                             and not model_scored(space))
+    return space.schedule == "dualpipe" or space.schedule in REPLAYED
+
+
+def scored_free(space: Any) -> bool:
+    """Whether `space` is a V free family (`free_searched`) whose keys the cost model scores
+    (search/model_scored.py: a DualPipeV hiding EP all-to-all): cpsat_replay.py `solve_free`
+    scores each split it proposes with `model_scan.best_of_split`, its model built from tables
+    that hold lower bounds of the stage times (cpsat_replay.py's docstring proves the bound)."""
+    return space.schedule in REPLAYED and free_searched(space) and model_scored(space)
 
 
 #: Most free splits of one pp DualPipe's free family is searched at (`free_pp_ok`). Splits

@@ -15,7 +15,12 @@ from typing import Any
 
 from autoparallel_cp.search.act_offload import act_layers, pipelined
 from autoparallel_cp.search.act_offload import searched as act_searched
-from autoparallel_cp.search.replay_axis import DUALPIPE_FREE_MAX, free_family, free_pp_ok
+from autoparallel_cp.search.replay_axis import (
+    DUALPIPE_FREE_MAX,
+    free_family,
+    free_pp_ok,
+    scored_free,
+)
 from autoparallel_cp.search.schedule_axis import (
     PLACEMENTS_MAX,
     SCANNED,
@@ -68,8 +73,11 @@ def _split_rule(space: SearchSpace) -> str:
     rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
     vs = [x for x in free_v if x != "dualpipe"]
     if vs:
+        hid = [x for x in vs if scored_free(space.with_(schedule=x))]
         rule += (f" (under {', '.join(vs)}: per rank, the V's two chunks equal, the "
-                 "replayed pipeline searched exactly: search/cpsat_replay.py)")
+                 "replayed pipeline searched exactly"
+                 + (f"; under {', '.join(hid)} hiding EP all-to-all each split scored exactly "
+                    "by the cost model" if hid else "") + ": search/cpsat_replay.py)")
     if "dualpipe" in free_v:
         rule += _dualpipe_free(space.with_(schedule="dualpipe"))
     if space.named_splits:
@@ -84,9 +92,9 @@ def _split_rule(space: SearchSpace) -> str:
 
 def _why_named(space: SearchSpace, named_only: list[str]) -> str:
     """Why these V or DualPipe schedules keep the named layouts (replay_axis.py
-    `free_family`): a DualPipeV hiding EP all-to-all is scored by the cost model
-    (search/model_scored.py); on several node groups each named layout's stage placements
-    are scanned; a pipelined activation offload keeps the named layouts (act_offload.py)."""
+    `free_family`): on several node groups each named layout's stage placements are
+    scanned; DualPipe above `DUALPIPE_FREE_MAX` free splits; a pipelined activation offload
+    keeps the named layouts (act_offload.py)."""
     why = []
     for s in named_only:
         if space.heterogeneous:
@@ -94,10 +102,8 @@ def _why_named(space: SearchSpace, named_only: list[str]) -> str:
         elif s == "dualpipe" and free_family(space.with_(schedule=s)):
             why.append(f"dualpipe with more than {DUALPIPE_FREE_MAX} free splits at each pp "
                        "(replay_axis.py `free_pp_ok`)")
-        elif s == "dualpipe":
-            why.append("dualpipe under a pipelined activation offload")
         else:
-            why.append(f"{s} hiding EP all-to-all (model-scored)")
+            why.append(f"{s} under a pipelined activation offload")
     return ": " + ", ".join(why)
 
 
