@@ -52,18 +52,16 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from autoparallel_cp.cost.schedules import bubble_ratio, inflight_units
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.act_offload import act_layers
-from autoparallel_cp.search.enumerate_axes import placement_array, recompute_values
-from autoparallel_cp.search.key_coefs import key_coefs
+from autoparallel_cp.search.dualpipe_bound import key_constants
+from autoparallel_cp.search.enumerate_axes import placement_array
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
 from autoparallel_cp.search.replay_axis import DUALPIPE_FREE_MAX
-from autoparallel_cp.search.schedule_axis import key_split
 from autoparallel_cp.search.space import Degrees
 from autoparallel_cp.search.tables import Tables
-from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, canonical
+from autoparallel_cp.spec.plan import Plan, canonical
 
 #: Most rounds (model solves) of one key's exact loop before it returns unproven: more than
 #: the family's splits (replay_axis.py `free_pp_ok`), so the loop always proves
@@ -101,17 +99,7 @@ def build(t: Tables, key: Any) -> DualPipeModel | None:
     if len(places) == 0:
         return None
     g = int(places[0][0])
-    c = key_coefs(t, key)
-    mode = RECOMPUTE_MODES[key.mode]
-    rls = recompute_values(space, mode, L)
-    every = mode == "full" and rls == [None]
-    rho = min(bubble_ratio("dualpipe", p, key_split(space, p, key.tp, key.cp, key.ep,
-                                                    space.etp, key.sp, key.mbs, mode, rl),
-                           key.m) for rl in rls)
-    probe = Plan(pp=p, tp=key.tp, cp=key.cp, dp=key.dp, ep=key.ep, etp=space.etp,
-                 num_microbatches=key.m, schedule="dualpipe")
-    synced = key.dp * key.cp > 1 or probe.expert_dp > 1
-    f = [inflight_units(probe, j, (1,)) for j in range(p)]
+    c, every, rho, synced, f = key_constants(t, key)
     k = min(int(t.dense_prefix), L)
     u = c.tau[g] + (c.rho[g] if every else 0.0)
     ud = c.tau_d[g] + (c.rho_d[g] if every else 0.0)

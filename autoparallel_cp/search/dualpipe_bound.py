@@ -86,6 +86,25 @@ def applies(space: Any) -> bool:
     return bool(space.schedule == "dualpipe")
 
 
+def key_constants(t: Tables, key: Any) -> tuple[KeyCoefs, bool, float, bool, list[float]]:
+    """What a DualPipe key's bound and its free family's model (cpsat_dualpipe.py) read:
+    the tables' entries (`key_coefs`), whether every layer is recomputed (mode full with
+    neither a pinned count nor partial recompute), the key's rho (the least over its recompute
+    counts), whether the plans sync DP at all, and each stage's in-flight count."""
+    space = t.space
+    mode = RECOMPUTE_MODES[key.mode]
+    rls = recompute_values(space, mode, space.num_layers)
+    p = key.pp
+    rho = min(bubble_ratio("dualpipe", p, key_split(space, p, key.tp, key.cp, key.ep,
+                                                    space.etp, key.sp, key.mbs, mode, rl),
+                           key.m) for rl in rls)
+    probe = Plan(pp=p, tp=key.tp, cp=key.cp, dp=key.dp, ep=key.ep, etp=space.etp,
+                 num_microbatches=key.m, schedule="dualpipe")
+    synced = key.dp * key.cp > 1 or probe.expert_dp > 1
+    f = [inflight_units(probe, j, (1,)) for j in range(p)]
+    return key_coefs(t, key), mode == "full" and rls == [None], rho, synced, f
+
+
 def dualpipe_key_bound(t: Tables, key: Any) -> float:
     """The module docstring's bound of every plan of `key` (inf when none fits); the least
     over the key's variants (expert-TP sizes, offload shares, replicas)."""
@@ -94,22 +113,13 @@ def dualpipe_key_bound(t: Tables, key: Any) -> float:
         return min((dualpipe_key_bound(v, key) for v in vs if not v.variants),
                    default=math.inf)
     space = t.space
-    c = key_coefs(t, key)
-    mode = RECOMPUTE_MODES[key.mode]
-    rls = recompute_values(space, mode, space.num_layers)
-    every = mode == "full" and rls == [None]
     p = key.pp
     d = Degrees(key.tp, p, key.cp, key.dp, key.ep, key.vpp, key.mbs, key.m)
     places, _ = placement_array(space, t, d)
     if len(places) == 0:
         return math.inf
-    rho = min(bubble_ratio("dualpipe", p, key_split(space, p, key.tp, key.cp, key.ep,
-                                                    space.etp, key.sp, key.mbs, mode, rl),
-                           key.m) for rl in rls)
-    probe = Plan(pp=p, tp=key.tp, cp=key.cp, dp=key.dp, ep=key.ep, etp=space.etp,
-                 num_microbatches=key.m, schedule="dualpipe")
-    synced = key.dp * key.cp > 1 or probe.expert_dp > 1
-    f = np.array([inflight_units(probe, j, (1,)) for j in range(p)], float)
+    c, every, rho, synced, fl = key_constants(t, key)
+    f = np.array(fl, float)
     best = math.inf
     for fam in space.split_families(p, key.vpp):
         if dualpipe_free(fam):  # too many splits to list: the free family's own bound
