@@ -197,7 +197,6 @@ class Dag:
     preds: tuple[tuple[int, ...], ...]  # its rank's previous step (if any), then its inputs'
     first: tuple[bool, ...]  # whether it is its rank's first step
     last: tuple[int, ...]  # each rank's last step (-1: none)
-    kinds: tuple[tuple[tuple[str, int], ...], ...] = ()  # its actions' (kind, stage)
     uniq: tuple[tuple[str, int], ...] = ()  # the distinct (kind, stage) of all steps
     kidx: tuple[tuple[int, ...], ...] = ()  # each step's actions as indices into `uniq`
 
@@ -239,7 +238,7 @@ def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
     for ks in kinds:
         for ks_x in ks:
             pos.setdefault(ks_x, len(pos))
-    return Dag(tuple(rank), tuple(parts_l), tuple(preds), tuple(first), tuple(last), kinds,
+    return Dag(tuple(rank), tuple(parts_l), tuple(preds), tuple(first), tuple(last),
                tuple(pos), tuple(tuple(pos[x] for x in ks) for ks in kinds))
 
 
