@@ -72,7 +72,7 @@ def risk_text(d: Mapping[str, Any]) -> str:
 
 
 def risk_note(d: Mapping[str, Any]) -> str:
-    """`, near capacity (74.5 of 79.1 GiB, above the 15.2% margin): 54% risk of running out of
+    """`, near capacity (74.5 of 79.1 GiB, above the 14.5% margin): 48% risk of running out of
     memory` for a plan above the margin ('' otherwise)."""
     if not is_near(d):
         return ""
