@@ -77,7 +77,8 @@ def _split_rule(space: SearchSpace) -> str:
         rule += (f" (under {', '.join(vs)}: per rank, the V's two chunks equal, the "
                  "replayed pipeline searched exactly"
                  + (f"; under {', '.join(hid)} hiding EP all-to-all each split scored exactly "
-                    "by the cost model" if hid else "") + ": search/cpsat_replay.py)")
+                    "by the cost model" if hid else "") + ": search/cpsat_replay.py"
+                 + _v_empty(space) + ")")
     if "dualpipe" in free_v:
         rule += _dualpipe_free(space.with_(schedule="dualpipe"))
     if space.named_splits:
@@ -105,6 +106,14 @@ def _why_named(space: SearchSpace, named_only: list[str]) -> str:
         else:
             why.append(f"{s} under a pipelined activation offload")
     return ": " + ", ".join(why)
+
+
+def _v_empty(space: SearchSpace) -> str:
+    """Why the V's free family holds no split at this job (its per-rank counts are two equal
+    chunks, so they sum to an even count): an odd layer count, e.g. DeepSeek-V3's 61."""
+    L = space.num_layers
+    return (f"; none at {L} layers, an odd count: the named layouts only there"
+            if L % 2 else "")
 
 
 def _dualpipe_free(space: SearchSpace) -> str:

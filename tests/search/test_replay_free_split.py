@@ -141,6 +141,10 @@ def test_the_free_v_family_is_in_the_space_and_the_proof(sched: str) -> None:
     hs = SearchSpace.for_job(mixed, fix=f"schedule={sched},tp=8", max_pp=4)
     assert not hs.free_ok(2, 2)
     assert f"{sched} on several node groups" in space_line(proof_space(hs))
+    assert "an odd count" not in line  # 8 layers: two equal chunks per rank can sum to them
+    odd = Job(model=_mini(False, 7), cluster=_job().cluster, seq_len=4096, global_batch=32)
+    osp = SearchSpace.for_job(odd, fix=f"schedule={sched}", max_pp=2)
+    assert "none at 7 layers, an odd count" in space_line(proof_space(osp))
 
 
 def test_an_uneven_free_split_is_the_best_and_found() -> None:
