@@ -215,30 +215,27 @@ def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
     first: list[bool] = []
     last = [-1] * len(orders)
     idx = [0] * len(orders)
-    steps = [[_inputs(step, stages) for step in order] for order in orders]
     left = sum(len(o) for o in orders)
     while left:
         moved = False
-        for r, order in enumerate(steps):
-            i, n, prev = idx[r], len(rank), last[r]
-            while i < len(order):
-                parts, need, made = order[i]
-                try:
-                    got = tuple([done[d] for d in need])
-                except KeyError:
+        for r, order in enumerate(orders):
+            while idx[r] < len(order):
+                parts = tuple(step_actions(order[idx[r]]))
+                need = [d for a in parts for d in dependencies(a, stages)]
+                if any(d not in done for d in need):
                     break
+                n = len(rank)
                 rank.append(r)
                 parts_l.append(parts)
-                preds.append((prev,) + got if i else got)
-                first.append(not i)
-                for x in made:
-                    done[x] = n
-                prev = n
-                i += 1
-                n += 1
-            if i > idx[r]:
-                left -= i - idx[r]
-                idx[r], last[r], moved = i, prev, True
+                preds.append(((last[r],) if idx[r] else ()) + tuple(done[d] for d in need))
+                first.append(idx[r] == 0)
+                for a in parts:
+                    for x in produces(a):
+                        done[x] = n
+                last[r] = n
+                idx[r] += 1
+                left -= 1
+                moved = True
         if not moved:
             raise ValueError("pipeline schedule deadlocks: an action waits on one never run")
     pos: dict[tuple[str, int], int] = {}
@@ -247,14 +244,6 @@ def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
     shape = tuple(shapes.setdefault(ks, len(shapes)) for ks in kidx)
     return Dag(tuple(rank), tuple(parts_l), tuple(preds), tuple(first), tuple(last),
                tuple(pos), kidx, tuple(shapes), shape, _slots(rank, preds, first))
-
-
-def _inputs(step: Step, stages: int) -> tuple[tuple[Action, ...], list[Action], list[Action]]:
-    """A step's actions (`step_actions`), the actions they wait for (`dependencies`) and those
-    they make ready (`produces`)."""
-    parts = tuple(step_actions(step))
-    return (parts, [d for a in parts for d in dependencies(a, stages)],
-            [x for a in parts for x in produces(a)])
 
 
 def _slots(rank: Sequence[int], preds: Sequence[tuple[int, ...]],
@@ -355,15 +344,7 @@ def _run(dag: Dag, dur: Callable[[str, int], float]) -> tuple[list[float], list[
     step, so it is never the one started after)."""
     length = _lengths(dag, dur)
     if all(x >= 0.0 for x in length):
-        tot = map(_totals(dag, length).__getitem__, dag.shape)
-        ends, back = [0.0], []
-        for *row, t in zip(*dag.slots, tot, strict=True):
-            start, by = ends[row[0]], row[0]
-            for x in row[1:]:
-                if ends[x] > start:
-                    start, by = ends[x], x
-            ends.append(start + t)
-            back.append(by - 1)
+        ends, back = _back(dag, _totals(dag, length))
         return [ends[x + 1] for x in dag.last], back
     end = [0.0] * len(dag.rank)
     came = [-1] * len(dag.rank)
@@ -378,3 +359,29 @@ def _run(dag: Dag, dur: Callable[[str, int], float]) -> tuple[list[float], list[
         end[n] = start + total
         came[n] = by
     return [end[x] if x >= 0 else 0.0 for x in dag.last], came
+
+
+def _back(dag: Dag, totals: list[float]) -> tuple[list[float], list[int]]:
+    """`_ends` with each step's back-pointer: the first of its slots whose end is its start
+    (slot 0 on a tie, then the first strictly later: `_run`'s rule), -1 for none."""
+    tot = map(totals.__getitem__, dag.shape)
+    ends, back = [0.0], []
+    put, came = ends.append, back.append
+    if len(dag.slots) == 2:
+        for a, b, t in zip(dag.slots[0], dag.slots[1], tot, strict=True):
+            x, y = ends[a], ends[b]
+            if y > x:
+                put(y + t)
+                came(b - 1)
+            else:
+                put(x + t)
+                came(a - 1)
+        return ends, back
+    for *row, t in zip(*dag.slots, tot, strict=True):
+        start, by = ends[row[0]], row[0]
+        for x in row[1:]:
+            if ends[x] > start:
+                start, by = ends[x], x
+        put(start + t)
+        came(by - 1)
+    return ends, back

@@ -81,6 +81,7 @@ is that share.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from autoparallel_cp.cost.pipeline_sim import v_makespan
@@ -157,14 +158,24 @@ def simulated_bubble(plan: Plan, rank_times: Sequence[float],
     _RANK x p micro-batches are replayed."""
     p = plan.pp
     m = sim_microbatches(p, plan.num_microbatches)
+    span = _v_span(plan.pipeline_schedule, p, m, tuple(map(float, rank_times)),
+                   tuple(map(float, split)))
+    return max(span - m * max(rank_times), 0.0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _v_span(schedule: str, p: int, m: int, rank_times: tuple[float, ...],
+            split: tuple[float, ...]) -> float:
+    """`simulated_bubble`'s replayed span, memoized (the same float: the replay is a function
+    of these arguments; Python floats, the same IEEE doubles as numpy's): a search scores the
+    same rank times more than once (a key's columns, its exact loop, the re-scoring)."""
     part = {"F": split[0], "I": split[1], "W": split[2]}
 
     def dur(kind: str, stage: int) -> float:
         rank = stage if stage < p else 2 * p - 1 - stage
         return 0.5 * rank_times[rank] * part[kind]
 
-    span = v_makespan(plan.pipeline_schedule, p, m, dur)
-    return max(span - m * max(rank_times), 0.0)
+    return v_makespan(schedule, p, m, dur)
 
 
 def inflight_units(plan: Plan, stage: int, chunks: Sequence[int]) -> float:
