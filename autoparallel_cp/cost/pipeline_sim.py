@@ -365,7 +365,8 @@ def _back(dag: Dag, totals: list[float]) -> tuple[list[float], list[int]]:
     """`_ends` with each step's back-pointer: the first of its slots whose end is its start
     (slot 0 on a tie, then the first strictly later: `_run`'s rule), -1 for none."""
     tot = map(totals.__getitem__, dag.shape)
-    ends, back = [0.0], []
+    ends: list[float] = [0.0]
+    back: list[int] = []
     put, came = ends.append, back.append
     if len(dag.slots) == 2:
         for a, b, t in zip(dag.slots[0], dag.slots[1], tot, strict=True):
