@@ -199,6 +199,11 @@ class Dag:
     last: tuple[int, ...]  # each rank's last step (-1: none)
     uniq: tuple[tuple[str, int], ...] = ()  # the distinct (kind, stage) of all steps
     kidx: tuple[tuple[int, ...], ...] = ()  # each step's actions as indices into `uniq`
+    shapes: tuple[tuple[int, ...], ...] = ()  # the distinct `kidx` entries
+    shape: tuple[int, ...] = ()  # each step's index into `shapes`
+    # `_ends`' predecessor slots, steps numbered from 1 (0: none, an end of 0.0): slot 0 the
+    # rank's previous step, the others the inputs on other ranks (`_slots`)
+    slots: tuple[tuple[int, ...], ...] = ()
 
 
 def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
@@ -233,13 +238,26 @@ def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
                 moved = True
         if not moved:
             raise ValueError("pipeline schedule deadlocks: an action waits on one never run")
-    kinds = tuple(tuple((k, st) for k, st, _ in ps) for ps in parts_l)
     pos: dict[tuple[str, int], int] = {}
-    for ks in kinds:
-        for ks_x in ks:
-            pos.setdefault(ks_x, len(pos))
+    kidx = tuple(tuple(pos.setdefault((k, st), len(pos)) for k, st, _ in ps) for ps in parts_l)
+    shapes: dict[tuple[int, ...], int] = {}
+    shape = tuple(shapes.setdefault(ks, len(shapes)) for ks in kidx)
     return Dag(tuple(rank), tuple(parts_l), tuple(preds), tuple(first), tuple(last),
-               tuple(pos), tuple(tuple(pos[x] for x in ks) for ks in kinds))
+               tuple(pos), kidx, tuple(shapes), shape, _slots(rank, preds, first))
+
+
+def _slots(rank: Sequence[int], preds: Sequence[tuple[int, ...]],
+           first: Sequence[bool]) -> tuple[tuple[int, ...], ...]:
+    """`Dag.slots`: each step's rank predecessor (slot 0) and its inputs on other ranks (slots
+    1..), numbered from 1, 0 where it has fewer. An input on the step's own rank is dropped: it
+    ran before the rank's previous step, which ends no earlier when no duration is negative
+    (each end >= its start >= the rank's previous end), so it never sets the start (`_ends`
+    replays only such durations)."""
+    rows = [((pr[0] + 1,) if not f else (0,))
+            + tuple(x + 1 for x in pr[0 if f else 1:] if rank[x] != r)
+            for r, pr, f in zip(rank, preds, first, strict=True)]
+    k = max((len(row) for row in rows), default=1)
+    return tuple(tuple(row[j] if j < len(row) else 0 for row in rows) for j in range(k))
 
 
 @functools.lru_cache(maxsize=64)
@@ -253,11 +271,58 @@ def _lengths(dag: Dag, dur: Callable[[str, int], float]) -> list[float]:
     return [dur("I", st) + dur("W", st) if k == "B" else dur(k, st) for k, st in dag.uniq]
 
 
+def _totals(dag: Dag, length: Sequence[float]) -> list[float]:
+    """The duration of each step shape (`Dag.shapes`): its actions' lengths summed from 0 in
+    order, as `_run` sums them."""
+    out = []
+    for ks in dag.shapes:
+        total = 0.0
+        for k in ks:
+            total += length[k]
+        out.append(total)
+    return out
+
+
+def _ends(dag: Dag, length: Sequence[float]) -> list[float] | None:
+    """0.0, then every step's end, the same floats as `_run` (None where a length is negative
+    or NaN: `_run` replays those). Each start is the max of the ends in the step's
+    `Dag.slots`, which is `_run`'s start: every end is +0.0 or positive (a start >= +0.0 plus a
+    duration >= 0), so the max is >= 0 as `_run`'s is, and an input dropped from the slots
+    ends no later than the rank's previous step (`_slots`); max is exact, and each end is the
+    same start + the same summed duration."""
+    if not all(x >= 0.0 for x in length):
+        return None
+    tot = map(_totals(dag, length).__getitem__, dag.shape)
+    end = [0.0]
+    put = end.append
+    if len(dag.slots) == 1:
+        for a, t in zip(dag.slots[0], tot, strict=True):
+            put(end[a] + t)
+    elif len(dag.slots) == 2:
+        for a, b, t in zip(dag.slots[0], dag.slots[1], tot, strict=True):
+            x, y = end[a], end[b]
+            put((x if x > y else y) + t)
+    elif len(dag.slots) == 3:
+        for a, b, c, t in zip(*dag.slots, tot, strict=True):
+            x, y, z = end[a], end[b], end[c]
+            if y > x:
+                x = y
+            put((x if x > z else z) + t)
+    else:
+        for *row, t in zip(*dag.slots, tot, strict=True):
+            put(max(end[x] for x in row) + t)
+    return end
+
+
 def _span(dag: Dag, dur: Callable[[str, int], float]) -> float:
     """`_run`'s largest rank end, the same floats (each start the latest end of the step's
     predecessors, 0 at least; each end the start plus its actions' durations summed from 0 in
-    order), without the back-pointers: the replay on every search and evaluate call."""
+    order), without the back-pointers: the replay on every search and evaluate call
+    (`_ends`; `_run`'s loop where a duration is negative)."""
     length = _lengths(dag, dur)
+    ends = _ends(dag, length)
+    if ends is not None:
+        return max(ends[x + 1] for x in dag.last)
     end = [0.0] * len(dag.rank)
     for n, (ks, preds) in enumerate(zip(dag.kidx, dag.preds, strict=True)):
         start = 0.0
@@ -274,8 +339,13 @@ def _span(dag: Dag, dur: Callable[[str, int], float]) -> float:
 def _run(dag: Dag, dur: Callable[[str, int], float]) -> tuple[list[float], list[int]]:
     """Each rank's last end (0 for a rank with no step), and for every step the step it
     started after (-1: at 0): start = the latest end of its predecessors, end = start + its
-    actions' durations (B = I + W)."""
+    actions' durations (B = I + W). With no negative duration it reads `Dag.slots` (`_ends`'
+    proof: the same floats; a dropped input is never strictly later than the rank's previous
+    step, so it is never the one started after)."""
     length = _lengths(dag, dur)
+    if all(x >= 0.0 for x in length):
+        ends, back = _back(dag, _totals(dag, length))
+        return [ends[x + 1] for x in dag.last], back
     end = [0.0] * len(dag.rank)
     came = [-1] * len(dag.rank)
     for n, (ks, preds, first) in enumerate(zip(dag.kidx, dag.preds, dag.first, strict=True)):
@@ -289,3 +359,30 @@ def _run(dag: Dag, dur: Callable[[str, int], float]) -> tuple[list[float], list[
         end[n] = start + total
         came[n] = by
     return [end[x] if x >= 0 else 0.0 for x in dag.last], came
+
+
+def _back(dag: Dag, totals: list[float]) -> tuple[list[float], list[int]]:
+    """`_ends` with each step's back-pointer: the first of its slots whose end is its start
+    (slot 0 on a tie, then the first strictly later: `_run`'s rule), -1 for none."""
+    tot = map(totals.__getitem__, dag.shape)
+    ends: list[float] = [0.0]
+    back: list[int] = []
+    put, came = ends.append, back.append
+    if len(dag.slots) == 2:
+        for a, b, t in zip(dag.slots[0], dag.slots[1], tot, strict=True):
+            x, y = ends[a], ends[b]
+            if y > x:
+                put(y + t)
+                came(b - 1)
+            else:
+                put(x + t)
+                came(a - 1)
+        return ends, back
+    for *row, t in zip(*dag.slots, tot, strict=True):
+        start, by = ends[row[0]], row[0]
+        for x in row[1:]:
+            if ends[x] > start:
+                start, by = ends[x], x
+        put(start + t)
+        came(by - 1)
+    return ends, back

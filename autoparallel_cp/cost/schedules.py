@@ -81,9 +81,11 @@ is that share.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 from autoparallel_cp.cost.pipeline_sim import v_makespan
+from autoparallel_cp.cost.replay_bound import span_floor
 from autoparallel_cp.cost.sync import stage_inflight
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import V_SHAPED
@@ -157,14 +159,41 @@ def simulated_bubble(plan: Plan, rank_times: Sequence[float],
     _RANK x p micro-batches are replayed."""
     p = plan.pp
     m = sim_microbatches(p, plan.num_microbatches)
+    span = _v_span(plan.pipeline_schedule, p, m, tuple(map(float, rank_times)),
+                   tuple(map(float, split)))
+    return max(span - m * max(rank_times), 0.0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _v_span(schedule: str, p: int, m: int, rank_times: tuple[float, ...],
+            split: tuple[float, ...]) -> float:
+    """`simulated_bubble`'s replayed span, memoized (the same float: the replay is a function
+    of these arguments; Python floats, the same IEEE doubles as numpy's): a search scores the
+    same rank times more than once (a key's columns, its exact loop, the re-scoring)."""
+    return v_makespan(schedule, p, m, _v_dur(p, rank_times, split))
+
+
+def simulated_bubble_floor(plan: Plan, rank_times: Sequence[float],
+                           split: tuple[float, float, float]) -> float:
+    """A lower bound of `simulated_bubble(plan, rank_times, split)` in floating point: the
+    same operations on the length of one path (cost/replay_bound.py `span_floor`, <= the
+    span), and x -> max(x - c, 0.0) is monotone under rounding."""
+    p = plan.pp
+    m = sim_microbatches(p, plan.num_microbatches)
+    dur = _v_dur(p, tuple(map(float, rank_times)), tuple(map(float, split)))
+    return max(span_floor(plan.pipeline_schedule, p, m, dur) - m * max(rank_times), 0.0)
+
+
+def _v_dur(p: int, rank_times: tuple[float, ...], split: tuple[float, ...]
+           ) -> Callable[[str, int], float]:
+    """Each action's duration in `simulated_bubble`: half its rank's time x its share."""
     part = {"F": split[0], "I": split[1], "W": split[2]}
 
     def dur(kind: str, stage: int) -> float:
         rank = stage if stage < p else 2 * p - 1 - stage
         return 0.5 * rank_times[rank] * part[kind]
 
-    span = v_makespan(plan.pipeline_schedule, p, m, dur)
-    return max(span - m * max(rank_times), 0.0)
+    return dur
 
 
 def inflight_units(plan: Plan, stage: int, chunks: Sequence[int]) -> float:

@@ -577,15 +577,19 @@ def _score_determined(t: Tables, key: Any, cutoff_s: float | None, budget: Budge
     from autoparallel_cp.search.model_scan import best_of_key
     from autoparallel_cp.search.model_scored import model_scored
 
-    # the scan reads only the tables and the key, not the cutoff: once per (family, key),
-    # however many trial cutoffs the key is solved with (search/solve.py); kept on the
-    # instance, so tables at another capacity (`tables.with_capacity`, a new instance) rescan
+    # once per (family, key) and cutoff: a V key's scan is exact only up to the cutoff it
+    # was given (`best_of_pinned_split`), so it is reused for a cutoff <= that one and redone
+    # for a larger one; the others read no cutoff, once however many trial cutoffs the key
+    # is solved with (search/solve.py); kept on the instance, so tables at another capacity
+    # (`tables.with_capacity`, a new instance) rescan
     memo: dict[Any, Any] = t.__dict__.setdefault("_pinned_best", {})
-    if key not in memo:
+    scored = model_scored(t.space)
+    cut = math.inf if cutoff_s is None or scored or t.space.schedule not in REPLAYED else cutoff_s
+    if key not in memo or memo[key][0] < cut:
         n0 = len(t.__dict__.get("_model_terms", {}))
-        memo[key] = (best_of_key if model_scored(t.space) else best_of_pinned_split)(t, key)
+        memo[key] = (cut, best_of_key(t, key) if scored else best_of_pinned_split(t, key, cut))
         budget.charge(MODEL_PLAN_DTIME * (len(t.__dict__.get("_model_terms", {})) - n0))
-    got = memo[key]
+    got = memo[key][1]
     if got is None or (cutoff_s is not None and got[0] > cutoff_s):
         return None, True
     step, plan = got

@@ -85,6 +85,7 @@ partition, so it bounds every free split too.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -135,17 +136,26 @@ class ReplayCuts:
 
     def path_at(self, rank_times: Sequence[float]) -> Counts:
         """The counts of a longest path when rank r takes `rank_times[r]` (the replay's
-        durations: each action of kind k s_k·t_r/2, `simulated_bubble`)."""
-        p, part = self.pp, dict(zip("FIW", self.split, strict=True))
+        durations: each action of kind k s_k·t_r/2, `simulated_bubble`), `_path_counts`."""
+        return _path_counts(self.schedule, self.pp, self.msim, tuple(map(float, self.split)),
+                            tuple(map(float, rank_times)))
 
-        def dur(kind: str, stage: int) -> float:
-            return 0.5 * rank_times[stage if stage < p else 2 * p - 1 - stage] * part[kind]
 
-        n = [[0, 0, 0] for _ in range(p)]
-        for r, (kind, _, _) in critical_path(v_dag(self.schedule, p, self.msim), dur):
-            for k in ("IW" if kind == "B" else kind):
-                n[r]["FIW".index(k)] += 1
-        return tuple(tuple(row) for row in n)  # type: ignore[misc]
+@functools.lru_cache(maxsize=4096)
+def _path_counts(schedule: str, p: int, msim: int, split: tuple[float, ...],
+                 rank_times: tuple[float, ...]) -> Counts:
+    """`ReplayCuts.path_at`, memoized (a function of these arguments: keys of one pp and
+    split share the seeds, and the exact loops meet the same rank times again)."""
+    part = dict(zip("FIW", split, strict=True))
+
+    def dur(kind: str, stage: int) -> float:
+        return 0.5 * rank_times[stage if stage < p else 2 * p - 1 - stage] * part[kind]
+
+    n = [[0, 0, 0] for _ in range(p)]
+    for r, (kind, _, _) in critical_path(v_dag(schedule, p, msim), dur):
+        for k in ("IW" if kind == "B" else kind):
+            n[r]["FIW".index(k)] += 1
+    return tuple(tuple(row) for row in n)  # type: ignore[misc]
 
 
 def replay_pipeline(model: cp_model.CpModel, times: Sequence[Any], T: Any, schedule: str,

@@ -25,6 +25,7 @@ the others' slices.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ from autoparallel_cp.search.enumerate_axes import (
 from autoparallel_cp.search.model_scan import best_of_key
 from autoparallel_cp.search.model_scored import model_scored
 from autoparallel_cp.search.replay_axis import bubble as replay_bubble
+from autoparallel_cp.search.replay_axis import bubble_floor as replay_floor
 from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.schedule_axis import (
     REPLAYED,
@@ -293,9 +295,10 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
 
 
 def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode,
-                     sps: Ints, parts: Ints, places: Ints
+                     sps: Ints, parts: Ints, places: Ints, cuts: F | None = None
                      ) -> tuple[F, Ints, Ints, Ints, list[int | None]]:
-    """Best fitting cost per (sp, zero) column and its (r option, partition, placement)."""
+    """Best fitting cost per (sp, zero) column and its (r option, partition, placement);
+    with `cuts`, a V column's best only where it is <= its cut (`_replayed`)."""
     space = t.space
     mode = MODES.index(mode_name)
     full = mode_name == "full"
@@ -367,7 +370,8 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
         cost = np.where(ok, pipeline + (dmax + omax), np.inf)
         if space.schedule in REPLAYED and pp > 1:  # search/replay_axis.py
             cost = _replayed(t, d, mode_name, sps, ropts, ri, tt[inv],
-                             d.num_microbatches * tmax, np.where(ok, dmax + omax, np.inf), best)
+                             d.num_microbatches * tmax, np.where(ok, dmax + omax, np.inf), best,
+                             np.full(ncol, np.inf) if cuts is None else cuts)
         k = np.argmin(cost, axis=0)
         c = cost[k, np.arange(ncol)]
         rank = (ri[k] * P + (p0 + pi[k])) * Q + qi[k]
@@ -378,35 +382,47 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
 
 
 def _replayed(t: Tables, d: Degrees, mode_name: RecomputeMode, sps: Ints,
-              ropts: list[int | None], ri: Ints, times: F, mt: F, tail: F, best: F) -> F:
+              ropts: list[int | None], ri: Ints, times: F, mt: F, tail: F, best: F,
+              cuts: F) -> F:
     """Exact costs of a ZBV / DualPipeV chunk (rows x (sp, zero) columns): (m·T `mt` + the
     replayed bubble of each row's stage times `times` (rows, pp, columns)) + `tail` (inf
-    where nothing fits), `tables.plan_cost`'s operations in its order (search/replay_axis.py).
-    The bubble is >= 0, so a row whose lb = m·T + tail is above the column's best so far
-    (`best`, or a row's exact cost already found here) cannot be the column's best: it keeps
-    its lb (still above that best) without a replay."""
+    where nothing fits), `tables.plan_cost`'s operations in its order (search/replay_axis.py),
+    for every row that can be its column's best <= the column's cut `cuts`. A row whose lower
+    bound is above the column's cut (the least of `cuts`, the best so far `best` and a row's
+    exact cost found here) cannot be that: it keeps the bound (above the cut) without a
+    replay. The bounds, each <= the row's exact cost in floats: lb = m·T + tail (the bubble
+    is >= 0; rows in lb order, so the rest of the column too), then the same sum with
+    `replay_axis.bubble_floor` (one path of the replay, cost/replay_bound.py). A row whose
+    exact cost is <= the cut is always replayed (ties too), so a column whose best is <= its
+    cut gets the same best and first row as with no cut; one above it, some value > it."""
     lb = mt + tail
     out = lb.copy()
     nz = len(t.space.zero)
     for col in range(lb.shape[1]):
-        cut = float(best[col])
+        cut = min(float(best[col]), float(cuts[col]))
         for k in np.argsort(lb[:, col], kind="stable"):
             if not lb[k, col] <= cut:  # inf (nothing fits) or above the best: the rest too
                 break
-            out[k, col] = (float(mt[k, col]) + replay_bubble(
-                t.space, d.pp, d.tp, d.cp, d.ep, int(sps[col // nz]), d.mbs, mode_name,
-                ropts[int(ri[k])], d.num_microbatches, times[k, :, col].tolist())) \
-                + float(tail[k, col])
+            args = (t.space, d.pp, d.tp, d.cp, d.ep, int(sps[col // nz]), d.mbs, mode_name,
+                    ropts[int(ri[k])], d.num_microbatches, times[k, :, col].tolist())
+            floor = (float(mt[k, col]) + replay_floor(*args)) + float(tail[k, col])
+            if floor > cut:
+                out[k, col] = floor
+                continue
+            out[k, col] = (float(mt[k, col]) + replay_bubble(*args)) + float(tail[k, col])
             cut = min(cut, float(out[k, col]))
     return out
 
 
-def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:
+def best_of_pinned_split(t: Tables, key: Any, cutoff_s: float | None = None
+                         ) -> tuple[float, Plan] | None:
     """The exact best plan of one key of a space whose split is pinned (`--fix` or a named
     layout, `SearchSpace.split_families`): the enumerator's vectorized composition over the
     key's recompute counts and stage placements (one partition), ties by `Plan.key()` order
     as `enumerate_best`. None when nothing fits. `cpsat_partition` scores such keys here: a
-    pinned split leaves at most the recompute count and the placement to choose, a scan."""
+    pinned split leaves at most the recompute count and the placement to choose, a scan.
+    With `cutoff_s`, exact only where the best is <= it (above: None or a cost > it; a V key
+    replays no plan shown to be above it, `_replayed`)."""
     space = t.space
     d = Degrees(key.tp, key.pp, key.cp, key.dp, key.ep, key.vpp, key.mbs, key.m)
     parts, part_objs = partition_array(space, d.pp, d.vpp)
@@ -416,8 +432,10 @@ def best_of_pinned_split(t: Tables, key: Any) -> tuple[float, Plan] | None:
     mode_name: RecomputeMode = RECOMPUTE_MODES[key.mode]
     col = space.zero.index(key.zero)  # the columns are (sp, zero) with the one sp
     sps = np.array([key.sp], np.int64)
+    cuts = np.full(len(space.zero), -np.inf)  # the key's own column only
+    cuts[col] = math.inf if cutoff_s is None else cutoff_s
     cost, ri, pi, qi, ropts = _best_of_degrees(t, d, _slices(t, d), mode_name, sps, parts,
-                                               places)
+                                               places, cuts)
     if not np.isfinite(cost[col]):
         return None
     cl = space.fixed.get("chunk_layers")

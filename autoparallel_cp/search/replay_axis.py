@@ -55,7 +55,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any, cast
 
-from autoparallel_cp.cost.schedules import simulated_bubble
+from autoparallel_cp.cost.schedules import simulated_bubble, simulated_bubble_floor
 from autoparallel_cp.search.act_offload import pipelined
 from autoparallel_cp.search.model_scored import model_scored
 from autoparallel_cp.search.schedule_axis import REPLAYED, key_split
@@ -132,6 +132,15 @@ def bubble(space: Any, pp: int, tp: int, cp: int, ep: int, sp: int, mbs: int, re
     assert space.schedule in REPLAYED
     split = key_split(space, pp, tp, cp, ep, space.etp, sp, mbs, recompute, rl)
     return float(simulated_bubble(_probe(space.schedule, pp, m), list(times), split))
+
+
+def bubble_floor(space: Any, pp: int, tp: int, cp: int, ep: int, sp: int, mbs: int,
+                 recompute: str, rl: int | None, m: int, times: Sequence[float]) -> float:
+    """A lower bound of `bubble` with the same arguments, bit for bit (cost/schedules.py
+    `simulated_bubble_floor`: one path's length, not the whole replay)."""
+    assert space.schedule in REPLAYED
+    split = key_split(space, pp, tp, cp, ep, space.etp, sp, mbs, recompute, rl)
+    return float(simulated_bubble_floor(_probe(space.schedule, pp, m), list(times), split))
 
 
 def plan_bubble(space: Any, plan: Plan, times: Sequence[float]) -> float:
