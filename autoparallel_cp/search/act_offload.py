@@ -96,9 +96,13 @@ import numpy as np
 
 from autoparallel_cp.errors import InputError
 
-#: the schedules of a searched activation offload: today's default at vpp 1 (1F1B), whose
-#: single stage holds one micro-batch in flight (the memory identity above)
+#: the schedules of the exact one-stage family (today's default at vpp 1, 1F1B), whose single
+#: stage holds one micro-batch in flight (the memory identity above)
 _SCHEDULES = (None, "1f1b")
+#: the searched schedules a pinned offload takes (module docstring, "Every other plan"): every
+#: schedule of `schedule_axis.SEARCHED`; the V ones' and DualPipe's bounds are proven there
+PINNED_SCHEDULES = (None, "1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zbv",
+                    "dualpipe", "dualpipev")
 
 
 def act_layers(space: Any) -> int:
@@ -111,7 +115,7 @@ def kept_share(space: Any) -> float:
     docstring): (L - k + 1)/L with k = `act_layers`, exactly 1.0 at k = 0 and for a
     `pipelined` space (whose tables `lower_acts` scales)."""
     k = act_layers(space)
-    if not k or pipelined(space):  # a pp > 1 part: `lower_acts`
+    if not k or scored(space):  # a part the cost model scores: `lower_acts`
         return 1.0
     L = space.num_layers
     return (L - k + 1) / L
@@ -159,35 +163,61 @@ def variants(space: Any, subs: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _by_stages(space: Any) -> tuple[Any, ...]:
-    """A pinned space holding pp = 1 and pp > 1 as its one-stage part and its `pipelined`
-    part (disjoint: their plans differ in pp); any other space as it is."""
-    if not act_layers(space) or 1 not in space.pp or len(space.pp) == 1:
+    """A pinned space as its exact one-stage part (pp = 1, recompute none, 1F1B: the tables)
+    and the parts the cost model scores (`scored`): pp = 1 with the other recompute modes, and
+    pp > 1 with every mode; disjoint (their plans differ in pp or recompute). A space without
+    the exact family, or without a pin, as it is."""
+    if not act_layers(space) or 1 not in space.pp or "none" not in space.recompute \
+            or space.schedule not in _SCHEDULES:
         return (space,)
-    return (space.with_(pp=(1,)), space.with_(pp=tuple(p for p in space.pp if p > 1)))
+    out = [space.with_(pp=(1,), vpp=(1,), recompute=("none",), partial_recompute=False)]
+    if rest := tuple(r for r in space.recompute if r != "none"):
+        out.append(space.with_(pp=(1,), vpp=(1,), recompute=rest))
+    if more := tuple(p for p in space.pp if p > 1):
+        out.append(space.with_(pp=more))
+    return tuple(out)
 
 
-def pipelined(space: Any) -> bool:
-    """Whether `space` is a pp > 1 part of an activation offload (module docstring): its
-    keys are scored by the cost model (search/model_scored.py `model_scored`)."""
-    return bool(act_layers(space)) and 1 not in space.pp
+def exact_one_stage(space: Any) -> bool:
+    """Whether `space` is the one-stage family the tables compose exactly (module
+    docstring, "One stage"): pp = 1, recompute none, 1F1B."""
+    return space.pp == (1,) and space.recompute == ("none",) and space.schedule in _SCHEDULES
+
+
+def scored(space: Any) -> bool:
+    """Whether `space` is a part of an activation offload whose keys the cost model scores
+    (search/model_scored.py `model_scored`): every pinned part but the exact one-stage one."""
+    return bool(act_layers(space)) and not exact_one_stage(space)
 
 
 def lower_acts(space: Any, t: Any) -> None:
-    """Scale the layer activation tables `t.act` of a `pipelined` space, in place, to a lower
-    bound the master may read (module docstring, "pp > 1"): per entry and node group g,
-    s = 1 - (k - 1)·P·a_max/(L·a_min), clipped to [0, 1], with a_max / a_min the largest /
-    least layer kind's entry and P the space's largest pp; other spaces unchanged."""
-    if not pipelined(space):
+    """Scale the layer activation tables `t.act` (and, for full recompute, `t.ckpt`) of a
+    `scored` space, in place, to a lower bound the master may read (module docstring, "Every
+    other plan"): per entry, node group g and mode, s = 1 - (k - 1)·P·a_max/(L·e_min),
+    clipped to [0, 1], with a_max the largest layer kind's kept-layer entry, e_min the least
+    kind's per-layer entry the master reads (full: min(kept, checkpoint), both scaled) and P
+    the space's largest pp; other spaces unchanged."""
+    if not scored(space):
         return
     k, L, top = act_layers(space), space.num_layers, max(space.pp)
-    for g in sorted({g for g, _ in t.act}):
-        arrs = [t.act[g, kind] for kind in t.kinds]
-        hi, lo = np.maximum.reduce(arrs), np.minimum.reduce(arrs)
+
+    def scale(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         s = np.where(lo > 0.0, 1.0 - (k - 1) * top * hi / (L * np.where(lo > 0.0, lo, 1.0)),
                      0.0)
-        s = np.clip(s, 0.0, 1.0)
+        return np.asarray(np.clip(s, 0.0, 1.0), float)
+
+    for g in sorted({g for g, _ in t.act}):
+        arrs = [t.act[g, kind] for kind in t.kinds]
+        hi = np.maximum.reduce(arrs)
+        s = scale(hi, np.minimum.reduce(arrs))
+        # full recompute (mode 2): the master reads min(kept, checkpoint) per layer
+        low = np.minimum.reduce([np.minimum(t.act[g, kind][..., 2], t.ckpt[g, kind])
+                                 for kind in t.kinds])
+        s2 = scale(hi[..., 2], low)
+        s[..., 2] = s2
         for kind in t.kinds:
             t.act[g, kind] = t.act[g, kind] * s
+            t.ckpt[g, kind] = t.ckpt[g, kind] * s2
 
 
 def searched(space: Any) -> list[int]:
@@ -199,16 +229,22 @@ def part_key(space: Any) -> Any:
     """A sub-space's name in a union's parts (solve.py `_solve_union`, capacity.py): its
     schedule, with its offloaded-layer count when it has one."""
     k = act_layers(space)
-    return space.schedule if not k else (space.schedule, k, "pp>1") if pipelined(space) else (
-        space.schedule, k)
+    if not k:
+        return space.schedule
+    if not scored(space):
+        return (space.schedule, k)
+    return (space.schedule, k, "pp>1" if 1 not in space.pp else "pp=1 " + "/".join(
+        space.recompute))
 
 
 def narrow(space: Any, k: Any, one_stage: bool = False) -> Any:
     """`space` (built with the pin `activation_offload=k`) narrowed to the plans that offload
-    (module docstring): vpp = 1, recompute none, the default schedule, pp = 1 and (unless
-    `one_stage`, `--search-also offload`'s counts) the pp > 1 of `_stages_ok`. InputError
-    (exit 2) for a k outside 0..L, a cluster without hosts, an MTP model, a pin of pp, vpp,
-    recompute or schedule that leaves no such plan, or frameworks that do not run it."""
+    (module docstring). `one_stage` (`--search-also offload`'s counts), several node groups or
+    a framework row that refuses some of the pinned plans: the exact one-stage family (pp = 1,
+    vpp = 1, recompute none, 1F1B). Otherwise every recompute mode, vpp and schedule of
+    `PINNED_SCHEDULES` the space searches, pp = 1 and the pp > 1 of `_stages_ok`. InputError
+    (exit 2) for a k outside 0..L, a cluster without hosts, an MTP model, pins that leave no
+    such plan, or frameworks that do not run it."""
     from autoparallel_cp.search.offload_axis import has_hosts
     from autoparallel_cp.spec.plan import Plan
 
@@ -224,18 +260,31 @@ def narrow(space: Any, k: Any, one_stage: bool = False) -> Any:
                          "`host`: link_gbps, memory_gib, memory_gbps)", field="activation_offload")
     if job.model.mtp_layers:
         raise InputError(f"{where}: models with MTP depths are not searched with activation "
-                         "offload; evaluate a plan with it (evaluate --plan)",
-                         field="activation_offload")
+                         "offload (their MTP layer reads the same activation table); evaluate "
+                         "a plan with it (evaluate --plan)", field="activation_offload")
     r = space.restriction
+    multi = len(job.cluster.node_groups) > 1
+    refused = r is not None and any(
+        f.field == "activation_offload" for p in space.pp for rc in space.recompute
+        for f in r.key_refusals(Plan(pp=p, recompute=rc, activation_offload=k)))
+    if not (one_stage or multi or refused):
+        scheds = tuple(s for s in space.schedules if s in PINNED_SCHEDULES)
+        pps = tuple(p for p in space.pp if p == 1 or _stages_ok(space, k, p))
+        if not pps or not scheds:
+            raise InputError(f"{where}: no searched plan offloads {k} layers per stage "
+                             f"(pp > 1 needs every stage to hold >= {k} layers, pp·{k} <= "
+                             f"{L}); evaluate such a plan with evaluate --plan",
+                             field="activation_offload")
+        return space.with_(pp=pps, schedules=scheds)
     pps = tuple(p for p in space.pp if p == 1 or (not one_stage and _stages_ok(space, k, p)))
     if not pps or 1 not in space.vpp or "none" not in space.recompute \
             or space.schedule not in _SCHEDULES:
-        multi = len(job.cluster.node_groups) > 1
-        raise InputError(f"{where}: activation offload is searched on plans without recompute "
-                         "under 1F1B at vpp=1, with pp=1 or (on one node group, every stage "
-                         "holding >= k layers) pp > 1; the other pins leave none"
-                         + (" (this cluster has several node groups)" if multi else "")
-                         + ". Evaluate such a plan with evaluate --plan",
+        why = (" (this cluster has several node groups: the pin searches pp > 1, recompute, "
+               "vpp > 1 and the other schedules on one node group only)" if multi else
+               f" ({r.describe()} runs it only there)" if refused and r is not None else "")
+        raise InputError(f"{where}: activation offload is searched here on plans without "
+                         "recompute under 1F1B at vpp=1 and pp=1; the other pins leave none"
+                         + why + ". Evaluate such a plan with evaluate --plan",
                          field="activation_offload")
     if r is not None:
         rows = [f for p in pps for f in r.key_refusals(Plan(pp=p, activation_offload=k))

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.search import key_grid
+from autoparallel_cp.search.act_offload import scored
 from autoparallel_cp.search.dualpipe_bound import applies as dualpipe_applies
 from autoparallel_cp.search.dualpipe_bound import dualpipe_key_bound
 from autoparallel_cp.search.key_coefs import KeyCoefs, coef_arrays, key_coefs, stack_coefs
@@ -38,8 +39,9 @@ from autoparallel_cp.search.tables import Tables, key_variants
 def _own_bound(space: Any) -> bool:
     """Keys the cost model scores whose bound is not this module's composition: DualPipe
     (dualpipe_bound.py) and a pipelined activation offload (the master's); a DualPipeV hiding
-    EP all-to-all takes this module's (`key_bound`'s docstring)."""
-    return model_scored(space) and space.schedule != "dualpipev"
+    EP all-to-all takes this module's (`key_bound`'s docstring), but under an activation
+    offload the master's (this module's tables hold no offload term: act_offload.py)."""
+    return model_scored(space) and (space.schedule != "dualpipev" or scored(space))
 
 
 def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]:

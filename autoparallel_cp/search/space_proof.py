@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from autoparallel_cp.search.act_offload import act_layers, pipelined
+from autoparallel_cp.search.act_offload import act_layers, scored
 from autoparallel_cp.search.act_offload import searched as act_searched
 from autoparallel_cp.search.replay_axis import (
     DUALPIPE_FREE_MAX,
@@ -296,7 +296,7 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)
     if ((space.schedule in SCANNED and not (free_family(space) and free_pp_ok(
-            space, plan.pp, plan.vpp))) or pipelined(space)) \
+            space, plan.pp, plan.vpp))) or scored(space)) \
             and space.partition != "uniform":
         under = (f"schedule={ps}" if space.schedule in SCANNED else
                  f"activation_offload={act_layers(space)} at pp > 1")
