@@ -9,50 +9,71 @@ unchanged. Measured (loaded 2-core machine): the whole command +0.4-0.5 s on Lla
 H100, Llama 2 13B / 8 A100 and the README job (1.5-2.2 s before with the optimizer shares
 alone).
 
-Which plans: no activation recompute, vpp = 1, the default schedule (1F1B), every node group
-with a host, no MTP depths (their MTP layer reads the same activation table, below), and
-- one pipeline stage (pp = 1), k <= L: the plans the one framework that offloads a count of
-  layers runs: Transformer Engine's CPU offloading behind Megatron's
-  `--cpu-offloading-num-layers k` needs pp = 1, no recompute and k < L (spec/frameworks.py
-  rule `megatron` / `activation_offload`, megatron/core/transformer/transformer_config.py
-  :1884-1899); torchtitan and DeepSpeed run none (their rows refuse the pin);
-- with the pin (not `--search-also`), where no framework row refuses it (Megatron's does),
-  pp > 1 on one node group with p·k <= L (`_stages_ok`): the part `pipelined` names, a
-  sub-space of its own (`_by_stages`), whose plans evaluate accepts (spec/schedules.py
-  `offload_violations`: every stage holds >= k layers). Its partitions are the named layouts
-  whose stages hold >= k layers (spec/splits.py `named_layouts`, `SearchSpace.layouts`) or a
-  uniform / pinned split, free uneven splits left out (`SearchSpace.free_ok`, as DualPipe's):
-  the proof line and `outside` say so. `--search-also offload` keeps its counts one-stage:
-  Megatron, the one framework that offloads a count, needs pp = 1, and its counts
-  (>= (L-1)/2) leave pp <= 2; with pp > 1 added the whole command took +0.1-0.15 s (loaded,
-  back to back: Llama 2 13B / 8 A100 2.0 -> 2.1 s) for the same top 3 there and on the
-  README job.
+Which plans (`narrow`). `--search-also offload`'s counts, several node groups, and a framework
+row that refuses some pinned plan (Megatron's: Transformer Engine's CPU offloading behind
+`--cpu-offloading-num-layers k` needs pp = 1, no recompute and k < L, spec/frameworks.py rule
+`megatron` / `activation_offload`, megatron/core/transformer/transformer_config.py
+:1884-1899): the exact one-stage family only (pp = 1, vpp = 1, recompute none, 1F1B: "One
+stage" below); torchtitan and DeepSpeed run none (their rows refuse the pin, exit 2); MTP
+models are refused (their MTP layer reads the same activation table). Otherwise, on one node
+group with a host, the pin searches what the unpinned search does (issue 31, "one space"):
+every recompute mode (none, selective, full and its partial counts), every vpp, every
+searched schedule (`PINNED_SCHEDULES`: 1F1B, interleaved, GPipe, ZB-H1 / H2, ZBV, DualPipe,
+DualPipeV), pp = 1 and the pp > 1 with p·k <= L (`_stages_ok`: evaluate needs every stage to
+hold >= k layers, spec/schedules.py `offload_violations`). `_by_stages` splits it into
+disjoint parts (`part_key`): the exact one-stage part (tables, `kept_share`) and the parts
+the cost model scores (`scored`): pp = 1 with the other recompute modes, and pp > 1. A
+scored part at pp > 1 lists the named layouts whose stages hold >= k layers
+(spec/splits.py `named_layouts`, `SearchSpace.layouts`) or a uniform / pinned split, free
+uneven splits left out (`SearchSpace.free_ok`); the proof line and `outside` say so. A plan
+that recomputes every layer of a stage keeps none there, so it offloads nothing (evaluate's
+memory.py: `offloaded_activations` of no kept layer is 0) and costs as without the pin.
 
-pp > 1: why a per-stage table cannot hold it, and how it is searched. On stage j with n_j
-layers and f_j = min(pp - j, m) micro-batches in flight (cost/sync.py `inflight`, 1F1B),
-evaluate keeps (A_j - k·a_j)·f_j + a_j bytes of layer activations (memory.py; A_j the
-stage's layer bytes, a_j = A_j/n_j their mean, one offloaded layer in transit), puts
-f_j·k·a_j on the host, and adds max(0, d_j - F_j) + max(0, d_j - B_j) per micro-batch,
-d_j = k·a_j/link, F_j / B_j the stage's forward / backward compute (steptime.py). a_j mixes
-the layer kinds of a stage (a DeepSeek-style dense prefix), and F_j, B_j grow with n_j and
-the embedding / head: neither is a scale of the layer tables. So the keys of a `pipelined`
-space are scored by the cost model (search/model_scored.py `model_scored`, model_scan.py
-`best_of_key` with stages of >= k layers: plan_cost equals evaluate by construction, and
-the enumerator scores the same plans the same way), and only the master reads the tables:
-- memory (`lower_acts`): n_j >= k and f_j >= 1 give (A_j - k·a_j)·f_j + a_j >=
-  A_j - (k - 1)·a_j, so the stages' sum is >= ΣA - (k - 1)·pp·a_max; with ΣA >= L·a_min the
-  tables' layer entries times s = 1 - (k - 1)·P·a_max/(L·a_min) (P the space's largest pp,
-  a_max / a_min over the layer kinds of the entry; 0 when negative) sum to <= that, so the
-  master's condition (every stage's peak with >= 1 micro-batch in flight of every layer)
-  stays necessary; one kind: s = (L - P·(k - 1))/L;
-- time: the master leaves out the copies (tables' stage times <= evaluate's): its bounds
-  grow with every stage time (model_scored.py: LB1; LB2 keeps its S coefficient > 0), and
-  the exact 1F1B step m·T + (S - T) + max_j max(a·d_j, d_j - b·t_j) + O is non-decreasing
-  in each t_j (a rise δ of t_j raises m·T + S - T by >= δ and lowers the tail by <= b·δ,
-  b = BACKWARD_SHARE <= 1), so the step without the copies is <= the exact one;
-- host: left out of the master (a relaxation); per-key bounds: none (key_bounds.py, 0 for a
-  model-scored space). tests/search/test_act_offload_search.py: CP-SAT equals the
-  enumerator at pp in {1, 2, 4}, LB <= every plan's exact cost, plan_cost == evaluate.
+Scored parts: why a per-stage table cannot hold them. On stage (rank part) j with n_j layers,
+r_j of them recomputed (their checkpoint bytes C_j), kappa_j = n_j - r_j kept (their bytes
+K_j in the mode's base, mean mu_j), and f_j in-flight micro-batches (cost/schedules.py
+`inflight_units`), evaluate keeps act_j = (C_j + K_j - off_j)·f_j + one_j bytes of layer
+activations (memory.py: off_j = min(k, kappa_j)·mu_j on the host, one_j = mu_j, one
+offloaded layer in transit; both 0 when kappa_j = 0) and adds the exposed copies o_j =
+max(0, d_j - F_j) + max(0, d_j - B_j) per micro-batch to the stage time (steptime.py
+`offload_s`, d_j = off_j/link). mu_j mixes the layer kinds and recompute choice of a stage,
+and F_j, B_j grow with n_j and the edges: neither is a scale of the layer tables. So their
+keys are scored by the cost model (search/model_scored.py `model_scored`, model_scan.py
+`best_of_key`, stages of >= k layers: plan_cost equals evaluate by construction, and the
+enumerator scores the same plans the same way), and only the bounds read the tables:
+- memory (`lower_acts`). Every searched schedule holds f_j >= 1: 1F1B min(pp - j, m),
+  interleaved `stage_inflight` (>= 1, unequal chunks too: cpsat_master.py's docstring),
+  GPipe m, ZB-H1 / ZBV min(pp, m), ZB-H2 min(2pp - 1, m), DualPipe min(pp - j, m/2) (m >=
+  2pp), DualPipeV min(pp + 1/2, m). With K_j - off_j >= 0, act_j >= C_j + K_j - (min(k,
+  kappa_j) - 1)·mu_j >= E_j - (k - 1)·a_max (kappa_j = 0: act_j >= C_j = E_j), E_j = C_j +
+  K_j the stage's per-layer entries (kept: the mode's activation bytes, recomputed: the
+  checkpoint) and a_max the largest layer kind's kept entry (>= mu_j). Summed over the pp
+  parts (a DualPipe rank holds two, so the ranks' sum is twice it), Σ_j act_j >=
+  max(0, ΣE - (k - 1)·pp·a_max). The master's memory condition (cpsat_master.py: the sum of
+  the stage peaks with >= 1 micro-batch in flight fits the capacities) reads per layer
+  e = the mode's entry (full: min(kept, checkpoint)) <= E's, and ΣE >= Σe >= L·e_min. With
+  s = 1 - (k - 1)·P·a_max/(L·e_min) (P >= pp the space's largest pp) both the kept and (full)
+  checkpoint tables times s give s·Σe <= Σe - (k - 1)·P·a_max <= ΣE - (k - 1)·pp·a_max when
+  s > 0, and 0 when clipped: <= Σ_j act_j either way, per entry (tp, cp, ep, sp, mbs,
+  mode), so the condition stays necessary. The checkpoint is scaled too: with it unscaled,
+  the master's Σ_l min(s·kept, checkpoint) is not below that sum in general (one kind, L = 8,
+  pp = P = 2, k = 2, checkpoint 0.7a, two of four layers per stage kept: s = 3/4, 8·0.7a =
+  5.6a > 6.8a - 2a = 4.8a). tests/search/test_act_offload_any.py shows tables left unscaled
+  break the master's bound.
+- time: every bound the master (cpsat_master.py LB1, LB2) and DualPipe's own
+  (dualpipe_bound.py) take is proven from lower bounds of the stage times (t_j >= the tables'
+  sum of its layers' entries, hence S >= S_lb, T >= S/pp, T >= the harmonic bound) through
+  forms nondecreasing in T and S (LB2 keeps its S coefficient > 0); the copies only add
+  o_j >= 0 to t_j, so the bounds stay valid. The bubble's rho' <= rho: rho is
+  `bubble_ratio(schedule, pp, (F, B, W), m)` of the plan's `backward_split` (cost/
+  pass_split.py), which no copy changes; a V's replayed bubble (longest paths, >= 0) takes
+  rho' = 0 (schedule_axis.py `family_ratio`).
+- per-key bounds (key_bounds.py): 0 for a scored part (the master's), DualPipe's own with
+  the activations dropped (dualpipe_bound.py `kept`), DualPipeV's composition not used
+  (`_own_bound`: its tables hold no offload term); host memory left out (a relaxation).
+- tests/search/test_act_offload_search.py, test_act_offload_any.py: CP-SAT equals the
+  enumerator (recompute pinned or free, vpp 1-2, the schedules), LB <= every plan's exact
+  cost, plan_cost == evaluate, and a too-large scaling caught.
 
 One stage (pp = 1):
 it enters the composition (tables.py, enumerate.py, cpsat_partition.py), k fixed per space
@@ -77,7 +98,7 @@ it enters the composition (tables.py, enumerate.py, cpsat_partition.py), k fixed
   does not fit is not a plan of the space (`plan_cost.fits`, the enumerator's `fits`, and
   the partition model has no partition).
 
-Why the bounds stay valid (pp = 1): the master (cpsat_master.py) and the key bounds
+Why the bounds stay valid (the exact one-stage part): the master (cpsat_master.py) and the key bounds
 (key_bounds.py) read the scaled activation tables (exact) and leave out the copy time and the
 host check. Leaving out a check only relaxes (more plans, a smaller least). Leaving out the
 time: at pp = 1 the step time is m·t + max(a·d, d - b·t) + o (tables.plan_cost: pipeline m·t,
