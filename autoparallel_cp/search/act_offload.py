@@ -98,8 +98,8 @@ it enters the composition (tables.py, enumerate.py, cpsat_partition.py), k fixed
   does not fit is not a plan of the space (`plan_cost.fits`, the enumerator's `fits`, and
   the partition model has no partition).
 
-Why the bounds stay valid (the exact one-stage part): the master (cpsat_master.py) and the key bounds
-(key_bounds.py) read the scaled activation tables (exact) and leave out the copy time and the
+Why the bounds stay valid (the exact one-stage part): the master (cpsat_master.py) and the key
+bounds (key_bounds.py) read the scaled activation tables (exact) and leave out the copy time and the
 host check. Leaving out a check only relaxes (more plans, a smaller least). Leaving out the
 time: at pp = 1 the step time is m·t + max(a·d, d - b·t) + o (tables.plan_cost: pipeline m·t,
 DP tail with a = DP_TAIL_FRACTION, b = BACKWARD_SHARE <= 1 <= m), non-decreasing in the stage
@@ -239,6 +239,24 @@ def lower_acts(space: Any, t: Any) -> None:
         for kind in t.kinds:
             t.act[g, kind] = t.act[g, kind] * s
             t.ckpt[g, kind] = t.ckpt[g, kind] * s2
+
+
+def words(space: Any) -> str:
+    """What the space's activation offload covers, for the proof line (search/space_proof.py
+    `_offload_text`): every pinned part (module docstring, "Which plans"), or the exact
+    one-stage family and why only it."""
+    ks = ", ".join(map(str, searched(space)))
+    parts = [v for v in space.schedule_variants() if act_layers(v)]
+    if any(scored(v) for v in parts):
+        return (f"activations of {ks} layers per stage on the host (one node group): every "
+                "recompute mode, vpp and schedule searched here, at pp = 1 and at pp > 1 with "
+                "every stage >= k layers (named layouts or a uniform / pinned split; "
+                "search/act_offload.py)")
+    why = ("--search-also offload's counts" if "activation_offload" not in space.fixed else
+           "several node groups" if len(space.job.cluster.node_groups) > 1 else
+           "the frameworks' rows" if space.restriction is not None else "the pins")
+    return (f"activations of {ks} layers on the host on one-stage plans without recompute "
+            f"under 1F1B ({why}; search/act_offload.py)")
 
 
 def searched(space: Any) -> list[int]:
