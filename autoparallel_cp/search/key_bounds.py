@@ -27,6 +27,8 @@ import numpy.typing as npt
 
 from autoparallel_cp.search import key_grid
 from autoparallel_cp.search.act_offload import scored
+from autoparallel_cp.search.act_offload_bound import applies as offload_applies
+from autoparallel_cp.search.act_offload_bound import offload_key_bound
 from autoparallel_cp.search.dualpipe_bound import applies as dualpipe_applies
 from autoparallel_cp.search.dualpipe_bound import dualpipe_key_bound
 from autoparallel_cp.search.key_coefs import KeyCoefs, coef_arrays, key_coefs, stack_coefs
@@ -44,13 +46,21 @@ def _own_bound(space: Any) -> bool:
     return model_scored(space) and (space.schedule != "dualpipev" or scored(space))
 
 
+def _own(t: Tables, key: Any) -> float:
+    """An `_own_bound` space's bound of `key`: DualPipe's (dualpipe_bound.py), a pinned
+    activation offload's scored part's (act_offload_bound.py), else 0 (the master's)."""
+    if dualpipe_applies(t.space):
+        return dualpipe_key_bound(t, key)
+    return offload_key_bound(t, key) if offload_applies(t.space) else 0.0
+
+
 def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]:
     """The uncoupled bound of `key` over each of its partition families, in
     `SearchSpace.split_families` order (inf for a family no split of which fits): the space's
     own partitions (when they place the layers), then each named layout."""
     if _own_bound(t.space):  # the master's, or DualPipe's own (search/dualpipe_bound.py),
         # which holds for every split: the same for each family
-        v = dualpipe_key_bound(t, key) if dualpipe_applies(t.space) else 0.0
+        v = _own(t, key)
         return [v] * len(t.space.split_families(key.pp, key.vpp))
     cc = c if c is not None else key_coefs(t, key)
     cls = key_class(t, key, min(cc.rho) >= 0.0)
@@ -144,7 +154,7 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
     plan's (the share moves no byte). A pipelined activation offload: 0 (the master's).
     """
     if _own_bound(t.space):
-        return dualpipe_key_bound(t, key) if dualpipe_applies(t.space) else 0.0
+        return _own(t, key)
     if t.variants:  # the least over the expert-TP sizes the key is legal under
         return min((key_bound(tv, key, None, coupled=coupled)
                     for tv in key_variants(t, key)), default=math.inf)
@@ -173,12 +183,12 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
     if not keys:
         return []
     if _own_bound(t.space):  # `key_bound`'s (search/model_scored.py, dualpipe_bound.py)
-        if dualpipe_applies(t.space):
+        if dualpipe_applies(t.space) or offload_applies(t.space):
             out_d = []
             for k in keys:
                 if between is not None:
                     between()
-                out_d.append(dualpipe_key_bound(t, k))
+                out_d.append(_own(t, k))
             return out_d
         return [0.0] * len(keys)
     if t.variants:

@@ -13,12 +13,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_act_offload_search import _compare_or_none
 from test_offload_search import _cluster, _job
-from test_solver_vs_enumerate import _assert_master_bounds
+from test_solver_vs_enumerate import _assert_master_bounds, _key
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import tables as tables_mod
 from autoparallel_cp.search.act_offload import scored
+from autoparallel_cp.search.key_bounds import key_bound
 from autoparallel_cp.search.solve import enumerate_plans
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.space_proof import outside, proof_space
@@ -53,7 +54,8 @@ def test_pinned_offload_with_every_axis_matches_enumeration(
         sched: str | None) -> None:
     """CP-SAT == the enumerator within the proven bound, every returned plan a plan of the
     space evaluate accepts (k layers offloaded, stages >= k layers), the master's LB below
-    every plan's exact cost, and each part's `plan_cost` equal to evaluate's."""
+    every plan's exact cost, so is a scored part's per-key bound (act_offload_bound.py), and
+    each part's `plan_cost` equal to evaluate's."""
     job = _job(moe, layers, gpus, seq).model_copy(update={"search_also": ()})
     fix: dict[str, Any] = {"activation_offload": k}
     fix.update({n: v for n, v in (("recompute", rc), ("vpp", vpp), ("schedule", sched))
@@ -81,6 +83,8 @@ def test_pinned_offload_with_every_axis_matches_enumeration(
             ranked = enumerate_plans(job, sub, top_k=10**6).stats["ranked"]
         except Exception:  # noqa: BLE001  a part where nothing fits
             continue
+        for cost, plan in ranked:  # the per-key bound (act_offload_bound.py) below each plan
+            assert key_bound(t, _key(plan)) <= cost + 1e-9, plan.short()
         for cost, plan in ranked[::5]:
             ev = evaluate(job, plan)
             pc = plan_cost(t, plan)
