@@ -9,50 +9,71 @@ unchanged. Measured (loaded 2-core machine): the whole command +0.4-0.5 s on Lla
 H100, Llama 2 13B / 8 A100 and the README job (1.5-2.2 s before with the optimizer shares
 alone).
 
-Which plans: no activation recompute, vpp = 1, the default schedule (1F1B), every node group
-with a host, no MTP depths (their MTP layer reads the same activation table, below), and
-- one pipeline stage (pp = 1), k <= L: the plans the one framework that offloads a count of
-  layers runs: Transformer Engine's CPU offloading behind Megatron's
-  `--cpu-offloading-num-layers k` needs pp = 1, no recompute and k < L (spec/frameworks.py
-  rule `megatron` / `activation_offload`, megatron/core/transformer/transformer_config.py
-  :1884-1899); torchtitan and DeepSpeed run none (their rows refuse the pin);
-- with the pin (not `--search-also`), where no framework row refuses it (Megatron's does),
-  pp > 1 on one node group with p·k <= L (`_stages_ok`): the part `pipelined` names, a
-  sub-space of its own (`_by_stages`), whose plans evaluate accepts (spec/schedules.py
-  `offload_violations`: every stage holds >= k layers). Its partitions are the named layouts
-  whose stages hold >= k layers (spec/splits.py `named_layouts`, `SearchSpace.layouts`) or a
-  uniform / pinned split, free uneven splits left out (`SearchSpace.free_ok`, as DualPipe's):
-  the proof line and `outside` say so. `--search-also offload` keeps its counts one-stage:
-  Megatron, the one framework that offloads a count, needs pp = 1, and its counts
-  (>= (L-1)/2) leave pp <= 2; with pp > 1 added the whole command took +0.1-0.15 s (loaded,
-  back to back: Llama 2 13B / 8 A100 2.0 -> 2.1 s) for the same top 3 there and on the
-  README job.
+Which plans (`narrow`). `--search-also offload`'s counts, several node groups, and a framework
+row that refuses some pinned plan (Megatron's: Transformer Engine's CPU offloading behind
+`--cpu-offloading-num-layers k` needs pp = 1, no recompute and k < L, spec/frameworks.py rule
+`megatron` / `activation_offload`, megatron/core/transformer/transformer_config.py
+:1884-1899): the exact one-stage family only (pp = 1, vpp = 1, recompute none, 1F1B: "One
+stage" below); torchtitan and DeepSpeed run none (their rows refuse the pin, exit 2); MTP
+models are refused (their MTP layer reads the same activation table). Otherwise, on one node
+group with a host, the pin searches what the unpinned search does (issue 31, "one space"):
+every recompute mode (none, selective, full and its partial counts), every vpp, every
+searched schedule (`PINNED_SCHEDULES`: 1F1B, interleaved, GPipe, ZB-H1 / H2, ZBV, DualPipe,
+DualPipeV), pp = 1 and the pp > 1 with p·k <= L (`_stages_ok`: evaluate needs every stage to
+hold >= k layers, spec/schedules.py `offload_violations`). `_by_stages` splits it into
+disjoint parts (`part_key`): the exact one-stage part (tables, `kept_share`) and the parts
+the cost model scores (`scored`): pp = 1 with the other recompute modes, and pp > 1. A
+scored part at pp > 1 lists the named layouts whose stages hold >= k layers
+(spec/splits.py `named_layouts`, `SearchSpace.layouts`) or a uniform / pinned split, free
+uneven splits left out (`SearchSpace.free_ok`); the proof line and `outside` say so. A plan
+that recomputes every layer of a stage keeps none there, so it offloads nothing (evaluate's
+memory.py: `offloaded_activations` of no kept layer is 0) and costs as without the pin.
 
-pp > 1: why a per-stage table cannot hold it, and how it is searched. On stage j with n_j
-layers and f_j = min(pp - j, m) micro-batches in flight (cost/sync.py `inflight`, 1F1B),
-evaluate keeps (A_j - k·a_j)·f_j + a_j bytes of layer activations (memory.py; A_j the
-stage's layer bytes, a_j = A_j/n_j their mean, one offloaded layer in transit), puts
-f_j·k·a_j on the host, and adds max(0, d_j - F_j) + max(0, d_j - B_j) per micro-batch,
-d_j = k·a_j/link, F_j / B_j the stage's forward / backward compute (steptime.py). a_j mixes
-the layer kinds of a stage (a DeepSeek-style dense prefix), and F_j, B_j grow with n_j and
-the embedding / head: neither is a scale of the layer tables. So the keys of a `pipelined`
-space are scored by the cost model (search/model_scored.py `model_scored`, model_scan.py
-`best_of_key` with stages of >= k layers: plan_cost equals evaluate by construction, and
-the enumerator scores the same plans the same way), and only the master reads the tables:
-- memory (`lower_acts`): n_j >= k and f_j >= 1 give (A_j - k·a_j)·f_j + a_j >=
-  A_j - (k - 1)·a_j, so the stages' sum is >= ΣA - (k - 1)·pp·a_max; with ΣA >= L·a_min the
-  tables' layer entries times s = 1 - (k - 1)·P·a_max/(L·a_min) (P the space's largest pp,
-  a_max / a_min over the layer kinds of the entry; 0 when negative) sum to <= that, so the
-  master's condition (every stage's peak with >= 1 micro-batch in flight of every layer)
-  stays necessary; one kind: s = (L - P·(k - 1))/L;
-- time: the master leaves out the copies (tables' stage times <= evaluate's): its bounds
-  grow with every stage time (model_scored.py: LB1; LB2 keeps its S coefficient > 0), and
-  the exact 1F1B step m·T + (S - T) + max_j max(a·d_j, d_j - b·t_j) + O is non-decreasing
-  in each t_j (a rise δ of t_j raises m·T + S - T by >= δ and lowers the tail by <= b·δ,
-  b = BACKWARD_SHARE <= 1), so the step without the copies is <= the exact one;
-- host: left out of the master (a relaxation); per-key bounds: none (key_bounds.py, 0 for a
-  model-scored space). tests/search/test_act_offload_search.py: CP-SAT equals the
-  enumerator at pp in {1, 2, 4}, LB <= every plan's exact cost, plan_cost == evaluate.
+Scored parts: why a per-stage table cannot hold them. On stage (rank part) j with n_j layers,
+r_j of them recomputed (their checkpoint bytes C_j), kappa_j = n_j - r_j kept (their bytes
+K_j in the mode's base, mean mu_j), and f_j in-flight micro-batches (cost/schedules.py
+`inflight_units`), evaluate keeps act_j = (C_j + K_j - off_j)·f_j + one_j bytes of layer
+activations (memory.py: off_j = min(k, kappa_j)·mu_j on the host, one_j = mu_j, one
+offloaded layer in transit; both 0 when kappa_j = 0) and adds the exposed copies o_j =
+max(0, d_j - F_j) + max(0, d_j - B_j) per micro-batch to the stage time (steptime.py
+`offload_s`, d_j = off_j/link). mu_j mixes the layer kinds and recompute choice of a stage,
+and F_j, B_j grow with n_j and the edges: neither is a scale of the layer tables. So their
+keys are scored by the cost model (search/model_scored.py `model_scored`, model_scan.py
+`best_of_key`, stages of >= k layers: plan_cost equals evaluate by construction, and the
+enumerator scores the same plans the same way), and only the bounds read the tables:
+- memory (`lower_acts`). Every searched schedule holds f_j >= 1: 1F1B min(pp - j, m),
+  interleaved `stage_inflight` (>= 1, unequal chunks too: cpsat_master.py's docstring),
+  GPipe m, ZB-H1 / ZBV min(pp, m), ZB-H2 min(2pp - 1, m), DualPipe min(pp - j, m/2) (m >=
+  2pp), DualPipeV min(pp + 1/2, m). With K_j - off_j >= 0, act_j >= C_j + K_j - (min(k,
+  kappa_j) - 1)·mu_j >= E_j - (k - 1)·a_max (kappa_j = 0: act_j >= C_j = E_j), E_j = C_j +
+  K_j the stage's per-layer entries (kept: the mode's activation bytes, recomputed: the
+  checkpoint) and a_max the largest layer kind's kept entry (>= mu_j). Summed over the pp
+  parts (a DualPipe rank holds two, so the ranks' sum is twice it), Σ_j act_j >=
+  max(0, ΣE - (k - 1)·pp·a_max). The master's memory condition (cpsat_master.py: the sum of
+  the stage peaks with >= 1 micro-batch in flight fits the capacities) reads per layer
+  e = the mode's entry (full: min(kept, checkpoint)) <= E's, and ΣE >= Σe >= L·e_min. With
+  s = 1 - (k - 1)·P·a_max/(L·e_min) (P >= pp the space's largest pp) both the kept and (full)
+  checkpoint tables times s give s·Σe <= Σe - (k - 1)·P·a_max <= ΣE - (k - 1)·pp·a_max when
+  s > 0, and 0 when clipped: <= Σ_j act_j either way, per entry (tp, cp, ep, sp, mbs,
+  mode), so the condition stays necessary. The checkpoint is scaled too: with it unscaled,
+  the master's Σ_l min(s·kept, checkpoint) is not below that sum in general (one kind, L = 8,
+  pp = P = 2, k = 2, checkpoint 0.7a, two of four layers per stage kept: s = 3/4, 8·0.7a =
+  5.6a > 6.8a - 2a = 4.8a). tests/search/test_act_offload_any.py shows tables left unscaled
+  break the master's bound.
+- time: every bound the master (cpsat_master.py LB1, LB2) and DualPipe's own
+  (dualpipe_bound.py) take is proven from lower bounds of the stage times (t_j >= the tables'
+  sum of its layers' entries, hence S >= S_lb, T >= S/pp, T >= the harmonic bound) through
+  forms nondecreasing in T and S (LB2 keeps its S coefficient > 0); the copies only add
+  o_j >= 0 to t_j, so the bounds stay valid. The bubble's rho' <= rho: rho is
+  `bubble_ratio(schedule, pp, (F, B, W), m)` of the plan's `backward_split` (cost/
+  pass_split.py), which no copy changes; a V's replayed bubble (longest paths, >= 0) takes
+  rho' = 0 (schedule_axis.py `family_ratio`).
+- per-key bounds (key_bounds.py): 0 for a scored part (the master's), DualPipe's own with
+  the activations dropped (dualpipe_bound.py `kept`), DualPipeV's composition not used
+  (`_own_bound`: its tables hold no offload term); host memory left out (a relaxation).
+- tests/search/test_act_offload_search.py, test_act_offload_any.py: CP-SAT equals the
+  enumerator (recompute pinned or free, vpp 1-2, the schedules), LB <= every plan's exact
+  cost, plan_cost == evaluate, and a too-large scaling caught.
 
 One stage (pp = 1):
 it enters the composition (tables.py, enumerate.py, cpsat_partition.py), k fixed per space
@@ -77,8 +98,8 @@ it enters the composition (tables.py, enumerate.py, cpsat_partition.py), k fixed
   does not fit is not a plan of the space (`plan_cost.fits`, the enumerator's `fits`, and
   the partition model has no partition).
 
-Why the bounds stay valid (pp = 1): the master (cpsat_master.py) and the key bounds
-(key_bounds.py) read the scaled activation tables (exact) and leave out the copy time and the
+Why the bounds stay valid (the exact one-stage part): the master (cpsat_master.py) and the key
+bounds (key_bounds.py) read the scaled activation tables (exact) and leave out the copy time and the
 host check. Leaving out a check only relaxes (more plans, a smaller least). Leaving out the
 time: at pp = 1 the step time is m·t + max(a·d, d - b·t) + o (tables.plan_cost: pipeline m·t,
 DP tail with a = DP_TAIL_FRACTION, b = BACKWARD_SHARE <= 1 <= m), non-decreasing in the stage
@@ -96,9 +117,13 @@ import numpy as np
 
 from autoparallel_cp.errors import InputError
 
-#: the schedules of a searched activation offload: today's default at vpp 1 (1F1B), whose
-#: single stage holds one micro-batch in flight (the memory identity above)
+#: the schedules of the exact one-stage family (today's default at vpp 1, 1F1B), whose single
+#: stage holds one micro-batch in flight (the memory identity above)
 _SCHEDULES = (None, "1f1b")
+#: the searched schedules a pinned offload takes (module docstring, "Every other plan"): every
+#: schedule of `schedule_axis.SEARCHED`; the V ones' and DualPipe's bounds are proven there
+PINNED_SCHEDULES = (None, "1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zbv",
+                    "dualpipe", "dualpipev")
 
 
 def act_layers(space: Any) -> int:
@@ -111,7 +136,7 @@ def kept_share(space: Any) -> float:
     docstring): (L - k + 1)/L with k = `act_layers`, exactly 1.0 at k = 0 and for a
     `pipelined` space (whose tables `lower_acts` scales)."""
     k = act_layers(space)
-    if not k or pipelined(space):  # a pp > 1 part: `lower_acts`
+    if not k or scored(space):  # a part the cost model scores: `lower_acts`
         return 1.0
     L = space.num_layers
     return (L - k + 1) / L
@@ -159,35 +184,79 @@ def variants(space: Any, subs: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _by_stages(space: Any) -> tuple[Any, ...]:
-    """A pinned space holding pp = 1 and pp > 1 as its one-stage part and its `pipelined`
-    part (disjoint: their plans differ in pp); any other space as it is."""
-    if not act_layers(space) or 1 not in space.pp or len(space.pp) == 1:
+    """A pinned space as its exact one-stage part (pp = 1, recompute none, 1F1B: the tables)
+    and the parts the cost model scores (`scored`): pp = 1 with the other recompute modes, and
+    pp > 1 with every mode; disjoint (their plans differ in pp or recompute). A space without
+    the exact family, or without a pin, as it is."""
+    if not act_layers(space) or 1 not in space.pp or "none" not in space.recompute \
+            or space.schedule not in _SCHEDULES:
         return (space,)
-    return (space.with_(pp=(1,)), space.with_(pp=tuple(p for p in space.pp if p > 1)))
+    out = [space.with_(pp=(1,), vpp=(1,), recompute=("none",), partial_recompute=False)]
+    if rest := tuple(r for r in space.recompute if r != "none"):
+        out.append(space.with_(pp=(1,), vpp=(1,), recompute=rest))
+    if more := tuple(p for p in space.pp if p > 1):
+        out.append(space.with_(pp=more))
+    return tuple(out)
 
 
-def pipelined(space: Any) -> bool:
-    """Whether `space` is a pp > 1 part of an activation offload (module docstring): its
-    keys are scored by the cost model (search/model_scored.py `model_scored`)."""
-    return bool(act_layers(space)) and 1 not in space.pp
+def exact_one_stage(space: Any) -> bool:
+    """Whether `space` is the one-stage family the tables compose exactly (module
+    docstring, "One stage"): pp = 1, recompute none, 1F1B."""
+    return space.pp == (1,) and space.recompute == ("none",) and space.schedule in _SCHEDULES
+
+
+def scored(space: Any) -> bool:
+    """Whether `space` is a part of an activation offload whose keys the cost model scores
+    (search/model_scored.py `model_scored`): every pinned part but the exact one-stage one."""
+    return bool(act_layers(space)) and not exact_one_stage(space)
 
 
 def lower_acts(space: Any, t: Any) -> None:
-    """Scale the layer activation tables `t.act` of a `pipelined` space, in place, to a lower
-    bound the master may read (module docstring, "pp > 1"): per entry and node group g,
-    s = 1 - (k - 1)·P·a_max/(L·a_min), clipped to [0, 1], with a_max / a_min the largest /
-    least layer kind's entry and P the space's largest pp; other spaces unchanged."""
-    if not pipelined(space):
+    """Scale the layer activation tables `t.act` (and, for full recompute, `t.ckpt`) of a
+    `scored` space, in place, to a lower bound the master may read (module docstring, "Every
+    other plan"): per entry, node group g and mode, s = 1 - (k - 1)·P·a_max/(L·e_min),
+    clipped to [0, 1], with a_max the largest layer kind's kept-layer entry, e_min the least
+    kind's per-layer entry the master reads (full: min(kept, checkpoint), both scaled) and P
+    the space's largest pp; other spaces unchanged."""
+    if not scored(space):
         return
     k, L, top = act_layers(space), space.num_layers, max(space.pp)
-    for g in sorted({g for g, _ in t.act}):
-        arrs = [t.act[g, kind] for kind in t.kinds]
-        hi, lo = np.maximum.reduce(arrs), np.minimum.reduce(arrs)
+
+    def scale(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         s = np.where(lo > 0.0, 1.0 - (k - 1) * top * hi / (L * np.where(lo > 0.0, lo, 1.0)),
                      0.0)
-        s = np.clip(s, 0.0, 1.0)
+        return np.asarray(np.clip(s, 0.0, 1.0), float)
+
+    for g in sorted({g for g, _ in t.act}):
+        arrs = [t.act[g, kind] for kind in t.kinds]
+        hi = np.maximum.reduce(arrs)
+        s = scale(hi, np.minimum.reduce(arrs))
+        # full recompute (mode 2): the master reads min(kept, checkpoint) per layer
+        low = np.minimum.reduce([np.minimum(t.act[g, kind][..., 2], t.ckpt[g, kind])
+                                 for kind in t.kinds])
+        s2 = scale(hi[..., 2], low)
+        s[..., 2] = s2
         for kind in t.kinds:
             t.act[g, kind] = t.act[g, kind] * s
+            t.ckpt[g, kind] = t.ckpt[g, kind] * s2
+
+
+def words(space: Any) -> str:
+    """What the space's activation offload covers, for the proof line (search/space_proof.py
+    `_offload_text`): every pinned part (module docstring, "Which plans"), or the exact
+    one-stage family and why only it."""
+    ks = ", ".join(map(str, searched(space)))
+    parts = [v for v in space.schedule_variants() if act_layers(v)]
+    if any(scored(v) for v in parts):
+        return (f"activations of {ks} layers per stage on the host (one node group): every "
+                "recompute mode, vpp and schedule searched here, at pp = 1 and at pp > 1 with "
+                "every stage >= k layers (named layouts or a uniform / pinned split; "
+                "search/act_offload.py)")
+    why = ("--search-also offload's counts" if "activation_offload" not in space.fixed else
+           "several node groups" if len(space.job.cluster.node_groups) > 1 else
+           "the frameworks' rows" if space.restriction is not None else "the pins")
+    return (f"activations of {ks} layers on the host on one-stage plans without recompute "
+            f"under 1F1B ({why}; search/act_offload.py)")
 
 
 def searched(space: Any) -> list[int]:
@@ -199,16 +268,22 @@ def part_key(space: Any) -> Any:
     """A sub-space's name in a union's parts (solve.py `_solve_union`, capacity.py): its
     schedule, with its offloaded-layer count when it has one."""
     k = act_layers(space)
-    return space.schedule if not k else (space.schedule, k, "pp>1") if pipelined(space) else (
-        space.schedule, k)
+    if not k:
+        return space.schedule
+    if not scored(space):
+        return (space.schedule, k)
+    return (space.schedule, k, "pp>1" if 1 not in space.pp else "pp=1 " + "/".join(
+        space.recompute))
 
 
 def narrow(space: Any, k: Any, one_stage: bool = False) -> Any:
     """`space` (built with the pin `activation_offload=k`) narrowed to the plans that offload
-    (module docstring): vpp = 1, recompute none, the default schedule, pp = 1 and (unless
-    `one_stage`, `--search-also offload`'s counts) the pp > 1 of `_stages_ok`. InputError
-    (exit 2) for a k outside 0..L, a cluster without hosts, an MTP model, a pin of pp, vpp,
-    recompute or schedule that leaves no such plan, or frameworks that do not run it."""
+    (module docstring). `one_stage` (`--search-also offload`'s counts), several node groups or
+    a framework row that refuses some of the pinned plans: the exact one-stage family (pp = 1,
+    vpp = 1, recompute none, 1F1B). Otherwise every recompute mode, vpp and schedule of
+    `PINNED_SCHEDULES` the space searches, pp = 1 and the pp > 1 of `_stages_ok`. InputError
+    (exit 2) for a k outside 0..L, a cluster without hosts, an MTP model, pins that leave no
+    such plan, or frameworks that do not run it."""
     from autoparallel_cp.search.offload_axis import has_hosts
     from autoparallel_cp.spec.plan import Plan
 
@@ -224,18 +299,31 @@ def narrow(space: Any, k: Any, one_stage: bool = False) -> Any:
                          "`host`: link_gbps, memory_gib, memory_gbps)", field="activation_offload")
     if job.model.mtp_layers:
         raise InputError(f"{where}: models with MTP depths are not searched with activation "
-                         "offload; evaluate a plan with it (evaluate --plan)",
-                         field="activation_offload")
+                         "offload (their MTP layer reads the same activation table); evaluate "
+                         "a plan with it (evaluate --plan)", field="activation_offload")
     r = space.restriction
+    multi = len(job.cluster.node_groups) > 1
+    refused = r is not None and any(
+        f.field == "activation_offload" for p in space.pp for rc in space.recompute
+        for f in r.key_refusals(Plan(pp=p, recompute=rc, activation_offload=k)))
+    if not (one_stage or multi or refused):
+        scheds = tuple(s for s in space.schedules if s in PINNED_SCHEDULES)
+        pps = tuple(p for p in space.pp if p == 1 or _stages_ok(space, k, p))
+        if not pps or not scheds:
+            raise InputError(f"{where}: no searched plan offloads {k} layers per stage "
+                             f"(pp > 1 needs every stage to hold >= {k} layers, pp·{k} <= "
+                             f"{L}); evaluate such a plan with evaluate --plan",
+                             field="activation_offload")
+        return space.with_(pp=pps, schedules=scheds)
     pps = tuple(p for p in space.pp if p == 1 or (not one_stage and _stages_ok(space, k, p)))
     if not pps or 1 not in space.vpp or "none" not in space.recompute \
             or space.schedule not in _SCHEDULES:
-        multi = len(job.cluster.node_groups) > 1
-        raise InputError(f"{where}: activation offload is searched on plans without recompute "
-                         "under 1F1B at vpp=1, with pp=1 or (on one node group, every stage "
-                         "holding >= k layers) pp > 1; the other pins leave none"
-                         + (" (this cluster has several node groups)" if multi else "")
-                         + ". Evaluate such a plan with evaluate --plan",
+        why = (" (this cluster has several node groups: the pin searches pp > 1, recompute, "
+               "vpp > 1 and the other schedules on one node group only)" if multi else
+               f" ({r.describe()} runs it only there)" if refused and r is not None else "")
+        raise InputError(f"{where}: activation offload is searched here on plans without "
+                         "recompute under 1F1B at vpp=1 and pp=1; the other pins leave none"
+                         + why + ". Evaluate such a plan with evaluate --plan",
                          field="activation_offload")
     if r is not None:
         rows = [f for p in pps for f in r.key_refusals(Plan(pp=p, activation_offload=k))

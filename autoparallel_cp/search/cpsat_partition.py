@@ -37,7 +37,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from autoparallel_cp.cost.schedules import sim_microbatches
-from autoparallel_cp.search.act_offload import act_layers, pipelined, stage_terms
+from autoparallel_cp.search.act_offload import act_layers, scored, stage_terms
 from autoparallel_cp.search.cpsat_dualpipe import solve_free_dualpipe
 from autoparallel_cp.search.cpsat_portfolio import solve_portfolio
 from autoparallel_cp.search.cpsat_replay import replay_pipeline, solve_free
@@ -559,7 +559,7 @@ def _determined(t: Tables, key: Any) -> bool:
     """A pinned split (`--fix` or a named layout) leaves only the recompute count and the
     stage placement to choose: a scan (`enumerate.best_of_pinned_split`) when the placements
     are few (one on a single node group)."""
-    if t.space.schedule in SCANNED or pipelined(t.space):  # model_scored.py
+    if t.space.schedule in SCANNED or scored(t.space):  # model_scored.py
         return not free_searched(t.space)  # scanned but a V's free family (replay_axis.py,
         # model_scored.py, cpsat_replay.py)
     if not t.space.fixed_split:

@@ -26,6 +26,9 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.search import key_grid
+from autoparallel_cp.search.act_offload import scored
+from autoparallel_cp.search.act_offload_bound import applies as offload_applies
+from autoparallel_cp.search.act_offload_bound import offload_key_bound
 from autoparallel_cp.search.dualpipe_bound import applies as dualpipe_applies
 from autoparallel_cp.search.dualpipe_bound import dualpipe_key_bound
 from autoparallel_cp.search.key_coefs import KeyCoefs, coef_arrays, key_coefs, stack_coefs
@@ -38,8 +41,17 @@ from autoparallel_cp.search.tables import Tables, key_variants
 def _own_bound(space: Any) -> bool:
     """Keys the cost model scores whose bound is not this module's composition: DualPipe
     (dualpipe_bound.py) and a pipelined activation offload (the master's); a DualPipeV hiding
-    EP all-to-all takes this module's (`key_bound`'s docstring)."""
-    return model_scored(space) and space.schedule != "dualpipev"
+    EP all-to-all takes this module's (`key_bound`'s docstring), but under an activation
+    offload the master's (this module's tables hold no offload term: act_offload.py)."""
+    return model_scored(space) and (space.schedule != "dualpipev" or scored(space))
+
+
+def _own(t: Tables, key: Any) -> float:
+    """An `_own_bound` space's bound of `key`: DualPipe's (dualpipe_bound.py), a pinned
+    activation offload's scored part's (act_offload_bound.py), else 0 (the master's)."""
+    if dualpipe_applies(t.space):
+        return dualpipe_key_bound(t, key)
+    return offload_key_bound(t, key) if offload_applies(t.space) else 0.0
 
 
 def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]:
@@ -48,7 +60,7 @@ def family_bounds(t: Tables, key: Any, c: KeyCoefs | None = None) -> list[float]
     own partitions (when they place the layers), then each named layout."""
     if _own_bound(t.space):  # the master's, or DualPipe's own (search/dualpipe_bound.py),
         # which holds for every split: the same for each family
-        v = dualpipe_key_bound(t, key) if dualpipe_applies(t.space) else 0.0
+        v = _own(t, key)
         return [v] * len(t.space.split_families(key.pp, key.vpp))
     cc = c if c is not None else key_coefs(t, key)
     cls = key_class(t, key, min(cc.rho) >= 0.0)
@@ -142,7 +154,7 @@ def key_bound(t: Tables, key: Any, c: KeyCoefs | None = None, *, coupled: bool =
     plan's (the share moves no byte). A pipelined activation offload: 0 (the master's).
     """
     if _own_bound(t.space):
-        return dualpipe_key_bound(t, key) if dualpipe_applies(t.space) else 0.0
+        return _own(t, key)
     if t.variants:  # the least over the expert-TP sizes the key is legal under
         return min((key_bound(tv, key, None, coupled=coupled)
                     for tv in key_variants(t, key)), default=math.inf)
@@ -171,12 +183,12 @@ def key_bounds(t: Tables, keys: Sequence[Any], cs: Sequence[KeyCoefs] | None = N
     if not keys:
         return []
     if _own_bound(t.space):  # `key_bound`'s (search/model_scored.py, dualpipe_bound.py)
-        if dualpipe_applies(t.space):
+        if dualpipe_applies(t.space) or offload_applies(t.space):
             out_d = []
             for k in keys:
                 if between is not None:
                     between()
-                out_d.append(dualpipe_key_bound(t, k))
+                out_d.append(_own(t, k))
             return out_d
         return [0.0] * len(keys)
     if t.variants:

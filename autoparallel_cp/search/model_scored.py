@@ -78,7 +78,7 @@ import numpy.typing as npt
 from autoparallel_cp.cost.evaluate import host_fits
 from autoparallel_cp.cost.memory import stage_memory
 from autoparallel_cp.cost.steptime import step_time
-from autoparallel_cp.search.act_offload import pipelined
+from autoparallel_cp.search.act_offload import scored
 from autoparallel_cp.search.schedule_axis import hides_ep
 from autoparallel_cp.spec.plan import Plan
 
@@ -88,7 +88,7 @@ Terms = tuple[float, float, float, tuple[float, ...], tuple[float, ...], bool]
 def model_scored(space: Any) -> bool:
     """Whether the keys of `space` are scored by the cost model (module docstring)."""
     s = space.schedule
-    return s == "dualpipe" or (s == "dualpipev" and hides_ep(s, space.job)) or pipelined(space)
+    return s == "dualpipe" or (s == "dualpipev" and hides_ep(s, space.job)) or scored(space)
 
 
 def pair_harmonic(fr: Sequence[float], u: Sequence[npt.NDArray[np.float64]]

@@ -56,7 +56,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from autoparallel_cp.cost.schedules import simulated_bubble, simulated_bubble_floor
-from autoparallel_cp.search.act_offload import pipelined
+from autoparallel_cp.search.act_offload import scored
 from autoparallel_cp.search.model_scored import model_scored
 from autoparallel_cp.search.schedule_axis import REPLAYED, key_split
 from autoparallel_cp.spec.plan import Plan
@@ -69,7 +69,7 @@ def free_family(space: Any) -> bool:
     split scored by the cost model: `scored_free`), DualPipe's per-stage counts
     (cpsat_dualpipe.py), neither under a pipelined activation offload, and the cluster one
     node group (several: the named layouts, each stage placement scanned)."""
-    if space.heterogeneous or pipelined(space):
+    if space.heterogeneous or scored(space):
         return False
     return space.schedule == "dualpipe" or space.schedule in REPLAYED
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from autoparallel_cp.search.act_offload import act_layers, pipelined
+from autoparallel_cp.search.act_offload import act_layers, scored
 from autoparallel_cp.search.act_offload import searched as act_searched
+from autoparallel_cp.search.act_offload import words as act_words
 from autoparallel_cp.search.replay_axis import (
     DUALPIPE_FREE_MAX,
     free_family,
@@ -181,11 +182,7 @@ def _offload_text(space: SearchSpace) -> str:
     """The host offload the space covers, in words (search/offload_axis.py, act_offload.py)."""
     shares = [x for x in space.off_axis if x > 0]
     acts = [k for k in act_searched(space) if k]
-    act = ("activations stay on the GPU" if not acts else
-           f"activations of {', '.join(map(str, act_searched(space)))} layers on the host on "
-           "plans without recompute under 1F1B at vpp=1: one-stage ones and, pinned, pp > 1 "
-           "ones on one node group (named layouts or a uniform / pinned split, every stage "
-           ">= k layers; search/act_offload.py)")
+    act = "activations stay on the GPU" if not acts else act_words(space)
     if acts and not shares:
         return "optimizer states on the GPU; " + act
     if not shares:
@@ -245,15 +242,18 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     k = plan.activation_offload
     if k not in act_searched(space):
         hint = ("" if "activation_offload" in space.fixed else
-                f"; --fix activation_offload={k} searches it at pp > 1 too" if plan.pp > 1
+                f"; --fix activation_offload={k} searches it on one node group" if (
+                    plan.pp > 1 or plan.recompute != "none" or ps != "1f1b")
                 else "; --search-also offload adds one-stage counts"
                 if "offload" not in space.job.search_also else "")
         return (f"activation_offload={k} (searched: "
                 f"{', '.join(map(str, act_searched(space)))}{hint})")
     own = [v for v in space.schedule_variants() if v.schedules == (sub,) and act_layers(v) == k]
-    space = next((v for v in own if plan.pp in v.pp), own[0] if own else None)  # pp = 1 or > 1
+    sp0, space = space, next((v for v in own if plan.pp in v.pp
+                              and plan.recompute in v.recompute),
+                             own[0] if own else None)  # its part (act_offload `_by_stages`)
     if space is None:
-        return f"activation_offload={k} with schedule={ps} (searched: 1F1B plans at vpp=1)"
+        return f"activation_offload={k} with schedule={ps} (searched: {act_words(sp0)})"
     for name in ("pp", "vpp"):
         if getattr(plan, name) not in getattr(space, name):
             return (f"{name}={getattr(plan, name)} with schedule={ps} (searched: "
@@ -305,7 +305,7 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)
     if ((space.schedule in SCANNED and not (free_family(space) and free_pp_ok(
-            space, plan.pp, plan.vpp))) or pipelined(space)) \
+            space, plan.pp, plan.vpp))) or (scored(space) and plan.pp > 1)) \
             and space.partition != "uniform":
         under = (f"schedule={ps}" if space.schedule in SCANNED else
                  f"activation_offload={act_layers(space)} at pp > 1")

@@ -577,7 +577,7 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
                 opt += t.mtpc_opt[g][i4]
         if plan.pp > 1:
             ttime += t.p2p[g][(itp, icp, plan.sp, imb, t.i("vpp", plan.vpp), idp)]
-        if plan.activation_offload and plan.pp == 1:  # its copies, host (act_offload.py)
+        if plan.activation_offload and not model_scored(sp_):  # its copies, host (act_offload.py)
             off, host_ok = stage_terms(sp_, plan.tp, plan.cp, plan.dp, plan.ep, plan.sp,
                                        plan.zero, plan.mbs, m)
             ttime, hosts = ttime + off, host_ok  # (a plan whose hosts overflow does not fit)

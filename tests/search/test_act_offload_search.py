@@ -59,7 +59,8 @@ def test_pinned_activation_offload_matches_enumeration(moe: bool, layers: int, g
     if not offload:
         job = job.model_copy(update={"search_also": ()})
     space = _space(job, k, zero=(0, 1, 3))
-    assert space.recompute == ("none",) and space.vpp == (1,)
+    # every recompute mode the unpinned search takes (issue 31, "one space")
+    assert space.recompute == SearchSpace.for_job(job, max_mbs=2, zero=(0, 1, 3)).recompute
     assert 1 in space.pp and all(p * k <= layers for p in space.pp)
     res = _compare_or_none(job, space)
     if res is None:
@@ -76,17 +77,18 @@ def test_tables_cost_equals_evaluate_on_every_plan() -> None:
     job = _job(False, 6, 4, 32768, wide=True)
     job = job.model_copy(update={"cluster": _slow_link(job)})
     space = _space(job, 4, zero=(0, 1))
-    t = build_tables(space)
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
-    assert ranked
     exposed = 0
-    for cost, plan in ranked:
-        ev = evaluate(job, plan)
-        pc = plan_cost(t, plan)
-        assert pc.fits == ev.fits
-        assert pc.step_s == pytest.approx(ev.time.step_s, rel=1e-12)
-        assert cost == pc.step_s
-        exposed += ev.time.offload_s > 0.0
+    for sub in space.schedule_variants():  # each part's own tables (act_offload.py)
+        t = build_tables(sub)
+        ranked = enumerate_plans(job, sub, top_k=10**6).stats["ranked"]
+        assert ranked
+        for cost, plan in ranked:
+            ev = evaluate(job, plan)
+            pc = plan_cost(t, plan)
+            assert pc.fits == ev.fits
+            assert pc.step_s == pytest.approx(ev.time.step_s, rel=1e-12)
+            assert cost == pc.step_s
+            exposed += ev.time.offload_s > 0.0
     assert exposed
 
 
@@ -123,16 +125,18 @@ def test_copy_time_and_memory_by_hand() -> None:
     assert e0.memory.activations_bytes - e1.memory.activations_bytes == pytest.approx(a, rel=1e-9)
     assert e1.memory.host_bytes == pytest.approx(2 * a, rel=1e-12)
     # the search: kept share (4 - 2 + 1) / 4 of every layer's entry, the same copy time
-    sp = _space(job, 2, zero=(1,))
-    assert kept_share(sp) == 0.75
+    sp = _space(job, 2, zero=(1,)).schedule_variants()[0]  # the exact one-stage part
+    assert sp.pp == (1,) and sp.recompute == ("none",) and kept_share(sp) == 0.75
     assert stage_terms(sp, 1, 1, 4, 1, 0, 1, 1, 4) == (st1.offload_s, True)
     assert plan_cost(build_tables(sp), off).step_s == pytest.approx(e1.time.step_s, rel=1e-12)
 
 
 def test_hosts_too_small_leave_no_plan() -> None:
-    """A host that cannot hold k offloaded layers: no plan fits (evaluate agrees)."""
+    """A host that cannot hold k offloaded layers: no plan without recompute fits (evaluate
+    agrees; with every layer recomputed nothing is kept, so nothing goes to the host)."""
     job = _job(False, 4, 4, 32768, wide=True, host_gib=1.0)
-    space = _space(job, 2, zero=(1,))
+    space = SearchSpace.for_job(job, fix={"activation_offload": 2, "recompute": "none"},
+                                max_mbs=2, zero=(1,))
     with pytest.raises(InfeasibleError):
         solve(job, space, top_k=1, time_limit=30, workers=1)
     with pytest.raises(InfeasibleError):
@@ -145,7 +149,7 @@ def test_hosts_too_small_leave_no_plan() -> None:
 @pytest.mark.parametrize("fix, kw, match", [
     ("activation_offload=9", {}, "layer count in 0..4"),
     ("activation_offload=2,pp=4", {}, "every stage"),
-    ("activation_offload=2,recompute=full", {}, "without recompute"),
+    ("activation_offload=2,recompute=full", {"emit": "megatron"}, "without recompute"),
     ("activation_offload=2,pp=2", {"emit": "megatron"}, "pipeline parallelism"),
     ("activation_offload=4", {"emit": "megatron"}, "k < num_layers"),
     ("activation_offload=1", {"recipe": "torchtitan-fsdp"}, "torchtitan"),
@@ -272,25 +276,39 @@ def test_pipelined_activation_offload_matches_enumeration(moe: bool, layers: int
             assert pc.step_s == pytest.approx(ev.time.step_s - ev.time.fixed_s, rel=1e-12)
 
 
-def test_pinned_offload_holds_both_stage_counts() -> None:
-    """The pin alone: a one-stage part (tables, partition model) and a pp > 1 part scored by
-    the cost model (search/act_offload.py `pipelined`), disjoint, their sizes summing; the
-    pp > 1 part's layer activations are scaled by 1 - (k - 1)·P/L (one layer kind); under
-    Megatron's row (no CPU offloading with pp > 1) only the one-stage part stays."""
-    from autoparallel_cp.search.act_offload import pipelined
+def test_pinned_offload_holds_every_part() -> None:
+    """The pin alone: the exact one-stage part (tables, partition model: pp = 1, recompute
+    none) and the parts the cost model scores (search/act_offload.py `scored`: pp = 1 with
+    selective / full recompute, pp > 1 with every mode), disjoint, their sizes summing; the
+    scored parts' layer activations are scaled by 1 - (k - 1)·P/L (one layer kind, P their
+    largest pp); under Megatron's row (no CPU offloading with pp > 1 or recompute) only the
+    exact one-stage part stays."""
+    from autoparallel_cp.search.act_offload import scored
     from autoparallel_cp.search.model_scored import model_scored
 
     job = _job(False, 8, 8).model_copy(update={"search_also": ()})
     space = SearchSpace.for_job(job, fix={"activation_offload": 2}, max_pp=4)
-    one, many = space.schedule_variants()
-    assert (one.pp, many.pp) == ((1,), (2, 4)) and not pipelined(one) and pipelined(many)
-    assert model_scored(many) and not model_scored(one)
-    assert space.size() == one.size() + many.size()
-    # one-stage tables: (L - k + 1)/L = 7/8 of the layer's entry; pp > 1: 1 - 1·4/8 = 1/2
-    np.testing.assert_allclose(build_tables(many).act[0, False],
-                               build_tables(one).act[0, False] * (0.5 / (7 / 8)), rtol=1e-12)
+    one, rc, many = space.schedule_variants()
+    assert (one.pp, rc.pp, many.pp) == ((1,), (1,), (2, 4))
+    assert (one.recompute, rc.recompute) == (("none",), ("selective", "full"))
+    assert many.recompute == ("none", "selective", "full") and many.vpp == space.vpp
+    assert not scored(one) and scored(rc) and scored(many)
+    assert model_scored(many) and model_scored(rc) and not model_scored(one)
+    assert space.size() == one.size() + rc.size() + many.size()
+    # one-stage tables: (L - k + 1)/L = 7/8 of the layer's entry; pp > 1: 1 - 1·4/8 = 1/2,
+    # pp = 1 with recompute: 1 - 1·1/8 = 7/8 (modes none and selective: one kind, a_max = a_min)
+    t1, tm = build_tables(one), build_tables(many)
+    np.testing.assert_allclose(tm.act[0, False][..., :2],
+                               t1.act[0, False][..., :2] * (0.5 / (7 / 8)), rtol=1e-12)
+    # full recompute: a kept layer's bytes over the least of kept and checkpoint (module
+    # docstring), the checkpoint entry scaled alike
+    a = t1.act[0, False][..., 2] / (7 / 8)
+    c = t1.ckpt[0, False]
+    s2 = np.clip(1.0 - 4 * a / (8 * np.minimum(a, c)), 0.0, 1.0)
+    np.testing.assert_allclose(tm.act[0, False][..., 2], a * s2, rtol=1e-12)
+    np.testing.assert_allclose(tm.ckpt[0, False], c * s2, rtol=1e-12)
     mg = SearchSpace.for_job(job, fix={"activation_offload": 2}, max_pp=4, emit="megatron")
-    assert mg.pp == (1,) and len(mg.schedule_variants()) == 1
+    assert mg.pp == (1,) and mg.recompute == ("none",) and len(mg.schedule_variants()) == 1
 
 
 def test_outside_names_the_pipelined_part() -> None:
