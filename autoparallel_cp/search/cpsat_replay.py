@@ -220,7 +220,7 @@ def solve_free(t: Tables, pm: Any, *, seed: int, workers: int, cutoff_s: float |
                 known.append(path)
                 cuts.add(path)
         if fits:
-            cand = (step, plan.key() if scored else tuple(plan.stage_layers or ()))
+            cand = (step, plan.key())  # the enumerator's order: r, then split, placement
             if best is None or cand < best[:2]:
                 best = (*cand, plan, step - solver.objective_value * pm.scale_s)
             cut = step if cut is None else min(cut, step)

@@ -69,7 +69,7 @@ def free_family(space: Any) -> bool:
     split scored by the cost model: `scored_free`), DualPipe's per-stage counts
     (cpsat_dualpipe.py), neither under a pipelined activation offload, and the cluster one
     node group (several: the named layouts, each stage placement scanned)."""
-    if space.heterogeneous or pipelined(space):
+    if pipelined(space) or (space.heterogeneous and space.schedule == "dualpipe"):
         return False
     return space.schedule == "dualpipe" or space.schedule in REPLAYED
 
