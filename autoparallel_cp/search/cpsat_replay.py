@@ -1,4 +1,5 @@
-"""Free per-rank layer counts under ZBV / DualPipeV (issue 31, "one space"), searched exactly:
+"""Free per-rank layer counts under ZBV / DualPipeV (issue 31, "one space"), searched exactly,
+on one node group or several:
 the replayed pipeline term as a max of longest-path cuts in the per-key CP-SAT model, and the
 exact loop that scores the model's candidates with the cost model.
 
@@ -48,8 +49,29 @@ been scored, so the returned plan is the family's exact best, ties to the smalle
 `stage_layers` (the enumerator's partition order, search/enumerate_axes.py `partitions`).
 Each round draws on the search's `limits.Budget` (deterministic time); if it or `ROUNDS_MAX`
 runs out the best so far is returned, unproven, with its gap to the model's bound as error
-bound. No pp cap is needed: the model has O(pp) variables and one cut per path found; a
-longest path costs one pass over the DAG (Llama 3 70B, `--fix schedule=zbv,pp=32`: 0.6 s).
+bound. No pp cap is needed on one node group: the model has O(pp) variables and one cut
+per path found; a longest path costs one pass over the DAG (Llama 3 70B,
+`--fix schedule=zbv,pp=32`: 0.6 s).
+
+Several node groups (issue 31, "one space"; at the pp with at most `PLACEMENTS_MAX` stage
+placements, schedule_axis.py `placement_capped`): the stage placement is a decision of the
+same model, cpsat_partition's group selectors y_rg (one group per rank, group g holding
+gpus_g·pp/N ranks, or the pinned `stage_groups`: exactly the placements the enumerator scans,
+enumerate_axes.py `placements`), and rank r's counts sit on its group, so t_r is the floored
+time of its layers, edges and constants on that group's tables (<= the exact t_r of the
+plan with that placement, as for 1F1B on several groups). The cuts need nothing more: the
+DAG and its paths depend on (schedule, p, m') only, and each path's length is linear in the
+rank times with coefficients >= 0, so it is <= span(t) for the exact t of every
+(split, placement). Every other step of the bound above is per rank, so the objective at a
+(split, placement) is <= its exact step. The exact loop forbids (counts, r, placement)
+together (`PartitionModel.forbid`) and scores each candidate with its `stage_groups`
+(`tables.plan_cost`), so the stopping rule covers every (split, placement); ties go to the
+least `Plan.key()` (r, then `stage_layers`, then `stage_groups`: the enumerator's order,
+recompute option, partition, placement, each lexicographic). The cost-model-scored keys
+below score each split over all its placements at once (`model_scan.best_of_split`) and
+forbid the split whatever its placement; the model's least objective over a split's
+placements is <= the least exact step over them. tests/search/test_replay_free_multi.py
+checks the bound on every (split, placement) and CP-SAT against the enumerator on two groups.
 
 Scored by the cost model (`replay_axis.scored_free`: a DualPipeV hiding EP all-to-all, whose
 hidden share h(m) no table holds; search/model_scored.py): the model is built from the same
@@ -230,7 +252,7 @@ def solve_free(t: Tables, pm: Any, *, seed: int, workers: int, cutoff_s: float |
                 known.append(path)
                 cuts.add(path)
         if fits:
-            cand = (step, plan.key() if scored else tuple(plan.stage_layers or ()))
+            cand = (step, plan.key())  # the enumerator's order: r, then split, placement
             if best is None or cand < best[:2]:
                 best = (*cand, plan, step - solver.objective_value * pm.scale_s)
             cut = step if cut is None else min(cut, step)

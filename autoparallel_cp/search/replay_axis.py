@@ -31,7 +31,8 @@ search keeps the bubble out of every bound and scores every plan it reports exac
   split, leaves only the recompute count and the stage placement, and every such choice is
   scored with the exact composition (search/enumerate.py `best_of_pinned_split`, the same scan
   as the enumerator: stage times from the tables, then `bubble` on them); the free per-rank
-  family (`free_family`: one node group) is searched by CP-SAT with the replay's
+  family (`free_family`; on several node groups each (split, placement), the placement a
+  decision of the same model) is searched by CP-SAT with the replay's
   longest-path cuts and an exact loop that scores every candidate with the same composition,
   or, for a DualPipeV hiding EP all-to-all (`scored_free`), with the cost model
   (search/cpsat_replay.py, which holds its proof), so each family's best is exact;
@@ -41,12 +42,15 @@ search keeps the bubble out of every bound and scores every plan it reports exac
 So the key order, the cutoffs and the stopping rule of search/solve.py hold unchanged (every
 bound below every plan of its key, every scored key's best exact), and CP-SAT's top k equals
 the enumerator's over the same space (tests/search/test_replay_search.py and
-test_replay_free_split.py, test_vhide_free_split.py, hypothesis). Outside the searched
-space (evaluate-only): free per-rank layer counts under a V on several node groups.
-DualPipe (two stages per rank, `dualpipe_mirror`: the rank's time is the mean of a stage
-pair, which the per-key bounds' T >= t_j do not carry) is scored by the cost model
+test_replay_free_split.py, test_vhide_free_split.py, test_replay_free_multi.py,
+hypothesis). Outside the searched space (evaluate-only): on several node groups, a V at a pp
+with more than `PLACEMENTS_MAX` stage placements (schedule_axis.py `placement_capped`;
+searched with `stage_groups` pinned), as for the named layouts. DualPipe (two stages per
+rank, `dualpipe_mirror`: the rank's time is the mean of a stage pair, which the per-key
+bounds' T >= t_j do not carry) is scored by the cost model
 (search/model_scored.py); its free per-stage counts on one node group (`free_family`, at a
-pp with at most `DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/cpsat_dualpipe.py.
+pp with at most `DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/cpsat_dualpipe.py; on
+several node groups, the named layouts only (each stage placement scanned).
 """
 
 from __future__ import annotations
@@ -66,10 +70,11 @@ from autoparallel_cp.spec.schedules import V_SHAPED, Schedule
 def free_family(space: Any) -> bool:
     """Whether a V or DualPipe space's own free partitions are searched: a V's per-rank
     counts (multiples of vpp = 2, cpsat_replay.py; a DualPipeV hiding EP all-to-all too, each
-    split scored by the cost model: `scored_free`), DualPipe's per-stage counts
-    (cpsat_dualpipe.py), neither under a pipelined activation offload, and the cluster one
-    node group (several: the named layouts, each stage placement scanned)."""
-    if space.heterogeneous or scored(space):
+    split scored by the cost model: `scored_free`; on one node group or several, the stage
+    placement a decision of the model), DualPipe's per-stage counts on one node group
+    (cpsat_dualpipe.py; several: the named layouts, each stage placement scanned), neither
+    under an activation offload's scored parts (act_offload.py `scored`)."""
+    if scored(space) or (space.heterogeneous and space.schedule == "dualpipe"):
         return False
     return space.schedule == "dualpipe" or space.schedule in REPLAYED
 

@@ -20,7 +20,7 @@ m, j) and the stage's chunks alone (cost/schedules.py `inflight_units`):
   bubble that is PyTorch's action order replayed (`simulated_bubble`): no per-key constant,
   so the bounds take rho' = 0 and every reported plan is scored with the replay
   (search/replay_axis.py holds the proof and names what stays evaluate-only; free per-rank
-  counts on one node group: search/cpsat_replay.py);
+  counts, on one node group or several: search/cpsat_replay.py);
 - `dualpipe` (DeepSeek-V3, arXiv 2412.19437 §3.2.1), pin-only: one chunk per rank, an even
   pp and an even m >= 2pp (`degree_ok`), stage j holding min(p - j, m/2) (`inflight`), rank
   j running stage j and its mirror p-1-j; it and DualPipeV on a MoE model whose recipe does

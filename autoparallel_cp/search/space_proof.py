@@ -78,7 +78,10 @@ def _split_rule(space: SearchSpace) -> str:
         rule += (f" (under {', '.join(vs)}: per rank, the V's two chunks equal, the "
                  "replayed pipeline searched exactly"
                  + (f"; under {', '.join(hid)} hiding EP all-to-all each split scored exactly "
-                    "by the cost model" if hid else "") + ": search/cpsat_replay.py"
+                    "by the cost model" if hid else "")
+                 + ("; on several node groups each rank timed on its group, the stage "
+                    "placement a choice of the same model" if space.heterogeneous else "")
+                 + ": search/cpsat_replay.py"
                  + _v_empty(space) + ")")
     if "dualpipe" in free_v:
         rule += _dualpipe_free(space.with_(schedule="dualpipe"))
@@ -94,18 +97,19 @@ def _split_rule(space: SearchSpace) -> str:
 
 def _why_named(space: SearchSpace, named_only: list[str]) -> str:
     """Why these V or DualPipe schedules keep the named layouts (replay_axis.py
-    `free_family`): on several node groups each named layout's stage placements are
-    scanned; DualPipe above `DUALPIPE_FREE_MAX` free splits; a pipelined activation offload
-    keeps the named layouts (act_offload.py)."""
+    `free_family`): a pipelined activation offload keeps the named layouts (act_offload.py);
+    DualPipe on several node groups (each named layout's stage placements scanned: its free
+    family, search/cpsat_dualpipe.py, is one group's) or above `DUALPIPE_FREE_MAX` free
+    splits. A V's free family is searched on several node groups too (cpsat_replay.py)."""
     why = []
     for s in named_only:
-        if space.heterogeneous:
+        if pipelined(space.with_(schedule=s)):
+            why.append(f"{s} under a pipelined activation offload")
+        elif space.heterogeneous:
             why.append(f"{s} on several node groups")
-        elif s == "dualpipe" and free_family(space.with_(schedule=s)):
+        else:  # DualPipe on one node group, its free family above the cap at every pp
             why.append(f"dualpipe with more than {DUALPIPE_FREE_MAX} free splits at each pp "
                        "(replay_axis.py `free_pp_ok`)")
-        else:
-            why.append(f"{s} under a pipelined activation offload")
     return ": " + ", ".join(why)
 
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 from test_replay_search import _compare_exact
-from test_solver_vs_enumerate import _mini, _mixed_small
+from test_solver_vs_enumerate import _mini
 from test_zb_search import _job
 
 from autoparallel_cp.cost.pipeline_sim import makespan, v_orders
@@ -136,11 +136,7 @@ def test_the_free_v_family_is_in_the_space_and_the_proof(sched: str) -> None:
                                                    "chunk_layers": None})) is None
         assert "multiples of vpp = 2" in (outside(sp, best.model_copy(
             update={"stage_layers": (3, 5), "chunk_layers": None})) or "")
-    # several node groups: the named layouts (each stage placement scanned), said so
-    mixed = Job(model=_mini(False, 8), cluster=_mixed_small(), seq_len=4096, global_batch=32)
-    hs = SearchSpace.for_job(mixed, fix=f"schedule={sched},tp=8", max_pp=4)
-    assert not hs.free_ok(2, 2)
-    assert f"{sched} on several node groups" in space_line(proof_space(hs))
+    # several node groups: searched too (tests/search/test_replay_free_multi.py)
     assert "an odd count" not in line  # 8 layers: two equal chunks per rank can sum to them
     odd = Job(model=_mini(False, 7), cluster=_job().cluster, seq_len=4096, global_batch=32)
     osp = SearchSpace.for_job(odd, fix=f"schedule={sched}", max_pp=2)
