@@ -97,13 +97,14 @@ def _split_rule(space: SearchSpace) -> str:
 
 def _why_named(space: SearchSpace, named_only: list[str]) -> str:
     """Why these V or DualPipe schedules keep the named layouts (replay_axis.py
-    `free_family`): a pipelined activation offload keeps the named layouts (act_offload.py);
+    `free_family`): an activation offload's scored parts keep the named layouts
+    (act_offload.py `scored`);
     DualPipe on several node groups (each named layout's stage placements scanned: its free
     family, search/cpsat_dualpipe.py, is one group's) or above `DUALPIPE_FREE_MAX` free
     splits. A V's free family is searched on several node groups too (cpsat_replay.py)."""
     why = []
     for s in named_only:
-        if pipelined(space.with_(schedule=s)):
+        if scored(space.with_(schedule=s)):
             why.append(f"{s} under a pipelined activation offload")
         elif space.heterogeneous:
             why.append(f"{s} on several node groups")
