@@ -322,7 +322,7 @@ def test_outside_names_the_pipelined_part() -> None:
     assert why is not None and "activation_offload=2 at pp > 1" in why
     assert "pp > 1" in proof_space(space)["offload"]
     plain = SearchSpace.for_job(job)  # the default search names the pin that covers it
-    assert "--fix activation_offload=2 searches it at pp > 1" in str(outside(plain, p))
+    assert "--fix activation_offload=2 searches it on one node group" in str(outside(plain, p))
 
 
 def test_several_node_groups_keep_one_stage() -> None:
