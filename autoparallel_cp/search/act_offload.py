@@ -187,9 +187,12 @@ def _by_stages(space: Any) -> tuple[Any, ...]:
     """A pinned space as its exact one-stage part (pp = 1, recompute none, 1F1B: the tables)
     and the parts the cost model scores (`scored`): pp = 1 with the other recompute modes, and
     pp > 1 with every mode; disjoint (their plans differ in pp or recompute). A space without
-    the exact family, or without a pin, as it is."""
-    if not act_layers(space) or 1 not in space.pp or "none" not in space.recompute \
-            or space.schedule not in _SCHEDULES:
+    the exact family, or without a pin, as it is; pp = 1 dropped where no vpp of the space is
+    1 (interleaving needs pp > 1: those pp = 1 parts hold no plan)."""
+    if act_layers(space) and 1 not in space.vpp and 1 in space.pp and len(space.pp) > 1:
+        return (space.with_(pp=tuple(p for p in space.pp if p > 1)),)
+    if not act_layers(space) or 1 not in space.pp or 1 not in space.vpp \
+            or "none" not in space.recompute or space.schedule not in _SCHEDULES:
         return (space,)
     out = [space.with_(pp=(1,), vpp=(1,), recompute=("none",), partial_recompute=False)]
     if rest := tuple(r for r in space.recompute if r != "none"):

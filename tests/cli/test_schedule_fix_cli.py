@@ -46,9 +46,10 @@ def test_fix_unsearched_schedule_is_one_line_exit_2() -> None:
                       "pp", "pp=1")
     assert_user_error(["enumerate", *SMALL, "--fix", "activation_offload=999", "--quiet"],
                       "activation_offload", "layer count")
-    # pp > 1 offload is searched at vpp 1 only (search/act_offload.py): a vpp pin is exit 2
-    assert_user_error(["solve", *SMALL, "--fix", "activation_offload=2,pp=2,vpp=2", *FAST],
-                      "activation_offload", "vpp=1")
+    # Megatron runs CPU activation offloading at pp = 1 only (spec/frameworks.py): under
+    # --emit megatron a pinned pp > 1 beside it is exit 2 naming the row
+    assert_user_error(["solve", *SMALL, "--emit", "megatron", "--fix",
+                       "activation_offload=2,pp=2", *FAST], "activation_offload")
     # the optimizer share is searched (search/offload_axis.py): out of range is exit 2
     assert_user_error(["enumerate", *SMALL, "--fix", "optimizer_offload=1.5", "--quiet"],
                       "optimizer_offload", "at most 1")
@@ -114,3 +115,14 @@ def test_search_also_offload_names_the_activations_it_removes() -> None:
     assert "activation_offload 20: GPU memory" in out
     assert "without it the plan does not fit" in out
     assert "activations of 0, 20, 39 layers on the host" in out
+
+
+def test_an_interleaved_offload_pin_is_searched() -> None:
+    """A pinned activation offload searches every vpp (search/act_offload.py): vpp = 2 at
+    pp = 2 beside it gives interleaved plans offloading 2 layers per stage, not exit 2."""
+    result, out, _ = run("solve", *SMALL, "--fix", "activation_offload=2,pp=2,vpp=2",
+                         "--top-k", "2", *FAST, "--json", "-")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out)
+    assert doc["plans"] and all(p["plan"]["vpp"] == 2 and p["plan"]["activation_offload"] == 2
+                                for p in doc["plans"])

@@ -40,6 +40,9 @@ def _pinned(job: Job, fix: dict[str, Any]) -> SearchSpace | None:
 
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @example(moe=False, layers=8, gpus=8, seq=32768, k=2, rc="full", vpp=2, sched=None)
+# a vpp = 2 pin with pp = 1 in the space: no one-stage part (they held vpp = 1 plans)
+@example(moe=False, layers=4, gpus=4, seq=8192, k=1, rc=None, vpp=2, sched=None)
+@example(moe=False, layers=4, gpus=4, seq=8192, k=3, rc=None, vpp=2, sched=None)
 @example(moe=False, layers=6, gpus=4, seq=32768, k=3, rc=None, vpp=None, sched=None)
 @example(moe=True, layers=8, gpus=8, seq=8192, k=2, rc=None, vpp=None, sched="zb-h1")
 @example(moe=True, layers=8, gpus=8, seq=8192, k=1, rc="selective", vpp=None,
