@@ -92,6 +92,7 @@ from autoparallel_cp.cost.sync import (
     stage_inflight,
     zero3_copy_factor,
 )
+from autoparallel_cp.cost.tied_embedding_sync import tied_embedding_sync_s
 from autoparallel_cp.cost.zero3_edges import zero3_edge_bytes, zero3_edge_s
 
 __all__ = [
@@ -106,5 +107,5 @@ __all__ = [
     "mtp_layer_kind", "mtp_recomputed",
     "charged_bytes", "fragmentation_bytes", "grad_charge",
     "persistent_bytes", "persistent_grads", "transient_charge", "zero3_edge_s",
-    "zero3_edge_bytes",
+    "zero3_edge_bytes", "tied_embedding_sync_s",
 ]

@@ -30,6 +30,8 @@ Per stage j (on its node group's GPU), per micro-batch:
   (factors.microbatch_grad_factors x the stage's parameters: DeepSpeed ZeRO-2's per-micro-batch
   reduce-scatter, reported with the DP communication, and BF16_Optimizer's fp32 accumulation
   pass, reported with the optimizer);
+- the head stage's raw DP sync includes the tied word embedding's gradient all-reduce with the
+  first stage (cost/tied_embedding_sync.py; 0 when untied, pp = 1 or the schedule hides it);
 - exposed DP: fully exposed without overlap; overlapped with the last micro-batch's backward
   (2/3 of t_j) otherwise, never less than DP_TAIL_FRACTION of it (the last bucket, plus the
   SMs the overlapped part takes from backward: factors.overlap_exposed);
@@ -65,6 +67,7 @@ from autoparallel_cp.cost.schedules import (
     head_stage,
     simulated_bubble,
 )
+from autoparallel_cp.cost.tied_embedding_sync import tied_embedding_sync_s
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
@@ -243,6 +246,9 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         synced = plan.dp * plan.cp > 1 or plan.expert_dp > 1
         dp_sync = (fixed + per_dense * dense_p + per_exp * exp_p
                    + lat_step * layers) if synced else 0.0
+        if j == last:  # the tied embedding's gradient all-reduce (cost/tied_embedding_sync.py)
+            dp_sync += float(tied_embedding_sync_s(job, g, plan.tp, plan.cp, plan.dp, plan.pp,
+                                                   plan.pipeline_schedule))
         shard_d = plan.state_shard if plan.zero >= 1 else 1  # dp*cp/dp_replicate
         shard_e = plan.expert_state_shard if plan.zero >= 1 else 1
         opt = F.optimizer_factor(job, g) * (dense_p / shard_d + exp_p / shard_e)

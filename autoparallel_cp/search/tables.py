@@ -454,6 +454,11 @@ def _replica_parts(t: Tables, reps: list[int], offs: list[float] | None = None
             ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
             op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
             mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
+        # the tied embedding's gradient all-reduce joins the head stage's DP sync, as in
+        # steptime.stage_times (cost/tied_embedding_sync.py; pp = N/(tp·cp·dp))
+        out["head_dpsync"][g] = out["head_dpsync"][g] + np.broadcast_to(
+            fx.tied_embedding_sync_s(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, pp4,
+                                     space.schedule), shape4)
         # the embedding's and the LM head's exposed ZeRO-3 collectives (FSDP's root unit)
         for p_, mb in ((emb_p, out["emb_mb"]), (head_p, out["head_mb"])):
             mb[g] = mb[g] + np.broadcast_to(fx.zero3_edge_s(

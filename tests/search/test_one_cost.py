@@ -36,9 +36,10 @@ def _two_groups() -> ClusterSpec:
                                                 for g in c.node_groups]})
 
 
-def _model(moe: bool, layers: int, mtp: int = 0) -> ModelSpec:
+def _model(moe: bool, layers: int, mtp: int = 0, tied: bool = False) -> ModelSpec:
     return ModelSpec(
         name="mini-moe" if moe else "mini", num_layers=layers, hidden_size=1024, mtp_layers=mtp,
+        tie_embeddings=tied,
         ffn_hidden_size=2816, num_attention_heads=8, num_kv_heads=4, vocab_size=32000,
         moe=MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=1408,
                     first_k_dense_layers=1) if moe else None)
@@ -198,7 +199,21 @@ def _explicit_zb(schedule: str) -> tuple[Job, Plan]:
                      stage_layers=(3, 2, 2, 1), stage_groups=(1, 0, 0, 1), schedule=schedule)
 
 
+def _explicit_tied(pp: int, tp: int, vpp: int = 1, schedule: str | None = None
+                   ) -> tuple[Job, Plan]:
+    """A tied embedding: the head stage's DP sync carries the embedding gradient's all-reduce
+    with the first stage (cost/tied_embedding_sync.py), over the network when pp·tp > 8."""
+    job = Job(model=_model(False, 8, tied=True), cluster=_two_groups(), seq_len=4096,
+              global_batch=BATCH)
+    return job, Plan(dp=GPUS // (pp * tp), tp=tp, pp=pp, vpp=vpp, sp=int(tp > 1), zero=1, mbs=1,
+                     num_microbatches=BATCH // (GPUS // (pp * tp)), recompute="none",
+                     schedule=schedule, stage_groups=(0,) * (pp // 2) + (1,) * (pp // 2))
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@example(case=_explicit_tied(8, 2))
+@example(case=_explicit_tied(4, 2, vpp=2))
+@example(case=_explicit_tied(4, 1, schedule="zb-h1"))
 @example(case=_explicit_zb("zb-h1"))
 @example(case=_explicit_zb("zb-h2"))
 @example(case=_explicit())
