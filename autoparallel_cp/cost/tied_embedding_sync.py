@@ -15,14 +15,13 @@ Under the fork's zero-bubble schedules (zb-h1 / zb-h2, `--enable-zero-bubble`) i
 there and issued asynchronously from `WeightGradStore.clear()` "so that it won't generate
 bubbles" (l. 160-164): 0 for those schedules too.
 
-Bytes: the tp-local embedding gradient, V/tp x h in the main-gradient dtype
-(`recipe.grad_bytes`; Megatron's VocabParallelEmbedding shards the vocabulary over tp). A
-two-rank ring all-reduce sends (2(n-1)/n) = 1 x the buffer in two steps: two link latencies
-plus bytes / bandwidth (nccl-tests doc/PERFORMANCE.md bus bandwidth). Link: the pair is rank r
-of stage 0 and rank r + (pp-1)·S of stage pp-1 (S = tp·cp·dp, pp outermost: comm.py module
-docstring); both lie on one node for every r exactly when the replica's pp·S ranks fit one
-node (pp·S <= gpus_per_node, S | gpus_per_node as the mesh requires), else the slowest pair
-crosses the network.
+Bytes: the tp-local embedding gradient, V/tp x h in the main-gradient dtype (`recipe.grad_bytes`;
+Megatron's VocabParallelEmbedding shards the vocabulary over tp). A two-rank ring all-reduce
+(`comm.all_reduce`, n = 2) sends 2(n-1)/n = 1 x the buffer in two steps: two link latencies plus
+bytes / bus bandwidth (nccl-tests doc/PERFORMANCE.md). Link: the pair is rank r of stage 0 and rank
+r + (pp-1)·S of stage pp-1 (S = tp·cp·dp, pp outermost: comm.py module docstring); both lie on one
+node for every r exactly when the replica's pp·S ranks fit one node (pp·S <= gpus_per_node, S |
+gpus_per_node as the mesh requires), else the slowest pair crosses the network.
 
 Placement in the step: steptime.py adds it to the head stage's raw DP synchronisation
 (`dp_sync_s`), so the step's tail is max over stages of the exposed sync. With the DP reduction
@@ -62,6 +61,8 @@ def tied_embedding_sync_s(job: Job, g: int, tp: ArrayLike, cp: ArrayLike, dp: Ar
         return zero
     nd = node(job, g)
     nbytes = job.model.vocab_size / tp_ * job.model.hidden_size * float(job.recipe.grad_bytes)
-    intra = (pp_ * tp_ * cp_ * dp_ <= nd.gpus_per_node).astype(np.float64)
-    t = 2.0 * comm.p2p(nd, intra, nbytes / 2.0)  # two ring steps of half the buffer each
+    intra = pp_ * tp_ * cp_ * dp_ <= nd.gpus_per_node
+    # a two-rank ring: stride 1 keeps both members on one node, stride G puts them on two
+    stride = np.where(intra, 1.0, float(nd.gpus_per_node))
+    t = comm.all_reduce(nd, 2.0 + zero, stride, nbytes)
     return np.where(pp_ > 1, t, zero)
