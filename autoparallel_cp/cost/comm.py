@@ -31,6 +31,17 @@ FloatArray = npt.NDArray[np.float64]
 #: (nccl-tests on DGX A100/H100 report ~230/300 and ~360-480/450 GB/s bus bandwidth; calculon's
 #: a100_80g.json uses 0.65-0.8 for NVLink).
 NVLINK_EFFICIENCY = 0.80
+#: Achieved fraction of the NVLink/NVSwitch spec bandwidth by one NCCL send/recv between two GPUs
+#: of a node (pipeline sends, the context-parallel KV ring: `p2p`). NCCL runs a send/recv on
+#: the few channels it gives each peer ("send/recv operations are currently optimized for
+#: alltoall", NVIDIA/nccl issue #1272), not on every channel as a collective does: nccl-tests
+#: `sendrecv_perf` between two NVLink-connected H100s reaches ~80 GB/s in the default
+#: configuration against 260 GB/s for nvbandwidth's SM copy, rising to a ~180 GB/s plateau
+#: only for messages of gigabytes (NVIDIA/nccl-tests issue #268): 80 / 450 GB/s per direction.
+#: Check, not fit: the Zero Bubble paper's profiled T_comm on DGX-class A100s, pipeline sends
+#: of 25-28 MB within one node in 0.53-0.76 ms (arXiv 2401.10241 Appendix D Table 9, p = 8), is
+#: 37-53 GB/s, 0.12-0.18 of A100's 300 GB/s.
+P2P_NVLINK_EFFICIENCY = 80.0 / 450.0
 #: Achieved fraction of the per-GPU network bandwidth (calculon a100_80g.json IB efficiency 0.9;
 #: nccl-tests all-reduce over 8x HDR reaches ~85-90% of line rate).
 NETWORK_EFFICIENCY = 0.85
@@ -239,9 +250,12 @@ def flex_dispatch(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
 
 
 def p2p(node: NodeGroup, intra: npt.ArrayLike, nbytes: npt.ArrayLike) -> FloatArray:
-    """One point-to-point send of `nbytes` (alpha + bytes/bandwidth)."""
+    """One point-to-point send of `nbytes` (alpha + bytes/bandwidth): on NVLink at
+    `P2P_NVLINK_EFFICIENCY` of the link (NCCL's per-peer channels), on the network as a
+    collective's share of the NIC."""
     i = _arr(intra)
     bw, lat = _link(node, i)
+    bw = np.where(i > 0, node.intra_node.bandwidth_gbps * 1e9 * P2P_NVLINK_EFFICIENCY, bw)
     s = _arr(nbytes)
     return np.where(s > 0, lat + s / bw, 0.0)
 

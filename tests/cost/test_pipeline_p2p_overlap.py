@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoparallel_cp.cost.comm import NVLINK_EFFICIENCY
+from autoparallel_cp.cost.comm import P2P_NVLINK_EFFICIENCY
 from autoparallel_cp.cost.constants import COMM_SM_SHARE
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.sync import p2p_exposed_share, p2p_factor
@@ -34,8 +34,9 @@ def _job(overlap: bool, global_batch: int, nodes: int = 1, scatter: bool = False
 
 
 def _one_nvlink(nbytes: float) -> float:
-    """One send on the toy node's NVLink: 3 us + bytes / (450 GB/s x NVLINK_EFFICIENCY)."""
-    return 3e-6 + nbytes / (450e9 * NVLINK_EFFICIENCY)
+    """One send on the toy node's NVLink: 3 us + bytes / (450 GB/s x P2P_NVLINK_EFFICIENCY,
+    NCCL's send/recv share of the link)."""
+    return 3e-6 + nbytes / (450e9 * P2P_NVLINK_EFFICIENCY)
 
 
 def test_exposed_share_counts_the_first_stages_warmup_and_cooldown() -> None:
