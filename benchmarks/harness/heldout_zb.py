@@ -18,7 +18,10 @@ The row's `extra_config` names the paper's schedule (`schedule=<name>`); the pla
 Every ZB row ran with the optimizer post-validation (§4, `--enable-optimizer-post-validation`,
 which examples/pretrain_zero_bubble.sh @6574e0ea adds with fp16); the cost model charges the
 step-closing synchronisation (cost/schedules.py module docstring), so its ZB bubbles carry the
-(p-1)·F floor the post-validation removes.
+(p-1)·F floor the post-validation removes. Direction (task zbfid): with the model's split the floor
+binds on zb-h2 only (F above F+B-2W and B-F; on zb-h1 F+B-W is larger): there it charges about
+(p-1)(F - max(F+B-2W, B-F)), ~110 ms or 7% of the 14.6B m = 48 step, on the pessimistic side; the
+paper's Appendix E Table 10 measures synchronised ZB-2p 7.7-10.6% slower than with post-validation.
 
 Chunk layout (vpp > 1): `--allow-padding-num-layers` pads the layers to a multiple of the
 stages and the fork's `ParallelTransformer.get_offset` (megatron/model/transformer.py
