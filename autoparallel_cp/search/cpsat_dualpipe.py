@@ -90,23 +90,24 @@ class DualPipeModel:
 
 
 def build(t: Tables, key: Any) -> DualPipeModel | None:
-    """The module docstring's model of `key` on tables `t` (one node group, one variant);
-    None when the key has no placement."""
+    """The module docstring's model of `key` on tables `t` (one variant; one node group or
+    several, the stage placement then a decision: `_groups`); None when the key has no
+    placement."""
     space = t.space
     p, L = key.pp, space.num_layers
     d = Degrees(key.tp, p, key.cp, key.dp, key.ep, key.vpp, key.mbs, key.m)
     places, _ = placement_array(space, t, d)
     if len(places) == 0:
         return None
-    g = int(places[0][0])
+    G = sorted({int(g) for g in places.reshape(-1)})
     c, every, rho, synced, f = key_constants(t, key)
     k = min(int(t.dense_prefix), L)
-    u = c.tau[g] + (c.rho[g] if every else 0.0)
-    ud = c.tau_d[g] + (c.rho_d[g] if every else 0.0)
-    bt = max(L * max(u, ud, c.dsync[g], c.dsync_d[g], c.opt[g], c.opt_d[g], 0.0)
-             + max(c.emb_time[g], c.emb_dps[g], c.emb_opt[g], 0.0)
-             + max(c.head_time[g], c.head_dps[g], c.head_opt[g], 0.0)
-             + max(c.dps_fixed[g], 0.0), 1e-30)
+    u = {g: c.tau[g] + (c.rho[g] if every else 0.0) for g in G}
+    ud = {g: c.tau_d[g] + (c.rho_d[g] if every else 0.0) for g in G}
+    bt = max(max(L * max(u[g], ud[g], c.dsync[g], c.dsync_d[g], c.opt[g], c.opt_d[g], 0.0)
+                 + max(c.emb_time[g], c.emb_dps[g], c.emb_opt[g], 0.0)
+                 + max(c.head_time[g], c.head_dps[g], c.head_opt[g], 0.0)
+                 + max(c.dps_fixed[g], 0.0) for g in G), 1e-30)
     q = bt / TIME_UNITS  # every stage entry below 2^30 units: the objective below 2^61
 
     def fl(x: float) -> int:
@@ -118,11 +119,22 @@ def build(t: Tables, key: Any) -> DualPipeModel | None:
     ls = [m.new_int_var(first if j == 0 else step, L, f"l{j}") for j in range(p)]
     m.add(sum(ls) == L)
     kj = [k if j == 0 else 0 for j in range(p)]
+    y, z = _groups(m, ls, places, G, L)
 
-    def per_stage(main: float, dense: float, emb: float, head: float, conv: Any) -> list[Any]:
-        return [conv(main) * (ls[j] - kj[j]) + conv(dense) * kj[j]
-                + (conv(emb) if j == 0 else 0) + (conv(head) if j == p - 1 else 0)
-                for j in range(p)]
+    def per_stage(main: Any, dense: Any, emb: Any, head: Any, conv: Any,
+                  fixed: Any = None) -> list[Any]:
+        """Stage j's entry on its group: Σ_g (main_g·z_jg + (dense_g - main_g)·k_j·y_jg +
+        the edges' and the fixed term's y_jg), each coefficient `conv` of the group's."""
+        out = []
+        for j in range(p):
+            e: Any = 0
+            for g in G:
+                w = conv(dense[g]) * kj[j] - conv(main[g]) * kj[j] + (
+                    conv(emb[g]) if j == 0 else 0) + (conv(head[g]) if j == p - 1 else 0) + (
+                    conv(fixed[g]) if fixed is not None else 0)
+                e = e + conv(main[g]) * z[j][g] + w * y[j][g]
+            out.append(e)
+        return out
 
     def pair_max(vals: list[Any], hi: int, name: str) -> Any:
         v = m.new_int_var(0, hi, name)
@@ -130,47 +142,86 @@ def build(t: Tables, key: Any) -> DualPipeModel | None:
             m.add(v >= vals[r] + vals[p - 1 - r])
         return v
 
-    def hi(main: float, dense: float, emb: float, head: float, fixed: float = 0.0) -> int:
-        """Twice the largest a stage's entry can be (a pair's sum is <= it)."""
-        return 2 * (max(fl(main), fl(dense), 0) * L + max(fl(emb), 0) + max(fl(head), 0)
-                    + max(fl(fixed), 0))
+    def hi(main: Any, dense: Any, emb: Any, head: Any, fixed: Any = None) -> int:
+        """Twice the largest a stage's entry can be on any group (a pair's sum is <= it)."""
+        return 2 * max(max(fl(main[g]), fl(dense[g]), 0) * L + max(fl(emb[g]), 0)
+                       + max(fl(head[g]), 0) + (max(fl(fixed[g]), 0) if fixed is not None else 0)
+                       for g in G)
 
-    cst = per_stage(u, ud, c.emb_time[g], c.head_time[g], fl)
-    t2 = pair_max(cst, hi(u, ud, c.emb_time[g], c.head_time[g]), "T2")
+    cst = per_stage(u, ud, c.emb_time, c.head_time, fl)
+    t2 = pair_max(cst, hi(u, ud, c.emb_time, c.head_time), "T2")
     S = sum(cst)
     if synced:
-        ds = per_stage(c.dsync[g], c.dsync_d[g], c.emb_dps[g], c.head_dps[g], fl)
-        ds = [x + fl(c.dps_fixed[g]) for x in ds]
-        dhi = hi(c.dsync[g], c.dsync_d[g], c.emb_dps[g], c.head_dps[g], c.dps_fixed[g])
+        ds = per_stage(c.dsync, c.dsync_d, c.emb_dps, c.head_dps, fl, c.dps_fixed)
+        dhi = hi(c.dsync, c.dsync_d, c.emb_dps, c.head_dps, c.dps_fixed)
     else:
         ds, dhi = [0] * p, 0
-    os_ = per_stage(c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g], fl)
+    os_ = per_stage(c.opt, c.opt_d, c.emb_opt, c.head_opt, fl)
     D = pair_max(ds, dhi, "D")
-    opt = pair_max(os_, hi(c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g]), "O")
+    opt = pair_max(os_, hi(c.opt, c.opt_d, c.emb_opt, c.head_opt), "O")
     a, b, cc = (int(math.floor(x)) for x in ((key.m - rho) * W / 2, rho * W, t.tail_frac * W))
     obj = a * t2 + b * S + cc * D + W * opt
-    # memory: both stages' states and in-flight activations, the constants, in whole bytes
+    # memory: both stages' states and in-flight activations (each stage's on its own group),
+    # the constants, in whole bytes, under the capacity of the rank's group (stage r's)
     kept = act_layers(space) == 0
-    act = min(c.act[g], c.ckpt[g]) if not every else c.ckpt[g]
-    actd = min(c.act_d[g], c.ckpt_d[g]) if not every else c.ckpt_d[g]
+    act = {g: min(c.act[g], c.ckpt[g]) if not every else c.ckpt[g] for g in G}
+    actd = {g: min(c.act_d[g], c.ckpt_d[g]) if not every else c.ckpt_d[g] for g in G}
 
     def byte(x: float) -> int:
         return int(math.floor(x))
 
     mem = []
     for j in range(p):
-        st = (byte(c.sigma) * (ls[j] - kj[j]) + byte(c.sigma_d) * kj[j]
-              + (byte(c.emb_states) if j == 0 else 0) + (byte(c.head_states) if j == p - 1
-                                                         else 0))
+        st: Any = (byte(c.sigma) * (ls[j] - kj[j]) + byte(c.sigma_d) * kj[j]
+                   + (byte(c.emb_states) if j == 0 else 0)
+                   + (byte(c.head_states) if j == p - 1 else 0))
         if kept:
-            st = st + byte(f[j] * act) * (ls[j] - kj[j]) + byte(f[j] * actd) * kj[j] + (
-                byte(f[j] * c.emb_act[g]) if j == 0 else 0)
+            for g in G:
+                st = st + byte(f[j] * act[g]) * z[j][g] + (
+                    (byte(f[j] * actd[g]) - byte(f[j] * act[g])) * kj[j]
+                    + (byte(f[j] * c.emb_act[g]) if j == 0 else 0)) * y[j][g]
         mem.append(st)
-    if math.isfinite(c.capacity[g]) and math.isfinite(c.const_mem):
-        for r in range(p // 2):
-            m.add(mem[r] + mem[p - 1 - r] + byte(c.const_mem) <= byte(c.capacity[g]))
+    if math.isfinite(c.const_mem):
+        for r in range(p):
+            for g in G:
+                on = y[r][g]  # 1 / 0 where the placement is fixed, else the selector
+                if not math.isfinite(c.capacity[g]) or (isinstance(on, int) and on == 0):
+                    continue
+                ct = m.add(mem[r] + mem[p - 1 - r] + byte(c.const_mem) <= byte(c.capacity[g]))
+                if not isinstance(on, int):
+                    ct.only_enforce_if(on)
     m.minimize(obj)
     return DualPipeModel(m, ls, obj, q / W)
+
+
+def _groups(m: cp_model.CpModel, ls: list[Any], places: Any, G: list[int], L: int
+            ) -> tuple[list[dict[int, Any]], list[dict[int, Any]]]:
+    """The stage placement: y[j][g] (1 when stage j sits on group g) and z[j][g] = y·l_j.
+    One placement (one node group, or `stage_groups` pinned): constants (z the count
+    itself). Several (`placement_array`'s rows: every order of the groups' stage counts):
+    one-hot selectors, each group holding its count of stages, and z_jg = l_j where
+    y_jg, else 0 (cpsat_partition.py's selectors)."""
+    p = len(ls)
+    if len(places) == 1:
+        row = [int(g) for g in places[0]]
+        return ([{g: int(row[j] == g) for g in G} for j in range(p)],
+                [{g: (ls[j] if row[j] == g else 0) for g in G} for j in range(p)])
+    counts = {g: int((places[0] == g).sum()) for g in G}
+    y = [{g: m.new_bool_var(f"y{j}_{g}") for g in G} for j in range(p)]
+    z: list[dict[int, Any]] = []
+    for j in range(p):
+        m.add_exactly_one(y[j].values())
+        zj = {}
+        for g in G:
+            v = m.new_int_var(0, L, f"z{j}_{g}")
+            m.add(v == ls[j]).only_enforce_if(y[j][g])
+            m.add(v == 0).only_enforce_if(~y[j][g])
+            zj[g] = v
+        m.add(sum(zj.values()) == ls[j])
+        z.append(zj)
+    for g in G:
+        m.add(sum(y[j][g] for j in range(p)) == counts[g])
+    return y, z
 
 
 def solve_free_dualpipe(t: Tables, key: Any, *, seed: int, workers: int,

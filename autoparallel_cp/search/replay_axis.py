@@ -71,10 +71,10 @@ def free_family(space: Any) -> bool:
     """Whether a V or DualPipe space's own free partitions are searched: a V's per-rank
     counts (multiples of vpp = 2, cpsat_replay.py; a DualPipeV hiding EP all-to-all too, each
     split scored by the cost model: `scored_free`; on one node group or several, the stage
-    placement a decision of the model), DualPipe's per-stage counts on one node group
-    (cpsat_dualpipe.py; several: the named layouts, each stage placement scanned), neither
-    under an activation offload's scored parts (act_offload.py `scored`)."""
-    if scored(space) or (space.heterogeneous and space.schedule == "dualpipe"):
+    placement a decision of the model), DualPipe's per-stage counts (cpsat_dualpipe.py; on
+    several node groups too, the stage placement a decision of its model), neither under an
+    activation offload's scored parts (act_offload.py `scored`)."""
+    if scored(space):
         return False
     return space.schedule == "dualpipe" or space.schedule in REPLAYED
 
