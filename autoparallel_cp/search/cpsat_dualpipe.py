@@ -99,8 +99,10 @@ class DualPipeModel:
     """One key's model (module docstring): the layer counts, the objective and its unit."""
 
     def __init__(self, model: cp_model.CpModel, layers: list[Any], objective: Any,
-                 scale_s: float, lows: list[int], one_group: bool) -> None:
+                 scale_s: float, lows: list[int], one_group: bool,
+                 groups: list[dict[int, Any]]) -> None:
         self.model, self.layers, self.objective, self.scale_s = model, layers, objective, scale_s
+        self.groups = groups  # y[j][g]: stage j on group g (an int where the placement is fixed)
         self.lows = lows  # each stage's least count (stage 0: the dense prefix)
         self.one_group = one_group  # every stage on one group: the objective reads pair sums
 
@@ -240,7 +242,7 @@ def build(t: Tables, key: Any) -> DualPipeModel | None:
                 if not isinstance(on, int):
                     ct.only_enforce_if(on)
     m.minimize(obj)
-    return DualPipeModel(m, ls, obj, q / W, [first] + [step] * (p - 1), len(G) == 1)
+    return DualPipeModel(m, ls, obj, q / W, [first] + [step] * (p - 1), len(G) == 1, y)
 
 
 def _groups(m: cp_model.CpModel, ls: list[Any], places: Any, G: list[int], L: int
