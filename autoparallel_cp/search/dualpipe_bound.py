@@ -38,16 +38,20 @@ explicit family, with the tables' per-layer entries (`key_coefs`):
   replayed, the least of kept and checkpoint under a pinned count). A (split, placement) with
   a rank above its group's capacity has no fitting plan.
 
-The free family (`_free`: one node group g, every split l >= 1 summing to L, stage 0 holding
-the dense prefix k) has too many splits to list, so it takes what holds for all of them:
-S_lb = (L - k)·u + k·u' + emb + head whatever the split (one group); the p ranks' times sum
-to S (each stage is half of two ranks), so T >= S/p >= S_lb/p; the p pair sums of the DP
-entries sum to 2·Σ_j d_j, so max_r (d_r + d_{p-1-r}) >= 2·Σ_j d_j/p (Σ_j d_j split-free
-likewise, the fixed term once per stage), the same for o; memory: if every rank fits, so does
-their sum, Σ_r rank_r = 2·Σ_j mem_j + p·const <= p·capacity, with Σ_j mem_j >= the states
-(split-free) + min_j f_j·a·(L - k) + f_0·(k·a' + emb_act) (the dense prefix on stage 0):
-a sum above it means no split fits (inf). So (m - rho)·S_lb/p + rho·S_lb + tail_frac·2·D/p +
-2·O/p bounds every plan of the free family.
+The free family (`_free`: every split l >= 1 summing to L, stage 0 holding the dense prefix
+k, and, on several node groups, every stage placement `placement_array` lists: search/
+cpsat_dualpipe.py) has too many splits to list, so it takes what holds for all of them:
+S_lb = (L - k)·u + k·u' + emb + head, each entry the least over the groups the stages sit on
+(one group: its own; a layer on group g takes >= u_g >= min_g u_g), whatever the split and
+placement; the p ranks' times sum to S (each stage is half of two ranks), so T >= S/p >=
+S_lb/p; the p pair sums of the DP entries sum to 2·Σ_j d_j, so max_r (d_r + d_{p-1-r}) >=
+2·Σ_j d_j/p (Σ_j d_j >= the least entries likewise, plus Σ_j fixed_{g_j}, the same for every
+placement: each is an order of the same groups' stage counts), the same for o; memory: if
+every rank fits, so does their sum, Σ_r rank_r = 2·Σ_j mem_j + p·const <= Σ_r capacity_{g_r}
+(again placement-free), with Σ_j mem_j >= the states (split-free) + min_j f_j·a·(L - k) +
+f_0·(k·a' + emb_act), a the least over the groups: a sum above it means no split fits (inf).
+So (m - rho)·S_lb/p + rho·S_lb + tail_frac·2·D/p + 2·O/p bounds every plan of the free
+family.
 
 The key's bound is the least over its families' (split, placement) pairs and the free
 family's bound (inf when none fits).
@@ -123,7 +127,7 @@ def dualpipe_key_bound(t: Tables, key: Any) -> float:
     best = math.inf
     for fam in space.split_families(p, key.vpp):
         if dualpipe_free(fam):  # too many splits to list: the free family's own bound
-            best = min(best, _free(t, c, key, rho, every, synced, f, int(places[0][0])))
+            best = min(best, _free(t, c, key, rho, every, synced, f, places))
             continue
         parts, _ = partition_array(fam, p, key.vpp)
         for ls in parts:
@@ -178,27 +182,38 @@ def _least(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bo
 
 
 def _free(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bool, f: F64,
-          g: int) -> float:
-    """The free family's bound (the module docstring's last paragraph), on its one node
-    group `g`: T >= S_lb/p, the pair sums' mean tail, the memory summed over the ranks."""
+          places: npt.NDArray[np.int64]) -> float:
+    """The free family's bound (the module docstring's last paragraph) over its placements
+    `places` (Q, p): each per-layer and edge entry the least over the groups the stages sit
+    on (one group: that group's), the fixed DP term and the capacities summed over a row
+    (every row is an order of the same groups), T >= S_lb/p, the pair sums' mean tail, the
+    memory summed over the ranks."""
     p, L = key.pp, t.space.num_layers
     k = min(float(t.dense_prefix), float(L))
-    u = c.tau[g] + (c.rho[g] if every else 0.0)
-    ud = c.tau_d[g] + (c.rho_d[g] if every else 0.0)
+    G = sorted({int(g) for g in places.reshape(-1)})
+
+    def lo(x: list[float]) -> float:
+        return min(x[g] for g in G)
+
+    def row_sum(x: list[float]) -> float:  # count_g·x_g over the groups (p·x on one)
+        return float(sum(int((places[0] == g).sum()) * x[g] for g in G))
+
+    u = min(c.tau[g] + (c.rho[g] if every else 0.0) for g in G)
+    ud = min(c.tau_d[g] + (c.rho_d[g] if every else 0.0) for g in G)
 
     def total(main: float, dense: float, emb: float, head: float) -> float:
         return (L - k) * main + k * dense + emb + head
 
-    S = total(u, ud, c.emb_time[g], c.head_time[g])
-    ds = (total(c.dsync[g], c.dsync_d[g], c.emb_dps[g], c.head_dps[g]) + p * c.dps_fixed[g]
-          if synced else 0.0)
-    os_ = total(c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g])
+    S = total(u, ud, lo(c.emb_time), lo(c.head_time))
+    ds = (total(lo(c.dsync), lo(c.dsync_d), lo(c.emb_dps), lo(c.head_dps))
+          + row_sum(c.dps_fixed) if synced else 0.0)
+    os_ = total(lo(c.opt), lo(c.opt_d), lo(c.emb_opt), lo(c.head_opt))
     tail = 2.0 * (t.tail_frac * ds + os_) / p
     kept = act_layers(t.space) == 0
-    a = min(c.act[g], c.ckpt[g]) if not every else c.ckpt[g]
-    ad = min(c.act_d[g], c.ckpt_d[g]) if not every else c.ckpt_d[g]
+    a = min(min(c.act[g], c.ckpt[g]) if not every else c.ckpt[g] for g in G)
+    ad = min(min(c.act_d[g], c.ckpt_d[g]) if not every else c.ckpt_d[g] for g in G)
     states = total(c.sigma, c.sigma_d, c.emb_states, c.head_states)
-    acts = (float(np.min(f)) * (L - k) * a + f[0] * (k * ad + c.emb_act[g])) if kept else 0.0
-    if 2.0 * (states + acts) + p * c.const_mem > p * c.capacity[g]:
+    acts = (float(np.min(f)) * (L - k) * a + f[0] * (k * ad + lo(c.emb_act))) if kept else 0.0
+    if 2.0 * (states + acts) + p * c.const_mem > row_sum(c.capacity):
         return math.inf
     return (key.m - rho) * S / p + rho * S + tail

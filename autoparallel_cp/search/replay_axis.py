@@ -48,9 +48,10 @@ with more than `PLACEMENTS_MAX` stage placements (schedule_axis.py `placement_ca
 searched with `stage_groups` pinned), as for the named layouts. DualPipe (two stages per
 rank, `dualpipe_mirror`: the rank's time is the mean of a stage pair, which the per-key
 bounds' T >= t_j do not carry) is scored by the cost model
-(search/model_scored.py); its free per-stage counts on one node group (`free_family`, at a
-pp with at most `DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/cpsat_dualpipe.py; on
-several node groups, the named layouts only (each stage placement scanned).
+(search/model_scored.py); its free per-stage counts (`free_family`, on one node group or
+several, the stage placement then a decision of the same model, at a pp with at most
+`DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/cpsat_dualpipe.py; at a pp with more
+free splits, the named layouts only (evaluate-only: the other free splits there).
 """
 
 from __future__ import annotations
@@ -71,10 +72,10 @@ def free_family(space: Any) -> bool:
     """Whether a V or DualPipe space's own free partitions are searched: a V's per-rank
     counts (multiples of vpp = 2, cpsat_replay.py; a DualPipeV hiding EP all-to-all too, each
     split scored by the cost model: `scored_free`; on one node group or several, the stage
-    placement a decision of the model), DualPipe's per-stage counts on one node group
-    (cpsat_dualpipe.py; several: the named layouts, each stage placement scanned), neither
-    under an activation offload's scored parts (act_offload.py `scored`)."""
-    if scored(space) or (space.heterogeneous and space.schedule == "dualpipe"):
+    placement a decision of the model), DualPipe's per-stage counts (cpsat_dualpipe.py; on
+    several node groups too, the stage placement a decision of its model), neither under an
+    activation offload's scored parts (act_offload.py `scored`)."""
+    if scored(space):
         return False
     return space.schedule == "dualpipe" or space.schedule in REPLAYED
 
@@ -87,21 +88,25 @@ def scored_free(space: Any) -> bool:
     return space.schedule in REPLAYED and free_searched(space) and model_scored(space)
 
 
-#: Most free splits of one pp DualPipe's free family is searched at (`free_pp_ok`). Splits
-#: with the same mirror-pair sums tie on time, so the exact loop scores nearly all of a key's
-#: splits, one CP-SAT round each: Llama-3 70B at pp 2 (79 splits, 244 keys on 64 H100) took
-#: 39.8 s the whole command at 256 (1.3 s with the named layouts only, the same plan), Llama-3
-#: 8B at pp 2 (31 splits) 2.2 s, finding a plan 1.3% faster than the named layouts' (3.07 s
-#: against 3.11 s): 64 keeps the latter.
-DUALPIPE_FREE_MAX = 64
+#: Most free splits of one pp DualPipe's free family is searched at (`free_pp_ok`). On one
+#: node group every split with the same mirror-pair sums ties in the model, so the exact loop
+#: scores such an orbit in one round (cpsat_dualpipe.py) and the cost is the cost model's,
+#: about 1.2 ms a split: Llama-3 70B pinned at pp 2 on 64 H100 (79 splits) went from 29.4 s
+#: (one CP-SAT round a split) to 9.4 s, the whole `--fix schedule=dualpipe` command from 3.1 s
+#: at 64 to 3.8 s at 256 (the same plan), the mixed H100 + A100 preset's 9.0 s to 9.1 s (its
+#: pp 2 found, 26% faster). Above it: pp 4 of an 80-layer model has 79,079 splits, its
+#: largest orbit 1,521 (about 1.8 s a key), so the named layouts there.
+DUALPIPE_FREE_MAX = 256
 
 
 def free_pp_ok(space: Any, pp: int, vpp: int) -> bool:
     """Whether the free family of `space` is searched at (pp, vpp): every V family; DualPipe's
     where it has at most `DUALPIPE_FREE_MAX` splits (`SearchSpace.num_partitions`). A
     DualPipe rank's time is the mean of a mirror pair, so every split with the same pair sums
-    ties on time and the exact loop of cpsat_dualpipe.py scores them one by one: bounded by
-    the count, it always proves (its `ROUNDS_MAX` exceeds it); above it, the named layouts."""
+    ties on time and the exact loop of cpsat_dualpipe.py scores each such orbit with the cost
+    model (one round an orbit on one node group, one a split on several): at most the count
+    of rounds, so it always proves (its `ROUNDS_MAX` exceeds it); above it, the named
+    layouts."""
     return space.schedule != "dualpipe" or space.num_partitions(pp, vpp) <= DUALPIPE_FREE_MAX
 
 

@@ -98,17 +98,14 @@ def _split_rule(space: SearchSpace) -> str:
 def _why_named(space: SearchSpace, named_only: list[str]) -> str:
     """Why these V or DualPipe schedules keep the named layouts (replay_axis.py
     `free_family`): an activation offload's scored parts keep the named layouts
-    (act_offload.py `scored`);
-    DualPipe on several node groups (each named layout's stage placements scanned: its free
-    family, search/cpsat_dualpipe.py, is one group's) or above `DUALPIPE_FREE_MAX` free
-    splits. A V's free family is searched on several node groups too (cpsat_replay.py)."""
+    (act_offload.py `scored`); DualPipe above `DUALPIPE_FREE_MAX` free splits at every pp.
+    V's and DualPipe's free families are searched on several node groups too
+    (cpsat_replay.py, cpsat_dualpipe.py)."""
     why = []
     for s in named_only:
         if scored(space.with_(schedule=s)):
             why.append(f"{s} under a pipelined activation offload")
-        elif space.heterogeneous:
-            why.append(f"{s} on several node groups")
-        else:  # DualPipe on one node group, its free family above the cap at every pp
+        else:  # DualPipe, its free family above the cap at every pp
             why.append(f"dualpipe with more than {DUALPIPE_FREE_MAX} free splits at each pp "
                        "(replay_axis.py `free_pp_ok`)")
     return ": " + ", ".join(why)
@@ -129,7 +126,10 @@ def _dualpipe_free(space: SearchSpace) -> str:
     at = [p for p in space.pp if space.free_ok(p, 1)]
     above = [p for p in space.pp if p not in at]
     txt = (" (under dualpipe: rank r runs stage r and its mirror p-1-r, each split scored "
-           "exactly by the cost model, CP-SAT proving the rest: search/cpsat_dualpipe.py; "
+           "exactly by the cost model"
+           + (" over its stage placements, each stage timed on its group, the placement a "
+              "choice of the same model" if space.heterogeneous else "")
+           + ", CP-SAT proving the rest: search/cpsat_dualpipe.py; "
            f"at pp {','.join(map(str, at)) or 'none'}, at most {DUALPIPE_FREE_MAX} free "
            "splits")
     if above:
