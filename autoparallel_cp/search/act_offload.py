@@ -214,6 +214,29 @@ def scored(space: Any) -> bool:
     return bool(act_layers(space)) and not exact_one_stage(space)
 
 
+#: the schedules whose scored pp > 1 parts search free per-stage counts (act_offload_free.py)
+FREE_SCHEDULES = (None, "1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2")
+
+
+def free_at(space: Any, pp: int, vpp: int) -> bool:
+    """Whether a scored part's own free partitions are searched at (pp, vpp), pp > 1
+    (search/act_offload_free.py): under `FREE_SCHEDULES` on one node group, neither a pinned
+    nor a uniform split, and some split holds every stage >= `stage_min` layers."""
+    lo, lo0 = stage_min(space, vpp)
+    return (scored(space) and space.schedule in FREE_SCHEDULES and not space.fixed_split
+            and space.partition != "uniform" and len(space.job.cluster.node_groups) == 1
+            and lo0 + (pp - 1) * lo <= space.num_layers)
+
+
+def stage_min(space: Any, vpp: int) -> tuple[int, int]:
+    """(least layers of a stage, of the first stage) of a free split at vpp: multiples of
+    `layer_step` (vpp), each >= k = `act_layers` (spec/schedules.py `offload_violations`;
+    k = 0 without a pin), the first also >= the dense prefix (`first_stage_min_units`)."""
+    step = space.layer_step(vpp)
+    lo = step * max(1, -(-act_layers(space) // step))
+    return lo, max(lo, space.first_stage_min_units(vpp) * step)
+
+
 def lower_acts(space: Any, t: Any) -> None:
     """Scale the layer activation tables `t.act` (and, for full recompute, `t.ckpt`) of a
     `scored` space, in place, to a lower bound the master may read (module docstring, "Every

@@ -29,11 +29,12 @@ tests/search/test_act_offload_any.py checks it is <= every key's exact best.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from autoparallel_cp.search.act_offload import scored
+from autoparallel_cp.search.act_offload import free_at, scored, stage_min
 from autoparallel_cp.search.enumerate_axes import partition_array, recompute_values
 from autoparallel_cp.search.key_coefs import key_coefs
 from autoparallel_cp.search.schedule_axis import family_ratio
@@ -50,15 +51,73 @@ def applies(space: Any) -> bool:
         space.job.cluster.node_groups) == 1
 
 
-def offload_key_bound(t: Tables, key: Any) -> float:
-    """The module docstring's bound of every plan of `key` (inf when no split places it);
-    the least over the key's variants (offload shares, replicas, expert-TP sizes)."""
-    vs = key_variants(t, key)
-    if len(vs) != 1 or vs[0] is not t:
-        return min((offload_key_bound(v, key) for v in vs if not v.variants),
-                   default=math.inf)
+@dataclass(frozen=True)
+class StageCoefs:
+    """What the bound reads of one key (module docstring), one node group: per quantity
+    (stage time, DP sync, optimizer step) its (main layer, dense-prefix layer, embedding,
+    head, fixed) entries, each stage j holding (l_j - k_j)·main + k_j·dense + [j = 0]·emb +
+    [j = pp - 1]·head + fixed; the pipeline coefficients (m - rho'/vpp, rho'/vpp), the tail
+    fraction and the dense prefix K (k_0 = min(K, l_0))."""
+
+    time: tuple[float, float, float, float, float]
+    dsync: tuple[float, float, float, float, float]
+    opt: tuple[float, float, float, float, float]
+    a: float  # m - rho'/vpp
+    b: float  # rho'/vpp
+    tail: float
+    dense: int
+
+    def per_stage(self, ls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(c_j, d_j, o_j) of the split `ls` (per-stage layer counts)."""
+        p = len(ls)
+        ls = np.asarray(ls, float)
+        k = np.zeros(p)
+        k[0] = min(float(self.dense), float(ls[0]))
+        first, last = np.arange(p) == 0, np.arange(p) == p - 1
+
+        def one(e: tuple[float, float, float, float, float]) -> np.ndarray:
+            return np.asarray((ls - k) * e[0] + k * e[1] + first * e[2] + last * e[3] + e[4],
+                              float)
+
+        return one(self.time), one(self.dsync), one(self.opt)
+
+    def value(self, ls: np.ndarray) -> float:
+        """The bound of the split `ls` (module docstring)."""
+        cst, ds, os_ = self.per_stage(ls)
+        return (self.a * float(np.max(cst)) + self.b * float(np.sum(cst))
+                + self.tail * float(np.max(ds)) + float(np.max(os_)))
+
+    def free_value(self, p: int, L: int, lo: int, lo0: int) -> float:
+        """A lower bound of `value` over every split of L layers into p > 1 stages, stage 0
+        holding >= lo0 >= K layers, the others >= lo (the free family of act_offload_free.py):
+        each term's least over the splits, relaxed to real counts. A term max_j (x·l_j +
+        e_j) with x >= 0 is >= x·lo_j + e_j for each j and >= the mean (x·L + Σ_j e_j)/p;
+        with x < 0 the mean alone. The sum Σ_j c_j is the same for every split (l_0 >= K)."""
+        e0 = np.zeros(p)
+
+        def least(e: tuple[float, float, float, float, float]) -> tuple[float, float]:
+            x = e[0]
+            off = e0.copy()
+            off[0] += self.dense * (e[1] - x) + e[2]
+            off[-1] += e[3]
+            off += e[4]
+            mean = (x * L + float(off.sum())) / p
+            if x >= 0.0:
+                los = np.full(p, float(lo))
+                los[0] = float(lo0)
+                mean = max(mean, float(np.max(x * los + off)))
+            return mean, x * L + float(off.sum())
+
+        T, S = least(self.time)
+        D, _ = least(self.dsync)
+        O, _ = least(self.opt)
+        return self.a * T + self.b * S + self.tail * D + O
+
+
+def stage_coefs(t: Tables, key: Any) -> StageCoefs:
+    """The key's `StageCoefs` on tables `t` (one variant, node group 0)."""
     space = t.space
-    p, vpp, m = key.pp, key.vpp, key.m
+    p, vpp = key.pp, key.vpp
     c = key_coefs(t, key)
     mode = RECOMPUTE_MODES[key.mode]
     every = mode == "full" and recompute_values(space, mode, space.num_layers) == [None]
@@ -68,27 +127,32 @@ def offload_key_bound(t: Tables, key: Any) -> float:
     g = 0
     u = c.tau[g] + (c.rho[g] if every else 0.0)
     ud = c.tau_d[g] + (c.rho_d[g] if every else 0.0)
-    first = np.arange(p) == 0
-    last = np.arange(p) == p - 1
+    ds = ((c.dsync[g], c.dsync_d[g], c.emb_dps[g], c.head_dps[g], c.dps_fixed[g]) if synced
+          else (0.0, 0.0, 0.0, 0.0, 0.0))
+    return StageCoefs((u, ud, c.emb_time[g], c.head_time[g], 0.0), ds,
+                      (c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g], 0.0),
+                      key.m - rho / vpp, rho / vpp, t.tail_frac, int(t.dense_prefix))
+
+
+def offload_key_bound(t: Tables, key: Any) -> float:
+    """The module docstring's bound of every plan of `key` (inf when no split places it);
+    the least over the key's variants (offload shares, replicas, expert-TP sizes). The free
+    family (act_offload.py `free_at`, too many splits to list: act_offload_free.py) by
+    `StageCoefs.free_value`."""
+    vs = key_variants(t, key)
+    if len(vs) != 1 or vs[0] is not t:
+        return min((offload_key_bound(v, key) for v in vs if not v.variants),
+                   default=math.inf)
+    space = t.space
+    p, vpp = key.pp, key.vpp
+    sc = stage_coefs(t, key)
     best = math.inf
     for fam in space.split_families(p, vpp):
+        if p > 1 and free_at(fam, p, vpp):
+            lo, lo0 = stage_min(fam, vpp)
+            best = min(best, sc.free_value(p, space.num_layers, lo, lo0))
+            continue
         parts, _ = partition_array(fam, p, vpp)
         for row in parts:
-            ls = np.asarray(row, float)
-            k = np.zeros(p)
-            k[0] = min(float(t.dense_prefix), float(ls[0]))
-            main = ls - k
-
-            def per_stage(mv: float, dv: float, emb: float, head: float,
-                          main: Any = main, k: Any = k) -> Any:
-                return main * mv + k * dv + first * emb + last * head
-
-            cst = per_stage(u, ud, c.emb_time[g], c.head_time[g])
-            ds = (per_stage(c.dsync[g], c.dsync_d[g], c.emb_dps[g], c.head_dps[g])
-                  + c.dps_fixed[g]) if synced else np.zeros(p)
-            os_ = per_stage(c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g])
-            T, S = float(np.max(cst)), float(np.sum(cst))
-            val = (m - rho / vpp) * T + (rho / vpp) * S + t.tail_frac * float(np.max(ds)) \
-                + float(np.max(os_))
-            best = min(best, val)
+            best = min(best, sc.value(row))
     return best
