@@ -22,7 +22,9 @@ prefix on stage 0), with the tables' entries (`key_coefs`, one node group g):
   `key_variants`, the least over them), so max_j exposed_j + max_j o_j >= tail·max_j d_j +
   max_j o_j.
 - memory: dropped (a relaxation; the master keeps its necessary condition).
-The key's bound is the least over its families' splits (inf when it has none).
+The key's bound is the least over its families' splits (inf when it has none); the free
+family (act_offload_free.py), too many splits to list, by `StageCoefs.free_value` (<= every
+free split's value: its docstring).
 tests/search/test_act_offload_any.py checks it is <= every key's exact best.
 """
 
@@ -68,12 +70,15 @@ class StageCoefs:
     dense: int
 
     def per_stage(self, ls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(c_j, d_j, o_j) of the split `ls` (per-stage layer counts)."""
-        p = len(ls)
+        """(c_j, d_j, o_j) of the split `ls` (per-stage layer counts, axis 0 the stages; a
+        2-D `ls` holds one column per split, elementwise the same floats)."""
         ls = np.asarray(ls, float)
-        k = np.zeros(p)
-        k[0] = min(float(self.dense), float(ls[0]))
-        first, last = np.arange(p) == 0, np.arange(p) == p - 1
+        p = ls.shape[0]
+        k = np.zeros_like(ls)
+        k[0] = np.minimum(float(self.dense), ls[0])
+        shape = (p,) + (1,) * (ls.ndim - 1)
+        first = (np.arange(p) == 0).reshape(shape)
+        last = (np.arange(p) == p - 1).reshape(shape)
 
         def one(e: tuple[float, float, float, float, float]) -> np.ndarray:
             return np.asarray((ls - k) * e[0] + k * e[1] + first * e[2] + last * e[3] + e[4],
@@ -87,31 +92,45 @@ class StageCoefs:
         return (self.a * float(np.max(cst)) + self.b * float(np.sum(cst))
                 + self.tail * float(np.max(ds)) + float(np.max(os_)))
 
-    def free_value(self, p: int, L: int, lo: int, lo0: int) -> float:
-        """A lower bound of `value` over every split of L layers into p > 1 stages, stage 0
-        holding >= lo0 >= K layers, the others >= lo (the free family of act_offload_free.py):
-        each term's least over the splits, relaxed to real counts. A term max_j (x·l_j +
-        e_j) with x >= 0 is >= x·lo_j + e_j for each j and >= the mean (x·L + Σ_j e_j)/p;
-        with x < 0 the mean alone. The sum Σ_j c_j is the same for every split (l_0 >= K)."""
-        e0 = np.zeros(p)
+    def free_value(self, p: int, L: int, lo: int, lo0: int, step: int) -> float:
+        """A lower bound of `value` over every split of L layers into p > 1 stages, each a
+        multiple of `step` (vpp), stage 0 holding >= lo0 >= K layers, the others >= lo (the
+        free family of act_offload_free.py): each term's least over the splits on its own
+        (the sum of the least terms is <= the least sum), less 1e-12 of it (the splits' float
+        sums may round differently). A term max_j x_j(l_j) is at least the least T at which
+        some split has every x_j(l_j) <= T: the stages' largest counts cap_j(T) with
+        x_j(cap_j) <= T sum to >= L (each count a multiple of step between its minimum and
+        cap_j then sums to L); every x_j(l) is the float `per_stage` computes, so the least
+        such T is <= max_j x_j(l_j) of every split. The sum Σ_j c_j is <= every split's
+        (its value at the split (lo0, ..., lo, rest) less the margin)."""
+        counts = np.arange(0, L + 1, step)
+        ok = np.stack([counts >= (lo0 if j == 0 else lo) for j in range(p)])
+        # vals[q][j, i]: quantity q of stage j holding counts[i] layers
+        vals = self.per_stage(np.broadcast_to(counts.astype(float), (p, len(counts))))
 
-        def least(e: tuple[float, float, float, float, float]) -> tuple[float, float]:
-            x = e[0]
-            off = e0.copy()
-            off[0] += self.dense * (e[1] - x) + e[2]
-            off[-1] += e[3]
-            off += e[4]
-            mean = (x * L + float(off.sum())) / p
-            if x >= 0.0:
-                los = np.full(p, float(lo))
-                los[0] = float(lo0)
-                mean = max(mean, float(np.max(x * los + off)))
-            return mean, x * L + float(off.sum())
+        def least(v: np.ndarray) -> float:
+            v = np.where(ok, v, np.inf)  # v[j, i]: stage j holding counts[i] layers
+            cands = np.unique(v[np.isfinite(v)])  # sorted; feasibility grows with T
 
-        T, S = least(self.time)
-        D, _ = least(self.dsync)
-        O, _ = least(self.opt)
-        return self.a * T + self.b * S + self.tail * D + O
+            def holds(T: np.ndarray) -> np.ndarray:  # the stages' caps at each T hold L
+                caps = np.where(v[None] <= T[:, None, None], counts, -1).max(axis=2)
+                return np.asarray((caps >= 0).all(axis=1) & (caps.sum(axis=1) >= L))
+
+            if cands.size * v.size <= 1 << 16:  # at once
+                good = holds(cands)
+                return float(cands[np.argmax(good)]) if good.any() else math.inf
+            lo_, hi_ = 0, len(cands)  # else bisect
+            while lo_ < hi_:
+                mid = (lo_ + hi_) // 2
+                lo_, hi_ = (lo_, mid) if holds(cands[mid:mid + 1])[0] else (mid + 1, hi_)
+            return float(cands[lo_]) if lo_ < len(cands) else math.inf
+
+        T, D, Op = (least(v) for v in vals)
+        rest = L - lo0 - (p - 2) * lo
+        first = [lo0, *([lo] * (p - 2)), rest]
+        S = float(np.sum(self.per_stage(np.asarray(first))[0])) if rest >= lo else math.inf
+        v = self.a * T + self.b * S + self.tail * D + Op
+        return v - abs(v) * 1e-12
 
 
 def stage_coefs(t: Tables, key: Any) -> StageCoefs:
@@ -150,7 +169,7 @@ def offload_key_bound(t: Tables, key: Any) -> float:
     for fam in space.split_families(p, vpp):
         if p > 1 and free_at(fam, p, vpp):
             lo, lo0 = stage_min(fam, vpp)
-            best = min(best, sc.free_value(p, space.num_layers, lo, lo0))
+            best = min(best, sc.free_value(p, space.num_layers, lo, lo0, fam.layer_step(vpp)))
             continue
         parts, _ = partition_array(fam, p, vpp)
         for row in parts:
