@@ -24,8 +24,8 @@ hold >= k layers, spec/schedules.py `offload_violations`). `_by_stages` splits i
 disjoint parts (`part_key`): the exact one-stage part (tables, `kept_share`) and the parts
 the cost model scores (`scored`): pp = 1 with the other recompute modes, and pp > 1. A
 scored part at pp > 1 lists the named layouts whose stages hold >= k layers
-(spec/splits.py `named_layouts`, `SearchSpace.layouts`) or a uniform / pinned split, free
-uneven splits left out (`SearchSpace.free_ok`); the proof line and `outside` say so. A plan
+(spec/splits.py `named_layouts`, `SearchSpace.layouts`), a uniform / pinned split and, under
+`FREE_SCHEDULES` the free splits of stages >= k (`free_at`, act_offload_free.py). A plan
 that recomputes every layer of a stage keeps none there, so it offloads nothing (evaluate's
 memory.py: `offloaded_activations` of no kept layer is 0) and costs as without the pin.
 
@@ -214,6 +214,29 @@ def scored(space: Any) -> bool:
     return bool(act_layers(space)) and not exact_one_stage(space)
 
 
+#: the schedules whose scored pp > 1 parts search free per-stage counts (act_offload_free.py)
+FREE_SCHEDULES = (None, "1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2")
+
+
+def free_at(space: Any, pp: int, vpp: int) -> bool:
+    """Whether a scored part's own free partitions are searched at (pp, vpp), pp > 1
+    (search/act_offload_free.py): under `FREE_SCHEDULES` on one node group, neither a pinned
+    nor a uniform split, and some split holds every stage >= `stage_min` layers."""
+    lo, lo0 = stage_min(space, vpp)
+    return (scored(space) and space.schedule in FREE_SCHEDULES and not space.fixed_split
+            and space.partition != "uniform" and len(space.job.cluster.node_groups) == 1
+            and lo0 + (pp - 1) * lo <= space.num_layers)
+
+
+def stage_min(space: Any, vpp: int) -> tuple[int, int]:
+    """(least layers of a stage, of the first stage) of a free split at vpp: multiples of
+    `layer_step` (vpp), each >= k = `act_layers` (spec/schedules.py `offload_violations`;
+    k = 0 without a pin), the first also >= the dense prefix (`first_stage_min_units`)."""
+    step = space.layer_step(vpp)
+    lo = step * max(1, -(-act_layers(space) // step))
+    return lo, max(lo, space.first_stage_min_units(vpp) * step)
+
+
 def lower_acts(space: Any, t: Any) -> None:
     """Scale the layer activation tables `t.act` (and, for full recompute, `t.ckpt`) of a
     `scored` space, in place, to a lower bound the master may read (module docstring, "Every
@@ -253,8 +276,8 @@ def words(space: Any) -> str:
     if any(scored(v) for v in parts):
         return (f"activations of {ks} layers per stage on the host (one node group): every "
                 "recompute mode, vpp and schedule searched here, at pp = 1 and at pp > 1 with "
-                "every stage >= k layers (named layouts or a uniform / pinned split; "
-                "search/act_offload.py)")
+                "every stage >= k layers (named layouts, a uniform / pinned split, and free "
+                "splits under 1f1b, interleaved, gpipe, zb-h1, zb-h2; search/act_offload.py)")
     why = ("--search-also offload's counts" if "activation_offload" not in space.fixed else
            "several node groups" if len(space.job.cluster.node_groups) > 1 else
            "the frameworks' rows" if space.restriction is not None else "the pins")

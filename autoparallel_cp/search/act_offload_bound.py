@@ -22,18 +22,21 @@ prefix on stage 0), with the tables' entries (`key_coefs`, one node group g):
   `key_variants`, the least over them), so max_j exposed_j + max_j o_j >= tail·max_j d_j +
   max_j o_j.
 - memory: dropped (a relaxation; the master keeps its necessary condition).
-The key's bound is the least over its families' splits (inf when it has none).
+The key's bound is the least over its families' splits (inf when it has none); the free
+family (act_offload_free.py), too many splits to list, by `StageCoefs.free_value` (<= every
+free split's value: its docstring).
 tests/search/test_act_offload_any.py checks it is <= every key's exact best.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from autoparallel_cp.search.act_offload import scored
+from autoparallel_cp.search.act_offload import free_at, scored, stage_min
 from autoparallel_cp.search.enumerate_axes import partition_array, recompute_values
 from autoparallel_cp.search.key_coefs import key_coefs
 from autoparallel_cp.search.schedule_axis import family_ratio
@@ -50,15 +53,90 @@ def applies(space: Any) -> bool:
         space.job.cluster.node_groups) == 1
 
 
-def offload_key_bound(t: Tables, key: Any) -> float:
-    """The module docstring's bound of every plan of `key` (inf when no split places it);
-    the least over the key's variants (offload shares, replicas, expert-TP sizes)."""
-    vs = key_variants(t, key)
-    if len(vs) != 1 or vs[0] is not t:
-        return min((offload_key_bound(v, key) for v in vs if not v.variants),
-                   default=math.inf)
+@dataclass(frozen=True)
+class StageCoefs:
+    """What the bound reads of one key (module docstring), one node group: per quantity
+    (stage time, DP sync, optimizer step) its (main layer, dense-prefix layer, embedding,
+    head, fixed) entries, each stage j holding (l_j - k_j)·main + k_j·dense + [j = 0]·emb +
+    [j = pp - 1]·head + fixed; the pipeline coefficients (m - rho'/vpp, rho'/vpp), the tail
+    fraction and the dense prefix K (k_0 = min(K, l_0))."""
+
+    time: tuple[float, float, float, float, float]
+    dsync: tuple[float, float, float, float, float]
+    opt: tuple[float, float, float, float, float]
+    a: float  # m - rho'/vpp
+    b: float  # rho'/vpp
+    tail: float
+    dense: int
+
+    def per_stage(self, ls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(c_j, d_j, o_j) of the split `ls` (per-stage layer counts, axis 0 the stages; a
+        2-D `ls` holds one column per split, elementwise the same floats)."""
+        ls = np.asarray(ls, float)
+        p = ls.shape[0]
+        k = np.zeros_like(ls)
+        k[0] = np.minimum(float(self.dense), ls[0])
+        shape = (p,) + (1,) * (ls.ndim - 1)
+        first = (np.arange(p) == 0).reshape(shape)
+        last = (np.arange(p) == p - 1).reshape(shape)
+
+        def one(e: tuple[float, float, float, float, float]) -> np.ndarray:
+            return np.asarray((ls - k) * e[0] + k * e[1] + first * e[2] + last * e[3] + e[4],
+                              float)
+
+        return one(self.time), one(self.dsync), one(self.opt)
+
+    def value(self, ls: np.ndarray) -> float:
+        """The bound of the split `ls` (module docstring)."""
+        cst, ds, os_ = self.per_stage(ls)
+        return (self.a * float(np.max(cst)) + self.b * float(np.sum(cst))
+                + self.tail * float(np.max(ds)) + float(np.max(os_)))
+
+    def free_value(self, p: int, L: int, lo: int, lo0: int, step: int) -> float:
+        """A lower bound of `value` over every split of L layers into p > 1 stages, each a
+        multiple of `step` (vpp), stage 0 holding >= lo0 >= K layers, the others >= lo (the
+        free family of act_offload_free.py): each term's least over the splits on its own
+        (the sum of the least terms is <= the least sum), less 1e-12 of it (the splits' float
+        sums may round differently). A term max_j x_j(l_j) is at least the least T at which
+        some split has every x_j(l_j) <= T: the stages' largest counts cap_j(T) with
+        x_j(cap_j) <= T sum to >= L (each count a multiple of step between its minimum and
+        cap_j then sums to L); every x_j(l) is the float `per_stage` computes, so the least
+        such T is <= max_j x_j(l_j) of every split. The sum Σ_j c_j is <= every split's
+        (its value at the split (lo0, ..., lo, rest) less the margin)."""
+        counts = np.arange(0, L + 1, step)
+        ok = np.stack([counts >= (lo0 if j == 0 else lo) for j in range(p)])
+        # vals[q][j, i]: quantity q of stage j holding counts[i] layers
+        vals = self.per_stage(np.broadcast_to(counts.astype(float), (p, len(counts))))
+
+        def least(v: np.ndarray) -> float:
+            v = np.where(ok, v, np.inf)  # v[j, i]: stage j holding counts[i] layers
+            cands = np.unique(v[np.isfinite(v)])  # sorted; feasibility grows with T
+
+            def holds(T: np.ndarray) -> np.ndarray:  # the stages' caps at each T hold L
+                caps = np.where(v[None] <= T[:, None, None], counts, -1).max(axis=2)
+                return np.asarray((caps >= 0).all(axis=1) & (caps.sum(axis=1) >= L))
+
+            if cands.size * v.size <= 1 << 16:  # at once
+                good = holds(cands)
+                return float(cands[np.argmax(good)]) if good.any() else math.inf
+            lo_, hi_ = 0, len(cands)  # else bisect
+            while lo_ < hi_:
+                mid = (lo_ + hi_) // 2
+                lo_, hi_ = (lo_, mid) if holds(cands[mid:mid + 1])[0] else (mid + 1, hi_)
+            return float(cands[lo_]) if lo_ < len(cands) else math.inf
+
+        T, D, Op = (least(v) for v in vals)
+        rest = L - lo0 - (p - 2) * lo
+        first = [lo0, *([lo] * (p - 2)), rest]
+        S = float(np.sum(self.per_stage(np.asarray(first))[0])) if rest >= lo else math.inf
+        v = self.a * T + self.b * S + self.tail * D + Op
+        return v - abs(v) * 1e-12
+
+
+def stage_coefs(t: Tables, key: Any) -> StageCoefs:
+    """The key's `StageCoefs` on tables `t` (one variant, node group 0)."""
     space = t.space
-    p, vpp, m = key.pp, key.vpp, key.m
+    p, vpp = key.pp, key.vpp
     c = key_coefs(t, key)
     mode = RECOMPUTE_MODES[key.mode]
     every = mode == "full" and recompute_values(space, mode, space.num_layers) == [None]
@@ -68,27 +146,32 @@ def offload_key_bound(t: Tables, key: Any) -> float:
     g = 0
     u = c.tau[g] + (c.rho[g] if every else 0.0)
     ud = c.tau_d[g] + (c.rho_d[g] if every else 0.0)
-    first = np.arange(p) == 0
-    last = np.arange(p) == p - 1
+    ds = ((c.dsync[g], c.dsync_d[g], c.emb_dps[g], c.head_dps[g], c.dps_fixed[g]) if synced
+          else (0.0, 0.0, 0.0, 0.0, 0.0))
+    return StageCoefs((u, ud, c.emb_time[g], c.head_time[g], 0.0), ds,
+                      (c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g], 0.0),
+                      key.m - rho / vpp, rho / vpp, t.tail_frac, int(t.dense_prefix))
+
+
+def offload_key_bound(t: Tables, key: Any) -> float:
+    """The module docstring's bound of every plan of `key` (inf when no split places it);
+    the least over the key's variants (offload shares, replicas, expert-TP sizes). The free
+    family (act_offload.py `free_at`, too many splits to list: act_offload_free.py) by
+    `StageCoefs.free_value`."""
+    vs = key_variants(t, key)
+    if len(vs) != 1 or vs[0] is not t:
+        return min((offload_key_bound(v, key) for v in vs if not v.variants),
+                   default=math.inf)
+    space = t.space
+    p, vpp = key.pp, key.vpp
+    sc = stage_coefs(t, key)
     best = math.inf
     for fam in space.split_families(p, vpp):
+        if p > 1 and free_at(fam, p, vpp):
+            lo, lo0 = stage_min(fam, vpp)
+            best = min(best, sc.free_value(p, space.num_layers, lo, lo0, fam.layer_step(vpp)))
+            continue
         parts, _ = partition_array(fam, p, vpp)
         for row in parts:
-            ls = np.asarray(row, float)
-            k = np.zeros(p)
-            k[0] = min(float(t.dense_prefix), float(ls[0]))
-            main = ls - k
-
-            def per_stage(mv: float, dv: float, emb: float, head: float,
-                          main: Any = main, k: Any = k) -> Any:
-                return main * mv + k * dv + first * emb + last * head
-
-            cst = per_stage(u, ud, c.emb_time[g], c.head_time[g])
-            ds = (per_stage(c.dsync[g], c.dsync_d[g], c.emb_dps[g], c.head_dps[g])
-                  + c.dps_fixed[g]) if synced else np.zeros(p)
-            os_ = per_stage(c.opt[g], c.opt_d[g], c.emb_opt[g], c.head_opt[g])
-            T, S = float(np.max(cst)), float(np.sum(cst))
-            val = (m - rho / vpp) * T + (rho / vpp) * S + t.tail_frac * float(np.max(ds)) \
-                + float(np.max(os_))
-            best = min(best, val)
+            best = min(best, sc.value(row))
     return best

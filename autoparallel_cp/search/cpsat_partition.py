@@ -37,7 +37,8 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from autoparallel_cp.cost.schedules import sim_microbatches
-from autoparallel_cp.search.act_offload import act_layers, scored, stage_terms
+from autoparallel_cp.search.act_offload import act_layers, free_at, scored, stage_terms
+from autoparallel_cp.search.act_offload_free import solve_free_offload
 from autoparallel_cp.search.cpsat_dualpipe import solve_free_dualpipe
 from autoparallel_cp.search.cpsat_portfolio import solve_portfolio
 from autoparallel_cp.search.cpsat_replay import replay_pipeline, solve_free
@@ -526,6 +527,9 @@ def _solve_family(t: Tables, key: Any, *, seed: int, workers: int, max_rounds: i
     if dualpipe_free(t.space):  # DualPipe's free family: exact (cpsat_dualpipe.py)
         return solve_free_dualpipe(t, key, seed=seed, workers=workers, cutoff_s=cutoff_s,
                                    budget=budget)
+    if key.pp > 1 and free_at(t.space, key.pp, key.vpp):  # act_offload_free.py: exact
+        return solve_free_offload(t, key, seed=seed, workers=workers, cutoff_s=cutoff_s,
+                                  budget=budget)
     if _determined(t, key):
         return _score_determined(t, key, cutoff_s, budget)
     pm = build_partition(t, key)

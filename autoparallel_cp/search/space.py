@@ -455,9 +455,10 @@ class SearchSpace:
             if L % (pp * vpp):
                 return False
         elif pp * vpp > L or L % vpp or (self.schedule in SCANNED and not (free_family(
-                self) and free_pp_ok(self, pp, vpp))) or (act_offload.scored(self) and pp > 1):
-            return False  # named layouts only (replay_axis.py `free_family`; act_offload.py:
-            # pp = 1 has one split)
+                self) and free_pp_ok(self, pp, vpp))) or (
+                act_offload.scored(self) and pp > 1 and not act_offload.free_at(self, pp, vpp)):
+            return False  # named layouts only (replay_axis.py `free_family`; act_offload.py
+            # `free_at`: a pinned offload's free splits, act_offload_free.py)
         return self._moe_partition_ok(pp, vpp)
 
     def layouts(self, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:

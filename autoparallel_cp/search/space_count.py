@@ -8,6 +8,7 @@ from itertools import product
 from math import comb, factorial
 from typing import Any
 
+from autoparallel_cp.search.act_offload import stage_min
 from autoparallel_cp.spec.framework_space import KeyView
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, RecomputeMode
 
@@ -24,8 +25,11 @@ def num_partitions(space: SearchSpace, pp: int, vpp: int) -> int:
     step = space.layer_step(vpp)
     if space.num_layers % step:
         return 0
-    units = space.num_layers // step - (space.first_stage_min_units(vpp) - 1)
-    return comb(units - 1, pp - 1) if units >= pp else 0
+    # compositions of the L/step units, the first part >= f units, the others >= a
+    # (act_offload.py `stage_min`: a = 1 but under a pinned activation offload)
+    lo, lo0 = stage_min(space, vpp)
+    free = space.num_layers // step - lo0 // step - (pp - 1) * (lo // step)
+    return comb(free + pp - 1, pp - 1) if free >= 0 else 0
 
 
 def num_placements(space: SearchSpace, tp: int, cp: int, dp: int, pp: int) -> int:
@@ -45,7 +49,7 @@ def mode_choices(space: SearchSpace, mode: RecomputeMode, pp: int, vpp: int) -> 
     """Distinct recompute_layers settings of one mode per partition."""
     if mode == "full" and space.partial_recompute and "recompute_layers" not in space.fixed:
         # r = 1 .. (largest possible stage) - 1 in steps of `recompute_step`, plus "all"
-        biggest = space.num_layers - (pp - 1) * space.layer_step(vpp)
+        biggest = space.num_layers - (pp - 1) * stage_min(space, vpp)[0]
         pinned = space.fixed_stage_layers(pp, vpp)
         if pinned is not None:
             biggest = max(pinned)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from autoparallel_cp.search.act_offload import act_layers, scored
+from autoparallel_cp.search.act_offload import act_layers, free_at, scored
 from autoparallel_cp.search.act_offload import searched as act_searched
 from autoparallel_cp.search.act_offload import words as act_words
 from autoparallel_cp.search.replay_axis import (
@@ -310,8 +310,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         return "uneven model chunks (chunk_layers; not searched unless pinned)"
     per_stage = plan.layers_per_stage(L)
     if ((space.schedule in SCANNED and not (free_family(space) and free_pp_ok(
-            space, plan.pp, plan.vpp))) or (scored(space) and plan.pp > 1)) \
-            and space.partition != "uniform":
+            space, plan.pp, plan.vpp))) or (scored(space) and plan.pp > 1 and not free_at(
+            space, plan.pp, plan.vpp))) and space.partition != "uniform":
         under = (f"schedule={ps}" if space.schedule in SCANNED else
                  f"activation_offload={act_layers(space)} at pp > 1")
         return f"layer split {list(per_stage)} (searched under {under}: the named layouts only)"
@@ -326,6 +326,8 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
                 f"{plan.pp * plan.vpp}; searched: multiples of vpp per stage)")
     if any(n % plan.vpp or n < plan.vpp for n in per_stage):
         return f"layer split {list(per_stage)} (searched: multiples of vpp = {plan.vpp})"
+    if min(per_stage) < (k := act_layers(space)):  # evaluate refuses it too
+        return f"layer split {list(per_stage)} (activation_offload={k}: every stage >= {k})"
     return None
 
 

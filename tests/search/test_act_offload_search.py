@@ -312,14 +312,16 @@ def test_pinned_offload_holds_every_part() -> None:
 
 
 def test_outside_names_the_pipelined_part() -> None:
-    """A pp > 1 plan offloading k layers lies in the pinned space when its split is searched
-    (uniform here: a named layout), outside it with the hint when a free uneven split."""
+    """A pp > 1 plan offloading k layers lies in the pinned space when its split is searched:
+    uniform, and a free uneven split with every stage >= k (act_offload_free.py); a stage of
+    fewer than k layers is outside it, the rule named."""
     job = _job(False, 8, 8).model_copy(update={"search_also": ()})
     space = SearchSpace.for_job(job, fix={"activation_offload": 2}, max_pp=4)
     p = Plan(dp=4, pp=2, zero=1, mbs=1, num_microbatches=4, activation_offload=2)
     assert outside(space, p) is None
-    why = outside(space, p.model_copy(update={"stage_layers": (3, 5)}))
-    assert why is not None and "activation_offload=2 at pp > 1" in why
+    assert outside(space, p.model_copy(update={"stage_layers": (3, 5)})) is None
+    why = outside(space, p.model_copy(update={"stage_layers": (1, 7)}))
+    assert why is not None and "activation_offload=2: every stage >= 2" in why
     assert "pp > 1" in proof_space(space)["offload"]
     plain = SearchSpace.for_job(job)  # the default search names the pin that covers it
     assert "--fix activation_offload=2 searches it on one node group" in str(outside(plain, p))
@@ -343,14 +345,29 @@ def test_several_node_groups_keep_one_stage() -> None:
 
 def test_named_layouts_keep_k_layers_per_stage() -> None:
     """The pp > 1 part lists only the named layouts whose every stage holds >= k layers
-    (evaluate refuses the others: spec/schedules.py `offload_violations`), so its size counts
-    the plans it scores."""
+    (evaluate refuses the others: spec/schedules.py `offload_violations`), and its free
+    splits only those whose every stage holds >= k (act_offload.py `stage_min`), so its size
+    counts the plans it scores."""
+    from autoparallel_cp.search.enumerate_axes import partition_array
     from autoparallel_cp.spec.splits import named_layouts
 
     job = _job(False, 8, 8).model_copy(update={"search_also": ()})
-    many = SearchSpace.for_job(job, fix={"activation_offload": 2, "pp": 4})
-    k_less = [cl for cl in named_layouts(8, 4, 1) if min(cl) < 2]
+    def least(cl: tuple[int, ...]) -> int:
+        return min(sum(cl[j::4]) for j in range(4))
+
+    fix = {"activation_offload": 2, "pp": 4, "vpp": 2}
+    (many,) = SearchSpace.for_job(job, fix=fix).schedule_variants()
+    k_less = [cl for cl in named_layouts(8, 4, 2) if least(cl) < 2]
     assert k_less  # Megatron's edge-accounting layouts leave a stage of one layer here
-    assert many.layouts(4, 1) and all(min(cl) >= 2 for cl in many.layouts(4, 1))
-    one = SearchSpace.for_job(job, fix={"activation_offload": 1, "pp": 4})  # k = 1: all
-    assert set(k_less) <= set(one.layouts(4, 1))
+    assert all(least(cl) >= 2 for cl in many.layouts(4, 2))
+    (one,) = SearchSpace.for_job(job, fix={**fix, "activation_offload": 1}).schedule_variants()
+    assert set(k_less) <= set(one.layouts(4, 2))  # k = 1: all
+    for k in (1, 2, 3):
+        for pp, vpp in ((2, 1), (2, 2), (4, 1)):
+            if pp * k > 8:
+                continue
+            sp = SearchSpace.for_job(job, fix={"activation_offload": k, "pp": pp, "vpp": vpp})
+            (v,) = sp.schedule_variants()
+            rows, _ = partition_array(v, pp, vpp)
+            assert v.free_ok(pp, vpp)
+            assert v.num_partitions(pp, vpp) == sum(1 for r in rows if min(r) >= k) > 0
