@@ -416,9 +416,8 @@ def _replica_parts(t: Tables, reps: list[int], offs: list[float] | None = None
     ef0 = fx.edge_factors(job, 0, tp, 1, 0, 1)
     emb_p = np.asarray(ef0.emb_params, float).reshape(-1, 1, 1, 1)
     head_p = np.asarray(ef0.head_params, float).reshape(-1, 1, 1, 1)
-    g4 = np.ix_(tp, zero, dp, cp)
-    _, z4, dp4, cp4 = g4
-    pp4 = job.num_gpus / (tp.reshape(-1, 1, 1, 1) * cp4 * dp4)
+    tp4, z4, dp4, cp4 = np.ix_(tp, zero, dp, cp)
+    pp4 = job.num_gpus / (tp4 * cp4 * dp4)
     w4, g4b, o4 = fx.state_bytes_per_param(job.recipe, z4, dp4 * cp4 / rr(4), pp4)
     o4 = o4 * gpu_share(offs, 4, keep_d)
     per4 = w4 + gch * g4b + o4 + tch * fx.buffer_bytes_per_param(job, z4)
@@ -442,27 +441,23 @@ def _replica_parts(t: Tables, reps: list[int], offs: list[float] | None = None
         extras += [(mtp_p, out["mtp_dpsync"], out["mtp_opt"], out["mtp_mb"]),
                    (copy_p, out["mtpc_dpsync"], out["mtpc_opt"], out["mtpc_mb"])]
     for g in range(len(job.cluster.node_groups)):
-        sd, _, _, fixed = fx.dp_sync_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4,
-                                             None, rr(4))
+        sd, _, _, fixed = fx.dp_sync_factors(job, g, tp4, cp4, dp4, 1, z4, None, rr(4))
         on4 = (dp4 * cp4 > 1).astype(float)
         sd = sd * on4
         out["dps_fixed"][g] = np.broadcast_to(fixed * on4, shape4).copy()
         opt = opt_seconds(job, g, offs, 4)
-        md4, _ = fx.microbatch_grad_factors(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, 1, z4,
-                                            None, rr(4))
+        md4, _ = fx.microbatch_grad_factors(job, g, tp4, cp4, dp4, 1, z4, None, rr(4))
         for p_, ds, op, mb in extras:
             ds[g] = np.broadcast_to(p_ * sd, shape4).copy()
             op[g] = np.broadcast_to(p_ * opt * loc4, shape4).copy()
             mb[g] = np.broadcast_to(p_ * md4, shape4).copy()
-        # the tied embedding's gradient all-reduce joins the head stage's DP sync, as in
-        # steptime.stage_times (cost/tied_embedding_sync.py; pp = N/(tp·cp·dp))
+        # + the tied embedding's grad all-reduce (tied_embedding_sync.py), as steptime.stage_times
         out["head_dpsync"][g] = out["head_dpsync"][g] + np.broadcast_to(
-            fx.tied_embedding_sync_s(job, g, tp.reshape(-1, 1, 1, 1), cp4, dp4, pp4,
-                                     space.schedule), shape4)
+            fx.tied_embedding_sync_s(job, g, tp4, cp4, dp4, pp4, space.schedule), shape4)
         # the embedding's and the LM head's exposed ZeRO-3 collectives (FSDP's root unit)
         for p_, mb in ((emb_p, out["emb_mb"]), (head_p, out["head_mb"])):
-            mb[g] = mb[g] + np.broadcast_to(fx.zero3_edge_s(
-                job, g, p_, tp.reshape(-1, 1, 1, 1), cp4, dp4, z4, rr(4)), shape4)
+            mb[g] = mb[g] + np.broadcast_to(fx.zero3_edge_s(job, g, p_, tp4, cp4, dp4, z4, rr(4)),
+                                            shape4)
     return out, arrs
 
 

@@ -66,11 +66,11 @@ def test_emit_keeps_searching_past_the_top_k(tmp_path: Path) -> None:
 
 
 def test_gpt_oss_emit_megatron_finds_a_plan_megatron_runs() -> None:
-    """Attention sinks run under CP only with TE's a2a exchange (frameworks.py): every plan of
-    the unrestricted top 5 has cp 8, the restricted search finds cp 1 plans."""
+    """Attention sinks run under CP only with TE's a2a exchange (frameworks.py): the unrestricted
+    best plan and most of its top 5 have cp > 1, the restricted search finds cp 1 plans only."""
     job = make_job(GPT_OSS_120B, "dgx-h100", gpus=64, seq_len=65536, global_batch=64)
     free = solve(job, SearchSpace.for_job(job, by_framework=False), top_k=5)
-    assert all(ev.plan.cp > 1 for ev in free.plans)
+    assert free.plans[0].plan.cp > 1 and sum(ev.plan.cp > 1 for ev in free.plans) >= 3
     res = solve(job, top_k=3, emit="megatron")
     assert res.plans and _runs(job, res.plans, "megatron")
     assert all(ev.plan.cp == 1 for ev in res.plans)
