@@ -502,8 +502,8 @@ def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, see
             if lbs[i] > best[0]:
                 break  # this family's bound, and every later one's, is above the best
             cutoff_s = best[0] if cutoff_s is None else min(cutoff_s, best[0])
-        elif lbs[i] == math.inf:
-            break  # no split of this family, nor of a later one, fits
+        elif lbs[i] == math.inf or (cutoff_s is not None and lbs[i] > cutoff_s):
+            break  # no split of this family, nor of a later one, fits (at most the cutoff)
         res, ok = _solve_family(tf, key, seed=seed, workers=workers, max_rounds=max_rounds,
                                 cutoff_s=cutoff_s, budget=budget)
         r = tf.space.restriction
