@@ -1,6 +1,7 @@
 """What the user waits for: the whole `ap-solve solve` command, in process, phase by phase.
 
     python benchmarks/command_bench.py [--top-k 10] [--repeat 1] [--only NAME] [--scaling]
+                                       [--search-also schedule]
 
 Runs the CLI exactly as a user would (click's runner over `autoparallel_cp.cli.main`, default
 settings unless stated, deterministic time limits) and splits the wall clock into load (specs
@@ -131,6 +132,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--only", default="")
     ap.add_argument("--scaling", action="store_true")
+    ap.add_argument("--search-also", default="",
+                    help="passed to every job (e.g. schedule: issue 31's opt-in schedule axis)")
     a = ap.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f} (cpus: {os.cpu_count()})\n")
     print(HEADER)
@@ -138,6 +141,8 @@ def main() -> None:
         if a.only and a.only not in name:
             continue
         k = ["--top-k", str(a.top_k)] if "README" not in name else []
+        if a.search_also:
+            k += ["--search-also", a.search_also]
         best = None
         for _ in range(a.repeat):
             got = run([*args, *k])

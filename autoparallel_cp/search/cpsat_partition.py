@@ -477,10 +477,10 @@ def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, see
     space's own partitions, then each named uneven layout): each family's model is solved in
     turn, least `key_bounds.family_bounds` first, a later one with the cutoff lowered to the
     best exact time so far (a plan above it cannot be the key's best) and none whose bound is
-    above it (the bound is proven <= every plan of its family), and the best is the least
-    (exact step time, `Plan.key()`), the enumerator's order. A family with an infinite bound
-    has no fitting split (`key_bound`: tmin is inf wherever no count fits). None is proven
-    when every family's None is."""
+    above it or `cutoff_s` (each bound is proven <= every plan of its family, and the later
+    ones no smaller); the best is the least (exact step time, `Plan.key()`), the enumerator's.
+    A family with an infinite bound has no fitting split (`key_bound`: tmin is inf wherever no
+    count fits). None is proven when every family's None is."""
     budget = budget or Budget(time_limit)
     best: tuple[float, Plan, float, float] | None = None
     proven = True
@@ -502,8 +502,8 @@ def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, see
             if lbs[i] > best[0]:
                 break  # this family's bound, and every later one's, is above the best
             cutoff_s = best[0] if cutoff_s is None else min(cutoff_s, best[0])
-        elif lbs[i] == math.inf:
-            break  # no split of this family, nor of a later one, fits
+        elif lbs[i] == math.inf or (cutoff_s is not None and lbs[i] > cutoff_s):
+            break  # no split of this family, nor of a later one, fits (at most the cutoff)
         res, ok = _solve_family(tf, key, seed=seed, workers=workers, max_rounds=max_rounds,
                                 cutoff_s=cutoff_s, budget=budget)
         r = tf.space.restriction

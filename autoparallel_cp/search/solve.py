@@ -1,9 +1,8 @@
 """`solve` (CP-SAT, k best with an exactness certificate) and `enumerate_plans` (reference).
 
 Both return a `SolveResult` whose plans are `evaluate.Evaluation` objects ranked by the exact
-float cost model (ties by `Plan.key()`). Plans are distinct in their *key*: tp, pp, cp, dp, ep,
-vpp, sp, zero, mbs and the recompute mode; for each key the best layer partition, recompute
-count and stage placement is reported.
+float cost model (ties by `Plan.key()`). Plans are distinct in their *key* (tp, pp, cp, dp, ep,
+vpp, sp, zero, mbs, recompute mode); each key's best partition, recompute count, placement.
 
 Search (a bound table and one CP-SAT model per key, neither listing plans):
 1. the master's keys (`key_table.build_key_table`): every key of the space with LB(key), the
@@ -22,10 +21,10 @@ least LB). Keys are scored exactly with model 2 least bound first while the leas
 <= hi (an unlisted key has LB > hi, so a larger bound: none of them comes first) and <= the
 current k-th best; a key about to get its model first gets the coupled bound and goes back to
 the heap with it. Its model is first solved with a trial cutoff just above its bound
-(`TRIAL_MARGINS`; CP-SAT closes a model with a tight cutoff far sooner): a plan under it is the
-key's best, as with any cutoff it satisfies; proven infeasible, no plan of the key is <= the
-trial cutoff, which becomes its bound, and the key goes back to the heap. A key whose bound is
-above the k-th best is skipped without a model (and so is every key behind it in the heap).
+(`TRIAL_MARGINS`, a V's `replay_axis.trial_margins`; CP-SAT closes a model with a tight cutoff
+far sooner): a plan under it is the key's best, as with any cutoff it satisfies; proven
+infeasible, no plan of the key is <= the trial cutoff, its bound now, and back to the heap.
+A key whose bound is above the k-th best is skipped without a model (so is every key after).
 The search stops once the k-th best exact step time is <= hi, since every unseen key has
 LB > hi and every skipped key a bound above the k-th best, so an exact step time above it.
 With a framework restriction (`SearchSpace.restriction`, spec/framework_space.py) a listed key
@@ -35,8 +34,8 @@ master's LB and the key bounds, computed over the larger space, stay lower bound
 Status `optimal` means this proof completed. The per-key models' limits are deterministic time
 (`limits.Budget`), so the answer does not depend on the machine's load.
 
-Kept whole (about 580 lines): `solve`'s loop is the proof above step by step (windows, heap,
-coupled bounds, trial cutoffs); split, its invariants would sit apart from the code they hold.
+Kept whole (about 600 lines): `solve`'s loop is the proof above step by step (windows, heap,
+coupled bounds, trial cutoffs); split, its invariants sit apart from the code they hold.
 """
 
 from __future__ import annotations
@@ -53,6 +52,7 @@ from autoparallel_cp.errors import InfeasibleError
 from autoparallel_cp.search import capacity
 from autoparallel_cp.search.act_offload import part_key
 from autoparallel_cp.search.limits import Budget, check
+from autoparallel_cp.search.replay_axis import trial_margins
 from autoparallel_cp.search.schedule_axis import union_kth
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.space_proof import proof_space
@@ -373,8 +373,8 @@ def solve(
                 stop = True
                 break
             # a trial cutoff first; proven empty, it is the key's bound and the key goes back
-            tries = trials.get(key, 0)
-            trial = kb * (1 + TRIAL_MARGINS[tries]) if tries < len(TRIAL_MARGINS) else cut
+            tries, margins = trials.get(key, 0), trial_margins(sp, TRIAL_MARGINS)
+            trial = kb * (1 + margins[tries]) if tries < len(margins) else cut
             res = best_for_key(sp, key, seed=int(seed or 0), tables=tabs,
                                cutoff_s=min(cut, trial), budget=budget, above=above)
             models += 1
