@@ -57,8 +57,11 @@ from ortools.sat.python import cp_model
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.act_offload import stage_min
 from autoparallel_cp.search.act_offload_bound import stage_coefs
+from autoparallel_cp.search.cpsat_dualpipe import placement_vars
+from autoparallel_cp.search.enumerate_axes import placement_array
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
+from autoparallel_cp.search.space import Degrees
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import Plan, canonical
 
@@ -88,19 +91,25 @@ class OffloadModel:
 
 
 def build(t: Tables, key: Any) -> OffloadModel | None:
-    """The module docstring's model of `key` on tables `t` (one variant, one node group);
-    None when no split holds every stage's minimum."""
+    """The module docstring's model of `key` on tables `t` (one variant; one node group, or
+    several with the stage placement a decision); None when no split holds every stage's
+    minimum or the key has no placement."""
     space = t.space
     p, vpp, L = key.pp, key.vpp, space.num_layers
     lo, lo0 = stage_min(space, vpp)
     if p < 2 or L % vpp or lo0 + (p - 1) * lo > L:
         return None
-    sc = stage_coefs(t, key)
+    d = Degrees(key.tp, p, key.cp, key.dp, key.ep, vpp, key.mbs, key.m)
+    places, _ = placement_array(space, t, d)
+    if len(places) == 0:
+        return None
+    G = sorted({int(g) for g in places.reshape(-1)})
+    scs = {g: stage_coefs(t, key, g) for g in G}  # each group's own entries
+    sc = scs[G[0]]  # a, b, tail and the dense prefix: the same on every group
     K = sc.dense
-    quants = (sc.time, sc.dsync, sc.opt)
-    bt = max(max(max(abs(e[0]), abs(e[1])) * L + sum(abs(x) for x in e[2:]) for e in quants),
-             1e-30)
-    q = bt / TIME_UNITS  # every stage entry within 2^30 units: the objective below 2^62
+    bt = max(max(max(abs(e[0]), abs(e[1])) * L + sum(abs(x) for x in e[2:])
+                 for e in (c.time, c.dsync, c.opt)) for c in scs.values())
+    q = max(bt, 1e-30) / TIME_UNITS  # every stage entry within 2^30 units: objective < 2^62
 
     def fl(x: float) -> int:
         return int(math.floor(x / q))
@@ -111,11 +120,21 @@ def build(t: Tables, key: Any) -> OffloadModel | None:
         u = m.new_int_var((lo0 if j == 0 else lo) // vpp, L // vpp, f"u{j}")
         ls.append(vpp * u)
     m.add(sum(ls) == L)
+    y, z = placement_vars(m, ls, places, G, L)
 
-    def stages(e: tuple[float, float, float, float, float]) -> list[Any]:
-        return [fl(e[0]) * (ls[j] - (K if j == 0 else 0)) + (fl(e[1]) * K if j == 0 else 0)
-                + (fl(e[2]) if j == 0 else 0) + (fl(e[3]) if j == p - 1 else 0) + fl(e[4])
-                for j in range(p)]
+    def stages(which: int) -> list[Any]:
+        """Stage j's entry on its group: Σ_g main_g·z_jg + (dense_g - main_g)·k_j·y_jg +
+        the edges' and the fixed term's y_jg (one placement: constants)."""
+        out = []
+        for j in range(p):
+            x: Any = 0
+            for g in G:
+                e = (scs[g].time, scs[g].dsync, scs[g].opt)[which]
+                w = ((fl(e[1]) - fl(e[0])) * K + fl(e[2]) if j == 0 else 0) + (
+                    fl(e[3]) if j == p - 1 else 0) + fl(e[4])
+                x = x + fl(e[0]) * z[j][g] + w * y[j][g]
+            out.append(x)
+        return out
 
     def top(vals: list[Any], name: str) -> Any:
         v = m.new_int_var(-4 * TIME_UNITS, 4 * TIME_UNITS, name)
@@ -123,8 +142,8 @@ def build(t: Tables, key: Any) -> OffloadModel | None:
             m.add(v >= x)
         return v
 
-    cst = stages(sc.time)
-    T, D, Op = top(cst, "T"), top(stages(sc.dsync), "D"), top(stages(sc.opt), "O")
+    cst = stages(0)
+    T, D, Op = top(cst, "T"), top(stages(1), "D"), top(stages(2), "O")
     a, b, c = (int(math.floor(x * W)) for x in (sc.a, sc.b, sc.tail))
     obj = a * T + b * sum(cst) + c * D + W * Op
     m.minimize(obj)
