@@ -1,6 +1,6 @@
 """Free per-stage layer counts under a pinned activation offload (issue 31, "one space"): the
 scored pp > 1 parts (search/act_offload.py `scored`) under 1F1B, interleaved, GPipe and ZB-H1 /
-ZB-H2 on one node group (`act_offload.free_at`), searched exactly: a per-key CP-SAT model
+ZB-H2 on one node group or several (`act_offload.free_at`), searched exactly: a per-key CP-SAT model
 whose objective is a proven lower bound of every free split's exact step time, and the exact
 loop of search/cpsat_dualpipe.py (cpsat_replay.py `solve_free`) that scores the model's
 candidates with the cost model.
@@ -24,6 +24,12 @@ DP sync, the optimizer step), the floored linear form
 T >= c_j, D >= d_j, O >= o_j, S = Σ_j c_j, and the objective A·T + B·S + C·D + W·O with
 A = floor((m - rho'/vpp)·W), B = floor(rho'/vpp·W), C = floor(tail·W), W = 1024, in units
 q/W. No memory condition (a relaxation: the exact loop checks each candidate's fit).
+Several node groups: the placement is a decision (cpsat_dualpipe.py `placement_vars`:
+y_jg one-hot, group g holding its count of stages, exactly `placement_array`'s rows, and
+z_jg = l_j·y_jg), and x_j = Σ_g floor(main_g/q)·z_jg + ((floor(dense_g/q) -
+floor(main_g/q))·k_j + floor(emb_g/q)·[j = 0] + floor(head_g/q)·[j = p - 1] +
+floor(fixed_g/q))·y_jg: at a placement it is the form above with stage j's own group's
+entries (one placement: constants, the one-group model); q from the largest over the groups.
 
 Lower bound (every plan of every free split of the key, any recompute count): act_offload_
 bound.py's docstring proves, for each split, step >= (m - rho'/vpp)·max_j c_j + (rho'/vpp)·
@@ -33,18 +39,22 @@ partial count's replays are >= 0 and dropped; rho' <= rho the family's least; ex
 every model quantity times q is <= its exact value; T, D, O take at least the max of their
 stages (any larger value only raises the objective, A, C, W >= 0) and A/W, B/W, C/W <= their
 coefficients, all >= 0 (m >= 1 >= rho'/vpp). So objective·q/W <= `StageCoefs.value(split)` <=
-the exact step of every plan of the split.
+the exact step of every plan of the split; on several groups, at each placement, with the
+placement's per-stage entries (act_offload_bound.py `placed`), so the model's least over
+the placements is <= every (split, placement)'s exact step.
 
 Exactness (`solve_free_offload`): take the model's least split, score it exactly
 (`best_of_split`, memoized per key: each plan charges `limits.MODEL_PLAN_DTIME`), forbid it,
 add objective <= the best exact time so far (+1 unit: an exact tie stays in), repeat until
-CP-SAT proves nothing is left. Every split whose exact time is <= the returned one has then
-been scored (its objective is below it), so the result is the family's exact best, ties to
-the least (step, `Plan.key()`) (the enumerator's order, model_scan.py). If the search's
+CP-SAT proves nothing is left (`best_of_split` scores a split over every placement, so
+forbidding the split drops none unscored). Every split whose exact time is <= the returned one
+has then been scored (its objective is below it), so the result is the family's exact best,
+ties to the least (step, `Plan.key()`) (the enumerator's order, model_scan.py). If the search's
 budget or `ROUNDS_MAX` runs out, the best so far is returned unproven with its gap to the
 model's bound as error bound. The key's own bound (key_bounds.py `key_bound`) over this family
-is `StageCoefs.free_value` (each term's least over the splits, real-valued): <= the least
-`StageCoefs.value` over the free splits, so <= every plan of the family.
+is the least over the placements of `StageCoefs.free_value` (each term's least over the splits,
+real-valued): <= the least `StageCoefs.value` over the free splits at that placement, so <=
+every plan of the family. tests/search/test_act_offload_multi.py checks both on two groups.
 """
 
 from __future__ import annotations
@@ -74,11 +84,13 @@ TIME_UNITS = 1 << 20
 
 
 class OffloadModel:
-    """One key's model (module docstring): the layer counts, the objective and its unit."""
+    """One key's model (module docstring): the layer counts, the objective and its unit, and
+    the placement (`groups[j][g]`: stage j on group g, 1 / 0 where the key has one)."""
 
     def __init__(self, model: cp_model.CpModel, layers: list[Any], objective: Any,
-                 scale_s: float) -> None:
+                 scale_s: float, groups: list[dict[int, Any]]) -> None:
         self.model, self.layers, self.objective, self.scale_s = model, layers, objective, scale_s
+        self.groups = groups
 
     def forbid(self, split: tuple[int, ...]) -> None:
         """No-good on one split."""
@@ -147,7 +159,7 @@ def build(t: Tables, key: Any) -> OffloadModel | None:
     a, b, c = (int(math.floor(x * W)) for x in (sc.a, sc.b, sc.tail))
     obj = a * T + b * sum(cst) + c * D + W * Op
     m.minimize(obj)
-    return OffloadModel(m, ls, obj, q / W)
+    return OffloadModel(m, ls, obj, q / W, y)
 
 
 def solve_free_offload(t: Tables, key: Any, *, seed: int, workers: int,
