@@ -9,23 +9,26 @@ unchanged. Measured (loaded 2-core machine): the whole command +0.4-0.5 s on Lla
 H100, Llama 2 13B / 8 A100 and the README job (1.5-2.2 s before with the optimizer shares
 alone).
 
-Which plans (`narrow`). `--search-also offload`'s counts, several node groups, and a framework
-row that refuses some pinned plan (Megatron's: Transformer Engine's CPU offloading behind
+Which plans (`narrow`). `--search-also offload`'s counts and a framework row that refuses
+some pinned plan (Megatron's: Transformer Engine's CPU offloading behind
 `--cpu-offloading-num-layers k` needs pp = 1, no recompute and k < L, spec/frameworks.py rule
 `megatron` / `activation_offload`, megatron/core/transformer/transformer_config.py
 :1884-1899): the exact one-stage family only (pp = 1, vpp = 1, recompute none, 1F1B: "One
 stage" below); torchtitan and DeepSpeed run none (their rows refuse the pin, exit 2); MTP
-models are refused (their MTP layer reads the same activation table). Otherwise, on one node
-group with a host, the pin searches what the unpinned search does (issue 31, "one space"):
+models are refused (their MTP layer reads the same activation table). Otherwise, on clusters
+with a host on every node group, the pin searches what the unpinned search does (issue 31):
 every recompute mode (none, selective, full and its partial counts), every vpp, every
 searched schedule (`PINNED_SCHEDULES`: 1F1B, interleaved, GPipe, ZB-H1 / H2, ZBV, DualPipe,
 DualPipeV), pp = 1 and the pp > 1 with p·k <= L (`_stages_ok`: evaluate needs every stage to
-hold >= k layers, spec/schedules.py `offload_violations`). `_by_stages` splits it into
-disjoint parts (`part_key`): the exact one-stage part (tables, `kept_share`) and the parts
-the cost model scores (`scored`): pp = 1 with the other recompute modes, and pp > 1. A
-scored part at pp > 1 lists the named layouts whose stages hold >= k layers
-(spec/splits.py `named_layouts`, `SearchSpace.layouts`), a uniform / pinned split and, under
-`FREE_SCHEDULES` the free splits of stages >= k (`free_at`, act_offload_free.py). A plan
+hold >= k layers, spec/schedules.py `offload_violations`); on several node groups every stage
+placement, at the pp with at most `PLACEMENTS_MAX` of them (schedule_axis.py
+`placement_capped`; `stage_groups` pinned: one), each stage's group's tables, host memory
+and host link (cost/offload.py; act_offload_free.py makes the placement a model decision).
+`_by_stages` splits it into disjoint parts (`part_key`): the exact one-stage part (tables,
+`kept_share`) and the parts the cost model scores (`scored`): pp = 1 with the other recompute
+modes, and pp > 1. A scored part at pp > 1 lists the named layouts whose stages hold >= k
+layers (spec/splits.py `named_layouts`, `SearchSpace.layouts`), a uniform / pinned split and,
+under `FREE_SCHEDULES` the free splits of stages >= k (`free_at`, act_offload_free.py). A plan
 that recomputes every layer of a stage keeps none there, so it offloads nothing (evaluate's
 memory.py: `offloaded_activations` of no kept layer is 0) and costs as without the pin.
 
@@ -59,7 +62,13 @@ enumerator scores the same plans the same way), and only the bounds read the tab
   the master's Σ_l min(s·kept, checkpoint) is not below that sum in general (one kind, L = 8,
   pp = P = 2, k = 2, checkpoint 0.7a, two of four layers per stage kept: s = 3/4, 8·0.7a =
   5.6a > 6.8a - 2a = 4.8a). tests/search/test_act_offload_any.py shows tables left unscaled
-  break the master's bound.
+  break the master's bound. Several node groups (stage j on g_j, E_j from g_j's entries):
+  a_max and e_min are taken over the groups too, so Σ_j act_j >= ΣE - (k - 1)·pp·a_max and
+  ΣE >= m0 = Σ_l min_g e_{g,l} >= L·e_min; the master reads M = min_g Σ_l e_{g,l} (every
+  layer on one group, cpsat_master.py `ma6`), which is <= r·m0 with r = the largest over the
+  kinds of max_g e / min_g e (1 where a layer's entry is the same on every group). One
+  factor s/r for every group gives (s/r)·M <= s·m0 <= m0 - (k - 1)·P·a_max <= Σ_j act_j
+  (tests/search/test_act_offload_multi.py: LB <= every key's exact best on two groups).
 - time: every bound the master (cpsat_master.py LB1, LB2) and DualPipe's own
   (dualpipe_bound.py) take is proven from lower bounds of the stage times (t_j >= the tables'
   sum of its layers' entries, hence S >= S_lb, T >= S/pp, T >= the harmonic bound) through
@@ -107,6 +116,10 @@ time t (slope m or m - b >= 0), so the cost with t less the copy time is <= the 
 a lower bound of the former is one of the latter. The partition model adds the floored copy
 time, so its objective stays <= the exact step time (tests/search/test_act_offload_search.py:
 CP-SAT equals the enumerator, LB <= every key's exact best, diff <= error bound).
+
+Kept whole (about 420 lines): the pinned space's narrowing (`narrow`), its parts
+(`_by_stages`, `scored`) and the memory bound (`lower_acts`) are one proof; split, each half
+would restate the other's rules.
 """
 
 from __future__ import annotations
@@ -116,6 +129,7 @@ from typing import Any
 import numpy as np
 
 from autoparallel_cp.errors import InputError
+from autoparallel_cp.search.schedule_axis import PLACEMENTS_MAX, placement_count
 
 #: the schedules of the exact one-stage family (today's default at vpp 1, 1F1B), whose single
 #: stage holds one micro-batch in flight (the memory identity above)
@@ -220,12 +234,12 @@ FREE_SCHEDULES = (None, "1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2")
 
 def free_at(space: Any, pp: int, vpp: int) -> bool:
     """Whether a scored part's own free partitions are searched at (pp, vpp), pp > 1
-    (search/act_offload_free.py): under `FREE_SCHEDULES` on one node group, neither a pinned
-    nor a uniform split, and some split holds every stage >= `stage_min` layers."""
+    (search/act_offload_free.py): under `FREE_SCHEDULES` (any number of node groups: the
+    placement is the model's decision there), neither a pinned nor a uniform split, and some
+    split holds every stage >= `stage_min` layers."""
     lo, lo0 = stage_min(space, vpp)
     return (scored(space) and space.schedule in FREE_SCHEDULES and not space.fixed_split
-            and space.partition != "uniform" and len(space.job.cluster.node_groups) == 1
-            and lo0 + (pp - 1) * lo <= space.num_layers)
+            and space.partition != "uniform" and lo0 + (pp - 1) * lo <= space.num_layers)
 
 
 def stage_min(space: Any, vpp: int) -> tuple[int, int]:
@@ -240,28 +254,32 @@ def stage_min(space: Any, vpp: int) -> tuple[int, int]:
 def lower_acts(space: Any, t: Any) -> None:
     """Scale the layer activation tables `t.act` (and, for full recompute, `t.ckpt`) of a
     `scored` space, in place, to a lower bound the master may read (module docstring, "Every
-    other plan"): per entry, node group g and mode, s = 1 - (k - 1)·P·a_max/(L·e_min),
-    clipped to [0, 1], with a_max the largest layer kind's kept-layer entry, e_min the least
-    kind's per-layer entry the master reads (full: min(kept, checkpoint), both scaled) and P
+    other plan"): per entry and mode one factor for every node group, s/r = (1 - (k - 1)·P·
+    a_max/(L·e_min))/r, clipped to [0, 1], with a_max the largest kept-layer entry over the
+    layer kinds and groups, e_min the least per-layer entry the master reads (full: min(kept,
+    checkpoint)), r the largest over the kinds of max_g e / min_g e (1 on one group) and P
     the space's largest pp; other spaces unchanged."""
     if not scored(space):
         return
     k, L, top = act_layers(space), space.num_layers, max(space.pp)
+    gs = sorted({g for g, _ in t.act})
 
-    def scale(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    def scale(hi: np.ndarray, es: dict[Any, np.ndarray]) -> np.ndarray:
+        lo = np.minimum.reduce(list(es.values()))
         s = np.where(lo > 0.0, 1.0 - (k - 1) * top * hi / (L * np.where(lo > 0.0, lo, 1.0)),
                      0.0)
-        return np.asarray(np.clip(s, 0.0, 1.0), float)
+        r = np.maximum.reduce([np.maximum.reduce([es[g, kind] for g in gs])
+                               / np.maximum(np.minimum.reduce([es[g, kind] for g in gs]),
+                                            1e-300) for kind in t.kinds])
+        return np.asarray(np.clip(s / np.maximum(r, 1.0), 0.0, 1.0), float)
 
-    for g in sorted({g for g, _ in t.act}):
-        arrs = [t.act[g, kind] for kind in t.kinds]
-        hi = np.maximum.reduce(arrs)
-        s = scale(hi, np.minimum.reduce(arrs))
-        # full recompute (mode 2): the master reads min(kept, checkpoint) per layer
-        low = np.minimum.reduce([np.minimum(t.act[g, kind][..., 2], t.ckpt[g, kind])
-                                 for kind in t.kinds])
-        s2 = scale(hi[..., 2], low)
-        s[..., 2] = s2
+    hi = np.maximum.reduce([t.act[g, kind] for g in gs for kind in t.kinds])
+    s = scale(hi, {(g, kind): t.act[g, kind] for g in gs for kind in t.kinds})
+    # full recompute (mode 2): the master reads min(kept, checkpoint) per layer
+    s2 = scale(hi[..., 2], {(g, kind): np.minimum(t.act[g, kind][..., 2], t.ckpt[g, kind])
+                            for g in gs for kind in t.kinds})
+    s[..., 2] = s2
+    for g in gs:
         for kind in t.kinds:
             t.act[g, kind] = t.act[g, kind] * s
             t.ckpt[g, kind] = t.ckpt[g, kind] * s2
@@ -274,12 +292,15 @@ def words(space: Any) -> str:
     ks = ", ".join(map(str, searched(space)))
     parts = [v for v in space.schedule_variants() if act_layers(v)]
     if any(scored(v) for v in parts):
-        return (f"activations of {ks} layers per stage on the host (one node group): every "
-                "recompute mode, vpp and schedule searched here, at pp = 1 and at pp > 1 with "
-                "every stage >= k layers (named layouts, a uniform / pinned split, and free "
-                "splits under 1f1b, interleaved, gpipe, zb-h1, zb-h2; search/act_offload.py)")
+        multi = len(space.job.cluster.node_groups) > 1 and "stage_groups" not in space.fixed
+        return (f"activations of {ks} layers per stage on the host: every recompute mode, vpp "
+                "and schedule searched here, at pp = 1 and at pp > 1 with every stage >= k "
+                "layers (named layouts, a uniform / pinned split, and free splits under 1f1b, "
+                "interleaved, gpipe, zb-h1, zb-h2"
+                + (f"; every stage placement on the node groups, at the pp with at most "
+                   f"{PLACEMENTS_MAX} of them" if multi else "")
+                + "; search/act_offload.py)")
     why = ("--search-also offload's counts" if "activation_offload" not in space.fixed else
-           "several node groups" if len(space.job.cluster.node_groups) > 1 else
            "the frameworks' rows" if space.restriction is not None else "the pins")
     return (f"activations of {ks} layers on the host on one-stage plans without recompute "
             f"under 1F1B ({why}; search/act_offload.py)")
@@ -304,12 +325,12 @@ def part_key(space: Any) -> Any:
 
 def narrow(space: Any, k: Any, one_stage: bool = False) -> Any:
     """`space` (built with the pin `activation_offload=k`) narrowed to the plans that offload
-    (module docstring). `one_stage` (`--search-also offload`'s counts), several node groups or
-    a framework row that refuses some of the pinned plans: the exact one-stage family (pp = 1,
-    vpp = 1, recompute none, 1F1B). Otherwise every recompute mode, vpp and schedule of
-    `PINNED_SCHEDULES` the space searches, pp = 1 and the pp > 1 of `_stages_ok`. InputError
-    (exit 2) for a k outside 0..L, a cluster without hosts, an MTP model, pins that leave no
-    such plan, or frameworks that do not run it."""
+    (module docstring). `one_stage` (`--search-also offload`'s counts) or a framework row that
+    refuses some of the pinned plans: the exact one-stage family (pp = 1, vpp = 1, recompute
+    none, 1F1B). Otherwise every recompute mode, vpp and schedule of `PINNED_SCHEDULES` the
+    space searches, pp = 1 and the pp > 1 of `_stages_ok`. InputError (exit 2) for a k
+    outside 0..L, a cluster without hosts, an MTP model, pins that leave no such plan, or
+    frameworks that do not run it."""
     from autoparallel_cp.search.offload_axis import has_hosts
     from autoparallel_cp.spec.plan import Plan
 
@@ -328,25 +349,25 @@ def narrow(space: Any, k: Any, one_stage: bool = False) -> Any:
                          "offload (their MTP layer reads the same activation table); evaluate "
                          "a plan with it (evaluate --plan)", field="activation_offload")
     r = space.restriction
-    multi = len(job.cluster.node_groups) > 1
     refused = r is not None and any(
         f.field == "activation_offload" for p in space.pp for rc in space.recompute
         for f in r.key_refusals(Plan(pp=p, recompute=rc, activation_offload=k)))
-    if not (one_stage or multi or refused):
+    if not (one_stage or refused):
         scheds = tuple(s for s in space.schedules if s in PINNED_SCHEDULES)
         pps = tuple(p for p in space.pp if p == 1 or _stages_ok(space, k, p))
         if not pps or not scheds:
+            many = (f", and on these node groups at most {PLACEMENTS_MAX} stage placements"
+                    " (pin stage_groups to search one)" if len(job.cluster.node_groups) > 1
+                    else "")
             raise InputError(f"{where}: no searched plan offloads {k} layers per stage "
                              f"(pp > 1 needs every stage to hold >= {k} layers, pp·{k} <= "
-                             f"{L}); evaluate such a plan with evaluate --plan",
+                             f"{L}{many}); evaluate such a plan with evaluate --plan",
                              field="activation_offload")
         return space.with_(pp=pps, schedules=scheds)
     pps = tuple(p for p in space.pp if p == 1 or (not one_stage and _stages_ok(space, k, p)))
     if not pps or 1 not in space.vpp or "none" not in space.recompute \
             or space.schedule not in _SCHEDULES:
-        why = (" (this cluster has several node groups: the pin searches pp > 1, recompute, "
-               "vpp > 1 and the other schedules on one node group only)" if multi else
-               f" ({r.describe()} runs it only there)" if refused and r is not None else "")
+        why = f" ({r.describe()} runs it only there)" if refused and r is not None else ""
         raise InputError(f"{where}: activation offload is searched here on plans without "
                          "recompute under 1F1B at vpp=1 and pp=1; the other pins leave none"
                          + why + ". Evaluate such a plan with evaluate --plan",
@@ -365,9 +386,14 @@ def narrow(space: Any, k: Any, one_stage: bool = False) -> Any:
 
 
 def _stages_ok(space: Any, k: int, p: int) -> bool:
-    """pp = p > 1 holds a searched plan offloading k layers per stage: one node group (the
-    master's bound, model_scored.py, is proven there), p·k <= L (every stage >= k layers)."""
-    return p > 1 and len(space.job.cluster.node_groups) == 1 and p * k <= space.num_layers
+    """pp = p > 1 holds a searched plan offloading k layers per stage: p·k <= L (every stage
+    >= k layers), and on several node groups at most `PLACEMENTS_MAX` stage placements (each
+    is scored: schedule_axis.py `placement_capped`; `stage_groups` pinned: one)."""
+    job = space.job
+    return p > 1 and p * k <= space.num_layers and (
+        len(job.cluster.node_groups) == 1 or "stage_groups" in space.fixed
+        or placement_count(job, p) <= PLACEMENTS_MAX)
+
 
 
 def stage_terms(space: Any, tp: int, cp: int, dp: int, ep: int, sp: int, zero: int, mbs: int,

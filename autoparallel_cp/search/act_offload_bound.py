@@ -1,14 +1,17 @@
 """A per-key lower bound for the keys of a pinned activation offload's scored parts
-(search/act_offload.py `scored`) under 1F1B, interleaved, GPipe and ZB-H1 / ZB-H2 on one node
-group: the cost model scores their plans (model_scan.py `best_of_key`), and the master alone
-(no bubble split, no stage imbalance, no tail per stage) left the README job's pin unproven.
+(search/act_offload.py `scored`) under 1F1B, interleaved, GPipe and ZB-H1 / ZB-H2, on one
+node group or several: the cost model scores their plans (model_scan.py `best_of_key`), and
+the master alone (no bubble split, no stage imbalance, no tail per stage) left the README
+job's pin unproven.
 
 What evaluate charges such a plan (cost/steptime.py `step_time`), without the calibrated fixed
 time: m·T + rho·(S - T)/vpp + max_j exposed_j + max_j o_j, T = max_j t_j, S = Σ_j t_j, rho = 1
 (1F1B, interleaved, GPipe) or `bubble_ratio` of the plan's (F, B, W) split (ZB), exposed_j =
 max(tail·d_j, d_j - share·t_j) >= tail·d_j (`exposed_dp`, `Tables.tail_frac`). Per split of
 the key's families (`partition_array`: per-stage layer counts l_j, k_j of them the dense
-prefix on stage 0), with the tables' entries (`key_coefs`, one node group g):
+prefix on stage 0) and per stage placement (`placement_array`: one row on one node group,
+every order of the groups' stage counts on several), with the tables' entries (`key_coefs`)
+of each stage's own group g_j (`placed`):
 - t_j >= c_j = (l_j - k_j)·u + k_j·u' (+ the embedding's time on stage 0, the LM head's on
   stage pp - 1): u, u' the tables' layer times of the key's mode (full: the kept time, plus
   the replay where every layer is recomputed, as dualpipe_bound.py), exact for the layers;
@@ -22,10 +25,12 @@ prefix on stage 0), with the tables' entries (`key_coefs`, one node group g):
   `key_variants`, the least over them), so max_j exposed_j + max_j o_j >= tail·max_j d_j +
   max_j o_j.
 - memory: dropped (a relaxation; the master keeps its necessary condition).
-The key's bound is the least over its families' splits (inf when it has none); the free
-family (act_offload_free.py), too many splits to list, by `StageCoefs.free_value` (<= every
-free split's value: its docstring).
-tests/search/test_act_offload_any.py checks it is <= every key's exact best.
+The key's bound is the least over its families' (split, placement) pairs (inf when it has
+none); the free family (act_offload_free.py), too many splits to list, by
+`StageCoefs.free_value` per placement (<= every free split's value on it: its docstring,
+each stage's entries its own).
+tests/search/test_act_offload_any.py checks it is <= every key's exact best (one group),
+test_act_offload_multi.py on two groups.
 """
 
 from __future__ import annotations
@@ -37,9 +42,14 @@ from typing import Any
 import numpy as np
 
 from autoparallel_cp.search.act_offload import free_at, scored, stage_min
-from autoparallel_cp.search.enumerate_axes import partition_array, recompute_values
+from autoparallel_cp.search.enumerate_axes import (
+    partition_array,
+    placement_array,
+    recompute_values,
+)
 from autoparallel_cp.search.key_coefs import key_coefs
 from autoparallel_cp.search.schedule_axis import family_ratio
+from autoparallel_cp.search.space import Degrees
 from autoparallel_cp.search.tables import Tables, key_variants
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan
 
@@ -49,21 +59,21 @@ _SCHEDULES = (None, "1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2")
 
 def applies(space: Any) -> bool:
     """Whether `offload_key_bound` bounds the keys of `space`."""
-    return scored(space) and space.schedule in _SCHEDULES and len(
-        space.job.cluster.node_groups) == 1
+    return scored(space) and space.schedule in _SCHEDULES
 
 
 @dataclass(frozen=True)
 class StageCoefs:
-    """What the bound reads of one key (module docstring), one node group: per quantity
+    """What the bound reads of one key (module docstring), each entry one group's or per
+    stage (`placed`): per quantity
     (stage time, DP sync, optimizer step) its (main layer, dense-prefix layer, embedding,
     head, fixed) entries, each stage j holding (l_j - k_j)·main + k_j·dense + [j = 0]·emb +
     [j = pp - 1]·head + fixed; the pipeline coefficients (m - rho'/vpp, rho'/vpp), the tail
     fraction and the dense prefix K (k_0 = min(K, l_0))."""
 
-    time: tuple[float, float, float, float, float]
-    dsync: tuple[float, float, float, float, float]
-    opt: tuple[float, float, float, float, float]
+    time: tuple[Any, ...]  # each entry a float, or per stage (`placed`: its group's)
+    dsync: tuple[Any, ...]
+    opt: tuple[Any, ...]
     a: float  # m - rho'/vpp
     b: float  # rho'/vpp
     tail: float
@@ -80,9 +90,11 @@ class StageCoefs:
         first = (np.arange(p) == 0).reshape(shape)
         last = (np.arange(p) == p - 1).reshape(shape)
 
-        def one(e: tuple[float, float, float, float, float]) -> np.ndarray:
-            return np.asarray((ls - k) * e[0] + k * e[1] + first * e[2] + last * e[3] + e[4],
-                              float)
+        def one(e: tuple[Any, ...]) -> np.ndarray:
+            ev = [x if isinstance(x, float) else np.asarray(x, float).reshape(shape)
+                  for x in e]  # a per-stage entry along axis 0
+            return np.asarray((ls - k) * ev[0] + k * ev[1] + first * ev[2] + last * ev[3]
+                              + ev[4], float)
 
         return one(self.time), one(self.dsync), one(self.opt)
 
@@ -101,8 +113,11 @@ class StageCoefs:
         some split has every x_j(l_j) <= T: the stages' largest counts cap_j(T) with
         x_j(cap_j) <= T sum to >= L (each count a multiple of step between its minimum and
         cap_j then sums to L); every x_j(l) is the float `per_stage` computes, so the least
-        such T is <= max_j x_j(l_j) of every split. The sum Σ_j c_j is <= every split's
-        (its value at the split (lo0, ..., lo, rest) less the margin)."""
+        such T is <= max_j x_j(l_j) of every split. The sum Σ_j c_j is <= every split's:
+        with l_0 >= lo0 >= K it is a constant plus Σ_j l_j·main_j (main_j stage j's
+        per-layer entry: one value on one group, its group's under `placed`), least where
+        every stage holds its minimum and the rest (a multiple of step) sits on a stage of
+        the least main_j (the last such; on one group the last stage), less the margin."""
         counts = np.arange(0, L + 1, step)
         ok = np.stack([counts >= (lo0 if j == 0 else lo) for j in range(p)])
         # vals[q][j, i]: quantity q of stage j holding counts[i] layers
@@ -126,15 +141,17 @@ class StageCoefs:
             return float(cands[lo_]) if lo_ < len(cands) else math.inf
 
         T, D, Op = (least(v) for v in vals)
-        rest = L - lo0 - (p - 2) * lo
-        first = [lo0, *([lo] * (p - 2)), rest]
-        S = float(np.sum(self.per_stage(np.asarray(first))[0])) if rest >= lo else math.inf
+        rest = L - lo0 - (p - 1) * lo
+        mains = np.broadcast_to(np.asarray(self.time[0], float), (p,))
+        split = [lo0, *([lo] * (p - 1))]
+        split[p - 1 - int(np.argmin(mains[::-1]))] += rest
+        S = float(np.sum(self.per_stage(np.asarray(split))[0])) if rest >= 0 else math.inf
         v = self.a * T + self.b * S + self.tail * D + Op
         return v - abs(v) * 1e-12
 
 
-def stage_coefs(t: Tables, key: Any) -> StageCoefs:
-    """The key's `StageCoefs` on tables `t` (one variant, node group 0)."""
+def stage_coefs(t: Tables, key: Any, g: int = 0) -> StageCoefs:
+    """The key's `StageCoefs` on tables `t` (one variant), node group `g`'s entries."""
     space = t.space
     p, vpp = key.pp, key.vpp
     c = key_coefs(t, key)
@@ -143,7 +160,6 @@ def stage_coefs(t: Tables, key: Any) -> StageCoefs:
     rho = family_ratio([space], key.tp, key.cp, key.mbs, p) if p > 1 else 1.0
     probe = Plan(pp=p, tp=key.tp, cp=key.cp, dp=key.dp, ep=key.ep, etp=space.etp)
     synced = key.dp * key.cp > 1 or probe.expert_dp > 1
-    g = 0
     u = c.tau[g] + (c.rho[g] if every else 0.0)
     ud = c.tau_d[g] + (c.rho_d[g] if every else 0.0)
     ds = ((c.dsync[g], c.dsync_d[g], c.emb_dps[g], c.head_dps[g], c.dps_fixed[g]) if synced
@@ -164,14 +180,34 @@ def offload_key_bound(t: Tables, key: Any) -> float:
                    default=math.inf)
     space = t.space
     p, vpp = key.pp, key.vpp
-    sc = stage_coefs(t, key)
+    d = Degrees(key.tp, p, key.cp, key.dp, key.ep, vpp, key.mbs, key.m)
+    places, _ = placement_array(space, t, d)
+    scs = {g: stage_coefs(t, key, g) for g in sorted({int(g) for g in places.reshape(-1)})}
     best = math.inf
-    for fam in space.split_families(p, vpp):
-        if p > 1 and free_at(fam, p, vpp):
-            lo, lo0 = stage_min(fam, vpp)
-            best = min(best, sc.free_value(p, space.num_layers, lo, lo0, fam.layer_step(vpp)))
-            continue
-        parts, _ = partition_array(fam, p, vpp)
-        for row in parts:
-            best = min(best, sc.value(row))
+    for q in places:  # none: no plan (inf)
+        sc = placed(scs, q)
+        for fam in space.split_families(p, vpp):
+            if p > 1 and free_at(fam, p, vpp):
+                lo, lo0 = stage_min(fam, vpp)
+                best = min(best, sc.free_value(p, space.num_layers, lo, lo0,
+                                               fam.layer_step(vpp)))
+                continue
+            parts, _ = partition_array(fam, p, vpp)
+            for row in parts:
+                best = min(best, sc.value(row))
     return best
+
+
+def placed(scs: dict[int, StageCoefs], row: Any) -> StageCoefs:
+    """The `StageCoefs` of one stage placement `row` (node group of each stage): each entry
+    per stage, its group's (`scs`: each group's own); on one group that group's floats."""
+    gs = [int(g) for g in row]
+    first = scs[gs[0]]
+    if len(set(gs)) == 1:
+        return first
+
+    def per(name: str) -> tuple[Any, ...]:
+        return tuple(np.array([getattr(scs[g], name)[i] for g in gs], float) for i in range(5))
+
+    return StageCoefs(per("time"), per("dsync"), per("opt"), first.a, first.b, first.tail,
+                      first.dense)

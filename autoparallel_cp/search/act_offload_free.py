@@ -1,6 +1,6 @@
 """Free per-stage layer counts under a pinned activation offload (issue 31, "one space"): the
 scored pp > 1 parts (search/act_offload.py `scored`) under 1F1B, interleaved, GPipe and ZB-H1 /
-ZB-H2 on one node group (`act_offload.free_at`), searched exactly: a per-key CP-SAT model
+ZB-H2 on one node group or several (`act_offload.free_at`), searched exactly: a per-key CP-SAT model
 whose objective is a proven lower bound of every free split's exact step time, and the exact
 loop of search/cpsat_dualpipe.py (cpsat_replay.py `solve_free`) that scores the model's
 candidates with the cost model.
@@ -24,6 +24,12 @@ DP sync, the optimizer step), the floored linear form
 T >= c_j, D >= d_j, O >= o_j, S = Σ_j c_j, and the objective A·T + B·S + C·D + W·O with
 A = floor((m - rho'/vpp)·W), B = floor(rho'/vpp·W), C = floor(tail·W), W = 1024, in units
 q/W. No memory condition (a relaxation: the exact loop checks each candidate's fit).
+Several node groups: the placement is a decision (cpsat_dualpipe.py `placement_vars`:
+y_jg one-hot, group g holding its count of stages, exactly `placement_array`'s rows, and
+z_jg = l_j·y_jg), and x_j = Σ_g floor(main_g/q)·z_jg + ((floor(dense_g/q) -
+floor(main_g/q))·k_j + floor(emb_g/q)·[j = 0] + floor(head_g/q)·[j = p - 1] +
+floor(fixed_g/q))·y_jg: at a placement it is the form above with stage j's own group's
+entries (one placement: constants, the one-group model); q from the largest over the groups.
 
 Lower bound (every plan of every free split of the key, any recompute count): act_offload_
 bound.py's docstring proves, for each split, step >= (m - rho'/vpp)·max_j c_j + (rho'/vpp)·
@@ -33,18 +39,22 @@ partial count's replays are >= 0 and dropped; rho' <= rho the family's least; ex
 every model quantity times q is <= its exact value; T, D, O take at least the max of their
 stages (any larger value only raises the objective, A, C, W >= 0) and A/W, B/W, C/W <= their
 coefficients, all >= 0 (m >= 1 >= rho'/vpp). So objective·q/W <= `StageCoefs.value(split)` <=
-the exact step of every plan of the split.
+the exact step of every plan of the split; on several groups, at each placement, with the
+placement's per-stage entries (act_offload_bound.py `placed`), so the model's least over
+the placements is <= every (split, placement)'s exact step.
 
 Exactness (`solve_free_offload`): take the model's least split, score it exactly
 (`best_of_split`, memoized per key: each plan charges `limits.MODEL_PLAN_DTIME`), forbid it,
 add objective <= the best exact time so far (+1 unit: an exact tie stays in), repeat until
-CP-SAT proves nothing is left. Every split whose exact time is <= the returned one has then
-been scored (its objective is below it), so the result is the family's exact best, ties to
-the least (step, `Plan.key()`) (the enumerator's order, model_scan.py). If the search's
+CP-SAT proves nothing is left (`best_of_split` scores a split over every placement, so
+forbidding the split drops none unscored). Every split whose exact time is <= the returned one
+has then been scored (its objective is below it), so the result is the family's exact best,
+ties to the least (step, `Plan.key()`) (the enumerator's order, model_scan.py). If the search's
 budget or `ROUNDS_MAX` runs out, the best so far is returned unproven with its gap to the
 model's bound as error bound. The key's own bound (key_bounds.py `key_bound`) over this family
-is `StageCoefs.free_value` (each term's least over the splits, real-valued): <= the least
-`StageCoefs.value` over the free splits, so <= every plan of the family.
+is the least over the placements of `StageCoefs.free_value` (each term's least over the splits,
+real-valued): <= the least `StageCoefs.value` over the free splits at that placement, so <=
+every plan of the family. tests/search/test_act_offload_multi.py checks both on two groups.
 """
 
 from __future__ import annotations
@@ -57,8 +67,11 @@ from ortools.sat.python import cp_model
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.act_offload import stage_min
 from autoparallel_cp.search.act_offload_bound import stage_coefs
+from autoparallel_cp.search.cpsat_dualpipe import placement_vars
+from autoparallel_cp.search.enumerate_axes import placement_array
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
+from autoparallel_cp.search.space import Degrees
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import Plan, canonical
 
@@ -71,11 +84,13 @@ TIME_UNITS = 1 << 20
 
 
 class OffloadModel:
-    """One key's model (module docstring): the layer counts, the objective and its unit."""
+    """One key's model (module docstring): the layer counts, the objective and its unit, and
+    the placement (`groups[j][g]`: stage j on group g, 1 / 0 where the key has one)."""
 
     def __init__(self, model: cp_model.CpModel, layers: list[Any], objective: Any,
-                 scale_s: float) -> None:
+                 scale_s: float, groups: list[dict[int, Any]]) -> None:
         self.model, self.layers, self.objective, self.scale_s = model, layers, objective, scale_s
+        self.groups = groups
 
     def forbid(self, split: tuple[int, ...]) -> None:
         """No-good on one split."""
@@ -88,19 +103,25 @@ class OffloadModel:
 
 
 def build(t: Tables, key: Any) -> OffloadModel | None:
-    """The module docstring's model of `key` on tables `t` (one variant, one node group);
-    None when no split holds every stage's minimum."""
+    """The module docstring's model of `key` on tables `t` (one variant; one node group, or
+    several with the stage placement a decision); None when no split holds every stage's
+    minimum or the key has no placement."""
     space = t.space
     p, vpp, L = key.pp, key.vpp, space.num_layers
     lo, lo0 = stage_min(space, vpp)
     if p < 2 or L % vpp or lo0 + (p - 1) * lo > L:
         return None
-    sc = stage_coefs(t, key)
+    d = Degrees(key.tp, p, key.cp, key.dp, key.ep, vpp, key.mbs, key.m)
+    places, _ = placement_array(space, t, d)
+    if len(places) == 0:
+        return None
+    G = sorted({int(g) for g in places.reshape(-1)})
+    scs = {g: stage_coefs(t, key, g) for g in G}  # each group's own entries
+    sc = scs[G[0]]  # a, b, tail and the dense prefix: the same on every group
     K = sc.dense
-    quants = (sc.time, sc.dsync, sc.opt)
-    bt = max(max(max(abs(e[0]), abs(e[1])) * L + sum(abs(x) for x in e[2:]) for e in quants),
-             1e-30)
-    q = bt / TIME_UNITS  # every stage entry within 2^30 units: the objective below 2^62
+    bt = max(max(max(abs(e[0]), abs(e[1])) * L + sum(abs(x) for x in e[2:])
+                 for e in (c.time, c.dsync, c.opt)) for c in scs.values())
+    q = max(bt, 1e-30) / TIME_UNITS  # every stage entry within 2^30 units: objective < 2^62
 
     def fl(x: float) -> int:
         return int(math.floor(x / q))
@@ -111,11 +132,21 @@ def build(t: Tables, key: Any) -> OffloadModel | None:
         u = m.new_int_var((lo0 if j == 0 else lo) // vpp, L // vpp, f"u{j}")
         ls.append(vpp * u)
     m.add(sum(ls) == L)
+    y, z = placement_vars(m, ls, places, G, L)
 
-    def stages(e: tuple[float, float, float, float, float]) -> list[Any]:
-        return [fl(e[0]) * (ls[j] - (K if j == 0 else 0)) + (fl(e[1]) * K if j == 0 else 0)
-                + (fl(e[2]) if j == 0 else 0) + (fl(e[3]) if j == p - 1 else 0) + fl(e[4])
-                for j in range(p)]
+    def stages(which: int) -> list[Any]:
+        """Stage j's entry on its group: Σ_g main_g·z_jg + (dense_g - main_g)·k_j·y_jg +
+        the edges' and the fixed term's y_jg (one placement: constants)."""
+        out = []
+        for j in range(p):
+            x: Any = 0
+            for g in G:
+                e = (scs[g].time, scs[g].dsync, scs[g].opt)[which]
+                w = ((fl(e[1]) - fl(e[0])) * K + fl(e[2]) if j == 0 else 0) + (
+                    fl(e[3]) if j == p - 1 else 0) + fl(e[4])
+                x = x + fl(e[0]) * z[j][g] + w * y[j][g]
+            out.append(x)
+        return out
 
     def top(vals: list[Any], name: str) -> Any:
         v = m.new_int_var(-4 * TIME_UNITS, 4 * TIME_UNITS, name)
@@ -123,12 +154,12 @@ def build(t: Tables, key: Any) -> OffloadModel | None:
             m.add(v >= x)
         return v
 
-    cst = stages(sc.time)
-    T, D, Op = top(cst, "T"), top(stages(sc.dsync), "D"), top(stages(sc.opt), "O")
+    cst = stages(0)
+    T, D, Op = top(cst, "T"), top(stages(1), "D"), top(stages(2), "O")
     a, b, c = (int(math.floor(x * W)) for x in (sc.a, sc.b, sc.tail))
     obj = a * T + b * sum(cst) + c * D + W * Op
     m.minimize(obj)
-    return OffloadModel(m, ls, obj, q / W)
+    return OffloadModel(m, ls, obj, q / W, y)
 
 
 def solve_free_offload(t: Tables, key: Any, *, seed: int, workers: int,

@@ -15,7 +15,7 @@ rank r's group (stage r's).
 The model (`build`), every number read from the tables through `key_coefs` as
 dualpipe_bound.py reads them: integer layer counts l_j >= 1 (stage 0 >= the dense prefix k:
 `SearchSpace.first_stage_min_units`; `layer_step` is 1 at vpp 1) summing to L; the placement
-(`_groups`): y_jg = 1 when stage j sits on group g, constants where the key has one placement
+(`placement_vars`): y_jg = 1 when stage j sits on group g, constants where the key has one placement
 (one group, or `stage_groups` pinned), else one-hot selectors with group g holding its count
 of stages, exactly `enumerate_axes.placement_array`'s rows (every order of those counts), and
 z_jg = y_jg·l_j (linearized: z_jg = l_j where y_jg, else 0). Per stage, each coefficient of
@@ -142,7 +142,7 @@ class DualPipeModel:
 
 def build(t: Tables, key: Any) -> DualPipeModel | None:
     """The module docstring's model of `key` on tables `t` (one variant; one node group or
-    several, the stage placement then a decision: `_groups`); None when the key has no
+    several, the stage placement then a decision: `placement_vars`); None when the key has no
     placement."""
     space = t.space
     p, L = key.pp, space.num_layers
@@ -170,7 +170,7 @@ def build(t: Tables, key: Any) -> DualPipeModel | None:
     ls = [m.new_int_var(first if j == 0 else step, L, f"l{j}") for j in range(p)]
     m.add(sum(ls) == L)
     kj = [k if j == 0 else 0 for j in range(p)]
-    y, z = _groups(m, ls, places, G, L)
+    y, z = placement_vars(m, ls, places, G, L)
 
     def per_stage(main: Any, dense: Any, emb: Any, head: Any, conv: Any,
                   fixed: Any = None) -> list[Any]:
@@ -245,7 +245,7 @@ def build(t: Tables, key: Any) -> DualPipeModel | None:
     return DualPipeModel(m, ls, obj, q / W, [first] + [step] * (p - 1), len(G) == 1, y)
 
 
-def _groups(m: cp_model.CpModel, ls: list[Any], places: Any, G: list[int], L: int
+def placement_vars(m: cp_model.CpModel, ls: list[Any], places: Any, G: list[int], L: int
             ) -> tuple[list[dict[int, Any]], list[dict[int, Any]]]:
     """The stage placement: y[j][g] (1 when stage j sits on group g) and z[j][g] = y·l_j.
     One placement (one node group, or `stage_groups` pinned): constants (z the count

@@ -247,7 +247,7 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
     k = plan.activation_offload
     if k not in act_searched(space):
         hint = ("" if "activation_offload" in space.fixed else
-                f"; --fix activation_offload={k} searches it on one node group" if (
+                f"; --fix activation_offload={k} searches it" if (
                     plan.pp > 1 or plan.recompute != "none" or ps != "1f1b")
                 else "; --search-also offload adds one-stage counts"
                 if "offload" not in space.job.search_also else "")

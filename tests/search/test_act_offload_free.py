@@ -84,8 +84,8 @@ def test_a_too_large_bound_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _check_bounds(8, 2, 2, 1, 8192) == 30  # unmutated: 5 keys x 6 splits hold
     orig = act_offload_bound.stage_coefs
 
-    def big(t: Any, key: Any) -> Any:
-        sc = orig(t, key)
+    def big(t: Any, key: Any, g: int = 0) -> Any:
+        sc = orig(t, key, g)
         return type(sc)(sc.time, sc.dsync, sc.opt, 1.5 * key.m, sc.b, sc.tail, sc.dense)
 
     monkeypatch.setattr(act_offload_bound, "stage_coefs", big)

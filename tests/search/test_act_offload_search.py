@@ -324,12 +324,13 @@ def test_outside_names_the_pipelined_part() -> None:
     assert why is not None and "activation_offload=2: every stage >= 2" in why
     assert "pp > 1" in proof_space(space)["offload"]
     plain = SearchSpace.for_job(job)  # the default search names the pin that covers it
-    assert "--fix activation_offload=2 searches it on one node group" in str(outside(plain, p))
+    assert "--fix activation_offload=2 searches it" in str(outside(plain, p))
 
 
-def test_several_node_groups_keep_one_stage() -> None:
-    """On a cluster of several node groups the pp > 1 part is not searched (the master's
-    bound is proven on one group): the pin keeps pp = 1, a pinned pp > 1 is exit 2 naming it."""
+def test_several_node_groups_search_pp_above_one() -> None:
+    """On a cluster of several node groups the pin searches the pp > 1 parts too (issue 31,
+    tests/search/test_act_offload_multi.py): pp 2 and 4 kept, a pinned pp = 2 searched, a pp whose
+    placements exceed `PLACEMENTS_MAX` is exit 2 naming the cap."""
     from test_solver_vs_enumerate import _mixed_small
 
     host = _cluster(8).node_groups[0].host  # DGX A100's host on every group
@@ -338,9 +339,11 @@ def test_several_node_groups_keep_one_stage() -> None:
                                              for g in c.node_groups]})
     job = Job(model=_job(False, 8, 8).model, cluster=c, seq_len=4096, global_batch=16)
     assert len(c.node_groups) > 1
-    assert SearchSpace.for_job(job, fix={"activation_offload": 2}, max_pp=4).pp == (1,)
-    with pytest.raises(InputError, match="several node groups"):
-        SearchSpace.for_job(job, fix={"activation_offload": 2, "pp": 2})
+    assert SearchSpace.for_job(job, fix={"activation_offload": 2}, max_pp=4).pp == (1, 2, 4)
+    assert SearchSpace.for_job(job, fix={"activation_offload": 2, "pp": 2}).pp == (2,)
+    big = Job(model=_job(False, 32, 8).model, cluster=c, seq_len=4096, global_batch=16)
+    with pytest.raises(InputError, match="stage placements"):
+        SearchSpace.for_job(big, fix={"activation_offload": 2, "pp": 16})
 
 
 def test_named_layouts_keep_k_layers_per_stage() -> None:
