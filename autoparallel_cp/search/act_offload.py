@@ -233,9 +233,8 @@ def stage_min(space: Any, vpp: int) -> tuple[int, int]:
     `layer_step` (vpp), each >= k = `act_layers` (spec/schedules.py `offload_violations`;
     k = 0 without a pin), the first also >= the dense prefix (`first_stage_min_units`; 0 for
     a V's empty rank 0, search/empty_rank.py)."""
-    step = space.layer_step(vpp)
+    step, first = space.layer_step(vpp), space.first_stage_min_units(vpp)
     lo = step * max(1, -(-act_layers(space) // step))
-    first = space.first_stage_min_units(vpp)
     return lo, (max(lo, first * step) if first else 0)
 
 
