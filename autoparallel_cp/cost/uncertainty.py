@@ -24,17 +24,16 @@ from autoparallel_cp.spec import GPUSpec, Job
 #: ln(measured / predicted) tokens/s/GPU, (10th, 90th) percentile of the leave-one-source-out
 #: errors, each source weighing the same, per recipe family ("megatron"; "pytorch" = FSDP,
 #: torchtitan, AMP) and per regime where the family's errors differ (Megatron dense / MoE).
-#: Produced by `python benchmarks/intervals.py` on 2026-12-06 (287 runs from 19 sources at
-#: commit 6029a96: the Zero Bubble paper's rows, the CPU-offloading card and sessions 15-22's
-#: mechanisms added since the 199-run table of 2026-12-04); nested leave-one-source-out
-#: coverage 81.9 %, median relative width 22.1 % (benchmarks/RESULTS.md, "Calibration and
-#: intervals"). Every Megatron MoE source is over-predicted, so that table's interval lies
-#: below the prediction (q90 < 0).
+#: Produced by `python benchmarks/intervals.py` on 2026-12-06 (296 runs from 19 sources: the
+#: Zero Bubble paper's 9 ZB-V rows added, task zbvempty, to the 287 of commit 6029a96);
+#: nested leave-one-source-out coverage 82.8 %, median relative width 22.3 % (benchmarks/
+#: RESULTS.md, "Calibration and intervals"). Every Megatron MoE source is over-predicted, so
+#: that table's interval lies below the prediction (q90 < 0).
 THROUGHPUT_LOG_ERROR: dict[str, tuple[float, float]] = {
-    "megatron": (-0.2245, 0.0560),
-    "megatron-dense": (-0.1452, 0.0780),
+    "megatron": (-0.2245, 0.0591),
+    "megatron-dense": (-0.1451, 0.0805),
     "megatron-moe": (-0.3826, -0.0139),
-    "pytorch": (-0.1851, 0.2552),
+    "pytorch": (-0.1650, 0.2552),
 }
 
 #: ln(measured / predicted) memory, (10th, 90th) percentile over the 36 measured memory rows

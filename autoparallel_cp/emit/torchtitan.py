@@ -22,6 +22,8 @@ from autoparallel_cp.emit.common import chunk_layers, plan_comment, refuse_unrun
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.frameworks import TORCHTITAN_MODELS, TORCHTITAN_SCHEDULES, VERSIONS
 from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.schedules import V_SHAPED
+from autoparallel_cp.spec.splits import model_order
 
 
 def _toml_value(v: Any) -> str:
@@ -35,10 +37,16 @@ def _toml_value(v: Any) -> str:
 
 
 def module_fqns(job: Job, plan: Plan, output: str = "lm_head") -> list[list[str]]:
-    """Modules of each model chunk (0.3.0 names: tok_embeddings, layers.i, norm, lm_head)."""
+    """Modules of each model chunk (0.3.0 names: tok_embeddings, layers.i, norm, lm_head), in
+    torchtitan's stage order. In a V (zbv, dualpipev) stage s sits on rank s (s < pp) or
+    2pp-1-s (torch `generate_stage_to_rank_mapping(style="v")`, which 0.3.0
+    distributed/pipeline_parallel.py picks for both: spec/splits.py `model_order`); a rank 0
+    without layers (spec/plan.py `empty_first_ok`) gives stage 0 the embedding only and stage
+    2pp-1 the norm and the head."""
     out: list[list[str]] = []
     first = 0
     chunks = chunk_layers(job, plan)
+    chunks = list(model_order(tuple(chunks), plan.pp, plan.pipeline_schedule in V_SHAPED))
     for i, n in enumerate(chunks):
         part = (["tok_embeddings"] if i == 0 else []) + [
             f"layers.{j}" for j in range(first, first + n)]

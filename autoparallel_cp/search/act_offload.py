@@ -245,10 +245,11 @@ def free_at(space: Any, pp: int, vpp: int) -> bool:
 def stage_min(space: Any, vpp: int) -> tuple[int, int]:
     """(least layers of a stage, of the first stage) of a free split at vpp: multiples of
     `layer_step` (vpp), each >= k = `act_layers` (spec/schedules.py `offload_violations`;
-    k = 0 without a pin), the first also >= the dense prefix (`first_stage_min_units`)."""
-    step = space.layer_step(vpp)
+    k = 0 without a pin), the first also >= the dense prefix (`first_stage_min_units`; 0 for
+    a V's empty rank 0, search/empty_rank.py)."""
+    step, first = space.layer_step(vpp), space.first_stage_min_units(vpp)
     lo = step * max(1, -(-act_layers(space) // step))
-    return lo, max(lo, space.first_stage_min_units(vpp) * step)
+    return lo, (max(lo, first * step) if first else 0)
 
 
 def lower_acts(space: Any, t: Any) -> None:

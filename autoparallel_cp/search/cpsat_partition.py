@@ -7,8 +7,8 @@ problem is an integer *linear* program (no element constraints, no products of v
 - per stage j (front to back) and node group g: MoE/main-kind layers `nm_jg`, of them
   recomputed `rm_jg`, recomputed dense-prefix layers `rd_jg` (first stage), selector `y_jg`
   (exactly one group per stage, `G_g * pp / N` stages per group, fixed for the key);
-- `l_j = sum_g (nm_jg + K y_jg [j = 0])`, a multiple of vpp and >= vpp (a `--fix`ed split:
-  its own counts, uneven model chunks included, with each stage's `stage_inflight`);
+- `l_j = sum_g (nm_jg + K y_jg [j = 0])`, a multiple of vpp, >= vpp but a V's empty rank 0
+  (empty_rank.py; a `--fix`ed split: its own counts, uneven chunks, each `stage_inflight`);
   `r_j = min(r, l_j)` with the global Megatron `recompute_layers` r;
 - `t_j`, `mem_j`, `dsync_j`, `opt_j` linear in those counts with the key's coefficients
   (tables.plan_cost is the reference composition; the working set is a max over booleans);
@@ -214,6 +214,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     rm: list[list[Any]] = []
     rd: list[list[Any]] = []
     fixed_sl = s.fixed_stage_layers(pp, vpp)
+    l_lo0 = int(fixed_sl[0]) if fixed_sl is not None else s.first_stage_min_units(vpp)
     for j in range(pp):
         first = j == 0
         kd = K if first else 0
@@ -221,8 +222,8 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
             # a pinned split (any split Plan accepts, uneven model chunks included)
             l_j = model.new_int_var(int(fixed_sl[j]), int(fixed_sl[j]), f"l{j}")
         else:
-            l_j = model.new_int_var(vpp, L, f"l{j}")
-            u = model.new_int_var(1, L, f"u{j}")
+            l_j = model.new_int_var(0, L, f"l{j}")
+            u = model.new_int_var(int(not first or l_lo0 > 0), L, f"u{j}")  # empty_rank.py
             model.add(l_j == vpp * u)
         if kd:
             model.add(l_j >= kd)
@@ -299,9 +300,10 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
         first, last = j == 0, j == head_position(s.schedule, pp)
         kd = K if first else 0
         yj = y[j]
-        # does the stage hold main-kind layers? (only the first stage may not)
+        # does the stage hold main-kind layers? (only the first stage may not: the dense
+        # prefix only, or a V's rank 0 empty, its least count l_lo0 = 0: empty_rank.py)
         hn: Any = 1
-        if first and kd:
+        if first and (kd or l_lo0 == 0):
             hn = model.new_bool_var(f"hn{j}")
             model.add(nm_t[j] <= L * hn)
             model.add(nm_t[j] >= hn)
@@ -446,8 +448,8 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     cl = s.fixed.get("chunk_layers")
     return PartitionModel(model, layers, r, y if hetero else None, obj, tu / (vpp * q), err, key,
                           None if cl is None else tuple(int(x) for x in cl), t.space.etp,
-                          plan_schedule(s.schedule),
-                          t.space.dp_replicate, t.space.optimizer_offload, k_off, cuts)
+                          plan_schedule(s.schedule), t.space.dp_replicate,
+                          t.space.optimizer_offload, k_off, cuts)
 
 
 def solve_partition(t: Tables, key: Any, *, time_limit: float = 10.0, seed: int = 0,
@@ -517,7 +519,6 @@ def solve_partition_proven(t: Tables, key: Any, *, time_limit: float = 10.0, see
     return best, best is None and proven
 
 
-
 def _solve_family(t: Tables, key: Any, *, seed: int, workers: int, max_rounds: int,
                   cutoff_s: float | None, budget: Budget
                   ) -> tuple[tuple[float, Plan, float, float] | None, bool]:
@@ -564,8 +565,7 @@ def _determined(t: Tables, key: Any) -> bool:
     stage placement to choose: a scan (`enumerate.best_of_pinned_split`) when the placements
     are few (one on a single node group)."""
     if t.space.schedule in SCANNED or scored(t.space):  # model_scored.py
-        return not free_searched(t.space)  # scanned but a V's free family (replay_axis.py,
-        # model_scored.py, cpsat_replay.py)
+        return not free_searched(t.space)  # scanned but a V's free family (cpsat_replay.py)
     if not t.space.fixed_split:
         return False
     return t.space.num_placements(key.tp, key.cp, key.dp, key.pp) <= DIRECT_PLACEMENTS

@@ -12,10 +12,10 @@ ready (`dependencies`), an action of kind k on either of rank r's two chunks tak
 s_k·t_r/2 with (s_F, s_I, s_W) the key's split (`schedule_axis.key_split`). The replay reads
 the ranks' times only, so a V plan's step time and memory (`inflight_units`: whole-rank units)
 depend on the per-rank layer counts l_r, not on how a rank splits them between its chunks:
-the free family holds every l_r a multiple of vpp = 2, >= 2, equal chunks
-(`SearchSpace.free_ok`), and the per-key partition model (cpsat_partition.py
-`build_partition`) already has each rank's time t_r as an integer (floored) expression of
-them, its memory, DP tail and optimizer terms.
+the free family holds every l_r a multiple of vpp = 2, >= 2 (rank 0 >= 0 where it may be
+empty: search/empty_rank.py), equal chunks (`SearchSpace.free_ok`), and the per-key
+partition model (cpsat_partition.py `build_partition`) already has each rank's time t_r as
+an integer (floored) expression of them, its memory, DP tail and optimizer terms.
 
 The encoding (`replay_pipeline`, `ReplayCuts`): span(t) is the longest path through the
 step DAG (pipeline_sim.py `Dag`: each rank's list in order, plus the data dependencies), each

@@ -38,7 +38,8 @@ def partitions(space: SearchSpace, pp: int, vpp: int) -> Iterator[tuple[int, ...
     step = space.layer_step(vpp)
     units = space.num_layers // step
     first_min = space.first_stage_min_units(vpp)
-    for cuts in itertools.combinations(range(1, units), pp - 1):
+    # a first cut at 0: rank 0 of a V without layers (search/empty_rank.py), listed first
+    for cuts in itertools.combinations(range(0 if first_min == 0 else 1, units), pp - 1):
         parts = [b - a for a, b in zip((0, *cuts), (*cuts, units), strict=True)]
         if parts[0] < first_min:
             continue
@@ -102,9 +103,10 @@ def partition_array(space: SearchSpace, pp: int, vpp: int
     if pp == 1:
         out = np.array([[units]], np.int64) if units >= first_min else np.zeros((0, 1), np.int64)
     else:
-        n = comb(units - 1, pp - 1)
+        c0 = 0 if first_min == 0 else 1  # a first part of 0: search/empty_rank.py
+        n = comb(units - c0, pp - 1)
         flat = np.fromiter(
-            itertools.chain.from_iterable(itertools.combinations(range(1, units), pp - 1)),
+            itertools.chain.from_iterable(itertools.combinations(range(c0, units), pp - 1)),
             dtype=np.int64, count=n * (pp - 1))
         cuts = flat.reshape(n, pp - 1)
         cuts = cuts[cuts[:, 0] >= first_min]

@@ -115,8 +115,8 @@ class Batch:
                                for j, c in enumerate(chunks)]
                               for m in ms], float)
             n_fixed = np.array(fixed, float).reshape(1, pp)
-        else:
-            ls = np.arange(vpp, L + 1, vpp, dtype=float)
+        else:  # a V's rank 0 may hold 0 layers (empty_rank.py): position 0 only, count_ok
+            ls = np.arange(vpp * min(s.first_stage_min_units(vpp), 1), L + 1, vpp, dtype=float)
             f_all = np.stack([inflight_row(s.schedule, pp, vpp, m) for m in ms])
         if ls.size == 0:
             return None
@@ -130,7 +130,7 @@ class Batch:
         def count_ok(j: Any) -> Any:
             """Layer counts position j may hold (all of ls unless the split is pinned)."""
             if fixed is None and layouts is None:
-                return True
+                return True if ls[0] > 0 else (lv > 0) | (j == 0).reshape(1, -1, 1, 1, 1)
             return lv == n_fixed[:, j].reshape(n_fixed.shape[0], -1, 1, 1, 1)
 
         def A(name: str) -> Any:  # per key and node group, broadcast over (b, j, g, l, r)
@@ -320,8 +320,9 @@ class Batch:
         """The Lagrange multipliers of the keys `rows` (n, 9): 9 from the key's least to its
         largest entry per layer."""
         tmin = self.tmin[rows]
-        fin = np.isfinite(tmin)
-        per = tmin / self.ls.reshape(1, 1, 1, -1)
+        fin = np.isfinite(tmin) & (self.ls > 0).reshape(1, 1, 1, -1)  # (0: an empty rank)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per = tmin / self.ls.reshape(1, 1, 1, -1)
         lo = np.where(fin, per, np.inf).min(axis=(1, 2, 3))
         hi = np.where(fin, per, -np.inf).max(axis=(1, 2, 3))
         with np.errstate(invalid="ignore"):

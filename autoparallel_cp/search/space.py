@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import act_offload, offload_axis, space_count, space_proof
+from autoparallel_cp.search.empty_rank import empty_first
 from autoparallel_cp.search.replay_axis import free_family, free_pp_ok
 from autoparallel_cp.search.schedule_axis import (
     SCANNED,
@@ -38,6 +39,7 @@ from autoparallel_cp.spec.plan import (
     parse_assignments,
     split_violations,
 )
+from autoparallel_cp.spec.schedules import V_SHAPED
 from autoparallel_cp.spec.splits import named_layouts, stage_chunks
 
 PartitionKind = Literal["uniform", "free"]
@@ -381,8 +383,9 @@ class SearchSpace:
         if cl is not None and len(cl) != pp * vpp:
             return False
         plan = Plan(pp=pp, vpp=vpp, stage_layers=None if sl is None else tuple(sl),
-                    chunk_layers=None if cl is None else tuple(cl))
-        return not split_violations(self.num_layers, plan)
+                    chunk_layers=None if cl is None else tuple(cl),
+                    schedule=self.schedule if self.schedule in V_SHAPED else None)
+        return not split_violations(self.num_layers, plan)  # (a V's rank 0 may be empty)
 
     @property
     def heterogeneous(self) -> bool:
@@ -454,8 +457,9 @@ class SearchSpace:
         elif self.partition == "uniform":
             if L % (pp * vpp):
                 return False
-        elif pp * vpp > L or L % vpp or (self.schedule in SCANNED and not (free_family(
-                self) and free_pp_ok(self, pp, vpp))) or (
+        elif (pp - int(empty_first(self))) * vpp > L or L % vpp or (
+                self.schedule in SCANNED and not (free_family(self) and free_pp_ok(
+                    self, pp, vpp))) or (
                 act_offload.scored(self) and pp > 1 and not act_offload.free_at(self, pp, vpp)):
             return False  # named layouts only (replay_axis.py `free_family`; act_offload.py
             # `free_at`: a pinned offload's free splits, act_offload_free.py)
@@ -549,11 +553,12 @@ class SearchSpace:
         return vpp
 
     def first_stage_min_units(self, vpp: int) -> int:
-        """Least layer units (of `layer_step`) on the first stage: it holds the dense prefix."""
+        """Least layer units (of `layer_step`) on the first stage: it holds the dense prefix;
+        0 for a V's rank 0 that may hold none (search/empty_rank.py)."""
         moe = self.job.model.moe
         k = moe.first_k_dense_layers if moe is not None else 0
         step = self.layer_step(vpp)
-        return max(1, -(-k // step))
+        return 0 if empty_first(self) else max(1, -(-k // step))
 
     # ------------------------------------------------------------------ counting
     # (search/space_count.py: the size of the space, counted without listing it)

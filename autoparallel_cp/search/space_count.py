@@ -49,7 +49,8 @@ def mode_choices(space: SearchSpace, mode: RecomputeMode, pp: int, vpp: int) -> 
     """Distinct recompute_layers settings of one mode per partition."""
     if mode == "full" and space.partial_recompute and "recompute_layers" not in space.fixed:
         # r = 1 .. (largest possible stage) - 1 in steps of `recompute_step`, plus "all"
-        biggest = space.num_layers - (pp - 1) * stage_min(space, vpp)[0]
+        lo, lo0 = stage_min(space, vpp)  # the others at their least, the first maybe 0
+        biggest = space.num_layers - (pp - 1) * lo + (lo - lo0 if pp > 1 and lo0 < lo else 0)
         pinned = space.fixed_stage_layers(pp, vpp)
         if pinned is not None:
             biggest = max(pinned)

@@ -16,6 +16,7 @@ from typing import Any
 from autoparallel_cp.search.act_offload import act_layers, free_at, scored
 from autoparallel_cp.search.act_offload import searched as act_searched
 from autoparallel_cp.search.act_offload import words as act_words
+from autoparallel_cp.search.empty_rank import empty_first
 from autoparallel_cp.search.replay_axis import (
     DUALPIPE_FREE_MAX,
     free_family,
@@ -75,8 +76,8 @@ def _split_rule(space: SearchSpace) -> str:
     vs = [x for x in free_v if x != "dualpipe"]
     if vs:
         hid = [x for x in vs if scored_free(space.with_(schedule=x))]
-        rule += (f" (under {', '.join(vs)}: per rank, the V's two chunks equal, the "
-                 "replayed pipeline searched exactly"
+        rule += (f" (under {', '.join(vs)}: per rank, the V's two chunks equal, "
+                 + _v_first(space, vs) + ", the replayed pipeline searched exactly"
                  + (f"; under {', '.join(hid)} hiding EP all-to-all each split scored exactly "
                     "by the cost model" if hid else "")
                  + ("; on several node groups each rank timed on its group, the stage "
@@ -109,6 +110,14 @@ def _why_named(space: SearchSpace, named_only: list[str]) -> str:
             why.append(f"dualpipe with more than {DUALPIPE_FREE_MAX} free splits at each pp "
                        "(replay_axis.py `free_pp_ok`)")
     return ": " + ", ".join(why)
+
+
+def _v_first(space: SearchSpace, vs: list[str]) -> str:
+    """The V's rank 0 in the free family (search/empty_rank.py): from 0 layers (an empty
+    first rank: the embedding and the head only), else >= 2 and why."""
+    if any(empty_first(space.with_(schedule=x)) for x in vs):
+        return "rank 0 (the embedding and the head) from 0 layers: an empty first rank"
+    return "rank 0 >= 2 layers (it holds the dense prefix or offloads activations)"
 
 
 def _v_empty(space: SearchSpace) -> str:
@@ -324,7 +333,9 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         # that the free partition gives
         return (f"Megatron's uneven default split ({L} layers over pp*vpp = "
                 f"{plan.pp * plan.vpp}; searched: multiples of vpp per stage)")
-    if any(n % plan.vpp or n < plan.vpp for n in per_stage):
+    empty0 = space.first_stage_min_units(plan.vpp) == 0  # a V's rank 0 (empty_rank.py)
+    if any(n % plan.vpp or n < plan.vpp and not (j == 0 and empty0 and n == 0)
+           for j, n in enumerate(per_stage)):
         return f"layer split {list(per_stage)} (searched: multiples of vpp = {plan.vpp})"
     if min(per_stage) < (k := act_layers(space)):  # evaluate refuses it too
         return f"layer split {list(per_stage)} (activation_offload={k}: every stage >= {k})"

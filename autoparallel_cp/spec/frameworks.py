@@ -21,6 +21,8 @@ from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.framework_rows_unemitted import FSDP1_RULES, MDS_RULES
 from autoparallel_cp.spec.framework_rule import JOB_FIELDS, Refusal, Rule
 from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.schedules import V_SHAPED
+from autoparallel_cp.spec.splits import model_order
 
 # The framework versions the emitters target and `benchmarks/frameworks_check.py` validates.
 VERSIONS: dict[str, str] = {
@@ -43,8 +45,10 @@ TORCHTITAN_MODELS: dict[str, tuple[str, str, str]] = {
 
 def _empty_middle_chunk(job: Job, plan: Plan) -> bool:
     """Some model chunk holds no module at all: no layer, and neither the embedding (first
-    chunk) nor the final norm and output (last chunk)."""
-    layout = plan.layout(job.model.num_layers)
+    chunk) nor the final norm and output (last chunk), in model order (`model_order`: a V's
+    rank 0 without layers holds the first and the last, so it runs)."""
+    layout = model_order(plan.layout(job.model.num_layers), plan.pp,
+                         plan.pipeline_schedule in V_SHAPED)
     return any(n == 0 for n in layout[1:-1])
 
 

@@ -37,6 +37,7 @@ from autoparallel_cp.spec.folding import folding_violations
 from autoparallel_cp.spec.hybrid_sharding import replicate_violations
 from autoparallel_cp.spec.plan_text import int_list, json_object, split_items
 from autoparallel_cp.spec.schedules import (
+    V_SHAPED,
     Schedule,
     axis_key,
     axis_text,
@@ -54,7 +55,8 @@ Batch = Annotated[int, Bounded(*_BATCH)]
 Flag = Annotated[int, Bounded(0, 1, "0 or 1")]
 ZeroStage = Annotated[int, Bounded(0, 3, "ZeRO stages are 0..3")]
 LayerCount = Annotated[int, Bounded(0, MAX_LAYERS, "cannot exceed the deepest model")]
-StageLayers = Annotated[int, Bounded(1, MAX_LAYERS, "cannot exceed the deepest model")]
+# >= 0 here; >= 1 but a V's empty rank 0 (`split_violations`, `empty_first_ok`)
+StageLayers = Annotated[int, Bounded(0, MAX_LAYERS, "cannot exceed the deepest model")]
 ChunkLayers = Annotated[int, Bounded(0, MAX_LAYERS, "cannot exceed the deepest model")]
 GroupIndex = Annotated[int, Bounded(0, MAX_NODE_GROUPS - 1, "cannot exceed the node groups")]
 Fraction = Annotated[float, Bounded(0.0, 1.0, "a fraction is at most 1", low_open=False)]
@@ -236,8 +238,8 @@ def _range_error(k: str, exc: ValidationError) -> PlanError:
 
 def check_field(k: str, v: Any) -> Any:
     """The typed value of plan field `k`, or PlanError naming the field (bounds of `Plan`:
-    degrees and mbs >= 1, sp 0..1, zero 0..3, stage_layers >= 1 and chunk_layers >= 0 each;
-    booleans refused)."""
+    degrees and mbs >= 1, sp 0..1, zero 0..3, stage_layers and chunk_layers >= 0 each (a
+    stage without layers: `split_violations`); booleans refused)."""
     if k not in PLAN_FIELDS:
         raise PlanError(f"unknown plan field {k!r}; known: {', '.join(PLAN_FIELDS)}")
     if k == "recompute":
@@ -414,9 +416,31 @@ def plan_violations(job: Job, plan: Plan) -> list[str]:
     return out
 
 
+def empty_first_ok(plan: Plan) -> bool:
+    """Whether the plan's rank 0 may hold no transformer layer: under a V schedule (`zbv`,
+    `dualpipev`) rank 0 holds model chunks 0 and 2·pp - 1, so the word embedding and the LM
+    head (with the loss and any MTP), and may run those only, both its chunks empty (the Zero
+    Bubble paper's ZB-V runs, arXiv 2401.10241 §6.1 Table 6: sail-sg/zero-bubble-pipeline-
+    parallelism @6574e0ea pads 2·pp - 2 layers so that chunks 0 and 2pp-1 are empty). Every
+    other rank, and every rank of any other schedule, holds >= 1 layer."""
+    return plan.pp > 1 and plan.pipeline_schedule in V_SHAPED
+
+
+#: The rule `split_violations` states when a stage is left without layers
+EMPTY_RULE = ("every pipeline stage holds >= 1 layer, but under schedule=zbv / dualpipev "
+              "rank 0 (the embedding and the head) may hold none")
+
+
+def _empty_stages(per: tuple[int, ...], plan: Plan) -> list[int]:
+    """Stages without layers that the rule (`empty_first_ok`) refuses."""
+    lo = 1 if empty_first_ok(plan) else 0
+    return [j for j in range(lo, len(per)) if per[j] < 1]
+
+
 def split_violations(num_layers: int, plan: Plan) -> list[str]:
     """Rules of the layer split: sums, lengths, and layers enough for every model chunk (the
-    first / last stage may give a whole chunk to the embedding / the loss)."""
+    first / last stage may give a whole chunk to the embedding / the loss; a V's rank 0, both
+    edges, may give both its chunks: `empty_first_ok`)."""
     out: list[str] = []
     pp, vpp, L = plan.pp, plan.vpp, num_layers
     sl, cl = plan.stage_layers, plan.chunk_layers
@@ -425,6 +449,9 @@ def split_violations(num_layers: int, plan: Plan) -> list[str]:
             out.append(f"stage_layers has {len(sl)} entries for pp={pp}")
         if sum(sl) != L:
             out.append(f"sum(stage_layers) = {sum(sl)} != {L} layers")
+        elif len(sl) == pp and _empty_stages(sl, plan):
+            out.append(f"stage_layers leaves pipeline stage "
+                       f"{_empty_stages(sl, plan)[0]} without layers ({EMPTY_RULE})")
     if cl is not None:
         if len(cl) != pp * vpp:
             out.append(f"chunk_layers has {len(cl)} entries for pp*vpp = {pp}*{vpp}")
@@ -433,8 +460,9 @@ def split_violations(num_layers: int, plan: Plan) -> list[str]:
         if out:
             return out
         per = plan.layers_per_stage(L)
-        if min(per) < 1:
-            out.append("chunk_layers leaves a pipeline stage without layers")
+        if _empty_stages(per, plan):
+            out.append(f"chunk_layers leaves a pipeline stage without layers (stage "
+                       f"{_empty_stages(per, plan)[0]}; {EMPTY_RULE})")
         if sl is not None and tuple(sl) != per:
             out.append(f"stage_layers {':'.join(map(str, sl))} != the stage sums of "
                        f"chunk_layers {':'.join(map(str, per))}")
@@ -447,9 +475,11 @@ def split_violations(num_layers: int, plan: Plan) -> list[str]:
         return [f"layers < pp: {L} < {pp}"]
     if vpp > 1:
         lo_edge = vpp - 1
-        if any(n < vpp for n in per[1:-1]) or per[0] < lo_edge or per[-1] < lo_edge:
+        lo_first = 0 if empty_first_ok(plan) and per[0] == 0 else lo_edge
+        if any(n < vpp for n in per[1:-1]) or per[0] < lo_first or per[-1] < lo_edge:
             out.append(f"{how}: with vpp={vpp} every stage needs at least vpp layers, the first "
-                       f"and last at least vpp-1 = {lo_edge}")
+                       f"and last at least vpp-1 = {lo_edge}" + (
+                           " (or a V's rank 0 none)" if empty_first_ok(plan) else ""))
     elif sl is None and min(per) < 1:
         out.append(f"{how} leaves a pipeline stage without layers")
     return out

@@ -135,3 +135,12 @@ def named_layouts(num_layers: int, pp: int, vpp: int) -> tuple[tuple[int, ...], 
                 if lay is not None and lay not in out:
                     out.append(lay)
     return tuple(out)
+
+
+def model_order(layout: tuple[int, ...], pp: int, v_shaped: bool) -> tuple[int, ...]:
+    """Layers of the model chunks in model (pipeline stage) order from a `chunk_layers` layout
+    (chunk v of rank j at v*pp + j). Interleaved: the same order. In a V (zbv, dualpipev)
+    stage s sits on rank s (s < pp) or 2pp-1-s (torch `generate_stage_to_rank_mapping(
+    style="v")`), so the second half is reversed: stage pp + i is chunk 1 of rank pp-1-i, and
+    rank 0's chunks are the first and the last stage (the embedding's and the head's)."""
+    return tuple(layout[:pp]) + tuple(layout[pp:][::-1]) if v_shaped else tuple(layout)

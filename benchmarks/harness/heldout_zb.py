@@ -29,7 +29,8 @@ stages and the fork's `ParallelTransformer.get_offset` (megatron/model/transform
 Interleaved, chunk index v·pp + j sits on rank j: the paper's 1F1B-I runs leave model chunk 0
 (rank 0) and the last (rank pp-1) empty, each rank keeping layers in its other chunks. In the
 V (ZB-V) model chunk s sits on rank s or 2pp-1-s: for the paper's 2·pp - 2 layers chunks 0 and
-2pp-1 are empty, both on rank 0, which then holds no layer (a plan cannot say so: skipped).
+2pp-1 are empty, both on rank 0, which then holds no layer: the embedding and the head only
+(spec/plan.py `empty_first_ok`: a V's rank 0 may be empty; evaluated since task zbvempty).
 The plan's chunk_layers list chunk v of rank j at v·pp + j.
 """
 

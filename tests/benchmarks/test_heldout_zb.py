@@ -22,26 +22,27 @@ def test_rows_run_the_papers_schedules_and_script_settings(rows: list) -> None:
     """Table 4's 48 runs and Table 12's 18 are evaluated: pure pipeline (tp 1, dp 1, pp = the
     GPUs), 1F1B / ZB-1p / ZB-2p / 1F1B-I as default / zb-h1 / zb-h2 / interleaved, the first and
     last stage one layer fewer, fp16 gradient buffers, no flash attention, dropout, no
-    recompute. The 9 ZB-V runs are skipped with the reason (rank 0 holds no layer)."""
+    recompute; Table 6's 9 ZB-V runs with the fork's layout, rank 0 without layers (spec/plan.py
+    `empty_first_ok`)."""
     done = [h for h in rows if h.plan is not None]
-    assert len(done) == 66 and len(rows) == 75
+    assert len(done) == 75 and len(rows) == 75
     for h in done:
         assert (h.plan.tp, h.plan.dp, h.plan.pp) == (1, 1, h.job.cluster.num_gpus)
         assert h.plan.recompute == "none" and h.plan.zero == 0
         assert h.job.recipe.grad_bytes == 2 and h.job.recipe.flash_attention is False
         assert h.options.dropout is True
         sl = h.plan.layers_per_stage(h.job.model.num_layers)
+        if h.plan.pipeline_schedule == "zbv":  # 2pp - 2 layers: rank 0 empty, 2 elsewhere
+            assert sl == (0,) + (2,) * (h.plan.pp - 1)
+            continue
         assert sl[0] == sl[-1] == max(sl) - 1
     got = {h.plan.pipeline_schedule for h in done}
-    assert got == {"1f1b", "zb-h1", "zb-h2", "interleaved"}
+    assert got == {"1f1b", "zb-h1", "zb-h2", "interleaved", "zbv"}
     for h in done:
         if h.plan.pipeline_schedule == "interleaved":  # one layer per chunk, padding empties 2
             cl = h.plan.chunk_layers
             assert cl[0] == cl[-1] == 0 and set(cl[1:-1]) == {1}
             assert len(cl) == h.plan.pp * h.plan.vpp and h.options.overlap_p2p_comm
-    for h in rows:
-        if h.plan is None:
-            assert "chunk_layers leaves a pipeline stage without layers" in h.skip
 
 
 def test_zbv_layout_is_the_forks_padding() -> None:
@@ -70,7 +71,8 @@ def test_schedules_of_one_job_ranked_as_measured(rows: list) -> None:
     split of the cost model's per-op times (cost/pass_split.py; the FLOP split's W = F put
     it 1.7-6 points too high, RESULTS.md 'Zero-bubble and offload runs'; 4 points before the
     tied embedding all-reduce, exposed under 1F1B only, widened the gain by up to 0.5)."""
-    done = [h for h in rows if h.plan is not None and h.plan.num_microbatches >= 2 * h.plan.pp]
+    done = [h for h in rows if h.plan is not None and h.plan.num_microbatches >= 2 * h.plan.pp
+            and h.plan.pipeline_schedule != "zbv"]  # Table 6's ZB-V: the test below
     jobs = {(h.name, h.plan.num_microbatches) for h in done}
     assert len(jobs) == 12  # Table 4 (m >= 3p); Table 12's m <= p: the test below
     for name, m in jobs:
@@ -84,6 +86,28 @@ def test_schedules_of_one_job_ranked_as_measured(rows: list) -> None:
             assert pred[hi] > pred[lo] * 0.99, (name, m, lo, hi, pred)
         gain = pred["zb-h1"] / pred["1f1b"] - meas["zb-h1"] / meas["1f1b"]
         assert abs(gain) < 0.045, (name, m, gain, pred)
+
+
+def test_zbv_ranked_against_zb_1p_and_2p_as_measured(rows: list) -> None:
+    """Table 6: on the 28.3B model (32 GPUs, m = 96 / 128 / 256) ZB-V ran faster than ZB-1p
+    (+10..+16%) and ZB-2p (+2..+6%); with rank 0 empty (the fork's layout) the cost model
+    orders each pair the same way (+3.7..+5.8% and +3.2..+4.4%: the gain over ZB-1p about a
+    third of the measured one, RESULTS.md 'A V's empty first rank')."""
+    v = [h for h in rows if h.plan is not None and h.plan.pipeline_schedule == "zbv"]
+    assert len(v) == 9
+    pairs = 0
+    for h in v:
+        assert h.plan.layers_per_stage(h.job.model.num_layers)[0] == 0
+        pv = evaluate(h.job, h.plan, h.options).throughput.tokens_per_s_per_gpu
+        for o in rows:
+            if (o.plan is None or (o.name, o.plan.num_microbatches, o.plan.pp) != (
+                    h.name, h.plan.num_microbatches, h.plan.pp)
+                    or o.plan.pipeline_schedule not in ("zb-h1", "zb-h2")):
+                continue
+            po = evaluate(o.job, o.plan, o.options).throughput.tokens_per_s_per_gpu
+            assert h.measured_tps > o.measured_tps and pv > po, (h.name, o.plan.schedule)
+            pairs += 1
+    assert pairs == 6
 
 
 def test_few_microbatches_gain_as_measured(rows: list) -> None:

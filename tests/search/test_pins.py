@@ -17,6 +17,7 @@ from autoparallel_cp import api
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search.pins import check_structural_pins
 from autoparallel_cp.search.space import SearchSpace
+from autoparallel_cp.spec.plan import EMPTY_RULE
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +56,11 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
      "--fix chunk_layers and stage_layers: the chunks do not split over the stages"),
     # issue 32: a split no (pp, vpp) can run is the pin's error, not "no feasible plan"
     ({"chunk_layers": (0, 0, 0, 24), "pp": 2, "vpp": 2}, "chunk_layers",
-     "--fix chunk_layers=0:0:0:24: chunk_layers leaves a pipeline stage without layers"),
+     "--fix chunk_layers=0:0:0:24: chunk_layers leaves a pipeline stage without layers "
+     "(stage 0; " + EMPTY_RULE + ")"),
     ({"chunk_layers": (0, 0, 0, 24)}, "chunk_layers",
-     "--fix chunk_layers=0:0:0:24: chunk_layers leaves a pipeline stage without layers"),
+     "--fix chunk_layers=0:0:0:24: chunk_layers leaves a pipeline stage without layers "
+     "(stage 0; " + EMPTY_RULE + ")"),
     ({"chunk_layers": (6, 6, 6, 6), "stage_layers": (10, 14)}, "chunk_layers",
      "--fix chunk_layers=6:6:6:6: stage_layers 10:14 != the stage sums of chunk_layers 12:12"),
     ({"stage_groups": (0, 1)}, "stage_groups",

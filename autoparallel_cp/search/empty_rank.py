@@ -1,0 +1,56 @@
+"""A V's empty first rank in the search (issue 31, "one space"): under `zbv` / `dualpipev`
+rank 0 holds model chunks 0 and 2·pp - 1, the embedding and the LM head, and may hold no
+transformer layer (spec/plan.py `empty_first_ok`; the Zero Bubble paper's ZB-V runs, arXiv
+2401.10241 §6.1 Table 6, sail-sg/zero-bubble-pipeline-parallelism @6574e0ea: 2·pp - 2 layers,
+chunks 0 and 2pp-1 empty). The free V family (`replay_axis.free_family`: per-rank counts,
+multiples of vpp = 2, equal chunks) then takes rank 0's count from 0, the others from vpp as
+before: `SearchSpace.first_stage_min_units` is 0 (`empty_first`), so the enumerator's
+partitions (enumerate_axes.py `partitions`, `partition_array`: the splits with a first part
+0 come first, lexicographic), the count (space_count.py), the per-key CP-SAT model
+(cpsat_partition.py `build_partition`, which cpsat_replay.py's exact loop and `scored_free`
+use on one node group or several) and the per-key bound's grid (key_grid.py) walk the same
+splits.
+
+Where it does not apply (rank 0 keeps >= 1 unit of vpp layers): a model with a dense prefix
+(MoE `first_k_dense_layers` > 0: the search's tables put the prefix on the first stage,
+`SearchSpace._moe_partition_ok`), a pinned activation offload (every stage holds >= its
+offloaded layers, spec/schedules.py `offload_violations`), and every other schedule.
+
+Bounds with an empty rank 0 (every bound the search uses must stay below every plan of its
+key, search/solve.py):
+- the per-key bound (key_bounds.py `key_bound`, key_grid.py `Batch`): its grid tmin[j, g, l]
+  gains the count l = 0 at position 0 only (an entry inf at every other position, so those
+  keep l >= vpp). Each step of its proof is over any per-position counts the family allows:
+  T >= T_lb (the caps at T hold L layers; a position that holds 0 layers at T adds a cap 0),
+  S >= S_lb (the Lagrangian t_j >= h[j, g] + lambda·l_j holds at l_j = 0, h the least over
+  the entries of position j, that one included), the tail and the step's monotonicity do not
+  read the counts; the multipliers are taken over the counts l > 0 (tmin / l), any lambda
+  giving a valid S_lb. The l = 0 entry is the plan_cost composition of a stage with no layer:
+  the embedding and the head (and MTP) terms, p2p and the fixed DP-sync term.
+- the master (cpsat_master.py): S_lb sums every layer and both edges wherever they sit, T >=
+  the harmonic per-layer bound (max_j l_j·u_g >= the stages' mean for any counts, 0 included),
+  and the memory condition sums >= 1 in-flight micro-batch of each stage's own layers (none
+  on an empty rank): no step assumes l_j >= 1.
+- the replay (cost/pipeline_sim.py, cpsat_replay.py's cuts, cost/replay_bound.py
+  `span_floor`): each path's length is linear in the rank times with coefficients >= 0,
+  whatever a rank's time is (an empty rank's is its edge work and p2p, > 0): an empty chunk
+  still forwards every micro-batch.
+tests/search/test_empty_rank.py checks every bound against the enumerator's exact best with
+hypothesis, CP-SAT against the enumerator, and an instance (large vocabulary, few layers)
+whose best plan has rank 0 empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autoparallel_cp.search.act_offload import act_layers
+from autoparallel_cp.spec.schedules import V_SHAPED
+
+
+def empty_first(space: Any) -> bool:
+    """Whether the free partitions of `space` may leave rank 0 without layers (module
+    docstring): a V schedule, no dense prefix, no pinned activation offload."""
+    moe = space.job.model.moe
+    k = moe.first_k_dense_layers if moe is not None else 0
+    return space.schedule in V_SHAPED and k == 0 and act_layers(space) == 0
