@@ -15,10 +15,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
+from test_replay_free_multi import _compare, _mixed_job
 from test_solver_vs_enumerate import _mini, _mixed_small
 
 from autoparallel_cp.cost.evaluate import evaluate
-from autoparallel_cp.errors import InfeasibleError, UserError
+from autoparallel_cp.errors import UserError
 from autoparallel_cp.search.cpsat_dualpipe import build
 from autoparallel_cp.search.dualpipe_bound import dualpipe_key_bound
 from autoparallel_cp.search.enumerate import Degrees
@@ -33,34 +34,6 @@ from autoparallel_cp.search.tables import build_tables, key_variants
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.splits import named_layouts
-
-
-def _mixed_job(layers: int, moe: bool = False, seq: int = 4096, batch: int = 32) -> Job:
-    """One H100 node (group 0) and one A100 node (group 1), 16 GPUs."""
-    return Job(model=_mini(moe, layers), cluster=_mixed_small(), seq_len=seq,
-               global_batch=batch)
-
-
-def _ident(p: Plan, layers: int) -> tuple[object, ...]:
-    """A plan's identity up to how its split is written (a named layout's plan carries its
-    `chunk_layers`, with or without the derived `stage_layers`)."""
-    return (p.key()[:10], p.recompute_layers, p.layers_per_stage(layers), p.stage_groups,
-            p.chunk_layers, p.schedule)
-
-
-def _compare(job: Job, space: SearchSpace, k: int) -> None:
-    """CP-SAT's top k equals the enumerator's: the same exact costs, plans and placements."""
-    try:
-        b = enumerate_plans(job, space, top_k=k)
-    except InfeasibleError:
-        with pytest.raises(InfeasibleError):
-            solve(job, space, top_k=k, time_limit=120)
-        return
-    a = solve(job, space, top_k=k, time_limit=120)
-    assert a.status == "optimal" and a.error_bound_s == 0.0
-    L = job.model.num_layers
-    assert [(c, _ident(p, L)) for c, p in a.stats["ranked"]] == [
-        (c, _ident(p, L)) for c, p in b.stats["ranked"]]
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
