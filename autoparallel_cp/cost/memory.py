@@ -278,9 +278,10 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     chunks = plan.chunks_per_stage(job.model.num_layers)
     last = head_stage(plan)
     # dense_p exp_p act work host, and the ZeRO-3 root unit's gathered edge weights
-    parts: list[tuple[float, float, float, float, float, float]] = []
-    for j, (nd, nm, rd, rm) in enumerate(kinds):
-        g = groups[j]
+
+    def part(j: int, g: int) -> tuple[float, float, float, float, float, float]:
+        """Stage j's dense_p exp_p act work host edge_buf on a GPU of node group g."""
+        nd, nm, rd, rm = kinds[j]
         edge = edges(g)
         dense_p = 0.0
         exp_p = 0.0
@@ -317,13 +318,13 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
                 exp_p += mt.exp_p
                 act += mt.act
                 work = max(work, mt.work)
-        parts.append((dense_p, exp_p, act, work, f * off, edge_buf))
+        return dense_p, exp_p, act, work, f * off, edge_buf
     out: list[StageMemory] = []
     for j, g in enumerate(groups):
-        dense_p, exp_p, act, work, host, edge_buf = parts[j]
+        dense_p, exp_p, act, work, host, edge_buf = part(j, g)
         mirror = dualpipe_mirror(plan, j)
         if mirror is not None:  # DualPipe: the rank also holds stage p-1-j (its own f share)
-            d2, e2, a2, w2, h2, b2 = parts[mirror]
+            d2, e2, a2, w2, h2, b2 = part(mirror, g)  # on the rank's own GPUs
             dense_p, exp_p, act, work = dense_p + d2, exp_p + e2, act + a2, max(work, w2)
             host += h2
             edge_buf += b2

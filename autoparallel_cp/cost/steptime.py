@@ -163,7 +163,6 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
 
     sync, mb_grad, unit_lat = _dp_factors(job, plan)
 
-    out: list[StageTime] = []
     p2p_of: dict[int, float] = {}
     last = head_stage(plan)
     # DualPipe(V) pairs a forward and a backward chunk: on that share of the micro-batches
@@ -172,8 +171,10 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     hidden = 0.0 if opts.ep_overlap else ep_hidden_share(plan)
     layer_ov = plan_factors(job, plan, opts.model_copy(update={"ep_overlap": True}))[0] \
         if hidden > 0.0 else layer
-    for j, (nd, nm, rd, rm) in enumerate(kinds):
-        g = groups[j]
+
+    def one(j: int, g: int) -> StageTime:
+        """Stage j's per-micro-batch time on a GPU of node group g."""
+        nd, nm, rd, rm = kinds[j]
         per_dense, per_exp, z3_per, fixed = sync(g)
         lat_mb, lat_step = unit_lat(g)
         layers = 0.0
@@ -265,14 +266,16 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
         grad_mb = mb_d * dense_p + mb_e * exp_p
         # the accumulation pass (zero <= 1) and the ZeRO-2 reduction never both apply
         grad_accum, grad_reduce = (grad_mb, 0.0) if plan.zero <= 1 else (0.0, grad_mb)
-        out.append(StageTime(stage=j, group=g, compute_s=comp, tp_s=tp, cp_s=cp, ep_s=ep,
-                             pp_s=p2p, zero3_s=z3 if plan.zero >= 3 else 0.0,
-                             dp_sync_s=dp_sync, optimizer_s=opt,
-                             grad_reduce_s=grad_reduce, grad_accum_s=grad_accum,
-                             offload_s=off_s))
-    if dualpipe_mirror(plan, 0) is not None:
-        return [_dualpipe_rank(out[j], out[plan.pp - 1 - j]) for j in range(pp)]
-    return out
+        return StageTime(stage=j, group=g, compute_s=comp, tp_s=tp, cp_s=cp, ep_s=ep,
+                         pp_s=p2p, zero3_s=z3 if plan.zero >= 3 else 0.0,
+                         dp_sync_s=dp_sync, optimizer_s=opt,
+                         grad_reduce_s=grad_reduce, grad_accum_s=grad_accum,
+                         offload_s=off_s)
+
+    if dualpipe_mirror(plan, 0) is not None:  # a rank runs its mirror on its own GPUs
+        return [_dualpipe_rank(one(j, groups[j]), one(pp - 1 - j, groups[j]))
+                for j in range(pp)]
+    return [one(j, groups[j]) for j in range(pp)]
 
 
 def _dualpipe_rank(a: StageTime, b: StageTime) -> StageTime:

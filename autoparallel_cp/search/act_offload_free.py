@@ -2,8 +2,7 @@
 scored pp > 1 parts (search/act_offload.py `scored`) under 1F1B, interleaved, GPipe and ZB-H1 /
 ZB-H2 on one node group or several (`act_offload.free_at`), searched exactly: a per-key CP-SAT model
 whose objective is a proven lower bound of every free split's exact step time, and the exact
-loop of search/cpsat_dualpipe.py (cpsat_replay.py `solve_free`) that scores the model's
-candidates with the cost model.
+loop of cpsat_replay.py `solve_free` that scores the model's candidates with the cost model.
 
 The family: per-stage counts l_j, multiples of vpp (equal chunks), each >= k (evaluate needs
 every stage to hold >= k layers, spec/schedules.py `offload_violations`), the first also >=
@@ -24,7 +23,7 @@ DP sync, the optimizer step), the floored linear form
 T >= c_j, D >= d_j, O >= o_j, S = Σ_j c_j, and the objective A·T + B·S + C·D + W·O with
 A = floor((m - rho'/vpp)·W), B = floor(rho'/vpp·W), C = floor(tail·W), W = 1024, in units
 q/W. No memory condition (a relaxation: the exact loop checks each candidate's fit).
-Several node groups: the placement is a decision (cpsat_dualpipe.py `placement_vars`:
+Several node groups: the placement is a decision (`placement_vars`:
 y_jg one-hot, group g holding its count of stages, exactly `placement_array`'s rows, and
 z_jg = l_j·y_jg), and x_j = Σ_g floor(main_g/q)·z_jg + ((floor(dense_g/q) -
 floor(main_g/q))·k_j + floor(emb_g/q)·[j = 0] + floor(head_g/q)·[j = p - 1] +
@@ -67,7 +66,6 @@ from ortools.sat.python import cp_model
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.act_offload import stage_min
 from autoparallel_cp.search.act_offload_bound import stage_coefs
-from autoparallel_cp.search.cpsat_dualpipe import placement_vars
 from autoparallel_cp.search.enumerate_axes import placement_array
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
@@ -219,3 +217,33 @@ def _answer(best: tuple[float, tuple[Any, ...], Plan, float] | None, cutoff_s: f
     # the plan is scored exactly: no model error once proven (`err` 0), else the gap to the
     # model's least bound (as a pinned split's scan, cpsat_partition.py `_score_determined`)
     return (step, canonical(plan, num_layers), err or 0.0, err or 0.0), False
+
+
+def placement_vars(m: cp_model.CpModel, ls: list[Any], places: Any, G: list[int], L: int
+            ) -> tuple[list[dict[int, Any]], list[dict[int, Any]]]:
+    """The stage placement: y[j][g] (1 when stage j sits on group g) and z[j][g] = y·l_j.
+    One placement (one node group, or `stage_groups` pinned): constants (z the count
+    itself). Several (`placement_array`'s rows: every order of the groups' stage counts):
+    one-hot selectors, each group holding its count of stages, and z_jg = l_j where
+    y_jg, else 0 (cpsat_partition.py's selectors)."""
+    p = len(ls)
+    if len(places) == 1:
+        row = [int(g) for g in places[0]]
+        return ([{g: int(row[j] == g) for g in G} for j in range(p)],
+                [{g: (ls[j] if row[j] == g else 0) for g in G} for j in range(p)])
+    counts = {g: int((places[0] == g).sum()) for g in G}
+    y = [{g: m.new_bool_var(f"y{j}_{g}") for g in G} for j in range(p)]
+    z: list[dict[int, Any]] = []
+    for j in range(p):
+        m.add_exactly_one(y[j].values())
+        zj = {}
+        for g in G:
+            v = m.new_int_var(0, L, f"z{j}_{g}")
+            m.add(v == ls[j]).only_enforce_if(y[j][g])
+            m.add(v == 0).only_enforce_if(~y[j][g])
+            zj[g] = v
+        m.add(sum(zj.values()) == ls[j])
+        z.append(zj)
+    for g in G:
+        m.add(sum(y[j][g] for j in range(p)) == counts[g])
+    return y, z

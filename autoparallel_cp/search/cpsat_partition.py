@@ -39,9 +39,9 @@ from ortools.sat.python import cp_model
 from autoparallel_cp.cost.schedules import sim_microbatches
 from autoparallel_cp.search.act_offload import act_layers, free_at, scored, stage_terms
 from autoparallel_cp.search.act_offload_free import solve_free_offload
-from autoparallel_cp.search.cpsat_dualpipe import solve_free_dualpipe
 from autoparallel_cp.search.cpsat_portfolio import solve_portfolio
 from autoparallel_cp.search.cpsat_replay import replay_pipeline, solve_free
+from autoparallel_cp.search.dualpipe_splits import solve_free_dualpipe
 from autoparallel_cp.search.key_bounds import KeyCoefs, family_bounds, key_coefs
 from autoparallel_cp.search.limits import MODEL_PLAN_DTIME, Budget
 from autoparallel_cp.search.mtp_coefs import MtpCoefs, mtp_coefs
@@ -525,7 +525,7 @@ def _solve_family(t: Tables, key: Any, *, seed: int, workers: int, max_rounds: i
     """`solve_partition_proven` over one partition family (`t.space`'s own partitions)."""
     from autoparallel_cp.search.tables import plan_cost
 
-    if dualpipe_free(t.space):  # DualPipe's free family: exact (cpsat_dualpipe.py)
+    if dualpipe_free(t.space):  # DualPipe's free family: exact (dualpipe_splits.py)
         return solve_free_dualpipe(t, key, seed=seed, workers=workers, cutoff_s=cutoff_s,
                                    budget=budget)
     if key.pp > 1 and free_at(t.space, key.pp, key.vpp):  # act_offload_free.py: exact

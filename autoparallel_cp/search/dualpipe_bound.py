@@ -4,52 +4,53 @@ recompute replays and how the node groups hold the stages, so the search scored 
 micro-batches and memory-bound keys first and could not prove a mixed cluster in 10 s).
 
 What evaluate charges a DualPipe plan (cost/steptime.py `step_time`, `_dualpipe_rank`): rank
-r runs stage r and its mirror p-1-r, its per-micro-batch time T_r the mean of the two stage
-times, its DP sync d_r and optimizer step o_r the sums; the step (without the calibrated fixed
-time, as every search composition) is
+r runs stage r and its mirror p-1-r on its own GPUs, its per-micro-batch time T_r the mean of
+the two stage times, both timed on rank r's node group g_r, its DP sync d_r and optimizer step
+o_r the sums; the step (without the calibrated fixed time, as every search composition) is
 
     m·T + rho·(S - T) + max_r exposed_r + max_r o_r,   T = max_r T_r,  S = sum_r T_r,
 
 rho = `bubble_ratio("dualpipe", p, (F, B, W), m)` (m-free), exposed_r >= tail_frac·d_r
-(steptime.py `exposed_dp`, `Tables.tail_frac`), S the sum of the stage times (each stage is
-half of two ranks). A DualPipe key's plans (model_scan.py `best_of_key`) are its families'
-splits (named layouts, the uniform or a pinned split, and on one node group the free
-per-stage counts: search/cpsat_dualpipe.py) x its stage placements
+(steptime.py `exposed_dp`, `Tables.tail_frac`). A DualPipe key's plans (model_scan.py
+`best_of_key`) are its families' splits (named layouts, the uniform or a pinned split, and
+the free per-stage counts: search/dualpipe_splits.py) x its stage placements
 (`enumerate_axes.placement_array`) x its recompute counts, so per (split, placement) of an
 explicit family, with the tables' per-layer entries (`key_coefs`):
 
-- stage j on group g with l_j layers (k of them the dense prefix on stage 0) takes
-  t_j >= c_j = (l_j - k_j)·u_g + k_j·u'_g (+ the embedding's time on stage 0, the LM head's on
-  the last): u the tables' layer time of the key's mode, plus the replay where the key
-  recomputes every layer (mode full, neither a pinned count nor partial recompute:
+- stage j with l_j layers (k of them the dense prefix on stage 0) run on group g takes
+  t_j(g) >= c_j(g) = (l_j - k_j)·u_g + k_j·u'_g (+ the embedding's time on stage 0, the LM
+  head's on the last): u the tables' layer time of the key's mode, plus the replay where the
+  key recomputes every layer (mode full, neither a pinned count nor partial recompute:
   `recompute_values` == [None]); the tables' layer times are the plan's (dense models) or
   lower bounds of them (a hidden EP share: model_scored.py `hidden_lb`); p2p, ZeRO-3, MTP and
-  offload terms are >= 0 and dropped. So T >= T_lb = max_r (c_r + c_{p-1-r})/2, S >= S_lb =
-  sum_j c_j, and as 0 <= rho < 1 <= m, m·T + rho·(S - T) = (m - rho)·T + rho·S >=
-  (m - rho)·T_lb + rho·S_lb. rho is the key's (the plans' split is the probe's,
-  `schedule_axis.key_split`; a pinned count: the least of its two).
-- tail: d_j >= the layers' DP-sync entries + the edges' + the fixed term (0 when the plan
-  syncs nothing, as steptime.py), o_j likewise, so max_r exposed_r + max_r o_r >=
-  tail_frac·max_r (d_r + d_{p-1-r}) + max_r (o_r + o_{p-1-r}).
+  offload terms are >= 0 and dropped. So with R_r = c_r(g_r) + c_{p-1-r}(g_r), T >= T_lb =
+  max_r R_r/2, S >= S_lb = Σ_r R_r/2, and as 0 <= rho < 1 <= m, m·T + rho·(S - T) =
+  (m - rho)·T + rho·S >= (m - rho)·T_lb + rho·S_lb. rho is the key's (the plans' split is
+  the probe's, `schedule_axis.key_split`; a pinned count: the least of its two).
+- tail: d_r >= both stages' DP-sync entries on g_r + the edges' + the fixed term of g_r once
+  per stage (0 when the plan syncs nothing, as steptime.py), o_r likewise, so
+  max_r exposed_r + max_r o_r >= tail_frac·max_r d_r + max_r o_r.
 - memory (necessary): rank r holds both stages' model states and their activations at their
-  own in-flight counts (cost/memory.py `stage_memory`, `inflight_units`), plus its constant
-  buffers, in charged bytes as the tables hold them; the work buffers are >= 0 and dropped,
-  and a kept layer's bytes are the least of its mode's (a checkpoint where every layer is
-  replayed, the least of kept and checkpoint under a pinned count). A (split, placement) with
-  a rank above its group's capacity has no fitting plan.
+  own in-flight counts (cost/memory.py `stage_memory`, `inflight_units`), each on g_r, plus
+  its constant buffers, in charged bytes as the tables hold them; the work buffers are >= 0
+  and dropped, and a kept layer's bytes are the least of its mode's (a checkpoint where every
+  layer is replayed, the least of kept and checkpoint under a pinned count). A (split,
+  placement) with a rank above its group's capacity has no fitting plan.
 
 The free family (`_free`: every split l >= 1 summing to L, stage 0 holding the dense prefix
 k, and, on several node groups, every stage placement `placement_array` lists: search/
-cpsat_dualpipe.py) has too many splits to list, so it takes what holds for all of them:
+dualpipe_splits.py) has too many splits to list, so it takes what holds for all of them:
 S_lb = (L - k)·u + k·u' + emb + head, each entry the least over the groups the stages sit on
 (one group: its own; a layer on group g takes >= u_g >= min_g u_g), whatever the split and
-placement; the p ranks' times sum to S (each stage is half of two ranks), so T >= S/p >=
-S_lb/p; the p pair sums of the DP entries sum to 2·Σ_j d_j, so max_r (d_r + d_{p-1-r}) >=
-2·Σ_j d_j/p (Σ_j d_j >= the least entries likewise, plus Σ_j fixed_{g_j}, the same for every
-placement: each is an order of the same groups' stage counts), the same for o; memory: if
-every rank fits, so does their sum, Σ_r rank_r = 2·Σ_j mem_j + p·const <= Σ_r capacity_{g_r}
-(again placement-free), with Σ_j mem_j >= the states (split-free) + min_j f_j·a·(L - k) +
-f_0·(k·a' + emb_act), a the least over the groups: a sum above it means no split fits (inf).
+placement; S = Σ_r T_r holds every stage twice at weight 1/2 (as rank j's own and rank
+p-1-j's mirror, each on some group of the placement), so S >= S_lb and T >= S/p >= S_lb/p;
+the p ranks' DP entries sum to 2·Σ_j d_j (each stage's on two ranks, each >= the least
+entries) plus 2·Σ_r fixed_{g_r} (the same for every placement: each is an order of the same
+groups' stage counts), so max_r d_r >= their mean 2·D/p, the same for o; memory: if every
+rank fits, so does their sum, Σ_r rank_r >= 2·Σ_j mem_j + p·const with every entry the
+least over the groups, and Σ_r rank_r <= Σ_r capacity_{g_r} (again placement-free), with
+Σ_j mem_j >= the states (split-free) + min_j f_j·a·(L - k) + f_0·(k·a' + emb_act): a sum
+above it means no split fits (inf).
 So (m - rho)·S_lb/p + rho·S_lb + tail_frac·2·D/p + 2·O/p bounds every plan of the free
 family.
 
@@ -91,7 +92,7 @@ def applies(space: Any) -> bool:
 
 
 def key_constants(t: Tables, key: Any) -> tuple[KeyCoefs, bool, float, bool, list[float]]:
-    """What a DualPipe key's bound and its free family's model (cpsat_dualpipe.py) read:
+    """What a DualPipe key's bound and its free family's model (dualpipe_splits.py) read:
     the tables' entries (`key_coefs`), whether every layer is recomputed (mode full with
     neither a pinned count nor partial recompute), the key's rho (the least over its recompute
     counts), whether the plans sync DP at all, and each stage's in-flight count."""
@@ -139,46 +140,57 @@ def dualpipe_key_bound(t: Tables, key: Any) -> float:
 def _least(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bool, f: F64,
            ls: F64, places: npt.NDArray[np.int64]) -> float:
     """The least bound over the placements `places` (Q, p) of one split `ls` (p,)."""
-    p = len(ls)
-    k = np.zeros(p)
-    k[0] = min(float(t.dense_prefix), float(ls[0]))
-    main = ls - k
-    first = np.arange(p) == 0
-    last = np.arange(p) == p - 1
+    return float(np.min(split_bounds(t, c, key, rho, every, synced, f, ls[None, :], places)))
+
+
+def split_bounds(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bool,
+                 f: F64, splits: F64, places: npt.NDArray[np.int64]) -> F64:
+    """(n, Q): the module docstring's bound of each (split, placement): splits (n, p) layer
+    counts, places (Q, p) each rank's node group; inf where a rank exceeds its memory."""
+    n, p = splits.shape
+    k = np.zeros((n, p))
+    k[:, 0] = np.minimum(float(t.dense_prefix), splits[:, 0])
+    main = (splits - k)[:, None, :]  # (n, 1, p)
+    kk = k[:, None, :]
+    first = (np.arange(p) == 0).astype(float)
+    last = (np.arange(p) == p - 1).astype(float)
 
     def arr(x: list[float]) -> F64:
-        return np.asarray(x, float)[places]  # (Q, p): the entry of each stage's group
+        return np.asarray(x, float)[places][None, :, :]  # (1, Q, p): each rank's group's
 
-    def per_stage(main_v: list[float], dense_v: list[float], emb: list[float],
-                  head: list[float]) -> F64:
-        return (main * arr(main_v) + k * arr(dense_v) + first * arr(emb) + last * arr(head))
+    def per_rank(main_v: list[float], dense_v: list[float], emb: list[float],
+                 head: list[float], f_: F64 | float = 1.0) -> F64:
+        """(n, Q, p): rank r's two stages' entries, stage r and its mirror p-1-r, both on
+        the rank's group (a rank runs its mirror on its own GPUs)."""
+        def on_rank(mn: F64, kq: F64, fi: F64, la: F64, fj: F64 | float) -> F64:
+            return (mn * arr(main_v) + kq * arr(dense_v) + fi * arr(emb) + la * arr(head)) * fj
+        fr = f_[::-1] if isinstance(f_, np.ndarray) else f_
+        return (on_rank(main, kk, first, last, f_)
+                + on_rank(main[..., ::-1], kk[..., ::-1], first[::-1], last[::-1], fr))
 
     u = [a + (r if every else 0.0) for a, r in zip(c.tau, c.rho, strict=True)]
     ud = [a + (r if every else 0.0) for a, r in zip(c.tau_d, c.rho_d, strict=True)]
-    cst = per_stage(u, ud, c.emb_time, c.head_time)
-    mirror = cst[:, ::-1]
-    T = np.max(cst + mirror, axis=1) / 2.0
-    S = np.sum(cst, axis=1)
+    pair = per_rank(u, ud, c.emb_time, c.head_time)  # 2·T_r's bound
+    T = np.max(pair, axis=2) / 2.0
+    S = np.sum(pair, axis=2) / 2.0
     zeros = [0.0] * len(c.tau)
     if synced:
-        ds = per_stage(c.dsync, c.dsync_d, c.emb_dps, c.head_dps) + arr(c.dps_fixed)
+        ds = per_rank(c.dsync, c.dsync_d, c.emb_dps, c.head_dps) + 2.0 * arr(c.dps_fixed)
     else:
-        ds = np.zeros_like(cst)
-    os_ = per_stage(c.opt, c.opt_d, c.emb_opt, c.head_opt)
-    tail = (t.tail_frac * np.max(ds + ds[:, ::-1], axis=1)
-            + np.max(os_ + os_[:, ::-1], axis=1))
-    # memory: both stages' states and in-flight activations, the constant buffers
+        ds = np.zeros_like(pair)
+    os_ = per_rank(c.opt, c.opt_d, c.emb_opt, c.head_opt)
+    tail = t.tail_frac * np.max(ds, axis=2) + np.max(os_, axis=2)
+    # memory: both stages' states and in-flight activations (on the rank's group), the
+    # constant buffers
     kept = act_layers(t.space) == 0  # activation offload moves bytes to the host: dropped
     a = [min(x, y) if not every else y for x, y in zip(c.act, c.ckpt, strict=True)]
     ad = [min(x, y) if not every else y for x, y in zip(c.act_d, c.ckpt_d, strict=True)]
-    act = per_stage(a, ad, c.emb_act, zeros) * f if kept else np.zeros_like(cst)
-    st = main * c.sigma + k * c.sigma_d + first * c.emb_states + last * c.head_states
-    mem = st + act
-    rank_mem = mem + mem[:, ::-1] + c.const_mem
-    fits = np.all(rank_mem <= arr(c.capacity), axis=1)
+    act = per_rank(a, ad, c.emb_act, zeros, f) if kept else np.zeros_like(pair)
+    st = main * c.sigma + kk * c.sigma_d + first * c.emb_states + last * c.head_states
+    rank_mem = st + st[..., ::-1] + act + c.const_mem
+    fits = np.all(rank_mem <= arr(c.capacity), axis=2)
     val = (key.m - rho) * T + rho * S + tail
-    val = np.where(fits, val, np.inf)
-    return float(np.min(val))
+    return np.asarray(np.where(fits, val, np.inf), float)
 
 
 def _free(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bool, f: F64,

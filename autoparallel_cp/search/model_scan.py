@@ -53,7 +53,7 @@ def best_of_key(t: Any, key: Any) -> tuple[float, Plan] | None:
 def best_of_split(t: Any, key: Any, layers: tuple[int, ...]) -> tuple[float, Plan] | None:
     """The exact best (step, plan) of `key` with the free split `layers` (per-stage counts),
     over its recompute counts and stage placements, as `best_of_key` scores that row (the
-    exact loop of search/cpsat_dualpipe.py); None when none fits."""
+    exact loop of search/dualpipe_splits.py); None when none fits."""
     d = Degrees(key.tp, key.pp, key.cp, key.dp, key.ep, key.vpp, key.mbs, key.m)
     _, place_objs = placement_array(t.space, t, d)
     got = _best_of_row(t, key, d, np.asarray(layers, np.int64), None, place_objs)

@@ -3,9 +3,10 @@ whose plans the search scores with the cost model itself, never with a table com
 
 DualPipe (DeepSeek-V3, arXiv 2412.19437 §3.2.1; cost/schedules.py, cost/steptime.py
 `_dualpipe_rank`, cost/memory.py): rank j holds stage j and its mirror p-1-j
-(`dualpipe_mirror`), so its per-micro-batch time is the mean of the two stages' times, its DP
-sync and optimizer step the sum, its memory both stages' (parameters twice, each stage with
-its own in-flight count min(p - j, m/2)); the bubble is rho·(S - T_rank) with rho =
+(`dualpipe_mirror`) and runs both on its own GPUs, so its per-micro-batch time is the mean of
+the two stages' times on its node group, its DP sync and optimizer step the sum, its memory
+both stages' (parameters twice, each stage with its own in-flight count min(p - j, m/2)); the
+bubble is rho·(S - T_rank) with rho =
 `bubble_ratio("dualpipe", p, (F, B, W), m)`. DualPipe and DualPipeV also hide a share h(m) =
 `ep_hidden_share` of each MoE layer's EP dispatch / combine, unless the recipe overlaps every
 micro-batch's (`schedule_axis.hides_ep`): stage time = t_base + h·Σ_layers (ep_ov - ep).
@@ -13,7 +14,7 @@ A per-stage table cannot hold a rank that averages two stages, nor h, which depe
 
 - per-key scoring (search/model_scan.py `best_of_key`): a key's plans are its named
   layouts (or a uniform or pinned split; DualPipe's free per-stage counts on one node group
-  are searched by search/cpsat_dualpipe.py, whose exact loop scores each candidate split
+  are searched by search/dualpipe_splits.py, whose exact loop scores each candidate split
   with the same scan, `best_of_split`),
   the recompute count (all layers or a pinned one: `narrow_recompute`) and the stage
   placement; each is scored by `plan_terms`, which is steptime.py / memory.py themselves
@@ -34,9 +35,10 @@ A per-stage table cannot hold a rank that averages two stages, nor h, which depe
   T_rank >= L·u/pp (Hd = u). On several node groups
   the harmonic Hu of the other schedules bounds the slowest *stage*, not a rank that averages
   two stages of different groups, so the master takes `pair_harmonic` Hd <= Hu instead:
-  stage j of group g_j with l_j layers takes t_j >= l_j·u_{g_j} (the tables' least per-layer
-  time of its group); each rank pair {j, p-1-j} (p even, `degree_ok`) has
-  T_rank >= (t_j + t_{p-1-j})/2 >= (l_j + l_{p-1-j})·min(u_{g_j}, u_{g_{p-1-j}})/2, so
+  rank j of group g_j runs stage j and its mirror p-1-j on its own GPUs, each layer taking
+  >= u_{g_j} (the tables' least per-layer time of the group), so each rank pair
+  {j, p-1-j} (p even, `degree_ok`) has T_rank >= (l_j + l_{p-1-j})·u_g/2 on both ranks'
+  groups g, >= (l_j + l_{p-1-j})·min(u_{g_j}, u_{g_{p-1-j}})/2, so
   l_j + l_{p-1-j} <= 2·T_rank·max(x_j, x_{p-1-j}) with x = 1/u. The p/2 pairs are disjoint,
   so summing, L <= 2·T_rank·Σ_pairs max(x) <= 2·T_rank·(the sum of the p/2 largest x_j).
   Group g holds frac_g·p stages whatever the placement (`SearchSpace.stage_group_counts`:

@@ -49,8 +49,8 @@ searched with `stage_groups` pinned), as for the named layouts. DualPipe (two st
 rank, `dualpipe_mirror`: the rank's time is the mean of a stage pair, which the per-key
 bounds' T >= t_j do not carry) is scored by the cost model
 (search/model_scored.py); its free per-stage counts (`free_family`, on one node group or
-several, the stage placement then a decision of the same model, at a pp with at most
-`DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/cpsat_dualpipe.py; at a pp with more
+several, each split bounded over every stage placement, at a pp with at most
+`DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/dualpipe_splits.py; at a pp with more
 free splits, the named layouts only (evaluate-only: the other free splits there).
 """
 
@@ -72,8 +72,8 @@ def free_family(space: Any) -> bool:
     """Whether a V or DualPipe space's own free partitions are searched: a V's per-rank
     counts (multiples of vpp = 2, cpsat_replay.py; a DualPipeV hiding EP all-to-all too, each
     split scored by the cost model: `scored_free`; on one node group or several, the stage
-    placement a decision of the model), DualPipe's per-stage counts (cpsat_dualpipe.py; on
-    several node groups too, the stage placement a decision of its model), neither under an
+    placement a decision of the model), DualPipe's per-stage counts (dualpipe_splits.py; on
+    several node groups too, each split bounded over every stage placement), neither under an
     activation offload's scored parts (act_offload.py `scored`)."""
     if scored(space):
         return False
@@ -98,14 +98,12 @@ def scored_free(space: Any) -> bool:
     return space.schedule in REPLAYED and free_searched(space) and model_scored(space)
 
 
-#: Most free splits of one pp DualPipe's free family is searched at (`free_pp_ok`). On one
-#: node group every split with the same mirror-pair sums ties in the model, so the exact loop
-#: scores such an orbit in one round (cpsat_dualpipe.py) and the cost is the cost model's,
-#: about 1.2 ms a split: Llama-3 70B pinned at pp 2 on 64 H100 (79 splits) went from 29.4 s
-#: (one CP-SAT round a split) to 9.4 s, the whole `--fix schedule=dualpipe` command from 3.1 s
-#: at 64 to 3.8 s at 256 (the same plan), the mixed H100 + A100 preset's 9.0 s to 9.1 s (its
-#: pp 2 found, 26% faster). Above it: pp 4 of an 80-layer model has 79,079 splits, its
-#: largest orbit 1,521 (about 1.8 s a key), so the named layouts there.
+#: Most free splits of one pp DualPipe's free family is searched at (`free_pp_ok`). The exact
+#: loop (dualpipe_splits.py) bounds every split over its placements at once and scores the
+#: splits whose bound is below the best exact step, about 1.2 ms a split with the cost model;
+#: every split with the same mirror-pair sums ties on time, so a pair-sum class is scored
+#: whole: at pp 4 an 80-layer model has 79,079 splits, its largest class 1,521 (about 1.8 s a
+#: key), so the named layouts there.
 DUALPIPE_FREE_MAX = 256
 
 
@@ -113,16 +111,15 @@ def free_pp_ok(space: Any, pp: int, vpp: int) -> bool:
     """Whether the free family of `space` is searched at (pp, vpp): every V family; DualPipe's
     where it has at most `DUALPIPE_FREE_MAX` splits (`SearchSpace.num_partitions`). A
     DualPipe rank's time is the mean of a mirror pair, so every split with the same pair sums
-    ties on time and the exact loop of cpsat_dualpipe.py scores each such orbit with the cost
-    model (one round an orbit on one node group, one a split on several): at most the count
-    of rounds, so it always proves (its `ROUNDS_MAX` exceeds it); above it, the named
-    layouts."""
+    ties on time and the exact loop of dualpipe_splits.py scores each such class with the cost
+    model; above it, the named layouts."""
     return space.schedule != "dualpipe" or space.num_partitions(pp, vpp) <= DUALPIPE_FREE_MAX
 
 
 def dualpipe_free(space: Any) -> bool:
-    """Whether `space` is DualPipe's free family (`free_searched`) that cpsat_dualpipe.py
-    solves: per-stage counts >= 1 on one node group, each rank stage r and its mirror."""
+    """Whether `space` is DualPipe's free family (`free_searched`) that dualpipe_splits.py
+    solves: per-stage counts >= 1 on one node group or several, each rank stage r and its
+    mirror."""
     return space.schedule == "dualpipe" and free_searched(space)
 
 

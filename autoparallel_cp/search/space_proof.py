@@ -101,7 +101,7 @@ def _why_named(space: SearchSpace, named_only: list[str]) -> str:
     `free_family`): an activation offload's scored parts keep the named layouts
     (act_offload.py `scored`); DualPipe above `DUALPIPE_FREE_MAX` free splits at every pp.
     V's and DualPipe's free families are searched on several node groups too
-    (cpsat_replay.py, cpsat_dualpipe.py)."""
+    (cpsat_replay.py, dualpipe_splits.py)."""
     why = []
     for s in named_only:
         if scored(space.with_(schedule=s)):
@@ -129,16 +129,16 @@ def _v_empty(space: SearchSpace) -> str:
 
 
 def _dualpipe_free(space: SearchSpace) -> str:
-    """DualPipe's free family (search/cpsat_dualpipe.py) in words: the pp it is searched at
+    """DualPipe's free family (search/dualpipe_splits.py) in words: the pp it is searched at
     (replay_axis.py `free_pp_ok`: at most DUALPIPE_FREE_MAX free splits), the named layouts
     above."""
     at = [p for p in space.pp if space.free_ok(p, 1)]
     above = [p for p in space.pp if p not in at]
     txt = (" (under dualpipe: rank r runs stage r and its mirror p-1-r, each split scored "
            "exactly by the cost model"
-           + (" over its stage placements, each stage timed on its group, the placement a "
-              "choice of the same model" if space.heterogeneous else "")
-           + ", CP-SAT proving the rest: search/cpsat_dualpipe.py; "
+           + (" over its stage placements, both stages of a rank timed on the rank's group"
+              if space.heterogeneous else "")
+           + ", every split's lower bound proving the rest: search/dualpipe_splits.py; "
            f"at pp {','.join(map(str, at)) or 'none'}, at most {DUALPIPE_FREE_MAX} free "
            "splits")
     if above:

@@ -43,7 +43,7 @@ def test_a_dualpipe_pin_narrows_the_space() -> None:
     degs = list(sp.degrees())
     assert degs and all(d.pp % 2 == 0 and d.num_microbatches >= 2 * d.pp
                         and d.num_microbatches % 2 == 0 for d in degs)
-    assert sp.free_ok(4, 1)  # one node group: the free per-stage counts (cpsat_dualpipe.py)
+    assert sp.free_ok(4, 1)  # one node group: the free per-stage counts (dualpipe_splits.py)
     assert model_scored.model_scored(sp)
     best = enumerate_plans(job, sp, top_k=1).plans[0].plan
     assert best.schedule == "dualpipe" and best.vpp == 1
