@@ -129,24 +129,40 @@ _SHARED_LOCK = threading.Lock()
 _T = TypeVar("_T")
 
 
-def shared(job: Job, key: tuple[Any, ...], make: Callable[[], _T]) -> _T:
+#: How many per-stage memos (`stage_memo`) are kept, apart from the factor sets
+STAGE_CACHE_SIZE = 64
+_STAGES: OrderedDict[tuple[Any, ...], tuple[Job, Any]] = OrderedDict()
+
+
+def stage_memo(job: Job, key: tuple[Any, ...]) -> dict[tuple[Any, ...], Any]:
+    """A dict kept for the same job object and `key` (at most STAGE_CACHE_SIZE, least recently
+    used dropped, apart from `shared`'s factor sets, which it would otherwise push out): the
+    per-stage results of the plans that differ only in their split or placement
+    (steptime.py `stage_times`, `stage_memory`); `key` names the functions they call."""
+    return shared(job, key, dict, _STAGES, STAGE_CACHE_SIZE)
+
+
+def shared(job: Job, key: tuple[Any, ...], make: Callable[[], _T],
+           store: OrderedDict[tuple[Any, ...], tuple[Job, Any]] | None = None,
+           size: int = FACTOR_CACHE_SIZE) -> _T:
     """make() kept for the same job object and `key` (at most FACTOR_CACHE_SIZE of them), so the
     plans of one job that share a plan's axes share the factors computed from them: `evaluate`
     composes the memory and the step time from the same factors, and a solve's top k or a
     sensitivity sweep's plans mostly share tp / cp / mbs. Keyed by the job's identity (a frozen
     model; the entry holds it, so its id names no other job while kept): the callers' factors
     are pure functions of the job and the key, which names the functions themselves too."""
+    cache = _SHARED if store is None else store
     k = (id(job), key)
     with _SHARED_LOCK:
-        hit = _SHARED.get(k)
+        hit = cache.get(k)
         if hit is not None and hit[0] is job:
-            _SHARED.move_to_end(k)
+            cache.move_to_end(k)
             return cast(_T, hit[1])
     value = make()
     with _SHARED_LOCK:
-        _SHARED[k] = (job, value)
-        while len(_SHARED) > FACTOR_CACHE_SIZE:
-            _SHARED.popitem(last=False)
+        cache[k] = (job, value)
+        while len(cache) > size:
+            cache.popitem(last=False)
     return value
 
 
@@ -186,9 +202,10 @@ def _plan_factors(job: Job, plan: Plan, opts: F.CostOptions) -> _PlanFactors:
 
 
 def clear_factor_cache() -> None:
-    """Drop every shared factor set (`shared`)."""
+    """Drop every shared factor set (`shared`) and per-stage memo (`stage_memo`)."""
     with _SHARED_LOCK:
         _SHARED.clear()
+        _STAGES.clear()
 
 
 def plan_factors(job: Job, plan: Plan, opts: F.CostOptions
@@ -319,12 +336,25 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
                 act += mt.act
                 work = max(work, mt.work)
         return dense_p, exp_p, act, work, f * off, edge_buf
+    # a function of the plan's other fields, the stage's kinds, chunks and group (`part`):
+    # kept for the plans that differ in their split or placement only
+    memo = stage_memo(job, ("stage parts", unsplit(plan), opts, layer, edges, mtps,
+                            F.layer_param_counts, F.zero3_edge_bytes, inflight_units,
+                            offloaded_activations, mtp_terms))
+
+    def held(j: int, g: int) -> tuple[float, ...]:
+        k = (j, kinds[j], chunks[j], g)
+        hit = memo.get(k)
+        if hit is None:
+            hit = memo[k] = part(j, g)
+        return hit
+
     out: list[StageMemory] = []
     for j, g in enumerate(groups):
-        dense_p, exp_p, act, work, host, edge_buf = part(j, g)
+        dense_p, exp_p, act, work, host, edge_buf = held(j, g)
         mirror = dualpipe_mirror(plan, j)
         if mirror is not None:  # DualPipe: the rank also holds stage p-1-j (its own f share)
-            d2, e2, a2, w2, h2, b2 = part(mirror, g)  # on the rank's own GPUs
+            d2, e2, a2, w2, h2, b2 = held(mirror, g)  # on the rank's own GPUs
             dense_p, exp_p, act, work = dense_p + d2, exp_p + e2, act + a2, max(work, w2)
             host += h2
             edge_buf += b2
@@ -352,6 +382,12 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
             host_bytes=host,
         ))
     return out
+
+
+def unsplit(plan: Plan) -> Plan:
+    """`plan` without its split and placement (stage_layers, chunk_layers, stage_groups)."""
+    return plan.model_copy(update={"stage_layers": None, "chunk_layers": None,
+                                   "stage_groups": None})
 
 
 def usable_bytes(job: Job, memory_bytes: float) -> float:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.memory import (
@@ -53,6 +54,8 @@ from autoparallel_cp.cost.memory import (
     shared,
     stage_groups,
     stage_layer_kinds,
+    stage_memo,
+    unsplit,
 )
 from autoparallel_cp.cost.offload import (
     activation_offload_s,
@@ -163,7 +166,6 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
 
     sync, mb_grad, unit_lat = _dp_factors(job, plan)
 
-    p2p_of: dict[int, float] = {}
     last = head_stage(plan)
     # DualPipe(V) pairs a forward and a backward chunk: on that share of the micro-batches
     # their all-to-alls hide as in Megatron's combined 1F1B node (moe_comm.ep_overlapped);
@@ -171,6 +173,16 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     hidden = 0.0 if opts.ep_overlap else ep_hidden_share(plan)
     layer_ov = plan_factors(job, plan, opts.model_copy(update={"ep_overlap": True}))[0] \
         if hidden > 0.0 else layer
+
+    # stage j's time is a function of the plan's other fields, its layer kinds and its group
+    # (`one`): kept per (j, kinds, group) for the plans that differ in their split or
+    # placement only (a search scoring a key's splits; a DualPipe rank's mirror)
+    memo = stage_memo(job, ("stage times", unsplit(plan), opts, layer, edges, layer_ov, mtps,
+                            sync, mb_grad, unit_lat, F.p2p_factor, F.layer_param_counts,
+                            F.overlap_exposed, F.zero3_copy_factor, F.zero3_edge_s,
+                            F.optimizer_factor, tied_embedding_sync_s, optimizer_offload_s,
+                            activation_offload_s, offloaded_activations, backward_split,
+                            mtp_terms))
 
     def one(j: int, g: int) -> StageTime:
         """Stage j's per-micro-batch time on a GPU of node group g."""
@@ -238,10 +250,10 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                     + F.zero3_copy_factor(job, g) * d_mtp)
         if hidden > 0.0:  # the MTP and edge terms stay as they are (not paired chunks' a2a)
             ep += hidden * (ep_ov - ep_layers)
-        if g not in p2p_of:  # the same for every stage of a node group
-            p2p_of[g] = float(F.p2p_factor(job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp,
-                                           plan.vpp, plan.dp))
-        p2p = p2p_of[g]
+        p2p = memo.get(("p2p", g))
+        if p2p is None:  # the same for every stage of a node group
+            p2p = memo[("p2p", g)] = float(F.p2p_factor(
+                job, g, plan.tp, plan.cp, plan.sp, plan.mbs, plan.pp, plan.vpp, plan.dp))
         # expert gradients reduce over the expert-DP group, which folding can make larger than
         # dp*cp (tp*cp*dp/(etp*ep) ranks); by default it is never larger
         synced = plan.dp * plan.cp > 1 or plan.expert_dp > 1
@@ -272,10 +284,19 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                          grad_reduce_s=grad_reduce, grad_accum_s=grad_accum,
                          offload_s=off_s)
 
+
+    def stage(j: int, g: int) -> StageTime:
+        k = (j, kinds[j], g)
+        hit = memo.get(k)
+        if hit is None:
+            hit = memo[k] = one(j, g)
+        return cast(StageTime, hit)
+
     if dualpipe_mirror(plan, 0) is not None:  # a rank runs its mirror on its own GPUs
-        return [_dualpipe_rank(one(j, groups[j]), one(pp - 1 - j, groups[j]))
+        return [_dualpipe_rank(stage(j, groups[j]), stage(pp - 1 - j, groups[j]))
                 for j in range(pp)]
-    return [one(j, groups[j]) for j in range(pp)]
+    return [stage(j, groups[j]) for j in range(pp)]
+
 
 
 def _dualpipe_rank(a: StageTime, b: StageTime) -> StageTime:

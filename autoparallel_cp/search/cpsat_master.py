@@ -248,7 +248,7 @@ def _bound_tables(t: Tables) -> BoundTables:
     u = [np.minimum.reduce([r6(t.time[g, k]) for k, c in counts if c]) for g in G]
     edge = [r4(t.emb_time[g] + t.head_time[g]) for g in G]
     s6 = np.minimum.reduce([tau[g] + edge[g] for g in G])
-    hu = (pair_harmonic(fr, u) if s.schedule == "dualpipe"  # a rank averages two stages
+    hu = (pair_harmonic(fr, u, s.pp) if s.schedule == "dualpipe"  # a rank runs two stages
           else 1.0 / sum(fr[g] / np.maximum(u[g], 1e-30) for g in G))
     v6 = np.maximum(s6, L * hu) if t.groups > 1 else s6
     tp = np.array(s.tp, float).reshape(-1, 1, 1, 1, 1, 1)

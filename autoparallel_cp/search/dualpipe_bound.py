@@ -50,9 +50,14 @@ groups' stage counts), so max_r d_r >= their mean 2·D/p, the same for o; memory
 rank fits, so does their sum, Σ_r rank_r >= 2·Σ_j mem_j + p·const with every entry the
 least over the groups, and Σ_r rank_r <= Σ_r capacity_{g_r} (again placement-free), with
 Σ_j mem_j >= the states (split-free) + min_j f_j·a·(L - k) + f_0·(k·a' + emb_act): a sum
-above it means no split fits (inf).
-So (m - rho)·S_lb/p + rho·S_lb + tail_frac·2·D/p + 2·O/p bounds every plan of the free
-family.
+above it means no split fits (inf). And as a rank runs its mirror pair on its own group,
+pair i (layer count s_i) takes >= s_i·u_g/2 on each of its two ranks' groups g (u_g the least
+of g's per-layer entries), so s_i <= 2·T·min(x_a, x_b) with x = 1/u, and summing over the
+pairs L <= 2·T·Σ_i min(x_a, x_b) <= 2·T·(x_(2) + x_(4) + ... + x_(p)) with the ranks' x
+sorted descending (pairing sorted neighbours maximises a sum of minima: an exchange
+argument): T >= T_pair = L/(2·Σ_i x_(2i)), the same for every placement (an order of the same
+groups' stage counts); on one group T_pair = L·u/p. So (m - rho)·max(S_lb/p, T_pair) +
+rho·S_lb + tail_frac·2·D/p + 2·O/p bounds every plan of the free family.
 
 The key's bound is the least over its families' (split, placement) pairs and the free
 family's bound (inf when none fits).
@@ -228,4 +233,13 @@ def _free(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: boo
     acts = (float(np.min(f)) * (L - k) * a + f[0] * (k * ad + lo(c.emb_act))) if kept else 0.0
     if 2.0 * (states + acts) + p * c.const_mem > row_sum(c.capacity):
         return math.inf
-    return (key.m - rho) * S / p + rho * S + tail
+    # each rank runs its mirror pair on its own group: pair i's ranks a, b each take
+    # >= s_i·u_g/2 (its layers at the least per-layer entry of its group), so s_i <=
+    # 2T·min(x_a, x_b) with x = 1/u; summed over the pairs, L <= 2T·Σ_i min(x_a, x_b) <=
+    # 2T·(x_(2) + x_(4) + ... + x_(p)), the ranks' x sorted descending (pairing sorted
+    # neighbours maximises a sum of minima)
+    x = sorted((1.0 / max(min(c.tau[g] + (c.rho[g] if every else 0.0),
+                              c.tau_d[g] + (c.rho_d[g] if every else 0.0)), 1e-300)
+                for g in (int(v) for v in places[0])), reverse=True)
+    T = max(S / p, L / (2.0 * sum(x[1::2])))
+    return (key.m - rho) * T + rho * S + tail

@@ -34,10 +34,11 @@ WALL_FACTOR = 3.0
 WALL_SLACK_S = 30.0
 #: Deterministic seconds charged per plan the cost model itself scores (search/model_scan.py:
 #: DualPipe, a DualPipeV hiding EP, pp > 1 activation offload), work CP-SAT's clock does not
-#: see: DTIME_PER_SECOND x the 0.96 ms a `model_scored.plan_terms` call took (36,062 calls,
-#: Llama-3 70B DualPipe on the mixed H100 / A100 preset, 2-core machine), so such a search
-#: stops at its budget, deterministically, not at the wall-clock net.
-MODEL_PLAN_DTIME = DTIME_PER_SECOND * 0.96e-3
+#: see: DTIME_PER_SECOND x the 0.40 ms of CPU a `model_scored.plan_terms` call took (21,210
+#: calls, Llama-3 70B DualPipe on the mixed H100 / A100 preset, 2-core machine; 0.96 ms
+#: before the cost model kept each stage's time for the plans that differ only in their
+#: split), so such a search stops at its budget, deterministically, not at the wall-clock net.
+MODEL_PLAN_DTIME = DTIME_PER_SECOND * 0.40e-3
 
 _DONE = (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID)
 

@@ -37,17 +37,21 @@ A per-stage table cannot hold a rank that averages two stages, nor h, which depe
   two stages of different groups, so the master takes `pair_harmonic` Hd <= Hu instead:
   rank j of group g_j runs stage j and its mirror p-1-j on its own GPUs, each layer taking
   >= u_{g_j} (the tables' least per-layer time of the group), so each rank pair
-  {j, p-1-j} (p even, `degree_ok`) has T_rank >= (l_j + l_{p-1-j})·u_g/2 on both ranks'
-  groups g, >= (l_j + l_{p-1-j})·min(u_{g_j}, u_{g_{p-1-j}})/2, so
-  l_j + l_{p-1-j} <= 2·T_rank·max(x_j, x_{p-1-j}) with x = 1/u. The p/2 pairs are disjoint,
-  so summing, L <= 2·T_rank·Σ_pairs max(x) <= 2·T_rank·(the sum of the p/2 largest x_j).
-  Group g holds frac_g·p stages whatever the placement (`SearchSpace.stage_group_counts`:
-  every permutation of them is searched), so that sum is p·Σ_g f_g·x_g with f_g the
-  fractions of the groups taken fastest first up to a total of 1/2, and
-  T_rank >= L·Hd/p with Hd = 1/(2·Σ_g f_g/u_g) (one group: Hd = u; Hd <= Hu since the top
-  half's mean of x is >= the whole mean). tests/search/test_dualpipe_search.py checks the
-  master's LB <= every key's exact best on mixed H100 / A100 clusters. Tail: rank j syncs
-  d_j + d_{p-1-j} and steps o_j + o_{p-1-j}, so the max over ranks of DP_TAIL_FRACTION·d and
+  {j, p-1-j} (p even, `degree_ok`) has T_rank >= (l_j + l_{p-1-j})·u_g/2 on each of its two
+  ranks' groups g, so l_j + l_{p-1-j} <= 2·T_rank·min(x_j, x_{p-1-j}) with x = 1/u. The p/2
+  pairs are disjoint, so summing, L <= 2·T_rank·Σ_pairs min(x) <= 2·T_rank·(x_(2) + x_(4) +
+  ... + x_(p)), the ranks' x sorted descending (pairing sorted neighbours maximises a sum of
+  minima: exchange two ranks of different pairs and the sum does not fall). Group g holds
+  c_g = frac_g·p stages whatever the placement (`SearchSpace.stage_group_counts`: every
+  permutation of them is searched), so with the groups fastest first that sum is
+  Σ_g x_g·e_g, e_g the even positions in g's block, and T_rank >= L·Hd/p with
+  Hd = p/(2·Σ_g x_g·e_g), the least over the space's pp (`pair_harmonic`; a pp where some
+  c_g is not whole takes the weaker 1/(2·Σ_g f'_g/u_g), f' the fractions fastest first up to
+  1/2, as before: Σ_pairs min(x) <= the p/2 largest x). One group: Hd = u; two equal groups
+  at pp 2: the slower u, at pp 4 and 8: their harmonic mean Hu.
+  tests/search/test_dualpipe_search.py checks the master's LB <= every key's exact best on
+  mixed H100 / A100 clusters. Tail: rank j syncs d_j + d_{p-1-j} and steps
+  o_j + o_{p-1-j}, so the max over ranks of DP_TAIL_FRACTION·d and
   of o is >= twice the mean over stages >= the mean the master takes; the second bound
   (exposed >= d - 2/3 t) holds per rank with the rank's d and t, whose sums are 2·D and S:
   max >= (2D - 2/3 S)/pp >= (D - 2/3 S)/pp. Memory: the master's condition sums the stage
@@ -93,12 +97,14 @@ def model_scored(space: Any) -> bool:
     return s == "dualpipe" or (s == "dualpipev" and hides_ep(s, space.job)) or scored(space)
 
 
-def pair_harmonic(fr: Sequence[float], u: Sequence[npt.NDArray[np.float64]]
-                  ) -> npt.NDArray[np.float64]:
-    """Hd = 1/(2·Σ_g f_g/u_g), elementwise over the tables' axes: the per-layer time a
-    DualPipe rank is bounded by on node groups of GPU fractions `fr` and least per-layer times
-    `u` (the module docstring's proof: f_g are the fractions taken fastest group first, up to
-    a total of 1/2)."""
+def pair_harmonic(fr: Sequence[float], u: Sequence[npt.NDArray[np.float64]],
+                  pps: Sequence[int] = ()) -> npt.NDArray[np.float64]:
+    """Hd, elementwise over the tables' axes: the per-layer time that bounds a DualPipe rank,
+    T_rank >= L·Hd/p, on node groups of GPU fractions `fr` and least per-layer times `u`, at
+    every pp of `pps` (the module docstring's proof). At a pp where each group holds a whole
+    count of stages c_g = f_g·p: p/(2·Σ_i x_(2i)), the ranks' x = 1/u sorted descending
+    (every second one); else (and with no `pps`) 1/(2·Σ_g f'_g/u_g), the fractions f' taken
+    fastest group first up to a total of 1/2. Hd is the least over `pps`."""
     x = np.stack(np.broadcast_arrays(*[1.0 / np.maximum(np.asarray(ug, float), 1e-30)
                                        for ug in u]))
     order = np.argsort(-x, axis=0, kind="stable")
@@ -107,7 +113,21 @@ def pair_harmonic(fr: Sequence[float], u: Sequence[npt.NDArray[np.float64]]
     fs = np.take_along_axis(f, order, axis=0)
     before = np.cumsum(fs, axis=0) - fs
     take = np.clip(0.5 - before, 0.0, fs)
-    return np.asarray(1.0 / (2.0 * np.sum(take * xs, axis=0)), float)
+    top_half = np.asarray(1.0 / (2.0 * np.sum(take * xs, axis=0)), float)
+    out: npt.NDArray[np.float64] | None = None
+    for p in sorted(set(pps)):
+        c = [fg * p for fg in fr]
+        if any(abs(cg - round(cg)) > 1e-9 for cg in c):
+            h = top_half
+        else:
+            cs = np.take_along_axis(np.broadcast_to(
+                np.asarray([round(cg) for cg in c], float).reshape((-1,) + (1,) * (x.ndim - 1)),
+                x.shape), order, axis=0)
+            start = np.cumsum(cs, axis=0) - cs
+            even = np.floor((start + cs) / 2.0) - np.floor(start / 2.0)
+            h = np.asarray(p / (2.0 * np.sum(even * xs, axis=0)), float)
+        out = h if out is None else np.minimum(out, h)
+    return top_half if out is None else out
 
 
 def plan_terms(job: Any, plan: Plan) -> Terms:
