@@ -98,7 +98,7 @@ def test_a_rank_runs_its_mirror_on_its_own_gpus() -> None:
     two-group placement rank r has exactly the time and memory it has when every stage sits
     on its group: neither depends on where the mirror's own rank runs."""
     job = _mixed_job(8)
-    base = Plan(dp=1, tp=4, pp=4, stage_layers=(1, 1, 2, 4), num_microbatches=16,
+    base = Plan(dp=1, tp=4, pp=4, mbs=2, stage_layers=(1, 1, 2, 4), num_microbatches=16,
                 schedule="dualpipe")
     mixed = base.model_copy(update={"stage_groups": (0, 1, 1, 0)})
     st, mem = stage_times(job, mixed), stage_memory(job, mixed)
