@@ -20,11 +20,14 @@ from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.memory import stage_memory
 from autoparallel_cp.cost.steptime import stage_times
 from autoparallel_cp.errors import UserError
+from autoparallel_cp.search import limits
 from autoparallel_cp.search.dualpipe_bound import dualpipe_key_bound, key_constants, split_bounds
+from autoparallel_cp.search.dualpipe_splits import ordered_splits, solve_free_dualpipe
 from autoparallel_cp.search.enumerate import Degrees
 from autoparallel_cp.search.enumerate_axes import partition_array, placement_array
 from autoparallel_cp.search.key_table import build_key_table
-from autoparallel_cp.search.model_scan import _best_of_row, best_of_key
+from autoparallel_cp.search.limits import Budget
+from autoparallel_cp.search.model_scan import _best_of_row, best_of_key, best_of_split
 from autoparallel_cp.search.replay_axis import dualpipe_free
 from autoparallel_cp.search.solve import enumerate_plans, solve
 from autoparallel_cp.search.space import SearchSpace
@@ -164,3 +167,39 @@ def test_the_proof_line_and_outside_say_two_groups_are_searched() -> None:
     plan = Plan(dp=1, tp=8, pp=2, stage_layers=(6, 2), stage_groups=(1, 0),
                 schedule="dualpipe")
     assert outside(hs, plan) is None
+
+
+def test_the_exact_loop_at_cutoffs_and_out_of_budget() -> None:
+    """`solve_free_dualpipe` on a two-group key: unlimited, it returns the best of every
+    split scored one by one (`best_of_split`), proven; at a cutoff just below that step it
+    proves nothing is left (None, proven), at the step itself it returns it again; with a
+    budget spent after the first split it returns that split's best, unproven, with an error
+    bound that covers the gap to the true best."""
+    job = _mixed_job(8)
+    sp = SearchSpace.for_job(job, fix="schedule=dualpipe,tp=4,pp=4,mbs=2,zero=1", max_pp=4)
+    t = build_tables(sp)
+    key = build_key_table(t).key(0)
+    (v,) = [v for v in key_variants(t, key) if dualpipe_free(v.space)]
+    parts, _ = partition_array(v.space, key.pp, key.vpp)
+    scored = [(got[0], got[1].key()) for r in parts
+              if (got := best_of_split(v, key, tuple(int(x) for x in r))) is not None]
+    want = min(scored)
+    got, proven = solve_free_dualpipe(v, key, seed=0, workers=1, cutoff_s=None,
+                                      budget=Budget(None))
+    assert got is not None and (got[0], got[1].key()) == want and got[3] == 0.0
+    below, proven = solve_free_dualpipe(v, key, seed=0, workers=1, cutoff_s=want[0] * 0.999,
+                                        budget=Budget(None))
+    assert below is None and proven
+    at, _ = solve_free_dualpipe(v, key, seed=0, workers=1, cutoff_s=want[0],
+                                budget=Budget(None))
+    assert at is not None and at[0] == want[0]
+    fresh = build_tables(sp)  # no memo: one split scored, then the budget is spent
+    budget = Budget(None)
+    budget.dtime = limits.MODEL_PLAN_DTIME / 2
+    part, proven = solve_free_dualpipe(fresh, key, seed=0, workers=1, cutoff_s=None,
+                                       budget=budget)
+    _, bounds = ordered_splits(fresh, key)
+    assert part is not None and part[0] >= want[0]
+    # unproven: the error bound is the gap to the next split's bound, and it covers the best
+    assert part[3] == part[0] - bounds[1] > 0.0
+    assert part[0] - part[3] <= want[0] * (1 + 1e-12)
