@@ -268,10 +268,12 @@ def throughput_line(p: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def schedule_line(p: Mapping[str, Any], default: Mapping[str, Any]) -> str:
+def schedule_line(p: Mapping[str, Any], default: Mapping[str, Any],
+                  resplit: bool = False) -> str:
     """Which bubble a plan's zero-bubble schedule removes: its bubble and memory against the
     same plan under its default schedule (`default`, 1F1B or interleaved; cost/schedules.py:
-    the deferred weight-gradient passes fill the warm-up and cool-down, Qi et al. 2024)."""
+    the deferred weight-gradient passes fill the warm-up and cool-down, Qi et al. 2024);
+    `resplit`: `default` has that schedule's own layer split (the plan's cannot run there)."""
     s = p.get("plan", {}).get("schedule")
     t, t0 = p.get("time", {}), default.get("time", {})
     m, m0 = needed_bytes(p.get("memory", {})), needed_bytes(default.get("memory", {}))
@@ -279,7 +281,8 @@ def schedule_line(p: Mapping[str, Any], default: Mapping[str, Any]) -> str:
     name = default.get("plan", {}).get("schedule") or (
         "interleaved" if (p.get("plan", {}).get("vpp") or 1) > 1 else "1f1b")
     return (f"schedule {s}: bubble {fmt_time(t0.get('bubble_s'))} -> "
-            f"{fmt_time(t.get('bubble_s'))} against {name} on the same plan (step "
+            f"{fmt_time(t.get('bubble_s'))} against {name} on the same plan"
+            f"{' with its default layer split' if resplit else ''} (step "
             f"{fmt_time(step0)} -> {fmt_time(step)}, {(step0 - step) / step0:.1%} shorter"
             f"; mem {gib(m0)} -> {gib(m)} GiB)" if step0 else f"schedule {s}")
 

@@ -34,6 +34,7 @@ from autoparallel_cp.search.schedule_axis import BOUND_RATIO
 from autoparallel_cp.search.space_proof import proof_space, space_line
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.framework_space import Restriction
+from autoparallel_cp.spec.plan import plan_violations
 
 
 def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: str,
@@ -207,9 +208,7 @@ def _run_search(kind: str, job: Job, *, fix: str | None, top_k: int, objective: 
         f"{report.fmt_count(best['throughput'].get('tokens_per_s_per_gpu'))} tok/s/GPU"
         + capacity.risk_note(best)))
     if ranked[0][0].schedule in BOUND_RATIO:  # which bubble the ZB / V schedule removes
-        as_default = ranked[0][0].model_copy(update={"schedule": None})
-        out.print("  " + report.schedule_line(
-            best, report.plans_from([api.evaluate(full_job, as_default)])[0]))
+        out.print("  " + _schedule_contrast(full_job, ranked[0][0], best))
     if ranked[0][0].optimizer_offload:  # which GPU memory the host offload removes
         on_gpu = ranked[0][0].model_copy(update={"optimizer_offload": 0.0})
         out.print("  " + report.offload_line(
@@ -319,3 +318,18 @@ def enumerate_cmd(model: str, cluster: str, gpus: int | None, nodes: int | None,
                 tolerance=tolerance, csv_path=csv_path, json_path=json_path,
                 emit_fmt=emit_fmt, emit_rank=emit_rank, emit_out=emit_out, quiet=quiet,
                 trace_path=trace_path, trace_rank=trace_rank, html_path=html_path)
+
+
+def _schedule_contrast(job: Job, plan: Any, best: dict[str, Any]) -> str:
+    """`report.schedule_line` of `plan` against the same plan under its default schedule; a
+    split that schedule cannot run (a V's rank 0 without layers: spec/plan.py
+    `empty_first_ok`) is compared with the default schedule's own split, and said so."""
+    as_default = plan.model_copy(update={"schedule": None})
+    resplit = bool(plan_violations(job, as_default))
+    if resplit:
+        as_default = as_default.model_copy(update={"stage_layers": None, "chunk_layers": None})
+        if plan_violations(job, as_default):
+            return (f"schedule {plan.schedule} (its layer split has no counterpart under the "
+                    "default schedule)")
+    return report.schedule_line(best, report.plans_from([api.evaluate(job, as_default)])[0],
+                                resplit=resplit)

@@ -4,9 +4,12 @@ plans and JSON `space` say so; an unsearched one is one line and exit 2."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from test_cli import FAST, SMALL, assert_user_error, run
+
+from autoparallel_cp.spec import ModelSpec
 
 
 def test_fix_gpipe_solves_and_the_json_names_it() -> None:
@@ -126,3 +129,24 @@ def test_an_interleaved_offload_pin_is_searched() -> None:
     doc = json.loads(out)
     assert doc["plans"] and all(p["plan"]["vpp"] == 2 and p["plan"]["activation_offload"] == 2
                                 for p in doc["plans"])
+
+
+def test_an_empty_first_rank_is_contrasted_with_the_default_split(tmp_path: Path) -> None:
+    """#1 is a ZBV plan whose rank 0 holds no layer (6 layers on pp 4 at a 128k vocabulary,
+    tests/search/test_empty_rank.py): interleaved 1F1B cannot leave a stage empty, so the line
+    compares it with the same plan under the default schedule's own split, and says so (the
+    command used to stop with exit 2 on its own answer)."""
+    model = tmp_path / "model.json"
+    model.write_text(ModelSpec(
+        name="mini-128k", num_layers=6, hidden_size=1024, ffn_hidden_size=2816,
+        num_attention_heads=8, num_kv_heads=4, vocab_size=128000).model_dump_json())
+    result, out, err = run("solve", "--model", str(model), "--cluster", "dgx-a100-40g",
+                           "--gpus", "4", "--seq-len", "4096", "--global-batch", "16",
+                           "--fix", "schedule=zbv,pp=4", "--top-k", "1",
+                           "--time-limit", "10", "--workers", "2", "--json", str(
+                               tmp_path / "out.json"))
+    assert result.exit_code == 0, (result.exit_code, err)
+    plan = json.loads((tmp_path / "out.json").read_text())["plans"][0]["plan"]
+    assert plan["schedule"] == "zbv" and plan["stage_layers"][0] == 0
+    assert ("against interleaved on the same plan with its default layer split"
+            in " ".join(out.split()))
