@@ -18,14 +18,13 @@ problem is an integer *linear* program (no element constraints, no products of v
   under ZBV / DualPipeV (j a rank) the pipeline term is the replay's longest-path cuts
   instead (search/cpsat_replay.py, which solves that family exactly).
 
-Every time coefficient is floored to the unit `tu` (and `t_j^up` over-estimates by the count of
-floored terms), every memory coefficient and the capacity are floored to 1 KiB: the objective is
-a lower bound of the exact step time of the same partition, off by at most `error_bound_s`, and
-the feasible set holds every partition that fits exactly (the few that fit only by rounding are
-cut off by the caller's exact re-check). Model size: O(pp * groups) variables.
-
-Kept whole (about 590 lines): one CP-SAT model, its read-back and its solve portfolio; the
-proof that the objective is a lower bound spans the whole build.
+Every time coefficient is floored to the unit `tu` (`t_j^up` over-estimates by the count of
+floored terms), every memory coefficient and the capacity to 1 KiB: the objective is a lower
+bound of the exact step of the same partition, off by at most `error_bound_s`, and the feasible
+set holds every partition that fits exactly (the few that fit only by rounding are cut off by
+the caller's exact re-check). Model size: O(pp * groups) variables. Kept whole (about 600
+lines): one CP-SAT model, its read-back and its solve portfolio; the proof that the objective
+is a lower bound spans the whole build.
 """
 
 from __future__ import annotations
@@ -548,8 +547,7 @@ def _solve_family(t: Tables, key: Any, *, seed: int, workers: int, max_rounds: i
         plan = canonical(pm.read_plan(solver, uniform), t.space.num_layers)
         pc = plan_cost(t, plan)
         if pc.fits:
-            diff = pc.step_s - solver.objective_value * pm.scale_s
-            # a time-out leaves the key's optimum unproven: widen its bound by the gap
+            diff = pc.step_s - solver.objective_value * pm.scale_s  # a time-out: widen by the gap
             gap = (solver.objective_value - solver.best_objective_bound) * pm.scale_s
             return (pc.step_s, plan, diff, pm.error_bound_s + max(gap, 0.0)), False
         pm.forbid(solver)
@@ -561,11 +559,13 @@ DIRECT_PLACEMENTS = 64
 
 
 def _determined(t: Tables, key: Any) -> bool:
-    """A pinned split (`--fix` or a named layout) leaves only the recompute count and the
-    stage placement to choose: a scan (`enumerate.best_of_pinned_split`) when the placements
-    are few (one on a single node group)."""
-    if t.space.schedule in SCANNED or scored(t.space):  # model_scored.py
-        return not free_searched(t.space)  # scanned but a V's free family (cpsat_replay.py)
+    """A pinned split (`--fix` or a named layout; a V free family's only split at this pp,
+    e.g. 126 layers on pp 64: rank 0 empty) leaves the recompute count and the placement: a
+    scan (`enumerate.best_of_pinned_split`) when the placements are few (one on one group)."""
+    if t.space.schedule in SCANNED or scored(t.space):  # model_scored.py; a V's free family:
+        return not free_searched(t.space) or (  # cpsat_replay.py, unless it has one split
+            t.space.schedule in REPLAYED and not scored(t.space) and not scored_free(t.space)
+            and t.space.num_partitions(key.pp, key.vpp) == 1)
     if not t.space.fixed_split:
         return False
     return t.space.num_placements(key.tp, key.cp, key.dp, key.pp) <= DIRECT_PLACEMENTS

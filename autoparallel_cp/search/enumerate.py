@@ -417,7 +417,8 @@ def _replayed(t: Tables, d: Degrees, mode_name: RecomputeMode, sps: Ints,
 def best_of_pinned_split(t: Tables, key: Any, cutoff_s: float | None = None
                          ) -> tuple[float, Plan] | None:
     """The exact best plan of one key of a space whose split is pinned (`--fix` or a named
-    layout, `SearchSpace.split_families`): the enumerator's vectorized composition over the
+    layout, `SearchSpace.split_families`; or a free family with one split at the key's pp,
+    cpsat_partition.py `_determined`): the enumerator's vectorized composition over the
     key's recompute counts and stage placements (one partition), ties by `Plan.key()` order
     as `enumerate_best`. None when nothing fits. `cpsat_partition` scores such keys here: a
     pinned split leaves at most the recompute count and the placement to choose, a scan.
@@ -439,10 +440,13 @@ def best_of_pinned_split(t: Tables, key: Any, cutoff_s: float | None = None
     if not np.isfinite(cost[col]):
         return None
     cl = space.fixed.get("chunk_layers")
+    row = int(pi[col])  # a free family's split is its row (`partition_array`'s objects: None)
+    free = not (space.fixed_split or space.partition == "uniform")
     plan = Plan(dp=d.dp, tp=d.tp, pp=d.pp, vpp=d.vpp, cp=d.cp, ep=d.ep, sp=key.sp,
                 zero=key.zero, mbs=d.mbs, num_microbatches=d.num_microbatches,
                 recompute=mode_name, recompute_layers=ropts[int(ri[col])],
-                stage_layers=part_objs[int(pi[col])], stage_groups=place_objs[int(qi[col])],
+                stage_layers=(tuple(int(x) for x in parts[row]) if free else part_objs[row]),
+                stage_groups=place_objs[int(qi[col])],
                 chunk_layers=None if cl is None else tuple(cl), etp=space.etp,
                 schedule=plan_schedule(space.schedule), dp_replicate=space.dp_replicate,
                 optimizer_offload=space.optimizer_offload,

@@ -118,3 +118,27 @@ def test_bounds_and_cpsat_with_empty_first_ranks(sched: str, layers: int, vocab:
     _check_key_bound_of(space)
     _assert_master_bounds(job, space, 3)
     _compare_exact(job, space, 4)
+
+
+def test_a_one_split_free_family_is_scanned_not_cut() -> None:
+    """6 layers on pp 4 leave the free V family one split, (0, 2, 2, 2): its keys are scored
+    by the enumerator's scan (cpsat_partition.py `_determined`, as a pinned split), with the
+    split read off the row, and the search's best equals the enumerator's; at 8 layers (four
+    splits) the replay's cut loop stays."""
+    from autoparallel_cp.search.cpsat_partition import _determined
+    from autoparallel_cp.search.enumerate import best_of_pinned_split
+    from autoparallel_cp.search.key_table import build_key_table
+    from autoparallel_cp.search.solve import solve
+
+    for layers, one in ((6, True), (8, False)):
+        job = _vocab_job(128000, layers, gpus=4, batch=16)
+        sp = SearchSpace.for_job(job, fix="schedule=zbv,pp=4", max_pp=4, max_mbs=2)
+        t = build_tables(sp)
+        key = build_key_table(t).key(0)
+        assert _determined(t, key) is one
+        if one:
+            got = best_of_pinned_split(t, key)
+            assert got is not None and got[1].stage_layers == (0, 2, 2, 2)
+            best = solve(job, sp, top_k=1, time_limit=60).plans[0]
+            ref = enumerate_plans(job, sp, top_k=1).plans[0]
+            assert best.plan == ref.plan and best.time.step_s == ref.time.step_s
