@@ -35,7 +35,10 @@ Per stage j (on its node group's GPU), per micro-batch:
 - exposed DP: fully exposed without overlap; overlapped with the last micro-batch's backward
   (2/3 of t_j) otherwise, never less than DP_TAIL_FRACTION of it (the last bucket, plus the
   SMs the overlapped part takes from backward: factors.overlap_exposed);
-- optimizer: fused Adam over the local shard at HBM bandwidth.
+- optimizer: fused Adam over the local shard at HBM bandwidth;
+- DualPipe (DeepSeek-V3, arXiv 2412.19437 §3.2.1): rank j holds stage j and its mirror p-1-j
+  and runs both on its own GPUs, so both are timed on rank j's node group; its per-micro-batch
+  time is their mean, its DP sync and optimizer step their sum (`_dualpipe_rank`).
 """
 
 from __future__ import annotations
@@ -284,7 +287,6 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                          grad_reduce_s=grad_reduce, grad_accum_s=grad_accum,
                          offload_s=off_s)
 
-
     def stage(j: int, g: int) -> StageTime:
         k = (j, kinds[j], g)
         hit = memo.get(k)
@@ -298,10 +300,10 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
     return [stage(j, groups[j]) for j in range(pp)]
 
 
-
 def _dualpipe_rank(a: StageTime, b: StageTime) -> StageTime:
-    """Rank a.stage under DualPipe: half its micro-batches run stage a, half its mirror b
-    (per micro-batch: the mean), and it syncs and updates both copies' parameters (the sum)."""
+    """Rank a.stage under DualPipe: half its micro-batches run stage a, half its mirror b (both
+    timed on the rank's node group; per micro-batch: the mean), and it syncs and updates both
+    copies' parameters (the sum)."""
     def mean(x: float, y: float) -> float:
         return 0.5 * (x + y)
     return StageTime(
