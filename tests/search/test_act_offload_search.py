@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_offload_search import _cluster, _job
-from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol
+from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol, _ranked_or_raise
 
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.evaluate import evaluate
@@ -80,7 +80,7 @@ def test_tables_cost_equals_evaluate_on_every_plan() -> None:
     exposed = 0
     for sub in space.schedule_variants():  # each part's own tables (act_offload.py)
         t = build_tables(sub)
-        ranked = enumerate_plans(job, sub, top_k=10**6).stats["ranked"]
+        ranked = _ranked_or_raise(job, sub)
         assert ranked
         for cost, plan in ranked:
             ev = evaluate(job, plan)
@@ -269,7 +269,7 @@ def test_pipelined_activation_offload_matches_enumeration(moe: bool, layers: int
     _assert_master_bounds(job, space, 2)
     for sub in space.schedule_variants():
         t = build_tables(sub)
-        for cost, plan in enumerate_plans(job, sub, top_k=10**6).stats["ranked"][::3]:
+        for cost, plan in _ranked_or_raise(job, sub)[::3]:
             ev = evaluate(job, plan)
             pc = plan_cost(t, plan)
             assert pc.fits == ev.fits and cost == pc.step_s

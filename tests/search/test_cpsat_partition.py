@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_solver_vs_enumerate import _key, _mini, _mixed_small, _pinned_lb
+from test_solver_vs_enumerate import _key, _mini, _mixed_small, _pinned_lb, _ranked_or_raise
 
 from autoparallel_cp.errors import InfeasibleError
 from autoparallel_cp.search.cpsat_master import Key
@@ -92,7 +92,7 @@ def test_master_bound_below_every_key_best_heterogeneous_zero3() -> None:
 
     job = Job(model=_mini(False, 6), cluster=_mixed_small(), seq_len=4096, global_batch=16)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3), fix="tp=8")
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     master = build_master(build_tables(space))
     for cost, plan in ranked[::3]:
         assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
@@ -107,7 +107,7 @@ def test_enumerate_keys_lists_every_key_in_the_window() -> None:
               seq_len=4096, global_batch=16)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
     master = build_master(build_tables(space))
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     lbs = {}
     for _, plan in ranked[::4]:
         lbs[_key(plan)] = _pinned_lb(master, _key(plan))

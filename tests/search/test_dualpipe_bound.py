@@ -12,14 +12,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_dualpipe_search import _mixed
-from test_solver_vs_enumerate import _key, _mini
+from test_solver_vs_enumerate import _key, _mini, _ranked_or_raise
 from test_zb_search import _job
 
 from autoparallel_cp.errors import UserError
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.key_bounds import key_bound, key_bounds
 from autoparallel_cp.search.key_table import build_key_table
-from autoparallel_cp.search.solve import enumerate_plans, solve
+from autoparallel_cp.search.solve import solve
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import build_tables
 from autoparallel_cp.spec import Job
@@ -28,7 +28,7 @@ from autoparallel_cp.spec import Job
 def _bests(job: Job, space: SearchSpace) -> dict:
     """Every key's exact best step over every fitting plan the enumerator scores."""
     best: dict = {}
-    for cost, p in enumerate_plans(job, space, top_k=10**6).stats["ranked"]:
+    for cost, p in _ranked_or_raise(job, space):
         k = _key(p)
         best[k] = min(best.get(k, math.inf), cost)
     return best

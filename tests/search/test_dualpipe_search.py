@@ -17,7 +17,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_replay_search import _compare_exact, _job
-from test_solver_vs_enumerate import _assert_master_bounds, _key, _mini, _mixed_small
+from test_solver_vs_enumerate import (
+    _assert_master_bounds,
+    _key,
+    _mini,
+    _mixed_small,
+    _ranked_or_raise,
+)
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.memory import stage_memory
@@ -62,7 +68,7 @@ def test_plan_cost_is_evaluate_and_every_bound_is_below(sched: str, moe: bool) -
     job = _job(moe=moe, layers=6 if moe else 8, seq=8192, batch=32)
     sp = SearchSpace.for_job(job, fix=f"schedule={sched}", max_pp=4, max_mbs=2)
     t = build_tables(sp)
-    ranked = enumerate_plans(job, sp, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, sp)
     assert ranked
     kt = build_key_table(t)
     lbs = {kt.key(i): int(kt.lb[i]) * kt.unit_s for i in range(len(kt.lb))}
