@@ -89,7 +89,7 @@ def _ranked(space: SearchSpace) -> list[tuple[float, Plan]]:
             return ranked
     ranked = enumerate_best(space)[0]
     _RANKED.append((space, ranked))
-    del _RANKED[:-3]
+    del _RANKED[:-4]
     return ranked
 
 
