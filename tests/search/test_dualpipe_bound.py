@@ -97,10 +97,12 @@ def test_the_bound_holds_over_every_placement(gpn: int, n0: int, n1: int, a100_f
 
 def test_the_bound_is_tighter_than_the_masters() -> None:
     """With few micro-batches the bubble counts, and on two node groups the slower half:
-    the bound is above the key listing's LB for most keys (the old bound was 0)."""
+    the bound is above the key listing's LB for most keys (the old bound was 0): 120 of
+    150 keys with ZeRO 1 and 3 (270 of 300 with every stage, twice the plans to score)."""
     job = Job(model=_mini(False, 8), cluster=_mixed(4, 1, 1, False), seq_len=8192,
               global_batch=16)
-    space = SearchSpace.for_job(job, fix="schedule=dualpipe", max_pp=8, max_mbs=2)
+    space = SearchSpace.for_job(job, fix="schedule=dualpipe", max_pp=8, max_mbs=2,
+                                zero=(1, 3))
     n, above = _check(job, space)
     assert n > 0 and above >= n // 2
 
