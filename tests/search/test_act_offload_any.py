@@ -47,8 +47,11 @@ def _pinned(job: Job, fix: dict[str, Any]) -> SearchSpace | None:
 @example(moe=True, layers=8, gpus=8, seq=8192, k=1, rc="selective", vpp=None,
          sched="dualpipe")
 @example(moe=True, layers=8, gpus=8, seq=8192, k=2, rc=None, vpp=None, sched="dualpipev")
-@given(moe=st.booleans(), layers=st.sampled_from([4, 6, 8, 12]),
-       gpus=st.sampled_from([4, 8, 16]), seq=st.sampled_from([8192, 32768]),
+# at most 8 layers on 8 GPUs (k * pp = 8 layers still meets the every-stage->=k edge): MoE,
+# 12 layers on 16 GPUs under the default schedules was 295k plans the cost model scores one
+# by one, and one such draw took the test from under 20 s to over 2 minutes
+@given(moe=st.booleans(), layers=st.sampled_from([4, 6, 8]),
+       gpus=st.sampled_from([4, 8]), seq=st.sampled_from([8192, 32768]),
        k=st.integers(1, 3), rc=st.sampled_from([None, "none", "selective", "full"]),
        vpp=st.sampled_from([None, 2]), sched=st.sampled_from(SCHEDULES))
 def test_pinned_offload_with_every_axis_matches_enumeration(
