@@ -13,14 +13,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_act_offload_search import _compare_or_none
 from test_offload_search import _cluster, _job
-from test_solver_vs_enumerate import _assert_master_bounds, _key
+from test_solver_vs_enumerate import _assert_master_bounds, _key, _ranked_or_raise
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import tables as tables_mod
 from autoparallel_cp.search.act_offload import scored
 from autoparallel_cp.search.key_bounds import key_bound
-from autoparallel_cp.search.solve import enumerate_plans
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.space_proof import outside, proof_space
 from autoparallel_cp.search.tables import build_tables, plan_cost
@@ -48,8 +47,11 @@ def _pinned(job: Job, fix: dict[str, Any]) -> SearchSpace | None:
 @example(moe=True, layers=8, gpus=8, seq=8192, k=1, rc="selective", vpp=None,
          sched="dualpipe")
 @example(moe=True, layers=8, gpus=8, seq=8192, k=2, rc=None, vpp=None, sched="dualpipev")
-@given(moe=st.booleans(), layers=st.sampled_from([4, 6, 8, 12]),
-       gpus=st.sampled_from([4, 8, 16]), seq=st.sampled_from([8192, 32768]),
+# at most 8 layers on 8 GPUs (k * pp = 8 layers still meets the every-stage->=k edge): MoE,
+# 12 layers on 16 GPUs under the default schedules was 295k plans the cost model scores one
+# by one, and one such draw took the test from under 20 s to over 2 minutes
+@given(moe=st.booleans(), layers=st.sampled_from([4, 6, 8]),
+       gpus=st.sampled_from([4, 8]), seq=st.sampled_from([8192, 32768]),
        k=st.integers(1, 3), rc=st.sampled_from([None, "none", "selective", "full"]),
        vpp=st.sampled_from([None, 2]), sched=st.sampled_from(SCHEDULES))
 def test_pinned_offload_with_every_axis_matches_enumeration(
@@ -83,7 +85,7 @@ def test_pinned_offload_with_every_axis_matches_enumeration(
             continue
         t = build_tables(sub)
         try:
-            ranked = enumerate_plans(job, sub, top_k=10**6).stats["ranked"]
+            ranked = _ranked_or_raise(job, sub)
         except Exception:  # noqa: BLE001  a part where nothing fits
             continue
         for cost, plan in ranked:  # the per-key bound (act_offload_bound.py) below each plan

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from ortools.sat.python import cp_model
-from test_solver_vs_enumerate import _key, _mini, _mixed_small
+from test_solver_vs_enumerate import _key, _mini, _mixed_small, _ranked_or_raise
 
 from autoparallel_cp.cost.factors import DP_TAIL_FRACTION
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
@@ -36,7 +36,7 @@ from autoparallel_cp.search.cpsat_partition import build_partition
 from autoparallel_cp.search.key_bounds import key_bound, key_coefs
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.schedule_axis import plan_schedule
-from autoparallel_cp.search.solve import best_for_key, enumerate_plans
+from autoparallel_cp.search.solve import best_for_key
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import Tables, build_tables, key_variants, plan_cost
 from autoparallel_cp.spec import ClusterSpec, Job
@@ -376,7 +376,7 @@ def test_master_memory_condition_excludes_keys_whose_states_do_not_fit() -> None
     over = {(tp, z) for tp in space.tp for z in space.zero if states(tp, z) > cap}
     assert over == {(1, 0), (1, 1), (2, 0)}
     assert {(2, 1), (4, 0), (1, 2)} <= listed
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     assert ranked and {_key(p) for _, p in ranked} <= {k for _, k in keys}
 
 

@@ -9,12 +9,18 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_solver_vs_enumerate import _key, _mini, _mixed_small, _pinned_lb
+from test_solver_vs_enumerate import (
+    _key,
+    _mini,
+    _mixed_small,
+    _pinned_lb,
+    _ranked,
+    _ranked_or_raise,
+)
 
 from autoparallel_cp.errors import InfeasibleError
 from autoparallel_cp.search.cpsat_master import Key
 from autoparallel_cp.search.cpsat_partition import solve_partition
-from autoparallel_cp.search.solve import enumerate_plans
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import build_tables
 from autoparallel_cp.spec import Job, ModelSpec
@@ -31,7 +37,7 @@ def _check_every_key(space: SearchSpace, stride: int = 1) -> int:
 
 def _check_every_key_of(space: SearchSpace, stride: int, whole: bool) -> int:
     try:
-        ranked = enumerate_plans(space.job, space, top_k=10**6).stats["ranked"]
+        ranked = _ranked_or_raise(space.job, space)  # shared with `_check_key_bound_of`
     except InfeasibleError:
         if whole:
             raise
@@ -92,7 +98,7 @@ def test_master_bound_below_every_key_best_heterogeneous_zero3() -> None:
 
     job = Job(model=_mini(False, 6), cluster=_mixed_small(), seq_len=4096, global_batch=16)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2, zero=(1, 3), fix="tp=8")
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     master = build_master(build_tables(space))
     for cost, plan in ranked[::3]:
         assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9
@@ -107,7 +113,7 @@ def test_enumerate_keys_lists_every_key_in_the_window() -> None:
               seq_len=4096, global_batch=16)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
     master = build_master(build_tables(space))
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     lbs = {}
     for _, plan in ranked[::4]:
         lbs[_key(plan)] = _pinned_lb(master, _key(plan))
@@ -139,10 +145,9 @@ def _check_key_bound(space: SearchSpace) -> int:
 
 
 def _check_key_bound_of(space: SearchSpace) -> int:
-    from autoparallel_cp.search import enumerate as en
     from autoparallel_cp.search.key_bounds import key_bound
 
-    ranked, _ = en.enumerate_best(space)  # the best plan of every key, by exact step time
+    ranked = _ranked(space)  # the best plan of every key, by exact step time (enumerate_best)
     t = build_tables(space)
     for cost, plan in ranked:  # the enumerator's best plan of every key
         kb = key_bound(t, _key(plan))

@@ -8,10 +8,9 @@ Baichuan2-13B family)."""
 from __future__ import annotations
 
 import pytest
-from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol, _mini
+from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol, _mini, _ranked_or_raise
 
 from autoparallel_cp.cost.evaluate import evaluate
-from autoparallel_cp.search.solve import enumerate_plans
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import build_tables, plan_cost
 from autoparallel_cp.spec import RECIPES, Job
@@ -42,7 +41,7 @@ def test_tables_price_plans_as_evaluate_does() -> None:
     job = _job()
     space = SearchSpace.for_job(job, max_pp=2, max_vpp=1, max_mbs=2, zero=(1, 3))
     tables = build_tables(space)
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     assert any(p.zero == 3 for _, p in ranked)
     for cost, plan in ranked:
         ev = evaluate(job, plan)

@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 from test_cpsat_partition import _check_key_bound_of
 from test_replay_free_split import _vocab_job
 from test_replay_search import _compare_exact
-from test_solver_vs_enumerate import _assert_master_bounds, _key, _mini
+from test_solver_vs_enumerate import _assert_master_bounds, _key, _mini, _ranked
 from test_zb_search import _job
 
 from autoparallel_cp.errors import InfeasibleError, UserError
-from autoparallel_cp.search import enumerate as en
 from autoparallel_cp.search.empty_rank import empty_first
 from autoparallel_cp.search.enumerate_axes import partition_array, partitions
 from autoparallel_cp.search.key_bounds import key_bound
@@ -81,7 +80,7 @@ def test_the_key_bounds_hold_where_rank_0_is_empty() -> None:
     sp = SearchSpace.for_job(job, fix="schedule=zbv,tp=1,cp=1", max_pp=4, max_mbs=1,
                              zero=(1,))
     assert _check_key_bound_of(sp) > 0
-    ranked, _ = en.enumerate_best(sp)
+    ranked = _ranked(sp)  # the enumeration `_check_key_bound_of` made
     empty = [(c, p) for c, p in ranked if p.layers_per_stage(12)[0] == 0]
     assert empty
     t = build_tables(sp)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol, _mini
+from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol, _mini, _ranked_or_raise
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.errors import InfeasibleError
 from autoparallel_cp.search.neighbours import neighbours, single_changes
-from autoparallel_cp.search.solve import enumerate_plans, solve
+from autoparallel_cp.search.solve import solve
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.space_proof import outside, proof_space, space_line
 from autoparallel_cp.search.tables import build_tables, plan_cost
@@ -110,7 +110,7 @@ def test_tables_cost_equals_evaluate_on_the_axis() -> None:
     the plan's variant give `evaluate`'s step time."""
     job = _job(True, 4, 32, "megatron-bf16")
     space = SearchSpace.for_job(job, max_pp=2, max_vpp=1, max_mbs=2, partial_recompute=False)
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     reps = {p.dp_replicate for _, p in ranked}
     assert 1 in reps and len(reps) > 1
     t = build_tables(space)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol, _mini
+from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol, _mini, _ranked_or_raise
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.errors import InputError
-from autoparallel_cp.search.solve import enumerate_plans, solve
+from autoparallel_cp.search.solve import solve
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.space_proof import outside, proof_space
 from autoparallel_cp.search.tables import build_tables, plan_cost
@@ -53,7 +53,7 @@ def test_tables_cost_equals_evaluate_with_replicas() -> None:
     """Every 7th plan the enumerator ranks under R = 2 (MoE, experts' DP group split too)."""
     job = _job(True, 4, 16, "megatron-bf16")
     space = SearchSpace.for_job(job, fix="dp_replicate=2", max_pp=2, max_vpp=1, max_mbs=2)
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     assert ranked
     t = build_tables(space)
     for cost, plan in ranked[::7]:

@@ -4,10 +4,10 @@ rho = 1.5, and the master's key bounds stay below every key's exact best."""
 from __future__ import annotations
 
 import pytest
+from test_solver_vs_enumerate import _ranked_or_raise
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.search.cpsat_master import build_master
-from autoparallel_cp.search.solve import enumerate_plans
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.tables import build_tables
 from autoparallel_cp.spec import Job, ModelSpec, MoESpec
@@ -50,10 +50,10 @@ def test_master_bound_holds_at_rho_2() -> None:
     """LB(key) of the master at rho = 2 never exceeds that key's exact best step time."""
     job = _job(2.0, layers=6)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     assert any(p.ep > 1 for _, p in ranked)
     for sub in space.schedule_variants():  # each schedule sub-space has its own master
-        ranked = enumerate_plans(job, sub, top_k=10**6).stats["ranked"]
+        ranked = _ranked_or_raise(job, sub)
         master = build_master(build_tables(sub))
         for cost, plan in ranked[::9]:
             assert _pinned_lb(master, _key(plan)) * master.unit_s <= cost + 1e-9

@@ -13,6 +13,7 @@ from test_solver_vs_enumerate import (
     _compare_tol,
     _key,  # noqa: I001
     _mini,
+    _ranked_or_raise,
 )
 
 from autoparallel_cp.cost.evaluate import evaluate
@@ -119,7 +120,7 @@ def test_tables_cost_equals_evaluate_with_offload(gpu_master: bool) -> None:
                                              "offload_copies_overlap": False})
         job = job.model_copy(update={"recipe": r.model_copy(update={"behaviour": beh})})
     space = SearchSpace.for_job(job, max_pp=2, max_vpp=1, max_mbs=1, zero=(1, 3))
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     t = build_tables(space)
     for _, plan in ranked[::5]:
         for x in OFFLOAD_SHARES:
@@ -144,7 +145,7 @@ def test_master_and_key_bounds_hold_with_offload() -> None:
     job = _job(False, 12, 4, wide=True, batch=8)
     space = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=1, zero=(0, 1, 3))
     _assert_master_bounds(job, space, 2)
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     assert sum(1 for _, p in ranked if p.optimizer_offload) >= 3
     t = build_tables(space)
     for cost, plan in ranked:
@@ -186,13 +187,13 @@ def test_domain_follows_hosts_and_frameworks() -> None:
     job = _job(False, 12, 4, wide=True, batch=8)
     mg = SearchSpace.for_job(job, emit="megatron", max_pp=4, max_vpp=2, max_mbs=1,
                              zero=(0, 1, 3))
-    ranked = enumerate_plans(job, mg, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, mg)
     assert ranked and all(p.zero >= 1 for _, p in ranked if p.optimizer_offload)
     # without a framework, offload wins keys at zero 0, which Megatron's rows refuse
     free = SearchSpace.for_job(job, by_framework=False, max_pp=4, max_vpp=2, max_mbs=1,
                                zero=(0, 1, 3))
     assert any(p.optimizer_offload and p.zero == 0
-               for _, p in enumerate_plans(job, free, top_k=10**6).stats["ranked"])
+               for _, p in _ranked_or_raise(job, free))
 
 
 def test_small_hosts_leave_the_share_out() -> None:
@@ -200,7 +201,7 @@ def test_small_hosts_leave_the_share_out() -> None:
     on that key (`host_ok`), and every plan searched fits its hosts."""
     job = _job(False, 4, 8, seq=8192, batch=8, host_gib=1.0)
     space = SearchSpace.for_job(job, fix="pp=1,zero=0,mbs=1", max_vpp=1)
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     for _, p in ranked:
         need = p.optimizer_offload * model_host_bytes(
             job, p.tp, p.ep, p.etp, p.zero, p.dp, p.cp, 1, 4) * 8  # pp 1: every layer
@@ -248,7 +249,7 @@ def test_host_check_bounds_the_largest_stage() -> None:
                                 max_vpp=1)
     assert not space.host_ok(1, 1, 0, 8, 1)  # pp 1: all 12 layers on one stage
     assert stage_layers_bound(space, 4) == 9 and space.host_ok(1, 1, 0, 2, 1)  # pp 4
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     assert ranked and {p.pp for _, p in ranked} >= {4} and 1 not in {p.pp for _, p in ranked}
     for _, p in ranked:
         assert host_fits(job, p, stage_memory(job, p))

@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_solver_vs_enumerate import _assert_master_bounds, _key, _mini, _mixed_small
+from test_solver_vs_enumerate import (
+    _assert_master_bounds,
+    _key,
+    _mini,
+    _mixed_small,
+    _ranked_or_raise,
+)
 from test_zb_search import _job
 
 from autoparallel_cp.cost.evaluate import evaluate
@@ -88,7 +94,7 @@ def test_v_plans_cost_what_evaluate_says(sched: str, moe: bool, fix: str) -> Non
     job = _job(moe=moe, layers=6 if moe else 8, seq=8192)
     sp = SearchSpace.for_job(job, fix=f"schedule={sched}{fix}", max_pp=4, max_mbs=2)
     t = build_tables(sp)
-    ranked = enumerate_plans(job, sp, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, sp)
     assert ranked
     for cost, p in ranked[::2]:
         assert p.schedule == sched and p.vpp == 2
@@ -135,7 +141,7 @@ def test_every_bound_stays_below_every_v_plan(sched: str, moe: bool) -> None:
     job = _job(moe=moe, layers=6 if moe else 8, seq=8192)
     sp = SearchSpace.for_job(job, fix=f"schedule={sched}", max_pp=4, max_mbs=2)
     t = build_tables(sp)
-    ranked = enumerate_plans(job, sp, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, sp)
     assert ranked
     kt = build_key_table(t)
     lbs = {kt.key(i): int(kt.lb[i]) * kt.unit_s for i in range(len(kt.lb))}
@@ -152,16 +158,15 @@ def test_every_bound_stays_below_every_v_plan(sched: str, moe: bool) -> None:
 def _compare_exact(job: Job, space: SearchSpace, k: int) -> None:
     """CP-SAT's top k equals the enumerator's exactly: every V key is scanned, no model."""
     try:
-        b = enumerate_plans(job, space, top_k=k)
+        b = _ranked_or_raise(job, space)[:k]  # shared with `_assert_master_bounds`
     except InfeasibleError:
         with pytest.raises(InfeasibleError):
             solve(job, space, top_k=k, time_limit=120)
         return
     a = solve(job, space, top_k=k, time_limit=120)
     assert a.status == "optimal" and a.error_bound_s == 0.0
-    assert [c for c, _ in a.stats["ranked"]] == [c for c, _ in b.stats["ranked"]]
-    assert [p.key()[:10] for _, p in a.stats["ranked"]] == [
-        p.key()[:10] for _, p in b.stats["ranked"]]
+    assert [c for c, _ in a.stats["ranked"]] == [c for c, _ in b]
+    assert [p.key()[:10] for _, p in a.stats["ranked"]] == [p.key()[:10] for _, p in b]
     for ev in a.plans:
         assert ev.fits and ev.plan.schedule == space.schedule
         assert ev.time.step_s == pytest.approx(evaluate(job, ev.plan).time.step_s, rel=1e-9)
@@ -223,12 +228,12 @@ def test_the_torchtitan_union_matches_enumeration_and_the_pinned_spaces(
     space = SearchSpace.for_job(job, **kw)
     assert space.schedules == (None, "zbv", "dualpipev")
     _compare_tol(job, space, 4)
-    ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, space)
     best: dict[object, tuple[float, object]] = {}
     for v in space.schedule_variants():
         sub = v if v.schedule is None else SearchSpace.for_job(
             job, fix=f"schedule={v.schedule}", **kw)
-        for c, p in enumerate_plans(job, sub, top_k=10**6).stats["ranked"]:
+        for c, p in _ranked_or_raise(job, sub):
             k = _key(p)
             if k not in best or (c, p.key()) < best[k]:
                 best[k] = (c, p.key())

@@ -9,7 +9,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol, _key, _mini
+from test_solver_vs_enumerate import (
+    _assert_master_bounds,
+    _compare_tol,
+    _key,
+    _mini,
+    _ranked_or_raise,
+)
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.memory import stage_memory
@@ -108,7 +114,7 @@ def test_pinning_todays_schedules_changes_no_answer() -> None:
     # the union's default sub-space (schedule_axis.py): today's space
     base = SearchSpace.for_job(job, **kw).schedule_variants()[0]
     assert base.schedules == (None,)
-    ranked = enumerate_plans(job, base, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, base)
     a = enumerate_plans(job, SearchSpace.for_job(job, fix="schedule=1f1b", **kw), top_k=10**6)
     b = enumerate_plans(job, SearchSpace.for_job(job, fix="schedule=interleaved", **kw),
                         top_k=10**6)
@@ -125,7 +131,7 @@ def test_key_bounds_stay_below_every_gpipe_plan() -> None:
     job = _job(moe=True, layers=6, seq=8192)
     gp = SearchSpace.for_job(job, fix="schedule=gpipe", max_pp=4, max_vpp=1, max_mbs=2)
     t = build_tables(gp)
-    ranked = enumerate_plans(job, gp, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, gp)
     assert ranked
     for cost, plan in ranked[::3]:
         assert key_bound(t, _key(plan)) <= cost + 1e-9, plan.short()

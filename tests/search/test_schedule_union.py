@@ -12,13 +12,19 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_solver_vs_enumerate import _assert_master_bounds, _compare_tol, _key, _mini
+from test_solver_vs_enumerate import (
+    _assert_master_bounds,
+    _compare_tol,
+    _key,
+    _mini,
+    _ranked_or_raise,
+)
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.memory import stage_memory
 from autoparallel_cp.search.key_bounds import key_bound
 from autoparallel_cp.search.neighbours import neighbours
-from autoparallel_cp.search.solve import enumerate_plans, solve
+from autoparallel_cp.search.solve import solve
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.search.space_proof import outside, proof_space, space_line
 from autoparallel_cp.search.tables import build_tables
@@ -92,7 +98,7 @@ def test_the_union_matches_enumeration_and_the_pinned_spaces(
     if space.num_degree_combinations() == 0:
         return
     try:
-        ranked = enumerate_plans(job, space, top_k=10**6).stats["ranked"]
+        ranked = _ranked_or_raise(job, space)
     except Exception as e:  # no plan fits: the solver must say so too
         from autoparallel_cp.errors import InfeasibleError
 
@@ -106,7 +112,7 @@ def test_the_union_matches_enumeration_and_the_pinned_spaces(
         fix = None if v.schedule is None else f"schedule={v.schedule}"
         sub = v if fix is None else SearchSpace.for_job(job, fix=fix, **kw)
         try:
-            part = enumerate_plans(job, sub, top_k=10**6).stats["ranked"]
+            part = _ranked_or_raise(job, sub)
         except Exception:
             continue
         for c, p in part:
@@ -143,7 +149,7 @@ def test_bounds_of_the_union_stay_below_its_zb_plans(sched: str) -> None:
     sp = SearchSpace.for_job(job, max_pp=4, max_vpp=2, max_mbs=2)
     sub = next(v for v in sp.schedule_variants() if v.schedule == sched)
     t = build_tables(sub)
-    ranked = enumerate_plans(job, sub, top_k=10**6).stats["ranked"]
+    ranked = _ranked_or_raise(job, sub)
     assert ranked and all(p.schedule == sched for _, p in ranked)
     for cost, plan in ranked[::4]:
         assert key_bound(t, _key(plan)) <= cost + 1e-9, plan.short()
@@ -164,7 +170,7 @@ def test_gpipe_is_dominated_by_1f1b(moe: bool, layers: int, gpus: int, batch: in
     if gp.num_degree_combinations() == 0:
         return
     try:
-        ranked = enumerate_plans(job, gp, top_k=10**6).stats["ranked"]
+        ranked = _ranked_or_raise(job, gp)
     except Exception:
         return
     for _, p in (ranked[pick % len(ranked)], ranked[0]):
