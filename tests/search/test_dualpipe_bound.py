@@ -96,15 +96,18 @@ def test_the_bound_holds_over_every_placement(gpn: int, n0: int, n1: int, a100_f
 
 
 def test_the_bound_is_tighter_than_the_masters() -> None:
-    """With few micro-batches the bubble counts, and on two node groups the slower half:
-    the bound is above the key listing's LB for most keys (the old bound was 0): 120 of
-    150 keys with ZeRO 1 and 3 (270 of 300 with every stage, twice the plans to score)."""
+    """With few micro-batches the bubble counts: the bound is above the key listing's LB for
+    a third of the keys (the old bound was 0): 50 of 150 with ZeRO 1 and 3 (100 of 300 with
+    every stage, twice the plans to score). Before session 26 it was 120 of 150, when the
+    master took the faster node group's per-layer time for a DualPipe rank; it now takes the
+    slower half itself (model_scored.py `pair_harmonic` per pp: a rank runs its mirror pair on
+    its own GPUs), which leaves the bubble and the ranks' own tail and memory to this bound."""
     job = Job(model=_mini(False, 8), cluster=_mixed(4, 1, 1, False), seq_len=8192,
               global_batch=16)
     space = SearchSpace.for_job(job, fix="schedule=dualpipe", max_pp=8, max_mbs=2,
                                 zero=(1, 3))
     n, above = _check(job, space)
-    assert n > 0 and above >= n // 2
+    assert n > 0 and above >= n // 4
 
 
 def test_a_model_scored_search_stops_at_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
