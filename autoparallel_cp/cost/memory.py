@@ -294,10 +294,10 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     mtps = mtp_cache(job, plan, opts)
     chunks = plan.chunks_per_stage(job.model.num_layers)
     last = head_stage(plan)
-    # dense_p exp_p act work host, and the ZeRO-3 root unit's gathered edge weights
 
     def part(j: int, g: int) -> tuple[float, float, float, float, float, float]:
-        """Stage j's dense_p exp_p act work host edge_buf on a GPU of node group g."""
+        """Stage j's dense_p exp_p act work host, and the ZeRO-3 root unit's gathered edge
+        weights, on a GPU of node group g."""
         nd, nm, rd, rm = kinds[j]
         edge = edges(g)
         dense_p = 0.0
@@ -336,6 +336,7 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
                 act += mt.act
                 work = max(work, mt.work)
         return dense_p, exp_p, act, work, f * off, edge_buf
+
     # a function of the plan's other fields, the stage's kinds, chunks and group (`part`):
     # kept for the plans that differ in their split or placement only
     memo = stage_memo(job, ("stage parts", unsplit(plan), opts, layer, edges, mtps,
