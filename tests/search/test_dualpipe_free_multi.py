@@ -203,3 +203,26 @@ def test_the_exact_loop_at_cutoffs_and_out_of_budget() -> None:
     # unproven: the error bound is the gap to the next split's bound, and it covers the best
     assert part[3] == part[0] - bounds[1] > 0.0
     assert part[0] - part[3] <= want[0] * (1 + 1e-12)
+
+
+def test_at_pp_2_every_split_bounds_alike_on_two_groups() -> None:
+    """At pp 2 both ranks hold the one mirror pair {0, 1}, i.e. every layer, the embedding and
+    the head, each on its own GPUs: a rank's time is the same whatever the split, so every
+    split that fits has the same bound on a placement (the split moves memory only). Timing a
+    mirror on its own stage's group instead (the model before session 26) made the bound
+    fall as the A100 stage's count fell."""
+    job = _mixed_job(8)
+    sp = SearchSpace.for_job(job, fix="schedule=dualpipe,tp=4,pp=2,mbs=2,zero=1", max_pp=4)
+    t = build_tables(sp)
+    key = build_key_table(t).key(0)
+    (v,) = [v for v in key_variants(t, key) if dualpipe_free(v.space)]
+    d = Degrees(key.tp, key.pp, key.cp, key.dp, key.ep, key.vpp, key.mbs, key.m)
+    parts, _ = partition_array(v.space, key.pp, key.vpp)
+    places, _ = placement_array(v.space, v, d)
+    assert len(parts) == 7 and len(places) == 2
+    c, every, rho, synced, f = key_constants(v, key)
+    b = split_bounds(v, c, key, rho, every, synced, np.array(f, float),
+                     np.asarray(parts, float), places)
+    for q in range(len(places)):
+        col = b[:, q][np.isfinite(b[:, q])]
+        assert len(col) >= 2 and np.allclose(col, col[0], rtol=1e-12, atol=0.0)
