@@ -35,6 +35,10 @@ search key: search/schedule_axis.py).
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as F
 from autoparallel_cp.cost.memory import _base_mode, plan_factors
@@ -88,5 +92,53 @@ def backward_split(job: Job, plan: Plan, options: F.CostOptions | None = None
     """Shares (F, B, W) of `pass_times`, summing to 1: the split the schedules' bubbles
     (cost/schedules.py `bubble_ratio`, `simulated_bubble`) and the timeline's passes use."""
     f, b, w = pass_times(job, plan, options)
+    total = f + b + w
+    return f / total, b / total, w / total
+
+
+def backward_splits(job: Job, tp: Sequence[int], cp: Sequence[int], ep: Sequence[int],
+                    sp: Sequence[int], mbs: Sequence[int], etp: int | None = None,
+                    options: F.CostOptions | None = None
+                    ) -> tuple[npt.NDArray[np.float64], ...]:
+    """`backward_split` of the probe plans of every (tp, cp, ep, sp, mbs) of these axes and
+    recompute none / selective / full over every layer (no pinned count): three arrays
+    (F, B, W shares) of shape (tp, cp, ep, sp, mbs, 3), from one array evaluation of the layer
+    and edge factors per layer kind on node group 0. Elementwise the same operations in the
+    same order as `pass_times` (a pinned count's share is 0 or 1 here, so each kind adds its
+    layers once, at the key's own mode, and full mode its replayed forward to B): the same
+    floats as `backward_split` (tests/cost/test_pass_split_grid.py)."""
+    opts = F.options_for(job, options)
+    model = job.model
+    a_tp, a_cp, a_ep, a_sp, a_mbs, a_mode = np.ix_(
+        *(np.asarray(x, float) for x in (tp, cp, ep, sp, mbs)), np.array([0.0, 1.0, 2.0]))
+    shape = (len(tp), len(cp), len(ep), len(sp), len(mbs), 3)
+    f = np.zeros(shape)
+    b = np.zeros(shape)
+    w = np.zeros(shape)
+    n_moe = _moe_layers(model)
+    for moe, n in ((False, model.num_layers - n_moe), (True, n_moe)):
+        if n == 0:
+            continue
+        lf = F.layer_factors(job, 0, a_tp, a_cp, a_ep, a_sp, a_mbs, a_mode, moe=moe,
+                             options=opts, etp=etp)
+        lf_f, lf_w, tim, rec = (np.broadcast_to(np.asarray(x, float), shape) for x in (
+            lf.fwd_s, lf.wgrad_s, lf.time_s, lf.recompute_s))
+        cnt = n * 1.0
+        f = f + cnt * lf_f
+        w = w + cnt * lf_w
+        b = b + cnt * np.maximum(tim - lf_f - lf_w, 0.0)
+        b[..., 2] = b[..., 2] + cnt * rec[..., 2]  # full: the replayed forward, before B
+    e_tp, e_cp, e_sp, e_mbs = np.ix_(*(np.asarray(x, float) for x in (tp, cp, sp, mbs)))
+    e = F.edge_factors(job, 0, e_tp, e_cp, e_sp, e_mbs, opts)
+
+    def edge(x: npt.ArrayLike) -> npt.NDArray[np.float64]:  # (tp, cp, sp, mbs) -> six axes
+        a = np.asarray(x, float)
+        return np.broadcast_to(a[:, :, None, :, :, None] if a.ndim == 4 else a, shape)
+
+    emb, h_f, h_w, h_t = (edge(x) for x in (e.emb_time_s, e.head_fwd_s, e.head_wgrad_s,
+                                            e.head_time_s))
+    f = f + (emb / 3.0 + h_f)
+    w = w + (2.0 * emb / 3.0 + h_w)
+    b = b + np.maximum(h_t - h_f - h_w, 0.0)
     total = f + b + w
     return f / total, b / total, w / total

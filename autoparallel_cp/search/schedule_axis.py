@@ -114,7 +114,7 @@ import numpy.typing as npt
 
 from autoparallel_cp.cost import factors as fx
 from autoparallel_cp.cost.common import recipe_options
-from autoparallel_cp.cost.pass_split import backward_split
+from autoparallel_cp.cost.pass_split import backward_split, backward_splits
 from autoparallel_cp.cost.schedules import bubble_ratio, inflight_units
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.spec.framework_space import Restriction
@@ -472,11 +472,32 @@ def key_split(space: Any, pp: int, tp: int, cp: int, ep: int, etp: int | None, s
         space.__dict__["_splits"] = _job_splits(space.job)
     splits = space.__dict__["_splits"]
     ks = (tp, cp, ep, etp, sp, mbs, recompute, rl, pp if rl is not None else 0)
+    if ks not in splits and rl is None:
+        _fill_splits(space, etp, splits)
     if ks not in splits:
         probe = Plan(pp=pp, tp=tp, cp=cp, ep=ep, etp=etp, sp=int(sp), mbs=mbs,
                      recompute=recompute, recompute_layers=rl)
         splits[ks] = backward_split(space.job, probe)
     return cast(tuple[float, float, float], splits[ks])
+
+
+def _fill_splits(space: Any, etp: int | None,
+                 splits: dict[tuple[Any, ...], tuple[float, float, float]]) -> None:
+    """Every split `key_split` can ask of `space` at `etp` without a pinned recompute count,
+    from one array evaluation (cost/pass_split.py `backward_splits`: the same floats as one
+    `backward_split` per probe plan, which took about 1 ms each, hundreds per command)."""
+    axes = (tuple(space.tp), tuple(space.cp), tuple(space.ep), tuple(space.sp),
+            tuple(space.mbs))
+    done = ("filled", etp, axes)
+    if done in splits:
+        return
+    f, b, w = backward_splits(space.job, *axes, etp)
+    for idx in np.ndindex(f.shape):
+        i, j, k, q, o, r = idx
+        ks = (axes[0][i], axes[1][j], axes[2][k], etp, axes[3][q], axes[4][o],
+              RECOMPUTE_MODES[r], None, 0)
+        splits.setdefault(ks, (float(f[idx]), float(b[idx]), float(w[idx])))
+    splits[done] = (0.0, 0.0, 0.0)  # a marker: these axes are filled
 
 
 #: `_ratio`'s splits by job, its memory margin left out; a few jobs
