@@ -296,8 +296,7 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
     last = head_stage(plan)
 
     def part(j: int, g: int) -> tuple[float, float, float, float, float, float]:
-        """Stage j's dense_p exp_p act work host, and the ZeRO-3 root unit's gathered edge
-        weights, on a GPU of node group g."""
+        """Stage j's dense_p exp_p act work host edge_buf (ZeRO-3 root unit) on group g."""
         nd, nm, rd, rm = kinds[j]
         edge = edges(g)
         dense_p = 0.0
@@ -337,8 +336,8 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
                 work = max(work, mt.work)
         return dense_p, exp_p, act, work, f * off, edge_buf
 
-    # a function of the plan's other fields, the stage's kinds, chunks and group (`part`):
-    # kept for the plans that differ in their split or placement only
+    # `part` reads the plan's other fields and the stage's kinds, chunks and group: kept
+    # for the plans that differ in their split or placement only (keyed by the functions)
     memo = stage_memo(job, ("stage parts", unsplit(plan), opts, layer, edges, mtps,
                             F.layer_param_counts, F.zero3_edge_bytes, inflight_units,
                             offloaded_activations, mtp_terms))
