@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from ortools.sat.python import cp_model
 from test_offload_search import _cluster
+from test_replay_free_multi import solve_pinned
 from test_solver_vs_enumerate import _assert_master_bounds, _mini, _mixed_small
 
 from autoparallel_cp.cost.evaluate import evaluate
@@ -122,13 +122,7 @@ def test_the_model_objective_bounds_every_split_and_placement(pp: int) -> None:
                     continue
                 om = build(v, key)
                 assert om is not None and q is not None
-                for x, n in zip(om.layers, row, strict=True):
-                    om.model.add(x == int(n))
-                for yj, g in zip(om.groups, q, strict=True):
-                    om.model.add(yj[g] == 1)
-                s = cp_model.CpSolver()
-                s.parameters.num_workers = 1
-                assert s.solve(om.model) == cp_model.OPTIMAL
+                s = solve_pinned(om.model, om.layers, om.groups, row, q)
                 assert s.objective_value * om.scale_s <= got[0] * (1 + 1e-12)
                 # and the bound's own value of the pair
                 sc = placed({g: stage_coefs(v, key, g) for g in (0, 1)}, q)

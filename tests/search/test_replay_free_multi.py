@@ -8,6 +8,7 @@ the faster group's rank more layers beats every named layout and is found."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -37,6 +38,19 @@ def _mixed_job(layers: int, moe: bool = False, seq: int = 4096, batch: int = 32)
     """One H100 node (group 0) and one A100 node (group 1), 16 GPUs."""
     return Job(model=_mini(moe, layers), cluster=_mixed_small(), seq_len=seq,
                global_batch=batch)
+
+
+def solve_pinned(model: Any, layers: Any, groups: Any, row: Any, q: Any) -> Any:
+    """Pin a per-key model's layer counts to `row` and its stage placement selectors to `q`,
+    solve it on one worker and check a plan stays (OPTIMAL); the solver, for its objective."""
+    for x, n in zip(layers, row, strict=True):
+        model.add(x == int(n))
+    for yr, g in zip(groups, q, strict=True):
+        model.add(yr[g] == 1)
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = 1
+    assert s.solve(model) == cp_model.OPTIMAL
+    return s
 
 
 def _ident(p: Plan, layers: int) -> tuple[object, ...]:
@@ -147,13 +161,7 @@ def test_the_scored_model_objective_bounds_every_split_and_placement() -> None:
                     continue
                 pm = cpsat_partition.build_partition(v, key)
                 assert pm is not None and pm.y is not None and q is not None
-                for x, n in zip(pm.layers, row, strict=True):
-                    pm.model.add(x == int(n))
-                for yr, g in zip(pm.y, q, strict=True):
-                    pm.model.add(yr[g] == 1)
-                s = cp_model.CpSolver()
-                s.parameters.num_workers = 1
-                assert s.solve(pm.model) == cp_model.OPTIMAL  # a fitting plan stays in
+                s = solve_pinned(pm.model, pm.layers, pm.y, row, q)  # a fitting plan stays in
                 assert s.objective_value * pm.scale_s <= got[0] * (1 + 1e-12)
                 checked += 1
     assert checked >= 20
