@@ -136,16 +136,10 @@ def dualpipe_key_bound(t: Tables, key: Any) -> float:
             best = min(best, _free(t, c, key, rho, every, synced, f, places))
             continue
         parts, _ = partition_array(fam, p, key.vpp)
-        for ls in parts:
-            best = min(best, _least(t, c, key, rho, every, synced, f,
-                                    np.asarray(ls, float), places))
+        if len(parts):  # every (split, placement) of the family at once
+            best = min(best, float(np.min(split_bounds(
+                t, c, key, rho, every, synced, f, np.asarray(parts, float), places))))
     return best
-
-
-def _least(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bool, f: F64,
-           ls: F64, places: npt.NDArray[np.int64]) -> float:
-    """The least bound over the placements `places` (Q, p) of one split `ls` (p,)."""
-    return float(np.min(split_bounds(t, c, key, rho, every, synced, f, ls[None, :], places)))
 
 
 def split_bounds(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, synced: bool,
