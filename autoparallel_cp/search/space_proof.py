@@ -73,6 +73,9 @@ def _split_rule(space: SearchSpace) -> str:
                 + f"; free per-stage counts under {', '.join(named_only)}: evaluated, not "
                 + f"searched{_why_named(space, named_only)})" + _placements(space))
     rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
+    if _dense(space) and not space.fixed_split:
+        rule += (f", the first stage >= the {_dense(space)} dense prefix layers (a split "
+                 "with fewer there is evaluated, not searched)")
     vs = [x for x in free_v if x != "dualpipe"]
     if vs:
         hid = [x for x in vs if scored_free(space.with_(schedule=x))]
@@ -339,7 +342,25 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         return f"layer split {list(per_stage)} (searched: multiples of vpp = {plan.vpp})"
     if min(per_stage) < (k := act_layers(space)):  # evaluate refuses it too
         return f"layer split {list(per_stage)} (activation_offload={k}: every stage >= {k})"
+    if 0 < per_stage[0] < (first := _first_min(space, plan.vpp)):
+        # evaluate spreads the dense prefix over the first stages (spec/model.py `is_moe_layer`
+        # per layer); the search's tables hold it on the first stage (space.py
+        # `first_stage_min_units`)
+        return (f"layer split {list(per_stage)} (searched: the first stage holds the "
+                f"{_dense(space)} dense prefix layers, >= {first} layers)")
     return None
+
+
+def _dense(space: SearchSpace) -> int:
+    """The model's dense prefix (MoE `first_k_dense_layers`; 0 without MoE)."""
+    moe = space.job.model.moe
+    return moe.first_k_dense_layers if moe is not None else 0
+
+
+def _first_min(space: SearchSpace, vpp: int) -> int:
+    """Least layers on the first stage of a free split (space.py `first_stage_min_units`:
+    the dense prefix, rounded up to the partition's unit; 0 for a V's empty rank 0)."""
+    return space.first_stage_min_units(vpp) * space.layer_step(vpp)
 
 
 def partitions_searched(space: SearchSpace) -> list[str]:

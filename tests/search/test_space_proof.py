@@ -63,6 +63,27 @@ def test_outside_names_the_axis_the_search_did_not_try() -> None:
     assert "etp=1" in (outside(SearchSpace.for_job(moe, fix="etp=2"), q) or "")
 
 
+def test_outside_names_a_split_with_the_dense_prefix_over_several_stages() -> None:
+    """evaluate spreads a dense prefix of K layers over the first stages, layer by layer; the
+    search holds it on the first stage (>= K layers there): the proof line says so, and a plan
+    with fewer layers on stage 0 is named outside the space instead of passing as searched."""
+    model = _mini(True, 8).model_copy(update={"moe": MoESpec(
+        num_experts=4, top_k=2, expert_ffn_hidden_size=1408, first_k_dense_layers=3)})
+    job = Job(model=model, cluster=load_cluster("dgx-h100").take_gpus(8), seq_len=1024,
+              global_batch=16)
+    sp = SearchSpace.for_job(job)
+    assert "the first stage >= the 3 dense prefix layers" in space_line(proof_space(sp))
+    p = Plan(dp=2, tp=1, pp=4, ep=2, mbs=1, num_microbatches=8)
+    inside = p.model_copy(update={"stage_layers": (3, 2, 2, 1)})
+    spread = p.model_copy(update={"stage_layers": (2, 2, 2, 2)})
+    assert outside(sp, inside) is None
+    assert "dense prefix layers, >= 3" in (outside(sp, spread) or "")
+    # without a dense prefix the same split is inside
+    plain = job.model_copy(update={"model": _mini(True, 8).model_copy(update={
+        "moe": MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=1408)})})
+    assert outside(SearchSpace.for_job(plain), spread) is None
+
+
 def _large(moe: bool, layers: int) -> ModelSpec:
     """A 70B-wide model (Llama 3 70B's shape) with few layers: memory binds on 8-32 H100s, so
     the optima use pp, vpp, cp and partial recompute, and their neighbours cross them."""
