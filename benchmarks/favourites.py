@@ -4,7 +4,8 @@ For each job: the expert plan (a published run of the corpus, `crossval.cases`, 
 `validate.py --cv` evaluates it, or for the two runs whose stack has no recipe, the plan their
 paper states under the closest recipe), its prediction error against the measured tokens/s/GPU
 (or MFU), the solver's best plan for the same job and recipe behaviour, its claimed speed-up
-over the expert plan's prediction, and the breakdown terms (INTERFACE.md `time`) that carry it:
+over the expert plan's prediction (the search with `--search-also schedule`: every schedule,
+so that the expert plan's is in the space), and the breakdown terms (INTERFACE.md `time`) that carry it:
 the seconds per step the best plan saves (or spends) against the expert plan, largest first.
 
     python benchmarks/favourites.py [--markdown] [--time-limit S]
@@ -37,22 +38,21 @@ CORPUS = [
     ("Llama 3.1 70B, 256 H100 (torchtitan)", "dev", "torchtitan", "Llama 3.1 70B", 256, ""),
     ("Llama 3.1 405B, 512 H100 (torchtitan)", "dev", "torchtitan", "Llama 3.1 405B", 512, ""),
     ("Mixtral 8x7B, 32 H100 (FlagPerf)", "heldout", "flagperf", "Mixtral 8x7B", 32, ""),
+    ("DeepSeek-V3, 2048 H800 (report)", "heldout", "deepseek-v3-report", "DeepSeek-V3", 2048,
+     ""),
 ]
 
-#: Runs whose stack has no recipe (heldout_sources.md: Meta's and DeepSeek's in-house stacks):
-#: the plan their paper states (published_runs_heldout.csv rows 116 and 118), costed with the
-#: closest recipe; measured MFU (Llama 3, Table 4) or tokens/s/GPU (DeepSeek-V3 report).
-#: Not stated by the papers, assumed here: Llama 3's virtual stages (4; the paper tunes an
-#: interleaved schedule) and recompute (2 fully recomputed layers per stage, the least the
-#: model fits in 80 GB); DeepSeek-V3's selective recompute, its DualPipe taken as Megatron's
-#: EP overlap and its all-to-all kernels as DeepEP (`ep_dispatcher: flex`).
+#: A run whose stack has no recipe (heldout_sources.md: Meta's in-house stack): the plan the
+#: paper states (published_runs_heldout.csv row 116), costed with the closest recipe; measured
+#: MFU (Llama 3, Table 4). Not stated by the paper, assumed here: the virtual stages (4; the
+#: paper tunes an interleaved schedule) and recompute (2 fully recomputed layers per stage, the
+#: least the model fits in 80 GB). DeepSeek-V3's run is a corpus row since DualPipe became a
+#: plan field (benchmarks/harness/heldout_deepseek.py: the report's DualPipe plan under the
+#: `deepseek-v3-fp8` recipe).
 PAPERS = [
     ("Llama 3 405B, 16384 H100 (Meta, Table 4)", "llama3-405b", "dgx-h100", 16384, 8192, 2048,
      "megatron-bf16", {},
      "tp=8,pp=16,vpp=4,sp=1,zero=1,mbs=1,recompute=full,recompute_layers=2", "mfu", 0.41),
-    ("DeepSeek-V3, 2048 H800 (report)", "deepseek-v3", "dgx-h800", 2048, 4096, 15360,
-     "megatron-fp8", {"ep_overlap": True, "ep_dispatcher": "flex"},
-     "tp=1,pp=16,vpp=2,ep=64,zero=1,mbs=1,recompute=selective", "tps", 1543.0),
 ]
 
 TERMS = ("compute_s", "bubble_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
@@ -73,13 +73,14 @@ class Row:
 def _plan_text(p: Plan) -> str:
     s = f"tp{p.tp} pp{p.pp} v{p.vpp} cp{p.cp} ep{p.ep} dp{p.dp} z{p.zero} b{p.mbs} " \
         f"m{p.num_microbatches} {p.recompute}"
-    return s + (f" etp{p.etp}" if p.etp is not None else "")
+    s += f" etp{p.etp}" if p.etp is not None else ""
+    return s + (f" {p.schedule}" if p.schedule is not None else "")
 
 
 def _changes(a: Plan, b: Plan) -> str:
     """The plan axes the best plan changes against the expert plan."""
     axes = ("tp", "pp", "vpp", "cp", "ep", "dp", "zero", "mbs", "num_microbatches",
-            "recompute", "etp")
+            "recompute", "etp", "schedule")
     out = [f"{x} {getattr(a, x)}->{getattr(b, x)}" for x in axes
            if getattr(a, x) != getattr(b, x)]
     return ", ".join(out) or "none"
@@ -90,8 +91,8 @@ def _compare(label: str, job: Job, plan: Plan, measured: float, kind: str,
     ev = evaluate(job, plan)
     pred = ev.throughput.tokens_per_s_per_gpu if kind == "tps" else ev.throughput.mfu
     err = (pred / measured - 1.0) * 100.0
-    try:
-        res = api.solve(job, top_k=1, time_limit=time_limit, workers=1, seed=0)
+    try:  # the whole plan space: the V schedules and DualPipe too (`--search-also schedule`)
+        res = api.solve(job.model_copy(update={"search_also": ("schedule",)}), top_k=1, time_limit=time_limit, workers=1, seed=0)
     except UserError as exc:
         return Row(label, _plan_text(plan), err, f"(no plan: {exc})", None, "")
     bev = res.plans[0]
