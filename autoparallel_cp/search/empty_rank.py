@@ -50,7 +50,24 @@ from autoparallel_cp.spec.schedules import V_SHAPED
 
 def empty_first(space: Any) -> bool:
     """Whether the free partitions of `space` may leave rank 0 without layers (module
-    docstring): a V schedule, no dense prefix, no pinned activation offload."""
+    docstring): a V schedule, no pinned activation offload (a dense prefix then sits on
+    rank 1, `prefix_at`)."""
+    return space.schedule in V_SHAPED and act_layers(space) == 0
+
+
+def dense_prefix(space: Any) -> int:
+    """The model's dense prefix (MoE `first_k_dense_layers`; 0 for a dense model)."""
     moe = space.job.model.moe
-    k = moe.first_k_dense_layers if moe is not None else 0
-    return space.schedule in V_SHAPED and k == 0 and act_layers(space) == 0
+    return moe.first_k_dense_layers if moe is not None else 0
+
+
+def prefix_min_units(space: Any, vpp: int) -> int:
+    """Least layer units (of `layer_step`) on the stage holding the dense prefix whole (>= 1):
+    the first stage, or a V's rank 1 after an empty rank 0 (`prefix_at`)."""
+    return max(1, -(-dense_prefix(space) // space.layer_step(vpp)))
+
+
+def prefix_at(first_layers: Any) -> Any:
+    """Position of the stage holding the dense prefix in a searched split, by the first
+    stage's layer count (an int or an array): 0, or 1 after a V's empty rank 0."""
+    return (first_layers == 0) * 1
