@@ -119,7 +119,7 @@ def _v_first(space: SearchSpace, vs: list[str]) -> str:
     (it offloads activations)."""
     if any(empty_first(space.with_(schedule=x)) for x in vs):
         return ("rank 0 (the embedding and the head) from 0 layers: an empty first rank"
-                + (", the dense prefix on rank 1" if dense_prefix(space) else ""))
+                + (", the dense prefix then on rank 1" if dense_prefix(space) else ""))
     return "rank 0 >= 2 layers (it offloads activations)"
 
 

@@ -59,7 +59,7 @@ def test_the_proof_line_and_outside_name_the_empty_first_rank() -> None:
         update={"stage_layers": (8, 0)})) or "")
     moe = Job(model=_mini(True, 8), cluster=_job().cluster, seq_len=4096, global_batch=16)
     line = space_line(proof_space(SearchSpace.for_job(moe, fix="schedule=zbv", max_pp=4)))
-    assert "from 0 layers: an empty first rank, the dense prefix on rank 1" in line
+    assert "from 0 layers: an empty first rank, the dense prefix then on rank 1" in line
 
 
 def test_the_forks_layout_is_found_and_a_large_vocabulary_empties_rank_0() -> None:

@@ -57,7 +57,7 @@ def _job(layers: int, k: int, vocab: int = 128000, gpus: int = 4, seq: int = 409
 def test_prefix_counts_are_the_cost_models(k: int, per: list[int]) -> None:
     """spec/splits.py `prefix_counts` == the dense layers cost/memory.py gives each stage."""
     L = sum(per)
-    if L < max(k, 1):
+    if max(k, 1) > L:
         return
     job = Job(model=_moe(L, k), cluster=load_cluster("dgx-a100-40g").take_gpus(8),
               seq_len=4096, global_batch=16)
@@ -212,3 +212,15 @@ def test_two_groups_bound_every_split_and_placement_with_a_prefix(sched: str) ->
     assert checked >= 12
     _compare_multi(job, SearchSpace.for_job(job, fix=f"schedule={sched},pp=4,tp=2", max_pp=4,
                                             max_mbs=2, zero=(1,)), 3)
+
+
+def test_the_host_bound_counts_an_empty_rank_0() -> None:
+    """offload_axis.py `stage_layers_bound` (the largest stage `host_ok` charges): with rank 0
+    possibly empty a free split's largest stage holds L - (pp - 2)·vpp layers, 12 on pp 4:
+    8, the split 0:8:2:2 (it said L - (pp - 1)·vpp = 6)."""
+    from autoparallel_cp.search.offload_axis import stage_layers_bound
+
+    sp = SearchSpace.for_job(_job(12, 2), fix="schedule=zbv", max_pp=4)
+    assert max(max(p) for p in partitions(sp, 4, 2)) == 8 == stage_layers_bound(sp, 4)
+    o = SearchSpace.for_job(_job(12, 2), fix="schedule=zb-h1", max_pp=4)
+    assert max(max(p) for p in partitions(o, 4, 1)) == 9 == stage_layers_bound(o, 4)
