@@ -113,6 +113,7 @@ from autoparallel_cp.cost.factors import DP_TAIL_FRACTION
 from autoparallel_cp.cost.steptime import BACKWARD_SHARE
 from autoparallel_cp.search import cpsat_blocks as cb
 from autoparallel_cp.search.cpsat_axes import add_axes
+from autoparallel_cp.search.empty_rank import empty_first
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scored import pair_harmonic
 from autoparallel_cp.search.schedule_axis import BOUND_RATIO, family_ratio
@@ -318,10 +319,13 @@ def _bound_tables(t: Tables) -> BoundTables:
             # hi alone at every pp was not a bound: tests/search/test_zero3_first_gather_bound)
             if "stage_layers" in s.fixed and min(s.fixed["stage_layers"]) < 1:
                 lo = 0.0 * np.asarray(hi)
+            # a V's rank 0 may hold none (empty_rank.py): the mean >= (hi + (pp-2) lo)/pp
+            lo2 = (2.0 if empty_first(s) else 1.0) * np.asarray(lo)
             per = np.transpose(np.asarray(per), (0, 2, 4, 1, 3))  # (tp, ep, dp, cp, mbs)
             hi = np.transpose(np.asarray(hi), (0, 2, 3, 1))[..., None]  # (tp, ep, dp, cp, 1)
             lo = np.transpose(np.asarray(lo), (0, 2, 3, 1))[..., None]
-            zs.append((per[:, :, None] + (hi - lo)[:, :, None]) / pp5[..., None]
+            lo2 = np.transpose(lo2, (0, 2, 3, 1))[..., None]
+            zs.append((per[:, :, None] + (hi - lo2)[:, :, None]) / pp5[..., None]
                       + lo[:, :, None])
         zb = np.minimum.reduce(zs)
         is3 = (np.array(s.zero) == 3).reshape(1, 1, -1, 1, 1, 1)

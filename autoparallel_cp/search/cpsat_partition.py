@@ -5,10 +5,11 @@ factor of the design.md composition is a constant read from `tables.Tables`, so 
 problem is an integer *linear* program (no element constraints, no products of variables):
 
 - per stage j (front to back) and node group g: MoE/main-kind layers `nm_jg`, of them
-  recomputed `rm_jg`, recomputed dense-prefix layers `rd_jg` (first stage), selector `y_jg`
+  recomputed `rm_jg`, recomputed dense-prefix layers `rd_jg`, selector `y_jg`
   (exactly one group per stage, `G_g * pp / N` stages per group, fixed for the key);
-- `l_j = sum_g (nm_jg + K y_jg [j = 0])`, a multiple of vpp, >= vpp but a V's empty rank 0
-  (empty_rank.py; a `--fix`ed split: its own counts, uneven chunks, each `stage_inflight`);
+- `l_j = sum_g (nm_jg + K y_jg hold_j)`, a multiple of vpp, >= vpp but a V's empty rank 0
+  (empty_rank.py: hold_j, the prefix's stage, cpsat_prefix.py; a `--fix`ed split: its own
+  counts, uneven chunks, each `stage_inflight`);
   `r_j = min(r, l_j)` with the global Megatron `recompute_layers` r;
 - `t_j`, `mem_j`, `dsync_j`, `opt_j` linear in those counts with the key's coefficients
   (tables.plan_cost is the reference composition; the working set is a max over booleans);
@@ -36,6 +37,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from autoparallel_cp.cost.schedules import sim_microbatches
+from autoparallel_cp.search import cpsat_prefix
 from autoparallel_cp.search.act_offload import act_layers, free_at, scored, stage_terms
 from autoparallel_cp.search.act_offload_free import solve_free_offload
 from autoparallel_cp.search.cpsat_portfolio import solve_portfolio
@@ -214,26 +216,23 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     rd: list[list[Any]] = []
     fixed_sl = s.fixed_stage_layers(pp, vpp)
     l_lo0 = int(fixed_sl[0]) if fixed_sl is not None else s.first_stage_min_units(vpp)
+    hp_ = cpsat_prefix.holders(model, K, pp, fixed_sl is None and l_lo0 == 0)
     for j in range(pp):
         first = j == 0
-        kd = K if first else 0
-        if fixed_sl is not None:
-            # a pinned split (any split Plan accepts, uneven model chunks included)
-            l_j = model.new_int_var(int(fixed_sl[j]), int(fixed_sl[j]), f"l{j}")
+        kd = hp_.kds[j]
+        if fixed_sl is not None:  # a pinned split (any Plan accepts, uneven chunks included)
+            l_j, u = model.new_int_var(int(fixed_sl[j]), int(fixed_sl[j]), f"l{j}"), None
         else:
             l_j = model.new_int_var(0, L, f"l{j}")
             u = model.new_int_var(int(not first or l_lo0 > 0), L, f"u{j}")  # empty_rank.py
             model.add(l_j == vpp * u)
-        if kd:
-            model.add(l_j >= kd)
         layers.append(l_j)
         rk = model.new_int_var(0, L, f"rk{j}")
         model.add_min_equality(rk, [r, l_j])
         nmj = model.new_int_var(0, L, f"nm{j}")
-        model.add(nmj == l_j - kd)
+        model.add(nmj == l_j - kd * hp_.hold[j])
         rdj = model.new_int_var(0, kd, f"rd{j}")
-        if kd:
-            model.add_min_equality(rdj, [rk, kd])
+        cpsat_prefix.stage_counts(model, hp_, j, u, l_j, rk, rdj)
         rmj = model.new_int_var(0, L, f"rm{j}")
         model.add(rmj == rk - rdj)
         nm_t.append(nmj)
@@ -297,12 +296,12 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     BD = ti(max(dmax, omax)) + 64
     for j in range(pp):
         first, last = j == 0, j == head_position(s.schedule, pp)
-        kd = K if first else 0
+        kd = hp_.kds[j]
         yj = y[j]
-        # does the stage hold main-kind layers? (only the first stage may not: the dense
-        # prefix only, or a V's rank 0 empty, its least count l_lo0 = 0: empty_rank.py)
+        zd = cpsat_prefix.on_groups(model, hp_, j, yj, hetero)  # the prefix on group g
+        # holds main-kind layers? (not: the dense prefix only, or a V's empty rank 0)
         hn: Any = 1
-        if first and (kd or l_lo0 == 0):
+        if kd or (first and l_lo0 == 0):
             hn = model.new_bool_var(f"hn{j}")
             model.add(nm_t[j] <= L * hn)
             model.add(nm_t[j] >= hn)
@@ -329,7 +328,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
                 d_expr += ti(mc.dps[g]) * yj[g]
                 o_expr += ti(mc.opt[g]) * yj[g]
         for g in G:
-            a, b, d, yg = nm[j][g], rm[j][g], rd[j][g], yj[g]
+            a, b, d, yg, zg = nm[j][g], rm[j][g], rd[j][g], yj[g], zd[g]
             t_expr += ti(c.tau[g] + (c.z3l[g] if z3 else 0.0)) * a + ti(c.rho[g]) * b
             act_expr += (a - b) * mi(f[j] * c.act[g]) + b * mi(f[j] * c.ckpt[g])
             mem_expr += a * mi(c.sigma)
@@ -339,12 +338,12 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
             mem_expr += mi(c.const_mem) * yg - cap_term
             t_expr += ti(c.p2p[g]) * yg if pp > 1 else 0
             if kd:
-                t_expr += ti(kd * (c.tau_d[g] + (c.z3l_d[g] if z3 else 0.0))) * yg \
+                t_expr += ti(kd * (c.tau_d[g] + (c.z3l_d[g] if z3 else 0.0))) * zg \
                     + ti(c.rho_d[g]) * d
-                act_expr += (kd * yg - d) * mi(f[j] * c.act_d[g]) + d * mi(f[j] * c.ckpt_d[g])
-                mem_expr += mi(kd * c.sigma_d) * yg
-                d_expr += ti(kd * c.dsync_d[g]) * yg
-                o_expr += ti(kd * c.opt_d[g]) * yg
+                act_expr += (kd * zg - d) * mi(f[j] * c.act_d[g]) + d * mi(f[j] * c.ckpt_d[g])
+                mem_expr += mi(kd * c.sigma_d) * zg
+                d_expr += ti(kd * c.dsync_d[g]) * zg
+                o_expr += ti(kd * c.opt_d[g]) * zg
             if first:
                 t_expr += ti(c.emb_time[g]) * yg + (ti(off_s) * yg if k_off else 0)
                 act_expr += mi(f[j] * c.emb_act[g]) * yg
@@ -362,7 +361,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
             for g in G:
                 model.add(zf >= ti(c.z3f[g]) * yj[g] + ti(c.z3f[g]) * (hn - 1))
                 if kd:
-                    model.add(zf >= ti(c.z3f_d[g]) * yj[g])
+                    model.add(zf >= ti(c.z3f_d[g]) * zd[g])
             t_expr += zf
         # working set: max over the kinds present of (full if any recomputed, else base)
         BW = mi(max(c.work + c.work_full + c.work_d + c.work_full_d + c.head_work)) + 1
@@ -383,8 +382,8 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
             model.add(rd_t[j] <= kd * hd)
             model.add(rd_t[j] >= hd)
             for g in G:
-                model.add(w >= mi(c.work_d[g]) * (yj[g] - hd))
-                model.add(w >= mi(c.work_full_d[g]) * (yj[g] + hd - 1))
+                model.add(w >= mi(c.work_d[g]) * (zd[g] - hd))
+                model.add(w >= mi(c.work_full_d[g]) * (zd[g] + hd - 1))
         model.add(mem_expr + act_expr + w <= 0)
         tj = model.new_int_var(0, BT, f"t{j}")
         model.add(tj == t_expr)

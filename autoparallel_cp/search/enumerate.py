@@ -184,10 +184,11 @@ def _later(x: F, cur: F) -> F:
 
 
 def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
-                 j: Ints, g: Ints, n: Ints, rr: Ints, mrc: B) -> tuple[F, F, F, B]:
+                 j: Ints, g: Ints, n: Ints, rr: Ints, mrc: B, kd: Ints) -> tuple[F, F, F, B]:
     """Stage time, DP-sync tail term, optimizer time and fits of distinct stages (rows) over the
     (sp, zero) grid: the per-stage part of `plan_cost`, operation for operation (`mrc`: the
-    last stage's MTP layers are recomputed, `factors.mtp_recomputed`)."""
+    last stage's MTP layers are recomputed, `factors.mtp_recomputed`; `kd`: its dense-prefix
+    layers, spec/splits.py `prefix_counts`)."""
     zeros = np.array(t.space.zero)
     col = (slice(None), None, None)
     jr, gr, nr, rrr = (np.asarray(a)[col] for a in (j, g, n, rr))  # (U, 1, 1)
@@ -195,10 +196,10 @@ def _stage_terms(t: Tables, s: _Slices, d: Degrees, mode: int, sps: Ints,
     z3 = (zeros >= 3)[None, None, :]  # (1, 1, Z)
     zi = np.arange(len(zeros))[None, None, :]
     first, last = jr == 0, jr == head_position(t.space.schedule, d.pp)
-    k_dense = t.dense_prefix
+    k_dense = np.asarray(kd)[col]
     kpos = {k: i for i, k in enumerate(t.kinds)}
     main = kpos[t.main_kind]
-    split = first & bool(t.main_kind and k_dense)
+    split = (k_dense > 0) & bool(t.main_kind)
     rd = np.minimum(rrr, k_dense)
     slots = [
         (np.where(split, kpos.get(False, 0), main), np.where(split, k_dense, nr),
@@ -340,16 +341,22 @@ def _best_of_degrees(t: Tables, d: Degrees, s: _Slices, mode_name: RecomputeMode
         if full and t.mtp:
             mflag = ((rvals[ri][:, None] < 0) & (jj[None, :] == head_position(
                 space.schedule, pp))).astype(np.int64)
-        code = (((jj[None, :] * t.groups + gs) * (L + 1) + ls) * (L + 1) + rr) * 2 + mflag
+        # each stage's dense-prefix layers (the cost model's: the first stage holding
+        # layers, search/empty_rank.py)
+        K1 = t.dense_prefix + 1
+        kd = np.clip(t.dense_prefix - (np.cumsum(ls, axis=1) - ls), 0, ls)
+        code = ((((jj[None, :] * t.groups + gs) * (L + 1) + ls) * (L + 1) + rr) * K1
+                + kd) * 2 + mflag
         uniq, inv = np.unique(code, return_inverse=True)
         inv = inv.reshape(code.shape)
         umr = (uniq % 2).astype(bool)
-        base = uniq // 2
+        ukd = (uniq // 2) % K1
+        base = uniq // (2 * K1)
         urr = base % (L + 1)
         un = (base // (L + 1)) % (L + 1)
         ug = (base // (L + 1) ** 2) % t.groups
         uj = base // ((L + 1) ** 2 * t.groups)
-        tt3, dps3, opt3, fits3 = _stage_terms(t, s, d, mode, sps, uj, ug, un, urr, umr)
+        tt3, dps3, opt3, fits3 = _stage_terms(t, s, d, mode, sps, uj, ug, un, urr, umr, ukd)
         shape3 = (len(uniq), len(sps), len(space.zero))
         tt = tt3.reshape(len(uniq), ncol)
         dps = dps3.reshape(len(uniq), ncol)

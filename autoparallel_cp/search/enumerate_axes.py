@@ -15,6 +15,7 @@ from math import comb
 import numpy as np
 import numpy.typing as npt
 
+from autoparallel_cp.search.empty_rank import prefix_at, prefix_min_units
 from autoparallel_cp.search.space import Degrees, SearchSpace
 from autoparallel_cp.search.tables import Tables, stage_groups_of
 from autoparallel_cp.spec.plan import Plan, RecomputeMode
@@ -38,10 +39,11 @@ def partitions(space: SearchSpace, pp: int, vpp: int) -> Iterator[tuple[int, ...
     step = space.layer_step(vpp)
     units = space.num_layers // step
     first_min = space.first_stage_min_units(vpp)
-    # a first cut at 0: rank 0 of a V without layers (search/empty_rank.py), listed first
+    lead = prefix_min_units(space, vpp)  # the dense prefix's stage: rank 0, or 1 after an
+    # empty rank 0 (search/empty_rank.py); a first cut at 0, that empty rank 0, listed first
     for cuts in itertools.combinations(range(0 if first_min == 0 else 1, units), pp - 1):
         parts = [b - a for a, b in zip((0, *cuts), (*cuts, units), strict=True)]
-        if parts[0] < first_min:
+        if parts[0] < first_min or parts[prefix_at(parts[0])] < lead:
             continue
         yield tuple(p * step for p in parts)
 
@@ -114,6 +116,8 @@ def partition_array(space: SearchSpace, pp: int, vpp: int
             [np.zeros((len(cuts), 1), np.int64), cuts, np.full((len(cuts), 1), units, np.int64)],
             axis=1)
         out = np.diff(edges, axis=1)
+        at = prefix_at(out[:, 0])  # the dense prefix's stage (search/empty_rank.py)
+        out = out[out[np.arange(len(out)), at] >= prefix_min_units(space, vpp)]
     # combinations come in lexicographic order of the cuts = lexicographic order of the parts
     out = out * step
     return out, [None] * len(out)  # the winners' stage_layers tuples are read off the rows

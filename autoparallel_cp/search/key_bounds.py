@@ -286,15 +286,23 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
     jj = np.arange(pp).reshape(-1, 1, 1)
     first = (jj == 0).astype(float)
     last = (jj == head_position(t.space.schedule, pp)).astype(float)  # replay_axis.py
-    nd = first * K
-    nmj = np.maximum(lsr - nd, 0.0)
 
     def gv(xs: list[float]) -> Any:
         return np.asarray(xs, float).reshape(1, G, 1)
 
-    dj = nmj * gv(c.dsync) + nd * gv(c.dsync_d) + gv(c.dps_fixed) + first * gv(c.emb_dps) \
-        + last * gv(c.head_dps)
-    oj = nmj * gv(c.opt) + nd * gv(c.opt_d) + first * gv(c.emb_opt) + last * gv(c.head_opt)
+    def sync_opt(nd: Any) -> tuple[Any, Any]:
+        nmj = np.maximum(lsr - nd, 0.0)
+        return (nmj * gv(c.dsync) + nd * gv(c.dsync_d) + gv(c.dps_fixed)
+                + first * gv(c.emb_dps) + last * gv(c.head_dps),
+                nmj * gv(c.opt) + nd * gv(c.opt_d) + first * gv(c.emb_opt)
+                + last * gv(c.head_opt))
+
+    dj, oj = sync_opt(first * K * (lsr > 0))  # no prefix on an empty rank 0 (empty_rank.py)
+    if bt.moved:  # rank 1 may hold it after an empty rank 0: the least of both, each
+        # nondecreasing into w below (`Batch.moved`)
+        dp_, op_ = sync_opt(np.full_like(first, float(K)))
+        on = (jj == 1) & (lsr >= K)
+        dj, oj = np.where(on, np.minimum(dj, dp_), dj), np.where(on, np.minimum(oj, op_), oj)
     if t.mtp:  # the last stage's MTP DP sync and optimizer time
         dj, oj = dj + last * gv(c.mtp_dps), oj + last * gv(c.mtp_opt)
     # exposed_j + opt_j >= max(DTF d_j, d_j - 2/3 t_j) + o_j, and t_j <= T; the T term only

@@ -74,6 +74,7 @@ class Batch:
     ls: npt.NDArray[np.float64]
     tmin: npt.NDArray[np.float64]  # (B, pp, G, nl)
     co: dict[str, npt.NDArray[np.float64]]  # the keys' `KeyCoefs` fields (`stack_coefs`)
+    moved: bool = False  # position 1 may hold the dense prefix (`prefix_moves`)
 
     @classmethod
     def build(cls, t: Tables, klass: tuple[int, int, bool, bool], keys: Sequence[Any],
@@ -120,6 +121,7 @@ class Batch:
             f_all = np.stack([inflight_row(s.schedule, pp, vpp, m) for m in ms])
         if ls.size == 0:
             return None
+        moved = bool(K) and fixed is None and layouts is None and ls[0] == 0 and pp > 1
         if full and rs.size > 1:
             rs = replay_counts(rs, ls)
 
@@ -154,29 +156,32 @@ class Batch:
         # other mode and under full recompute with recompute_layers set (partial or pinned)
         rc_false_ok = not full or s.partial_recompute or "recompute_layers" in s.fixed
 
-        def grid(j: Any, rs: Any, mtp: bool | None = None) -> Any:
+        def grid(j: Any, rs: Any, mtp: bool | None = None, pre: bool = False) -> Any:
             """tmin over stage positions j, every allowed r (the plan_cost composition); with
             `mtp` (False / True: the replay flag) the last stage's MTP terms added. Positions
             differ only by being first / last and by their in-flight count (and a pinned split's
             own count): on a large grid each (first, last) class is composed once and only the
             peak's f * acts term and what follows are per position (each entry the same float;
-            on a small one numpy's per-call cost outweighs the entries saved)."""
+            on a small one numpy's per-call cost outweighs the entries saved). `pre`: the
+            positions hold the dense prefix (a V's rank 1 after an empty rank 0)."""
             first = (j == 0).astype(float).reshape(1, -1, 1, 1, 1)
             last = (j == hp).astype(float).reshape(1, -1, 1, 1, 1)
             if len(j) < SPLIT_POSITIONS or B * len(j) * G * ls.size * rs.size < SPLIT_ENTRIES:
-                return grid_at(j, first, last, rs, mtp)
+                return grid_at(j, first, last, rs, mtp, pre)
             out = np.empty((B, len(j), G, ls.size))
             fl = first[0, :, 0, 0, 0] * 2 + last[0, :, 0, 0, 0]
             for c in np.unique(fl):
                 sel = np.flatnonzero(fl == c)
-                out[:, sel] = grid_at(j[sel], first[:, sel[:1]], last[:, sel[:1]], rs, mtp)
+                out[:, sel] = grid_at(j[sel], first[:, sel[:1]], last[:, sel[:1]], rs, mtp, pre)
             return out
 
-        def grid_at(j: Any, first: Any, last: Any, rs: Any, mtp: bool | None) -> Any:
+        def grid_at(j: Any, first: Any, last: Any, rs: Any, mtp: bool | None,
+                    pre: bool = False) -> Any:
             """`grid` of positions j; first / last: 1.0 / 0.0 per position, or one value for
             positions that are all alike."""
             f = inflight_at(j)
-            nd = first * K
+            # the dense prefix: on the first stage, none on an empty rank 0 (empty_rank.py)
+            nd = K + 0.0 * lv if pre else first * K * (lv > 0)
             rv = rs.reshape(1, 1, 1, 1, -1)
             ok_l = (lv >= nd) & count_ok(j)  # the first stage holds the dense prefix
             nm = np.maximum(lv - nd, 0.0)
@@ -255,12 +260,14 @@ class Batch:
             opts = [closed(jl, rc) if closed_form and hp == pp - 1 else grid(jl, rs, rc)
                     for rc in (False, True)]
             tmin[:, hp:hp + 1] = np.minimum(*opts)
+        if moved:  # rank 1 holding the prefix after an empty rank 0 (a V: the head on 0)
+            tmin[:, 1:2] = np.minimum(tmin[:, 1:2], grid(jall[1:2], rs, pre=True))
         tmin = tmin * (1 - 1e-9)  # (B, pp, G, nl)
         pinned = s.fixed.get("stage_groups")
         if pinned is not None and G > 1:  # a pinned placement: position j only on its group
             tmin = np.where(np.arange(G).reshape(1, 1, -1, 1)
                             == np.asarray(pinned, int).reshape(1, -1, 1, 1), tmin, np.inf)
-        return cls(t, pp, vpp, np.asarray(ms, float), ng, ls, tmin, co)
+        return cls(t, pp, vpp, np.asarray(ms, float), ng, ls, tmin, co, moved)
 
     def placed(self, capl: Any) -> Any:
         """The most layers the stages hold over the placements, caps (..., pp, G)."""

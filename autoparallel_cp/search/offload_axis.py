@@ -151,7 +151,8 @@ def stage_layers_bound(space: Any, pp: int) -> int:
     """The most layers one stage holds in any partition of the space at `pp` stages: over the
     space's vpp values and each partition family (`SearchSpace.split_families`), a pinned or
     named layout's largest stage, L/pp for uniform splits, L - (pp - 1)·vpp for free ones
-    (every other stage holds >= vpp layers); L when no family places the layers (no plan)."""
+    (every other stage holds >= vpp layers; L - (pp - 2)·vpp where a V's rank 0 may hold none,
+    search/empty_rank.py); L when no family places the layers (no plan)."""
     memo: dict[int, int] = space.__dict__.setdefault("_stage_bound", {})
     if pp not in memo:
         L = space.num_layers
@@ -163,8 +164,9 @@ def stage_layers_bound(space: Any, pp: int) -> int:
                     most = max(most, max(pinned))
                 elif f.partition == "uniform":
                     most = max(most, -(-L // pp))
-                else:
-                    most = max(most, L - (pp - 1) * vpp)
+                else:  # a V's rank 0 may be empty (empty_rank.py): one stage fewer
+                    most = max(most, L - (pp - 1 - int(
+                        pp > 1 and f.first_stage_min_units(vpp) == 0)) * vpp)
         memo[pp] = most or L
     return memo[pp]
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import act_offload, offload_axis, space_count, space_proof
-from autoparallel_cp.search.empty_rank import empty_first
+from autoparallel_cp.search.empty_rank import empty_first, prefix_min_units
 from autoparallel_cp.search.replay_axis import free_family, free_pp_ok
 from autoparallel_cp.search.schedule_axis import (
     SCANNED,
@@ -538,7 +538,7 @@ class SearchSpace:
         return self.etp is None or tp == 1 or tp == self.etp
 
     def _moe_partition_ok(self, pp: int, vpp: int) -> bool:
-        """Free partitions: the first stage must be able to hold the dense prefix layers."""
+        """Free partitions: the stage holding the dense prefix (`prefix_min_units`) can."""
         if self.partition == "uniform":
             return True
         fixed = self.fixed_stage_layers(pp, vpp)
@@ -546,19 +546,17 @@ class SearchSpace:
             moe = self.job.model.moe
             return fixed[0] >= (moe.first_k_dense_layers if moe is not None else 0)
         units = self.num_layers // self.layer_step(vpp)
-        return units - self.first_stage_min_units(vpp) + 1 >= pp
+        return units - prefix_min_units(self, vpp) + 1 + int(
+            self.first_stage_min_units(vpp) == 0 and pp > 1) >= pp
 
     def layer_step(self, vpp: int) -> int:
         """Granularity of a stage's layer count in a free partition (multiples of vpp)."""
         return vpp
 
     def first_stage_min_units(self, vpp: int) -> int:
-        """Least layer units (of `layer_step`) on the first stage: it holds the dense prefix;
-        0 for a V's rank 0 that may hold none (search/empty_rank.py)."""
-        moe = self.job.model.moe
-        k = moe.first_k_dense_layers if moe is not None else 0
-        step = self.layer_step(vpp)
-        return 0 if empty_first(self) else max(1, -(-k // step))
+        """Least layer units (of `layer_step`) on the first stage: `prefix_min_units`; 0 for
+        a V's rank 0 that may hold none (search/empty_rank.py)."""
+        return 0 if empty_first(self) else prefix_min_units(self, vpp)
 
     # ------------------------------------------------------------------ counting
     # (search/space_count.py: the size of the space, counted without listing it)

@@ -9,6 +9,7 @@ from math import comb, factorial
 from typing import Any
 
 from autoparallel_cp.search.act_offload import stage_min
+from autoparallel_cp.search.empty_rank import prefix_min_units
 from autoparallel_cp.spec.framework_space import KeyView
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, RecomputeMode
 
@@ -28,8 +29,16 @@ def num_partitions(space: SearchSpace, pp: int, vpp: int) -> int:
     # compositions of the L/step units, the first part >= f units, the others >= a
     # (act_offload.py `stage_min`: a = 1 but under a pinned activation offload)
     lo, lo0 = stage_min(space, vpp)
-    free = space.num_layers // step - lo0 // step - (pp - 1) * (lo // step)
-    return comb(free + pp - 1, pp - 1) if free >= 0 else 0
+    units = space.num_layers // step
+    if lo0 > 0 or pp == 1:
+        free = units - lo0 // step - (pp - 1) * (lo // step)
+        return comb(free + pp - 1, pp - 1) if free >= 0 else 0
+    # a V's rank 0 from 0 (search/empty_rank.py; a = 1): the dense prefix's stage, rank 0
+    # or, after an empty rank 0, rank 1, holds >= f units, every other rank >= 1
+    f = prefix_min_units(space, vpp)
+    held, empty = units - f - (pp - 1), units - f - (pp - 2)
+    return (comb(held + pp - 1, pp - 1) if held >= 0 else 0) + (
+        comb(empty + pp - 2, pp - 2) if empty >= 0 else 0)
 
 
 def num_placements(space: SearchSpace, tp: int, cp: int, dp: int, pp: int) -> int:

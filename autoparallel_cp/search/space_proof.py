@@ -16,7 +16,7 @@ from typing import Any
 from autoparallel_cp.search.act_offload import act_layers, free_at, scored
 from autoparallel_cp.search.act_offload import searched as act_searched
 from autoparallel_cp.search.act_offload import words as act_words
-from autoparallel_cp.search.empty_rank import empty_first
+from autoparallel_cp.search.empty_rank import dense_prefix, empty_first, prefix_at
 from autoparallel_cp.search.replay_axis import (
     DUALPIPE_FREE_MAX,
     free_family,
@@ -72,10 +72,8 @@ def _split_rule(space: SearchSpace) -> str:
         return (_NAMED.replace("layouts (", "layouts only (")[:-1]
                 + f"; free per-stage counts under {', '.join(named_only)}: evaluated, not "
                 + f"searched{_why_named(space, named_only)})" + _placements(space))
-    rule = "free: any per-stage layer counts that are multiples of vpp, each >= vpp"
-    if _dense(space) and not space.fixed_split:
-        rule += (f", the first stage >= the {_dense(space)} dense prefix layers (a split "
-                 "with fewer there is evaluated, not searched)")
+    rule = ("free: any per-stage layer counts that are multiples of vpp, each >= vpp"
+            + _prefix_rule(space))
     vs = [x for x in free_v if x != "dualpipe"]
     if vs:
         hid = [x for x in vs if scored_free(space.with_(schedule=x))]
@@ -117,10 +115,21 @@ def _why_named(space: SearchSpace, named_only: list[str]) -> str:
 
 def _v_first(space: SearchSpace, vs: list[str]) -> str:
     """The V's rank 0 in the free family (search/empty_rank.py): from 0 layers (an empty
-    first rank: the embedding and the head only), else >= 2 and why."""
+    first rank: the embedding and the head only; a dense prefix then on rank 1), else >= 2
+    (it offloads activations)."""
     if any(empty_first(space.with_(schedule=x)) for x in vs):
-        return "rank 0 (the embedding and the head) from 0 layers: an empty first rank"
-    return "rank 0 >= 2 layers (it holds the dense prefix or offloads activations)"
+        return ("rank 0 (the embedding and the head) from 0 layers: an empty first rank"
+                + (", the dense prefix then on rank 1" if dense_prefix(space) else ""))
+    return "rank 0 >= 2 layers (it offloads activations)"
+
+
+def _prefix_rule(space: SearchSpace) -> str:
+    """Where a free split puts the dense prefix (search/empty_rank.py): whole on the first
+    stage holding layers (the cost model then holds it there, spec/splits.py
+    `prefix_counts`); a split whose first such stage holds fewer layers is not searched."""
+    k = dense_prefix(space)
+    return (f"; the dense prefix ({k} layers) whole on the first rank holding layers"
+            if k else "")
 
 
 def _v_empty(space: SearchSpace) -> str:
@@ -342,25 +351,10 @@ def outside(space: SearchSpace, plan: Plan) -> str | None:
         return f"layer split {list(per_stage)} (searched: multiples of vpp = {plan.vpp})"
     if min(per_stage) < (k := act_layers(space)):  # evaluate refuses it too
         return f"layer split {list(per_stage)} (activation_offload={k}: every stage >= {k})"
-    if 0 < per_stage[0] < (first := _first_min(space, plan.vpp)):
-        # evaluate spreads the dense prefix over the first stages (spec/model.py `is_moe_layer`
-        # per layer); the search's tables hold it on the first stage (space.py
-        # `first_stage_min_units`)
-        return (f"layer split {list(per_stage)} (searched: the first stage holds the "
-                f"{_dense(space)} dense prefix layers, >= {first} layers)")
+    if per_stage[prefix_at(per_stage[0])] < (k := dense_prefix(space)):
+        return (f"layer split {list(per_stage)} (searched: the dense prefix's {k} layers "
+                "whole on the first stage holding layers)")
     return None
-
-
-def _dense(space: SearchSpace) -> int:
-    """The model's dense prefix (MoE `first_k_dense_layers`; 0 without MoE)."""
-    moe = space.job.model.moe
-    return moe.first_k_dense_layers if moe is not None else 0
-
-
-def _first_min(space: SearchSpace, vpp: int) -> int:
-    """Least layers on the first stage of a free split (space.py `first_stage_min_units`:
-    the dense prefix, rounded up to the partition's unit; 0 for a V's empty rank 0)."""
-    return space.first_stage_min_units(vpp) * space.layer_step(vpp)
 
 
 def partitions_searched(space: SearchSpace) -> list[str]:

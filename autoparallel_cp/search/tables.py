@@ -48,6 +48,7 @@ from autoparallel_cp.search.schedule_axis import REPLAYED, plan_ratio, stage_inf
 from autoparallel_cp.search.space import SearchSpace
 from autoparallel_cp.spec.hybrid_sharding import node_shard_replicas
 from autoparallel_cp.spec.plan import Plan
+from autoparallel_cp.spec.splits import prefix_counts
 
 F = npt.NDArray[np.float64]
 
@@ -144,7 +145,7 @@ class Tables:
 
     @cached_property
     def dense_prefix(self) -> int:
-        """Dense layers before the MoE layers (held by the first stage); 0 for dense models."""
+        """Dense layers before the MoE layers (placed by spec/splits.py `prefix_counts`)."""
         moe = self.space.job.model.moe
         return moe.first_k_dense_layers if moe is not None else 0
 
@@ -513,15 +514,14 @@ def plan_cost(t: Tables, plan: Plan) -> PlanCost:
     i4 = (itp, iz, idp, icp)
     ie = (itp, icp, plan.sp, imb)
     m = plan.num_microbatches
-    k_dense = t.dense_prefix
+    kds = prefix_counts(t.dense_prefix, ls)  # the cost model's dense prefix per stage
     z3 = plan.zero >= 3
     times, peaks, dps, opts, hosts = [], [], [], [], True
     for j, (n, g) in enumerate(zip(ls, groups, strict=True)):
         first, last = j == 0, j == head_position(plan.schedule, plan.pp)
         r = plan.recomputed_layers(n)
-        if t.main_kind and first and k_dense:
-            rd = min(r, k_dense)
-            counts = [(False, k_dense, rd), (True, n - k_dense, r - rd)]
+        if t.main_kind and (kd := kds[j]):
+            counts = [(False, kd, min(r, kd)), (True, n - kd, r - min(r, kd))]
         else:
             counts = [(t.main_kind, n, r)]
         f = stage_inflight(plan.schedule, plan.pp, plan.vpp, m, j, tuple(chunks[j]))

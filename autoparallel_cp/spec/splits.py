@@ -144,3 +144,16 @@ def model_order(layout: tuple[int, ...], pp: int, v_shaped: bool) -> tuple[int, 
     style="v")`), so the second half is reversed: stage pp + i is chunk 1 of rank pp-1-i, and
     rank 0's chunks are the first and the last stage (the embedding's and the head's)."""
     return tuple(layout[:pp]) + tuple(layout[pp:][::-1]) if v_shaped else tuple(layout)
+
+
+def prefix_counts(k: int, per_stage: tuple[int, ...]) -> tuple[int, ...]:
+    """Layers of a k-layer dense prefix (MoE `first_k_dense_layers`) each stage holds when the
+    stages hold `per_stage` layers in rank order, as the cost model lays them out
+    (cost/memory.py `stage_layer_kinds`: stage j holds layers [S_j, S_j + n_j), S_j the layers
+    of the stages before it, layer i dense iff i < k with `moe_layer_freq` 1): min(n_j,
+    max(k - S_j, 0)). A V's empty rank 0 holds none of it, the next rank the prefix's start."""
+    out, start = [], 0
+    for n in per_stage:
+        out.append(min(n, max(k - start, 0)))
+        start += n
+    return tuple(out)

@@ -32,7 +32,8 @@ V = ("zbv", "dualpipev")
 def test_the_free_v_family_starts_rank_0_at_zero(sched: str) -> None:
     """8 layers on pp 4: the per-rank counts (multiples of 2) with rank 0 from 0 and the others
     from 2, lexicographic (the (0, ...) splits first), the same in the generator, the array and
-    the count; the other schedules, a dense prefix and a pinned activation offload keep >= 1."""
+    the count; the other schedules keep >= 1; a dense prefix does not (its rank 0 from 0 too,
+    the prefix then on rank 1: test_empty_rank_prefix.py)."""
     sp = SearchSpace.for_job(_job(), fix=f"schedule={sched}", max_pp=4)
     assert empty_first(sp) and sp.first_stage_min_units(2) == 0
     got = list(partitions(sp, 4, 2))
@@ -45,7 +46,7 @@ def test_the_free_v_family_starts_rank_0_at_zero(sched: str) -> None:
         o = SearchSpace.for_job(_job(), fix=f"schedule={other}", max_pp=4, max_vpp=2)
         assert not empty_first(o) and o.first_stage_min_units(2) >= 1
     moe = Job(model=_mini(True, 8), cluster=_job().cluster, seq_len=4096, global_batch=16)
-    assert not empty_first(SearchSpace.for_job(moe, fix=f"schedule={sched}", max_pp=4))
+    assert empty_first(SearchSpace.for_job(moe, fix=f"schedule={sched}", max_pp=4))
 
 
 def test_the_proof_line_and_outside_name_the_empty_first_rank() -> None:
@@ -58,7 +59,7 @@ def test_the_proof_line_and_outside_name_the_empty_first_rank() -> None:
         update={"stage_layers": (8, 0)})) or "")
     moe = Job(model=_mini(True, 8), cluster=_job().cluster, seq_len=4096, global_batch=16)
     line = space_line(proof_space(SearchSpace.for_job(moe, fix="schedule=zbv", max_pp=4)))
-    assert "rank 0 >= 2 layers (it holds the dense prefix" in line
+    assert "from 0 layers: an empty first rank, the dense prefix then on rank 1" in line
 
 
 def test_the_forks_layout_is_found_and_a_large_vocabulary_empties_rank_0() -> None:

@@ -72,12 +72,13 @@ def test_outside_names_a_split_with_the_dense_prefix_over_several_stages() -> No
     job = Job(model=model, cluster=load_cluster("dgx-h100").take_gpus(8), seq_len=1024,
               global_batch=16)
     sp = SearchSpace.for_job(job)
-    assert "the first stage >= the 3 dense prefix layers" in space_line(proof_space(sp))
+    assert "the dense prefix (3 layers) whole on the first rank holding layers" in space_line(
+        proof_space(sp))
     p = Plan(dp=2, tp=1, pp=4, ep=2, mbs=1, num_microbatches=8)
     inside = p.model_copy(update={"stage_layers": (3, 2, 2, 1)})
     spread = p.model_copy(update={"stage_layers": (2, 2, 2, 2)})
     assert outside(sp, inside) is None
-    assert "dense prefix layers, >= 3" in (outside(sp, spread) or "")
+    assert "the dense prefix's 3 layers whole on the first stage" in (outside(sp, spread) or "")
     # without a dense prefix the same split is inside
     plain = job.model_copy(update={"model": _mini(True, 8).model_copy(update={
         "moe": MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=1408)})})
