@@ -5,8 +5,8 @@ For each job: the expert plan (a published run of the corpus, `crossval.cases`, 
 paper states under the closest recipe), its prediction error against the measured tokens/s/GPU
 (or MFU), the solver's best plan for the same job and recipe behaviour, its claimed speed-up
 over the expert plan's prediction (the search with `--search-also schedule`: every schedule,
-so that the expert plan's is in the space), and the breakdown terms (INTERFACE.md `time`) that carry it:
-the seconds per step the best plan saves (or spends) against the expert plan, largest first.
+so that the expert plan's is in the space), and the breakdown terms (INTERFACE.md `time`)
+that carry it: the seconds per step the best plan saves (or spends) against the expert plan, largest first.
 
     python benchmarks/favourites.py [--markdown] [--time-limit S]
 
@@ -92,7 +92,8 @@ def _compare(label: str, job: Job, plan: Plan, measured: float, kind: str,
     pred = ev.throughput.tokens_per_s_per_gpu if kind == "tps" else ev.throughput.mfu
     err = (pred / measured - 1.0) * 100.0
     try:  # the whole plan space: the V schedules and DualPipe too (`--search-also schedule`)
-        res = api.solve(job.model_copy(update={"search_also": ("schedule",)}), top_k=1, time_limit=time_limit, workers=1, seed=0)
+        res = api.solve(job.model_copy(update={"search_also": ("schedule",)}), top_k=1,
+                        time_limit=time_limit, workers=1, seed=0)
     except UserError as exc:
         return Row(label, _plan_text(plan), err, f"(no plan: {exc})", None, "")
     bev = res.plans[0]
