@@ -6,7 +6,8 @@ paper states under the closest recipe), its prediction error against the measure
 (or MFU), the solver's best plan for the same job and recipe behaviour, its claimed speed-up
 over the expert plan's prediction (the search with `--search-also schedule`: every schedule,
 so that the expert plan's is in the space), and the breakdown terms (INTERFACE.md `time`)
-that carry it: the seconds per step the best plan saves (or spends) against the expert plan, largest first.
+that carry it: the seconds per step the best plan saves (or spends) against the expert plan,
+largest first.
 
     python benchmarks/favourites.py [--markdown] [--time-limit S]
 
