@@ -45,9 +45,11 @@ import numpy as np
 
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.dualpipe_bound import key_constants, split_bounds
+from autoparallel_cp.search.dualpipe_classes import solve_by_class
 from autoparallel_cp.search.enumerate_axes import partition_array, placement_array
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
+from autoparallel_cp.search.replay_axis import by_class
 from autoparallel_cp.search.space import Degrees
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import Plan, canonical
@@ -89,6 +91,8 @@ def solve_free_dualpipe(t: Tables, key: Any, *, seed: int, workers: int,
     exact step time <= `cutoff_s`. `seed` and `workers` are the family interface's (no
     randomised solve here)."""
     del seed, workers
+    if by_class(t.space, key.pp):  # too many splits to score one by one: by pair-sum class
+        return solve_by_class(t, key, cutoff_s=cutoff_s, budget=budget)
     splits, bounds = ordered_splits(t, key)
     cut = cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None
     best: tuple[float, tuple[Any, ...], Plan, float] | None = None

@@ -18,7 +18,10 @@ from autoparallel_cp.search.act_offload import searched as act_searched
 from autoparallel_cp.search.act_offload import words as act_words
 from autoparallel_cp.search.empty_rank import empty_first
 from autoparallel_cp.search.replay_axis import (
+    DUALPIPE_CLASS_MAX,
     DUALPIPE_FREE_MAX,
+    by_class,
+    class_ok,
     free_family,
     free_pp_ok,
     scored_free,
@@ -99,7 +102,8 @@ def _split_rule(space: SearchSpace) -> str:
 def _why_named(space: SearchSpace, named_only: list[str]) -> str:
     """Why these V or DualPipe schedules keep the named layouts (replay_axis.py
     `free_family`): an activation offload's scored parts keep the named layouts
-    (act_offload.py `scored`); DualPipe above `DUALPIPE_FREE_MAX` free splits at every pp.
+    (act_offload.py `scored`); DualPipe above `DUALPIPE_FREE_MAX` free splits and not
+    searched by class (`by_class`) at every pp.
     V's and DualPipe's free families are searched on several node groups too
     (cpsat_replay.py, dualpipe_splits.py)."""
     why = []
@@ -107,8 +111,10 @@ def _why_named(space: SearchSpace, named_only: list[str]) -> str:
         if scored(space.with_(schedule=s)):
             why.append(f"{s} under a pipelined activation offload")
         else:  # DualPipe, its free family above the cap at every pp
-            why.append(f"dualpipe with more than {DUALPIPE_FREE_MAX} free splits at each pp "
-                       "(replay_axis.py `free_pp_ok`)")
+            why.append(f"dualpipe with more than {DUALPIPE_FREE_MAX} free splits and no "
+                       f"pair-sum class search (over {DUALPIPE_CLASS_MAX:,} classes, or stage "
+                       "kinds set by where a stage starts) at each pp (replay_axis.py "
+                       "`free_pp_ok`)")
     return ": " + ", ".join(why)
 
 
@@ -129,10 +135,11 @@ def _v_empty(space: SearchSpace) -> str:
 
 
 def _dualpipe_free(space: SearchSpace) -> str:
-    """DualPipe's free family (search/dualpipe_splits.py) in words: the pp it is searched at
-    (replay_axis.py `free_pp_ok`: at most DUALPIPE_FREE_MAX free splits), the named layouts
-    above."""
+    """DualPipe's free family in words: the pp it is searched at split by split
+    (search/dualpipe_splits.py: at most DUALPIPE_FREE_MAX free splits), by pair-sum class
+    (search/dualpipe_classes.py: replay_axis.py `by_class`), the named layouts above."""
     at = [p for p in space.pp if space.free_ok(p, 1)]
+    cls = [p for p in at if by_class(space, p)]
     above = [p for p in space.pp if p not in at]
     txt = (" (under dualpipe: rank r runs stage r and its mirror p-1-r, each split scored "
            "exactly by the cost model"
@@ -141,9 +148,17 @@ def _dualpipe_free(space: SearchSpace) -> str:
            + ", every split's lower bound proving the rest: search/dualpipe_splits.py; "
            f"at pp {','.join(map(str, at)) or 'none'}, at most {DUALPIPE_FREE_MAX} free "
            "splits")
+    if cls:
+        txt += (f" or, at pp {','.join(map(str, cls))}, by pair-sum class (each class of "
+                "mirror-pair sums bounded, the classes within the best opened and their best "
+                "split found pair by pair, exactly: search/dualpipe_classes.py)")
     if above:
         txt += (f"; at pp {','.join(map(str, above))} the named layouts only: more free "
-                "splits than the exact loop scores")
+                "splits than the exact loop scores"
+                + (f" and more than {DUALPIPE_CLASS_MAX:,} pair-sum classes"
+                   if class_ok(space) else
+                   " (by class only where every layer after the dense prefix is of one "
+                   "kind, vpp 1, no offload)"))
     return txt + ")"
 
 
