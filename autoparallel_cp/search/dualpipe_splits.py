@@ -3,6 +3,8 @@ several, searched exactly: a best-first branch and bound over the family's split
 `DUALPIPE_FREE_MAX`, replay_axis.py `free_pp_ok`), each split's lower bound the least over
 its stage placements of dualpipe_bound.py's (split, placement) bound (`split_bounds`,
 vectorised), and the splits scored exactly by the cost model in the order of their bounds.
+Above that many splits, where replay_axis.py `by_class` holds, `solve_free_dualpipe` hands
+the key to search/dualpipe_classes.py, which bounds and opens pair-sum classes instead.
 
 What evaluate charges a DualPipe plan (cost/steptime.py `_dualpipe_rank`, cost/memory.py;
 search/dualpipe_bound.py holds the derivation): rank r runs stage r and its mirror p-1-r on

@@ -50,8 +50,9 @@ rank, `dualpipe_mirror`: the rank's time is the mean of a stage pair, which the 
 bounds' T >= t_j do not carry) is scored by the cost model
 (search/model_scored.py); its free per-stage counts (`free_family`, on one node group or
 several, each split bounded over every stage placement, at a pp with at most
-`DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/dualpipe_splits.py; at a pp with more
-free splits, the named layouts only (evaluate-only: the other free splits there).
+`DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/dualpipe_splits.py, above it by pair-sum
+class (search/dualpipe_classes.py, at most `DUALPIPE_CLASS_MAX` classes: `by_class`); beyond
+both, the named layouts only (evaluate-only: the other free splits there).
 """
 
 from __future__ import annotations
