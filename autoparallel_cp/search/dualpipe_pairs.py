@@ -60,13 +60,12 @@ def probe_plan(t: Any, key: Any, r: int | None) -> Plan:
                 optimizer_offload=space.optimizer_offload, activation_offload=0)
 
 
-def kinds(job: Any, plan: Plan, start: int, n: int) -> tuple[int, int, int, int]:
+def kinds(moe: Ints, plan: Plan, start: int, n: int) -> tuple[int, int, int, int]:
     """(dense, MoE, recomputed dense, recomputed MoE) of a stage of `n` layers from layer
-    `start`: memory.py `stage_layer_kinds` for one stage."""
-    idx = range(start, start + n)
+    `start`, `moe` the prefix sums of the model's `is_moe_layer`: memory.py
+    `stage_layer_kinds` for one stage."""
     r = plan.recomputed_layers(n)
-    ks = [job.model.is_moe_layer(i) for i in idx]
-    n_moe, r_moe = sum(ks), sum(ks[:r])
+    n_moe, r_moe = int(moe[start + n] - moe[start]), int(moe[start + r] - moe[start])
     return (n - n_moe, n_moe, r - r_moe, r_moe)
 
 
@@ -108,14 +107,16 @@ def pair_tables(t: Any, key: Any, r: int | None, groups: list[int], lo0: int
     def start(j: int, n: int) -> int:  # any start of the stage (kinds: position and count)
         return 0 if j == 0 else max(lo0, 1) + j - 1
 
+    moe = np.concatenate([[0], np.cumsum([job.model.is_moe_layer(i) for i in range(L + p)])])
     st: dict[tuple[int, int], dict[str, F64]] = {}
     mem: dict[tuple[int, int], F64] = {}
     for j in range(p):
         for g in groups:
-            rows = [st_fn(j, kinds(job, plan, start(j, n), n), g) for n in counts(j)]
+            ks = [kinds(moe, plan, start(j, n), n) for n in counts(j)]
+            rows = [st_fn(j, k, g) for k in ks]
             st[j, g] = {f: np.array([getattr(x, f) for x in rows], float) for f in _FIELDS}
-            mem[j, g] = np.array([parts_fn(j, kinds(job, plan, start(j, n), n), (n,), g)
-                                  for n in counts(j)], float)
+            mem[j, g] = np.array([parts_fn(j, k, (n,), g) for k, n in zip(ks, counts(j),
+                                                                          strict=True)], float)
     tail, share = dp_exposure(F.options_for(job, None).dp_overlap)
     consts = state_consts(job, plan)
     out = []
