@@ -6,7 +6,8 @@ Under DualPipe (DeepSeek-V3 §3.2.1; cost/steptime.py `_dualpipe_rank`, cost/mem
 `stage_memory`) rank i runs stage i and its mirror p-1-i on its own GPUs; so does rank p-1-i.
 Rank i's time, DP sync, optimizer step and memory are functions of its own stage's StageTime
 and parts and its mirror's, each a function of (stage, layer kinds, node group) only
-(`stage_time_fn`, `stage_parts_fn`, memoized by the cost model on those). Where the layers
+(`stage_time_fn`, `stage_parts_fn`, memoized by the cost model on those; a stage's time
+reads its position only as first or last, so the inner stages share stage 1's). Where the layers
 after the first stage's least count are all of one kind (no MoE, or MoE every layer after
 the dense prefix: replay_axis.py `class_ok`), a stage's kinds are a function of its position
 and count, so pair i's two ranks depend on (a, b) = (l_i, l_{p-1-i}) and the ranks' groups
@@ -113,8 +114,12 @@ def pair_tables(t: Any, key: Any, r: int | None, groups: list[int], lo0: int
     for j in range(p):
         for g in groups:
             ks = [kinds(moe, plan, start(j, n), n) for n in counts(j)]
-            rows = [st_fn(j, k, g) for k in ks]
-            st[j, g] = {f: np.array([getattr(x, f) for x in rows], float) for f in _FIELDS}
+            if 1 < j < p - 1:  # an inner stage's time reads j only as j == 0 or the last
+                st[j, g] = st[1, g]
+            else:
+                rows = [st_fn(j, k, g) for k in ks]
+                st[j, g] = {f: np.array([getattr(x, f) for x in rows], float)
+                            for f in _FIELDS}
             mem[j, g] = np.array([parts_fn(j, k, (n,), g) for k, n in zip(ks, counts(j),
                                                                           strict=True)], float)
     tail, share = dp_exposure(F.options_for(job, None).dp_overlap)
