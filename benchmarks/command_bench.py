@@ -1,7 +1,7 @@
 """What the user waits for: the whole `ap-solve solve` command, in process, phase by phase.
 
     python benchmarks/command_bench.py [--top-k 10] [--repeat 1] [--only NAME] [--scaling]
-                                       [--search-also schedule]
+                                       [--search-also schedule] [--fix schedule=dualpipe]
 
 Runs the CLI exactly as a user would (click's runner over `autoparallel_cp.cli.main`, default
 settings unless stated, deterministic time limits) and splits the wall clock into load (specs
@@ -134,6 +134,8 @@ def main() -> None:
     ap.add_argument("--scaling", action="store_true")
     ap.add_argument("--search-also", default="",
                     help="passed to every job (e.g. schedule: issue 31's opt-in schedule axis)")
+    ap.add_argument("--fix", default="",
+                    help="passed to every job (e.g. schedule=dualpipe: its free splits)")
     a = ap.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f} (cpus: {os.cpu_count()})\n")
     print(HEADER)
@@ -143,6 +145,8 @@ def main() -> None:
         k = ["--top-k", str(a.top_k)] if "README" not in name else []
         if a.search_also:
             k += ["--search-also", a.search_also]
+        if a.fix:
+            k += ["--fix", a.fix]
         best = None
         for _ in range(a.repeat):
             got = run([*args, *k])

@@ -42,17 +42,13 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from autoparallel_cp.cost import factors as F
+from autoparallel_cp.cost.mtp_stage import _base_mode, mtp_terms
 from autoparallel_cp.cost.offload import (
     gpu_kept_optimizer_share,
     offloaded_activations,
     optimizer_host_bytes,
 )
-from autoparallel_cp.cost.schedules import (
-    dualpipe_mirror,
-    head_stage,
-    inflight_units,
-    mtp_shares_embedding,
-)
+from autoparallel_cp.cost.schedules import dualpipe_mirror, head_stage, inflight_units
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.plan import Plan
 
@@ -219,85 +215,43 @@ def plan_factors(job: Job, plan: Plan, opts: F.CostOptions
     return pf.layer, pf.edges
 
 
-@dataclass(frozen=True)
-class MtpTerms:
-    """The last stage's MTP additions: `mtp_layers` x (one layer of `F.mtp_layer_kind` in the
-    plan's mode, `F.mtp_recomputed` deciding full recompute, + `F.mtp_factors`), the embedding
-    copy when pp > 1. Activations are one micro-batch's (the last model chunk's, as the head's)."""
-
-    dense_p: float
-    exp_p: float
-    act: float
-    work: float
-    compute_s: float
-    tp_s: float
-    cp_s: float
-    ep_s: float
-    z3_layer: tuple[float, float]  # (dense params of one MTP layer, its base time) for ZeRO-3
-
-
 def mtp_cache(job: Job, plan: Plan, opts: F.CostOptions) -> Callable[[int], F.MtpFactors]:
     """`F.mtp_factors` of the plan by node group, computed once (`_plan_factors`)."""
     return _plan_factors(job, plan, opts).mtp
 
 
-def mtp_terms(job: Job, plan: Plan, layer: Callable[[int, str, bool], F.LayerFactors],
-              mtps: Callable[[int], F.MtpFactors], g: int) -> MtpTerms | None:
-    """The MTP terms of the last stage on node group `g` (None without MTP)."""
-    n = job.model.mtp_layers
-    if n == 0:
-        return None
-    kind = F.mtp_layer_kind(job)
-    rc = F.mtp_recomputed(plan.recompute, plan.recompute_layers)
-    base = layer(g, _base_mode(plan), kind)
-    lf = layer(g, "full", kind) if rc else base
-    mf = mtps(g)
-    d_, e_ = F.layer_param_counts(job, kind, plan.tp, plan.ep, plan.etp)
-    # the word-embedding copy of an MTP stage apart from the embedding (none under DualPipe,
-    # whose rank 0 holds both: `mtp_shares_embedding`)
-    copy = float(mf.copy_params) if plan.pp > 1 and not mtp_shares_embedding(plan) else 0.0
-    rcf = 1.0 if rc else 0.0
-    return MtpTerms(
-        dense_p=n * (float(d_) + float(mf.params)) + copy,
-        exp_p=n * float(e_),
-        act=n * (float(lf.ckpt_bytes if rc else lf.act_bytes) + float(mf.act_bytes)),
-        work=float(lf.work_bytes),
-        compute_s=n * (float(lf.compute_s) + rcf * float(lf.rc_compute_s)
-                       + float(mf.compute_s)),
-        tp_s=n * (float(lf.tp_s) + rcf * float(lf.rc_tp_s) + float(mf.tp_s)),
-        cp_s=n * (float(lf.cp_s) + rcf * float(lf.rc_cp_s)),
-        ep_s=n * (float(lf.ep_s) + rcf * float(lf.rc_ep_s)),
-        z3_layer=(float(d_), float(base.time_s)),
-    )
+Parts = tuple[float, float, float, float, float, float]
 
 
-def _base_mode(plan: Plan) -> str:
-    return "selective" if plan.recompute == "selective" else "none"
-
-
-def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
-                 ) -> list[StageMemory]:
-    """Memory of every pipeline stage's GPU (the composition in the module docstring)."""
-    opts = F.options_for(job, options)
-    groups = stage_groups(job, plan)
-    kinds = stage_layer_kinds(job, plan)
-    shard_dense = plan.state_shard  # dp*cp, over dp_replicate with hybrid sharding
-    shard_exp = plan.expert_state_shard
-    wd, gd, od = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero, shard_dense,
-                                                                  plan.pp))
+def state_consts(job: Job, plan: Plan) -> tuple[float, ...]:
+    """(wd, gd, od, we, ge, oe, buf_pp, z3, other): the bytes per dense and expert parameter
+    of weights, grads and optimizer states, the buffer bytes per parameter, the ZeRO-3
+    buffer and the framework's other bytes, as `stage_memory` composes a GPU's memory."""
+    wd, gd, od = (float(x) for x in F.state_bytes_per_param(job.recipe, plan.zero,
+                                                            plan.state_shard, plan.pp))
     we, ge, oe = (float(x) for x in F.state_bytes_per_param(job.recipe.for_experts(),
-                                                            plan.zero, shard_exp, plan.pp))
-    buf_pp = float(F.buffer_bytes_per_param(job, plan.zero))
-    z3 = float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero, plan.etp))
-    other = F.other_bytes(job)
+                                                            plan.zero, plan.expert_state_shard,
+                                                            plan.pp))
+    return (wd, gd, od, we, ge, oe, float(F.buffer_bytes_per_param(job, plan.zero)),
+            float(F.zero3_buffer_bytes(job, plan.tp, plan.ep, plan.zero, plan.etp)),
+            float(F.other_bytes(job)))
+
+
+def stage_parts_fn(job: Job, plan: Plan, options: F.CostOptions | None = None
+                   ) -> Callable[[int, tuple[int, int, int, int], tuple[int, ...], int], Parts]:
+    """held(j, kinds, chunks, g): stage j's own (dense params, expert params, activations,
+    work buffer, host bytes, ZeRO-3 edge buffer) with `kinds` (`stage_layer_kinds`) and its
+    chunks' layer counts on node group g, for the plans that differ from `plan` in their
+    split or placement only (memoized; search/dualpipe_pairs.py reads it too)."""
+    opts = F.options_for(job, options)
     layer, edges = plan_factors(job, plan, opts)
     mtps = mtp_cache(job, plan, opts)
-    chunks = plan.chunks_per_stage(job.model.num_layers)
     last = head_stage(plan)
 
-    def part(j: int, g: int) -> tuple[float, float, float, float, float, float]:
+    def part(j: int, kinds: tuple[int, int, int, int], chunks: tuple[int, ...], g: int
+             ) -> Parts:
         """Stage j's dense_p exp_p act work host edge_buf (ZeRO-3 root unit) on group g."""
-        nd, nm, rd, rm = kinds[j]
+        nd, nm, rd, rm = kinds
         edge = edges(g)
         dense_p = 0.0
         exp_p = 0.0
@@ -315,7 +269,7 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
             act += (n - r) * float(base.act_bytes) + r * float(full.ckpt_bytes)
             kept.append((n - r, float(base.act_bytes)))
             work = max(work, float(full.work_bytes if r > 0 else base.work_bytes))
-        f = inflight_units(plan, j, chunks[j])
+        f = inflight_units(plan, j, chunks)
         off, one = offloaded_activations(plan.activation_offload, kept)
         act = (act - off) * f + one  # one offloaded layer in transit (cost/offload.py)
         edge_buf = 0.0
@@ -342,19 +296,34 @@ def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
                             F.layer_param_counts, F.zero3_edge_bytes, inflight_units,
                             offloaded_activations, mtp_terms))
 
-    def held(j: int, g: int) -> tuple[float, ...]:
-        k = (j, kinds[j], chunks[j], g)
+    def held(j: int, kinds: tuple[int, int, int, int], chunks: tuple[int, ...], g: int
+             ) -> Parts:
+        k = (j, kinds, chunks, g)
         hit = memo.get(k)
         if hit is None:
-            hit = memo[k] = part(j, g)
-        return hit
+            hit = memo[k] = part(j, kinds, chunks, g)
+        return cast(Parts, hit)
 
+    return held
+
+
+def stage_memory(job: Job, plan: Plan, options: F.CostOptions | None = None
+                 ) -> list[StageMemory]:
+    """Memory of every pipeline stage's GPU (the composition in the module docstring)."""
+    held = stage_parts_fn(job, plan, options)
+    groups = stage_groups(job, plan)
+    kinds = stage_layer_kinds(job, plan)
+    chunks = plan.chunks_per_stage(job.model.num_layers)
+    shard_dense = plan.state_shard  # dp*cp, over dp_replicate with hybrid sharding
+    shard_exp = plan.expert_state_shard
+    wd, gd, od, we, ge, oe, buf_pp, z3, other = state_consts(job, plan)
     out: list[StageMemory] = []
     for j, g in enumerate(groups):
-        dense_p, exp_p, act, work, host, edge_buf = held(j, g)
+        dense_p, exp_p, act, work, host, edge_buf = held(j, kinds[j], chunks[j], g)
         mirror = dualpipe_mirror(plan, j)
         if mirror is not None:  # DualPipe: the rank also holds stage p-1-j (its own f share)
-            d2, e2, a2, w2, h2, b2 = held(mirror, g)  # on the rank's own GPUs
+            # on the rank's own GPUs
+            d2, e2, a2, w2, h2, b2 = held(mirror, kinds[mirror], chunks[mirror], g)
             dense_p, exp_p, act, work = dense_p + d2, exp_p + e2, act + a2, max(work, w2)
             host += h2
             edge_buf += b2

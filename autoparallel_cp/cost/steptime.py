@@ -157,12 +157,31 @@ def _dp_factors(job: Job, plan: Plan) -> tuple[Callable[[int], tuple[float, ...]
     return shared(job, ("dp axes", tp, cp, dp, ep, zero, etp, rep, fns), make)
 
 
+Kinds = tuple[int, int, int, int]
+
+
 def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> list[StageTime]:
-    """Per micro-batch time of every stage (the t_j of the module docstring)."""
-    opts = F.options_for(job, options)
+    """Per micro-batch time of every stage (the t_j of the module docstring): DualPipe ranks
+    compose stage j and its mirror (`_dualpipe_rank`)."""
+    stage = stage_time_fn(job, plan, options)
     groups = stage_groups(job, plan)
     kinds = stage_layer_kinds(job, plan)
     pp = plan.pp
+    if dualpipe_mirror(plan, 0) is not None:  # a rank runs its mirror on its own GPUs
+        return [_dualpipe_rank(stage(j, kinds[j], groups[j]),
+                               stage(pp - 1 - j, kinds[pp - 1 - j], groups[j]))
+                for j in range(pp)]
+    return [stage(j, kinds[j], groups[j]) for j in range(pp)]
+
+
+def stage_time_fn(job: Job, plan: Plan, options: F.CostOptions | None = None
+                  ) -> Callable[[int, Kinds, int], StageTime]:
+    """stage(j, kinds, g): stage j's own per-micro-batch time (before a DualPipe rank's
+    mean with its mirror) with `kinds` = (dense, MoE, recomputed dense, recomputed MoE)
+    layers (`stage_layer_kinds`) on a GPU of node group g, for the plans that differ from
+    `plan` in their split or placement only (memoized: search/dualpipe_pairs.py reads every
+    stage count of a key through it, as `stage_times` does)."""
+    opts = F.options_for(job, options)
 
     layer, edges = plan_factors(job, plan, opts)
     mtps = mtp_cache(job, plan, opts)
@@ -187,9 +206,9 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                             activation_offload_s, offloaded_activations, backward_split,
                             mtp_terms))
 
-    def one(j: int, g: int) -> StageTime:
+    def one(j: int, kinds: Kinds, g: int) -> StageTime:
         """Stage j's per-micro-batch time on a GPU of node group g."""
-        nd, nm, rd, rm = kinds[j]
+        nd, nm, rd, rm = kinds
         per_dense, per_exp, z3_per, fixed = sync(g)
         lat_mb, lat_step = unit_lat(g)
         layers = 0.0
@@ -287,17 +306,14 @@ def stage_times(job: Job, plan: Plan, options: F.CostOptions | None = None) -> l
                          grad_reduce_s=grad_reduce, grad_accum_s=grad_accum,
                          offload_s=off_s)
 
-    def stage(j: int, g: int) -> StageTime:
-        k = (j, kinds[j], g)
+    def stage(j: int, kinds: Kinds, g: int) -> StageTime:
+        k = (j, kinds, g)
         hit = memo.get(k)
         if hit is None:
-            hit = memo[k] = one(j, g)
+            hit = memo[k] = one(j, kinds, g)
         return cast(StageTime, hit)
 
-    if dualpipe_mirror(plan, 0) is not None:  # a rank runs its mirror on its own GPUs
-        return [_dualpipe_rank(stage(j, groups[j]), stage(pp - 1 - j, groups[j]))
-                for j in range(pp)]
-    return [stage(j, groups[j]) for j in range(pp)]
+    return stage
 
 
 def _dualpipe_rank(a: StageTime, b: StageTime) -> StageTime:

@@ -3,6 +3,8 @@ several, searched exactly: a best-first branch and bound over the family's split
 `DUALPIPE_FREE_MAX`, replay_axis.py `free_pp_ok`), each split's lower bound the least over
 its stage placements of dualpipe_bound.py's (split, placement) bound (`split_bounds`,
 vectorised), and the splits scored exactly by the cost model in the order of their bounds.
+Above that many splits, where replay_axis.py `by_class` holds, `solve_free_dualpipe` hands
+the key to search/dualpipe_classes.py, which bounds and opens pair-sum classes instead.
 
 What evaluate charges a DualPipe plan (cost/steptime.py `_dualpipe_rank`, cost/memory.py;
 search/dualpipe_bound.py holds the derivation): rank r runs stage r and its mirror p-1-r on
@@ -45,9 +47,11 @@ import numpy as np
 
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.dualpipe_bound import key_constants, split_bounds
+from autoparallel_cp.search.dualpipe_classes import solve_by_class
 from autoparallel_cp.search.enumerate_axes import partition_array, placement_array
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
+from autoparallel_cp.search.replay_axis import by_class
 from autoparallel_cp.search.space import Degrees
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import Plan, canonical
@@ -89,6 +93,8 @@ def solve_free_dualpipe(t: Tables, key: Any, *, seed: int, workers: int,
     exact step time <= `cutoff_s`. `seed` and `workers` are the family interface's (no
     randomised solve here)."""
     del seed, workers
+    if by_class(t.space, key.pp):  # too many splits to score one by one: by pair-sum class
+        return solve_by_class(t, key, cutoff_s=cutoff_s, budget=budget)
     splits, bounds = ordered_splits(t, key)
     cut = cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None
     best: tuple[float, tuple[Any, ...], Plan, float] | None = None

@@ -50,18 +50,20 @@ rank, `dualpipe_mirror`: the rank's time is the mean of a stage pair, which the 
 bounds' T >= t_j do not carry) is scored by the cost model
 (search/model_scored.py); its free per-stage counts (`free_family`, on one node group or
 several, each split bounded over every stage placement, at a pp with at most
-`DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/dualpipe_splits.py; at a pp with more
-free splits, the named layouts only (evaluate-only: the other free splits there).
+`DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/dualpipe_splits.py, above it by pair-sum
+class (search/dualpipe_classes.py, at most `DUALPIPE_CLASS_MAX` classes: `by_class`); beyond
+both, the named layouts only (evaluate-only: the other free splits there).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import Any, cast
 
 from autoparallel_cp.cost.schedules import simulated_bubble, simulated_bubble_floor
-from autoparallel_cp.search.act_offload import scored
+from autoparallel_cp.search.act_offload import act_layers, scored
 from autoparallel_cp.search.model_scored import model_scored
 from autoparallel_cp.search.schedule_axis import REPLAYED, key_split
 from autoparallel_cp.spec.plan import Plan
@@ -98,22 +100,60 @@ def scored_free(space: Any) -> bool:
     return space.schedule in REPLAYED and free_searched(space) and model_scored(space)
 
 
-#: Most free splits of one pp DualPipe's free family is searched at (`free_pp_ok`). The exact
-#: loop (dualpipe_splits.py) bounds every split over its placements at once and scores the
-#: splits whose bound is below the best exact step, about 1.2 ms a split with the cost model;
-#: every split with the same mirror-pair sums ties on time, so a pair-sum class is scored
-#: whole: at pp 4 an 80-layer model has 79,079 splits, its largest class 1,521 (about 1.8 s a
-#: key), so the named layouts there.
+#: Most free splits of one pp DualPipe's free family is searched at split by split
+#: (`free_pp_ok`): the exact loop (dualpipe_splits.py) bounds every split over its placements
+#: at once and scores the splits whose bound is below the best exact step, about 1.2 ms a
+#: split with the cost model; every split with the same mirror-pair sums ties on time, so a
+#: pair-sum class is scored whole.
 DUALPIPE_FREE_MAX = 256
+
+#: Most pair-sum classes (`num_classes`) of one pp at which a DualPipe space whose stage
+#: kinds follow from position and count (`class_ok`) is searched by class
+#: (search/dualpipe_classes.py): 80 layers have 77 classes at pp 4, 67,525 at pp 8 and about
+#: 1e9 at pp 16 (the named layouts there).
+DUALPIPE_CLASS_MAX = 100_000
+
+
+#: Largest pp searched by class on several node groups: each class is bounded at every stage
+#: placement, 70 of them at pp 8 on two equal groups (4.7 million class bounds a key at 80
+#: layers: the mixed H100 + A100 job took 153 s instead of 13 s), 6 at pp 4.
+DUALPIPE_CLASS_MIXED_PP = 4
+
+
+def class_ok(space: Any) -> bool:
+    """Whether a DualPipe space's stages have layer kinds set by their position and count
+    (no MoE, or every layer after the dense prefix MoE), vpp 1 and no offload: what
+    search/dualpipe_pairs.py's tables assume."""
+    moe = space.job.model.moe
+    return (space.schedule == "dualpipe" and (moe is None or moe.moe_layer_freq == 1)
+            and not space.optimizer_offload and act_layers(space) == 0
+            and space.fixed.get("chunk_layers") is None)
+
+
+def num_classes(space: Any, pp: int) -> int:
+    """DualPipe's pair-sum classes at pp (vpp 1): the compositions of L into pp/2 pair sums,
+    pair 0's >= the first stage's least count + 1, every other >= 2."""
+    lo0 = space.first_stage_min_units(1)
+    free = space.num_layers - (lo0 + 1) - 2 * (pp // 2 - 1)
+    return math.comb(free + pp // 2 - 1, pp // 2 - 1) if free >= 0 and pp % 2 == 0 else 0
+
+
+def by_class(space: Any, pp: int) -> bool:
+    """Whether DualPipe's free family at pp is solved by class (dualpipe_classes.py): more
+    splits than the split-by-split loop takes, at most `DUALPIPE_CLASS_MAX` classes, and on
+    several node groups pp <= `DUALPIPE_CLASS_MIXED_PP`."""
+    return (class_ok(space) and space.num_partitions(pp, 1) > DUALPIPE_FREE_MAX
+            and num_classes(space, pp) <= DUALPIPE_CLASS_MAX
+            and (not space.heterogeneous or pp <= DUALPIPE_CLASS_MIXED_PP))
 
 
 def free_pp_ok(space: Any, pp: int, vpp: int) -> bool:
     """Whether the free family of `space` is searched at (pp, vpp): every V family; DualPipe's
-    where it has at most `DUALPIPE_FREE_MAX` splits (`SearchSpace.num_partitions`). A
-    DualPipe rank's time is the mean of a mirror pair, so every split with the same pair sums
-    ties on time and the exact loop of dualpipe_splits.py scores each such class with the cost
-    model; above it, the named layouts."""
-    return space.schedule != "dualpipe" or space.num_partitions(pp, vpp) <= DUALPIPE_FREE_MAX
+    where it has at most `DUALPIPE_FREE_MAX` splits (`SearchSpace.num_partitions`: scored
+    split by split, dualpipe_splits.py) or is solved by pair-sum class (`by_class`); above
+    both, the named layouts."""
+    return (space.schedule != "dualpipe" or space.num_partitions(pp, vpp) <= DUALPIPE_FREE_MAX
+            or by_class(space, pp))
 
 
 def dualpipe_free(space: Any) -> bool:

@@ -16,19 +16,17 @@ from typing import Any
 from autoparallel_cp.search.act_offload import act_layers, free_at, scored
 from autoparallel_cp.search.act_offload import searched as act_searched
 from autoparallel_cp.search.act_offload import words as act_words
-from autoparallel_cp.search.empty_rank import dense_prefix, empty_first, prefix_at
+from autoparallel_cp.search.empty_rank import dense_prefix, prefix_at
 from autoparallel_cp.search.replay_axis import (
-    DUALPIPE_FREE_MAX,
     free_family,
     free_pp_ok,
-    scored_free,
 )
 from autoparallel_cp.search.schedule_axis import (
-    PLACEMENTS_MAX,
     SCANNED,
     UNION,
     searched,
 )
+from autoparallel_cp.search.split_words import split_rule
 from autoparallel_cp.spec.plan import Plan
 from autoparallel_cp.spec.schedules import default_schedule
 
@@ -55,121 +53,6 @@ def axes(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
             if f.name not in _NOT_AXES and isinstance(getattr(space, f.name), tuple)}
 
 
-_NAMED = ("the named layouts (layers + 0/1 embedding and 0/1 loss slots spread over the "
-          "pp*vpp chunks, the remainder to the first)")
-
-
-def _split_rule(space: SearchSpace) -> str:
-    if space.fixed_split:
-        return "the pinned stage_layers / chunk_layers only"
-    if space.partition == "uniform":
-        return "uniform: Megatron's default split, pp*vpp dividing the layers"
-    scanned = [s for s in space.schedules if s in SCANNED]
-    named_only = [s for s in scanned if not free_family(space.with_(schedule=s)) or (
-        s == "dualpipe" and not any(space.with_(schedule=s).free_ok(p, 1) for p in space.pp))]
-    free_v = [s for s in scanned if s not in named_only]
-    if named_only and named_only == list(space.schedules):  # replay_axis.py, model_scored.py
-        return (_NAMED.replace("layouts (", "layouts only (")[:-1]
-                + f"; free per-stage counts under {', '.join(named_only)}: evaluated, not "
-                + f"searched{_why_named(space, named_only)})" + _placements(space))
-    rule = ("free: any per-stage layer counts that are multiples of vpp, each >= vpp"
-            + _prefix_rule(space))
-    vs = [x for x in free_v if x != "dualpipe"]
-    if vs:
-        hid = [x for x in vs if scored_free(space.with_(schedule=x))]
-        rule += (f" (under {', '.join(vs)}: per rank, the V's two chunks equal, "
-                 + _v_first(space, vs) + ", the replayed pipeline searched exactly"
-                 + (f"; under {', '.join(hid)} hiding EP all-to-all each split scored exactly "
-                    "by the cost model" if hid else "")
-                 + ("; on several node groups each rank timed on its group, the stage "
-                    "placement a choice of the same model" if space.heterogeneous else "")
-                 + ": search/cpsat_replay.py"
-                 + _v_empty(space) + ")")
-    if "dualpipe" in free_v:
-        rule += _dualpipe_free(space.with_(schedule="dualpipe"))
-    if space.named_splits:
-        rule += "; and " + _NAMED.replace("the named layouts", "the named uneven layouts")
-    if named_only:
-        rule += (f"; under {', '.join(named_only)} the named layouts only"
-                 f"{_why_named(space, named_only)}")
-    if scanned:
-        rule += _placements(space)
-    return rule
-
-
-def _why_named(space: SearchSpace, named_only: list[str]) -> str:
-    """Why these V or DualPipe schedules keep the named layouts (replay_axis.py
-    `free_family`): an activation offload's scored parts keep the named layouts
-    (act_offload.py `scored`); DualPipe above `DUALPIPE_FREE_MAX` free splits at every pp.
-    V's and DualPipe's free families are searched on several node groups too
-    (cpsat_replay.py, dualpipe_splits.py)."""
-    why = []
-    for s in named_only:
-        if scored(space.with_(schedule=s)):
-            why.append(f"{s} under a pipelined activation offload")
-        else:  # DualPipe, its free family above the cap at every pp
-            why.append(f"dualpipe with more than {DUALPIPE_FREE_MAX} free splits at each pp "
-                       "(replay_axis.py `free_pp_ok`)")
-    return ": " + ", ".join(why)
-
-
-def _v_first(space: SearchSpace, vs: list[str]) -> str:
-    """The V's rank 0 in the free family (search/empty_rank.py): from 0 layers (an empty
-    first rank: the embedding and the head only; a dense prefix then on rank 1), else >= 2
-    (it offloads activations)."""
-    if any(empty_first(space.with_(schedule=x)) for x in vs):
-        return ("rank 0 (the embedding and the head) from 0 layers: an empty first rank"
-                + (", the dense prefix then on rank 1" if dense_prefix(space) else ""))
-    return "rank 0 >= 2 layers (it offloads activations)"
-
-
-def _prefix_rule(space: SearchSpace) -> str:
-    """Where a free split puts the dense prefix (search/empty_rank.py): whole on the first
-    stage holding layers (the cost model then holds it there, spec/splits.py
-    `prefix_counts`); a split whose first such stage holds fewer layers is not searched."""
-    k = dense_prefix(space)
-    return (f"; the dense prefix ({k} layers) whole on the first rank holding layers"
-            if k else "")
-
-
-def _v_empty(space: SearchSpace) -> str:
-    """Why the V's free family holds no split at this job (its per-rank counts are two equal
-    chunks, so they sum to an even count): an odd layer count, e.g. DeepSeek-V3's 61."""
-    L = space.num_layers
-    return (f"; none at {L} layers, an odd count: the named layouts only there"
-            if L % 2 else "")
-
-
-def _dualpipe_free(space: SearchSpace) -> str:
-    """DualPipe's free family (search/dualpipe_splits.py) in words: the pp it is searched at
-    (replay_axis.py `free_pp_ok`: at most DUALPIPE_FREE_MAX free splits), the named layouts
-    above."""
-    at = [p for p in space.pp if space.free_ok(p, 1)]
-    above = [p for p in space.pp if p not in at]
-    txt = (" (under dualpipe: rank r runs stage r and its mirror p-1-r, each split scored "
-           "exactly by the cost model"
-           + (" over its stage placements, both stages of a rank timed on the rank's group"
-              if space.heterogeneous else "")
-           + ", every split's lower bound proving the rest: search/dualpipe_splits.py; "
-           f"at pp {','.join(map(str, at)) or 'none'}, at most {DUALPIPE_FREE_MAX} free "
-           "splits")
-    if above:
-        txt += (f"; at pp {','.join(map(str, above))} the named layouts only: more free "
-                "splits than the exact loop scores")
-    return txt + ")"
-
-
-def _placements(space: SearchSpace) -> str:
-    """DualPipe, ZBV and DualPipeV on several node groups: every stage placement, at the pp
-    with at most `PLACEMENTS_MAX` of them (schedule_axis.py `placement_capped`)."""
-    if (not any(s in SCANNED for s in space.schedules) or not space.heterogeneous
-            or "stage_groups" in space.fixed):
-        return ""
-    return (f"; stage placements: every order of the node groups' stages, at the pp with at "
-            f"most {PLACEMENTS_MAX} (larger pp: evaluated, or searched with stage_groups "
-            f"pinned)")
-
-
 def proof_space(space: SearchSpace) -> dict[str, Any]:
     """The JSON `space`: the axes with the values searched, the derived dp values, the other
     settings of the space, the pins, and the rules every searched plan obeys."""
@@ -184,7 +67,7 @@ def proof_space(space: SearchSpace) -> dict[str, Any]:
         "axes": {k: _plain(v) for k, v in axes(space).items()},
         "dp": list(space.dp_domain),
         **other,
-        "layer_split": _split_rule(space),
+        "layer_split": split_rule(space),
         "pins": _plain(dict(space.fixed)),
         "schedule": searched(space.schedules, space.vpp),
         "offload": _offload_text(space),
