@@ -71,6 +71,24 @@ class Dag:
         """Each step's actions as indices into `uniq`."""
         return _rows(self.kidx_table)
 
+    @functools.cached_property
+    def levels(self) -> tuple[IntArray, ...]:
+        """The steps, numbered from 1 as in `slots`, by depth: a step's depth is 1 + the
+        largest of its slots' (0 for slot 0, none), so every step's slots sit in earlier
+        levels and a level's steps can be replayed together; in step order within one."""
+        depth = [0] * (len(self.rank) + 1)
+        if len(self.slots) == 2:
+            for n, (a, b) in enumerate(zip(*self.slots, strict=True), 1):
+                x, y = depth[a], depth[b]
+                depth[n] = (x if x > y else y) + 1
+        else:
+            for n, row in enumerate(zip(*self.slots, strict=True), 1):
+                depth[n] = max(depth[x] for x in row) + 1
+        d = np.array(depth[1:], np.int64)
+        order = np.argsort(d, kind="stable") + 1
+        cuts = np.searchsorted(d[order - 1], np.arange(1, int(d.max(initial=0)) + 2))
+        return tuple(np.split(order, cuts[:-1])[1:]) if len(d) else ()
+
 
 def _deadlock() -> ValueError:
     return ValueError("pipeline schedule deadlocks: an action waits on one never run")

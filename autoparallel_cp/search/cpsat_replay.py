@@ -109,12 +109,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ortools.sat.python import cp_model
 
+from autoparallel_cp.cost.path_batch import critical_paths
 from autoparallel_cp.cost.pipeline_sim import critical_path, v_dag
 from autoparallel_cp.cost.schedules import sim_microbatches
 from autoparallel_cp.search import limits
@@ -162,19 +163,45 @@ class ReplayCuts:
         return _path_counts(self.schedule, self.pp, self.msim, tuple(map(float, self.split)),
                             tuple(map(float, rank_times)))
 
+    def seeds(self) -> list[Counts]:
+        """`path_at` with each rank in turn the slowest (1.25, the others 1.0), rank 0
+        first (`_seed_counts`)."""
+        return list(_seed_counts(self.schedule, self.pp, self.msim,
+                                 tuple(map(float, self.split))))
+
 
 @functools.lru_cache(maxsize=4096)
 def _path_counts(schedule: str, p: int, msim: int, split: tuple[float, ...],
                  rank_times: tuple[float, ...]) -> Counts:
     """`ReplayCuts.path_at`, memoized (a function of these arguments: keys of one pp and
     split share the seeds, and the exact loops meet the same rank times again)."""
+    return _counts(p, critical_path(v_dag(schedule, p, msim), _dur(p, split, rank_times)))
+
+
+@functools.lru_cache(maxsize=256)
+def _seed_counts(schedule: str, p: int, msim: int, split: tuple[float, ...]
+                 ) -> tuple[Counts, ...]:
+    """`_path_counts` at each seed's rank times (`ReplayCuts.seeds`), the p paths replayed
+    together (cost/path_batch.py `critical_paths`: the same chains as `critical_path`)."""
+    durs = [_dur(p, split, tuple(1.25 if j == r else 1.0 for j in range(p))) for r in range(p)]
+    return tuple(_counts(p, path) for path in critical_paths(v_dag(schedule, p, msim), durs))
+
+
+def _dur(p: int, split: tuple[float, ...], rank_times: tuple[float, ...]
+         ) -> Callable[[str, int], float]:
+    """The replay's durations: an action of kind k on rank r s_k·t_r/2."""
     part = dict(zip("FIW", split, strict=True))
 
     def dur(kind: str, stage: int) -> float:
         return 0.5 * rank_times[stage if stage < p else 2 * p - 1 - stage] * part[kind]
 
+    return dur
+
+
+def _counts(p: int, path: Sequence[tuple[int, tuple[str, int, int]]]) -> Counts:
+    """A path's F, I, W actions per rank (a full backward B is an I and a W)."""
     n = [[0, 0, 0] for _ in range(p)]
-    for r, (kind, _, _) in critical_path(v_dag(schedule, p, msim), dur):
+    for r, (kind, _, _) in path:
         for k in ("IW" if kind == "B" else kind):
             n[r]["FIW".index(k)] += 1
     return tuple(tuple(row) for row in n)  # type: ignore[misc]
@@ -219,8 +246,7 @@ def solve_free(t: Tables, pm: Any, *, seed: int, workers: int, cutoff_s: float |
     known: list[Counts] = t.__dict__.setdefault("_v_paths", {}).setdefault(
         (cuts.schedule, cuts.pp, cuts.msim), [])
     if not known:  # seeds: a longest path with each rank in turn the slowest
-        for r in range(cuts.pp):
-            known.append(cuts.path_at([1.25 if j == r else 1.0 for j in range(cuts.pp)]))
+        known.extend(cuts.seeds())
     for c in known:
         cuts.add(c)
     cut = cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None
