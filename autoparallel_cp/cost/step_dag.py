@@ -106,12 +106,13 @@ def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
         return Dag((), (), (), (-1,) * len(orders), (), (), (), ((),), empty, empty)
     width = np.fromiter(map(len, parts), np.int64, n)  # 1 or 2 actions per step
     acts = [a for ps in parts for a in ps]
-    kinds, stage_t, mb_t = zip(*acts, strict=True)
+    kinds = list(map(itemgetter(0), acts))
     names = list(dict.fromkeys(kinds))  # the kind letters, in order of first appearance
-    code = np.array(list(map({k: j for j, k in enumerate(names)}.__getitem__, kinds)), np.int64)
+    code = np.fromiter(map({k: j for j, k in enumerate(names)}.__getitem__, kinds), np.int64,
+                       len(acts))
     kind = np.array([_KIND.get(k, 3) for k in names], np.int64)[code]
-    s = np.array(stage_t, np.int64)
-    i = np.array(mb_t, np.int64)
+    s = np.fromiter(map(itemgetter(1), acts), np.int64, len(acts))
+    i = np.fromiter(map(itemgetter(2), acts), np.int64, len(acts))
     need, prod = _tokens(kind, s, i, stages)
     ntok = int(max(need.max(initial=-1), prod.max(initial=-1))) + 1
     at = np.repeat(np.arange(n), width)  # each action's step
@@ -261,8 +262,10 @@ def _fields(lens: list[int], parts: list[tuple[Action, ...]], names: list[str],
 
 def _pack(table: IntArray) -> IntArray:
     """Each row's entries other than _NONE moved to the front, in order."""
-    key = np.argsort(table == _NONE, axis=1, kind="stable")
-    return np.take_along_axis(table, key, axis=1)
+    keep = table != _NONE
+    out = np.full(table.shape, _NONE, np.int64)
+    out[np.nonzero(keep)[0], (np.cumsum(keep, axis=1) - 1)[keep]] = table[keep]
+    return out
 
 
 def _rows(table: IntArray) -> tuple[tuple[int, ...], ...]:
