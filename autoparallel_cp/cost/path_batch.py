@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from autoparallel_cp.cost.pipeline_sim import Action, Dag, _lengths, _totals, critical_path
 
@@ -25,37 +26,50 @@ Path = list[tuple[int, Action]]
 
 def critical_paths(dag: Dag, durs: Sequence[Callable[[str, int], float]]) -> list[Path]:
     """`[critical_path(dag, d) for d in durs]` (module docstring)."""
+    out = []
+    for steps in critical_steps(dag, durs):
+        if isinstance(steps, list):
+            out.append(steps)
+            continue
+        chain: Path = []
+        for s in steps.tolist():
+            chain += [(dag.rank[s], a) for a in reversed(dag.parts[s])]
+        out.append(chain)
+    return out
+
+
+def critical_steps(dag: Dag, durs: Sequence[Callable[[str, int], float]]
+                   ) -> list[npt.NDArray[np.int64] | Path]:
+    """For each set of durations, the steps of `critical_path`'s chain, first first (the
+    chain lists each step's actions last first), or the chain itself where a length is
+    negative or NaN (module docstring)."""
     lengths = [_lengths(dag, d) for d in durs]
     fast = [k for k, ln in enumerate(lengths) if all(x >= 0.0 for x in ln)]
-    out: list[Path | None] = [None] * len(durs)
-    for k in range(len(durs)):
-        if k not in fast:
-            out[k] = critical_path(dag, durs[k])
+    out: list[npt.NDArray[np.int64] | Path] = [
+        [] if k in fast else critical_path(dag, durs[k]) for k in range(len(durs))]
     if fast:
         tot = np.array([_totals(dag, lengths[k]) for k in fast]).T  # (shapes, sets)
-        for k, path in zip(fast, _paths(dag, tot), strict=True):
-            out[k] = path
-    return [p for p in out if p is not None]
+        for k, steps in zip(fast, _walks(dag, tot), strict=True):
+            out[k] = steps
+    return out
 
 
-def _paths(dag: Dag, tot: np.ndarray) -> list[Path]:
-    """The chains of `critical_paths` for each column of the shape totals `tot`."""
+def _walks(dag: Dag, tot: npt.NDArray[np.float64]) -> list[npt.NDArray[np.int64]]:
+    """The chains' steps, first first, for each column of the shape totals `tot`."""
     sets = tot.shape[1]
     n = len(dag.rank)
     ends = np.zeros((n + 1, sets))
     back = np.zeros((n + 1, sets), np.int64)  # each step's slot started after, 0: none
-    slots = [np.array(s, np.int64) for s in dag.slots]
-    shape = np.array(dag.shape, np.int64)
-    for lv in dag.levels:
-        row = [sl[lv - 1] for sl in slots]
-        start = ends[row[0]]
-        by = np.broadcast_to(row[0][:, None], start.shape)
-        for sl in row[1:]:
+    for lv, first, *rest, shape in dag.levels:
+        start = ends[first]
+        by = np.repeat(first[:, None], sets, axis=1)
+        for sl in rest:
             other = ends[sl]
             later = other > start
-            start = np.where(later, other, start)
-            by = np.where(later, sl[:, None], by)
-        ends[lv] = start + tot[shape[lv - 1]]
+            np.copyto(start, other, where=later)
+            np.copyto(by, sl[:, None], where=later)
+        start += tot[shape]
+        ends[lv] = start
         back[lv] = by
     last = np.array(dag.last, np.int64) + 1  # a rank with no step: row 0, an end of 0.0
     at = last[np.argmax(ends[last], axis=0)]  # the first rank whose last step ends last
@@ -64,12 +78,5 @@ def _paths(dag: Dag, tot: np.ndarray) -> list[Path]:
     while at.any():  # every chain back one step (a finished one stays at row 0)
         steps.append(at)
         at = back[at, cols]
-    walk = np.array(steps, np.int64).T.tolist() if steps else [[] for _ in range(sets)]
-    out = []
-    for row in walk:
-        chain: Path = []
-        for s in reversed(row):
-            if s:
-                chain += [(dag.rank[s - 1], a) for a in reversed(dag.parts[s - 1])]
-        out.append(chain)
-    return out
+    walk = np.array(steps, np.int64).reshape(len(steps), sets).T
+    return [row[row > 0][::-1] - 1 for row in walk]

@@ -72,8 +72,9 @@ class Dag:
         return _rows(self.kidx_table)
 
     @functools.cached_property
-    def levels(self) -> tuple[IntArray, ...]:
-        """The steps, numbered from 1 as in `slots`, by depth: a step's depth is 1 + the
+    def levels(self) -> tuple[tuple[IntArray, ...], ...]:
+        """The steps by depth, each level as (its steps, numbered from 1 as in `slots`; then
+        each slot's entries for them; then their `shape`s): a step's depth is 1 + the
         largest of its slots' (0 for slot 0, none), so every step's slots sit in earlier
         levels and a level's steps can be replayed together; in step order within one."""
         depth = [0] * (len(self.rank) + 1)
@@ -85,9 +86,14 @@ class Dag:
             for n, row in enumerate(zip(*self.slots, strict=True), 1):
                 depth[n] = max(depth[x] for x in row) + 1
         d = np.array(depth[1:], np.int64)
-        order = np.argsort(d, kind="stable") + 1
-        cuts = np.searchsorted(d[order - 1], np.arange(1, int(d.max(initial=0)) + 2))
-        return tuple(np.split(order, cuts[:-1])[1:]) if len(d) else ()
+        if not len(d):
+            return ()
+        order = np.argsort(d, kind="stable")
+        cuts = np.searchsorted(d[order], np.arange(2, int(d.max()) + 1))
+        cols = [np.array(s, np.int64)[order] for s in self.slots]
+        cols.append(np.array(self.shape, np.int64)[order])
+        return tuple(zip(np.split(order + 1, cuts),
+                         *(np.split(c, cuts) for c in cols), strict=True))
 
 
 def _deadlock() -> ValueError:

@@ -113,9 +113,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from ortools.sat.python import cp_model
 
-from autoparallel_cp.cost.path_batch import critical_paths
+from autoparallel_cp.cost.path_batch import critical_steps
 from autoparallel_cp.cost.pipeline_sim import critical_path, v_dag
 from autoparallel_cp.cost.schedules import sim_microbatches
 from autoparallel_cp.search import limits
@@ -182,9 +183,22 @@ def _path_counts(schedule: str, p: int, msim: int, split: tuple[float, ...],
 def _seed_counts(schedule: str, p: int, msim: int, split: tuple[float, ...]
                  ) -> tuple[Counts, ...]:
     """`_path_counts` at each seed's rank times (`ReplayCuts.seeds`), the p paths replayed
-    together (cost/path_batch.py `critical_paths`: the same chains as `critical_path`)."""
+    together (cost/path_batch.py `critical_steps`: the same chains as `critical_path`)."""
+    dag = v_dag(schedule, p, msim)
     durs = [_dur(p, split, tuple(1.25 if j == r else 1.0 for j in range(p))) for r in range(p)]
-    return tuple(_counts(p, path) for path in critical_paths(v_dag(schedule, p, msim), durs))
+    # each step shape's F, I, W actions (B: an I and a W), added up per rank along each chain
+    per = np.array([[sum(dag.uniq[k][0] in kinds for k in ks) for kinds in ("F", "IB", "WB")]
+                    for ks in dag.shapes], np.int64).reshape(-1, 3)
+    rank, shape = np.array(dag.rank, np.int64), np.array(dag.shape, np.int64)
+    out: list[Counts] = []
+    for steps in critical_steps(dag, durs):
+        if isinstance(steps, list):
+            out.append(_counts(p, steps))
+            continue
+        n = np.zeros((p, 3), np.int64)
+        np.add.at(n, rank[steps], per[shape[steps]])
+        out.append(tuple((f, i, w) for f, i, w in n.tolist()))
+    return tuple(out)
 
 
 def _dur(p: int, split: tuple[float, ...], rank_times: tuple[float, ...]
