@@ -150,13 +150,15 @@ class ReplayCuts:
     paths: set[Counts] = field(default_factory=set)  # the paths added (each once)
 
     def add(self, counts: Counts) -> None:
-        """span >= the path of `counts`: Σ_r Σ_k n_rk·c_k·t_r."""
+        """span >= the path of `counts`: Σ_r Σ_k n_rk·c_k·t_r, the ranks the path does not
+        visit (a zero weight, 0·t_r: no term of the constraint) left out of the sum."""
         if counts in self.paths:
             return
         self.paths.add(counts)
+        f, i, w = self.coef
         self.model.add(self.span >= sum(
-            sum(n * c for n, c in zip(row, self.coef, strict=True)) * t
-            for row, t in zip(counts, self.times, strict=True)))
+            k * t for k, t in zip([a * f + b * i + c * w for a, b, c in counts], self.times,
+                                  strict=True) if k))
 
     def path_at(self, rank_times: Sequence[float]) -> Counts:
         """The counts of a longest path when rank r takes `rank_times[r]` (the replay's
