@@ -175,14 +175,42 @@ def critical_path(dag: Dag, dur: Callable[[str, int], float]) -> list[tuple[int,
     step, back through whichever of its rank's previous step or its inputs ended last, the
     first such on a tie): the sum of their durations is the makespan, and every such chain
     is a path of the step DAG (search/cpsat_replay.py reads it as a lower bound of the span)."""
-    last, came = _run(dag, dur)
-    r = max(range(len(last)), key=lambda x: last[x])  # the first rank whose last step ends last
     out: list[tuple[int, Action]] = []
-    at = dag.last[r]
-    while at >= 0:
+    for at in chain(dag, dur):
         out += [(dag.rank[at], a) for a in dag.parts[at]]
-        at = came[at]
     return out[::-1]
+
+
+def chain(dag: Dag, dur: Callable[[str, int], float]) -> list[int]:
+    """`critical_path`'s steps, last first: from the last step of the first rank whose last
+    step ends last, each step's back-pointer (`_run`'s). With no negative or NaN length the
+    ends come from `_ends` (the same floats as `_run`'s) and only the chain's own pointers are
+    found again, by `_back`'s rule on its slots (slot 0 on a tie, then the first strictly
+    later; a dropped input is never strictly later, `_run`): one pass without a pointer per
+    step, then one step per link."""
+    ends = _ends(dag, _lengths(dag, dur))
+    if ends is None:  # the plain loop's pointers
+        last, came = _run(dag, dur)
+        at = dag.last[max(range(len(last)), key=last.__getitem__)]
+        out = []
+        while at >= 0:
+            out.append(at)
+            at = came[at]
+        return out
+    last = [ends[x + 1] for x in dag.last]
+    at = dag.last[max(range(len(last)), key=last.__getitem__)] + 1  # numbered from 1
+    out = []
+    head, rest = dag.slots[0], dag.slots[1:]
+    while at > 0:
+        out.append(at - 1)
+        by = head[at - 1]
+        start = ends[by]
+        for sl in rest:
+            x = sl[at - 1]
+            if ends[x] > start:
+                start, by = ends[x], x
+        at = by
+    return out
 
 
 @functools.lru_cache(maxsize=64)
