@@ -241,7 +241,7 @@ def _ends(dag: Dag, length: Sequence[float]) -> list[float] | None:
     or NaN: `_run` replays those). Each start is the max of the ends in the step's
     `Dag.slots`, which is `_run`'s start: every end is +0.0 or positive (a start >= +0.0 plus a
     duration >= 0), so the max is >= 0 as `_run`'s is, and an input dropped from the slots
-    ends no later than the rank's previous step (`_slots`); max is exact, and each end is the
+    ends no later than the rank's previous step (`Dag.slots`); max is exact, and each end is the
     same start + the same summed duration."""
     if not all(x >= 0.0 for x in length):
         return None

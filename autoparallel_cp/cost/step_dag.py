@@ -56,7 +56,10 @@ class Dag:
     shapes: tuple[tuple[int, ...], ...]  # the distinct `kidx` entries
     shape: tuple[int, ...]  # each step's index into `shapes`
     # `_ends`' predecessor slots, steps numbered from 1 (0: none, an end of 0.0): slot 0 the
-    # rank's previous step, the others the inputs on other ranks
+    # rank's previous step, the others the inputs on other ranks. An input on the step's own
+    # rank is dropped: it ran before the rank's previous step, which ends no earlier when no
+    # duration is negative (each end >= its start >= the rank's previous end), so it never
+    # sets the start (`_ends` replays only such durations)
     slots: tuple[tuple[int, ...], ...]
     pred_table: IntArray = field(compare=False, repr=False)  # `preds`, _NONE-padded rows
     kidx_table: IntArray = field(compare=False, repr=False)  # `kidx`, _NONE-padded rows
