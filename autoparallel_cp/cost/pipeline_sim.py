@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-Action = tuple[str, int, int]  # (kind F/I/W/B, stage, micro-batch)
-Step = Action | tuple[str, Action, Action]  # or ("FB", forward action, backward action)
+# the step DAG (its numbering and fields): cost/step_dag.py
+from autoparallel_cp.cost.step_dag import Action, Dag, Step, compile_dag
 
 
 def zbv_actions(p: int, rank: int, m: int) -> list[Action]:
@@ -176,88 +175,42 @@ def critical_path(dag: Dag, dur: Callable[[str, int], float]) -> list[tuple[int,
     step, back through whichever of its rank's previous step or its inputs ended last, the
     first such on a tie): the sum of their durations is the makespan, and every such chain
     is a path of the step DAG (search/cpsat_replay.py reads it as a lower bound of the span)."""
-    last, came = _run(dag, dur)
-    r = max(range(len(last)), key=lambda x: last[x])  # the first rank whose last step ends last
     out: list[tuple[int, Action]] = []
-    at = dag.last[r]
-    while at >= 0:
+    for at in chain(dag, dur):
         out += [(dag.rank[at], a) for a in dag.parts[at]]
-        at = came[at]
     return out[::-1]
 
 
-@dataclass(frozen=True)
-class Dag:
-    """The steps of every rank's list in the order the replay runs them (a topological
-    order: each after its rank's previous step and the steps producing its inputs), the
-    durations left out: which steps can run next depends on what is done, not when."""
-
-    rank: tuple[int, ...]  # each step's rank
-    parts: tuple[tuple[Action, ...], ...]  # its actions (`step_actions`)
-    preds: tuple[tuple[int, ...], ...]  # its rank's previous step (if any), then its inputs'
-    first: tuple[bool, ...]  # whether it is its rank's first step
-    last: tuple[int, ...]  # each rank's last step (-1: none)
-    uniq: tuple[tuple[str, int], ...] = ()  # the distinct (kind, stage) of all steps
-    kidx: tuple[tuple[int, ...], ...] = ()  # each step's actions as indices into `uniq`
-    shapes: tuple[tuple[int, ...], ...] = ()  # the distinct `kidx` entries
-    shape: tuple[int, ...] = ()  # each step's index into `shapes`
-    # `_ends`' predecessor slots, steps numbered from 1 (0: none, an end of 0.0): slot 0 the
-    # rank's previous step, the others the inputs on other ranks (`_slots`)
-    slots: tuple[tuple[int, ...], ...] = ()
-
-
-def compile_dag(orders: Sequence[Sequence[Step]], stages: int) -> Dag:
-    """The `Dag` of these step lists (the module docstring's replay, without times)."""
-    done: dict[Action, int] = {}
-    rank: list[int] = []
-    parts_l: list[tuple[Action, ...]] = []
-    preds: list[tuple[int, ...]] = []
-    first: list[bool] = []
-    last = [-1] * len(orders)
-    idx = [0] * len(orders)
-    left = sum(len(o) for o in orders)
-    while left:
-        moved = False
-        for r, order in enumerate(orders):
-            while idx[r] < len(order):
-                parts = tuple(step_actions(order[idx[r]]))
-                need = [d for a in parts for d in dependencies(a, stages)]
-                if any(d not in done for d in need):
-                    break
-                n = len(rank)
-                rank.append(r)
-                parts_l.append(parts)
-                preds.append(((last[r],) if idx[r] else ()) + tuple(done[d] for d in need))
-                first.append(idx[r] == 0)
-                for a in parts:
-                    for x in produces(a):
-                        done[x] = n
-                last[r] = n
-                idx[r] += 1
-                left -= 1
-                moved = True
-        if not moved:
-            raise ValueError("pipeline schedule deadlocks: an action waits on one never run")
-    pos: dict[tuple[str, int], int] = {}
-    kidx = tuple(tuple(pos.setdefault((k, st), len(pos)) for k, st, _ in ps) for ps in parts_l)
-    shapes: dict[tuple[int, ...], int] = {}
-    shape = tuple(shapes.setdefault(ks, len(shapes)) for ks in kidx)
-    return Dag(tuple(rank), tuple(parts_l), tuple(preds), tuple(first), tuple(last),
-               tuple(pos), kidx, tuple(shapes), shape, _slots(rank, preds, first))
-
-
-def _slots(rank: Sequence[int], preds: Sequence[tuple[int, ...]],
-           first: Sequence[bool]) -> tuple[tuple[int, ...], ...]:
-    """`Dag.slots`: each step's rank predecessor (slot 0) and its inputs on other ranks (slots
-    1..), numbered from 1, 0 where it has fewer. An input on the step's own rank is dropped: it
-    ran before the rank's previous step, which ends no earlier when no duration is negative
-    (each end >= its start >= the rank's previous end), so it never sets the start (`_ends`
-    replays only such durations)."""
-    rows = [((pr[0] + 1,) if not f else (0,))
-            + tuple(x + 1 for x in pr[0 if f else 1:] if rank[x] != r)
-            for r, pr, f in zip(rank, preds, first, strict=True)]
-    k = max((len(row) for row in rows), default=1)
-    return tuple(tuple(row[j] if j < len(row) else 0 for row in rows) for j in range(k))
+def chain(dag: Dag, dur: Callable[[str, int], float]) -> list[int]:
+    """`critical_path`'s steps, last first: from the last step of the first rank whose last
+    step ends last, each step's back-pointer (`_run`'s). With no negative or NaN length the
+    ends come from `_ends` (the same floats as `_run`'s) and only the chain's own pointers are
+    found again, by `_back`'s rule on its slots (slot 0 on a tie, then the first strictly
+    later; a dropped input is never strictly later, `_run`): one pass without a pointer per
+    step, then one step per link."""
+    ends = _ends(dag, _lengths(dag, dur))
+    if ends is None:  # the plain loop's pointers
+        last, came = _run(dag, dur)
+        at = dag.last[max(range(len(last)), key=last.__getitem__)]
+        out = []
+        while at >= 0:
+            out.append(at)
+            at = came[at]
+        return out
+    last = [ends[x + 1] for x in dag.last]
+    at = dag.last[max(range(len(last)), key=last.__getitem__)] + 1  # numbered from 1
+    out = []
+    head, rest = dag.slots[0], dag.slots[1:]
+    while at > 0:
+        out.append(at - 1)
+        by = head[at - 1]
+        start = ends[by]
+        for sl in rest:
+            x = sl[at - 1]
+            if ends[x] > start:
+                start, by = ends[x], x
+        at = by
+    return out
 
 
 @functools.lru_cache(maxsize=64)
@@ -288,7 +241,7 @@ def _ends(dag: Dag, length: Sequence[float]) -> list[float] | None:
     or NaN: `_run` replays those). Each start is the max of the ends in the step's
     `Dag.slots`, which is `_run`'s start: every end is +0.0 or positive (a start >= +0.0 plus a
     duration >= 0), so the max is >= 0 as `_run`'s is, and an input dropped from the slots
-    ends no later than the rank's previous step (`_slots`); max is exact, and each end is the
+    ends no later than the rank's previous step (`Dag.slots`); max is exact, and each end is the
     same start + the same summed duration."""
     if not all(x >= 0.0 for x in length):
         return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from autoparallel_cp.cost.pipeline_sim import _lengths, _run, _totals, v_dag
+from autoparallel_cp.cost.pipeline_sim import _lengths, _totals, chain, v_dag
 
 
 @functools.lru_cache(maxsize=64)
@@ -27,13 +27,7 @@ def witness(schedule: str, p: int, m: int) -> tuple[int, ...]:
     durations, first step first: `pipeline_sim.critical_path`'s chain (back-pointers from
     the last step of the first rank that ends last), each step a predecessor of the next."""
     dag = v_dag(schedule, p, m)
-    last, came = _run(dag, lambda kind, stage: 1.0)
-    at = dag.last[max(range(len(last)), key=lambda r: last[r])]
-    steps = []
-    while at >= 0:
-        steps.append(at)
-        at = came[at]
-    return tuple(dag.shape[n] for n in reversed(steps))
+    return tuple(dag.shape[n] for n in reversed(chain(dag, lambda kind, stage: 1.0)))
 
 
 def span_floor(schedule: str, p: int, m: int, dur: Callable[[str, int], float]) -> float:

@@ -109,12 +109,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from ortools.sat.python import cp_model
 
+from autoparallel_cp.cost.path_batch import critical_steps
 from autoparallel_cp.cost.pipeline_sim import critical_path, v_dag
 from autoparallel_cp.cost.schedules import sim_microbatches
 from autoparallel_cp.search import limits
@@ -148,13 +150,15 @@ class ReplayCuts:
     paths: set[Counts] = field(default_factory=set)  # the paths added (each once)
 
     def add(self, counts: Counts) -> None:
-        """span >= the path of `counts`: Σ_r Σ_k n_rk·c_k·t_r."""
+        """span >= the path of `counts`: Σ_r Σ_k n_rk·c_k·t_r, the ranks the path does not
+        visit (a zero weight, 0·t_r: no term of the constraint) left out of the sum."""
         if counts in self.paths:
             return
         self.paths.add(counts)
+        f, i, w = self.coef
         self.model.add(self.span >= sum(
-            sum(n * c for n, c in zip(row, self.coef, strict=True)) * t
-            for row, t in zip(counts, self.times, strict=True)))
+            k * t for k, t in zip([a * f + b * i + c * w for a, b, c in counts], self.times,
+                                  strict=True) if k))
 
     def path_at(self, rank_times: Sequence[float]) -> Counts:
         """The counts of a longest path when rank r takes `rank_times[r]` (the replay's
@@ -162,19 +166,58 @@ class ReplayCuts:
         return _path_counts(self.schedule, self.pp, self.msim, tuple(map(float, self.split)),
                             tuple(map(float, rank_times)))
 
+    def seeds(self) -> list[Counts]:
+        """`path_at` with each rank in turn the slowest (1.25, the others 1.0), rank 0
+        first (`_seed_counts`)."""
+        return list(_seed_counts(self.schedule, self.pp, self.msim,
+                                 tuple(map(float, self.split))))
+
 
 @functools.lru_cache(maxsize=4096)
 def _path_counts(schedule: str, p: int, msim: int, split: tuple[float, ...],
                  rank_times: tuple[float, ...]) -> Counts:
     """`ReplayCuts.path_at`, memoized (a function of these arguments: keys of one pp and
     split share the seeds, and the exact loops meet the same rank times again)."""
+    return _counts(p, critical_path(v_dag(schedule, p, msim), _dur(p, split, rank_times)))
+
+
+@functools.lru_cache(maxsize=256)
+def _seed_counts(schedule: str, p: int, msim: int, split: tuple[float, ...]
+                 ) -> tuple[Counts, ...]:
+    """`_path_counts` at each seed's rank times (`ReplayCuts.seeds`), the p paths replayed
+    together (cost/path_batch.py `critical_steps`: the same chains as `critical_path`)."""
+    dag = v_dag(schedule, p, msim)
+    durs = [_dur(p, split, tuple(1.25 if j == r else 1.0 for j in range(p))) for r in range(p)]
+    # each step shape's F, I, W actions (B: an I and a W), added up per rank along each chain
+    per = np.array([[sum(dag.uniq[k][0] in kinds for k in ks) for kinds in ("F", "IB", "WB")]
+                    for ks in dag.shapes], np.int64).reshape(-1, 3)
+    rank, shape = np.array(dag.rank, np.int64), np.array(dag.shape, np.int64)
+    out: list[Counts] = []
+    for steps in critical_steps(dag, durs):
+        if isinstance(steps, list):
+            out.append(_counts(p, steps))
+            continue
+        n = np.zeros((p, 3), np.int64)
+        np.add.at(n, rank[steps], per[shape[steps]])
+        out.append(tuple((f, i, w) for f, i, w in n.tolist()))
+    return tuple(out)
+
+
+def _dur(p: int, split: tuple[float, ...], rank_times: tuple[float, ...]
+         ) -> Callable[[str, int], float]:
+    """The replay's durations: an action of kind k on rank r s_k·t_r/2."""
     part = dict(zip("FIW", split, strict=True))
 
     def dur(kind: str, stage: int) -> float:
         return 0.5 * rank_times[stage if stage < p else 2 * p - 1 - stage] * part[kind]
 
+    return dur
+
+
+def _counts(p: int, path: Sequence[tuple[int, tuple[str, int, int]]]) -> Counts:
+    """A path's F, I, W actions per rank (a full backward B is an I and a W)."""
     n = [[0, 0, 0] for _ in range(p)]
-    for r, (kind, _, _) in critical_path(v_dag(schedule, p, msim), dur):
+    for r, (kind, _, _) in path:
         for k in ("IW" if kind == "B" else kind):
             n[r]["FIW".index(k)] += 1
     return tuple(tuple(row) for row in n)  # type: ignore[misc]
@@ -219,8 +262,7 @@ def solve_free(t: Tables, pm: Any, *, seed: int, workers: int, cutoff_s: float |
     known: list[Counts] = t.__dict__.setdefault("_v_paths", {}).setdefault(
         (cuts.schedule, cuts.pp, cuts.msim), [])
     if not known:  # seeds: a longest path with each rank in turn the slowest
-        for r in range(cuts.pp):
-            known.append(cuts.path_at([1.25 if j == r else 1.0 for j in range(cuts.pp)]))
+        known.extend(cuts.seeds())
     for c in known:
         cuts.add(c)
     cut = cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None

@@ -78,3 +78,30 @@ def test_slots_drop_only_inputs_on_the_steps_own_rank() -> None:
         end, came = _reference(dag, ps._lengths(dag, _dur(p, times, neg)))
         assert ps._span(dag, _dur(p, times, neg)) == max(end[x] for x in dag.last)
         assert ps._run(dag, _dur(p, times, neg))[1] == came
+
+
+@settings(max_examples=60, deadline=None)
+@given(sched=st.sampled_from(["zbv", "dualpipev"]), p=st.integers(1, 7),
+       m=st.integers(1, 30), seed=st.integers(0, 10**6), ties=st.booleans(),
+       neg=st.booleans())
+def test_the_chain_is_the_back_pointers_of_the_replay(sched: str, p: int, m: int, seed: int,
+                                                      ties: bool, neg: bool) -> None:
+    """`pipeline_sim.chain` (the ends of `_ends`, then only the chain's pointers found again)
+    is the walk over `_run`'s back-pointers of every step (and `_reference`'s), from the first
+    rank whose last step ends last; a negative share takes `_run`'s loop."""
+    try:
+        dag = ps.v_dag(sched, p, m)
+    except ValueError:
+        return
+    rnd = random.Random(seed)
+    draw = (lambda: float(rnd.randint(0, 3))) if ties else (lambda: rnd.uniform(0.0, 3.0))
+    share = {"F": draw(), "I": -0.5 if neg else draw(), "W": draw()}
+    dur = _dur(p, [draw() for _ in range(p)], share)
+    end, came = _reference(dag, ps._lengths(dag, dur))
+    last = [end[x] if x >= 0 else 0.0 for x in dag.last]
+    at = dag.last[max(range(p), key=lambda r: last[r])]
+    want = []
+    while at >= 0:
+        want.append(at)
+        at = came[at]
+    assert ps.chain(dag, dur) == want
