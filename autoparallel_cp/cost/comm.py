@@ -17,6 +17,7 @@ All functions are vectorized over numpy arrays of the group sizes / strides.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -208,25 +209,68 @@ def _nvlink_and_network(node: NodeGroup, n: FloatArray, k: FloatArray, nvl_bytes
     return np.where(n > 1, t, 0.0)
 
 
-def remote_nodes_per_token(nodes: npt.ArrayLike, top_k: int, num_experts: int) -> FloatArray:
+def remote_nodes_per_token(nodes: npt.ArrayLike, top_k: int, num_experts: int,
+                           groups: int = 1, groups_picked: int = 1) -> FloatArray:
     """Expected number of other nodes holding at least one of a token's `top_k` experts.
 
-    The `num_experts` experts are spread evenly over `nodes` nodes and a token picks `top_k`
-    distinct experts uniformly (balanced routing, as the benchmarks force it); a given node
-    holds none of them with the hypergeometric probability
+    The `num_experts` experts are spread evenly over `nodes` nodes in index order and a token
+    picks `top_k` distinct experts uniformly (balanced routing, as the benchmarks force it); a
+    given node holds none of them with the hypergeometric probability
     prod_{i<top_k} (E - E/nodes - i) / (E - i), so the expected count of the nodes-1 others that
     hold at least one is (nodes - 1)(1 - that probability).
+
+    Group-limited routing (`groups` > 1: DeepSeek-V3 §2.1.2, at most M = 4 nodes of 8;
+    Megatron-Core `group_limited_topk`, which also runs on the forced-balance benchmarks'
+    random logits): the experts form `groups` groups of e = E/groups consecutive indices, a
+    token picks T = `groups_picked` groups (uniformly under balanced routing), the ones whose
+    top top_k/T scores sum highest, and its top_k experts among them. Each picked group is
+    taken to receive top_k/T of the experts (the scores it was picked for), uniformly within
+    the group:
+    - nodes | groups: a node holds g = groups/nodes whole groups and is reached iff one of
+      them is picked: P(none) = C(groups - g, T) / C(groups, T);
+    - groups | nodes: a node is an E/nodes slice of one group, picked with T/groups, then
+      missed by its top_k/T experts with C(e - E/nodes, top_k/T) / C(e, top_k/T).
+    A simulation of the router on random logits (tests/cost/test_group_limited_routing.py)
+    agrees within 1.5% for nodes <= groups and is 4-6% below for 16-32 nodes (a picked
+    group's share varies around top_k/T, which concentrates a token on fewer nodes); node
+    counts that align neither way keep the unlimited expression, which is above both.
     """
     n = np.maximum(_arr(nodes), 1.0)
     e = float(num_experts)
     p_none = np.ones_like(n)
     for i in range(int(top_k)):
         p_none = p_none * np.clip((e - e / n - i) / (e - i), 0.0, 1.0)
+    if groups > 1 and groups_picked < groups:
+        p_none = np.array([_p_none_grouped(float(x), top_k, num_experts, groups,
+                                           groups_picked, float(d))
+                           for x, d in zip(n.ravel(), p_none.ravel(), strict=True)]
+                          ).reshape(n.shape)
     return (n - 1.0) * (1.0 - p_none)
 
 
+@functools.lru_cache(maxsize=1024)
+def _p_none_grouped(nodes: float, top_k: int, num_experts: int, groups: int, picked: int,
+                    unlimited: float) -> float:
+    """`remote_nodes_per_token`'s chance that one node holds none of a token's experts under
+    group-limited routing (its docstring); `unlimited` where the nodes and groups do not
+    align."""
+    n = int(nodes)
+    if n != nodes or n <= 1 or num_experts % n or top_k % picked:
+        return unlimited
+    if groups % n == 0:
+        g = groups // n
+        return math.comb(groups - g, picked) / math.comb(groups, picked)
+    if n % groups == 0:
+        e, per = num_experts // groups, num_experts // n
+        each = top_k // picked
+        return (1.0 - picked / groups) + picked / groups * math.comb(e - per, each) / math.comb(
+            e, each)
+    return unlimited
+
+
 def flex_dispatch(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
-                  token_bytes: npt.ArrayLike, top_k: int, num_experts: int) -> FloatArray:
+                  token_bytes: npt.ArrayLike, top_k: int, num_experts: int,
+                  groups: int = 1, groups_picked: int = 1) -> FloatArray:
     """One dispatch (or combine) of a node-deduplicating all-to-all (DeepEP / HybridEP).
 
     `token_bytes` is one copy of every token the rank routes (tokens x hidden x bytes).
@@ -238,14 +282,18 @@ def flex_dispatch(node: NodeGroup, group: npt.ArrayLike, stride: npt.ArrayLike,
     ((k-1)/n + (n-k)/n x (k-1)/k)` (own-node copies to the k-1 peers, plus the forwarded share
     of the remote copies), with k members per node of the n-rank group. The two stages run
     pipelined in chunks (HybridEP `NUM_OF_TOKENS_PER_CHUNK_*`), so the slower one sets the
-    time. Within one node it is `all_to_all` of the top_k copies exactly.
+    time. Within one node it is `all_to_all` of the top_k copies exactly. With group-limited
+    routing (`groups`, `groups_picked`: the model's `MoESpec.router_groups` /
+    `groups_picked`) fewer nodes receive a token (`remote_nodes_per_token`); the NVLink share,
+    one copy per expert, is the same.
     """
     n = _arr(group)
     s = _arr(token_bytes)
     k = members_per_node(n, stride, node.gpus_per_node)
     nn = np.maximum(n, 1.0)
     nvl_share = top_k * ((k - 1) / nn + (n - k) / nn * (k - 1) / np.maximum(k, 1.0))
-    remote = remote_nodes_per_token(n / np.maximum(k, 1.0), top_k, num_experts)
+    remote = remote_nodes_per_token(n / np.maximum(k, 1.0), top_k, num_experts, groups,
+                                    groups_picked)
     return _nvlink_and_network(node, n, k, nvl_share * s, remote * s)
 
 

@@ -24,7 +24,8 @@ def dispatch_time(job: Job, g: int, ep: FloatArray, stride: FloatArray,
     nd = node(job, g)
     copy_bytes = copy_bytes * routed_load(job, ep)  # per-rank routed traffic: scales
     if flex:
-        return comm.flex_dispatch(nd, ep, stride, copy_bytes, moe.top_k, moe.num_experts)
+        return comm.flex_dispatch(nd, ep, stride, copy_bytes, moe.top_k, moe.num_experts,
+                                  moe.router_groups, moe.groups_picked)
     return comm.all_to_all(nd, ep, stride, copy_bytes * moe.top_k)
 
 

@@ -113,6 +113,13 @@ def _deepseek(cfg: Mapping[str, Any], source: str, arch: str) -> dict[str, Any]:
             # DeepSeek-V3's aux-loss-free balancing adds e_score_correction_bias (noaux_tc)
             "router_bias": _str(cfg, "topk_method", source, "greedy") == "noaux_tc",
         }
+        # group-limited routing (DeepSeek-V2 "group_limited_greedy", V3 "noaux_tc": the
+        # gate picks topk_group of n_group expert groups; modeling_deepseek_v3.py MoEGate)
+        if _str(cfg, "topk_method", source, "greedy") in ("noaux_tc", "group_limited_greedy"):
+            n_group = _int(cfg, "n_group", source, 1)
+            if n_group > 1:
+                out["moe"]["router_groups"] = n_group
+                out["moe"]["router_group_topk"] = _int(cfg, "topk_group", source, n_group)
     mtp = _int(cfg, "num_nextn_predict_layers", source, 0)
     if mtp:
         out["mtp_layers"] = mtp

@@ -56,6 +56,13 @@ class MoESpec(Strict):
     # (modeling_qwen2_moe.py `shared_expert_gate` @1c351314; Megatron-Core
     # `moe_shared_expert_gate`); h parameters per MoE layer
     shared_expert_gate: bool = False
+    # Group-limited routing (DeepSeek-V3 §2.1.2 "node-limited routing", M = 4 of 8 nodes;
+    # HF config `n_group` / `topk_group`; Megatron-Core `moe_router_num_groups` /
+    # `moe_router_group_topk`): the experts split into `router_groups` equal groups of
+    # consecutive indices, a token picks `router_group_topk` groups, then its top_k experts
+    # within them. 1 group: no limit.
+    router_groups: Experts = 1
+    router_group_topk: Experts | None = None  # None: every group (no limit)
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -63,6 +70,15 @@ class MoESpec(Strict):
             raise ValueError(
                 f"top_k ({self.top_k}) must not exceed num_experts ({self.num_experts})"
             )
+        g, t = self.router_groups, self.groups_picked
+        if self.num_experts % g:
+            raise ValueError(f"router_groups ({g}) must divide num_experts "
+                             f"({self.num_experts})")
+        if t > g:
+            raise ValueError(f"router_group_topk ({t}) must not exceed router_groups ({g})")
+        if self.top_k > t * (self.num_experts // g):
+            raise ValueError(f"top_k ({self.top_k}) must not exceed the experts of the "
+                             f"router_group_topk groups ({t} x {self.num_experts // g})")
         if self.shared_expert_gate and not self.num_shared_experts:
             raise ValueError("shared_expert_gate needs num_shared_experts >= 1 (it gates the "
                              "shared experts' output)")
@@ -71,6 +87,11 @@ class MoESpec(Strict):
     @property
     def shared_ffn(self) -> int:
         return self.shared_expert_ffn_hidden_size or self.expert_ffn_hidden_size
+
+    @property
+    def groups_picked(self) -> int:
+        """Expert groups a token may route to (`router_group_topk`; every group if unset)."""
+        return self.router_group_topk or self.router_groups
 
 
 class MLASpec(Strict):
