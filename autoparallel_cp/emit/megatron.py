@@ -283,6 +283,12 @@ def _megatron_model_args(job: Job, tp: int) -> list[str]:
             # TransformerConfig.moe_shared_expert_gate (transformer_config.py:713 @d98e8a64),
             # an argument by arguments.py:2373's ArgumentGroupFactory
             a.append("--moe-shared-expert-gate")
+        if m.moe.router_groups > 1 and m.moe.groups_picked < m.moe.router_groups:
+            # group-limited routing, as costed (cost/comm.py `remote_nodes_per_token`):
+            # Megatron-LM's --moe-router-num-groups / --moe-router-group-topk (arguments.py,
+            # the MoE group; TransformerConfig.moe_router_num_groups / moe_router_group_topk)
+            a += ["--moe-router-num-groups", str(m.moe.router_groups),
+                  "--moe-router-group-topk", str(m.moe.groups_picked)]
         if m.moe.router_bias:
             # expert bias needs a sigmoid-type score (transformer_config.py:2621; DeepSeek-V3
             # scores with a sigmoid, arXiv 2412.19437 eq. 15)

@@ -111,6 +111,19 @@ def test_megatron_mtp_layers_and_its_recompute_method() -> None:
     assert "--mtp-num-layers" not in args
 
 
+def test_megatron_group_limited_routing_is_emitted_as_costed() -> None:
+    """DeepSeek-V3 routes each token to 4 of 8 expert groups (the cost model's flex dispatch
+    reads it, cost/comm.py `remote_nodes_per_token`); the launch settings ask Megatron for
+    the same routing, and a model without groups gets no such flag."""
+    job = make_job("deepseek-v3", "dgx-h800", gpus=1024, seq_len=4096, global_batch=1024)
+    args, _ = megatron_args(job, parse_plan("tp=2,pp=8,ep=64,sp=1,zero=1,mbs=1", job))
+    assert _arg(args, "--moe-router-num-groups") == "8"
+    assert _arg(args, "--moe-router-group-topk") == "4"
+    moe = make_job("mixtral-8x7b", "dgx-h100", gpus=64, seq_len=4096, global_batch=64)
+    args, _ = megatron_args(moe, parse_plan("tp=2,ep=8,sp=1,zero=1,mbs=1", moe))
+    assert "--moe-router-num-groups" not in args
+
+
 def test_megatron_text_is_a_bash_array(job: Job) -> None:
     plan = parse_plan("tp=8,pp=2,mbs=1,zero=1", job)
     text = emit(job, plan, "megatron").text
