@@ -53,10 +53,12 @@ import numpy as np
 import numpy.typing as npt
 
 from autoparallel_cp.search import limits
+from autoparallel_cp.search.dualpipe_frontier import Frontier
 from autoparallel_cp.search.dualpipe_pairs import F64, Pair, compose, pair_tables, step_consts
 from autoparallel_cp.search.enumerate_axes import placement_array, recompute_values
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
+from autoparallel_cp.search.replay_axis import class_listed
 from autoparallel_cp.search.space import Degrees
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES, Plan, canonical
 
@@ -98,8 +100,12 @@ class _Key:
         groups = sorted({int(g) for g in self.places.reshape(-1)})
         self.tables = {r: pair_tables(t, key, r, groups, lo0) for r in self.rls}
         self.consts = {r: step_consts(t, key, r) for r in self.rls}
-        self.classes = class_array(L, self.h, lo0 + 1)
         self.mins: dict[tuple[Any, ...], F64] = {}
+        self.frontier: Frontier | None = None
+        if not class_listed(space, p):  # too many to list: best-first (dualpipe_frontier.py)
+            self.frontier = Frontier(self)
+            return
+        self.classes = class_array(L, self.h, lo0 + 1)
         b = np.full(len(self.classes), math.inf)
         for r in self.rls:
             for q in range(len(self.places)):
@@ -107,6 +113,16 @@ class _Key:
         order = np.lexsort(tuple(self.classes[:, i] for i in range(self.h - 1, -1, -1))
                            + (b,))
         self.order, self.bounds = order, b[order]
+
+    def at(self, n: int, budget: Budget, stop: float
+           ) -> tuple[npt.NDArray[np.int64], float] | float | None:
+        """The n-th class in bound order and its bound (None: no more; a float: out of budget
+        or above `stop`, a lower bound of every class from the n-th on)."""
+        if self.frontier is not None:
+            return self.frontier.at(n, budget, stop)
+        if n >= len(self.order):
+            return None
+        return self.classes[self.order[n]], float(self.bounds[n])
 
     def feasible(self, pr: Pair, i: int, q: int, r: int | None) -> npt.NDArray[np.bool_]:
         """Pair i's candidates whose two ranks fit on placement q's groups (and, with a
@@ -235,21 +251,24 @@ def solve_by_class(t: Any, key: Any, *, cutoff_s: float | None, budget: Budget
     cut = cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None
     best: tuple[float, tuple[Any, ...], Plan, float] | None = None
     for n in sorted(memo):  # real plans of the family: incumbents whatever their cutoff
-        best, cut = _keep(best, cut, memo[n][0], float(k.bounds[n]))
+        best, cut = _keep(best, cut, memo[n][0], memo[n][2])
     err = 0.0
-    for n in range(len(k.order)):
-        b = float(k.bounds[n])
+    for n in itertools.count():
+        got = k.at(n, budget, math.inf if cut is None else cut * (1.0 + REL_TOL))
+        if got is None:
+            break
+        b = got if isinstance(got, float) else got[1]
         if not math.isfinite(b) or (cut is not None and b > cut * (1.0 + REL_TOL)):
             break
         old = memo.get(n)
         if old is not None and (old[1] is None or (cut is not None and cut <= old[1])):
             continue  # opened at a cutoff at least as wide: kept above
-        if budget.exhausted():
+        if isinstance(got, float) or budget.exhausted():
             err = math.inf if best is None else max(best[0] - b, 0.0)
             break
-        found = k.open(k.classes[k.order[n]], cut)
+        found = k.open(got[0], cut)
         budget.charge(limits.MODEL_PLAN_DTIME * max(len(found), 1))
-        memo[n] = (_score(t, key, found, cut, budget), cut)
+        memo[n] = (_score(t, key, found, cut, budget), cut, b)
         best, cut = _keep(best, cut, memo[n][0], b)
     if best is None or (cutoff_s is not None and best[0] > cutoff_s):
         return None, err == 0.0

@@ -114,6 +114,12 @@ DUALPIPE_FREE_MAX = 256
 DUALPIPE_CLASS_MAX = 100_000
 
 
+#: Largest pp whose classes, too many to list, are found best-first
+#: (search/dualpipe_frontier.py): pp 16 and 32 (DeepSeek-V3's 61 layers at pp 16: ~1e8
+#: classes).
+DUALPIPE_FRONTIER_PP = 32
+
+
 #: Largest pp searched by class on several node groups: each class is bounded at every stage
 #: placement, 70 of them at pp 8 on two equal groups (4.7 million class bounds a key at 80
 #: layers: the mixed H100 + A100 job took 153 s instead of 13 s), 6 at pp 4.
@@ -138,12 +144,19 @@ def num_classes(space: Any, pp: int) -> int:
     return math.comb(free + pp // 2 - 1, pp // 2 - 1) if free >= 0 and pp % 2 == 0 else 0
 
 
+def class_listed(space: Any, pp: int) -> bool:
+    """Whether the classes at pp are listed and bounded all at once (at most
+    `DUALPIPE_CLASS_MAX`), else found best-first (search/dualpipe_frontier.py)."""
+    return num_classes(space, pp) <= DUALPIPE_CLASS_MAX
+
+
 def by_class(space: Any, pp: int) -> bool:
     """Whether DualPipe's free family at pp is solved by class (dualpipe_classes.py): more
-    splits than the split-by-split loop takes, at most `DUALPIPE_CLASS_MAX` classes, and on
-    several node groups pp <= `DUALPIPE_CLASS_MIXED_PP`."""
+    splits than the split-by-split loop takes, the classes listed (`class_listed`) or, at
+    pp <= `DUALPIPE_FRONTIER_PP`, found best-first, and on several node groups pp <=
+    `DUALPIPE_CLASS_MIXED_PP`."""
     return (class_ok(space) and space.num_partitions(pp, 1) > DUALPIPE_FREE_MAX
-            and num_classes(space, pp) <= DUALPIPE_CLASS_MAX
+            and (class_listed(space, pp) or pp <= DUALPIPE_FRONTIER_PP)
             and (not space.heterogeneous or pp <= DUALPIPE_CLASS_MIXED_PP))
 
 
