@@ -103,13 +103,11 @@ class Frontier:
         """(len(R),): the least over the combos of the priority of children at depth k with
         R layers left and fixed terms `acc` (4, C, len(R))."""
         suf = self.suffix[:, :, k][:, :, R]  # (4, C, len(R))
-        T = np.maximum(acc[0], suf[0])
-        S = acc[1] + suf[1]
-        E = np.maximum(acc[2], suf[2])
-        O = np.maximum(acc[3], suf[3])
-        ok = (T < math.inf) & (S < math.inf) & (E < math.inf) & (O < math.inf)
+        tmax, total = np.maximum(acc[0], suf[0]), acc[1] + suf[1]
+        exp, opt = np.maximum(acc[2], suf[2]), np.maximum(acc[3], suf[3])
+        ok = np.all(np.stack([tmax, total, exp, opt]) < math.inf, axis=0)
         with np.errstate(invalid="ignore"):
-            val = np.where(ok, self.a * T + self.b * S + E + O, math.inf)
+            val = np.where(ok, self.a * tmax + self.b * total + exp + opt, math.inf)
         return np.asarray(val.min(axis=0), float)
 
     def _push(self, k: int, s: tuple[int, ...], R: int, acc: F64) -> None:
@@ -126,7 +124,7 @@ class Frontier:
         ch = np.stack([np.maximum(acc[0][:, None], own[0]), acc[1][:, None] + own[1],
                        np.maximum(acc[2][:, None], own[2]),
                        np.maximum(acc[3][:, None], own[3])])
-        live = np.isfinite(own).all(axis=0).any(axis=0)
+        live = np.asarray(np.isfinite(own).all(axis=0).any(axis=0), bool)
         if k == self.h - 1:
             if live[0]:
                 row = np.array(s + (R,), np.int64)
