@@ -100,7 +100,7 @@ class _Key:
         groups = sorted({int(g) for g in self.places.reshape(-1)})
         self.tables = {r: pair_tables(t, key, r, groups, lo0) for r in self.rls}
         self.consts = {r: step_consts(t, key, r) for r in self.rls}
-        self.mins: dict[tuple[Any, ...], F64] = {}
+        self.mins: dict[tuple[Any, ...], Any] = {}  # `least`'s and `_rows`' cache
         self.frontier: Frontier | None = None
         if not class_listed(space, p):  # too many to list: best-first (dualpipe_frontier.py)
             self.frontier = Frontier(self)
@@ -180,26 +180,15 @@ class _Key:
 
     def _open(self, s: npt.NDArray[np.int64], q: int, r: int | None
               ) -> tuple[float, tuple[int, ...]] | None:
-        p, row = self.key.pp, self.places[q]
-        L = self.t.space.num_layers
         kept: list[tuple[npt.NDArray[np.int64], F64, npt.NDArray[np.bool_]]] = []
         uni: list[tuple[npt.NDArray[np.int64], F64, npt.NDArray[np.bool_]]] = []
         for i in range(self.h):
-            pr = self.tables[r][i]
-            idx = np.nonzero(self.feasible(pr, i, q, r) & (pr.a + pr.b == s[i]))[0]
-            if len(idx) == 0:
+            rows = self._rows(i, int(s[i]), q, r)
+            if rows is None:
                 return None
-            lo, hi = pr.lo[int(row[i])], pr.hi[int(row[p - 1 - i])]
-            big = (np.maximum(pr.a[idx], pr.b[idx]) > r) if r is not None else \
-                np.zeros(len(idx), bool)
-            vals = np.stack([lo.tot[idx], lo.exp[idx], lo.opt[idx], hi.tot[idx],
-                             hi.exp[idx], hi.opt[idx], big.astype(float)], axis=1)
-            _, first = np.unique(vals, axis=0, return_index=True)
-            first = np.sort(first)  # candidates come a ascending: the least a of each row
-            kept.append((pr.a[idx][first], vals[first], big[first]))
-            u = np.nonzero((pr.a[idx] == L // p) & (pr.b[idx] == L // p))[0]
-            if L % p == 0 and len(u):  # the uniform split's own row (its key is the least)
-                uni.append((pr.a[idx][u], vals[u], big[u]))
+            kept.append(rows[0])
+            if rows[1] is not None:
+                uni.append(rows[1])
         got = self._least(kept, r)
         if got is None:
             return None
@@ -211,6 +200,30 @@ class _Key:
         a0 = a[np.lexsort(tuple(a[:, i] for i in range(self.h - 1, -1, -1)))[0]]
         split = [int(x) for x in a0] + [int(s[i] - a0[i]) for i in range(self.h - 1, -1, -1)]
         return best, tuple(split)
+
+    def _rows(self, i: int, si: int, q: int, r: int | None) -> Any:
+        """Pair i's kept rows at sum si and (q, r) (the least a of each distinct value row)
+        and the uniform split's row (None: not a candidate); None: no candidate fits.
+        Cached: they do not depend on the other pairs."""
+        ck = ("rows", i, si, q, r)
+        if ck not in self.mins:
+            p, row, L = self.key.pp, self.places[q], self.t.space.num_layers
+            pr = self.tables[r][i]
+            idx = np.nonzero(self.feasible(pr, i, q, r) & (pr.a + pr.b == si))[0]
+            if len(idx) == 0:
+                self.mins[ck] = None
+                return None
+            lo, hi = pr.lo[int(row[i])], pr.hi[int(row[p - 1 - i])]
+            big = (np.maximum(pr.a[idx], pr.b[idx]) > r) if r is not None else \
+                np.zeros(len(idx), bool)
+            vals = np.stack([lo.tot[idx], lo.exp[idx], lo.opt[idx], hi.tot[idx],
+                             hi.exp[idx], hi.opt[idx], big.astype(float)], axis=1)
+            _, first = np.unique(vals, axis=0, return_index=True)
+            first = np.sort(first)  # candidates come a ascending: the least a of each row
+            u = np.nonzero((pr.a[idx] == L // p) & (pr.b[idx] == L // p))[0]
+            one = (pr.a[idx][u], vals[u], big[u]) if L % p == 0 and len(u) else None
+            self.mins[ck] = ((pr.a[idx][first], vals[first], big[first]), one)
+        return self.mins[ck]
 
     def _least(self, kept: list[tuple[npt.NDArray[np.int64], F64, npt.NDArray[np.bool_]]],
                r: int | None) -> tuple[float, npt.NDArray[np.int64]] | None:
@@ -268,7 +281,10 @@ def solve_by_class(t: Any, key: Any, *, cutoff_s: float | None, budget: Budget
             break
         found = k.open(got[0], cut)
         budget.charge(limits.MODEL_PLAN_DTIME * max(len(found), 1))
-        memo[n] = (_score(t, key, found, cut, budget), cut, b)
+        if best is not None and found and min(x for x, _ in found) > best[0]:
+            memo[n] = (None, cut, b)  # its exact best (bit for bit) above the best: unscored
+        else:
+            memo[n] = (_score(t, key, found, cut, budget), cut, b)
         best, cut = _keep(best, cut, memo[n][0], b)
     if best is None or (cutoff_s is not None and best[0] > cutoff_s):
         return None, err == 0.0

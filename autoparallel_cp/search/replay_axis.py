@@ -117,7 +117,7 @@ DUALPIPE_CLASS_MAX = 100_000
 #: Largest pp whose classes, too many to list, are found best-first
 #: (search/dualpipe_frontier.py): pp 16 and 32 (DeepSeek-V3's 61 layers at pp 16: ~1e8
 #: classes).
-DUALPIPE_FRONTIER_PP = 32
+DUALPIPE_FRONTIER_PP = 16
 
 
 #: Largest pp searched by class on several node groups: each class is bounded at every stage
