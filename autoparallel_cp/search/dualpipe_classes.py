@@ -1,6 +1,9 @@
 """DualPipe's free per-stage splits by pair-sum class (issue 31, "one space"): the exact best
 of a key's free family at a pp with too many splits to score one by one (replay_axis.py
-`by_class`: 79,079 splits of 80 layers at pp 4, 2.3e9 at pp 8).
+`by_class`: 79,079 splits of 80 layers at pp 4, 2.3e9 at pp 8). Up to `DUALPIPE_CLASS_MAX`
+classes they are listed and bounded at once (`class_array`); above it (pp 16: ~1e8 classes
+of 61 layers, ~1e9 of 80) search/dualpipe_frontier.py yields them in the same bound order,
+best-first, without listing them (`_Key.at`), and the loop below is the same.
 
 Structure (cost/steptime.py `_dualpipe_rank`, cost/memory.py): rank i runs stage i and its
 mirror p-1-i on its own group, so pair i = stages {i, p-1-i} with counts (a_i, b_i) sets
@@ -17,7 +20,8 @@ with every rank's time (0 <= rho < 1 <= m), exposed sync and step, and each rank
 >= its pair's least. Floats: the bound and a member's step add and compare the same kind of
 entries, so they differ by rounding only; the stopping test keeps dualpipe_splits.py's
 REL_TOL. The class's bound is its least over (q, r) (inf where no pair fits), a key's classes
-are ordered by (bound, s), vectorised over every class.
+are ordered by (bound, s), vectorised over every class (listed), or by (bound, then the
+frontier's order) best-first.
 
 Exact best of a class at (q, r) (`_open`): members differ only in each pair's choice; two
 choices of a pair with bit-identical (rank values, [max(a, b) > r]) give every member the
@@ -29,18 +33,23 @@ is composed exactly: bit for bit the cost model's step (dualpipe_pairs.py `compo
 recompute count r needs some stage > r, model_scan.py `recompute_valid`). Within float
 rounding the members of a class tie (their per-micro-batch times are the means of the same
 pair sums), so the kept rows are few: llama3-70b at pp 8 has 3 distinct steps among a class's
-361 members. The splits reaching the least step over (q, r) are scored by the cost model
-(`best_of_split`, the enumerator's own scan), which picks among (r, split, q) by `Plan.key()`.
+361 members (a pair's kept rows depend on its own sum only: cached per (pair, sum, q, r)).
+The splits reaching the least step over (q, r) are scored by the cost model
+(`best_of_split`, the enumerator's own scan), which picks among (r, split, q) by `Plan.key()`;
+a class whose exact least step is above the best so far (bit for bit: `_least` composes the
+cost model's floats) cannot change the answer and is not scored.
 
 Exactness (`solve_by_class`): open the classes in bound order, keeping the least (step,
 `Plan.key()`), until the next bound exceeds the best (or the caller's cutoff) by more than
-REL_TOL: every class left has every member >= bound > best. So the result is the family's
+REL_TOL: every class left has every member >= bound > best (best-first: the frontier's
+least priority bounds every class not yet yielded). So the result is the family's
 exact best as the enumerator finds it (tests/search/test_dualpipe_classes.py: hypothesis,
 one and two node groups, against the enumerator, and llama3-70b at pp 4 against every class
 scored). Each opened class charges the search's `limits.Budget` one
 `limits.MODEL_PLAN_DTIME` per (placement, recompute) opened, and each plan the cost model
-scores one more; out of budget, the best so far is returned unproven with its gap to the
-next bound as error bound.
+scores one more (the frontier `NODE_DTIME` per node expanded); out of budget, the best so
+far is returned unproven with its gap to the next bound (the frontier's least priority) as
+error bound.
 """
 
 from __future__ import annotations
