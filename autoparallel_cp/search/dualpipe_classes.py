@@ -37,7 +37,8 @@ pair sums), so the kept rows are few: llama3-70b at pp 8 has 3 distinct steps am
 The splits reaching the least step over (q, r) are scored by the cost model
 (`best_of_split`, the enumerator's own scan), which picks among (r, split, q) by `Plan.key()`;
 a class whose exact least step is above the best so far (bit for bit: `_least` composes the
-cost model's floats) cannot change the answer and is not scored.
+cost model's floats), or equal with every split reaching it after the best's in
+`Plan.key()` (`_cannot_win`), cannot change the answer and is not scored.
 
 Exactness (`solve_by_class`): open the classes in bound order, keeping the least (step,
 `Plan.key()`), until the next bound exceeds the best (or the caller's cutoff) by more than
@@ -63,7 +64,15 @@ import numpy.typing as npt
 
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.dualpipe_frontier import Frontier
-from autoparallel_cp.search.dualpipe_pairs import F64, Pair, compose, pair_tables, step_consts
+from autoparallel_cp.search.dualpipe_pairs import (
+    F64,
+    Pair,
+    compose,
+    compose_terms,
+    pair_tables,
+    probe_plan,
+    step_consts,
+)
 from autoparallel_cp.search.enumerate_axes import placement_array, recompute_values
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
@@ -238,25 +247,34 @@ class _Key:
                r: int | None) -> tuple[float, npt.NDArray[np.int64]] | None:
         """The least step over every product of the pairs' kept rows (a recompute count r
         valid where some stage holds > r), and the rows' a reaching it (M, h)."""
-        p = self.key.pp
-        grid = np.stack(np.meshgrid(*[np.arange(len(k[0])) for k in kept], indexing="ij"),
-                        axis=-1).reshape(-1, self.h)
-        cols: list[F64] = [np.zeros(0)] * (3 * p)
-        valid = np.zeros(len(grid), bool) if r is not None else np.ones(len(grid), bool)
+        h = self.h
+        shape = [len(k[0]) for k in kept]
+
+        def along(i: int, x: F64 | npt.NDArray[np.bool_]) -> Any:
+            """x (pair i's kept rows) broadcast along axis i of the product."""
+            return x.reshape([-1 if j == i else 1 for j in range(h)])
+
+        # the ranks' time summed in rank order (lo of pairs 0..h-1, then hi of h-1..0): the
+        # same float additions as `compose`'s, one axis per pair; the maxima are exact
+        total: Any = along(0, kept[0][1][:, 0])
+        for i in range(1, h):
+            total = total + along(i, kept[i][1][:, 0])
+        for i in range(h - 1, -1, -1):
+            total = total + along(i, kept[i][1][:, 3])
+        tmax, dp, op = (np.full(shape, -math.inf) for _ in range(3))
+        valid = np.full(shape, r is None)
         for i, (_, vals, big) in enumerate(kept):
-            v = vals[grid[:, i]]
-            for c in range(3):
-                cols[3 * i + c] = v[:, c]
-                cols[3 * (p - 1 - i) + c] = v[:, 3 + c]
+            tmax = np.maximum(tmax, along(i, np.maximum(vals[:, 0], vals[:, 3])))
+            dp = np.maximum(dp, along(i, np.maximum(vals[:, 1], vals[:, 4])))
+            op = np.maximum(op, along(i, np.maximum(vals[:, 2], vals[:, 5])))
             if r is not None:
-                valid |= big[grid[:, i]]
-        step = compose(self.consts[r], cols[0::3], cols[1::3], cols[2::3])
-        step = np.where(valid, step, math.inf)
+                valid = valid | along(i, big)
+        step = np.where(valid, compose_terms(self.consts[r], tmax, total, dp, op), math.inf)
         best = float(np.min(step))
         if not math.isfinite(best):
             return None
-        at = grid[step == best]
-        return best, np.stack([kept[i][0][at[:, i]] for i in range(self.h)], axis=1)
+        at = np.argwhere(step == best)
+        return best, np.stack([kept[i][0][at[:, i]] for i in range(h)], axis=1)
 
 
 def solve_by_class(t: Any, key: Any, *, cutoff_s: float | None, budget: Budget
@@ -290,8 +308,8 @@ def solve_by_class(t: Any, key: Any, *, cutoff_s: float | None, budget: Budget
             break
         found = k.open(got[0], cut)
         budget.charge(limits.MODEL_PLAN_DTIME * max(len(found), 1))
-        if best is not None and found and min(x for x, _ in found) > best[0]:
-            memo[n] = (None, cut, b)  # its exact best (bit for bit) above the best: unscored
+        if best is not None and found and _cannot_win(t, key, found, best[:2]):
+            memo[n] = (None, cut, b)  # its exact best (bit for bit) after the best: unscored
         else:
             memo[n] = (_score(t, key, found, cut, budget), cut, b)
         best, cut = _keep(best, cut, memo[n][0], b)
@@ -300,6 +318,24 @@ def solve_by_class(t: Any, key: Any, *, cutoff_s: float | None, budget: Budget
     step, _, plan, diff = best
     ans = (step, canonical(plan, t.space.num_layers), diff, 0.0 if err == 0.0 else err)
     return ans, False
+
+
+def _cannot_win(t: Any, key: Any, found: list[tuple[float, tuple[int, ...]]],
+                best: tuple[float, tuple[Any, ...]]) -> bool:
+    """Whether a class's plans all come after `best` (step, `Plan.key()`): its exact least
+    step above the best's, or equal and, the best's recompute count 0 or None, every split
+    reaching it after the best's split in `Plan.key()` (the key's fields before them are the
+    key's own; recompute_layers or 0 >= 0; stage_layers canonical, as `best_of_split` names
+    them)."""
+    least = min(x for x, _ in found)
+    if least != best[0]:
+        return least > best[0]
+    if best[1][10] != 0:
+        return False
+    probe = probe_plan(t, key, None)
+    L = t.space.num_layers
+    return all((canonical(probe.model_copy(update={"stage_layers": sp}), L).stage_layers
+                or ()) > best[1][11] for x, sp in found if x == least)
 
 
 def _score(t: Any, key: Any, found: list[tuple[float, tuple[int, ...]]], cut: float | None,
