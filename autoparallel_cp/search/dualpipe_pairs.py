@@ -197,5 +197,13 @@ def compose(consts: tuple[float, float, float], tot: list[F64], exp: list[F64],
         total = total + x
         dp = np.maximum(dp, e)
         op = np.maximum(op, o)
+    return compose_terms(consts, tmax, total, dp, op)
+
+
+def compose_terms(consts: tuple[float, float, float], tmax: F64, total: F64, dp: F64,
+                  op: F64) -> F64:
+    """`compose` from the ranks' max time, summed time (added in rank order), max exposed
+    sync and max optimizer step: its last operations, in its order."""
+    m, ratio, fixed = consts
     bubble = ratio * (total - tmax) / 1.0
     return np.asarray(m * tmax + bubble + dp + op + fixed - fixed, float)

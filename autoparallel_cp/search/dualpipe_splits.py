@@ -4,7 +4,8 @@ several, searched exactly: a best-first branch and bound over the family's split
 its stage placements of dualpipe_bound.py's (split, placement) bound (`split_bounds`,
 vectorised), and the splits scored exactly by the cost model in the order of their bounds.
 Above that many splits, where replay_axis.py `by_class` holds, `solve_free_dualpipe` hands
-the key to search/dualpipe_classes.py, which bounds and opens pair-sum classes instead.
+the key to search/dualpipe_classes.py, which bounds and opens pair-sum classes instead (at
+pp 16 found best-first: search/dualpipe_frontier.py).
 
 What evaluate charges a DualPipe plan (cost/steptime.py `_dualpipe_rank`, cost/memory.py;
 search/dualpipe_bound.py holds the derivation): rank r runs stage r and its mirror p-1-r on

@@ -51,8 +51,9 @@ bounds' T >= t_j do not carry) is scored by the cost model
 (search/model_scored.py); its free per-stage counts (`free_family`, on one node group or
 several, each split bounded over every stage placement, at a pp with at most
 `DUALPIPE_FREE_MAX` splits: `free_pp_ok`) by search/dualpipe_splits.py, above it by pair-sum
-class (search/dualpipe_classes.py, at most `DUALPIPE_CLASS_MAX` classes: `by_class`); beyond
-both, the named layouts only (evaluate-only: the other free splits there).
+class (search/dualpipe_classes.py: `by_class`; listed up to `DUALPIPE_CLASS_MAX` classes,
+found best-first above it at pp <= `DUALPIPE_FRONTIER_PP`, search/dualpipe_frontier.py);
+beyond those, the named layouts only (evaluate-only: the other free splits there).
 """
 
 from __future__ import annotations
@@ -107,11 +108,18 @@ def scored_free(space: Any) -> bool:
 #: pair-sum class is scored whole.
 DUALPIPE_FREE_MAX = 256
 
-#: Most pair-sum classes (`num_classes`) of one pp at which a DualPipe space whose stage
-#: kinds follow from position and count (`class_ok`) is searched by class
+#: Most pair-sum classes (`num_classes`) of one pp that a DualPipe space whose stage kinds
+#: follow from position and count (`class_ok`) lists and bounds all at once
 #: (search/dualpipe_classes.py): 80 layers have 77 classes at pp 4, 67,525 at pp 8 and about
-#: 1e9 at pp 16 (the named layouts there).
+#: 1e9 at pp 16 (found best-first there: `DUALPIPE_FRONTIER_PP`).
 DUALPIPE_CLASS_MAX = 100_000
+
+
+#: Largest pp whose classes, too many to list, are found best-first
+#: (search/dualpipe_frontier.py): pp 16 (DeepSeek-V3's 61 layers: ~1e8 classes, 0.03 s a
+#: key). Not pp 32: a class's exact best composes every product of its 16 pairs' kept rows
+#: (dualpipe_classes.py `_least`), 3^16 of them at 80 layers, minutes a class.
+DUALPIPE_FRONTIER_PP = 16
 
 
 #: Largest pp searched by class on several node groups: each class is bounded at every stage
@@ -138,12 +146,19 @@ def num_classes(space: Any, pp: int) -> int:
     return math.comb(free + pp // 2 - 1, pp // 2 - 1) if free >= 0 and pp % 2 == 0 else 0
 
 
+def class_listed(space: Any, pp: int) -> bool:
+    """Whether the classes at pp are listed and bounded all at once (at most
+    `DUALPIPE_CLASS_MAX`), else found best-first (search/dualpipe_frontier.py)."""
+    return num_classes(space, pp) <= DUALPIPE_CLASS_MAX
+
+
 def by_class(space: Any, pp: int) -> bool:
     """Whether DualPipe's free family at pp is solved by class (dualpipe_classes.py): more
-    splits than the split-by-split loop takes, at most `DUALPIPE_CLASS_MAX` classes, and on
-    several node groups pp <= `DUALPIPE_CLASS_MIXED_PP`."""
+    splits than the split-by-split loop takes, the classes listed (`class_listed`) or, at
+    pp <= `DUALPIPE_FRONTIER_PP`, found best-first, and on several node groups pp <=
+    `DUALPIPE_CLASS_MIXED_PP`."""
     return (class_ok(space) and space.num_partitions(pp, 1) > DUALPIPE_FREE_MAX
-            and num_classes(space, pp) <= DUALPIPE_CLASS_MAX
+            and (class_listed(space, pp) or pp <= DUALPIPE_FRONTIER_PP)
             and (not space.heterogeneous or pp <= DUALPIPE_CLASS_MIXED_PP))
 
 

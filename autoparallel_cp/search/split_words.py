@@ -12,8 +12,11 @@ from autoparallel_cp.search.act_offload import scored
 from autoparallel_cp.search.empty_rank import dense_prefix, empty_first
 from autoparallel_cp.search.replay_axis import (
     DUALPIPE_CLASS_MAX,
+    DUALPIPE_CLASS_MIXED_PP,
     DUALPIPE_FREE_MAX,
+    DUALPIPE_FRONTIER_PP,
     by_class,
+    class_listed,
     class_ok,
     free_family,
     scored_free,
@@ -80,9 +83,10 @@ def _why_named(space: SearchSpace, named_only: list[str]) -> str:
             why.append(f"{s} under a pipelined activation offload")
         else:  # DualPipe, its free family above the cap at every pp
             why.append(f"dualpipe with more than {DUALPIPE_FREE_MAX} free splits and no "
-                       f"pair-sum class search (over {DUALPIPE_CLASS_MAX:,} classes, or stage "
-                       "kinds set by where a stage starts) at each pp (replay_axis.py "
-                       "`free_pp_ok`)")
+                       f"pair-sum class search (over {DUALPIPE_CLASS_MAX:,} classes above pp "
+                       f"{DUALPIPE_FRONTIER_PP}, pp above {DUALPIPE_CLASS_MIXED_PP} on several "
+                       "node groups, or stage kinds set by where a stage starts) at each pp "
+                       "(replay_axis.py `free_pp_ok`)")
     return ": " + ", ".join(why)
 
 
@@ -127,14 +131,25 @@ def _dualpipe_free(space: SearchSpace) -> str:
            + ", every split's lower bound proving the rest: search/dualpipe_splits.py; "
            f"at pp {','.join(map(str, at)) or 'none'}, at most {DUALPIPE_FREE_MAX} free "
            "splits")
-    if cls:
-        txt += (f" or, at pp {','.join(map(str, cls))}, by pair-sum class (each class of "
+    listed = [p for p in cls if class_listed(space, p)]
+    first = [p for p in cls if p not in listed]
+    if listed:
+        txt += (f" or, at pp {','.join(map(str, listed))}, by pair-sum class (each class of "
                 "mirror-pair sums bounded, the classes within the best opened and their best "
                 "split found pair by pair, exactly: search/dualpipe_classes.py)")
+    if first:
+        txt += (f"{' and' if listed else ' or'}, at pp {','.join(map(str, first))}, by "
+                f"pair-sum class found best-first (over {DUALPIPE_CLASS_MAX:,} classes, not "
+                "listed: a branch and bound over the mirror pairs' sums, each prefix bounded "
+                "by its pairs' least entries and a min-max / min-sum DP over the pairs left, "
+                "every class within the best opened exactly: search/dualpipe_frontier.py)")
     if above:
         txt += (f"; at pp {','.join(map(str, above))} the named layouts only: more free "
                 "splits than the exact loop scores"
-                + (f" and more than {DUALPIPE_CLASS_MAX:,} pair-sum classes"
+                + (f" and more than {DUALPIPE_CLASS_MAX:,} pair-sum classes above pp "
+                   f"{DUALPIPE_FRONTIER_PP}"
+                   + (f" (on several node groups, by class at pp <= {DUALPIPE_CLASS_MIXED_PP})"
+                      if space.heterogeneous else "")
                    if class_ok(space) else
                    " (by class only where every layer after the dense prefix is of one "
                    "kind, vpp 1, no offload)"))

@@ -164,17 +164,20 @@ def test_llama3_70b_pp4_equals_a_brute_force_over_every_split() -> None:
 
 
 def test_the_cap_now_counts_classes_and_the_proof_line_says_so() -> None:
-    """80 layers: pp 4 and pp 8 searched (by class), pp 16 not (about 1e9 classes); a MoE
-    with MoE every other layer keeps the split-by-split cap (its stages' kinds depend on
-    where they start)."""
+    """80 layers: pp 4 and pp 8 searched by listed class, pp 16 by class found best-first
+    (about 1e9 classes), pp 32 and 64 not; a MoE with MoE every other layer keeps the
+    split-by-split cap (its stages' kinds depend on where they start)."""
     job = make_job("llama3-70b", "dgx-h100", gpus=512, seq_len=8192, global_batch=512)
     sp = SearchSpace.for_job(job, fix="schedule=dualpipe")
     assert num_classes(sp, 4) == 77 and num_classes(sp, 8) == 67525
-    assert sp.free_ok(4, 1) and sp.free_ok(8, 1) and not sp.free_ok(16, 1)
+    assert num_classes(sp, 16) > 10**9
+    assert sp.free_ok(4, 1) and sp.free_ok(8, 1) and sp.free_ok(16, 1)
+    assert not sp.free_ok(32, 1) and not sp.free_ok(64, 1)
     assert len(class_array(80, 4, 2)) == 67525
     line = space_line(proof_space(sp))
-    assert "at pp 2,4,8" in line and "pair-sum class" in line
-    assert "at pp 16,32,64 the named layouts only" in line
+    assert "at pp 2,4,8,16," in line and "at pp 4,8, by pair-sum class" in line
+    assert "and, at pp 16, by pair-sum class found best-first" in line
+    assert "at pp 32,64 the named layouts only" in line and "classes above pp 16" in line
 
 
 def test_out_of_budget_is_unproven_and_bounded(forced: None) -> None:
