@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import act_offload, offload_axis, space_count, space_proof
-from autoparallel_cp.search.empty_rank import empty_first, prefix_min_units
+from autoparallel_cp.search.empty_rank import dense_prefix, empty_first, prefix_min_units
 from autoparallel_cp.search.replay_axis import free_family, free_pp_ok
 from autoparallel_cp.search.schedule_axis import (
     SCANNED,
@@ -467,9 +467,10 @@ class SearchSpace:
 
     def layouts(self, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
         """The named uneven layouts searched for (pp, vpp) besides the space's own partitions
-        (`spec.splits.named_layouts`, `chunk_layers` order): only with `named_splits`, legal
-        for the model (`split_violations`; a dense prefix may spread over the first stages),
-        and not already a partition of the free family (every stage's chunks equal, so a multiple of
+        (`spec.splits.named_layouts`, `chunk_layers` order; the remainder also on the latest
+        chunks with a dense prefix): only with `named_splits`, legal for the model
+        (`split_violations`; a dense prefix may spread over the first stages), and not
+        already a partition of the free family (every stage's chunks equal, so a multiple of
         vpp layers), which would list the same plan twice."""
         return tuple(f.fixed["chunk_layers"] for f in self.split_families(pp, vpp)
                      if f is not self)
@@ -481,7 +482,7 @@ class SearchSpace:
         L = self.num_layers
         free = self.free_ok(pp, vpp)
         out = []
-        for cl in named_layouts(L, pp, vpp):
+        for cl in named_layouts(L, pp, vpp, latest=dense_prefix(self) > 0):
             stages = [cl[j::pp] for j in range(pp)]
             if free and all(len(set(c)) == 1 for c in stages):
                 continue

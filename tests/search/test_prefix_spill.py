@@ -23,7 +23,7 @@ from autoparallel_cp.search.tables import build_tables, plan_cost
 from autoparallel_cp.spec import Job
 from autoparallel_cp.spec.loaders import load_cluster
 from autoparallel_cp.spec.model import ModelSpec
-from autoparallel_cp.spec.splits import prefix_counts
+from autoparallel_cp.spec.splits import named_layouts, prefix_counts
 
 DSV3_SPLIT = (2,) + (4,) * 14 + (3,)
 
@@ -151,3 +151,31 @@ def _check_spilled(job: Job, sp: SearchSpace) -> bool:
     _check_key_bound_of(sp)
     _assert_master_bounds(job, sp, 2)
     return True
+
+
+def test_deepseek_v3s_published_layout_is_a_named_layout() -> None:
+    """2:4x14:3 (one embedding and one loss slot, the remainder on the latest chunks: spec/
+    splits.py `REMAINDER_LATEST`, searched with a dense prefix) is among the named layouts of
+    DeepSeek-V3 on pp 16, with the other layouts short of its 3-layer prefix; a dense model
+    keeps the earliest-remainder layouts only."""
+    job = api.make_job("deepseek-v3", "dgx-h800", gpus=2048, seq_len=4096, global_batch=15360)
+    sp = SearchSpace.for_job(job, fix="schedule=dualpipe,tp=1,pp=16,ep=64")
+    lays = sp.layouts(16, 1)
+    assert DSV3_SPLIT in lays
+    assert sum(lay[0] < 3 for lay in lays) == 2  # 2:3:4.. and 2:4..:3
+    assert len(named_layouts(61, 16, 1, latest=True)) == 8 and len(named_layouts(61, 16, 1)) == 4
+    dense = SearchSpace.for_job(_job(9, 0), fix="pp=2,vpp=2", max_mbs=2)
+    assert dense.layouts(2, 2) == named_layouts(9, 2, 2) != named_layouts(9, 2, 2, latest=True)
+
+
+@pytest.mark.parametrize("sched", ["interleaved", "zbv"])
+def test_named_layouts_short_of_the_prefix_are_searched(sched: str) -> None:
+    """9 layers with a 5-layer prefix on pp 2 x vpp 2: the named layouts include splits whose
+    first stage holds 4 layers; CP-SAT's top k (free splits and every named layout) == the
+    enumerator's, the bounds below each key's best. (At vpp 1 a named layout is a free split:
+    `SearchSpace._named` leaves it to the free family.)"""
+    job = _job(9, 5)
+    sp = SearchSpace.for_job(job, fix=f"schedule={sched},pp=2,vpp=2", max_pp=4, max_vpp=2,
+                             max_mbs=2, zero=(1,))
+    assert [cl for cl in sp.layouts(2, 2) if sum(cl[0::2]) < 5]
+    assert _check_spilled(job, sp)
