@@ -468,7 +468,8 @@ class SearchSpace:
     def layouts(self, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
         """The named uneven layouts searched for (pp, vpp) besides the space's own partitions
         (`spec.splits.named_layouts`, `chunk_layers` order; the remainder also on the latest
-        chunks with a dense prefix): only with `named_splits`, legal for the model
+        chunks where the first stage then holds less than the dense prefix, DeepSeek-V3's
+        published layout among them): only with `named_splits`, legal for the model
         (`split_violations`; a dense prefix may spread over the first stages), and not
         already a partition of the free family (every stage's chunks equal, so a multiple of
         vpp layers), which would list the same plan twice."""
@@ -481,11 +482,12 @@ class SearchSpace:
             return ()
         L = self.num_layers
         free = self.free_ok(pp, vpp)
-        out = []
-        for cl in named_layouts(L, pp, vpp, latest=dense_prefix(self) > 0):
+        out, k, first = [], dense_prefix(self), set(named_layouts(L, pp, vpp))
+        for cl in named_layouts(L, pp, vpp, latest=k > 0):
             stages = [cl[j::pp] for j in range(pp)]
-            if free and all(len(set(c)) == 1 for c in stages):
-                continue
+            if (free and all(len(set(c)) == 1 for c in stages)) or (
+                    cl not in first and sum(stages[0]) >= k):
+                continue  # the latest-remainder layouts: where they spill the prefix only
             if min(map(sum, stages)) < act_offload.act_layers(self):
                 continue  # a stage of < k offloaded layers (act_offload.py); a dense prefix
                 # longer than the first stage spreads over the next (cpsat_prefix.py)
