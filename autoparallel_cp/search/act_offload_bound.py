@@ -69,7 +69,7 @@ class StageCoefs:
     (stage time, DP sync, optimizer step) its (main layer, dense-prefix layer, embedding,
     head, fixed) entries, each stage j holding (l_j - k_j)·main + k_j·dense + [j = 0]·emb +
     [j = pp - 1]·head + fixed; the pipeline coefficients (m - rho'/vpp, rho'/vpp), the tail
-    fraction and the dense prefix K (k_0 = min(K, l_0))."""
+    fraction and the dense prefix K (k_j = min(l_j, max(K - S_j, 0)), S_j the layers before)."""
 
     time: tuple[Any, ...]  # each entry a float, or per stage (`placed`: its group's)
     dsync: tuple[Any, ...]
@@ -84,8 +84,9 @@ class StageCoefs:
         2-D `ls` holds one column per split, elementwise the same floats)."""
         ls = np.asarray(ls, float)
         p = ls.shape[0]
-        k = np.zeros_like(ls)
-        k[0] = np.minimum(float(self.dense), ls[0])
+        # each stage's dense-prefix layers as the cost model lays them out (spec/splits.py
+        # `prefix_counts`: min(l_j, max(K - S_j, 0)); k_0 = min(K, l_0) when l_0 >= K)
+        k = np.clip(float(self.dense) - (np.cumsum(ls, axis=0) - ls), 0.0, ls)
         shape = (p,) + (1,) * (ls.ndim - 1)
         first = (np.arange(p) == 0).reshape(shape)
         last = (np.arange(p) == p - 1).reshape(shape)

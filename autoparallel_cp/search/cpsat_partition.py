@@ -216,7 +216,7 @@ def build_partition(t: Tables, key: Any, mem_unit: float = 1.0) -> PartitionMode
     rd: list[list[Any]] = []
     fixed_sl = s.fixed_stage_layers(pp, vpp)
     l_lo0 = int(fixed_sl[0]) if fixed_sl is not None else s.first_stage_min_units(vpp)
-    hp_ = cpsat_prefix.holders(model, K, pp, fixed_sl is None and l_lo0 == 0)
+    hp_ = cpsat_prefix.holders(model, K, pp, fixed_sl is None and l_lo0 == 0, fixed_sl)
     for j in range(pp):
         first = j == 0
         kd = hp_.kds[j]

@@ -7,6 +7,12 @@ searched splits: the first stage holding layers holds the prefix whole).
 One literal e0 (rank 0 empty) decides it: hold_0 = 1 - e0, hold_1 = e0, and every dense term
 of stage j is its constant times hold_j (per node group, hold_j AND y_jg: `on_groups`), so the
 model stays linear; the recomputed dense layers rd_j = min(rk_j, K) where held, else 0.
+
+A pinned split (`--fix stage_layers` / `chunk_layers`, or a named layout) may hold fewer than
+K layers on its first stage: each stage j then holds the constant k_j = prefix_counts(K, l)_j
+dense layers (the first of its layers, so rd_j = min(rk_j, k_j): memory.py
+`stage_layer_kinds` recomputes a stage's first r_j layers), every dense term k_j times its
+constant, as `tables.plan_cost` composes it.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ortools.sat.python import cp_model
+
+from autoparallel_cp.spec.splits import prefix_counts
 
 
 @dataclass
@@ -28,9 +36,15 @@ class Holders:
     e0: Any = None  # rank 0 empty (a V's free family with a dense prefix), else None
 
 
-def holders(model: cp_model.CpModel, K: int, pp: int, empty_first: bool) -> Holders:
+def holders(model: cp_model.CpModel, K: int, pp: int, empty_first: bool,
+            pinned: tuple[int, ...] | None = None) -> Holders:
     """The prefix's stage: the first (constants), or under `empty_first` (a V's rank 0 from
-    0 layers) rank 0 or 1 by the literal e0."""
+    0 layers) rank 0 or 1 by the literal e0; `pinned` (a pinned split's per-stage layers):
+    each stage holds its own constant share of the prefix, spread over the first stages as
+    the cost model lays it out (spec/splits.py `prefix_counts`)."""
+    if pinned is not None:
+        kds = list(prefix_counts(K, tuple(int(n) for n in pinned)))
+        return Holders([int(kd > 0) for kd in kds], [None] * pp, kds)
     hold: list[Any] = [int(bool(K) and j == 0) for j in range(pp)]
     lits: list[Any] = [None] * pp
     e0 = None

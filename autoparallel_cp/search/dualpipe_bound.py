@@ -147,8 +147,9 @@ def split_bounds(t: Tables, c: KeyCoefs, key: Any, rho: float, every: bool, sync
     """(n, Q): the module docstring's bound of each (split, placement): splits (n, p) layer
     counts, places (Q, p) each rank's node group; inf where a rank exceeds its memory."""
     n, p = splits.shape
-    k = np.zeros((n, p))
-    k[:, 0] = np.minimum(float(t.dense_prefix), splits[:, 0])
+    # each rank's dense-prefix layers, spread over the first ranks as the cost model lays
+    # them out (spec/splits.py `prefix_counts`: min(l_j, max(K - S_j, 0)))
+    k = np.clip(float(t.dense_prefix) - (np.cumsum(splits, axis=1) - splits), 0.0, splits)
     main = (splits - k)[:, None, :]  # (n, 1, p)
     kk = k[:, None, :]
     first = (np.arange(p) == 0).astype(float)

@@ -144,15 +144,7 @@ def _broken(space: SearchSpace, tp: int, cp: int, pp: int) -> Iterator[str]:
 def _layout_rule(space: SearchSpace, pp: int, vpp: int) -> str:
     """Why no searched layer split places the model on (pp, vpp)."""
     L = space.num_layers
-    if space.fixed_split:
-        fixed = space.fixed_stage_layers(pp, vpp)
-        moe = space.job.model.moe
-        k = moe.first_k_dense_layers if moe is not None else 0
-        if fixed is not None and len(fixed) == pp and sum(fixed) == L and fixed[0] < k:
-            return (f"the pinned layer split puts {fixed[0]} layer(s) on the first stage and "
-                    f"the search holds the {k} dense prefix layers there (evaluate spreads "
-                    "them over the first stages: `ap-solve evaluate --plan ...` costs this "
-                    "split; the search does not)")
+    if space.fixed_split:  # (a dense prefix longer than its first stage is searched)
         return f"the pinned layer split does not fit pp={pp}, vpp={vpp}"
     if space.partition == "uniform" and L % (pp * vpp):
         return (f"the {L} layers do not divide by pp*vpp = {pp}*{vpp} (this space searches "

@@ -297,7 +297,11 @@ def _coupled_bound(t: Tables, key: Any, c: KeyCoefs) -> float:
                 nmj * gv(c.opt) + nd * gv(c.opt_d) + first * gv(c.emb_opt)
                 + last * gv(c.head_opt))
 
-    dj, oj = sync_opt(first * K * (lsr > 0))  # no prefix on an empty rank 0 (empty_rank.py)
+    if bt.k_fixed is not None:  # a pinned split: each position its own share of the prefix
+        # (spec/splits.py `prefix_counts`; tmin is inf at every other count of the position)
+        dj, oj = sync_opt(bt.k_fixed[0].reshape(-1, 1, 1) + 0.0 * lsr)
+    else:  # no prefix on an empty rank 0 (empty_rank.py)
+        dj, oj = sync_opt(first * K * (lsr > 0))
     if bt.moved:  # rank 1 may hold it after an empty rank 0: the least of both, each
         # nondecreasing into w below (`Batch.moved`)
         dp_, op_ = sync_opt(np.full_like(first, float(K)))

@@ -23,6 +23,7 @@ from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.schedule_axis import inflight_row, layout_inflight, stage_inflight
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
+from autoparallel_cp.spec.splits import prefix_counts
 
 #: From how many entries a grid takes the paths that touch fewer entries with more numpy calls
 #: (below it numpy's per-call cost dominates); either path gives the same floats
@@ -75,6 +76,7 @@ class Batch:
     tmin: npt.NDArray[np.float64]  # (B, pp, G, nl)
     co: dict[str, npt.NDArray[np.float64]]  # the keys' `KeyCoefs` fields (`stack_coefs`)
     moved: bool = False  # position 1 may hold the dense prefix (`prefix_moves`)
+    k_fixed: npt.NDArray[np.float64] | None = None  # a pinned split's dense layers (rows, pp)
 
     @classmethod
     def build(cls, t: Tables, klass: tuple[int, int, bool, bool], keys: Sequence[Any],
@@ -121,6 +123,12 @@ class Batch:
             f_all = np.stack([inflight_row(s.schedule, pp, vpp, m) for m in ms])
         if ls.size == 0:
             return None
+        # a pinned split's / named layout's dense prefix per position (spec/splits.py
+        # `prefix_counts`: spread over the first stages when the first holds fewer than K)
+        k_fixed = np.array([prefix_counts(K, tuple(int(x) for x in row)) for row in n_fixed],
+                           float) if K and (fixed is not None or layouts is not None) else None
+        if k_fixed is not None and k_fixed[:, 1:].any():
+            closed_form = False  # `closed` composes main-kind layers only: the full grid
         moved = bool(K) and fixed is None and layouts is None and ls[0] == 0 and pp > 1
         if full and rs.size > 1:
             rs = replay_counts(rs, ls)
@@ -181,7 +189,10 @@ class Batch:
             positions that are all alike."""
             f = inflight_at(j)
             # the dense prefix: on the first stage, none on an empty rank 0 (empty_rank.py)
-            nd = K + 0.0 * lv if pre else first * K * (lv > 0)
+            if k_fixed is not None:  # a pinned split: each position its own share
+                nd = k_fixed[:, j].reshape(k_fixed.shape[0], -1, 1, 1, 1) + 0.0 * lv
+            else:
+                nd = K + 0.0 * lv if pre else first * K * (lv > 0)
             rv = rs.reshape(1, 1, 1, 1, -1)
             ok_l = (lv >= nd) & count_ok(j)  # the first stage holds the dense prefix
             nm = np.maximum(lv - nd, 0.0)
@@ -267,7 +278,7 @@ class Batch:
         if pinned is not None and G > 1:  # a pinned placement: position j only on its group
             tmin = np.where(np.arange(G).reshape(1, 1, -1, 1)
                             == np.asarray(pinned, int).reshape(1, -1, 1, 1), tmin, np.inf)
-        return cls(t, pp, vpp, np.asarray(ms, float), ng, ls, tmin, co, moved)
+        return cls(t, pp, vpp, np.asarray(ms, float), ng, ls, tmin, co, moved, k_fixed)
 
     def placed(self, capl: Any) -> Any:
         """The most layers the stages hold over the placements, caps (..., pp, G)."""

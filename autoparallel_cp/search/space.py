@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from autoparallel_cp.errors import InputError
 from autoparallel_cp.search import act_offload, offload_axis, space_count, space_proof
-from autoparallel_cp.search.empty_rank import empty_first, prefix_min_units
+from autoparallel_cp.search.empty_rank import dense_prefix, empty_first, prefix_min_units
 from autoparallel_cp.search.replay_axis import free_family, free_pp_ok
 from autoparallel_cp.search.schedule_axis import (
     SCANNED,
@@ -467,8 +467,10 @@ class SearchSpace:
 
     def layouts(self, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
         """The named uneven layouts searched for (pp, vpp) besides the space's own partitions
-        (`spec.splits.named_layouts`, `chunk_layers` order): only with `named_splits`, legal
-        for the model (`split_violations`, the first stage holding the dense prefix), and not
+        (`spec.splits.named_layouts`, `chunk_layers` order; the remainder also on the latest
+        chunks where the first stage then holds less than the dense prefix, DeepSeek-V3's
+        published layout among them): only with `named_splits`, legal for the model
+        (`split_violations`; a dense prefix may spread over the first stages), and not
         already a partition of the free family (every stage's chunks equal, so a multiple of
         vpp layers), which would list the same plan twice."""
         return tuple(f.fixed["chunk_layers"] for f in self.split_families(pp, vpp)
@@ -480,15 +482,15 @@ class SearchSpace:
             return ()
         L = self.num_layers
         free = self.free_ok(pp, vpp)
-        moe = self.job.model.moe
-        k = moe.first_k_dense_layers if moe is not None else 0
-        out = []
-        for cl in named_layouts(L, pp, vpp):
+        out, k, first = [], dense_prefix(self), set(named_layouts(L, pp, vpp))
+        for cl in named_layouts(L, pp, vpp, latest=k > 0):
             stages = [cl[j::pp] for j in range(pp)]
-            if free and all(len(set(c)) == 1 for c in stages):
-                continue
-            if sum(stages[0]) < k or min(map(sum, stages)) < act_offload.act_layers(self):
-                continue  # the dense prefix; a stage of < k offloaded layers (act_offload.py)
+            if (free and all(len(set(c)) == 1 for c in stages)) or (
+                    cl not in first and sum(stages[0]) >= k):
+                continue  # the latest-remainder layouts: where they spill the prefix only
+            if min(map(sum, stages)) < act_offload.act_layers(self):
+                continue  # a stage of < k offloaded layers (act_offload.py); a dense prefix
+                # longer than the first stage spreads over the next (cpsat_prefix.py)
             if split_violations(L, Plan(pp=pp, vpp=vpp, chunk_layers=cl)):
                 continue
             out.append(cl)
@@ -541,10 +543,8 @@ class SearchSpace:
         """Free partitions: the stage holding the dense prefix (`prefix_min_units`) can."""
         if self.partition == "uniform":
             return True
-        fixed = self.fixed_stage_layers(pp, vpp)
-        if fixed is not None:
-            moe = self.job.model.moe
-            return fixed[0] >= (moe.first_k_dense_layers if moe is not None else 0)
+        if self.fixed_stage_layers(pp, vpp) is not None:
+            return True  # any pinned split: the prefix spread as the cost model lays it out
         units = self.num_layers // self.layer_step(vpp)
         return units - prefix_min_units(self, vpp) + 1 + int(
             self.first_stage_min_units(vpp) == 0 and pp > 1) >= pp

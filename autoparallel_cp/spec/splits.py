@@ -87,9 +87,16 @@ def microbatch_group(pp: int, m: int) -> int:
 #: torchtitan's default `input_weight` / `output_weight` of 1).
 EDGE_SLOTS = (0, 1)
 #: Where the remainder chunks go: the earliest (Megatron-Core's and torchtitan's rule); the
-#: latest (lighter early stages, which hold the most in-flight micro-batches) is not searched:
-#: it doubled the per-key models of the named layouts for no framework's default.
+#: latest (lighter early stages, which hold the most in-flight micro-batches) is not searched
+#: for every model: it doubled the per-key models of the named layouts for no framework's
+#: default. A model with a dense prefix adds it (`named_layouts(latest=True)`): DeepSeek-V3's
+#: published DualPipe split of 61 layers on pp 16, 2:4x14:3 (arXiv 2412.19437 §3.2.1's
+#: layout, Megatron's `--pipeline-model-parallel-layout` for it), is the one embedding and
+#: one loss slot layout with the remainder on the latest chunks, its first stage short of the
+#: 3-layer prefix (the cost model spreads it over the first stages, spec/splits.py
+#: `prefix_counts`).
 REMAINDER_FIRST = (True,)
+REMAINDER_LATEST = (True, False)
 
 
 def slot_layout(num_layers: int, pp: int, vpp: int, emb: int, loss: int,
@@ -122,15 +129,18 @@ def slot_layout(num_layers: int, pp: int, vpp: int, emb: int, loss: int,
     return tuple(per)
 
 
-def named_layouts(num_layers: int, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+def named_layouts(num_layers: int, pp: int, vpp: int, latest: bool = False
+                  ) -> tuple[tuple[int, ...], ...]:
     """The distinct `slot_layout`s of (pp, vpp) over EDGE_SLOTS x EDGE_SLOTS x
-    REMAINDER_FIRST, in that order (deterministic): the splits frameworks make by default for
-    pp*vpp model chunks (Megatron-Core with and without embedding / loss accounting, torchtitan
-    with its first/last-stage weights), none needing pp*vpp to divide the layers."""
+    REMAINDER_FIRST (`latest`: REMAINDER_LATEST), in that order (deterministic): the splits
+    frameworks make by default for pp*vpp model chunks (Megatron-Core with and without
+    embedding / loss accounting, torchtitan with its first/last-stage weights; with `latest`
+    also the remainder on the latest chunks, DeepSeek-V3's published layout), none needing
+    pp*vpp to divide the layers."""
     out: list[tuple[int, ...]] = []
     for emb in EDGE_SLOTS:
         for loss in EDGE_SLOTS:
-            for extra_first in REMAINDER_FIRST:
+            for extra_first in (REMAINDER_LATEST if latest else REMAINDER_FIRST):
                 lay = slot_layout(num_layers, pp, vpp, emb, loss, extra_first)
                 if lay is not None and lay not in out:
                     out.append(lay)

@@ -91,19 +91,3 @@ def test_an_expert_grid_no_searched_etp_gives_is_named_with_the_sizes() -> None:
     text = empty_space(job, sp)
     assert "ep=256 fits no searched expert grid: ep | dp*cp = 32 with etp = tp" in text
     assert "etp*ep | tp*cp*dp = 64 for etp in {tp, 1}" in text
-
-
-def test_a_pinned_split_short_of_the_dense_prefix_is_named() -> None:
-    from autoparallel_cp.search.infeasibility import empty_space
-    from autoparallel_cp.search.space import SearchSpace
-
-    # DeepSeek-V3's 3 dense layers: evaluate costs a split with 2 layers on the first stage
-    # (the third dense layer on stage 1), the search holds the prefix on the first stage; the
-    # message says that instead of "does not fit pp"
-    job = api.make_job("deepseek-v3", "dgx-h800", gpus=2048, seq_len=4096, global_batch=15360)
-    split = ":".join(map(str, (2,) + (4,) * 14 + (3,)))
-    sp = SearchSpace.for_job(job, fix=f"tp=1,pp=16,ep=64,cp=1,stage_layers={split}")
-    assert sp.num_degree_combinations() == 0
-    text = empty_space(job, sp)
-    assert "puts 2 layer(s) on the first stage" in text and "3 dense prefix" in text
-    assert "does not fit pp" not in text
