@@ -485,9 +485,10 @@ class SearchSpace:
         out, k, first = [], dense_prefix(self), set(named_layouts(L, pp, vpp))
         for cl in named_layouts(L, pp, vpp, latest=k > 0):
             stages = [cl[j::pp] for j in range(pp)]
-            if (free and all(len(set(c)) == 1 for c in stages)) or (
+            if (free and all(len(set(c)) == 1 for c in stages) and sum(stages[0]) >= k) or (
                     cl not in first and sum(stages[0]) >= k):
-                continue  # the latest-remainder layouts: where they spill the prefix only
+                continue  # a split of the free family (equal chunks, the prefix whole on
+                # stage 0); the latest-remainder layouts: where they spill the prefix only
             if min(map(sum, stages)) < act_offload.act_layers(self):
                 continue  # a stage of < k offloaded layers (act_offload.py); a dense prefix
                 # longer than the first stage spreads over the next (cpsat_prefix.py)

@@ -76,10 +76,12 @@ def test_outside_names_a_split_with_the_dense_prefix_over_several_stages() -> No
         proof_space(sp))
     p = Plan(dp=2, tp=1, pp=4, ep=2, mbs=1, num_microbatches=8)
     inside = p.model_copy(update={"stage_layers": (3, 2, 2, 1)})
-    spread = p.model_copy(update={"stage_layers": (2, 2, 2, 2)})
-    assert outside(sp, inside) is None
+    spread = p.model_copy(update={"stage_layers": (1, 3, 2, 2)})
+    named = p.model_copy(update={"stage_layers": (2, 2, 2, 2)})  # a named layout: searched
+    assert outside(sp, inside) is None and outside(sp, named) is None
+    assert (2, 2, 2, 2) in sp.layouts(4, 1)
     assert "the dense prefix's 3 layers whole on the first stage" in (outside(sp, spread) or "")
-    # without a dense prefix the same split is inside
+    # without a dense prefix a split with 1 layer on stage 0 is inside
     plain = job.model_copy(update={"model": _mini(True, 8).model_copy(update={
         "moe": MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=1408)})})
     assert outside(SearchSpace.for_job(plain), spread) is None
