@@ -23,7 +23,6 @@ from autoparallel_cp.search.replay_axis import head_position
 from autoparallel_cp.search.schedule_axis import inflight_row, layout_inflight, stage_inflight
 from autoparallel_cp.search.tables import Tables
 from autoparallel_cp.spec.plan import RECOMPUTE_MODES
-from autoparallel_cp.spec.splits import prefix_counts
 
 #: From how many entries a grid takes the paths that touch fewer entries with more numpy calls
 #: (below it numpy's per-call cost dominates); either path gives the same floats
@@ -125,8 +124,10 @@ class Batch:
             return None
         # a pinned split's / named layout's dense prefix per position (spec/splits.py
         # `prefix_counts`: spread over the first stages when the first holds fewer than K)
-        k_fixed = np.array([prefix_counts(K, tuple(int(x) for x in row)) for row in n_fixed],
-                           float) if K and (fixed is not None or layouts is not None) else None
+        # (spec/splits.py `prefix_counts` per row: min(n_j, max(K - S_j, 0)), S_j the layers
+        # before position j)
+        k_fixed = np.clip(K - (np.cumsum(n_fixed, axis=1) - n_fixed), 0.0, n_fixed) if K and (
+            fixed is not None or layouts is not None) else None
         if k_fixed is not None and k_fixed[:, 1:].any():
             closed_form = False  # `closed` composes main-kind layers only: the full grid
         moved = bool(K) and fixed is None and layouts is None and ls[0] == 0 and pp > 1
