@@ -291,7 +291,7 @@ def solve_by_class(t: Any, key: Any, *, cutoff_s: float | None, budget: Budget
     cut = cutoff_s if cutoff_s is not None and math.isfinite(cutoff_s) else None
     best: tuple[float, tuple[Any, ...], Plan, float] | None = None
     for n in sorted(memo):  # real plans of the family: incumbents whatever their cutoff
-        best, cut = _keep(best, cut, memo[n][0], memo[n][2])
+        best, cut = keep_best(best, cut, memo[n][0], memo[n][2])
     err = 0.0
     for n in itertools.count():
         got = k.at(n, budget, math.inf if cut is None else cut * (1.0 + REL_TOL))
@@ -312,7 +312,7 @@ def solve_by_class(t: Any, key: Any, *, cutoff_s: float | None, budget: Budget
             memo[n] = (None, cut, b)  # its exact best (bit for bit) after the best: unscored
         else:
             memo[n] = (_score(t, key, found, cut, budget), cut, b)
-        best, cut = _keep(best, cut, memo[n][0], b)
+        best, cut = keep_best(best, cut, memo[n][0], b)
     if best is None or (cutoff_s is not None and best[0] > cutoff_s):
         return None, err == 0.0
     step, _, plan, diff = best
@@ -361,11 +361,12 @@ def _score(t: Any, key: Any, found: list[tuple[float, tuple[int, ...]]], cut: fl
     return got
 
 
-def _keep(best: tuple[float, tuple[Any, ...], Plan, float] | None, cut: float | None,
-          got: tuple[float, Plan] | None, bound_s: float
-          ) -> tuple[tuple[float, tuple[Any, ...], Plan, float] | None, float | None]:
-    """The least (step, `Plan.key()`) of `best` and a class's `got`, with its exact - bound,
-    and the cutoff lowered to it."""
+def keep_best(best: tuple[float, tuple[Any, ...], Plan, float] | None, cut: float | None,
+              got: tuple[float, Plan] | None, bound_s: float
+              ) -> tuple[tuple[float, tuple[Any, ...], Plan, float] | None, float | None]:
+    """The least (step, `Plan.key()`) of `best` and a scored class's or split's `got` (None:
+    nothing of it fits), with its exact - bound (`bound_s`), and the cutoff lowered to it
+    (dualpipe_splits.py scores split by split with the same rule)."""
     if got is None:
         return best, cut
     cand = (got[0], got[1].key())

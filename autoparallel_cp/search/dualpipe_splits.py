@@ -48,7 +48,7 @@ import numpy as np
 
 from autoparallel_cp.search import limits
 from autoparallel_cp.search.dualpipe_bound import key_constants, split_bounds
-from autoparallel_cp.search.dualpipe_classes import solve_by_class
+from autoparallel_cp.search.dualpipe_classes import keep_best, solve_by_class
 from autoparallel_cp.search.enumerate_axes import partition_array, placement_array
 from autoparallel_cp.search.limits import Budget
 from autoparallel_cp.search.model_scan import best_of_split
@@ -104,7 +104,7 @@ def solve_free_dualpipe(t: Tables, key: Any, *, seed: int, workers: int,
         key, {})
     bound_of = dict(zip(splits, bounds, strict=True))
     for sp in sorted(memo):
-        best, cut = _keep(best, cut, memo[sp], bound_of[sp])
+        best, cut = keep_best(best, cut, memo[sp], bound_of[sp])
     for sp, b in zip(splits, bounds, strict=True):
         if not math.isfinite(b) or (cut is not None and b > cut * (1.0 + REL_TOL)):
             return _answer(best, cutoff_s, 0.0, t.space.num_layers)
@@ -118,21 +118,8 @@ def solve_free_dualpipe(t: Tables, key: Any, *, seed: int, workers: int,
         memo[sp] = best_of_split(t, key, sp)
         budget.charge(limits.MODEL_PLAN_DTIME
                       * (len(t.__dict__.get("_model_terms", {})) - n0))
-        best, cut = _keep(best, cut, memo[sp], b)
+        best, cut = keep_best(best, cut, memo[sp], b)
     return _answer(best, cutoff_s, 0.0, t.space.num_layers)
-
-
-def _keep(best: tuple[float, tuple[Any, ...], Plan, float] | None, cut: float | None,
-          got: tuple[float, Plan] | None, bound_s: float
-          ) -> tuple[tuple[float, tuple[Any, ...], Plan, float] | None, float | None]:
-    """The least (step, `Plan.key()`) of `best` and a scored split's `got` (None: nothing of
-    the split fits), with its exact - bound (`bound_s`), and the cutoff lowered to it."""
-    if got is None:
-        return best, cut
-    cand = (got[0], got[1].key())
-    if best is None or cand < best[:2]:
-        best = (*cand, got[1], got[0] - bound_s)
-    return best, got[0] if cut is None else min(cut, got[0])
 
 
 def _answer(best: tuple[float, tuple[Any, ...], Plan, float] | None, cutoff_s: float | None,

@@ -12,15 +12,15 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from ortools.sat.python import cp_model
 from test_cpsat_partition import _check_key_bound_of
+from test_empty_rank import check_v_space
 from test_replay_free_multi import _compare as _compare_multi
+from test_replay_free_multi import solve_pinned
 from test_replay_search import _compare_exact
 from test_solver_vs_enumerate import _assert_master_bounds, _key, _mini, _mixed_small, _ranked
 
 from autoparallel_cp.cost.evaluate import evaluate
 from autoparallel_cp.cost.memory import stage_layer_kinds
-from autoparallel_cp.errors import InfeasibleError, UserError
 from autoparallel_cp.search import cpsat_partition
 from autoparallel_cp.search.empty_rank import empty_first
 from autoparallel_cp.search.enumerate_axes import partition_array, partitions
@@ -161,23 +161,7 @@ def test_bounds_and_cpsat_with_a_prefix_and_empty_first_ranks(
     """Every key's per-key bound (uncoupled and coupled) and the master's <= the enumerator's
     exact best of the key, and CP-SAT's top k == the enumerator's, on V spaces of a model
     with a dense prefix whose free splits include rank 0 empty."""
-    job = _job(layers, k, vocab, gpus, seq, batch)
-    try:
-        space = SearchSpace.for_job(job, fix=f"schedule={sched}", max_pp=4, max_mbs=2,
-                                    zero=zero)
-    except UserError:
-        return
-    if space.num_degree_combinations() == 0:
-        return
-    assert empty_first(space)
-    try:
-        enumerate_plans(job, space, top_k=1)
-    except InfeasibleError:
-        _compare_exact(job, space, 4)  # the solver says so too
-        return
-    _check_key_bound_of(space)
-    _assert_master_bounds(job, space, 3)
-    _compare_exact(job, space, 4)
+    check_v_space(_job(layers, k, vocab, gpus, seq, batch), sched, zero)
 
 
 @pytest.mark.parametrize("sched", V)
@@ -197,13 +181,8 @@ def test_two_groups_bound_every_split_and_placement_with_a_prefix(sched: str) ->
             (0, 0, 1, 1))))):
         pm = cpsat_partition.build_partition(t, key)
         assert pm is not None and pm.y is not None
-        for x, n in zip(pm.layers, split, strict=True):
-            pm.model.add(x == n)
-        for row, g in zip(pm.y, q, strict=True):
-            pm.model.add(row[g] == 1)
-        s = cp_model.CpSolver()
-        s.parameters.num_workers = 1
-        if s.solve(pm.model) != cp_model.OPTIMAL:
+        s = solve_pinned(pm.model, pm.layers, pm.y, split, q, must_fit=False)
+        if s is None:
             continue
         plan = pm.read_plan(s, False)
         assert plan.stage_groups == q and plan.stage_layers == split
